@@ -1,0 +1,3 @@
+module github.com/captchaq/captchaq
+
+go 1.26.8

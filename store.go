@@ -1,0 +1,87 @@
+package captchaq
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned by a Store for an unknown task id.
+var ErrNotFound = errors.New("captchaq: task not found")
+
+// Record is everything a Store keeps about one task.
+type Record struct {
+	Task   Task   `json:"task"`
+	Status Status `json:"status"`
+	// Seq orders tasks by acceptance (FIFO within a priority). The store
+	// assigns it; it only grows.
+	Seq int64 `json:"seq"`
+	// CaptchaID is the provider's id of the attempt in flight; set only while
+	// Status is StatusInFlight.
+	CaptchaID string `json:"captcha_id,omitempty"`
+	// Attempts counts submissions the provider accepted or refused for this
+	// task (transient network failures and "no free thread" do not count).
+	Attempts int `json:"attempts"`
+	// NotBefore: a queued task is not submitted before this time (retry
+	// backoff). Zero means at once.
+	NotBefore time.Time `json:"not_before,omitzero"`
+	// LastError is the latest failure's text and code, kept across retries.
+	LastError     string    `json:"last_error,omitempty"`
+	LastErrorCode string    `json:"last_error_code,omitempty"`
+	AcceptedAt    time.Time `json:"accepted_at"`
+	SubmittedAt   time.Time `json:"submitted_at,omitzero"`
+	// Result is set once Status is final.
+	Result *Result `json:"result,omitempty"`
+}
+
+// Store keeps tasks durable. The queue calls it at each step of a task's
+// life, and only moves on once the call has returned:
+//
+//   - Enqueue before a task is acknowledged to whoever submitted it;
+//   - Checkpoint with the provider's id before the first poll, so a crash
+//     resumes polling instead of paying for a second solve;
+//   - Finish before a result is delivered.
+//
+// Every implementation must pass the conformance suite in package storetest.
+// All methods are safe for concurrent use.
+type Store interface {
+	// Enqueue makes tasks durable as StatusQueued, in order, and returns one
+	// record per task. A task whose ID is already stored is left as it is;
+	// its existing record is returned with existed[i] true.
+	Enqueue(ctx context.Context, tasks []Task, now time.Time) (recs []Record, existed []bool, err error)
+	// Checkpoint marks a task in flight with the provider's id for attempt
+	// number attempt.
+	Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error
+	// Retry puts a task back in the queue after a failed attempt: attempts
+	// is the count so far, notBefore the earliest next submit, and the error
+	// is kept as LastError. Any captcha id is cleared.
+	Retry(ctx context.Context, id string, attempts int, notBefore time.Time, errText, errCode string) error
+	// Finish stores a final result. A failed result makes the task a dead
+	// letter until it is replayed or pruned.
+	Finish(ctx context.Context, r Result) error
+	// Pending calls fn for every task that is queued or in flight, in Seq
+	// order, so a restarted queue can resume them.
+	Pending(ctx context.Context, fn func(Record) error) error
+	// Get returns one task's record, or ErrNotFound.
+	Get(ctx context.Context, id string) (Record, error)
+	// Results calls fn for every stored final result, in Seq order.
+	Results(ctx context.Context, fn func(Result) error) error
+	// DeadLetters calls fn for every failed task that matches f, in Seq order.
+	DeadLetters(ctx context.Context, f DeadLetterFilter, fn func(Record) error) error
+	// Replay puts the dead letters that match f back in the queue with their
+	// attempts reset, and returns how many it moved.
+	Replay(ctx context.Context, f DeadLetterFilter, now time.Time) (int, error)
+	// Prune deletes final tasks that finished before the given time and
+	// returns how many it deleted.
+	Prune(ctx context.Context, finishedBefore time.Time) (int, error)
+	// Close releases the store. Calls after Close return an error.
+	Close() error
+}
+
+// DeadLetterFilter selects dead letters. The zero value selects none; set
+// All, IDs or ErrorCode.
+type DeadLetterFilter struct {
+	All       bool
+	IDs       []string
+	ErrorCode string // matches Result.ErrorCode exactly
+}
