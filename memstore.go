@@ -1,0 +1,354 @@
+package captchaq
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ErrStoreClosed is returned by a Store's methods after Close.
+var ErrStoreClosed = errors.New("captchaq: store closed")
+
+// MaxFinishedDefault is MemoryStoreConfig.MaxFinished's default.
+const MaxFinishedDefault = 10000
+
+// MemoryStoreConfig configures NewMemoryStore.
+type MemoryStoreConfig struct {
+	// MaxFinished bounds the final tasks (results and dead letters) kept:
+	// past it, the oldest-finished are dropped, so memory stays bounded on
+	// runs of any length. Queued and in-flight tasks are never dropped.
+	// A dropped task's id is forgotten: submitting it again creates a new
+	// task. Default MaxFinishedDefault; negative keeps none.
+	MaxFinished int
+}
+
+// MemoryStore is a Store in memory: for tests and one-shot runs. Nothing
+// survives the process.
+type MemoryStore struct {
+	mu       sync.Mutex
+	closed   bool
+	max      int
+	seq      int64
+	recs     map[string]*memRecord
+	finished []finishedRef // in finish order; stale entries skipped
+	nFinal   int
+}
+
+type memRecord struct {
+	rec    Record
+	finGen int64 // which finish of this record finished[] refers to
+}
+
+type finishedRef struct {
+	id  string
+	gen int64
+}
+
+var _ Store = (*MemoryStore)(nil)
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore(cfg MemoryStoreConfig) *MemoryStore {
+	m := cfg.MaxFinished
+	switch {
+	case m == 0:
+		m = MaxFinishedDefault
+	case m < 0:
+		m = 0
+	}
+	return &MemoryStore{max: m, recs: map[string]*memRecord{}}
+}
+
+func copyRecord(r Record) Record {
+	r.Task.Params = maps.Clone(r.Task.Params)
+	if r.Result != nil {
+		res := *r.Result
+		res.Answer = slices.Clone(res.Answer)
+		r.Result = &res
+	}
+	return r
+}
+
+func final(s Status) bool { return s == StatusSolved || s == StatusFailed }
+
+// Enqueue implements Store.
+func (s *MemoryStore) Enqueue(ctx context.Context, tasks []Task, now time.Time) ([]Record, []bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, ErrStoreClosed
+	}
+	recs := make([]Record, len(tasks))
+	existed := make([]bool, len(tasks))
+	for i, t := range tasks {
+		if mr, ok := s.recs[t.ID]; ok {
+			recs[i], existed[i] = copyRecord(mr.rec), true
+			continue
+		}
+		s.seq++
+		mr := &memRecord{rec: Record{Task: t, Status: StatusQueued, Seq: s.seq, AcceptedAt: now}}
+		mr.rec = copyRecord(mr.rec)
+		s.recs[t.ID] = mr
+		recs[i] = copyRecord(mr.rec)
+	}
+	return recs, existed, nil
+}
+
+func (s *MemoryStore) open(id string) (*memRecord, error) {
+	if s.closed {
+		return nil, ErrStoreClosed
+	}
+	mr, ok := s.recs[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return mr, nil
+}
+
+// Checkpoint implements Store.
+func (s *MemoryStore) Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr, err := s.open(id)
+	if err != nil {
+		return err
+	}
+	if final(mr.rec.Status) {
+		return fmt.Errorf("captchaq: checkpoint %q: task is already %s", id, mr.rec.Status)
+	}
+	mr.rec.Status = StatusInFlight
+	mr.rec.CaptchaID = captchaID
+	mr.rec.Attempts = attempt
+	mr.rec.SubmittedAt = at
+	mr.rec.NotBefore = time.Time{}
+	return nil
+}
+
+// Retry implements Store.
+func (s *MemoryStore) Retry(ctx context.Context, id string, attempts int, notBefore time.Time, errText, errCode string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr, err := s.open(id)
+	if err != nil {
+		return err
+	}
+	if final(mr.rec.Status) {
+		return fmt.Errorf("captchaq: retry %q: task is already %s", id, mr.rec.Status)
+	}
+	mr.rec.Status = StatusQueued
+	mr.rec.CaptchaID = ""
+	mr.rec.Attempts = attempts
+	mr.rec.NotBefore = notBefore
+	mr.rec.LastError, mr.rec.LastErrorCode = errText, errCode
+	return nil
+}
+
+// Finish implements Store.
+func (s *MemoryStore) Finish(ctx context.Context, r Result) error {
+	if !final(r.Status) {
+		return fmt.Errorf("captchaq: finish %q: status %q is not final", r.ID, r.Status)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr, err := s.open(r.ID)
+	if err != nil {
+		return err
+	}
+	if !final(mr.rec.Status) {
+		s.nFinal++
+	}
+	mr.rec.Status = r.Status
+	mr.rec.CaptchaID = ""
+	mr.rec.Attempts = r.Attempts
+	if r.Status == StatusFailed {
+		mr.rec.LastError, mr.rec.LastErrorCode = r.Error, r.ErrorCode
+	}
+	res := r
+	res.Answer = slices.Clone(r.Answer)
+	mr.rec.Result = &res
+	mr.finGen++
+	s.finished = append(s.finished, finishedRef{r.ID, mr.finGen})
+	s.trim()
+	return nil
+}
+
+// trim drops the oldest-finished records past the bound.
+func (s *MemoryStore) trim() {
+	for s.nFinal > s.max && len(s.finished) > 0 {
+		ref := s.finished[0]
+		s.finished = s.finished[1:]
+		if mr, ok := s.recs[ref.id]; ok && mr.finGen == ref.gen && final(mr.rec.Status) {
+			delete(s.recs, ref.id)
+			s.nFinal--
+		}
+	}
+	if len(s.finished) > 2*s.nFinal+1024 {
+		kept := make([]finishedRef, 0, s.nFinal)
+		for _, ref := range s.finished {
+			if mr, ok := s.recs[ref.id]; ok && mr.finGen == ref.gen && final(mr.rec.Status) {
+				kept = append(kept, ref)
+			}
+		}
+		s.finished = kept
+	}
+}
+
+// snapshot copies the records that match keep, in Seq order.
+func (s *MemoryStore) snapshot(keep func(*Record) bool) ([]Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrStoreClosed
+	}
+	var out []Record
+	for _, mr := range s.recs {
+		if keep(&mr.rec) {
+			out = append(out, copyRecord(mr.rec))
+		}
+	}
+	slices.SortFunc(out, func(a, b Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
+}
+
+// Pending implements Store. fn runs without the store's lock held, so it
+// may call the store.
+func (s *MemoryStore) Pending(ctx context.Context, fn func(Record) error) error {
+	recs, err := s.snapshot(func(r *Record) bool { return !final(r.Status) })
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *MemoryStore) Get(ctx context.Context, id string) (Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr, err := s.open(id)
+	if err != nil {
+		return Record{}, err
+	}
+	return copyRecord(mr.rec), nil
+}
+
+// Results implements Store.
+func (s *MemoryStore) Results(ctx context.Context, fn func(Result) error) error {
+	recs, err := s.snapshot(func(r *Record) bool { return final(r.Status) && r.Result != nil })
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(*r.Result); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f DeadLetterFilter) match(r *Record) bool {
+	if r.Status != StatusFailed {
+		return false
+	}
+	switch {
+	case f.All:
+		return true
+	case len(f.IDs) > 0:
+		return slices.Contains(f.IDs, r.Task.ID)
+	case f.ErrorCode != "":
+		return r.Result != nil && r.Result.ErrorCode == f.ErrorCode
+	}
+	return false
+}
+
+// DeadLetters implements Store.
+func (s *MemoryStore) DeadLetters(ctx context.Context, f DeadLetterFilter, fn func(Record) error) error {
+	recs, err := s.snapshot(f.match)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Replay implements Store. A replayed task keeps its Seq and last error;
+// its AcceptedAt becomes now.
+func (s *MemoryStore) Replay(ctx context.Context, f DeadLetterFilter, now time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrStoreClosed
+	}
+	n := 0
+	for _, mr := range s.recs {
+		if !f.match(&mr.rec) {
+			continue
+		}
+		mr.rec.Status = StatusQueued
+		mr.rec.Attempts = 0
+		mr.rec.Result = nil
+		mr.rec.CaptchaID = ""
+		mr.rec.NotBefore = time.Time{}
+		mr.rec.SubmittedAt = time.Time{}
+		mr.rec.AcceptedAt = now
+		mr.finGen++ // its place in the finished order no longer applies
+		s.nFinal--
+		n++
+	}
+	return n, nil
+}
+
+// Prune implements Store.
+func (s *MemoryStore) Prune(ctx context.Context, finishedBefore time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrStoreClosed
+	}
+	n := 0
+	for id, mr := range s.recs {
+		if final(mr.rec.Status) && mr.rec.Result != nil && mr.rec.Result.FinishedAt.Before(finishedBefore) {
+			delete(s.recs, id)
+			s.nFinal--
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Close implements Store.
+func (s *MemoryStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrStoreClosed
+	}
+	s.closed = true
+	s.recs = nil
+	s.finished = nil
+	return nil
+}
