@@ -27,14 +27,6 @@ const (
 // codeTooMany100x stands for every "ERROR: 100x" code in ErrTooManyRequests.
 const codeTooMany100x = "ERROR: 100X"
 
-func clientCode(code string) bool {
-	switch code {
-	case CodeHTTP5xx, CodeNetwork, CodeBadAnswer, CodeInvalidTask, CodeUnsupportedType:
-		return true
-	}
-	return false
-}
-
 // Sentinels for every code of the protocol's error table, for errors.Is.
 // Each carries the class and suggested wait that Classify gives its code.
 var (

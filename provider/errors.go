@@ -89,8 +89,8 @@ func (e *Error) Error() string {
 		b.WriteString(s)
 		parts++
 	}
-	// Our own validation codes read better as plain sentences.
-	if !clientCode(e.Code) || e.Text == "" {
+	// Validation failures read better as plain sentences.
+	if (e.Code != CodeInvalidTask && e.Code != CodeUnsupportedType) || e.Text == "" {
 		add(e.Code)
 	}
 	if e.Text != e.Code {
