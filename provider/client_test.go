@@ -260,7 +260,7 @@ func TestSubmitInvalidMakesNoRequest(t *testing.T) {
 	}
 
 	_, err = c.Submit(ctx, Task{Method: "hcaptcha", Params: map[string]string{"sitekey": "s", "pageurl": "https://a.example/"}}, "")
-	if !errors.Is(err, ErrUnsupportedType) || !strings.HasPrefix(err.Error(), `submit: hCaptcha (method "hcaptcha") is not supported`) {
+	if !errors.Is(err, ErrUnsupportedType) || !strings.HasPrefix(err.Error(), `submit: unsupported captcha type hCaptcha (method "hcaptcha"): the provider does not support it; supported methods: base64`) {
 		t.Errorf("unsupported: %v", err)
 	}
 

@@ -148,8 +148,8 @@ func unsupportedError(typ, method string) error {
 		Op:    "validate",
 		Code:  CodeUnsupportedType,
 		Class: ClassTask,
-		Text: fmt.Sprintf("%s (method %q) is not supported: the provider does not solve %s; supported methods: %s",
-			typ, method, typ, strings.Join(methods, ", ")),
+		Text: fmt.Sprintf("unsupported captcha type %s (method %q): the provider does not support it; supported methods: %s",
+			typ, method, strings.Join(methods, ", ")),
 	}
 }
 

@@ -206,13 +206,13 @@ func TestUnsupportedTypes(t *testing.T) {
 		want string
 	}{
 		{Task{Method: "hcaptcha", Params: map[string]string{"sitekey": "s", "pageurl": "https://a.example/"}},
-			`hCaptcha (method "hcaptcha") is not supported: the provider does not solve hCaptcha` + supported},
-		{Task{Method: "funcaptcha"}, `FunCaptcha (Arkose Labs) (method "funcaptcha") is not supported: the provider does not solve FunCaptcha (Arkose Labs)` + supported},
-		{Task{Method: "arkose"}, `FunCaptcha (Arkose Labs) (method "arkose") is not supported: the provider does not solve FunCaptcha (Arkose Labs)` + supported},
-		{Task{Method: "HCaptcha"}, `hCaptcha (method "HCaptcha") is not supported: the provider does not solve hCaptcha` + supported},
-		{Task{Method: "geetest_v4"}, `GeeTest v4 (method "geetest_v4") is not supported: the provider does not solve GeeTest v4` + supported},
+			`unsupported captcha type hCaptcha (method "hcaptcha"): the provider does not support it` + supported},
+		{Task{Method: "funcaptcha"}, `unsupported captcha type FunCaptcha (Arkose Labs) (method "funcaptcha"): the provider does not support it` + supported},
+		{Task{Method: "arkose"}, `unsupported captcha type FunCaptcha (Arkose Labs) (method "arkose"): the provider does not support it` + supported},
+		{Task{Method: "HCaptcha"}, `unsupported captcha type hCaptcha (method "HCaptcha"): the provider does not support it` + supported},
+		{Task{Method: "geetest_v4"}, `unsupported captcha type GeeTest v4 (method "geetest_v4"): the provider does not support it` + supported},
 		{Task{Method: "geetest", Params: map[string]string{"gt": "g", "pageurl": "https://a.example/", "version": "4"}},
-			`GeeTest v4 (method "geetest version=4") is not supported: the provider does not solve GeeTest v4` + supported},
+			`unsupported captcha type GeeTest v4 (method "geetest version=4"): the provider does not support it` + supported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.task.Method, func(t *testing.T) {
