@@ -725,3 +725,30 @@ func TestParseThreadsInfoShapes(t *testing.T) {
 		}
 	}
 }
+
+func TestPollManyBulkKeepsJSONAnswersWhole(t *testing.T) {
+	t.Parallel()
+	f := newFake(true)
+	gt := `{"geetest_challenge":"c1","geetest_validate":"v1","geetest_seccode":"v1|jordan"}`
+	f.set("1", gt)
+	f.set("2", "CAPCHA_NOT_READY")
+	f.set("3", `[1,4|`) // not JSON, and not joined into anything
+	c := newTestClient(t, f, ClientConfig{})
+	res, err := c.PollMany(context.Background(), []string{"1", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []PollResult{
+		{ID: "1", Ready: true, Answer: Answer{Raw: gt, Token: gt, JSON: json.RawMessage(gt)}},
+		{ID: "2"},
+	}
+	if diff := cmp.Diff(want, res); diff != "" {
+		t.Errorf("results (-want +got):\n%s", diff)
+	}
+	if !c.BulkSupported() || f.singleReqs.Load() != 0 {
+		t.Error("a GeeTest answer disabled bulk polling")
+	}
+	if got := splitBulk(`[1,4|T2`); len(got) != 2 || got[0] != "[1,4" || got[1] != "T2" {
+		t.Errorf("splitBulk of broken JSON = %q", got)
+	}
+}

@@ -340,7 +340,7 @@ func parseBulkAnswer(status int, body []byte, n int) bulkOutcome {
 	if text == "" {
 		return bulkOutcome{unsupported: true, reason: "empty answer"}
 	}
-	parts := strings.Split(text, "|")
+	parts := splitBulk(text)
 	if len(parts) == n+1 && parts[0] == "OK" {
 		parts = parts[1:]
 	}
@@ -377,4 +377,29 @@ func parseBulkAnswer(status int, body []byte, n int) bulkOutcome {
 		return bulkOutcome{reqErr: transportFailure(op, status, body)}
 	}
 	return bulkOutcome{results: out}
+}
+
+// splitBulk splits a bulk answer on '|', keeping JSON answers whole: a
+// GeeTest answer's geetest_seccode contains a '|' ("…|jordan").
+func splitBulk(text string) []string {
+	raw := strings.Split(text, "|")
+	out := make([]string, 0, len(raw))
+	for i := 0; i < len(raw); i++ {
+		p := raw[i]
+		t := strings.TrimSpace(p)
+		if len(t) > 0 && (t[0] == '{' || t[0] == '[') && !json.Valid([]byte(t)) {
+			// Join the following parts until the document is whole; if it
+			// never is, keep the part as it was.
+			joined := p
+			for j := i + 1; j < len(raw); j++ {
+				joined += "|" + raw[j]
+				if json.Valid([]byte(strings.TrimSpace(joined))) {
+					p, i = joined, j
+					break
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return out
 }

@@ -18,6 +18,7 @@ var answerSeeds = []string{
 	"OK|123", "OK|", "ERROR_WRONG_USER_KEY", "ERROR: 1001", "IP_BANNED", "CAPCHA_NOT_READY",
 	"<html>502</html>", "", "{", `{"status":2}`, `{"status":1,"request":null}`,
 	"T1|CAPCHA_NOT_READY|ERROR_CAPTCHA_UNSOLVABLE", "OK|a|b", "a||b",
+	`{"geetest_seccode":"v|jordan"}|CAPCHA_NOT_READY`, `[1,|{"a":"|"}|x`,
 }
 
 func FuzzParseSubmitAnswer(f *testing.F) {
