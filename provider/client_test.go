@@ -752,3 +752,10 @@ func TestPollManyBulkKeepsJSONAnswersWhole(t *testing.T) {
 		t.Errorf("splitBulk of broken JSON = %q", got)
 	}
 }
+
+func BenchmarkSplitBulkHostile(b *testing.B) {
+	text := strings.Repeat("{|", 200_000)
+	for b.Loop() {
+		splitBulk(text)
+	}
+}

@@ -382,6 +382,7 @@ func parseBulkAnswer(status int, body []byte, n int) bulkOutcome {
 // splitBulk splits a bulk answer on '|', keeping JSON answers whole: a
 // GeeTest answer's geetest_seccode contains a '|' ("…|jordan").
 func splitBulk(text string) []string {
+	const maxPipesInAnswer = 8
 	raw := strings.Split(text, "|")
 	out := make([]string, 0, len(raw))
 	for i := 0; i < len(raw); i++ {
@@ -389,9 +390,10 @@ func splitBulk(text string) []string {
 		t := strings.TrimSpace(p)
 		if len(t) > 0 && (t[0] == '{' || t[0] == '[') && !json.Valid([]byte(t)) {
 			// Join the following parts until the document is whole; if it
-			// never is, keep the part as it was.
+			// never is, keep the part as it was. A few pipes at most: this
+			// bounds the work a hostile answer can cause.
 			joined := p
-			for j := i + 1; j < len(raw); j++ {
+			for j := i + 1; j < len(raw) && j <= i+maxPipesInAnswer; j++ {
 				joined += "|" + raw[j]
 				if json.Valid([]byte(strings.TrimSpace(joined))) {
 					p, i = joined, j
