@@ -374,7 +374,10 @@ func (c *Client) PollMany(ctx context.Context, ids []string) ([]PollResult, erro
 		return out, nil
 	}
 	if len(todo) == 1 || !c.BulkSupported() {
-		return out, c.pollEach(ctx, ids, todo, out)
+		if err := c.pollEach(ctx, ids, todo, out); err != nil {
+			return nil, err
+		}
+		return out, nil
 	}
 	for start := 0; start < len(todo); start += BulkMaxIDs {
 		chunk := todo[start:min(start+BulkMaxIDs, len(todo))]

@@ -565,7 +565,7 @@ func TestPollManyRequestError(t *testing.T) {
 	}
 	// Per-id mode reports the same.
 	c2 := newTestClient(t, f, ClientConfig{Key: "wrong", BulkPoll: BulkOff})
-	if _, err := c2.PollMany(context.Background(), ids(3)); !errors.Is(err, ErrWrongUserKey) || ClassOf(err) != ClassAccount {
+	if res, err := c2.PollMany(context.Background(), ids(3)); !errors.Is(err, ErrWrongUserKey) || ClassOf(err) != ClassAccount || res != nil {
 		t.Fatalf("per id: %v", err)
 	}
 }
