@@ -29,7 +29,10 @@ func TestMemoryStoreLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pending []string
-	s.Pending(ctx, func(r Record) error { pending = append(pending, r.Task.ID+":"+string(r.Status)+":"+r.CaptchaID); return nil })
+	s.Pending(ctx, func(r Record) error {
+		pending = append(pending, r.Task.ID+":"+string(r.Status)+":"+r.CaptchaID)
+		return nil
+	})
 	if !slices.Equal(pending, []string{"a:queued:", "b:inflight:777"}) {
 		t.Fatalf("pending %v", pending)
 	}

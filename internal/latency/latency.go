@@ -86,6 +86,16 @@ func (e *Estimator) Observe(kind string, d time.Duration) {
 	w.Add(d)
 }
 
+// Learned is the learned quantile for kind; ok is false before any sample.
+func (e *Estimator) Learned(kind string) (d time.Duration, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w := e.samples[kind]; w != nil && w.Len() > 0 {
+		return w.Quantile(e.q), true
+	}
+	return 0, false
+}
+
 // Estimate is the expected early solve time for kind: the learned quantile,
 // or the prior before any sample.
 func (e *Estimator) Estimate(kind string) time.Duration {

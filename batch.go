@@ -1,0 +1,204 @@
+package captchaq
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// SolveBatch submits tasks and waits for all their results, returned in
+// input order. An invalid task gets a failed Result (ErrorCode
+// INVALID_TASK or UNSUPPORTED_TYPE) instead of failing the batch; the
+// error is for the batch as a whole (ctx done, queue closed), with the
+// results known so far.
+func (q *Queue) SolveBatch(ctx context.Context, tasks []Task) ([]Result, error) {
+	results := make([]Result, len(tasks))
+	futures := make([]*Future, len(tasks))
+	for i, t := range tasks {
+		f, err := q.Submit(ctx, t)
+		if err != nil {
+			if r, ok := invalidResult(t, err); ok {
+				results[i] = r
+				continue
+			}
+			return results, err
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		r, err := f.Wait(ctx)
+		if err != nil {
+			return results, err
+		}
+		results[i] = r
+	}
+	return results, nil
+}
+
+// invalidResult turns a validation error into the task's failed Result.
+func invalidResult(t Task, err error) (Result, bool) {
+	var te *TaskError
+	if !errors.As(err, &te) {
+		return Result{}, false
+	}
+	return Result{ID: t.ID, Status: StatusFailed, Method: t.Method, Error: te.Msg, ErrorCode: te.Code}, true
+}
+
+// Stream solves the tasks read from in and sends their results in
+// completion order, invalid tasks included as failed Results. The channel
+// is closed once in is closed and every task has its result, or when ctx
+// is done. At most MaxQueued results are held for a slow reader; past it
+// Stream stops reading in (backpressure). Tasks left unfinished when the
+// queue stops are not sent: they stay in the Store.
+func (q *Queue) Stream(ctx context.Context, in <-chan Task) <-chan Result {
+	out := make(chan Result)
+	s := &stream{ready: make(chan struct{}, 1)}
+	go func() {
+		defer close(out)
+		intakeDone := make(chan struct{})
+		go func() {
+			defer close(intakeDone)
+			s.intake(ctx, q, in)
+		}()
+		for {
+			r, ok, finished := s.next()
+			if finished {
+				<-intakeDone
+				return
+			}
+			if !ok {
+				select {
+				case <-s.ready:
+					continue
+				case <-ctx.Done():
+					<-intakeDone
+					return
+				}
+			}
+			select {
+			case out <- r:
+				s.sent()
+			case <-ctx.Done():
+				<-intakeDone
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// stream buffers results between the queue's goroutines (which must never
+// block on a slow reader) and the reader.
+type stream struct {
+	mu      sync.Mutex
+	buf     []Result
+	open    int  // tasks submitted or results buffered, not yet sent
+	inDone  bool // in is drained
+	ready   chan struct{}
+	roomSig chan struct{}
+}
+
+func (s *stream) signal() {
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (s *stream) push(r Result) {
+	s.mu.Lock()
+	s.buf = append(s.buf, r)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// drop forgets a task that will send no result.
+func (s *stream) drop() {
+	s.mu.Lock()
+	s.open--
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *stream) sent() {
+	s.mu.Lock()
+	s.open--
+	sig := s.roomSig
+	s.roomSig = nil
+	s.mu.Unlock()
+	if sig != nil {
+		close(sig)
+	}
+}
+
+// next returns a buffered result; finished once nothing more will come.
+func (s *stream) next() (r Result, ok, finished bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.buf) > 0 {
+		r = s.buf[0]
+		s.buf[0] = Result{}
+		s.buf = s.buf[1:]
+		return r, true, false
+	}
+	return Result{}, false, s.inDone && s.open == 0
+}
+
+func (s *stream) intake(ctx context.Context, q *Queue, in <-chan Task) {
+	defer func() {
+		s.mu.Lock()
+		s.inDone = true
+		s.mu.Unlock()
+		s.signal()
+	}()
+	for {
+		// Backpressure: hold at most MaxQueued open tasks.
+		for {
+			s.mu.Lock()
+			if s.open < q.cfg.MaxQueued {
+				s.open++
+				s.mu.Unlock()
+				break
+			}
+			if s.roomSig == nil {
+				s.roomSig = make(chan struct{})
+			}
+			sig := s.roomSig
+			s.mu.Unlock()
+			select {
+			case <-sig:
+			case <-ctx.Done():
+				return
+			}
+		}
+		var t Task
+		var ok bool
+		select {
+		case t, ok = <-in:
+		case <-ctx.Done():
+			ok = false
+		}
+		if !ok {
+			s.drop()
+			return
+		}
+		err := q.accept(ctx, t, func(r Result, err error) {
+			if err != nil {
+				s.drop()
+				return
+			}
+			s.push(r)
+		})
+		if err != nil {
+			if r, ok := invalidResult(t, err); ok {
+				s.push(r)
+				continue
+			}
+			s.drop()
+			return
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package captchaq
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// Config defaults.
+const (
+	ThreadsDefault         = 5
+	PollIntervalDefault    = time.Second
+	PollIntervalMin        = 10 * time.Millisecond
+	MaxAttemptsDefault     = 3
+	RetryBackoffDefault    = time.Second
+	RetryBackoffMaxDefault = time.Minute
+	AgingIntervalDefault   = time.Minute
+	MaxQueuedMin           = 1000 // MaxQueued's default is max(MaxQueuedMin, 20×threads)
+)
+
+// Config configures a Queue. Only Provider is required.
+type Config struct {
+	// Provider solves the tasks. Required.
+	Provider Provider
+	// Store keeps tasks durable. Default: NewMemoryStore(MemoryStoreConfig{}).
+	// The queue does not close it.
+	Store Store
+	// Threads is the plan's thread count: tasks in progress at once.
+	// Default: from Plan; with neither, ThreadsDefault.
+	Threads int
+	// Plan is the plan's name (BASIC … VIP-3), used when Threads is 0.
+	Plan string
+	// PollInterval is the one speed knob: the shortest time between two
+	// polls of a task, and four times the shortest time between two poll
+	// requests. Smaller fetches answers sooner and makes more requests.
+	// Default PollIntervalDefault; at least PollIntervalMin.
+	PollInterval time.Duration
+	// PingbackURL, when set, asks the provider to call it (served by
+	// PingbackHandler) when an answer is ready; polling becomes a slow
+	// fallback for answers overdue well past their expected time.
+	PingbackURL string
+	// MaxQueued bounds accepted, unfinished tasks; Submit blocks past it.
+	// Default max(MaxQueuedMin, 20×Threads).
+	MaxQueued int
+	// MaxAttempts bounds submissions of a task the provider accepted or
+	// refused (a Task.MaxAttempts overrides it). Default MaxAttemptsDefault.
+	MaxAttempts int
+	// RetryBackoff and RetryBackoffMax shape the exponential backoff (with
+	// jitter) between retries. Defaults RetryBackoffDefault and
+	// RetryBackoffMaxDefault.
+	RetryBackoff, RetryBackoffMax time.Duration
+	// AgingInterval: a waiting task gains one priority level per interval,
+	// so none starves. Default AgingIntervalDefault; negative disables.
+	AgingInterval time.Duration
+	// TenantWeights are fair share weights among tenants; default 1.
+	TenantWeights map[string]int
+	// OnResult, when set, is called with every result after it is durable.
+	// It runs on the queue's goroutines: keep it short.
+	OnResult func(Result)
+	// Logger receives the queue's logs. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock, for tests. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	if c.Provider == nil {
+		errs = append(errs, errors.New("Provider: required (e.g. a *provider.Client)"))
+	}
+	if c.Threads < 0 {
+		errs = append(errs, fmt.Errorf("Threads: must be 0 (from Plan) or more, got %d", c.Threads))
+	}
+	if c.Threads == 0 && c.Plan != "" {
+		n, err := provider.PlanThreads(c.Plan)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("Plan: %w", err))
+		}
+		c.Threads = n
+	}
+	if c.Threads == 0 {
+		c.Threads = ThreadsDefault
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = PollIntervalDefault
+	}
+	if c.PollInterval < PollIntervalMin {
+		errs = append(errs, fmt.Errorf("PollInterval: must be at least %v, got %v", PollIntervalMin, c.PollInterval))
+	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = max(MaxQueuedMin, 20*c.Threads)
+	}
+	if c.MaxQueued < 0 {
+		errs = append(errs, fmt.Errorf("MaxQueued: must be positive, got %d", c.MaxQueued))
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = MaxAttemptsDefault
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("MaxAttempts: must be positive, got %d", c.MaxAttempts))
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = RetryBackoffDefault
+	}
+	if c.RetryBackoffMax == 0 {
+		c.RetryBackoffMax = RetryBackoffMaxDefault
+	}
+	if c.RetryBackoff < 0 || c.RetryBackoffMax < c.RetryBackoff {
+		errs = append(errs, fmt.Errorf("RetryBackoff, RetryBackoffMax: need 0 < RetryBackoff <= RetryBackoffMax, got %v and %v", c.RetryBackoff, c.RetryBackoffMax))
+	}
+	if c.AgingInterval == 0 {
+		c.AgingInterval = AgingIntervalDefault
+	}
+	if c.AgingInterval < 0 {
+		c.AgingInterval = 0
+	}
+	for k, w := range c.TenantWeights {
+		if w <= 0 {
+			errs = append(errs, fmt.Errorf("TenantWeights[%q]: must be positive, got %d", k, w))
+		}
+	}
+	if c.Store == nil {
+		c.Store = NewMemoryStore(MemoryStoreConfig{})
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("captchaq: invalid Config: %w", errors.Join(errs...))
+	}
+	return c, nil
+}

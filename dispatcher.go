@@ -1,0 +1,112 @@
+package captchaq
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// submitConcurrencyMax bounds in.php requests in progress at once: enough
+// to fill free threads quickly, few enough not to flood the provider.
+const submitConcurrencyMax = 8
+
+// dispatcher hands queued tasks to the submitter while threads are free:
+// it expires tasks past their deadline, honours pauses and holds, and
+// starts one submit per free slot, several at a time.
+type dispatcher struct {
+	q      *Queue
+	wakeCh chan struct{}
+}
+
+func newDispatcher(q *Queue) *dispatcher {
+	return &dispatcher{q: q, wakeCh: make(chan struct{}, 1)}
+}
+
+// wake asks for a pass soon; it never blocks.
+func (d *dispatcher) wake() {
+	select {
+	case d.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (d *dispatcher) run(wg *sync.WaitGroup) {
+	defer wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := d.pass()
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(next.Sub(d.q.now()), time.Millisecond)
+		}
+		timer.Reset(wait)
+		select {
+		case <-d.wakeCh:
+		case <-timer.C:
+		case <-d.q.runCtx.Done():
+			return
+		}
+	}
+}
+
+// pass does one round of work and returns when the next round is due
+// without a wake (zero: only on wake).
+func (d *dispatcher) pass() time.Time {
+	q := d.q
+	now := q.now()
+	concurrency := min(q.cfg.Threads, submitConcurrencyMax)
+	var launch []*taskState
+	q.mu.Lock()
+	expired := q.queue.Expired(now)
+	var next time.Time
+	switch p := q.pausedLocked(now); {
+	case p != nil:
+		next = p.Until
+	case now.Before(q.hold):
+		next = q.hold
+	default:
+		for q.submits < concurrency {
+			if !q.limiter.TryAcquire(now) {
+				if h := q.limiter.HoldUntil(); h.After(now) {
+					next = h
+				}
+				break
+			}
+			it, ok := q.queue.Pop(now)
+			if !ok {
+				q.limiter.Release()
+				break
+			}
+			st := it.Value
+			st.slot = true
+			q.submits++
+			launch = append(launch, st)
+		}
+	}
+	if w := q.queue.NextWake(); !w.IsZero() && (next.IsZero() || w.Before(next)) {
+		next = w
+	}
+	q.mu.Unlock()
+	for _, it := range expired {
+		st := it.Value
+		q.finish(st, q.failure(st, st.rec.Attempts, CodeExpired, ErrExpired.Error()))
+	}
+	for _, st := range launch {
+		q.wg.Add(1)
+		go q.submit(st)
+	}
+	return next
+}
+
+// backoff is the wait before retry number n (1-based): exponential from
+// RetryBackoff up to RetryBackoffMax, with jitter in [d/2, d] so many
+// tasks failing together do not return together.
+func (q *Queue) backoff(n int) time.Duration {
+	d := q.cfg.RetryBackoff
+	for i := 1; i < n && d < q.cfg.RetryBackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, q.cfg.RetryBackoffMax)
+	return d/2 + rand.N(d/2+1)
+}

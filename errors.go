@@ -1,0 +1,87 @@
+package captchaq
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Test them with errors.Is.
+var (
+	// ErrClosed is returned by Submit and its kin after Shutdown or Close
+	// began, and by Future.Wait for a task the queue stopped without
+	// finishing (it stays in the Store for the next Start).
+	ErrClosed = errors.New("captchaq: queue closed")
+	// ErrExpired: the task's deadline passed before a thread was free; it
+	// was never submitted. Its Result has ErrorCode "EXPIRED".
+	ErrExpired = errors.New("captchaq: deadline passed before the task could be submitted")
+	// ErrPaused: the provider refused the account (bad key, IP banned), so
+	// all sending is paused. Every *AccountError matches it.
+	ErrPaused = errors.New("captchaq: sending paused by an account error")
+	// ErrInvalidTask matches every *TaskError.
+	ErrInvalidTask = errors.New("captchaq: invalid task")
+	// ErrInFlight: Cancel of a task already submitted to the provider.
+	ErrInFlight = errors.New("captchaq: task already submitted to the provider; it cannot be canceled")
+	// ErrFinal: Cancel of a task that already has its result.
+	ErrFinal = errors.New("captchaq: task already finished")
+	// ErrNotStarted: Shutdown before Start.
+	ErrNotStarted = errors.New("captchaq: queue not started")
+)
+
+// Error codes of the queue's own, in Result.ErrorCode.
+const (
+	CodeExpired         = "EXPIRED"
+	CodeCanceled        = "CANCELED"
+	CodeInvalidTask     = "INVALID_TASK"
+	CodeUnsupportedType = "UNSUPPORTED_TYPE"
+)
+
+// TaskError says why a task was refused before anything was sent. Msg
+// names the field and the fix.
+type TaskError struct {
+	ID   string
+	Code string // CodeInvalidTask or CodeUnsupportedType
+	Msg  string
+	Err  error // the provider's validation error, if any
+}
+
+func (e *TaskError) Error() string {
+	if e.ID == "" {
+		return "captchaq: invalid task: " + e.Msg
+	}
+	return fmt.Sprintf("captchaq: task %q: %s", e.ID, e.Msg)
+}
+
+// Is makes every TaskError match ErrInvalidTask.
+func (e *TaskError) Is(target error) bool { return target == ErrInvalidTask }
+
+// Unwrap returns the provider's validation error.
+func (e *TaskError) Unwrap() error { return e.Err }
+
+// AccountError is why all sending is paused: the provider refused the
+// account (bad key, no plan, IP not allowed or banned). errors.Is matches
+// ErrPaused and, through Unwrap, the provider's own sentinel (for example
+// provider.ErrWrongUserKey).
+type AccountError struct {
+	Code string // the provider's code, e.g. ERROR_WRONG_USER_KEY
+	// Until is when sending resumes by itself (a temporary IP ban); zero
+	// means it stays paused until Queue.Resume.
+	Until time.Time
+	Err   error
+}
+
+func (e *AccountError) Error() string {
+	s := "captchaq: all sending paused: " + e.Err.Error()
+	if !e.Until.IsZero() {
+		s += "; resuming at " + e.Until.UTC().Format(time.RFC3339)
+	} else {
+		s += "; fix the account (key, plan or IP allow-list) and restart or call Resume"
+	}
+	return s
+}
+
+// Is makes every AccountError match ErrPaused.
+func (e *AccountError) Is(target error) bool { return target == ErrPaused }
+
+// Unwrap returns the provider's error.
+func (e *AccountError) Unwrap() error { return e.Err }

@@ -1,0 +1,67 @@
+package captchaq
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// earlyMax bounds pingbacks kept for ids not yet checkpointed.
+const earlyMax = 1024
+
+type pingback struct {
+	code string
+	at   time.Time
+}
+
+// PingbackHandler serves the provider's pingback: a GET or POST with the
+// provider's id and the answer (id=…&code=…). The task is finished at
+// once. Serve it at Config.PingbackURL; use a URL that is hard to guess,
+// since the answer is taken as sent.
+func (q *Queue) PingbackHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, code := r.FormValue("id"), r.FormValue("code")
+		if id == "" || code == "" {
+			http.Error(w, "id and code are required", http.StatusBadRequest)
+			return
+		}
+		now := q.now()
+		q.mu.Lock()
+		st, ok := q.byCaptch[id]
+		if !ok {
+			// The answer beat our checkpoint: keep it briefly.
+			if len(q.early) >= earlyMax {
+				for k := range q.early {
+					delete(q.early, k)
+					break
+				}
+			}
+			q.early[id] = pingback{code: code, at: now}
+		}
+		q.mu.Unlock()
+		if ok {
+			q.pingbackArrived(st, code, now)
+		}
+		w.Write([]byte("OK"))
+	})
+}
+
+// pingbackArrived finishes a task from a pingback. An error code in a
+// pingback makes the poller ask for the authoritative state at once.
+func (q *Queue) pingbackArrived(st *taskState, code string, at time.Time) {
+	if strings.HasPrefix(code, "ERROR") || code == "CAPCHA_NOT_READY" {
+		q.mu.Lock()
+		st.due = at
+		q.mu.Unlock()
+		q.poller.wake()
+		return
+	}
+	a := provider.Answer{Raw: code, Token: code}
+	if t := strings.TrimSpace(code); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+		a.JSON = json.RawMessage(t)
+	}
+	q.solved(st, a, at, true)
+}

@@ -1,0 +1,233 @@
+package captchaq
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// pollChunk is the most ids asked in one res.php request (2captcha's
+// documented bulk limit).
+const pollChunk = 100
+
+// poller is the one loop that polls every task in flight. Each task has a
+// next-due time: first near its kind's learned early solve time, then
+// every PollInterval. The loop sleeps until the earliest due time, never
+// starts poll rounds closer than PollInterval/4 apart (the request rate
+// bound), and asks for every id due within a small slack in one bulk
+// request per pollChunk ids.
+type poller struct {
+	q        *Queue
+	wakeCh   chan struct{}
+	last     time.Time // start of the last round
+	hold     time.Time // no rounds before (rate limit, backoff)
+	failures int       // consecutive failed rounds
+}
+
+func newPoller(q *Queue) *poller { return &poller{q: q, wakeCh: make(chan struct{}, 1)} }
+
+func (p *poller) wake() {
+	select {
+	case p.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (p *poller) minGap() time.Duration { return p.q.cfg.PollInterval / 4 }
+
+func (p *poller) run(wg *sync.WaitGroup) {
+	defer wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := p.q.now()
+		next := p.nextRound(now)
+		if !next.IsZero() && !next.After(now) {
+			p.round(now)
+			continue
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = next.Sub(now)
+		}
+		timer.Reset(wait)
+		select {
+		case <-p.wakeCh:
+		case <-timer.C:
+		case <-p.q.runCtx.Done():
+			return
+		}
+	}
+}
+
+// nextRound is when the next round may go: the earliest due time, no
+// sooner than the rate bound and any hold allow. Zero: nothing to poll.
+func (p *poller) nextRound(now time.Time) time.Time {
+	q := p.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if pause := q.pausedLocked(now); pause != nil {
+		return pause.Until
+	}
+	var due time.Time
+	for _, st := range q.inflight {
+		if due.IsZero() || st.due.Before(due) {
+			due = st.due
+		}
+	}
+	if due.IsZero() {
+		return due
+	}
+	if g := p.last.Add(p.minGap()); g.After(due) {
+		due = g
+	}
+	if p.hold.After(due) {
+		due = p.hold
+	}
+	return due
+}
+
+// round polls every task due by now plus a slack, in bulk.
+func (p *poller) round(now time.Time) {
+	q := p.q
+	p.last = now
+	slack := p.minGap()
+	q.mu.Lock()
+	var due []*taskState
+	for _, st := range q.inflight {
+		if !st.due.After(now.Add(slack)) {
+			due = append(due, st)
+		}
+	}
+	ids := make([]string, len(due))
+	slices.SortFunc(due, func(a, b *taskState) int { return a.due.Compare(b.due) })
+	for i, st := range due {
+		ids[i] = st.rec.CaptchaID
+	}
+	q.mu.Unlock()
+	for start := 0; start < len(due); start += pollChunk {
+		end := min(start+pollChunk, len(due))
+		res, err := q.cfg.Provider.PollMany(q.runCtx, ids[start:end])
+		at := q.now()
+		if err != nil {
+			if q.stopping() {
+				return
+			}
+			p.failed(err, at)
+			return
+		}
+		p.failures = 0
+		for i, st := range due[start:end] {
+			if i < len(res) {
+				p.handle(st, res[i], at)
+			}
+		}
+	}
+}
+
+// failed acts on a round that failed as a whole.
+func (p *poller) failed(err error, now time.Time) {
+	q := p.q
+	var pe *provider.Error
+	errors.As(err, &pe)
+	switch provider.ClassOf(err) {
+	case provider.ClassAccount:
+		q.pauseAll(err)
+	case provider.ClassRateLimit:
+		wait := q.cfg.PollInterval
+		if pe != nil && pe.RetryAfter > 0 {
+			wait = pe.RetryAfter
+		}
+		p.hold = now.Add(wait)
+		q.log.Warn("provider rate limit: polls held", "for", wait)
+	default:
+		p.failures++
+		p.hold = now.Add(q.backoff(p.failures))
+		q.log.Warn("poll failed; retrying", "err", err, "retry", p.failures)
+	}
+}
+
+// handle acts on one id's poll result.
+func (p *poller) handle(st *taskState, r provider.PollResult, at time.Time) {
+	q := p.q
+	switch {
+	case r.Ready:
+		q.solved(st, r.Answer, at, false)
+	case r.Err != nil:
+		var pe *provider.Error
+		errors.As(r.Err, &pe)
+		code := ""
+		if pe != nil {
+			code = pe.Code
+		}
+		switch provider.ClassOf(r.Err) {
+		case provider.ClassUnsolvable:
+			q.mu.Lock()
+			attempts := st.rec.Attempts
+			q.mu.Unlock()
+			q.retryOrFail(st, attempts, code, r.Err, at)
+		case provider.ClassTask:
+			q.finish(st, q.failure(st, st.rec.Attempts, code, r.Err.Error()))
+		case provider.ClassAccount:
+			q.pauseAll(r.Err)
+		default:
+			q.mu.Lock()
+			st.due = at.Add(q.cfg.PollInterval)
+			q.mu.Unlock()
+		}
+	default:
+		q.mu.Lock()
+		st.lastPoll = at
+		st.polls++
+		st.due = at.Add(q.repoll())
+		q.mu.Unlock()
+	}
+}
+
+// repoll is the time between polls of one task.
+func (q *Queue) repoll() time.Duration {
+	if q.cfg.PingbackURL != "" {
+		return q.pingbackFallback()
+	}
+	return q.cfg.PollInterval
+}
+
+// pingbackFallback is how often a task is polled when pingbacks should
+// bring its answer.
+func (q *Queue) pingbackFallback() time.Duration { return 10 * q.cfg.PollInterval }
+
+// solved finishes st with its answer, seen at `at` by a poll or a
+// pingback, and learns from the solve time.
+func (q *Queue) solved(st *taskState, a provider.Answer, at time.Time, pingback bool) {
+	q.mu.Lock()
+	submitted, lastPoll := st.rec.SubmittedAt, st.lastPoll
+	q.mu.Unlock()
+	lower := at
+	observed := at.Sub(submitted)
+	if !pingback {
+		// The answer became ready after the last poll that did not see it.
+		lower = lastPoll
+		if lower.IsZero() {
+			lower = at.Add(-q.cfg.PollInterval)
+			// Found on the first poll: the true time is unknown and
+			// shorter, so learn a shorter one until first polls start
+			// finding answers not yet ready.
+			observed /= 2
+		}
+		if lower.Before(submitted) {
+			lower = submitted
+		}
+	}
+	ready := lower.Add(at.Sub(lower) / 2)
+	if lastPoll.IsZero() && !pingback {
+		q.estimate.Observe(string(st.kind), observed)
+	} else {
+		q.estimate.Observe(string(st.kind), ready.Sub(submitted))
+	}
+	q.limiter.Success()
+	r := q.success(st, a, ready, lower)
+	q.finishAt(st, r, ready)
+}

@@ -1,0 +1,547 @@
+package captchaq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/captchaq/captchaq/internal/latency"
+	"github.com/captchaq/captchaq/internal/limiter"
+	"github.com/captchaq/captchaq/internal/sched"
+	"github.com/captchaq/captchaq/provider"
+)
+
+// Queue solves tasks through a Provider: it keeps the plan's threads busy,
+// submits urgent tasks first, polls every task in flight in one bulk
+// request, retries by error class and keeps every step in its Store.
+//
+// Create one with New, call Start, Submit tasks, and end with Shutdown (or
+// Close). All methods are safe for concurrent use.
+type Queue struct {
+	cfg      Config
+	log      *slog.Logger
+	store    Store
+	limiter  *limiter.Limiter
+	estimate *latency.Estimator
+
+	// runCtx ends on Close or at the end of Shutdown; store writes use a
+	// context without its cancellation so a checkpoint is never lost.
+	runCtx    context.Context
+	runCancel context.CancelFunc
+	wg        sync.WaitGroup
+
+	dispatcher *dispatcher
+	poller     *poller
+
+	intake sync.Mutex // serializes Enqueue + registration of one id
+
+	mu       sync.Mutex
+	started  bool
+	closed   bool // intake stopped
+	stopped  bool // loops stopped
+	tasks    map[string]*taskState
+	queue    *sched.Scheduler[*taskState]
+	inflight map[string]*taskState // by task id
+	byCaptch map[string]*taskState // by the provider's id, for pingbacks
+	room     chan struct{}         // closed and replaced when a task finishes
+	idle     chan struct{}         // closed and replaced when tasks becomes empty
+	pause    *AccountError
+	hold     time.Time           // no submits before (rate limited)
+	submits  int                 // submit requests in progress
+	early    map[string]pingback // pingbacks that beat their checkpoint
+	metrics  counters
+}
+
+// taskState is the queue's memory of one unfinished task.
+type taskState struct {
+	rec     Record
+	kind    provider.Kind
+	waiters []func(Result, error)
+
+	transient int  // consecutive transient submit failures (backoff)
+	slot      bool // holds a limiter slot
+	done      bool // finishing or finished
+
+	// While in flight:
+	due      time.Time // next poll
+	lastPoll time.Time // last poll that found it not ready
+	polls    int
+}
+
+// New checks cfg and returns a Queue that is not yet started.
+func New(cfg Config) (*Queue, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		store:    cfg.Store,
+		limiter:  limiter.New(cfg.Threads),
+		estimate: latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
+		tasks:    map[string]*taskState{},
+		queue:    sched.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}),
+		inflight: map[string]*taskState{},
+		byCaptch: map[string]*taskState{},
+		early:    map[string]pingback{},
+		room:     make(chan struct{}),
+		idle:     make(chan struct{}),
+	}
+	q.metrics.init()
+	q.runCtx, q.runCancel = context.WithCancel(context.Background())
+	q.dispatcher = newDispatcher(q)
+	q.poller = newPoller(q)
+	return q, nil
+}
+
+const (
+	estimateQuantile = 0.2
+	estimateSamples  = 64
+)
+
+func (q *Queue) now() time.Time { return q.cfg.Now() }
+
+// storeCtx is for store writes: they outlive Close so no checkpoint or
+// result is half-written.
+func (q *Queue) storeCtx() context.Context { return context.WithoutCancel(q.runCtx) }
+
+// Start resumes the Store's pending tasks (tasks in flight are polled, not
+// submitted again) and starts the queue's loops. ctx bounds the resume
+// only; stop the queue with Shutdown or Close.
+func (q *Queue) Start(ctx context.Context) error {
+	q.mu.Lock()
+	if q.started || q.closed {
+		q.mu.Unlock()
+		return errors.New("captchaq: Start called twice or after Close")
+	}
+	q.started = true
+	q.metrics.startedAt = q.now()
+	q.mu.Unlock()
+
+	var resumed, polling int
+	err := q.store.Pending(ctx, func(r Record) error {
+		q.intake.Lock()
+		defer q.intake.Unlock()
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if _, ok := q.tasks[r.Task.ID]; ok {
+			return nil
+		}
+		q.register(r, nil)
+		resumed++
+		if r.Status == StatusInFlight {
+			polling++
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("captchaq: resume pending tasks: %w", err)
+	}
+	if resumed > 0 {
+		q.log.Info("resumed pending tasks", "tasks", resumed, "in_flight", polling)
+	}
+	q.wg.Add(2)
+	go q.dispatcher.run(&q.wg)
+	go q.poller.run(&q.wg)
+	return nil
+}
+
+// register adds an unfinished record to memory: queued ones to the
+// scheduler, in-flight ones to the poller with a slot taken. Callers hold
+// q.mu.
+func (q *Queue) register(r Record, w func(Result, error)) *taskState {
+	st := &taskState{rec: r}
+	st.kind, _ = r.Task.ProviderTask().Kind()
+	if w != nil {
+		st.waiters = append(st.waiters, w)
+	}
+	q.tasks[r.Task.ID] = st
+	if r.Status == StatusInFlight && r.CaptchaID != "" {
+		q.limiter.Take()
+		st.slot = true
+		st.due = q.now() // answers may have waited while we were away
+		q.inflight[r.Task.ID] = st
+		q.byCaptch[r.CaptchaID] = st
+		q.poller.wake()
+		return st
+	}
+	st.rec.Status, st.rec.CaptchaID = StatusQueued, ""
+	q.push(st)
+	return st
+}
+
+// push hands a queued task to the scheduler. Callers hold q.mu.
+func (q *Queue) push(st *taskState) {
+	t := st.rec.Task
+	q.queue.Push(sched.Item[*taskState]{
+		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
+		Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline,
+	}, q.now())
+	q.dispatcher.wake()
+}
+
+func effectivePriority(t Task) int {
+	if t.Priority == 0 {
+		return PriorityDefault
+	}
+	return t.Priority
+}
+
+func (q *Queue) maxAttempts(t Task) int {
+	if t.MaxAttempts > 0 {
+		return t.MaxAttempts
+	}
+	return q.cfg.MaxAttempts
+}
+
+// validate checks a task before it is accepted: the queue's fields, then
+// the provider's (type supported, fields present and well formed).
+func validate(t Task) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	if err := t.ProviderTask().Validate(); err != nil {
+		code := CodeInvalidTask
+		if errors.Is(err, provider.ErrUnsupportedType) {
+			code = CodeUnsupportedType
+		}
+		return &TaskError{ID: t.ID, Code: code, Msg: err.Error(), Err: err}
+	}
+	return nil
+}
+
+// Submit accepts a task: it validates it, makes it durable in the Store
+// and returns a Future for its result. A known id returns a Future for the
+// existing task (resolved at once when it is already final). When
+// MaxQueued tasks are unfinished, Submit waits for room or for ctx.
+// After Shutdown or Close it returns ErrClosed.
+func (q *Queue) Submit(ctx context.Context, t Task) (*Future, error) {
+	f := newFuture(t.ID)
+	if err := q.accept(ctx, t, f.resolve); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// SubmitFunc is Submit with a callback: fn is called once with the result
+// after it is durable (not when the queue stops first). fn runs on the
+// queue's goroutines: keep it short.
+func (q *Queue) SubmitFunc(ctx context.Context, t Task, fn func(Result)) error {
+	return q.accept(ctx, t, func(r Result, err error) {
+		if err == nil {
+			fn(r)
+		}
+	})
+}
+
+func (q *Queue) accept(ctx context.Context, t Task, w func(Result, error)) error {
+	if err := validate(t); err != nil {
+		return err
+	}
+	now := q.now()
+	if t.TTL > 0 {
+		t.Deadline, t.TTL = now.Add(t.TTL), 0
+	}
+	// Known and unfinished: attach to it without waiting for room.
+	if q.attach(t.ID, w) {
+		return nil
+	}
+	if err := q.waitRoom(ctx); err != nil {
+		return err
+	}
+	q.intake.Lock()
+	defer q.intake.Unlock()
+	if q.attach(t.ID, w) {
+		return nil
+	}
+	recs, existed, err := q.store.Enqueue(ctx, []Task{t}, now)
+	if err != nil {
+		return fmt.Errorf("captchaq: submit %q: %w", t.ID, err)
+	}
+	r := recs[0]
+	if existed[0] && r.Result != nil && final(r.Status) {
+		w(*r.Result, nil)
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		// Durable already: the next Start picks it up.
+		return ErrClosed
+	}
+	q.register(r, w)
+	if !existed[0] {
+		q.metrics.submitted++
+	}
+	return nil
+}
+
+// attach adds a waiter to a known unfinished task.
+func (q *Queue) attach(id string, w func(Result, error)) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st, ok := q.tasks[id]
+	if ok {
+		st.waiters = append(st.waiters, w)
+	}
+	return ok
+}
+
+// waitRoom blocks while MaxQueued tasks are unfinished.
+func (q *Queue) waitRoom(ctx context.Context) error {
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return ErrClosed
+		}
+		if len(q.tasks) < q.cfg.MaxQueued {
+			q.mu.Unlock()
+			return nil
+		}
+		room := q.room
+		q.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-q.runCtx.Done():
+			return ErrClosed
+		}
+	}
+}
+
+// Adopt takes a record as it is, for tasks handed over from elsewhere (a
+// redelivered queue message): a record in flight with a CaptchaID resumes
+// polling instead of being submitted again; a queued one keeps its
+// attempts. A task the Store already knows is not overwritten.
+func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
+	t := r.Task
+	f := newFuture(t.ID)
+	if r.Result != nil && final(r.Status) {
+		f.resolve(*r.Result, nil)
+		return f, nil
+	}
+	if err := validate(t); err != nil {
+		return nil, err
+	}
+	if q.attach(t.ID, f.resolve) {
+		return f, nil
+	}
+	if err := q.waitRoom(ctx); err != nil {
+		return nil, err
+	}
+	q.intake.Lock()
+	defer q.intake.Unlock()
+	if q.attach(t.ID, f.resolve) {
+		return f, nil
+	}
+	now := q.now()
+	recs, existed, err := q.store.Enqueue(ctx, []Task{t}, now)
+	if err != nil {
+		return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
+	}
+	stored := recs[0]
+	switch {
+	case existed[0] && stored.Result != nil && final(stored.Status):
+		f.resolve(*stored.Result, nil)
+		return f, nil
+	case existed[0]:
+		// The Store's record is the truth.
+	case r.Status == StatusInFlight && r.CaptchaID != "":
+		at := r.SubmittedAt
+		if at.IsZero() {
+			at = now
+		}
+		if err := q.store.Checkpoint(ctx, t.ID, r.CaptchaID, max(r.Attempts, 1), at); err != nil {
+			return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
+		}
+		stored.Status, stored.CaptchaID, stored.Attempts, stored.SubmittedAt = StatusInFlight, r.CaptchaID, max(r.Attempts, 1), at
+	case r.Attempts > 0 || !r.NotBefore.IsZero():
+		if err := q.store.Retry(ctx, t.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
+			return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
+		}
+		stored.Attempts, stored.NotBefore, stored.LastError, stored.LastErrorCode = r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil, ErrClosed
+	}
+	q.register(stored, f.resolve)
+	if !existed[0] {
+		q.metrics.submitted++
+	}
+	return f, nil
+}
+
+// Get returns a task's record from the Store.
+func (q *Queue) Get(ctx context.Context, id string) (Record, error) {
+	return q.store.Get(ctx, id)
+}
+
+// Cancel fails a queued task with ErrorCode CANCELED. A task in flight
+// cannot be canceled (the provider is already solving it and bills the
+// thread either way): Cancel returns ErrInFlight. A finished task gives
+// ErrFinal, an unknown one ErrNotFound.
+func (q *Queue) Cancel(ctx context.Context, id string) error {
+	q.mu.Lock()
+	st, ok := q.tasks[id]
+	if !ok {
+		q.mu.Unlock()
+		r, err := q.store.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if final(r.Status) {
+			return fmt.Errorf("captchaq: cancel %q: %w", id, ErrFinal)
+		}
+		return fmt.Errorf("captchaq: cancel %q: task is not held by this queue", id)
+	}
+	if _, queued := q.queue.Remove(id); !queued {
+		q.mu.Unlock()
+		return fmt.Errorf("captchaq: cancel %q: %w", id, ErrInFlight)
+	}
+	q.mu.Unlock()
+	q.finish(st, q.failure(st, st.rec.Attempts, CodeCanceled, "canceled before it was submitted"))
+	return nil
+}
+
+// Resume lifts a pause caused by an account error (after the key or
+// allow-list is fixed); sending starts again at once.
+func (q *Queue) Resume() {
+	q.mu.Lock()
+	was := q.pause != nil
+	q.pause = nil
+	q.mu.Unlock()
+	if was {
+		q.log.Info("sending resumed")
+	}
+	q.dispatcher.wake()
+	q.poller.wake()
+}
+
+// Paused returns the *AccountError that paused all sending, or nil.
+func (q *Queue) Paused() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if p := q.pausedLocked(q.now()); p != nil {
+		return p
+	}
+	return nil
+}
+
+// pausedLocked returns the pause in force at now, lifting an expired one.
+func (q *Queue) pausedLocked(now time.Time) *AccountError {
+	if q.pause != nil && !q.pause.Until.IsZero() && !now.Before(q.pause.Until) {
+		q.log.Info("sending resumed", "after", q.pause.Code)
+		q.pause = nil
+	}
+	return q.pause
+}
+
+// pauseAll stops all sending after an account error, keeping every task.
+func (q *Queue) pauseAll(err error) {
+	var pe *provider.Error
+	errors.As(err, &pe)
+	ae := &AccountError{Err: err}
+	if pe != nil {
+		ae.Code = pe.Code
+		if pe.RetryAfter > 0 {
+			ae.Until = q.now().Add(pe.RetryAfter)
+		}
+	}
+	q.mu.Lock()
+	first := q.pause == nil
+	q.pause = ae
+	q.mu.Unlock()
+	if first {
+		q.log.Error("ALL SENDING PAUSED: the provider refused the account; every task is kept", "code", ae.Code, "reason", ae.Error())
+	}
+	q.dispatcher.wake()
+	q.poller.wake()
+}
+
+// Shutdown stops intake (Submit and its kin return ErrClosed), then waits
+// until every accepted task has its result or ctx is done, then stops the
+// queue's loops and returns. Tasks still unfinished when ctx ends stay in
+// the Store for the next Start (their Futures return ErrClosed) and
+// Shutdown returns ctx's error. The Store is not closed.
+func (q *Queue) Shutdown(ctx context.Context) error {
+	q.mu.Lock()
+	if !q.started {
+		q.closed = true
+		q.mu.Unlock()
+		return ErrNotStarted
+	}
+	q.closed = true
+	q.mu.Unlock()
+	q.wakeRoom()
+	var err error
+	for {
+		q.mu.Lock()
+		n, idle := len(q.tasks), q.idle
+		q.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-idle:
+			continue
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		break
+	}
+	q.stop()
+	return err
+}
+
+// Close stops the queue now: intake ends, requests in progress are
+// abandoned, loops stop. Queued and in-flight tasks stay in the Store
+// (in-flight ones with their provider id, to be polled by the next
+// Start); their Futures return ErrClosed. The Store is not closed.
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.stop()
+	return nil
+}
+
+func (q *Queue) stop() {
+	q.mu.Lock()
+	if q.stopped {
+		q.mu.Unlock()
+		q.wg.Wait()
+		return
+	}
+	q.stopped, q.closed = true, true
+	q.mu.Unlock()
+	q.runCancel()
+	q.wg.Wait()
+	q.mu.Lock()
+	var ws []func(Result, error)
+	for _, st := range q.tasks {
+		ws = append(ws, st.waiters...)
+		st.waiters = nil
+	}
+	q.mu.Unlock()
+	for _, w := range ws {
+		w(Result{}, ErrClosed)
+	}
+}
+
+func (q *Queue) wakeRoom() {
+	q.mu.Lock()
+	close(q.room)
+	q.room = make(chan struct{})
+	q.mu.Unlock()
+}
+
+// stopping reports whether the loops must end.
+func (q *Queue) stopping() bool { return q.runCtx.Err() != nil }

@@ -1,0 +1,111 @@
+package captchaq
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// failure builds a failed Result for st.
+func (q *Queue) failure(st *taskState, attempts int, code, text string) Result {
+	return Result{
+		ID: st.rec.Task.ID, Status: StatusFailed, Method: st.rec.Task.Method, Kind: st.kind,
+		Error: text, ErrorCode: code, Attempts: attempts,
+		AcceptedAt: st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
+	}
+}
+
+// success builds a solved Result for an answer judged ready at ready;
+// lower is the earliest it can have been ready, which dates the token's
+// expiry conservatively.
+func (q *Queue) success(st *taskState, a provider.Answer, ready, lower time.Time) Result {
+	r := Result{
+		ID: st.rec.Task.ID, Status: StatusSolved, Method: st.rec.Task.Method, Kind: st.kind,
+		Token: a.Token, Attempts: st.rec.Attempts,
+		SolveSeconds: ready.Sub(st.rec.SubmittedAt).Seconds(),
+		AcceptedAt:   st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
+	}
+	if r.Token == "" {
+		r.Token = a.Raw
+	}
+	if len(a.JSON) > 0 {
+		r.Answer = json.RawMessage(a.JSON)
+	}
+	if life := provider.TokenLifetime(st.kind); life > 0 {
+		r.ExpiresAt = lower.Add(life)
+	}
+	return r
+}
+
+// claim marks st as finishing; only the first caller wins (a pingback and
+// a poll may race). It takes st off the poller and frees its slot.
+func (q *Queue) claim(st *taskState) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if st.done {
+		return false
+	}
+	st.done = true
+	q.leaveFlightLocked(st)
+	return true
+}
+
+// leaveFlightLocked takes st off the poller and frees its slot, if it has
+// them. Callers hold q.mu.
+func (q *Queue) leaveFlightLocked(st *taskState) {
+	delete(q.inflight, st.rec.Task.ID)
+	if st.rec.CaptchaID != "" && q.byCaptch[st.rec.CaptchaID] == st {
+		delete(q.byCaptch, st.rec.CaptchaID)
+	}
+	if st.slot {
+		st.slot = false
+		q.limiter.Release()
+		q.dispatcher.wake()
+	}
+}
+
+// finish stores a final result, then delivers it: Futures, callbacks and
+// OnResult see only durable results. ready, when set, is when the answer
+// was judged ready at the provider (for the delivery delay).
+func (q *Queue) finish(st *taskState, r Result) { q.finishAt(st, r, time.Time{}) }
+
+func (q *Queue) finishAt(st *taskState, r Result, ready time.Time) {
+	if !q.claim(st) {
+		return
+	}
+	r.FinishedAt = q.now()
+	if err := q.store.Finish(q.storeCtx(), r); err != nil {
+		// Delivering anyway beats holding a paid answer; the Store still
+		// has the task as pending, so a restart would poll it again.
+		q.log.Error("storing result failed; delivering it anyway", "id", r.ID, "status", r.Status, "err", err)
+	}
+	delivered := q.now()
+	q.mu.Lock()
+	delete(q.tasks, r.ID)
+	ws := st.waiters
+	st.waiters = nil
+	q.metrics.record(r, ready, delivered)
+	close(q.room)
+	q.room = make(chan struct{})
+	if len(q.tasks) == 0 {
+		close(q.idle)
+		q.idle = make(chan struct{})
+	}
+	q.mu.Unlock()
+	q.logResult(r)
+	for _, w := range ws {
+		w(r, nil)
+	}
+	if q.cfg.OnResult != nil {
+		q.cfg.OnResult(r)
+	}
+}
+
+func (q *Queue) logResult(r Result) {
+	if r.Status == StatusSolved {
+		q.log.Debug("task solved", "id", r.ID, "type", r.Kind, "attempts", r.Attempts, "solve_seconds", r.SolveSeconds)
+		return
+	}
+	q.log.Info("task failed", "id", r.ID, "type", r.Kind, "attempts", r.Attempts, "code", r.ErrorCode, "error", r.Error)
+}

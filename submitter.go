@@ -1,0 +1,146 @@
+package captchaq
+
+import (
+	"errors"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// submit sends one task to in.php and acts on the answer by its class.
+// It runs on its own goroutine, holding a slot taken by the dispatcher.
+func (q *Queue) submit(st *taskState) {
+	defer q.wg.Done()
+	defer func() {
+		q.mu.Lock()
+		q.submits--
+		q.mu.Unlock()
+		q.dispatcher.wake()
+	}()
+	t := st.rec.Task
+	captchaID, err := q.cfg.Provider.Submit(q.runCtx, t.ProviderTask(), q.cfg.PingbackURL)
+	now := q.now()
+	if err == nil {
+		q.accepted(st, captchaID, now)
+		return
+	}
+	if q.stopping() {
+		// Abandoned by Close: the task is still queued in the Store.
+		q.mu.Lock()
+		q.leaveFlightLocked(st)
+		q.mu.Unlock()
+		return
+	}
+	q.submitFailed(st, err, now)
+}
+
+// accepted checkpoints the provider's id before anything polls it.
+func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
+	t := st.rec.Task
+	attempt := st.rec.Attempts + 1
+	if err := q.store.Checkpoint(q.storeCtx(), t.ID, captchaID, attempt, now); err != nil {
+		// The provider is solving it now: polling it is right; only a
+		// crash before the next write would cost a second solve.
+		q.log.Error("checkpoint failed; polling anyway", "id", t.ID, "err", err)
+	}
+	q.mu.Lock()
+	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
+	st.rec.NotBefore = time.Time{}
+	st.transient = 0
+	st.lastPoll, st.polls = time.Time{}, 0
+	st.due = now.Add(q.firstPoll(st.kind))
+	q.inflight[t.ID] = st
+	q.byCaptch[captchaID] = st
+	early, isEarly := q.early[captchaID]
+	delete(q.early, captchaID)
+	q.mu.Unlock()
+	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt)
+	if isEarly {
+		q.pingbackArrived(st, early.code, early.at)
+		return
+	}
+	q.poller.wake()
+}
+
+// firstPoll is how long after submit the first poll goes out: the learned
+// early quantile of the kind's solve time; with pingbacks, well past it.
+// Until a kind's first answer is seen its tasks are polled every
+// PollInterval (one bulk request covers them all) rather than waiting for
+// the published typical time, which a fast provider may beat by far.
+func (q *Queue) firstPoll(k provider.Kind) time.Duration {
+	est, ok := q.estimate.Learned(string(k))
+	if !ok {
+		est = min(q.cfg.PollInterval, provider.TypicalSolveTime(k))
+	}
+	if q.cfg.PingbackURL != "" {
+		return 3*est + q.pingbackFallback()
+	}
+	return est
+}
+
+func (q *Queue) submitFailed(st *taskState, err error, now time.Time) {
+	var pe *provider.Error
+	errors.As(err, &pe)
+	code, wait := "NETWORK", time.Duration(0)
+	if pe != nil {
+		code, wait = pe.Code, pe.RetryAfter
+	}
+	attempts := st.rec.Attempts
+	switch provider.ClassOf(err) {
+	case provider.ClassTask:
+		if code == "" || code == "NETWORK" {
+			code = CodeInvalidTask
+		}
+		q.finish(st, q.failure(st, attempts+1, code, err.Error()))
+	case provider.ClassUnsolvable:
+		q.retryOrFail(st, attempts+1, code, err, now)
+	case provider.ClassNoSlot:
+		wait = max(wait, q.cfg.RetryBackoff)
+		q.limiter.NoSlot(now, wait)
+		q.requeue(st, attempts, now.Add(wait), code, err)
+	case provider.ClassRateLimit:
+		wait = max(wait, q.cfg.RetryBackoff)
+		q.mu.Lock()
+		q.hold = now.Add(wait)
+		q.mu.Unlock()
+		q.log.Warn("provider rate limit: submits held", "for", wait)
+		q.requeue(st, attempts, time.Time{}, code, err)
+	case provider.ClassAccount:
+		q.pauseAll(err)
+		q.requeue(st, attempts, time.Time{}, code, err)
+	default:
+		// Transient: never an attempt, never a failure; back off and retry.
+		st.transient++
+		q.log.Warn("submit failed; retrying", "id", st.rec.Task.ID, "code", code, "retry", st.transient)
+		q.requeue(st, attempts, now.Add(q.backoff(st.transient)), code, err)
+	}
+}
+
+// retryOrFail retries an attempt the provider could not solve, up to the
+// task's max attempts.
+func (q *Queue) retryOrFail(st *taskState, attempts int, code string, err error, now time.Time) {
+	if attempts >= q.maxAttempts(st.rec.Task) {
+		q.finish(st, q.failure(st, attempts, code, err.Error()))
+		return
+	}
+	q.requeue(st, attempts, now.Add(q.backoff(attempts)), code, err)
+}
+
+// requeue puts st back in the queue after a failed attempt, durably first.
+func (q *Queue) requeue(st *taskState, attempts int, notBefore time.Time, code string, err error) {
+	id := st.rec.Task.ID
+	text := err.Error()
+	if serr := q.store.Retry(q.storeCtx(), id, attempts, notBefore, text, code); serr != nil {
+		q.log.Error("storing retry failed", "id", id, "err", serr)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.leaveFlightLocked(st)
+	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.NotBefore = StatusQueued, "", attempts, notBefore
+	st.rec.LastError, st.rec.LastErrorCode = text, code
+	q.metrics.retry(code)
+	if q.stopped {
+		return
+	}
+	q.push(st)
+}
