@@ -85,6 +85,11 @@ func (s *MemoryStore) Enqueue(ctx context.Context, tasks []Task, now time.Time) 
 	if s.closed {
 		return nil, nil, ErrStoreClosed
 	}
+	for i, t := range tasks {
+		if t.ID == "" {
+			return nil, nil, fmt.Errorf("captchaq: enqueue: task %d: id: required", i)
+		}
+	}
 	recs := make([]Record, len(tasks))
 	existed := make([]bool, len(tasks))
 	for i, t := range tasks {
@@ -267,15 +272,17 @@ func (f DeadLetterFilter) match(r *Record) bool {
 	if r.Status != StatusFailed {
 		return false
 	}
-	switch {
-	case f.All:
+	if f.All {
 		return true
-	case len(f.IDs) > 0:
-		return slices.Contains(f.IDs, r.Task.ID)
-	case f.ErrorCode != "":
-		return r.Result != nil && r.Result.ErrorCode == f.ErrorCode
 	}
-	return false
+	if len(f.IDs) == 0 && f.ErrorCode == "" {
+		return false
+	}
+	// IDs and ErrorCode, when both set, must both match.
+	if len(f.IDs) > 0 && !slices.Contains(f.IDs, r.Task.ID) {
+		return false
+	}
+	return f.ErrorCode == "" || (r.Result != nil && r.Result.ErrorCode == f.ErrorCode)
 }
 
 // DeadLetters implements Store.
