@@ -110,32 +110,33 @@ func (p *poller) round(now time.Time) {
 	q.mu.Unlock()
 	for start := 0; start < len(due); start += pollChunk {
 		end := min(start+pollChunk, len(due))
+		epoch := q.epoch()
 		res, err := q.cfg.Provider.PollMany(q.runCtx, ids[start:end])
 		at := q.now()
 		if err != nil {
 			if q.stopping() {
 				return
 			}
-			p.failed(err, at)
+			p.failed(err, at, epoch)
 			return
 		}
 		p.failures = 0
 		for i, st := range due[start:end] {
 			if i < len(res) {
-				p.handle(st, res[i], at)
+				p.handle(st, res[i], at, epoch)
 			}
 		}
 	}
 }
 
 // failed acts on a round that failed as a whole.
-func (p *poller) failed(err error, now time.Time) {
+func (p *poller) failed(err error, now time.Time, epoch int) {
 	q := p.q
 	var pe *provider.Error
 	errors.As(err, &pe)
 	switch provider.ClassOf(err) {
 	case provider.ClassAccount:
-		q.pauseAll(err)
+		q.pauseAll(err, epoch)
 	case provider.ClassRateLimit:
 		wait := q.cfg.PollInterval
 		if pe != nil && pe.RetryAfter > 0 {
@@ -151,7 +152,7 @@ func (p *poller) failed(err error, now time.Time) {
 }
 
 // handle acts on one id's poll result.
-func (p *poller) handle(st *taskState, r provider.PollResult, at time.Time) {
+func (p *poller) handle(st *taskState, r provider.PollResult, at time.Time, epoch int) {
 	q := p.q
 	switch {
 	case r.Ready:
@@ -172,7 +173,7 @@ func (p *poller) handle(st *taskState, r provider.PollResult, at time.Time) {
 		case provider.ClassTask:
 			q.finish(st, q.failure(st, st.rec.Attempts, code, r.Err.Error()))
 		case provider.ClassAccount:
-			q.pauseAll(r.Err)
+			q.pauseAll(r.Err, epoch)
 		default:
 			q.mu.Lock()
 			st.due = at.Add(q.cfg.PollInterval)

@@ -49,6 +49,7 @@ type Queue struct {
 	room     chan struct{}         // closed and replaced when a task finishes
 	idle     chan struct{}         // closed and replaced when tasks becomes empty
 	pause    *AccountError
+	resumes  int // Resume calls; answers to requests sent before one cannot re-pause
 	hold     time.Time           // no submits before (rate limited)
 	submits  int                 // submit requests in progress
 	early    map[string]pingback // pingbacks that beat their checkpoint
@@ -417,6 +418,7 @@ func (q *Queue) Resume() {
 	q.mu.Lock()
 	was := q.pause != nil
 	q.pause = nil
+	q.resumes++
 	q.mu.Unlock()
 	if was {
 		q.log.Info("sending resumed")
@@ -444,8 +446,17 @@ func (q *Queue) pausedLocked(now time.Time) *AccountError {
 	return q.pause
 }
 
+// epoch identifies the pause state a request was sent under.
+func (q *Queue) epoch() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.resumes
+}
+
 // pauseAll stops all sending after an account error, keeping every task.
-func (q *Queue) pauseAll(err error) {
+// An answer to a request sent before the latest Resume is stale and does
+// not pause again.
+func (q *Queue) pauseAll(err error, sentAt int) {
 	var pe *provider.Error
 	errors.As(err, &pe)
 	ae := &AccountError{Err: err}
@@ -456,6 +467,10 @@ func (q *Queue) pauseAll(err error) {
 		}
 	}
 	q.mu.Lock()
+	if sentAt != q.resumes {
+		q.mu.Unlock()
+		return
+	}
 	first := q.pause == nil
 	q.pause = ae
 	q.mu.Unlock()

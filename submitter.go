@@ -18,6 +18,7 @@ func (q *Queue) submit(st *taskState) {
 		q.dispatcher.wake()
 	}()
 	t := st.rec.Task
+	epoch := q.epoch()
 	captchaID, err := q.cfg.Provider.Submit(q.runCtx, t.ProviderTask(), q.cfg.PingbackURL)
 	now := q.now()
 	if err == nil {
@@ -31,7 +32,7 @@ func (q *Queue) submit(st *taskState) {
 		q.mu.Unlock()
 		return
 	}
-	q.submitFailed(st, err, now)
+	q.submitFailed(st, err, now, epoch)
 }
 
 // accepted checkpoints the provider's id before anything polls it.
@@ -78,7 +79,7 @@ func (q *Queue) firstPoll(k provider.Kind) time.Duration {
 	return est
 }
 
-func (q *Queue) submitFailed(st *taskState, err error, now time.Time) {
+func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int) {
 	var pe *provider.Error
 	errors.As(err, &pe)
 	code, wait := "NETWORK", time.Duration(0)
@@ -106,7 +107,7 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time) {
 		q.log.Warn("provider rate limit: submits held", "for", wait)
 		q.requeue(st, attempts, time.Time{}, code, err)
 	case provider.ClassAccount:
-		q.pauseAll(err)
+		q.pauseAll(err, epoch)
 		q.requeue(st, attempts, time.Time{}, code, err)
 	default:
 		// Transient: never an attempt, never a failure; back off and retry.
