@@ -13,6 +13,9 @@ import (
 // documented bulk limit).
 const pollChunk = 100
 
+// pollParallel bounds poll requests in flight within one round.
+const pollParallel = 4
+
 // poller is the one loop that polls every task in flight. Each task has a
 // next-due time: first near its kind's learned early solve time, then
 // every PollInterval. The loop sleeps until the earliest due time, never
@@ -108,24 +111,49 @@ func (p *poller) round(now time.Time) {
 		ids[i] = st.rec.CaptchaID
 	}
 	q.mu.Unlock()
+	// Chunks go out a few at a time, so a plan with thousands of threads
+	// still gets through a round within the interval.
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, pollParallel)
+		fmu  sync.Mutex
+		fail error
+		fAt  time.Time
+		fEp  int
+		ok   bool
+	)
 	for start := 0; start < len(due); start += pollChunk {
 		end := min(start+pollChunk, len(due))
-		epoch := q.epoch()
-		res, err := q.cfg.Provider.PollMany(q.runCtx, ids[start:end])
-		at := q.now()
-		if err != nil {
-			if q.stopping() {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(sts []*taskState, ids []string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			epoch := q.epoch()
+			res, err := q.cfg.Provider.PollMany(q.runCtx, ids)
+			at := q.now()
+			if err != nil {
+				fmu.Lock()
+				fail, fAt, fEp = err, at, epoch
+				fmu.Unlock()
 				return
 			}
-			p.failed(err, at, epoch)
-			return
-		}
-		p.failures = 0
-		for i, st := range due[start:end] {
-			if i < len(res) {
-				p.handle(st, res[i], at, epoch)
+			fmu.Lock()
+			ok = true
+			fmu.Unlock()
+			for i, st := range sts {
+				if i < len(res) {
+					p.handle(st, res[i], at, epoch)
+				}
 			}
-		}
+		}(due[start:end], ids[start:end])
+	}
+	wg.Wait()
+	if ok {
+		p.failures = 0
+	}
+	if fail != nil && !q.stopping() {
+		p.failed(fail, fAt, fEp)
 	}
 }
 

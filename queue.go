@@ -49,7 +49,7 @@ type Queue struct {
 	room     chan struct{}         // closed and replaced when a task finishes
 	idle     chan struct{}         // closed and replaced when tasks becomes empty
 	pause    *AccountError
-	resumes  int // Resume calls; answers to requests sent before one cannot re-pause
+	resumes  int                 // Resume calls; answers to requests sent before one cannot re-pause
 	hold     time.Time           // no submits before (rate limited)
 	submits  int                 // submit requests in progress
 	early    map[string]pingback // pingbacks that beat their checkpoint
