@@ -47,6 +47,9 @@ type Config struct {
 	MaxQueued int
 	// MaxAttempts bounds submissions of a task the provider accepted or
 	// refused (a Task.MaxAttempts overrides it). Default MaxAttemptsDefault.
+	// Network failures, 5xx pages, "no free thread" and rate limits are
+	// not attempts: they are retried with backoff for as long as it takes
+	// (bound it with a task Deadline or TTL), so a blip never fails a task.
 	MaxAttempts int
 	// RetryBackoff and RetryBackoffMax shape the exponential backoff (with
 	// jitter) between retries. Defaults RetryBackoffDefault and

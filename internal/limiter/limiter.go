@@ -2,9 +2,10 @@
 // the plan's threads, and fewer while the provider answers "no free thread".
 //
 // The window follows AIMD, like TCP congestion control: a refusal halves
-// it (not below 1) and holds new submits for a wait; each success grows it
-// by 1/window, about one slot per window's worth of successes, back up to
-// the plan's threads. Several processes sharing one key thus converge on a
+// it (not below 1) and holds new submits for a wait; each success (the
+// queue reports one per answer, not per submit, which halves the probing
+// and so the refusals) grows it by 1/window, about one slot per window's
+// worth of answers, back up to the plan's threads. Several processes sharing one key thus converge on a
 // fair split of the threads without talking to each other.
 package limiter
 
