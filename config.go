@@ -63,6 +63,11 @@ type Config struct {
 	// OnResult, when set, is called with every result after it is durable.
 	// It runs on the queue's goroutines: keep it short.
 	OnResult func(Result)
+	// OnPause, when set, is called once each time all sending pauses on an
+	// account error; err is the *AccountError, permanent is true when it
+	// will not lift by itself (bad key, no plan: fix it and call Resume).
+	// It runs on the queue's goroutines: keep it short.
+	OnPause func(err error, permanent bool)
 	// Logger receives the queue's logs. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock, for tests. Default time.Now.

@@ -476,6 +476,9 @@ func (q *Queue) pauseAll(err error, sentAt int) {
 	q.mu.Unlock()
 	if first {
 		q.log.Error("ALL SENDING PAUSED: the provider refused the account; every task is kept", "code", ae.Code, "reason", ae.Error())
+		if q.cfg.OnPause != nil {
+			q.cfg.OnPause(ae, ae.Until.IsZero())
+		}
 	}
 	q.dispatcher.wake()
 	q.poller.wake()
