@@ -155,7 +155,7 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 	}
 	merged := make(chan *Delivery)
 	for _, q := range k.queues {
-		ds, err := ch.ConsumeWithContext(ctx, q, "", false, false, false, false, nil)
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
 		if err != nil {
 			return report(fmt.Errorf("amqp: consume %q: %w", q, err))
 		}
