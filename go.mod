@@ -2,4 +2,7 @@ module github.com/captchaq/captchaq
 
 go 1.26.8
 
-require github.com/rabbitmq/amqp091-go v1.16.0 // indirect
+require (
+	github.com/google/go-cmp v0.7.0
+	github.com/rabbitmq/amqp091-go v1.16.0
+)
