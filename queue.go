@@ -488,16 +488,18 @@ func (q *Queue) pauseAll(err error, sentAt int) {
 // until every accepted task has its result or ctx is done, then stops the
 // queue's loops and returns. Tasks still unfinished when ctx ends stay in
 // the Store for the next Start (their Futures return ErrClosed) and
-// Shutdown returns ctx's error. The Store is not closed.
+// Shutdown returns ctx's error. On a queue never started it only stops
+// intake. The Store is not closed.
 func (q *Queue) Shutdown(ctx context.Context) error {
 	q.mu.Lock()
-	if !q.started {
-		q.closed = true
-		q.mu.Unlock()
-		return ErrNotStarted
-	}
+	started := q.started
 	q.closed = true
 	q.mu.Unlock()
+	if !started {
+		// Nothing runs; accepted tasks stay in the Store.
+		q.stop()
+		return nil
+	}
 	q.wakeRoom()
 	var err error
 	for {
