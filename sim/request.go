@@ -111,7 +111,7 @@ func replyError(w http.ResponseWriter, q *request, code, text string) {
 		text = errorTexts[code]
 	}
 	if q.json {
-		writeJSON(w, q, map[string]any{"status": 0, "request": code, "error_text": text})
+		writeJSON(w, q, jsonAnswer{Status: 0, Request: code, ErrorText: text})
 		return
 	}
 	writePlain(w, q, code)
@@ -120,7 +120,7 @@ func replyError(w http.ResponseWriter, q *request, code, text string) {
 // replyOK sends a success: request in JSON, plain as the text body.
 func replyOK(w http.ResponseWriter, q *request, request any, plain string) {
 	if q.json {
-		writeJSON(w, q, map[string]any{"status": 1, "request": request})
+		writeJSON(w, q, jsonAnswer{Status: 1, Request: request})
 		return
 	}
 	writePlain(w, q, plain)
@@ -129,14 +129,21 @@ func replyOK(w http.ResponseWriter, q *request, request any, plain string) {
 // replyStatus0 sends a non-error answer with status 0 (CAPCHA_NOT_READY).
 func replyStatus0(w http.ResponseWriter, q *request, code string) {
 	if q.json {
-		writeJSON(w, q, map[string]any{"status": 0, "request": code})
+		writeJSON(w, q, jsonAnswer{Status: 0, Request: code})
 		return
 	}
 	writePlain(w, q, code)
 }
 
-func writeJSON(w http.ResponseWriter, q *request, v any) {
-	body, _ := json.Marshal(v) // maps of strings, numbers and raw JSON only
+// jsonAnswer is the json=1 answer, fields in the provider's order.
+type jsonAnswer struct {
+	Status    int    `json:"status"`
+	Request   any    `json:"request"`
+	ErrorText string `json:"error_text,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, q *request, v jsonAnswer) {
+	body, _ := json.Marshal(v) // strings, numbers and raw JSON only
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	if q.acao {
