@@ -117,35 +117,37 @@ type pollState struct {
 	answer answer
 }
 
-// pollLocked answers one id and counts it. It reports a ban when this poll
-// went over the poll-ban limit.
-func (s *Server) pollLocked(idText, ip string, now time.Time) (pollState, bool) {
-	s.st.idsPolled++
-	t, code := s.lookupLocked(idText)
-	if code != "" {
-		return pollState{code: code}, false
+// countPollLocked counts a poll of t against the poll-ban limit and
+// reports whether it went over, which bans ip.
+func (s *Server) countPollLocked(t *task, ip string, now time.Time) bool {
+	pb := s.cfg.PollBan
+	if pb.Disabled {
+		return false
 	}
-	if pb := s.cfg.PollBan; !pb.Disabled {
-		if t.pollCount == 0 || now.Sub(t.pollWindow) >= pb.Window {
-			t.pollWindow, t.pollCount = now, 0
-		}
-		t.pollCount++
-		if t.pollCount > pb.Max {
-			s.bans[ip] = now.Add(pb.Duration)
-			s.st.bans++
-			t.pollCount = 0
-			return pollState{code: answerIPBanned}, true
-		}
+	if t.pollCount == 0 || now.Sub(t.pollWindow) >= pb.Window {
+		t.pollWindow, t.pollCount = now, 0
 	}
+	t.pollCount++
+	if t.pollCount <= pb.Max {
+		return false
+	}
+	s.bans[ip] = now.Add(pb.Duration)
+	s.st.bans++
+	t.pollCount = 0
+	return true
+}
+
+// stateLocked is t's answer to a poll; a final answer counts as delivered.
+func (s *Server) stateLocked(t *task, now time.Time) pollState {
 	switch t.state {
 	case statePending:
-		return pollState{code: answerNotReady}, false
+		return pollState{code: answerNotReady}
 	case stateUnsolvable:
 		s.deliveredLocked(t, now, true)
-		return pollState{code: "ERROR_CAPTCHA_UNSOLVABLE"}, false
+		return pollState{code: "ERROR_CAPTCHA_UNSOLVABLE"}
 	}
 	s.deliveredLocked(t, now, true)
-	return pollState{answer: s.answerFor(t)}, false
+	return pollState{answer: s.answerFor(t)}
 }
 
 // deliveredLocked records that a final answer reached the client.
@@ -163,7 +165,17 @@ func (s *Server) deliveredLocked(t *task, now time.Time, byPoll bool) {
 }
 
 func (s *Server) pollOneLocked(w http.ResponseWriter, q *request, ip string, now time.Time) {
-	st, _ := s.pollLocked(q.get("id"), ip, now)
+	s.st.idsPolled++
+	var st pollState
+	t, code := s.lookupLocked(q.get("id"))
+	switch {
+	case code != "":
+		st.code = code
+	case s.countPollLocked(t, ip, now):
+		st.code = answerIPBanned
+	default:
+		st = s.stateLocked(t, now)
+	}
 	switch {
 	case st.code == answerNotReady:
 		replyStatus0(w, q, st.code)
@@ -195,13 +207,28 @@ func (s *Server) pollBulkLocked(w http.ResponseWriter, q *request, ip string, no
 		replyError(w, q, "ERROR_BAD_PARAMETERS", "ids carries "+strconv.Itoa(len(ids))+" ids; at most "+strconv.Itoa(s.cfg.BulkMaxIDs)+" are allowed.")
 		return
 	}
+	// Count every id first, so that a call that ends in a ban delivers
+	// nothing.
+	s.st.idsPolled += int64(len(ids))
+	tasks := make([]*task, len(ids))
 	parts := make([]string, len(ids))
+	banned := false
 	for i, id := range ids {
-		st, banned := s.pollLocked(id, ip, now)
-		if banned {
-			replyError(w, q, answerIPBanned, "")
-			return
+		tasks[i], parts[i] = s.lookupLocked(id)
+		if tasks[i] != nil && s.countPollLocked(tasks[i], ip, now) {
+			banned = true
+			break // one ban per call
 		}
+	}
+	if banned {
+		replyError(w, q, answerIPBanned, "")
+		return
+	}
+	for i, t := range tasks {
+		if t == nil {
+			continue
+		}
+		st := s.stateLocked(t, now)
 		parts[i] = st.code
 		if st.code == "" {
 			parts[i] = st.answer.raw
