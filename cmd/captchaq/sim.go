@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/captchaq/captchaq/sim"
+)
+
+func init() {
+	commands["sim"] = command{summary: "serve a simulated provider on loopback", run: runSim}
+}
+
+// simAddrDefault is where `captchaq sim` listens unless told otherwise.
+const simAddrDefault = "127.0.0.1:8085"
+
+// runSim serves a provider simulator until ctx is cancelled (SIGINT or
+// SIGTERM). It prints the base URL to stderr once it listens.
+func runSim(ctx context.Context, env *environment, args []string) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	var (
+		cfg      sim.Config
+		addr     = fs.String("addr", simAddrDefault, "listen address, `host:port` (port 0 picks a free one)")
+		threads  = fs.Int("threads", sim.ThreadsDefault, "plan threads: tasks in progress at once")
+		key      = fs.String("key", "", "the one valid account key (default: any non-empty key)")
+		noSlot   = fs.String("no-slot-answer", sim.NoSlotAnswerDefault, "answer when every thread is busy: ERROR_NO_SLOT_AVAILABLE or ERROR_ZERO_BALANCE")
+		scale    = fs.Float64("latency-scale", sim.LatencyScaleDefault, "multiply every solve time by this `factor` (0.01: a 10 s solve takes 100 ms)")
+		instant  = fs.Bool("instant", false, "solve every task at once")
+		unsolv   = fs.Float64("unsolvable-rate", 0, "share of tasks answered ERROR_CAPTCHA_UNSOLVABLE, 0..1")
+		f5xx     = fs.Float64("fault-5xx", 0, "share of calls answered with an HTML 5xx page, 0..1")
+		fDrop    = fs.Float64("fault-drop", 0, "share of calls whose connection is dropped, 0..1")
+		fSlow    = fs.Float64("fault-slow", 0, "share of calls answered late, 0..1")
+		slow     = fs.Duration("fault-slow-delay", sim.SlowDelayDefault, "delay of a slow answer")
+		noBulk   = fs.Bool("no-bulk", false, "act like a provider without res.php ids= (bulk polling)")
+		numeric  = fs.Bool("numeric-ids", false, "send ids in JSON answers as numbers, not strings")
+		banMax   = fs.Int("poll-ban-max", sim.PollBanMaxDefault, "polls of one id per window before the client's IP is banned")
+		banWin   = fs.Duration("poll-ban-window", sim.PollBanWindowDefault, "poll-ban counting window")
+		banFor   = fs.Duration("poll-ban-duration", sim.PollBanDurationDefault, "how long a poll ban lasts")
+		banOff   = fs.Bool("no-poll-ban", false, "never ban for polling")
+		seed     = fs.Uint64("seed", 0, "seed of the random source (same seed, same requests: same run)")
+		balance  = fs.Float64("balance", sim.BalanceDefault, "what getbalance answers")
+		retained = fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: captchaq sim [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. Flags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q: sim takes only flags", fs.Arg(0))}
+	}
+	if *threads <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--threads is %d: give a positive thread count", *threads)}
+	}
+	if *scale <= 0 && !*instant {
+		return &exitError{code: 2, err: fmt.Errorf("--latency-scale is %v: give a positive factor, or use --instant", *scale)}
+	}
+	cfg = sim.Config{
+		Threads:        *threads,
+		Key:            *key,
+		NoSlotAnswer:   *noSlot,
+		LatencyScale:   *scale,
+		Instant:        *instant,
+		UnsolvableRate: *unsolv,
+		Faults:         sim.Faults{HTTP5xxRate: *f5xx, DropRate: *fDrop, SlowRate: *fSlow, SlowDelay: *slow},
+		NoBulk:         *noBulk,
+		NumericIDs:     *numeric,
+		PollBan:        sim.PollBan{Disabled: *banOff, Max: *banMax, Window: *banWin, Duration: *banFor},
+		Seed:           *seed,
+		Balance:        *balance,
+		ResultTTL:      *retained,
+	}
+	srv, base, err := sim.Start(cfg, *addr)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	keyNote := "any non-empty key"
+	if *key != "" {
+		keyNote = "one key (from --key)"
+	}
+	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, latency scale %v, accepts %s)\n", base, *threads, *scale, keyNote)
+	<-ctx.Done()
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("stopping took over 5 s")
+	}
+	st := srv.Stats()
+	fmt.Fprintf(env.stderr, "captchaq sim: stopped: %d submits accepted, %d solved, %d no-slot answers, utilization %.3f\n",
+		st.Accepted, st.Solved, st.NoSlot, st.Utilization)
+	return nil
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestSimServesUntilCancelled runs `captchaq sim` in-process on a free port,
+// learns its URL from the first stderr line, uses it and stops it by
+// cancelling the context as SIGINT/SIGTERM would.
+func TestSimServesUntilCancelled(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, getenv: func(string) string { return "" }}
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, env, []string{"sim", "--addr", "127.0.0.1:0", "--threads", "7", "--key", "k1", "--instant"})
+		pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	if !lines.Scan() {
+		t.Fatalf("no output from captchaq sim: %v", lines.Err())
+	}
+	first := lines.Text()
+	rest := make(chan string, 1)
+	go func() {
+		var b strings.Builder
+		for lines.Scan() {
+			b.WriteString(lines.Text() + "\n")
+		}
+		rest <- b.String()
+	}()
+	base := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(first)
+	if base == "" {
+		t.Fatalf("first line %q carries no base URL", first)
+	}
+	if strings.Contains(first, "k1") {
+		t.Fatalf("the key shows in the output: %q", first)
+	}
+
+	get := func(query string) string {
+		resp, err := http.Get(base + "/res.php?" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	var info struct {
+		Request struct {
+			Threads int `json:"threads"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal([]byte(get("key=k1&action=threadsinfo&json=1")), &info); err != nil || info.Request.Threads != 7 {
+		t.Fatalf("threadsinfo: %+v %v, want 7 threads", info, err)
+	}
+	if got := get("key=k2&action=getbalance"); got != "ERROR_WRONG_USER_KEY" {
+		t.Fatalf("another key: %q", got)
+	}
+
+	cancel()
+	if c := <-code; c != 0 {
+		t.Fatalf("exit code %d", c)
+	}
+	if out := <-rest; !strings.Contains(out, "stopped") {
+		t.Fatalf("closing output %q", out)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestSimHelpAndBadFlags(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+	if c := run(context.Background(), env, []string{"sim", "--help"}); c != 0 {
+		t.Fatalf("--help exit code %d", c)
+	}
+	for _, flag := range []string{"-no-slot-answer", "-latency-scale", "-unsolvable-rate", "-fault-5xx", "-fault-drop", "-fault-slow", "-no-bulk", "-poll-ban-max", "-seed", "-threads", "-key", "-addr"} {
+		if !strings.Contains(stderr.String(), flag) {
+			t.Errorf("--help does not list %s", flag)
+		}
+	}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "--threads", "0"}, "--threads"},
+		{[]string{"sim", "--unsolvable-rate", "2"}, "UnsolvableRate"},
+		{[]string{"sim", "--no-slot-answer", "NOPE"}, "NoSlotAnswer"},
+		{[]string{"sim", "extra"}, "unexpected argument"},
+	}
+	for _, tt := range tests {
+		stderr.Reset()
+		if c := run(context.Background(), env, tt.args); c != 2 {
+			t.Errorf("%v: exit code %d, want 2", tt.args, c)
+		}
+		if !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("%v: message %q does not name %s", tt.args, stderr.String(), tt.want)
+		}
+	}
+}
