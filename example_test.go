@@ -1,0 +1,111 @@
+package captchaq_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// demo starts an in-process simulator that solves in milliseconds and a
+// client for it; stop releases both.
+func demo() (client *provider.Client, stop func()) {
+	srv, base, err := sim.Start(sim.Config{LatencyScale: 0.001, Seed: 7}, "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	tr := &http.Transport{}
+	client, err = provider.NewClient(provider.ClientConfig{
+		BaseURL: base, Key: "demo-key",
+		HTTPClient: &http.Client{Transport: tr, Timeout: 10 * time.Second},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return client, func() { srv.Close(); tr.CloseIdleConnections() }
+}
+
+// A batch of tasks, solved with the plan's threads; results come back in
+// input order, invalid tasks as failed results.
+func Example() {
+	client, stop := demo()
+	defer stop()
+	ctx := context.Background()
+
+	q, err := captchaq.New(captchaq.Config{Provider: client, Plan: "BASIC", PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	if err := q.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer q.Shutdown(ctx)
+
+	tasks := []captchaq.Task{
+		{ID: "login", Method: "turnstile", Priority: 1, Params: map[string]string{"sitekey": "0x4AAAAAAAB", "pageurl": "https://shop.example/login"}},
+		{ID: "signup", Method: "userrecaptcha", Params: map[string]string{"googlekey": "6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-", "pageurl": "https://shop.example/signup"}},
+		{ID: "broken", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAB", "pageurl": "shop.example/no-scheme"}},
+	}
+	results, err := q.SolveBatch(ctx, tasks)
+	if err != nil {
+		panic(err)
+	}
+	for _, r := range results {
+		fmt.Println(r.ID, r.Status, r.Kind, r.ErrorCode, r.Token != "")
+	}
+	m := q.Metrics()
+	fmt.Println("solved", m.Solved, "threads", m.Threads)
+	// Output:
+	// login solved turnstile  true
+	// signup solved recaptcha_v2  true
+	// broken failed  INVALID_TASK false
+	// solved 2 threads 5
+}
+
+// Stream is the producer/consumer form: tasks in on one channel, results
+// out on another in completion order.
+func ExampleQueue_Stream() {
+	client, stop := demo()
+	defer stop()
+	ctx := context.Background()
+
+	q, err := captchaq.New(captchaq.Config{Provider: client, Threads: 3, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	if err := q.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer q.Shutdown(ctx)
+
+	in := make(chan captchaq.Task)
+	go func() {
+		defer close(in)
+		for i := range 5 {
+			in <- captchaq.Task{ID: fmt.Sprint("task-", i), Method: "turnstile", Params: map[string]string{
+				"sitekey": "0x4AAAAAAAB", "pageurl": fmt.Sprint("https://shop.example/", i)}}
+		}
+	}()
+	var done []string
+	for r := range q.Stream(ctx, in) {
+		done = append(done, r.ID+" "+string(r.Status))
+	}
+	sort.Strings(done)
+	fmt.Println(done)
+	// Output: [task-0 solved task-1 solved task-2 solved task-3 solved task-4 solved]
+}
+
+func ExampleParseTask() {
+	t, err := captchaq.ParseTask([]byte(`{"id":"a","method":"userrecaptcha","params":{"googlekey":"k","pageurl":"https://x.example","invisible":true},"ttl":"90s"}`))
+	fmt.Println(t.ID, t.Params["invisible"], t.TTL, err)
+	_, err = captchaq.ParseTask([]byte(`{"id":"b","methd":"turnstile"}`))
+	fmt.Println(err)
+	// Output:
+	// a 1 1m30s <nil>
+	// task: unknown field "methd" (known fields: id, method, params, priority, tenant, deadline, ttl, max_attempts, proxy, proxytype, pingback)
+}

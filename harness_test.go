@@ -1,0 +1,204 @@
+package captchaq_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fastLatency makes every kind the simulator solves take exactly d.
+func fastLatency(d time.Duration) map[provider.Kind]sim.Latency {
+	m := map[provider.Kind]sim.Latency{}
+	for k := range sim.DefaultLatency {
+		m[k] = sim.Latency{Median: d, Min: d, Max: d}
+	}
+	return m
+}
+
+// bundle is a queue on a real client against a real simulator on loopback.
+type bundle struct {
+	srv    *sim.Server
+	client *provider.Client
+	prov   *recorder
+	store  *captchaq.MemoryStore
+	q      *captchaq.Queue
+}
+
+// recorder wraps the real client: it records the order of submits and can
+// inject failures in front of it.
+type recorder struct {
+	captchaq.Provider
+	mu        sync.Mutex
+	submitted []string          // task pageurls, in submit order
+	inject    func(n int) error // called with the submit's number (1-based); non-nil fails it
+	n         int
+}
+
+func (r *recorder) Submit(ctx context.Context, t provider.Task, pingback string) (string, error) {
+	r.mu.Lock()
+	r.n++
+	n := r.n
+	inject := r.inject
+	r.mu.Unlock()
+	if inject != nil {
+		if err := inject(n); err != nil {
+			return "", err
+		}
+	}
+	id, err := r.Provider.Submit(ctx, t, pingback)
+	if err == nil {
+		r.mu.Lock()
+		r.submitted = append(r.submitted, t.Params["pageurl"])
+		r.mu.Unlock()
+	}
+	return id, err
+}
+
+func (r *recorder) Requests() int64 {
+	return r.Provider.(interface{ Requests() int64 }).Requests()
+}
+
+func (r *recorder) order() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.submitted))
+	for i, u := range r.submitted {
+		out[i] = u[len("https://example.com/"):]
+	}
+	return out
+}
+
+// setup starts a simulator and a queue (not started) on it. Zero fields of
+// simCfg and cfg get test-friendly values: 20ms solves, 10ms polls.
+func setup(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundle {
+	t.Helper()
+	if simCfg.Latency == nil && !simCfg.Instant && simCfg.LatencyScale == 0 {
+		simCfg.Latency = fastLatency(20 * time.Millisecond)
+	}
+	simCfg.Seed = 1
+	// Tests poll every 10ms; the ban is tested where it matters.
+	simCfg.PollBan.Disabled = true
+	srv, base, err := sim.Start(simCfg, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "test-key", HTTPClient: &http.Client{Transport: tr, Timeout: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{srv: srv, client: client, prov: &recorder{Provider: client}}
+	if cfg.Store == nil {
+		b.store = captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
+		cfg.Store = b.store
+	}
+	cfg.Provider = b.prov
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 10 * time.Millisecond
+	}
+	if cfg.RetryBackoff == 0 {
+		cfg.RetryBackoff, cfg.RetryBackoffMax = 5*time.Millisecond, 20*time.Millisecond
+	}
+	q, err := captchaq.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.q = q
+	t.Cleanup(func() {
+		q.Close()
+		srv.Close()
+		tr.CloseIdleConnections()
+	})
+	return b
+}
+
+func (b *bundle) start(t *testing.T) {
+	t.Helper()
+	if err := b.q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// task is a valid Turnstile task whose pageurl carries its id, so the
+// simulator's fingerprints and the recorder tell tasks apart.
+func task(id string, priority int) captchaq.Task {
+	return captchaq.Task{ID: id, Method: "turnstile", Priority: priority, Params: map[string]string{
+		"sitekey": "0x4AAAAAAAB", "pageurl": "https://example.com/" + id,
+	}}
+}
+
+func submitAll(t *testing.T, q *captchaq.Queue, tasks ...captchaq.Task) []*captchaq.Future {
+	t.Helper()
+	var fs []*captchaq.Future
+	for _, tk := range tasks {
+		f, err := q.Submit(context.Background(), tk)
+		if err != nil {
+			t.Fatalf("Submit %s: %v", tk.ID, err)
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+func waitAll(t *testing.T, fs []*captchaq.Future) []captchaq.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out := make([]captchaq.Result, len(fs))
+	for i, f := range fs {
+		r, err := f.Wait(ctx)
+		if err != nil {
+			t.Fatalf("Wait %s: %v", f.ID(), err)
+		}
+		out[i] = r
+	}
+	return out
+}
+
+// eventually waits for cond, checking every few milliseconds, for up to
+// 10 s: for states that have no signal of their own.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%02d", prefix, i)
+	}
+	return out
+}
+
+func statuses(rs []captchaq.Result) map[captchaq.Status]int {
+	m := map[captchaq.Status]int{}
+	for _, r := range rs {
+		m[r.Status]++
+	}
+	return m
+}
+
+var _ = slices.Equal[[]string]
