@@ -69,29 +69,16 @@ func migrate(ctx context.Context, conn *sql.Conn, path string) error {
 }
 
 func migrateTx(ctx context.Context, conn *sql.Conn, path string) error {
-	var tables int
-	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table'`).Scan(&tables); err != nil {
-		return fmt.Errorf("store %s is not a readable SQLite database: %w", path, err)
+	version, err := schemaOf(ctx, conn, path)
+	if err != nil {
+		return err
 	}
-	version := 0
-	if tables > 0 {
-		err := conn.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&version)
-		if err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("store %s has an empty schema_version table; it was not written by captchaq, or was edited: move it aside", path)
-			}
-			return fmt.Errorf("store %s is an SQLite database but not a captchaq store (%v); choose another path", path, err)
-		}
-	} else {
-		if _, err := conn.ExecContext(ctx, `CREATE TABLE schema_version (version INTEGER NOT NULL)`); err != nil {
+	if version < 0 {
+		if _, err := conn.ExecContext(ctx, `CREATE TABLE schema_version (version INTEGER NOT NULL);
+			INSERT INTO schema_version (version) VALUES (0)`); err != nil {
 			return fmt.Errorf("store %s: create schema: %w", path, err)
 		}
-		if _, err := conn.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (0)`); err != nil {
-			return fmt.Errorf("store %s: create schema: %w", path, err)
-		}
-	}
-	if version > schemaVersion {
-		return fmt.Errorf("store %s has schema version %d, newer than this captchaq knows (%d): upgrade captchaq", path, version, schemaVersion)
+		version = 0
 	}
 	for v := version; v < schemaVersion; v++ {
 		if _, err := conn.ExecContext(ctx, migrations[v]); err != nil {
@@ -104,4 +91,29 @@ func migrateTx(ctx context.Context, conn *sql.Conn, path string) error {
 		}
 	}
 	return nil
+}
+
+// schemaOf returns the store's schema version, -1 for a database without
+// tables, or an error when the file is not a captchaq store this code can
+// use. It only reads.
+func schemaOf(ctx context.Context, conn *sql.Conn, path string) (int, error) {
+	var tables int
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table'`).Scan(&tables); err != nil {
+		return 0, fmt.Errorf("store %s is not a usable SQLite database (%v); captchaq leaves it as it is: move it aside or choose another path", path, err)
+	}
+	if tables == 0 {
+		return -1, nil
+	}
+	var version int
+	err := conn.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&version)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("store %s has an empty schema_version table: it was not written by captchaq, or was edited; move it aside", path)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store %s is an SQLite database but not a captchaq store (%v); captchaq leaves it as it is: choose another path", path, err)
+	}
+	if version > schemaVersion {
+		return 0, fmt.Errorf("store %s has schema version %d, newer than this captchaq knows (%d): upgrade captchaq", path, version, schemaVersion)
+	}
+	return version, nil
 }

@@ -234,12 +234,17 @@ func checkHeader(path string) error {
 func (s *Store) init(ctx context.Context, opts Options) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("store %s cannot be opened: %w", s.path, err)
+		return s.unusable(err)
 	}
 	s.conn = conn
+	// Look before switching to WAL, which rewrites the header of a
+	// database that is not ours.
+	if _, err := schemaOf(ctx, conn, s.path); err != nil {
+		return err
+	}
 	var mode string
 	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return fmt.Errorf("store %s is not a usable SQLite database (%v); captchaq leaves it as it is: move it aside or choose another path", s.path, err)
+		return s.unusable(err)
 	}
 	if mode != "wal" {
 		return fmt.Errorf("store %s: cannot switch to WAL journal mode (got %q)", s.path, mode)
@@ -252,6 +257,10 @@ func (s *Store) init(ctx context.Context, opts Options) error {
 		return fmt.Errorf("store %s: %w", s.path, err)
 	}
 	return nil
+}
+
+func (s *Store) unusable(err error) error {
+	return fmt.Errorf("store %s is not a usable SQLite database (%v); captchaq leaves it as it is: move it aside or choose another path", s.path, err)
 }
 
 // Path returns the absolute path of the store's file.
