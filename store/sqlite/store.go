@@ -488,8 +488,8 @@ func (s *Store) wrap(op string, err error) error {
 	case errors.Is(err, captchaq.ErrNotFound), errors.Is(err, ErrClosed),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
-	case errors.Is(err, sql.ErrConnDone) && s.closed.Load():
-		return ErrClosed
+	case s.closed.Load():
+		return ErrClosed // the database was closed under the call
 	}
 	return fmt.Errorf("store %s: %s: %w", s.path, op, err)
 }
