@@ -131,3 +131,63 @@ func TestGroupCommitAnswersEveryCaller(t *testing.T) {
 		t.Errorf("%d tasks in flight, want %d", inflight, n/2)
 	}
 }
+
+// TestCloseDuringWrites checks that writes racing Close either fail with
+// ErrClosed or are committed: nothing acknowledged is lost.
+func TestCloseDuringWrites(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "captchaq.db")
+	s, err := Open(t.Context(), path, Options{Retention: RetentionOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const goroutines = 16
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		acked   []string
+		started = make(chan struct{}, goroutines)
+	)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				id := fmt.Sprintf("g%d-%d", g, i)
+				_, _, err := s.Enqueue(context.Background(), []captchaq.Task{{ID: id, Method: "turnstile"}}, time.Now())
+				if i == 0 {
+					started <- struct{}{}
+				}
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("Enqueue(%s): %v, want nil or ErrClosed", id, err)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, id)
+				mu.Unlock()
+			}
+		}()
+	}
+	for range goroutines {
+		<-started
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	s, err = Open(t.Context(), path, Options{Retention: RetentionOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, id := range acked {
+		if _, err := s.Get(t.Context(), id); err != nil {
+			t.Errorf("acknowledged %s: %v", id, err)
+		}
+	}
+	t.Logf("%d writes acknowledged before Close", len(acked))
+}
