@@ -50,7 +50,8 @@ import (
 
 // Run runs the suite. open must return a new, empty store for each call;
 // Run closes it when the subtest ends (a second Close may return an error,
-// which Run ignores).
+// which Run ignores). The suite's times are in March 2026, so open must turn
+// off anything that prunes on its own.
 func Run(t *testing.T, open func(t *testing.T) captchaq.Store) {
 	tests := []struct {
 		name string

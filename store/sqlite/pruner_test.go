@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestPrunerDeletesOnlyPastRetention(t *testing.T) {
 		err error
 	}
 	reports := make(chan report, 10)
-	s, err = Open(t.Context(), path, Options{Retention: time.Hour, PruneInterval: time.Hour,
+	s, err = Open(t.Context(), path, Options{Retention: time.Hour, PruneInterval: time.Hour, Logger: slog.New(slog.DiscardHandler),
 		pruned: func(n int, err error) { reports <- report{n, err} }})
 	if err != nil {
 		t.Fatal(err)

@@ -18,16 +18,18 @@ func openTemp(t *testing.T, opts sqlite.Options) *sqlite.Store {
 	return s
 }
 
+// The suite's tasks finished in March 2026; the prune loop must not race
+// its own Prune, so it is off.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) captchaq.Store {
-		return openTemp(t, sqlite.Options{})
+		return openTemp(t, sqlite.Options{Retention: sqlite.RetentionOff})
 	})
 }
 
 func TestConformanceSynchronousFull(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) captchaq.Store {
-		return openTemp(t, sqlite.Options{Synchronous: sqlite.SynchronousFull, MaxBatch: 3})
+		return openTemp(t, sqlite.Options{Synchronous: sqlite.SynchronousFull, MaxBatch: 3, Retention: sqlite.RetentionOff})
 	})
 }
