@@ -18,13 +18,18 @@
 //     is reported as existed with the first's record.
 //   - Enqueue with an empty id fails as a whole and stores nothing.
 //   - Checkpoint, Retry and Finish of an unknown id return ErrNotFound.
+//   - Checkpoint and Retry of a final task fail and change nothing.
 //   - Finish of a result whose status is not final is an error.
-//   - Retry keeps SubmittedAt (the latest submit) and LastError stays until
-//     the next Retry replaces it.
-//   - Finish sets Status, Attempts and Result, clears CaptchaID, and leaves
-//     the other fields as they were.
-//   - Replay keeps Seq, AcceptedAt and LastError; it resets Attempts to 0
-//     and clears CaptchaID, NotBefore and Result.
+//   - Checkpoint clears NotBefore. Retry keeps SubmittedAt (the latest
+//     submit); LastError stays until a Retry or failed Finish replaces it.
+//   - Finish sets Status, Attempts and Result, and for a failed result
+//     LastError and LastErrorCode; it clears CaptchaID and leaves the other
+//     fields as they were.
+//   - Replay keeps Seq and LastError; it sets AcceptedAt to now, resets
+//     Attempts to 0, and clears CaptchaID, NotBefore, SubmittedAt and
+//     Result.
+//   - A DeadLetterFilter with both IDs and ErrorCode selects the dead
+//     letters that match both; All selects every one.
 //   - Prune's cutoff is exclusive: a task finished exactly at it stays.
 //   - Seq keeps growing after the newest task was pruned.
 //   - Times come back equal to within a millisecond, in any location;
@@ -66,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) captchaq.Store) {
 		{"FinishAndResultsInSeqOrder", testFinishAndResults},
 		{"FinishRejectsNonFinalStatus", testFinishRejectsNonFinal},
 		{"UnknownIDIsErrNotFound", testUnknownID},
+		{"CheckpointOrRetryOfFinalTaskFails", testFinalIsFinal},
 		{"DeadLetterFilters", testDeadLetterFilters},
 		{"Replay", testReplay},
 		{"PendingIsQueuedAndInFlightInSeqOrder", testPending},
@@ -229,6 +235,9 @@ func finishedRecord(before captchaq.Record, r captchaq.Result) captchaq.Record {
 	want.Status = r.Status
 	want.CaptchaID = ""
 	want.Attempts = r.Attempts
+	if r.Status == captchaq.StatusFailed {
+		want.LastError, want.LastErrorCode = r.Error, r.ErrorCode
+	}
 	want.Result = &r
 	return want
 }
@@ -373,6 +382,7 @@ func testRetry(t *testing.T, s captchaq.Store) {
 	want.Status = captchaq.StatusInFlight
 	want.CaptchaID = "222"
 	want.Attempts = 2
+	want.NotBefore = time.Time{}
 	want.SubmittedAt = at(2 * time.Minute)
 	if d := diff(want, get(t, s, "a")); d != "" {
 		t.Errorf("after the second Checkpoint (-want +got):\n%s", d)
@@ -441,6 +451,25 @@ func testUnknownID(t *testing.T, s captchaq.Store) {
 	}
 }
 
+func testFinalIsFinal(t *testing.T, s captchaq.Store) {
+	ctx := context.Background()
+	enqueue(t, s, t0, task("s"), task("f"))
+	finish(t, s, solved("s", 1, at(time.Second)))
+	finish(t, s, failed("f", "ERROR_X", 1, at(time.Second)))
+	for _, id := range []string{"s", "f"} {
+		before := get(t, s, id)
+		if err := s.Checkpoint(ctx, id, "late", 2, at(time.Minute)); err == nil || errors.Is(err, captchaq.ErrNotFound) {
+			t.Errorf("Checkpoint of final task %s: %v, want an error other than ErrNotFound", id, err)
+		}
+		if err := s.Retry(ctx, id, 2, at(time.Minute), "late", "LATE"); err == nil || errors.Is(err, captchaq.ErrNotFound) {
+			t.Errorf("Retry of final task %s: %v, want an error other than ErrNotFound", id, err)
+		}
+		if d := diff(before, get(t, s, id)); d != "" {
+			t.Errorf("refused calls changed %s (-want +got):\n%s", id, d)
+		}
+	}
+}
+
 // deadLetterSetup stores a (failed X), b (solved), c (failed Y), d (failed
 // X) and e (queued), in that Seq order.
 func deadLetterSetup(t *testing.T, s captchaq.Store) map[string]captchaq.Result {
@@ -472,6 +501,8 @@ func testDeadLetterFilters(t *testing.T, s captchaq.Store) {
 		{"ids in seq order, solved and unknown ignored", captchaq.DeadLetterFilter{IDs: []string{"d", "b", "zz", "a", "e"}}, []string{"a", "d"}},
 		{"error code", captchaq.DeadLetterFilter{ErrorCode: "ERROR_X"}, []string{"a", "d"}},
 		{"error code matches exactly", captchaq.DeadLetterFilter{ErrorCode: "ERROR"}, nil},
+		{"ids and error code both match", captchaq.DeadLetterFilter{IDs: []string{"c", "d"}, ErrorCode: "ERROR_X"}, []string{"d"}},
+		{"all with error code is all", captchaq.DeadLetterFilter{All: true, ErrorCode: "ERROR_Y"}, []string{"a", "c", "d"}},
 	}
 	for _, tc := range tests {
 		got := deadLetters(t, s, tc.filter)
@@ -509,6 +540,8 @@ func testReplay(t *testing.T, s captchaq.Store) {
 		want.Attempts = 0
 		want.CaptchaID = ""
 		want.NotBefore = time.Time{}
+		want.SubmittedAt = time.Time{}
+		want.AcceptedAt = at(time.Hour)
 		want.Result = nil
 		if d := diff(want, get(t, s, id)); d != "" {
 			t.Errorf("replayed %s (-want +got):\n%s", id, d)

@@ -337,30 +337,33 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 	return recs, existed, nil
 }
 
-// Checkpoint implements captchaq.Store.
+// Checkpoint implements captchaq.Store. It clears NotBefore, and fails for
+// a task that is already final.
 func (s *Store) Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
 	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
-		return affected(id)(st.checkpoint.ExecContext(ctx, captchaID, attempt, timeArg(at), id))
+		return st.unfinished(ctx, id, "Checkpoint")(st.checkpoint.ExecContext(ctx, captchaID, attempt, timeArg(at), id))
 	})
 	return s.wrap("Checkpoint", err)
 }
 
-// Retry implements captchaq.Store. SubmittedAt keeps the latest submit.
+// Retry implements captchaq.Store. SubmittedAt keeps the latest submit. It
+// fails for a task that is already final.
 func (s *Store) Retry(ctx context.Context, id string, attempts int, notBefore time.Time, errText, errCode string) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
 	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
-		return affected(id)(st.retry.ExecContext(ctx, attempts, timeArg(notBefore), errText, errCode, id))
+		return st.unfinished(ctx, id, "Retry")(st.retry.ExecContext(ctx, attempts, timeArg(notBefore), errText, errCode, id))
 	})
 	return s.wrap("Retry", err)
 }
 
 // Finish implements captchaq.Store. It sets the task's status and attempts
-// from r, clears its captcha id, and keeps r whole.
+// from r, and for a failed r its LastError; it clears the captcha id and
+// keeps r whole.
 func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -383,9 +386,8 @@ func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 	return s.wrap("Finish", err)
 }
 
-// Replay implements captchaq.Store. A replayed task keeps its Seq,
-// AcceptedAt and LastError; now is not used, since a queued task with a
-// zero NotBefore is submitted at once.
+// Replay implements captchaq.Store. A replayed task keeps its Seq and
+// LastError; AcceptedAt becomes now and SubmittedAt is cleared.
 func (s *Store) Replay(ctx context.Context, f captchaq.DeadLetterFilter, now time.Time) (int, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
@@ -396,7 +398,7 @@ func (s *Store) Replay(ctx context.Context, f captchaq.DeadLetterFilter, now tim
 	}
 	var n int64
 	err = s.w.do(ctx, func(ctx context.Context, st *statements) error {
-		res, err := st.replay.ExecContext(ctx, fargs...)
+		res, err := st.replay.ExecContext(ctx, append(fargs, timeText(now))...)
 		if err != nil {
 			return err
 		}
@@ -508,6 +510,25 @@ func affected(id string) func(sql.Result, error) error {
 			return fmt.Errorf("%w: %q", captchaq.ErrNotFound, id)
 		}
 		return nil
+	}
+}
+
+// unfinished turns an UPDATE of no row, which is limited to queued and
+// in-flight tasks, into ErrNotFound or an error saying the task is final.
+func (st *statements) unfinished(ctx context.Context, id, op string) func(sql.Result, error) error {
+	return func(res sql.Result, err error) error {
+		err = affected(id)(res, err)
+		if !errors.Is(err, captchaq.ErrNotFound) {
+			return err
+		}
+		var status string
+		if serr := st.statusOf.QueryRowContext(ctx, id).Scan(&status); serr != nil {
+			if errors.Is(serr, sql.ErrNoRows) {
+				return err
+			}
+			return serr
+		}
+		return &rejectedError{fmt.Sprintf("sqlite: %s %q: task is already %s", op, id, status)}
 	}
 }
 
@@ -660,7 +681,7 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 
 // statements are the writer's prepared statements.
 type statements struct {
-	insert, getByID, checkpoint, retry, finish, replay, prune *sql.Stmt
+	insert, getByID, statusOf, checkpoint, retry, finish, replay, prune *sql.Stmt
 }
 
 func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
@@ -673,14 +694,19 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			proxy, proxy_type, pingback, accepted_at) VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
 			ON CONFLICT (id) DO NOTHING RETURNING seq`},
 		{&st.getByID, selectRecord + ` WHERE id = ?`},
-		{&st.checkpoint, `UPDATE tasks SET status = 'inflight', captcha_id = ?1, attempts = ?2, submitted_at = ?3 WHERE id = ?4`},
+		{&st.statusOf, `SELECT status FROM tasks WHERE id = ?`},
+		{&st.checkpoint, `UPDATE tasks SET status = 'inflight', captcha_id = ?1, attempts = ?2, submitted_at = ?3,
+			not_before = NULL WHERE id = ?4 AND status IN ('queued', 'inflight')`},
 		{&st.retry, `UPDATE tasks SET status = 'queued', captcha_id = '', attempts = ?1, not_before = ?2,
-			last_error = ?3, last_error_code = ?4 WHERE id = ?5`},
-		{&st.finish, `UPDATE tasks SET status = ?1, captcha_id = '', attempts = ?2, result_method = ?3, result_kind = ?4,
+			last_error = ?3, last_error_code = ?4 WHERE id = ?5 AND status IN ('queued', 'inflight')`},
+		{&st.finish, `UPDATE tasks SET status = ?1, captcha_id = '', attempts = ?2,
+			last_error = iif(?1 = 'failed', ?7, last_error), last_error_code = iif(?1 = 'failed', ?8, last_error_code),
+			result_method = ?3, result_kind = ?4,
 			result_token = ?5, result_answer = ?6, result_error = ?7, result_error_code = ?8, result_attempts = ?9,
 			result_solve_seconds = ?10, result_expires_at = ?11, result_accepted_at = ?12, result_submitted_at = ?13,
 			finished_at = ?14 WHERE id = ?15`},
 		{&st.replay, `UPDATE tasks SET status = 'queued', attempts = 0, captcha_id = '', not_before = NULL,
+			accepted_at = ?4, submitted_at = NULL,
 			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
 			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
 			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL
@@ -698,7 +724,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.getByID, st.checkpoint, st.retry, st.finish, st.replay, st.prune} {
+	for _, s := range []*sql.Stmt{st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune} {
 		if s != nil {
 			_ = s.Close()
 		}

@@ -10,7 +10,7 @@ import (
 
 // writeOp is one caller's write. run may be called twice (see runBatch), so
 // it must set its outputs afresh each time, and it must not write anything
-// before it returns ErrNotFound.
+// before it refuses the write (see refused).
 type writeOp struct {
 	ctx  context.Context
 	run  func(ctx context.Context, st *statements) error
@@ -106,7 +106,7 @@ func (w *writer) runBatch(batch []*writeOp) {
 				continue
 			}
 			errs[i] = op.run(ctx, w.st)
-			if errs[i] != nil && !errors.Is(errs[i], captchaq.ErrNotFound) {
+			if errs[i] != nil && !refused(errs[i]) {
 				return errs[i]
 			}
 		}
@@ -127,8 +127,21 @@ func (w *writer) runBatch(batch []*writeOp) {
 	}
 }
 
+// rejectedError is a write refused for what the task is, not for a failure
+// of the database.
+type rejectedError struct{ msg string }
+
+func (e *rejectedError) Error() string { return e.msg }
+
+// refused reports whether err refuses a write without having written: the
+// transaction holding it goes on for the other writes in it.
+func refused(err error) bool {
+	var r *rejectedError
+	return errors.Is(err, captchaq.ErrNotFound) || errors.As(err, &r)
+}
+
 // inTx runs fn between BEGIN IMMEDIATE and COMMIT on the writer's
-// connection. A returned ErrNotFound still commits: it wrote nothing.
+// connection. A refused write still commits: it wrote nothing.
 func (w *writer) inTx(fn func(ctx context.Context) error) error {
 	// The statements run on the writer's own context: one caller giving up
 	// must not interrupt a transaction that holds other callers' writes.
@@ -137,7 +150,7 @@ func (w *writer) inTx(fn func(ctx context.Context) error) error {
 		return err
 	}
 	err := fn(ctx)
-	if err != nil && !errors.Is(err, captchaq.ErrNotFound) {
+	if err != nil && !refused(err) {
 		_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
 		return err
 	}
