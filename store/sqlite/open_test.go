@@ -297,3 +297,48 @@ func TestDefaultPath(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemaReadsPlainly reads the file the way the sqlite3 shell would,
+// while the store is open, through the documented columns.
+func TestSchemaReadsPlainly(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "captchaq.db")
+	s, err := sqlite.Open(t.Context(), path, sqlite.Options{Retention: sqlite.RetentionOff})
+	must(t, err)
+	defer s.Close()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 5e6, time.FixedZone("UTC+1", 3600))
+	_, _, err = s.Enqueue(t.Context(), []captchaq.Task{
+		{ID: "a", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAA"}, Priority: 2, Tenant: "shop"},
+		{ID: "b", Method: "base64", Params: map[string]string{"body": "aGk="}},
+	}, now)
+	must(t, err)
+	must(t, s.Checkpoint(t.Context(), "b", "7311", 1, now))
+	must(t, s.Finish(t.Context(), captchaq.Result{ID: "a", Status: captchaq.StatusFailed, Method: "turnstile",
+		Error: "provider: bad sitekey", ErrorCode: "ERROR_WRONG_GOOGLEKEY", Attempts: 1, FinishedAt: now.Add(time.Second)}))
+
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	must(t, err)
+	defer db.Close()
+	rows, err := db.Query(`SELECT id, status, seq, priority, tenant, method, json_extract(params, '$.sitekey'),
+		captcha_id, attempts, accepted_at, coalesce(result_error_code, ''), coalesce(finished_at, '')
+		FROM tasks ORDER BY seq`)
+	must(t, err)
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var id, status, tenant, method, captchaID, accepted, code, finished string
+		var sitekey sql.NullString
+		var seq, priority, attempts int
+		must(t, rows.Scan(&id, &status, &seq, &priority, &tenant, &method, &sitekey, &captchaID, &attempts, &accepted, &code, &finished))
+		got = append(got, fmt.Sprintf("%s|%s|%d|%d|%s|%s|%s|%s|%d|%s|%s|%s",
+			id, status, seq, priority, tenant, method, sitekey.String, captchaID, attempts, accepted, code, finished))
+	}
+	must(t, rows.Err())
+	want := []string{
+		"a|failed|1|2|shop|turnstile|0x4AAA||1|2026-03-01T11:00:00.005000000Z|ERROR_WRONG_GOOGLEKEY|2026-03-01T11:00:01.005000000Z",
+		"b|inflight|2|0||base64||7311|1|2026-03-01T11:00:00.005000000Z||",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

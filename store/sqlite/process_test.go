@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -252,7 +253,7 @@ func TestKillDuringWrites(t *testing.T) {
 			}
 			acked[id] = step
 			if n == killAfter {
-				if err := c.cmd.Process.Signal(os.Kill); err != nil {
+				if err := syscall.Kill(c.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
 			}
