@@ -1,6 +1,10 @@
 package provider
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Class says what a caller must do about an error.
 type Class int
@@ -44,4 +48,107 @@ type Error struct {
 	RetryAfter time.Duration // a suggested wait; zero means use your backoff
 	HTTPStatus int           // when the failure was an HTTP status
 	Err        error         // the underlying cause, key redacted
+}
+
+// String names the class for logs and metrics labels.
+func (c Class) String() string {
+	switch c {
+	case ClassTransient:
+		return "transient"
+	case ClassNoSlot:
+		return "no_slot"
+	case ClassRateLimit:
+		return "rate_limit"
+	case ClassUnsolvable:
+		return "unsolvable"
+	case ClassTask:
+		return "task"
+	case ClassAccount:
+		return "account"
+	}
+	return "class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Error formats as "<op>: <CODE>: <text>: <cause>", leaving out empty and
+// repeated parts. The client redacts the key from every cause before it is
+// stored in Err, so nothing here can leak it.
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Op != "" {
+		b.WriteString(e.Op)
+		b.WriteString(": ")
+	}
+	parts := 0
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		if parts > 0 {
+			b.WriteString(": ")
+		}
+		b.WriteString(s)
+		parts++
+	}
+	// Validation failures read better as plain sentences.
+	if (e.Code != CodeInvalidTask && e.Code != CodeUnsupportedType) || e.Text == "" {
+		add(e.Code)
+	}
+	if e.Text != e.Code {
+		add(e.Text)
+	}
+	if e.Err != nil {
+		if s := e.Err.Error(); s != e.Text {
+			add(s)
+		}
+	}
+	if parts == 0 {
+		add("provider error (" + e.Class.String() + ")")
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is the same provider answer: an *Error with a
+// Code matches by Code (every "ERROR: 100x" code matches ErrTooManyRequests);
+// a class sentinel (ErrClassTransient, ErrClassAccount, ...) matches by Class.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok {
+		return false
+	}
+	if t.Code == "" {
+		return t.isClassSentinel() && e.Class == t.Class
+	}
+	if t.Code == e.Code {
+		return true
+	}
+	return t.Code == codeTooMany100x && strings.HasPrefix(e.Code, "ERROR: 100")
+}
+
+// isClassSentinel reports whether e is one of the ErrClass* values.
+func (e *Error) isClassSentinel() bool {
+	for _, s := range classSentinels {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Class sentinels: errors.Is(err, ErrClassAccount) is true for any *Error of
+// that class.
+var (
+	ErrClassTransient  = &Error{Class: ClassTransient, Text: "transient failure"}
+	ErrClassNoSlot     = &Error{Class: ClassNoSlot, Text: "no free thread"}
+	ErrClassRateLimit  = &Error{Class: ClassRateLimit, Text: "rate limited"}
+	ErrClassUnsolvable = &Error{Class: ClassUnsolvable, Text: "unsolvable"}
+	ErrClassTask       = &Error{Class: ClassTask, Text: "task rejected"}
+	ErrClassAccount    = &Error{Class: ClassAccount, Text: "account unusable"}
+)
+
+var classSentinels = [...]*Error{
+	ErrClassTransient, ErrClassNoSlot, ErrClassRateLimit,
+	ErrClassUnsolvable, ErrClassTask, ErrClassAccount,
 }

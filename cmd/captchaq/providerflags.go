@@ -1,0 +1,71 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// The environment variables every subcommand that talks to the provider
+// reads. The key is never a flag: a flag's value shows in ps.
+const (
+	envKey     = "CAPTCHAAI_KEY"
+	envKeyFile = "CAPTCHAAI_KEY_FILE"
+	envURL     = "CAPTCHAAI_URL"
+)
+
+// addAPIURLFlag registers --api-url on fs.
+func addAPIURLFlag(fs *flag.FlagSet) *string {
+	return fs.String("api-url", "", "provider base URL (default $"+envURL+", else "+provider.BaseURLDefault+")")
+}
+
+// providerKey reads the account key from CAPTCHAAI_KEY, else from the file
+// named by CAPTCHAAI_KEY_FILE.
+func providerKey(env *environment) (string, error) {
+	if k := strings.TrimSpace(env.getenv(envKey)); k != "" {
+		return k, nil
+	}
+	path := strings.TrimSpace(env.getenv(envKeyFile))
+	if path == "" {
+		return "", errors.New("no provider key: set " + envKey + " to the account key, or " + envKeyFile + " to a file that holds it")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return "", fmt.Errorf("%s: cannot read %q: %v", envKeyFile, path, err)
+	}
+	k := strings.TrimSpace(string(b))
+	if k == "" {
+		return "", fmt.Errorf("%s: %q is empty; put the account key in it", envKeyFile, path)
+	}
+	return k, nil
+}
+
+// providerURL picks the base URL: the flag, else CAPTCHAAI_URL, else the
+// default.
+func providerURL(env *environment, apiURL string) string {
+	if u := strings.TrimSpace(apiURL); u != "" {
+		return u
+	}
+	if u := strings.TrimSpace(env.getenv(envURL)); u != "" {
+		return u
+	}
+	return provider.BaseURLDefault
+}
+
+// newProviderClient builds the provider client from the environment and the
+// --api-url flag's value.
+func newProviderClient(env *environment, apiURL string) (*provider.Client, error) {
+	key, err := providerKey(env)
+	if err != nil {
+		return nil, err
+	}
+	return provider.NewClient(provider.ClientConfig{BaseURL: providerURL(env, apiURL), Key: key})
+}

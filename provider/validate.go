@@ -1,0 +1,398 @@
+package provider
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ValidationError says which field of a task is wrong and how to fix it.
+// errors.Is(err, ErrInvalidTask) is true for every *ValidationError.
+type ValidationError struct {
+	Field  string // "method", "params.pageurl", ...
+	Reason string // what is wrong and the fix
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Reason }
+
+// Is makes every ValidationError match ErrInvalidTask and ErrClassTask.
+func (e *ValidationError) Is(target error) bool {
+	return target == ErrInvalidTask || target == ErrClassTask
+}
+
+const proxyHint = "the proxy the answer will be used through, as user:pass@host:port"
+
+// field describes one in.php field for validation messages.
+type field struct {
+	name  string
+	hint  string              // what the value is, for "required" messages
+	check func(string) string // returns the reason a value is bad, or ""
+}
+
+// methodSpec is what one kind requires and accepts.
+type methodSpec struct {
+	kind     Kind
+	required []field
+	optional []field
+	// extra runs after the field checks, for rules that span fields.
+	extra func(t Task) error
+}
+
+var (
+	fPageURL   = field{"pageurl", "the URL of the page that shows the captcha", checkPageURL}
+	fGoogleKey = field{"googlekey", "the reCAPTCHA site key (data-sitekey in the page)", nil}
+	fSiteKey   = field{"sitekey", "the widget's site key (data-sitekey in the page)", nil}
+	fProxy     = field{"proxy", proxyHint, checkProxy}
+	fProxyType = field{"proxytype", "the proxy's protocol: one of HTTP, HTTPS, SOCKS4, SOCKS5", checkProxyType}
+	fUserAgent = field{"userAgent", "", nil}
+	fAPIServer = field{"api_server", "", checkHost}
+	fTextInstr = field{"textinstructions", `what to select, e.g. "select all images with a bus"`, nil}
+)
+
+func flag(name string) field  { return field{name, "", checkFlag} }
+func plain(name string) field { return field{name, "", nil} }
+func intIn(name string, lo, hi int) field {
+	return field{name, "", func(v string) string {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return fmt.Sprintf("%q is not a whole number from %d to %d", v, lo, hi)
+		}
+		return ""
+	}}
+}
+
+var proxyFields = []field{fProxy, fProxyType}
+
+var imageOptional = []field{
+	flag("phrase"), flag("regsense"), intIn("numeric", 0, 4), flag("calc"),
+	intIn("min_len", 0, 20), intIn("max_len", 0, 20), plain("lang"), fTextInstr,
+}
+
+// specs is the method-spec table: required and optional fields per kind.
+var specs = map[Kind]methodSpec{
+	KindImage: {kind: KindImage, optional: imageOptional},
+	KindGrid: {kind: KindGrid, required: []field{fTextInstr},
+		optional: []field{flag("recaptcha"), intIn("recaptcharows", 1, 10), intIn("recaptchacols", 1, 10), plain("lang")}},
+	KindBLS: {kind: KindBLS,
+		required: []field{
+			{"instructions", "the numeric code shown above the grid, e.g. 664", nil},
+			{"image_base64_1", "the first grid image as base64 (image_base64_1 … image_base64_9, in reading order)", checkBLSImage},
+		},
+		optional: blsImages()},
+	KindRecaptchaV2: {kind: KindRecaptchaV2, required: []field{fGoogleKey, fPageURL},
+		optional: append([]field{flag("invisible"), flag("enterprise"), plain("data-s"), fUserAgent, plain("cookies"), plain("version")}, proxyFields...)},
+	KindRecaptchaV3: {kind: KindRecaptchaV3, required: []field{fGoogleKey, fPageURL},
+		optional: []field{plain("action"), {"min_score", "", checkScore}, flag("enterprise"), plain("version")}},
+	KindTurnstile: {kind: KindTurnstile, required: []field{fSiteKey, fPageURL},
+		optional: append([]field{plain("action"), plain("data"), plain("pagedata"), fUserAgent}, proxyFields...)},
+	KindCloudflareChallenge: {kind: KindCloudflareChallenge,
+		required: []field{fPageURL, fProxy, fProxyType},
+		optional: []field{fUserAgent}},
+	KindGeeTest: {kind: KindGeeTest,
+		required: []field{
+			{"gt", "the GeeTest gt value from the page", nil},
+			{"challenge", "a fresh GeeTest challenge value from the page (it expires quickly)", nil},
+			fPageURL,
+		},
+		optional: []field{fAPIServer, plain("version")}},
+	KindCaptchaFox: {kind: KindCaptchaFox, required: []field{fSiteKey, fPageURL},
+		optional: append([]field{fAPIServer, fUserAgent}, proxyFields...)},
+	KindFriendlyCaptcha: {kind: KindFriendlyCaptcha, required: []field{fSiteKey, fPageURL}},
+	KindLemin: {kind: KindLemin,
+		required: []field{{"captcha_id", "the Lemin captcha id from the page", nil}, fPageURL},
+		optional: []field{plain("div_id"), fAPIServer}},
+}
+
+func blsImages() []field {
+	fs := make([]field, 0, 8)
+	for i := 2; i <= 9; i++ {
+		fs = append(fs, field{"image_base64_" + strconv.Itoa(i), "", checkBLSImage})
+	}
+	return fs
+}
+
+// methods is every supported method, for "unknown method" messages.
+var methods = []string{
+	"base64", "bls", "captchafox", "cloudflare_challenge", "friendly_captcha",
+	"geetest", "lemin", "post", "turnstile", "userrecaptcha",
+}
+
+// unsupported names the methods of types the provider does not solve, with
+// the type's name as users know it.
+var unsupported = map[string]string{
+	"hcaptcha":      "hCaptcha",
+	"funcaptcha":    "FunCaptcha (Arkose Labs)",
+	"arkose":        "FunCaptcha (Arkose Labs)",
+	"arkoselabs":    "FunCaptcha (Arkose Labs)",
+	"geetest_v4":    "GeeTest v4",
+	"geetestv4":     "GeeTest v4",
+	"geetest4":      "GeeTest v4",
+	"amazon_waf":    "Amazon WAF captcha",
+	"keycaptcha":    "KeyCaptcha",
+	"capy":          "Capy puzzle",
+	"mtcaptcha":     "MTCaptcha",
+	"datadome":      "DataDome",
+	"cybersiara":    "CyberSiARA",
+	"tencent":       "Tencent captcha",
+	"cutcaptcha":    "CutCaptcha",
+	"audio":         "audio captcha",
+	"rotatecaptcha": "rotate captcha",
+}
+
+func unsupportedError(typ, method string) error {
+	return &Error{
+		Op:    "validate",
+		Code:  CodeUnsupportedType,
+		Class: ClassTask,
+		Text: fmt.Sprintf("unsupported captcha type %s (method %q): the provider does not support it; supported methods: %s",
+			typ, method, strings.Join(methods, ", ")),
+	}
+}
+
+// Kind tells which kind of task t is. It fails for an unknown method and
+// for types the provider does not support (errors.Is(err,
+// ErrUnsupportedType)); it does not check the other fields (Validate does).
+func (t Task) Kind() (Kind, error) {
+	m := strings.TrimSpace(t.Method)
+	if m == "" {
+		return "", &ValidationError{Field: "method", Reason: "required; one of " + strings.Join(methods, ", ")}
+	}
+	lm := strings.ToLower(m)
+	if name, ok := unsupported[lm]; ok {
+		return "", unsupportedError(name, m)
+	}
+	if lm != m {
+		if slices.Contains(methods, lm) {
+			return "", &ValidationError{Field: "method", Reason: fmt.Sprintf("%q must be written in lower case: %q", m, lm)}
+		}
+	}
+	version := strings.ToLower(strings.TrimSpace(t.Params["version"]))
+	switch m {
+	case "base64", "post":
+		if isTrue(t.Params["recaptcha"]) {
+			return KindGrid, nil
+		}
+		return KindImage, nil
+	case "userrecaptcha":
+		switch version {
+		case "", "v2", "2":
+			return KindRecaptchaV2, nil
+		case "v3", "3":
+			return KindRecaptchaV3, nil
+		}
+		return "", &ValidationError{Field: "params.version", Reason: fmt.Sprintf("%q is not a reCAPTCHA version; use v3 for reCAPTCHA v3, or leave it out for v2", t.Params["version"])}
+	case "geetest":
+		switch version {
+		case "", "3", "v3":
+			return KindGeeTest, nil
+		case "4", "v4":
+			return "", unsupportedError("GeeTest v4", m+" version="+t.Params["version"])
+		}
+		return "", &ValidationError{Field: "params.version", Reason: fmt.Sprintf("%q is not a GeeTest version the provider solves; leave it out for GeeTest v3", t.Params["version"])}
+	case "bls":
+		return KindBLS, nil
+	case "turnstile":
+		return KindTurnstile, nil
+	case "cloudflare_challenge":
+		return KindCloudflareChallenge, nil
+	case "captchafox":
+		return KindCaptchaFox, nil
+	case "friendly_captcha":
+		return KindFriendlyCaptcha, nil
+	case "lemin":
+		return KindLemin, nil
+	}
+	return "", &ValidationError{Field: "method", Reason: fmt.Sprintf("unknown method %q; supported: %s", m, strings.Join(methods, ", "))}
+}
+
+// Validate checks t against the method-spec table: a known, supported
+// method, every required field present, and each value well formed. It
+// makes no request. Errors are a *ValidationError (errors.Is
+// ErrInvalidTask) or an *Error matching ErrUnsupportedType.
+func (t Task) Validate() error {
+	k, err := t.Kind()
+	if err != nil {
+		return err
+	}
+	spec := specs[k]
+	for _, f := range spec.required {
+		v, ok := t.Params[f.name]
+		if !ok || strings.TrimSpace(v) == "" {
+			return &ValidationError{Field: "params." + f.name, Reason: "required for " + string(k) + "; " + f.hint}
+		}
+	}
+	for _, f := range append(slices.Clip(spec.required), spec.optional...) {
+		v, ok := t.Params[f.name]
+		if !ok || f.check == nil {
+			continue
+		}
+		if strings.TrimSpace(v) == "" {
+			continue // required ones are non-empty by now; empty optional ones are not sent
+		}
+		if reason := f.check(v); reason != "" {
+			return &ValidationError{Field: "params." + f.name, Reason: reason}
+		}
+	}
+	// Proxy fields on kinds that take none are not rejected: some services
+	// accept them everywhere. But a proxytype needs a proxy.
+	if t.Params["proxytype"] != "" && strings.TrimSpace(t.Params["proxy"]) == "" {
+		return &ValidationError{Field: "params.proxy", Reason: "required when proxytype is set; " + fProxy.hint}
+	}
+	if k == KindImage || k == KindGrid {
+		if err := validateImage(t); err != nil {
+			return err
+		}
+	}
+	if spec.extra != nil {
+		return spec.extra(t)
+	}
+	return nil
+}
+
+func validateImage(t Task) error {
+	switch t.Method {
+	case "base64":
+		body := t.Params["body"]
+		if strings.TrimSpace(body) == "" {
+			return &ValidationError{Field: "params.body", Reason: "required for method base64; the image encoded as base64"}
+		}
+		b, err := decodeBase64(body)
+		if err != nil {
+			return &ValidationError{Field: "params.body", Reason: "not valid base64 (" + err.Error() + "); send the image bytes base64-encoded, or use method post with a file"}
+		}
+		if len(b) == 0 {
+			return &ValidationError{Field: "params.body", Reason: "decodes to an empty image"}
+		}
+	case "post":
+		if strings.TrimSpace(t.Params["file"]) == "" {
+			return &ValidationError{Field: "params.file", Reason: "required for method post; the path of a local image file to upload"}
+		}
+	}
+	return nil
+}
+
+// decodeBase64 accepts standard base64 with or without padding, with line
+// breaks, and with a data: URI prefix.
+func decodeBase64(s string) ([]byte, error) {
+	if strings.HasPrefix(s, "data:") {
+		if i := strings.Index(s, ","); i >= 0 {
+			s = s[i+1:]
+		}
+	}
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == ' ' || r == '\t' {
+			return -1
+		}
+		return r
+	}, s)
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		b, err = base64.RawStdEncoding.DecodeString(strings.TrimRight(s, "="))
+	}
+	if err != nil {
+		return nil, errors.New("bad base64 data")
+	}
+	return b, nil
+}
+
+func checkPageURL(v string) string {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "empty; the URL of the page that shows the captcha"
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		return fmt.Sprintf("%s is not a URL (%v); use the full address, e.g. https://example.com/login", quoteShort(v), errors.Unwrap(err))
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http", "https":
+	case "":
+		return fmt.Sprintf("%s has no scheme; add https:// (e.g. https://%s)", quoteShort(v), strings.TrimPrefix(v, "//"))
+	default:
+		if u.Opaque != "" && !strings.Contains(v, "://") {
+			// "example.com:8080/x" parses with scheme "example.com".
+			return fmt.Sprintf("%s has no scheme; add https:// (e.g. https://%s)", quoteShort(v), v)
+		}
+		return fmt.Sprintf("%s must be an http or https URL", quoteShort(v))
+	}
+	if u.Host == "" {
+		return fmt.Sprintf("%s has no host; use the full address, e.g. https://example.com/login", quoteShort(v))
+	}
+	return ""
+}
+
+func checkProxy(v string) string {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "empty; " + proxyHint
+	}
+	hostport := v
+	if i := strings.LastIndex(v, "@"); i >= 0 {
+		hostport = v[i+1:]
+	}
+	if strings.Contains(v, "://") {
+		return "must not carry a scheme; give user:pass@host:port and put the protocol in proxytype"
+	}
+	i := strings.LastIndex(hostport, ":")
+	if i <= 0 {
+		return "has no port; " + proxyHint
+	}
+	if p, err := strconv.Atoi(hostport[i+1:]); err != nil || p < 1 || p > 65535 {
+		return "has no valid port; " + proxyHint
+	}
+	return ""
+}
+
+func checkProxyType(v string) string {
+	switch strings.ToUpper(strings.TrimSpace(v)) {
+	case "HTTP", "HTTPS", "SOCKS4", "SOCKS5":
+		return ""
+	}
+	return fmt.Sprintf("%s is not a proxy type; use one of HTTP, HTTPS, SOCKS4, SOCKS5", quoteShort(v))
+}
+
+func checkHost(v string) string {
+	v = strings.TrimSpace(v)
+	if v == "" || strings.ContainsAny(v, " /?#") && !strings.Contains(v, "://") {
+		return fmt.Sprintf("%s is not a host name; give the API server's host, e.g. api.example.com", quoteShort(v))
+	}
+	return ""
+}
+
+func checkFlag(v string) string {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "1", "true", "false":
+		return ""
+	}
+	return fmt.Sprintf("%s is not 0 or 1", quoteShort(v))
+}
+
+func checkScore(v string) string {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || f <= 0 || f > 1 {
+		return fmt.Sprintf("%s is not a score between 0.1 and 0.9 (0.3 is realistic)", quoteShort(v))
+	}
+	return ""
+}
+
+func checkBLSImage(v string) string {
+	if strings.TrimSpace(v) == "" {
+		return ""
+	}
+	if _, err := decodeBase64(v); err != nil {
+		return "not valid base64; send each grid image as base64 or a data: URI"
+	}
+	return ""
+}
+
+func isTrue(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true":
+		return true
+	}
+	return false
+}
