@@ -29,7 +29,9 @@
 // file) with its pid in it. A second Open of the same path fails at once
 // with an *InUseError: "store PATH is in use by another captchaq process
 // (pid N)". The kernel drops the lock when the holder dies, so a killed
-// process never leaves a stale lock; the lock file itself stays.
+// process never leaves a stale lock; the lock file itself stays. The lock,
+// like SQLite's own WAL locking, needs a local file system: keep the store
+// off NFS and other network mounts.
 //
 // Open refuses, with an error naming the path and without writing to it, a
 // directory, a file it cannot read and write, a file that is not SQLite, an
