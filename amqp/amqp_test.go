@@ -1,0 +1,494 @@
+package amqp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/captchaq/captchaq"
+)
+
+func brokerURL() string {
+	if u := os.Getenv("CAPTCHAQ_AMQP_URL"); u != "" {
+		return u
+	}
+	return URLDefault
+}
+
+// testConfig returns a config with a prefix of its own, after checking the
+// broker answers: in CI a missing broker fails the test, elsewhere it skips.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", "127.0.0.1:5672", 2*time.Second)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("RabbitMQ is not reachable at 127.0.0.1:5672 and CI=true: %v", err)
+		}
+		t.Skipf("skipping: RabbitMQ is not reachable at 127.0.0.1:5672 (%v); start it or set CI=true to make this a failure", err)
+	}
+	nc.Close()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return Config{URL: brokerURL(), Prefix: "test-" + hex.EncodeToString(b[:]), ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second}
+}
+
+func setup(t *testing.T, cfg Config) *Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		if err := DeleteTopology(context.Background(), cfg); err != nil {
+			t.Errorf("DeleteTopology: %v", err)
+		}
+	})
+	return c
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func task(id string, prio int) captchaq.Task {
+	return captchaq.Task{ID: id, Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAA", "pageurl": "https://shop.example/"}, Priority: prio}
+}
+
+func next(t *testing.T, ctx context.Context, k *Consumer) *Delivery {
+	t.Helper()
+	select {
+	case d, ok := <-k.Deliveries():
+		if !ok {
+			t.Fatal("deliveries closed")
+		}
+		return d
+	case <-ctx.Done():
+		t.Fatal("no delivery before the test deadline")
+	}
+	return nil
+}
+
+func depth(t *testing.T, ctx context.Context, c *Conn, q string) int {
+	t.Helper()
+	ch, _, err := c.channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	s, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", q, err)
+	}
+	return s.Messages
+}
+
+func TestPublishConsumeRoundTrip(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	c := setup(t, cfg)
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	in := TaskMessage{Task: task("rt-1", 2), Attempts: 1, LastErrorCode: "ERROR_NO_SLOT_AVAILABLE"}
+	if err := p.PublishTask(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	k, err := c.Consume(ctx, []string{c.Names().Tasks}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	d := next(t, ctx, k)
+	got, err := d.Task()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Task.ID != "rt-1" || got.Task.Params["sitekey"] != "0x4AAA" || got.Attempts != 1 || got.LastErrorCode != "ERROR_NO_SLOT_AVAILABLE" {
+		t.Fatalf("got %+v", got)
+	}
+	if d.MessageID != "rt-1" || d.Priority != 8 || d.RoutingKey != "turnstile" {
+		t.Fatalf("message id %q priority %d key %q, want rt-1 8 turnstile", d.MessageID, d.Priority, d.RoutingKey)
+	}
+	if err := d.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ack(); !errors.Is(err, ErrSettled) {
+		t.Fatalf("second Ack: %v, want ErrSettled", err)
+	}
+}
+
+func TestUnroutableIsAnError(t *testing.T) {
+	t.Parallel()
+	c := setup(t, testConfig(t))
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	err := p.Publish(ctx, "", c.Names().Tasks+".nosuchqueue", amqp091.Publishing{MessageId: "x", Body: []byte("{}")})
+	if !errors.Is(err, ErrUnroutable) {
+		t.Fatalf("err = %v, want ErrUnroutable", err)
+	}
+	// The channel still works for the next message.
+	if err := p.PublishResult(ctx, captchaq.Result{ID: "ok", Status: captchaq.StatusSolved}); err != nil {
+		t.Fatal(err)
+	}
+	if n := depth(t, ctx, c, c.Names().Results); n != 1 {
+		t.Fatalf("results depth %d, want 1", n)
+	}
+}
+
+func TestPriorityOrder(t *testing.T) {
+	t.Parallel()
+	c := setup(t, testConfig(t))
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	// Published least urgent first while nobody consumes.
+	for _, tc := range []struct {
+		id   string
+		prio int
+	}{{"p9", 9}, {"p7", 7}, {"default", 0}, {"p3", 3}, {"p1", 1}, {"p9b", 9}} {
+		if err := p.PublishTask(ctx, TaskMessage{Task: task(tc.id, tc.prio)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, err := c.Consume(ctx, []string{c.Names().Tasks}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	var got []string
+	for range 6 {
+		d := next(t, ctx, k)
+		got = append(got, d.MessageID)
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "p1 p3 default p7 p9 p9b"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("order %v, want %s", got, want)
+	}
+}
+
+func TestLaneRouting(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Lanes = []string{"image"}
+	c := setup(t, cfg)
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	img := captchaq.Task{ID: "img", Method: "base64", Params: map[string]string{"body": "aGk="}}
+	if err := p.PublishTask(ctx, TaskMessage{Task: img}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PublishTask(ctx, TaskMessage{Task: task("ts", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := depth(t, ctx, c, c.Names().Lane("image")), depth(t, ctx, c, c.Names().Tasks); a != 1 || b != 1 {
+		t.Fatalf("image lane %d, default %d; want 1 and 1", a, b)
+	}
+}
+
+func TestExpiredTaskIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.TaskTTL = 100 * time.Millisecond
+	c := setup(t, cfg)
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	if err := p.PublishTask(ctx, TaskMessage{Task: task("late", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the broker to move it: the failed queue's consumer is the
+	// signal.
+	k, err := c.Consume(ctx, []string{c.Names().Failed}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := next(t, ctx, k)
+	death, ok := LastDeath(d.Headers)
+	if !ok || death.Reason != "expired" || death.Queue != c.Names().Tasks {
+		t.Fatalf("x-death %+v (%v), want expired from %s", death, ok, c.Names().Tasks)
+	}
+	k.Close() // unacked: back in the queue
+	var got []DeadLetter
+	if err := c.DeadLetters(ctx, func(dl DeadLetter) error { got = append(got, dl); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Task.Task.ID != "late" || got[0].Reason != "expired" || got[0].ErrorCode != "EXPIRED" {
+		t.Fatalf("dead letters %+v", got)
+	}
+}
+
+func TestDeadLetterListAndReplay(t *testing.T) {
+	t.Parallel()
+	c := setup(t, testConfig(t))
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	if err := p.DeadLetter(ctx, TaskMessage{Task: task("bad-url", 0), Attempts: 1, LastError: "pageurl rejected", LastErrorCode: "ERROR_PAGEURL"}, ReasonPermanent); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeadLetter(ctx, TaskMessage{Task: task("hard", 0), Attempts: 3, LastErrorCode: "ERROR_CAPTCHA_UNSOLVABLE"}, ReasonExhausted); err != nil {
+		t.Fatal(err)
+	}
+	list := func() []string {
+		var out []string
+		err := c.DeadLetters(ctx, func(dl DeadLetter) error {
+			out = append(out, strings.Join([]string{dl.Task.Task.ID, dl.Reason, dl.ErrorCode, string(rune('0' + dl.Task.Attempts))}, "/"))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := strings.Join(list(), " "); got != "bad-url/permanent/ERROR_PAGEURL/1 hard/exhausted/ERROR_CAPTCHA_UNSOLVABLE/3" {
+		t.Fatalf("list: %s", got)
+	}
+	n, err := c.Replay(ctx, captchaq.DeadLetterFilter{ErrorCode: "ERROR_CAPTCHA_UNSOLVABLE"})
+	if err != nil || n != 1 {
+		t.Fatalf("Replay = %d, %v; want 1", n, err)
+	}
+	if got := strings.Join(list(), " "); got != "bad-url/permanent/ERROR_PAGEURL/1" {
+		t.Fatalf("after replay: %s", got)
+	}
+	k, err := c.Consume(ctx, []string{c.Names().Tasks}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	d := next(t, ctx, k)
+	m, err := d.Task()
+	if err != nil || m.Task.ID != "hard" || m.Attempts != 0 || m.LastErrorCode != "" {
+		t.Fatalf("replayed %+v, %v", m, err)
+	}
+}
+
+func TestRetryGoesThroughDelayNotDLX(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.RetryDelays = []time.Duration{100 * time.Millisecond}
+	c := setup(t, cfg)
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	delay, err := p.Retry(ctx, TaskMessage{Task: task("blip", 0), Attempts: 2, CaptchaID: "123", LastErrorCode: "NETWORK"})
+	if err != nil || delay != 100*time.Millisecond {
+		t.Fatalf("Retry = %v, %v", delay, err)
+	}
+	k, err := c.Consume(ctx, []string{c.Names().Tasks}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	d := next(t, ctx, k)
+	m, _ := d.Task()
+	if m.Task.ID != "blip" || m.Attempts != 2 || m.CaptchaID != "" || m.LastErrorCode != "NETWORK" {
+		t.Fatalf("back from delay: %+v", m)
+	}
+	if n := depth(t, ctx, c, c.Names().Failed); n != 0 {
+		t.Fatalf("failed depth %d, want 0", n)
+	}
+}
+
+func TestRedeclareConflict(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	ctx := testCtx(t)
+	// A task queue from an older setup: no priority, no TTL.
+	raw, err := amqp091.Dial(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ch, err := raw.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := NamesFor(cfg.Prefix)
+	if _, err := ch.QueueDeclare(n.Tasks, true, false, false, false, amqp091.Table{
+		"x-message-ttl": int32(300000), "x-dead-letter-exchange": n.DLX, "x-dead-letter-routing-key": FailedRoutingKey,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = DeleteTopology(context.Background(), cfg) })
+	_, err = Dial(ctx, cfg)
+	var ce *ConflictError
+	if !errors.Is(err, ErrTopologyConflict) || !errors.As(err, &ce) {
+		t.Fatalf("Dial err = %v, want a ConflictError", err)
+	}
+	if ce.Kind != "queue" || ce.Name != cfg.Prefix+".tasks" || ce.Arg != "x-max-priority" || ce.Want != "10" || ce.Have != "none" {
+		t.Fatalf("conflict %+v", ce)
+	}
+	msg := err.Error()
+	for _, want := range []string{`queue "` + cfg.Prefix + `.tasks"`, "x-max-priority", "rabbitmqctl delete_queue " + cfg.Prefix + ".tasks", "another --prefix"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+}
+
+// closeConnection closes this Conn's connection from the broker side.
+func closeConnection(t *testing.T, prefix string) {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "pid", "client_properties").CombinedOutput()
+	if err != nil {
+		t.Fatalf("rabbitmqctl list_connections: %v\n%s", err, out)
+	}
+	closed := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.Contains(line, `"captchaq `+prefix+`"`) {
+			continue
+		}
+		pid := strings.Fields(line)[0]
+		if o, err := exec.Command("rabbitmqctl", "-q", "close_connection", pid, "test: forced close").CombinedOutput(); err != nil {
+			t.Fatalf("close_connection: %v\n%s", err, o)
+		}
+		closed++
+	}
+	if closed != 1 {
+		t.Fatalf("closed %d connections named %q, want 1", closed, "captchaq "+prefix)
+	}
+}
+
+func TestReconnectAndStaleAck(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Skip("skipping: rabbitmqctl is needed to close a connection from the broker side")
+	}
+	cfg := testConfig(t)
+	c := setup(t, cfg)
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	if err := p.PublishTask(ctx, TaskMessage{Task: task("survivor", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := c.Consume(ctx, []string{c.Names().Tasks}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	first := next(t, ctx, k)
+	if first.MessageID != "survivor" || first.Redelivered {
+		t.Fatalf("first delivery %q redelivered=%v", first.MessageID, first.Redelivered)
+	}
+
+	closeConnection(t, cfg.Prefix)
+
+	// The same message comes again, on a new channel generation.
+	again := next(t, ctx, k)
+	if again.MessageID != "survivor" || !again.Redelivered || again.Generation == first.Generation {
+		t.Fatalf("after reconnect: %q redelivered=%v gen %d (first %d)", again.MessageID, again.Redelivered, again.Generation, first.Generation)
+	}
+	// The old delivery's ack is dropped, not sent on the new channel
+	// (where its tag would name the new delivery).
+	if err := first.Ack(); !errors.Is(err, ErrStaleDelivery) {
+		t.Fatalf("stale Ack: %v, want ErrStaleDelivery", err)
+	}
+	if c.Reconnects() != 1 {
+		t.Fatalf("reconnects %d, want 1", c.Reconnects())
+	}
+	// Publishing works again on the new connection.
+	if err := p.PublishTask(ctx, TaskMessage{Task: task("after", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	d := next(t, ctx, k)
+	if d.MessageID != "after" || d.Redelivered {
+		t.Fatalf("third delivery %q redelivered=%v, want after (so survivor was acked once, not redelivered)", d.MessageID, d.Redelivered)
+	}
+	if err := d.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+	if n := depth(t, ctx, c, c.Names().Tasks); n != 0 {
+		t.Fatalf("tasks depth %d after acks, want 0", n)
+	}
+}
+
+func TestCollectDedupes(t *testing.T) {
+	t.Parallel()
+	c := setup(t, testConfig(t))
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	for _, r := range []captchaq.Result{
+		{ID: "a", Status: captchaq.StatusSolved, Token: "T-a"},
+		{ID: "a", Status: captchaq.StatusSolved, Token: "T-a"},
+		{ID: "b", Status: captchaq.StatusFailed, ErrorCode: "ERROR_PAGEURL"},
+	} {
+		if err := p.PublishResult(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	n, err := c.Collect(ctx, 2, func(r captchaq.Result) error {
+		got = append(got, r.ID+":"+r.Token+r.ErrorCode)
+		return nil
+	})
+	if err != nil || n != 2 {
+		t.Fatalf("Collect = %d, %v", n, err)
+	}
+	if strings.Join(got, " ") != "a:T-a b:ERROR_PAGEURL" {
+		t.Fatalf("collected %v", got)
+	}
+	if d := depth(t, ctx, c, c.Names().Results); d != 0 {
+		t.Fatalf("results depth %d, want 0 (the duplicate is consumed)", d)
+	}
+}
+
+func TestStatsCountsAndBeats(t *testing.T) {
+	// Not parallel: it sets the statsListening hook.
+	c := setup(t, testConfig(t))
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	for _, id := range []string{"w1", "w2", "w3"} {
+		if err := p.PublishTask(ctx, TaskMessage{Task: task(id, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A holder beats while Stats listens; the dead letter lands during
+	// the window.
+	oldest := time.Now().Add(-90 * time.Second)
+	listening := make(chan struct{})
+	statsListening = func() { close(listening) }
+	go func() {
+		<-listening
+		_ = p.Beat(ctx, StatusBeat{Owner: "w-a", Held: 2, OldestHeld: oldest, At: time.Now()})
+		_ = p.DeadLetter(ctx, TaskMessage{Task: task("dead", 0)}, ReasonPermanent)
+	}()
+	st, err := c.Stats(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Waiting != 3 || st.Holders != 1 || st.Held != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	if st.OldestUnacked < 90*time.Second || st.OldestUnacked > 10*time.Minute {
+		t.Fatalf("oldest unacked %v, want about 90s", st.OldestUnacked)
+	}
+	if st.FailedPerMinute <= 0 {
+		t.Fatalf("failed per minute %v, want > 0", st.FailedPerMinute)
+	}
+}

@@ -1,0 +1,192 @@
+package amqp
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Defaults of Config. A zero field takes its default.
+const (
+	URLDefault               = "amqp://guest:guest@127.0.0.1:5672/"
+	PrefixDefault            = "captcha"
+	PrefetchDefault          = 4
+	TaskTTLDefault           = 5 * time.Minute
+	MaxPriorityDefault       = 10
+	HeartbeatDefault         = 10 * time.Second
+	DialTimeoutDefault       = 10 * time.Second
+	SetupTimeoutDefault      = 10 * time.Second
+	ReconnectMinDefault      = 250 * time.Millisecond
+	ReconnectMaxDefault      = 30 * time.Second
+	InflightLeaseDefault     = time.Minute
+	InflightRefreshDefault   = 10 * time.Minute
+	InflightQueueIdleDefault = time.Hour
+)
+
+// RetryDelaysDefault are the delay tiers a transient failure waits in
+// before its task goes back to the task exchange: attempt n waits
+// RetryDelays[min(n-1, len-1)].
+var RetryDelaysDefault = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}
+
+// Config says where the broker is and how the topology is named and shaped.
+type Config struct {
+	// URL of the broker. Default URLDefault. Credentials in it are never
+	// logged: errors and logs name the host only.
+	URL string
+	// Prefix names every queue and exchange: Prefix+".tasks", ".results",
+	// ".dlx", ".failed", ... Several fleets (and tests) can share one broker
+	// with different prefixes. Default "captcha".
+	Prefix string
+	// Prefetch bounds the task deliveries a consumer holds at once. Small,
+	// so priorities act at the broker and a slow consumer hoards nothing.
+	// Default 4.
+	Prefetch int
+	// TaskTTL is how long a task may wait in a task queue before it is
+	// dead-lettered with reason "expired". Default 5 minutes; negative
+	// means no TTL.
+	TaskTTL time.Duration
+	// MaxPriority is the x-max-priority of the task queues. Default 10.
+	MaxPriority int
+	// Lanes are the task kinds (see KindOf) that get their own queue,
+	// Prefix+".tasks."+kind, so consumers can take only some kinds. Tasks
+	// of other kinds go to Prefix+".tasks". Default none.
+	Lanes []string
+	// RetryDelays are the delay tiers for transient failures. Default
+	// RetryDelaysDefault.
+	RetryDelays []time.Duration
+	// Heartbeat is the AMQP heartbeat interval. Default 10 s.
+	Heartbeat time.Duration
+	// DialTimeout bounds one connection attempt; SetupTimeout bounds
+	// declaring the topology. Default 10 s each.
+	DialTimeout  time.Duration
+	SetupTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the exponential backoff between
+	// connection attempts. Default 250 ms and 30 s.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// InflightLease is the expiration of a checkpoint message: once its
+	// holder is gone, the checkpoint goes back to the task exchange within
+	// this time, still carrying its captcha id. Default 1 minute.
+	InflightLease time.Duration
+	// InflightRefresh is how long a checkpoint delivery may be held before
+	// it is republished and the old delivery acked, so the broker's
+	// consumer_timeout (30 min by default) never fires. Default 10 minutes.
+	InflightRefresh time.Duration
+	// Logger receives connection events. Default slog.Default().
+	Logger *slog.Logger
+}
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}$`)
+
+// withDefaults returns c with zero fields filled in.
+func (c Config) withDefaults() Config {
+	c.URL = cmp.Or(c.URL, URLDefault)
+	c.Prefix = cmp.Or(c.Prefix, PrefixDefault)
+	c.Prefetch = cmp.Or(c.Prefetch, PrefetchDefault)
+	c.TaskTTL = cmp.Or(c.TaskTTL, TaskTTLDefault)
+	c.MaxPriority = cmp.Or(c.MaxPriority, MaxPriorityDefault)
+	if len(c.RetryDelays) == 0 {
+		c.RetryDelays = RetryDelaysDefault
+	}
+	c.Heartbeat = cmp.Or(c.Heartbeat, HeartbeatDefault)
+	c.DialTimeout = cmp.Or(c.DialTimeout, DialTimeoutDefault)
+	c.SetupTimeout = cmp.Or(c.SetupTimeout, SetupTimeoutDefault)
+	c.ReconnectMin = cmp.Or(c.ReconnectMin, ReconnectMinDefault)
+	c.ReconnectMax = cmp.Or(c.ReconnectMax, ReconnectMaxDefault)
+	c.InflightLease = cmp.Or(c.InflightLease, InflightLeaseDefault)
+	c.InflightRefresh = cmp.Or(c.InflightRefresh, InflightRefreshDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if !strings.HasPrefix(c.URL, "amqp://") && !strings.HasPrefix(c.URL, "amqps://") {
+		errs = append(errs, fmt.Errorf("amqp: URL %q: must start with amqp:// or amqps://", redactURL(c.URL)))
+	}
+	if !prefixRE.MatchString(c.Prefix) {
+		errs = append(errs, fmt.Errorf("amqp: Prefix %q: use letters, digits, '.', '_', ':' or '-' (at most 101 characters)", c.Prefix))
+	}
+	if c.Prefetch < 0 {
+		errs = append(errs, fmt.Errorf("amqp: Prefetch %d: must be positive", c.Prefetch))
+	}
+	if c.MaxPriority < 1 || c.MaxPriority > 255 {
+		errs = append(errs, fmt.Errorf("amqp: MaxPriority %d: must be 1..255 (10 or less is advised)", c.MaxPriority))
+	}
+	for _, l := range c.Lanes {
+		if !prefixRE.MatchString(l) {
+			errs = append(errs, fmt.Errorf("amqp: Lanes: kind %q: use letters, digits, '.', '_' or '-'", l))
+		}
+	}
+	for _, d := range c.RetryDelays {
+		if d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("amqp: RetryDelays: %v: must be at least 1ms", d))
+		}
+	}
+	if c.InflightRefresh >= 30*time.Minute {
+		errs = append(errs, fmt.Errorf("amqp: InflightRefresh %v: must stay below the broker's consumer_timeout (30m)", c.InflightRefresh))
+	}
+	if c.ReconnectMin > c.ReconnectMax {
+		errs = append(errs, fmt.Errorf("amqp: ReconnectMin %v exceeds ReconnectMax %v", c.ReconnectMin, c.ReconnectMax))
+	}
+	return errors.Join(errs...)
+}
+
+// Names are the queue and exchange names of one topology.
+type Names struct {
+	Types    string // direct exchange: routing key = task kind
+	TasksAll string // fanout exchange: the alternate exchange of Types
+	Tasks    string // the task queue for kinds without a lane
+	Results  string // results, message id = task id
+	DLX      string // dead-letter exchange
+	Failed   string // dead letters
+	Delay    string // headers exchange in front of the delay queues
+	Inflight string // headers exchange in front of the checkpoint queues
+	Status   string // fanout exchange for consumer status beats
+}
+
+// FailedRoutingKey is the routing key of every dead letter.
+const FailedRoutingKey = "failed"
+
+// NamesFor returns the names under prefix.
+func NamesFor(prefix string) Names {
+	p := cmp.Or(prefix, PrefixDefault)
+	return Names{
+		Types:    p + ".types",
+		TasksAll: p + ".tasks.all",
+		Tasks:    p + ".tasks",
+		Results:  p + ".results",
+		DLX:      p + ".dlx",
+		Failed:   p + ".failed",
+		Delay:    p + ".delay",
+		Inflight: p + ".inflight",
+		Status:   p + ".status",
+	}
+}
+
+// Lane is the queue of one task kind.
+func (n Names) Lane(kind string) string { return n.Tasks + "." + kind }
+
+// DelayQueue is the delay queue of one tier.
+func (n Names) DelayQueue(d time.Duration) string {
+	return fmt.Sprintf("%s.%d", n.Delay, d.Milliseconds())
+}
+
+// InflightQueue is the checkpoint queue of one consumer.
+func (n Names) InflightQueue(owner string) string { return n.Inflight + "." + owner }
+
+// redactURL drops the password from an AMQP URL for messages.
+func redactURL(u string) string {
+	at := strings.LastIndex(u, "@")
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return u
+	}
+	return u[:scheme+3] + "***" + u[at:]
+}

@@ -1,0 +1,317 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrClosed is returned by calls on a closed Conn.
+var ErrClosed = errors.New("amqp: connection closed")
+
+// Conn is a connection to the broker that comes back by itself: when the
+// broker or the network drops it, Conn dials again with exponential backoff,
+// declares the topology again, and lets publishers and consumers open new
+// channels. Every channel it hands out has a generation number that is never
+// reused, so an acknowledgement is only ever sent on the channel its delivery
+// came from. Safe for concurrent use.
+type Conn struct {
+	cfg  Config
+	gens atomic.Uint64 // last channel generation handed out
+
+	mu        sync.Mutex
+	conn      *amqp091.Connection // nil while reconnecting
+	ready     chan struct{}       // closed while conn is usable
+	unblocked chan struct{}       // closed while the broker is not blocking publishes
+	owners    map[string]bool     // checkpoint queues to declare again after a reconnect
+
+	closing    chan struct{}
+	closeOnce  sync.Once
+	done       chan struct{}
+	reconnects atomic.Int64
+}
+
+// Dial connects, declares the topology of cfg and starts the reconnect
+// loop. The first connection is not retried: a wrong URL or a topology
+// conflict is reported at once.
+func Dial(ctx context.Context, cfg Config) (*Conn, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	conn, err := connect(ctx, cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{
+		cfg:       cfg,
+		conn:      conn,
+		ready:     make(chan struct{}),
+		unblocked: make(chan struct{}),
+		owners:    map[string]bool{},
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	close(c.ready)
+	close(c.unblocked)
+	go c.loop(conn)
+	return c, nil
+}
+
+// Config is the configuration the Conn runs with, defaults filled in.
+func (c *Conn) Config() Config { return c.cfg }
+
+// Names are the names of the Conn's topology.
+func (c *Conn) Names() Names { return NamesFor(c.cfg.Prefix) }
+
+// Reconnects counts connections made after the first.
+func (c *Conn) Reconnects() int64 { return c.reconnects.Load() }
+
+// Close closes the connection and stops reconnecting. Channels opened from
+// it close; deliveries not acknowledged go back to their queues.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() { close(c.closing) })
+	<-c.done
+	return nil
+}
+
+func dial(ctx context.Context, cfg Config) (*amqp091.Connection, error) {
+	d := net.Dialer{Timeout: cfg.DialTimeout}
+	conn, err := amqp091.DialConfig(cfg.URL, amqp091.Config{
+		Heartbeat: cfg.Heartbeat,
+		Locale:    "en_US",
+		Dial: func(network, addr string) (net.Conn, error) {
+			nc, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// The deadline covers the AMQP handshake; amqp091 clears it
+			// once the connection is open.
+			if err := nc.SetDeadline(time.Now().Add(cfg.DialTimeout)); err != nil {
+				nc.Close()
+				return nil, err
+			}
+			return nc, nil
+		},
+		Properties: amqp091.Table{"connection_name": "captchaq " + cfg.Prefix},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("amqp: connect to %s: %w", redactURL(cfg.URL), err)
+	}
+	return conn, nil
+}
+
+// connect dials and declares the topology (and the checkpoint queues of
+// owners), each step under its own timeout.
+func connect(ctx context.Context, cfg Config, owners []string) (*amqp091.Connection, error) {
+	conn, err := dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, cfg.SetupTimeout)
+	defer cancel()
+	if err := declareTopology(sctx, conn, cfg); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	for _, o := range owners {
+		if err := declareInflight(conn, cfg, o); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+// loop watches the connection and replaces it when it dies.
+func (c *Conn) loop(conn *amqp091.Connection) {
+	defer close(c.done)
+	log := c.cfg.Logger.With("broker", redactURL(c.cfg.URL))
+	for {
+		closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
+		blocked := conn.NotifyBlocked(make(chan amqp091.Blocking, 4))
+	watch:
+		for {
+			select {
+			case <-c.closing:
+				_ = conn.Close()
+				c.setConn(nil)
+				return
+			case b, ok := <-blocked:
+				if !ok {
+					continue
+				}
+				c.setBlocked(b.Active)
+				log.Warn("broker flow control", "blocked", b.Active, "reason", b.Reason)
+			case err := <-closed:
+				log.Warn("broker connection lost", "err", err)
+				break watch
+			}
+		}
+		c.setConn(nil)
+		c.setBlocked(false)
+		backoff := c.cfg.ReconnectMin
+		for {
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-c.closing:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			next, err := connect(ctx, c.cfg, c.ownerList())
+			cancel()
+			if err == nil {
+				conn = next
+				break
+			}
+			log.Warn("broker reconnect failed", "err", err, "retry_in", backoff)
+			select {
+			case <-c.closing:
+				return
+			case <-time.After(jitter(backoff)):
+			}
+			backoff = min(backoff*2, c.cfg.ReconnectMax)
+		}
+		c.reconnects.Add(1)
+		log.Info("broker reconnected")
+		c.setConn(conn)
+	}
+}
+
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d/2+1)
+}
+
+func (c *Conn) setConn(conn *amqp091.Connection) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if conn == nil {
+		if c.conn != nil {
+			c.conn = nil
+			c.ready = make(chan struct{})
+		}
+		return
+	}
+	c.conn = conn
+	close(c.ready)
+}
+
+func (c *Conn) setBlocked(b bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	isBlocked := !isClosedChan(c.unblocked)
+	switch {
+	case b && !isBlocked:
+		c.unblocked = make(chan struct{})
+	case !b && isBlocked:
+		close(c.unblocked)
+	}
+}
+
+func isClosedChan(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *Conn) ownerList() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.owners))
+	for o := range c.owners {
+		out = append(out, o)
+	}
+	return out
+}
+
+// waitUnblocked returns once the broker accepts publishes.
+func (c *Conn) waitUnblocked(ctx context.Context) error {
+	c.mu.Lock()
+	ch := c.unblocked
+	c.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("amqp: broker is blocking publishes (resource alarm): %w", ctx.Err())
+	case <-c.closing:
+		return ErrClosed
+	}
+}
+
+// connection waits for a usable connection.
+func (c *Conn) connection(ctx context.Context) (*amqp091.Connection, error) {
+	for {
+		c.mu.Lock()
+		conn, ready := c.conn, c.ready
+		c.mu.Unlock()
+		if conn != nil && !conn.IsClosed() {
+			return conn, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("amqp: waiting for the broker: %w", ctx.Err())
+		case <-c.closing:
+			return nil, ErrClosed
+		}
+		if conn != nil {
+			// ready was already closed but the connection died: wait for
+			// the loop to notice.
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, fmt.Errorf("amqp: waiting for the broker: %w", ctx.Err())
+			}
+		}
+	}
+}
+
+// channel opens a channel on the current connection and gives it a new
+// generation.
+func (c *Conn) channel(ctx context.Context) (*amqp091.Channel, uint64, error) {
+	for {
+		conn, err := c.connection(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		ch, err := conn.Channel()
+		if err == nil {
+			return ch, c.gens.Add(1), nil
+		}
+		if !conn.IsClosed() {
+			return nil, 0, fmt.Errorf("amqp: open channel: %w", err)
+		}
+	}
+}
+
+// DeclareInflight declares the checkpoint queue of owner, now and after
+// every reconnect.
+func (c *Conn) DeclareInflight(ctx context.Context, owner string) error {
+	if !prefixRE.MatchString(owner) {
+		return fmt.Errorf("amqp: owner %q: use letters, digits, '.', '_', ':' or '-'", owner)
+	}
+	conn, err := c.connection(ctx)
+	if err != nil {
+		return err
+	}
+	if err := declareInflight(conn, c.cfg, owner); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.owners[owner] = true
+	c.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,242 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrStaleDelivery is returned by Ack and Nack of a delivery whose channel
+// has closed. Nothing is sent: a delivery tag means something else on any
+// other channel. The broker has put the message back and will deliver it
+// again.
+var ErrStaleDelivery = errors.New("amqp: delivery is from a closed channel; the broker will deliver it again")
+
+// ErrSettled is returned by a second Ack or Nack of one delivery.
+var ErrSettled = errors.New("amqp: delivery already acked or nacked")
+
+// Consumer takes messages from some queues with manual acks and a small
+// prefetch, and opens a new channel (a new generation) whenever its channel
+// or the connection dies or the broker cancels it.
+type Consumer struct {
+	c        *Conn
+	queues   []string
+	prefetch int
+	out      chan *Delivery
+	gen      atomic.Uint64 // generation of the open channel; 0 while none
+	cancel   context.CancelFunc
+	done     chan struct{}
+	restarts atomic.Int64
+}
+
+// Delivery is one message. Ack and Nack go to the channel it came from,
+// and only while that channel lives.
+type Delivery struct {
+	Queue       string
+	Exchange    string
+	RoutingKey  string
+	MessageID   string
+	Priority    uint8
+	Redelivered bool
+	Timestamp   time.Time
+	Headers     amqp091.Table
+	Body        []byte
+	// Generation is the channel generation the delivery came on.
+	Generation uint64
+
+	consumer *Consumer
+	ch       *amqp091.Channel
+	tag      uint64
+	settled  atomic.Bool
+}
+
+// Consume starts consuming queues with prefetch (0: Config.Prefetch; <0:
+// unlimited). It returns once the first channel consumes, so a missing
+// queue is reported at once. Deliveries stop when ctx ends or Close is
+// called; unacked ones go back to their queues.
+func (c *Conn) Consume(ctx context.Context, queues []string, prefetch int) (*Consumer, error) {
+	if len(queues) == 0 {
+		return nil, errors.New("amqp: consume: no queue given")
+	}
+	switch {
+	case prefetch == 0:
+		prefetch = c.cfg.Prefetch
+	case prefetch < 0:
+		prefetch = 0
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	k := &Consumer{c: c, queues: queues, prefetch: prefetch, out: make(chan *Delivery), cancel: cancel, done: make(chan struct{})}
+	first := make(chan error, 1)
+	go k.loop(ctx, first)
+	select {
+	case err := <-first:
+		if err != nil {
+			cancel()
+			<-k.done
+			return nil, err
+		}
+		return k, nil
+	case <-ctx.Done():
+		<-k.done
+		return nil, ctx.Err()
+	}
+}
+
+// Deliveries is closed once the consumer stops.
+func (k *Consumer) Deliveries() <-chan *Delivery { return k.out }
+
+// Generation is the generation of the consumer's open channel, 0 while it
+// has none.
+func (k *Consumer) Generation() uint64 { return k.gen.Load() }
+
+// Restarts counts channels opened after the first.
+func (k *Consumer) Restarts() int64 { return k.restarts.Load() }
+
+// Close stops consuming and waits for the loop to end.
+func (k *Consumer) Close() error {
+	k.cancel()
+	<-k.done
+	return nil
+}
+
+func (k *Consumer) loop(ctx context.Context, first chan<- error) {
+	defer close(k.done)
+	defer close(k.out)
+	log := k.c.cfg.Logger.With("queues", k.queues)
+	backoff := k.c.cfg.ReconnectMin
+	for n := 0; ; n++ {
+		err := k.session(ctx, first)
+		first = nil
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("consumer channel ended", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(backoff*2, k.c.cfg.ReconnectMax)
+		k.restarts.Add(1)
+	}
+}
+
+// session runs one channel generation until it ends.
+func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) {
+	report := func(err error) error {
+		if first != nil {
+			first <- err
+		}
+		return err
+	}
+	ch, gen, err := k.c.channel(ctx)
+	if err != nil {
+		return report(err)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	defer func() {
+		// Stale before closed, so no Ack races onto a dying channel;
+		// closing ends the forwarders' delivery streams.
+		k.gen.Store(0)
+		close(stop)
+		_ = ch.Close()
+		wg.Wait()
+	}()
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	canceled := ch.NotifyCancel(make(chan string, len(k.queues)))
+	if err := ch.Qos(k.prefetch, 0, false); err != nil {
+		return report(fmt.Errorf("amqp: qos: %w", err))
+	}
+	merged := make(chan *Delivery)
+	for _, q := range k.queues {
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		if err != nil {
+			return report(fmt.Errorf("amqp: consume %q: %w", q, err))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range ds {
+				del := &Delivery{
+					Queue: q, Exchange: d.Exchange, RoutingKey: d.RoutingKey, MessageID: d.MessageId,
+					Priority: d.Priority, Redelivered: d.Redelivered, Timestamp: d.Timestamp,
+					Headers: d.Headers, Body: d.Body, Generation: gen,
+					consumer: k, ch: ch, tag: d.DeliveryTag,
+				}
+				select {
+				case merged <- del:
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
+	k.gen.Store(gen)
+	report(nil)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e := <-closed:
+			if e == nil {
+				return errors.New("amqp: channel closed")
+			}
+			return e
+		case tag := <-canceled:
+			return fmt.Errorf("amqp: the broker cancelled consumer %s (queue deleted?)", tag)
+		case d := <-merged:
+			select {
+			case k.out <- d:
+			case <-ctx.Done():
+				return ctx.Err()
+			case e := <-closed:
+				return fmt.Errorf("amqp: channel closed: %v", e)
+			}
+		}
+	}
+}
+
+// live reports whether the delivery's channel is still the consumer's open
+// one.
+func (d *Delivery) live() bool {
+	return d.consumer.gen.Load() == d.Generation && !d.ch.IsClosed()
+}
+
+// Ack acknowledges the delivery on its own channel. ErrStaleDelivery means
+// the channel died first and the broker will deliver the message again.
+func (d *Delivery) Ack() error {
+	if !d.live() {
+		return ErrStaleDelivery
+	}
+	if !d.settled.CompareAndSwap(false, true) {
+		return ErrSettled
+	}
+	if err := d.ch.Ack(d.tag, false); err != nil {
+		return fmt.Errorf("%w: %v", ErrStaleDelivery, err)
+	}
+	return nil
+}
+
+// Nack rejects the delivery on its own channel: requeue puts it back,
+// otherwise the queue dead-letters it.
+func (d *Delivery) Nack(requeue bool) error {
+	if !d.live() {
+		return ErrStaleDelivery
+	}
+	if !d.settled.CompareAndSwap(false, true) {
+		return ErrSettled
+	}
+	if err := d.ch.Nack(d.tag, false, requeue); err != nil {
+		return fmt.Errorf("%w: %v", ErrStaleDelivery, err)
+	}
+	return nil
+}
+
+// Task decodes the delivery as a task message.
+func (d *Delivery) Task() (TaskMessage, error) { return DecodeTask(d.Body, d.Headers) }

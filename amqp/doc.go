@@ -1,0 +1,78 @@
+// Package amqp carries captchaq tasks and results over RabbitMQ, for a fleet
+// of machines that share one provider key.
+//
+// # Topology
+//
+// Every name starts with Config.Prefix (default "captcha"), so fleets and
+// tests share one broker:
+//
+//	captcha.types      direct exchange; routing key = task kind (KindOf)
+//	captcha.tasks.all  fanout; the alternate exchange of captcha.types
+//	captcha.tasks      tasks of kinds without a lane
+//	captcha.tasks.K    the lane of kind K (Config.Lanes), for consumers of K only
+//	captcha.results    results; message id = task id
+//	captcha.dlx        dead-letter exchange → captcha.failed
+//	captcha.delay      headers exchange → captcha.delay.<ms>: retry tiers whose
+//	                   TTL dead-letters back to captcha.types under the kind
+//	captcha.inflight   headers exchange → captcha.inflight.<owner>: checkpoints
+//	captcha.status     fanout for status beats (see Stats)
+//
+// Task queues dead-letter to captcha.dlx, so a task that waits longer than
+// Config.TaskTTL (5 minutes) lands in captcha.failed with x-death reason
+// "expired". Transient failures never go there: Publisher.Retry parks the
+// task in a delay tier. Only permanent failures and exhausted retries are
+// dead letters (Publisher.DeadLetter), with reason, error code and attempts
+// in headers; DeadLetters lists them and Replay sends them back.
+//
+// # Priority: classic queues with x-max-priority
+//
+// The task queues are classic queues with x-max-priority 10. RabbitMQ 3.10
+// quorum queues ignore priority; the alternative, one quorum queue per
+// priority, cannot be consumed in priority order with push consumers (each
+// lane would have its own prefetch, and a consumer would have to poll lanes
+// with basic.get in order). A classic priority queue orders at the broker
+// with no polling, and a small prefetch keeps the order honest. The cost is
+// no replication; a broker restart keeps every task (durable queues,
+// persistent messages). Task priority 1 (most urgent) maps to AMQP 9,
+// the default 5 to 5.
+//
+// # Checkpoints: no second solve after a crash
+//
+// A task the provider has accepted is published, with its captcha id, to
+// its consumer's own checkpoint queue (Publisher.Checkpoint) and confirmed;
+// then the task delivery is acked. The consumer holds the checkpoint
+// delivery while it polls, and acks it once the result is confirmed. If the
+// consumer dies, the checkpoint goes back to ready, its lease
+// (Config.InflightLease) runs out, and the queue dead-letters it to
+// captcha.types under its kind: whoever takes it sees the captcha id and
+// polls instead of submitting again. A checkpoint held longer than
+// Config.InflightRefresh must be republished and the old delivery acked by
+// its holder, so the
+// broker's consumer_timeout (30 minutes) never fires. Idle checkpoint
+// queues delete themselves after an hour.
+//
+// # Connection
+//
+// Conn dials with timeouts, declares the topology under a timeout, and
+// reconnects with exponential backoff and jitter. Every channel has a
+// generation; a Delivery remembers its own, and Ack on a delivery from a
+// closed channel returns ErrStaleDelivery without sending anything (the
+// broker redelivers the message). Publishing waits while the broker blocks
+// (connection.blocked). Publisher confirms every message, publishes
+// mandatory (an unroutable message is ErrUnroutable, not a silent loss)
+// and publishes again what was unconfirmed when a channel died.
+//
+// A declaration that conflicts with an existing queue (PRECONDITION_FAILED)
+// is a *ConflictError that names the queue, the argument, both values and
+// the fix: delete the queue once drained, or use another prefix.
+//
+// # Stats
+//
+// Stats reports the three numbers operators watch: tasks waiting in the task
+// queues, dead letters per minute over a window, and the age of the oldest
+// task a consumer holds unfinished, from the status beats consumers publish
+// (so the management plugin is not needed).
+//
+// Message bodies are the user's Task or Result JSON; the provider key is
+// never in a message.
+package amqp

@@ -1,0 +1,222 @@
+package amqp
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+)
+
+// Headers the queue sets on task messages. Bodies are the user's Task or
+// Result JSON; everything the broker path adds travels in headers, so a dead
+// letter can be read, fixed and replayed as it is.
+const (
+	HeaderAttempts   = "captchaq-attempts"   // int: provider submissions so far
+	HeaderCaptchaID  = "captchaq-captcha-id" // the provider's id of the attempt in flight
+	HeaderSubmitted  = "captchaq-submitted"  // RFC 3339: when the provider accepted it
+	HeaderAccepted   = "captchaq-accepted"   // RFC 3339: when the task entered the broker
+	HeaderReason     = "captchaq-reason"     // why a dead letter is one: permanent, exhausted, invalid
+	HeaderError      = "captchaq-error"      // the last error's text
+	HeaderErrorCode  = "captchaq-error-code" // the last error's code (ERROR_…, EXPIRED, …)
+	HeaderOwner      = "captchaq-owner"      // the consumer holding a checkpoint
+	HeaderDelay      = "captchaq-delay"      // the delay tier in ms
+	contentTypeJSON  = "application/json"
+	messageTypeTask  = "task"
+	messageTypeResul = "result"
+)
+
+// Dead-letter reasons in HeaderReason. RabbitMQ's own ("expired",
+// "rejected", "maxlen") come in the x-death header instead.
+const (
+	ReasonPermanent = "permanent" // the provider refused this task for good
+	ReasonExhausted = "exhausted" // retries used up
+	ReasonInvalid   = "invalid"   // the message could not be read as a task
+)
+
+// ErrBadMessage is returned for a message whose body is not a task or a
+// result.
+var ErrBadMessage = errors.New("amqp: bad message")
+
+// KindOf is the routing key of a task: its kind as users think of it
+// (recaptcha_v2, turnstile, image, ...), or the method itself for methods
+// this package does not know, so they still route (to the default queue).
+func KindOf(t captchaq.Task) string {
+	switch t.Method {
+	case "userrecaptcha":
+		if strings.EqualFold(t.Params["version"], "v3") {
+			return string(provider.KindRecaptchaV3)
+		}
+		return string(provider.KindRecaptchaV2)
+	case "base64", "post":
+		if t.Params["recaptcha"] == "1" {
+			return string(provider.KindGrid)
+		}
+		return string(provider.KindImage)
+	case "":
+		return "unknown"
+	}
+	return t.Method
+}
+
+// AMQPPriority maps a task priority (lower is more urgent, 0 = default 5)
+// onto an AMQP priority (higher is more urgent) in 0..max.
+func AMQPPriority(p, maxPriority int) uint8 {
+	if p == 0 {
+		p = captchaq.PriorityDefault
+	}
+	return uint8(min(max(maxPriority-p, 0), maxPriority))
+}
+
+// TaskMessage is a task as it travels: the task and what the broker path
+// knows of it.
+type TaskMessage struct {
+	Task      captchaq.Task
+	Attempts  int
+	CaptchaID string    // set on a checkpoint: poll, do not submit again
+	Accepted  time.Time // when it first entered the broker
+	Submitted time.Time
+	// LastError and LastErrorCode are kept across retries.
+	LastError     string
+	LastErrorCode string
+}
+
+func (m TaskMessage) publishing(maxPriority int) (amqp091.Publishing, error) {
+	body, err := json.Marshal(m.Task)
+	if err != nil {
+		return amqp091.Publishing{}, fmt.Errorf("amqp: encode task %q: %w", m.Task.ID, err)
+	}
+	h := amqp091.Table{HeaderAttempts: int32(m.Attempts)}
+	if m.CaptchaID != "" {
+		h[HeaderCaptchaID] = m.CaptchaID
+	}
+	if !m.Accepted.IsZero() {
+		h[HeaderAccepted] = m.Accepted.UTC().Format(time.RFC3339Nano)
+	}
+	if !m.Submitted.IsZero() {
+		h[HeaderSubmitted] = m.Submitted.UTC().Format(time.RFC3339Nano)
+	}
+	if m.LastError != "" {
+		h[HeaderError] = m.LastError
+	}
+	if m.LastErrorCode != "" {
+		h[HeaderErrorCode] = m.LastErrorCode
+	}
+	return amqp091.Publishing{
+		ContentType:  contentTypeJSON,
+		DeliveryMode: amqp091.Persistent,
+		Priority:     AMQPPriority(m.Task.Priority, maxPriority),
+		MessageId:    m.Task.ID,
+		Type:         messageTypeTask,
+		Timestamp:    time.Now(),
+		Headers:      h,
+		Body:         body,
+	}, nil
+}
+
+// DecodeTask reads a task message.
+func DecodeTask(body []byte, h amqp091.Table) (TaskMessage, error) {
+	var m TaskMessage
+	if err := json.Unmarshal(body, &m.Task); err != nil {
+		return m, fmt.Errorf("%w: task body: %v", ErrBadMessage, err)
+	}
+	if m.Task.ID == "" {
+		return m, fmt.Errorf("%w: task body has no id", ErrBadMessage)
+	}
+	m.Attempts = headerInt(h, HeaderAttempts)
+	m.CaptchaID = headerString(h, HeaderCaptchaID)
+	m.Accepted = headerTime(h, HeaderAccepted)
+	m.Submitted = headerTime(h, HeaderSubmitted)
+	m.LastError = headerString(h, HeaderError)
+	m.LastErrorCode = headerString(h, HeaderErrorCode)
+	return m, nil
+}
+
+func resultPublishing(r captchaq.Result) (amqp091.Publishing, error) {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return amqp091.Publishing{}, fmt.Errorf("amqp: encode result %q: %w", r.ID, err)
+	}
+	return amqp091.Publishing{
+		ContentType:  contentTypeJSON,
+		DeliveryMode: amqp091.Persistent,
+		MessageId:    r.ID,
+		Type:         messageTypeResul,
+		Timestamp:    time.Now(),
+		Body:         body,
+	}, nil
+}
+
+// DecodeResult reads a result message.
+func DecodeResult(body []byte) (captchaq.Result, error) {
+	var r captchaq.Result
+	if err := json.Unmarshal(body, &r); err != nil {
+		return r, fmt.Errorf("%w: result body: %v", ErrBadMessage, err)
+	}
+	if r.ID == "" {
+		return r, fmt.Errorf("%w: result body has no id", ErrBadMessage)
+	}
+	return r, nil
+}
+
+func headerString(h amqp091.Table, k string) string {
+	s, _ := h[k].(string)
+	return s
+}
+
+func headerInt(h amqp091.Table, k string) int {
+	switch v := h[k].(type) {
+	case int32:
+		return int(v)
+	case int64:
+		return int(v)
+	case int16:
+		return int(v)
+	case int8:
+		return int(v)
+	case uint8:
+		return int(v)
+	case int:
+		return v
+	}
+	return 0
+}
+
+func headerTime(h amqp091.Table, k string) time.Time {
+	s := headerString(h, k)
+	if s == "" {
+		return time.Time{}
+	}
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
+}
+
+// Death is the newest entry of RabbitMQ's x-death header: why and from
+// where the broker dead-lettered a message.
+type Death struct {
+	Reason string // expired, rejected, maxlen, delivery_limit
+	Queue  string
+	Count  int
+}
+
+// LastDeath reads the newest x-death entry, if any.
+func LastDeath(h amqp091.Table) (Death, bool) {
+	list, ok := h["x-death"].([]any)
+	if !ok || len(list) == 0 {
+		return Death{}, false
+	}
+	e, ok := list[0].(amqp091.Table)
+	if !ok {
+		return Death{}, false
+	}
+	d := Death{Reason: headerString(e, "reason"), Queue: headerString(e, "queue")}
+	if c, ok := e["count"].(int64); ok {
+		d.Count = int(c)
+	}
+	return d, true
+}

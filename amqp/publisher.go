@@ -1,0 +1,237 @@
+package amqp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/captchaq/captchaq"
+)
+
+// ErrUnroutable is returned when the broker returned a mandatory message
+// because no queue was bound to take it: the topology is missing a queue.
+var ErrUnroutable = errors.New("amqp: message unroutable")
+
+// ErrNacked is returned when the broker refused a message (nack) several
+// times on a healthy channel.
+var ErrNacked = errors.New("amqp: broker refused the message")
+
+// publishTokenHeader ties a returned message to its publish call.
+const publishTokenHeader = "captchaq-publish"
+
+// maxOutstanding bounds concurrent publishes per Publisher, and so the
+// returns that can wait to be read.
+const maxOutstanding = 512
+
+// Publisher publishes persistent, mandatory messages and waits for the
+// broker's confirm. A publish whose channel dies before its confirm is
+// published again on the next channel, so a message may arrive twice but is
+// never lost: every message id is the task id, and readers dedupe. Safe for
+// concurrent use.
+type Publisher struct {
+	c   *Conn
+	sem chan struct{}
+
+	mu       sync.Mutex
+	ch       *amqp091.Channel
+	gen      uint64
+	returns  chan amqp091.Return
+	returned map[string]amqp091.Return
+}
+
+// NewPublisher returns a Publisher on c. Its channel opens on first use.
+func (c *Conn) NewPublisher() *Publisher {
+	return &Publisher{c: c, sem: make(chan struct{}, maxOutstanding), returned: map[string]amqp091.Return{}}
+}
+
+// Close closes the publisher's channel.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil {
+		_ = p.ch.Close()
+		p.ch = nil
+	}
+	return nil
+}
+
+func (p *Publisher) channel(ctx context.Context) (*amqp091.Channel, uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil && !p.ch.IsClosed() {
+		return p.ch, p.gen, nil
+	}
+	ch, gen, err := p.c.channel(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, 0, fmt.Errorf("amqp: confirm mode: %w", err)
+	}
+	p.returns = ch.NotifyReturn(make(chan amqp091.Return, maxOutstanding))
+	p.ch, p.gen = ch, gen
+	return ch, gen, nil
+}
+
+// takeReturn reports whether the message with token came back. The broker
+// sends a return before the confirm of the same message, and the client
+// hands it to our buffered channel before it reads the confirm, so once a
+// confirm is seen its return, if any, is already buffered.
+func (p *Publisher) takeReturn(token string) (amqp091.Return, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for drained := false; !drained; {
+		select {
+		case r, ok := <-p.returns:
+			if !ok {
+				drained = true
+				break
+			}
+			if t, _ := r.Headers[publishTokenHeader].(string); t != "" {
+				p.returned[t] = r
+			}
+		default:
+			drained = true
+		}
+	}
+	r, ok := p.returned[token]
+	delete(p.returned, token)
+	return r, ok
+}
+
+// Publish publishes msg to exchange with key and returns once the broker
+// has confirmed it. msg is sent persistent and mandatory.
+func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp091.Publishing) error {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.sem }()
+
+	var tok [8]byte
+	_, _ = rand.Read(tok[:])
+	token := hex.EncodeToString(tok[:])
+	h := make(amqp091.Table, len(msg.Headers)+1)
+	for k, v := range msg.Headers {
+		h[k] = v
+	}
+	h[publishTokenHeader] = token
+	msg.Headers = h
+	msg.DeliveryMode = amqp091.Persistent
+
+	nacks := 0
+	for {
+		if err := p.c.waitUnblocked(ctx); err != nil {
+			return err
+		}
+		ch, _, err := p.channel(ctx)
+		if err != nil {
+			return err
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+		if err != nil {
+			if ch.IsClosed() {
+				continue // the channel died: publish again on the next one
+			}
+			return fmt.Errorf("amqp: publish to %q/%q: %w", exchange, key, err)
+		}
+		ack, err := dc.WaitContext(ctx)
+		if err != nil {
+			return fmt.Errorf("amqp: waiting for the confirm of %q: %w", msg.MessageId, err)
+		}
+		if r, ok := p.takeReturn(token); ok {
+			return fmt.Errorf("%w: exchange %q, routing key %q: %s (%d); declare the topology (or check --prefix)",
+				ErrUnroutable, r.Exchange, r.RoutingKey, r.ReplyText, r.ReplyCode)
+		}
+		if ack {
+			return nil
+		}
+		if ch.IsClosed() {
+			continue // unconfirmed when the channel died
+		}
+		nacks++
+		if nacks >= 3 {
+			return fmt.Errorf("%w: %q (nacked %d times)", ErrNacked, msg.MessageId, nacks)
+		}
+		select {
+		case <-time.After(time.Duration(nacks) * 100 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// PublishTask publishes a task to the task exchange under its kind.
+func (p *Publisher) PublishTask(ctx context.Context, m TaskMessage) error {
+	if m.Accepted.IsZero() {
+		m.Accepted = time.Now()
+	}
+	msg, err := m.publishing(p.c.cfg.MaxPriority)
+	if err != nil {
+		return err
+	}
+	return p.Publish(ctx, p.c.Names().Types, KindOf(m.Task), msg)
+}
+
+// PublishResult publishes a result to the results queue.
+func (p *Publisher) PublishResult(ctx context.Context, r captchaq.Result) error {
+	msg, err := resultPublishing(r)
+	if err != nil {
+		return err
+	}
+	return p.Publish(ctx, "", p.c.Names().Results, msg)
+}
+
+// Checkpoint publishes a task that the provider has accepted, with its
+// captcha id, to owner's checkpoint queue (see Conn.DeclareInflight). Once
+// it is confirmed the original task delivery may be acked: if owner dies,
+// the checkpoint's lease runs out and it goes back to the task exchange
+// still carrying the captcha id, so whoever takes it polls instead of
+// paying for a second solve.
+func (p *Publisher) Checkpoint(ctx context.Context, owner string, m TaskMessage) error {
+	if m.CaptchaID == "" {
+		return fmt.Errorf("amqp: checkpoint of %q without a captcha id", m.Task.ID)
+	}
+	msg, err := m.publishing(p.c.cfg.MaxPriority)
+	if err != nil {
+		return err
+	}
+	msg.Headers[HeaderOwner] = owner
+	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
+	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), msg)
+}
+
+// Retry publishes a task that failed transiently to the delay tier of its
+// attempt count; after the tier's delay it goes back to the task exchange.
+// It returns the delay. Transient failures never reach the dead letters.
+func (p *Publisher) Retry(ctx context.Context, m TaskMessage) (time.Duration, error) {
+	tiers := p.c.cfg.RetryDelays
+	d := tiers[min(max(m.Attempts-1, 0), len(tiers)-1)]
+	m.CaptchaID = ""
+	msg, err := m.publishing(p.c.cfg.MaxPriority)
+	if err != nil {
+		return 0, err
+	}
+	msg.Headers[HeaderDelay] = strconv.FormatInt(d.Milliseconds(), 10)
+	return d, p.Publish(ctx, p.c.Names().Delay, KindOf(m.Task), msg)
+}
+
+// DeadLetter publishes a task that failed for good to the dead letters with
+// reason (ReasonPermanent, ReasonExhausted) and its last error in headers.
+func (p *Publisher) DeadLetter(ctx context.Context, m TaskMessage, reason string) error {
+	msg, err := m.publishing(p.c.cfg.MaxPriority)
+	if err != nil {
+		return err
+	}
+	msg.Headers[HeaderReason] = reason
+	return p.Publish(ctx, p.c.Names().DLX, FailedRoutingKey, msg)
+}

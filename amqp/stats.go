@@ -1,0 +1,165 @@
+package amqp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// StatusBeat is what a consumer holding tasks tells the fleet, on the
+// status exchange, so the age of the oldest unacknowledged task can be
+// known without the management plugin.
+type StatusBeat struct {
+	Owner string `json:"owner"`
+	// Held counts the tasks the owner holds unfinished; OldestHeld is when
+	// the oldest of them entered the broker (zero when Held is 0).
+	Held       int       `json:"held"`
+	OldestHeld time.Time `json:"oldest_held,omitzero"`
+	At         time.Time `json:"at"`
+}
+
+// Beat publishes b on the status exchange: transient and unconfirmed, as
+// the next beat replaces it.
+func (p *Publisher) Beat(ctx context.Context, b StatusBeat) error {
+	body, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	ch, _, err := p.channel(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = ch.PublishWithDeferredConfirmWithContext(ctx, p.c.Names().Status, "", false, false, amqp091.Publishing{
+		ContentType: contentTypeJSON, Timestamp: b.At, Body: body, Expiration: "60000",
+	})
+	return err
+}
+
+// QueueStats is one queue's depth.
+type QueueStats struct {
+	Name      string `json:"name"`
+	Ready     int    `json:"ready"`
+	Consumers int    `json:"consumers"`
+}
+
+// Stats are the three numbers operators watch, and the depths behind them.
+type Stats struct {
+	// Waiting is the tasks ready in the task queues (default and lanes):
+	// whether the plan's threads are saturated.
+	Waiting int `json:"waiting"`
+	// FailedPerMinute is the growth of the dead-letter queue over Window,
+	// per minute: a stale sitekey or a wrong pageurl shows here first.
+	FailedPerMinute float64 `json:"failed_per_minute"`
+	// OldestUnacked is the age of the oldest task a consumer holds
+	// unfinished, from the status beats heard during Window (zero if none
+	// was heard): a stuck consumer shows here.
+	OldestUnacked time.Duration `json:"oldest_unacked_seconds"`
+	Holders       int           `json:"holders"`
+	Held          int           `json:"held"`
+	Window        time.Duration `json:"window_seconds"`
+	Queues        []QueueStats  `json:"queues"`
+}
+
+// statsListening, when set (by tests), is called once Stats hears beats.
+var statsListening func()
+
+// MarshalJSON writes durations in seconds.
+func (s Stats) MarshalJSON() ([]byte, error) {
+	type plain Stats
+	return json.Marshal(struct {
+		plain
+		OldestUnacked float64 `json:"oldest_unacked_seconds"`
+		Window        float64 `json:"window_seconds"`
+	}{plain(s), s.OldestUnacked.Seconds(), s.Window.Seconds()})
+}
+
+// Stats samples the queues, listens to status beats for window, samples the
+// dead-letter queue again, and reports.
+func (c *Conn) Stats(ctx context.Context, window time.Duration) (Stats, error) {
+	st := Stats{Window: window}
+	ch, _, err := c.channel(ctx)
+	if err != nil {
+		return st, err
+	}
+	defer ch.Close()
+	n := c.Names()
+	inspect := func(q string) (QueueStats, error) {
+		s, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			return QueueStats{}, fmt.Errorf("amqp: inspect queue %s: %w", q, err)
+		}
+		return QueueStats{Name: q, Ready: s.Messages, Consumers: s.Consumers}, nil
+	}
+	taskQueues := []string{n.Tasks}
+	for _, l := range c.cfg.Lanes {
+		taskQueues = append(taskQueues, n.Lane(l))
+	}
+	for _, q := range append(taskQueues, n.Results, n.Failed) {
+		s, err := inspect(q)
+		if err != nil {
+			return st, err
+		}
+		st.Queues = append(st.Queues, s)
+	}
+	for _, s := range st.Queues[:len(taskQueues)] {
+		st.Waiting += s.Ready
+	}
+	failed0 := st.Queues[len(st.Queues)-1].Ready
+
+	bq, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		return st, fmt.Errorf("amqp: status queue: %w", err)
+	}
+	if err := ch.QueueBind(bq.Name, "", n.Status, false, nil); err != nil {
+		return st, fmt.Errorf("amqp: bind status queue: %w", err)
+	}
+	beats, err := ch.Consume(bq.Name, "", true, true, false, false, nil)
+	if err != nil {
+		return st, fmt.Errorf("amqp: consume status: %w", err)
+	}
+	if statsListening != nil {
+		statsListening()
+	}
+	start := time.Now()
+	latest := map[string]StatusBeat{}
+	timer := time.NewTimer(window)
+	defer timer.Stop()
+listen:
+	for {
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-timer.C:
+			break listen
+		case m, ok := <-beats:
+			if !ok {
+				break listen
+			}
+			var b StatusBeat
+			if json.Unmarshal(m.Body, &b) == nil && b.Owner != "" {
+				latest[b.Owner] = b
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	failed1, err := inspect(n.Failed)
+	if err != nil {
+		return st, err
+	}
+	st.Queues[len(st.Queues)-1] = failed1
+	if elapsed > 0 {
+		st.FailedPerMinute = float64(max(failed1.Ready-failed0, 0)) / elapsed.Minutes()
+	}
+	now := time.Now()
+	for _, b := range latest {
+		st.Holders++
+		st.Held += b.Held
+		if b.Held > 0 && !b.OldestHeld.IsZero() {
+			st.OldestUnacked = max(st.OldestUnacked, now.Sub(b.OldestHeld))
+		}
+	}
+	return st, nil
+}

@@ -1,0 +1,283 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrTopologyConflict matches a *ConflictError.
+var ErrTopologyConflict = errors.New("amqp: topology conflict")
+
+// ConflictError says that a queue or exchange already exists with other
+// arguments than this topology declares (the broker answered
+// PRECONDITION_FAILED), which one, and what to do.
+type ConflictError struct {
+	Kind string // "queue" or "exchange"
+	Name string
+	// Arg is the argument that differs (x-max-priority, x-message-ttl, ...)
+	// or a property (durable), as the broker named it; Want is what this
+	// topology declares and Have what the broker said exists.
+	Arg, Want, Have string
+	Broker          string // the broker's own words
+}
+
+func (e *ConflictError) Error() string {
+	what := "its arguments differ"
+	if e.Arg != "" {
+		what = fmt.Sprintf("argument %s is %s on the broker but this topology declares %s", e.Arg, e.Have, e.Want)
+	}
+	fix := fmt.Sprintf("delete it once drained (rabbitmqctl delete_queue %s) or pick another --prefix", e.Name)
+	if e.Kind == "exchange" {
+		fix = fmt.Sprintf("delete it (rabbitmqadmin delete exchange name=%s) or pick another --prefix", e.Name)
+	}
+	return fmt.Sprintf("amqp: %s %q already exists with other settings: %s; %s (broker said: %s)", e.Kind, e.Name, what, fix, e.Broker)
+}
+
+// Is makes errors.Is(err, ErrTopologyConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrTopologyConflict }
+
+// Broker texts look like: PRECONDITION_FAILED - inequivalent arg
+// 'x-max-priority' for queue 'q' in vhost '/': received the value '10' of
+// type 'signedint' but current is none
+var (
+	inequivArgRE = regexp.MustCompile(`inequivalent arg '([^']+)' for (queue|exchange) '([^']+)'.*?received (?:the value '([^']*)'|none)(?: of type '[^']*')? but current is (?:the value '([^']*)'|none)`)
+	inequivRE    = regexp.MustCompile(`inequivalent arg '([^']+)' for (queue|exchange) '([^']+)'`)
+	durableRE    = regexp.MustCompile(`(queue|exchange) '([^']+)' in vhost '[^']*' (?:with durable|.*durable)`)
+)
+
+// conflict turns a PRECONDITION_FAILED from declaring kind/name into a
+// *ConflictError.
+func conflict(kind, name string, err error) error {
+	var ae *amqp091.Error
+	if !errors.As(err, &ae) || ae.Code != amqp091.PreconditionFailed {
+		return fmt.Errorf("amqp: declare %s %q: %w", kind, name, err)
+	}
+	ce := &ConflictError{Kind: kind, Name: name, Broker: ae.Reason}
+	if m := inequivArgRE.FindStringSubmatch(ae.Reason); m != nil {
+		ce.Arg, ce.Want, ce.Have = m[1], orNone(m[4]), orNone(m[5])
+	} else if m := inequivRE.FindStringSubmatch(ae.Reason); m != nil {
+		ce.Arg = m[1]
+	} else if durableRE.MatchString(ae.Reason) {
+		ce.Arg = "durable"
+	}
+	return ce
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// declarer runs declarations one by one; a refused one closes the channel,
+// so it opens a new one and goes on, to report every conflict at once.
+type declarer struct {
+	conn *amqp091.Connection
+	ch   *amqp091.Channel
+	errs []error
+}
+
+func (d *declarer) channel() (*amqp091.Channel, error) {
+	if d.ch != nil && !d.ch.IsClosed() {
+		return d.ch, nil
+	}
+	ch, err := d.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("amqp: open channel: %w", err)
+	}
+	d.ch = ch
+	return ch, nil
+}
+
+// do runs one declaration; it returns false when the connection failed,
+// which ends the run.
+func (d *declarer) do(kind, name string, f func(ch *amqp091.Channel) error) bool {
+	ch, err := d.channel()
+	if err != nil {
+		d.errs = append(d.errs, err)
+		return false
+	}
+	if err := f(ch); err != nil {
+		d.errs = append(d.errs, conflict(kind, name, err))
+		return !d.conn.IsClosed()
+	}
+	return true
+}
+
+func (d *declarer) close() {
+	if d.ch != nil {
+		_ = d.ch.Close()
+	}
+}
+
+func (c Config) taskQueueArgs(n Names) amqp091.Table {
+	a := amqp091.Table{
+		"x-queue-type":              "classic",
+		"x-max-priority":            int32(c.MaxPriority),
+		"x-dead-letter-exchange":    n.DLX,
+		"x-dead-letter-routing-key": FailedRoutingKey,
+	}
+	if c.TaskTTL > 0 {
+		a["x-message-ttl"] = int32(c.TaskTTL.Milliseconds())
+	}
+	return a
+}
+
+// declareTopology declares every exchange and queue of c, in an order where
+// each binding finds its ends. The context bounds the whole run.
+func declareTopology(ctx context.Context, conn *amqp091.Connection, c Config) error {
+	done := make(chan error, 1)
+	go func() { done <- declareAll(conn, c) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		// Closing the connection unblocks the declarations; the caller
+		// dials again.
+		_ = conn.Close()
+		<-done
+		return fmt.Errorf("amqp: declare topology: %w", ctx.Err())
+	}
+}
+
+func declareAll(conn *amqp091.Connection, c Config) error {
+	n := NamesFor(c.Prefix)
+	d := &declarer{conn: conn}
+	defer d.close()
+	exchange := func(name, kind string, args amqp091.Table) bool {
+		return d.do("exchange", name, func(ch *amqp091.Channel) error {
+			return ch.ExchangeDeclare(name, kind, true, false, false, false, args)
+		})
+	}
+	queue := func(name string, args amqp091.Table) bool {
+		return d.do("queue", name, func(ch *amqp091.Channel) error {
+			_, err := ch.QueueDeclare(name, true, false, false, false, args)
+			return err
+		})
+	}
+	bind := func(q, key, ex string, args amqp091.Table) bool {
+		return d.do("binding", q, func(ch *amqp091.Channel) error {
+			return ch.QueueBind(q, key, ex, false, args)
+		})
+	}
+	steps := []func() bool{
+		func() bool { return exchange(n.DLX, amqp091.ExchangeDirect, nil) },
+		func() bool { return queue(n.Failed, amqp091.Table{"x-queue-type": "classic"}) },
+		func() bool { return bind(n.Failed, FailedRoutingKey, n.DLX, nil) },
+		func() bool { return exchange(n.TasksAll, amqp091.ExchangeFanout, nil) },
+		func() bool {
+			return exchange(n.Types, amqp091.ExchangeDirect, amqp091.Table{"alternate-exchange": n.TasksAll})
+		},
+		func() bool { return queue(n.Tasks, c.taskQueueArgs(n)) },
+		func() bool { return bind(n.Tasks, "", n.TasksAll, nil) },
+		func() bool { return queue(n.Results, amqp091.Table{"x-queue-type": "classic"}) },
+		func() bool { return exchange(n.Delay, amqp091.ExchangeHeaders, nil) },
+		func() bool { return exchange(n.Inflight, amqp091.ExchangeHeaders, nil) },
+		func() bool { return exchange(n.Status, amqp091.ExchangeFanout, nil) },
+	}
+	for _, kind := range c.Lanes {
+		lane := n.Lane(kind)
+		steps = append(steps,
+			func() bool { return queue(lane, c.taskQueueArgs(n)) },
+			func() bool { return bind(lane, kind, n.Types, nil) })
+	}
+	for _, delay := range c.RetryDelays {
+		q := n.DelayQueue(delay)
+		ms := strconv.FormatInt(delay.Milliseconds(), 10)
+		steps = append(steps,
+			func() bool {
+				// No dead-letter routing key: an expired message keeps
+				// the kind it was published with and routes by it.
+				return queue(q, amqp091.Table{
+					"x-queue-type":           "classic",
+					"x-message-ttl":          int32(delay.Milliseconds()),
+					"x-dead-letter-exchange": n.Types,
+				})
+			},
+			func() bool {
+				return bind(q, "", n.Delay, amqp091.Table{"x-match": "all", HeaderDelay: ms})
+			})
+	}
+	for _, s := range steps {
+		if !s() {
+			break
+		}
+	}
+	return errors.Join(d.errs...)
+}
+
+// declareInflight declares the checkpoint queue of one owner: checkpoints
+// published with its owner header land there; when the owner is gone and a
+// checkpoint's lease runs out, it goes back to the task exchange under its
+// kind, still carrying the captcha id.
+func declareInflight(conn *amqp091.Connection, c Config, owner string) error {
+	n := NamesFor(c.Prefix)
+	d := &declarer{conn: conn}
+	defer d.close()
+	q := n.InflightQueue(owner)
+	ok := d.do("queue", q, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare(q, true, false, false, false, amqp091.Table{
+			"x-queue-type":           "classic",
+			"x-dead-letter-exchange": n.Types,
+			"x-expires":              int32(InflightQueueIdleDefault.Milliseconds()),
+		})
+		return err
+	})
+	if ok {
+		d.do("binding", q, func(ch *amqp091.Channel) error {
+			return ch.QueueBind(q, "", n.Inflight, false, amqp091.Table{"x-match": "all", HeaderOwner: owner})
+		})
+	}
+	return errors.Join(d.errs...)
+}
+
+// DeleteTopology deletes every queue and exchange of c (and the checkpoint
+// queues of owners), messages included. For tests and for an operator who
+// means it.
+func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
+	c = c.withDefaults()
+	conn, err := dial(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	n := NamesFor(c.Prefix)
+	queues := []string{n.Tasks, n.Results, n.Failed}
+	for _, k := range c.Lanes {
+		queues = append(queues, n.Lane(k))
+	}
+	for _, d := range c.RetryDelays {
+		queues = append(queues, n.DelayQueue(d))
+	}
+	for _, o := range owners {
+		queues = append(queues, n.InflightQueue(o))
+	}
+	var errs []error
+	for _, q := range queues {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			errs = append(errs, fmt.Errorf("delete queue %s: %w", q, err))
+		}
+		_ = ch.Close()
+	}
+	for _, e := range []string{n.Types, n.TasksAll, n.DLX, n.Delay, n.Inflight, n.Status} {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		if err := ch.ExchangeDelete(e, false, false); err != nil {
+			errs = append(errs, fmt.Errorf("delete exchange %s: %w", e, err))
+		}
+		_ = ch.Close()
+	}
+	return errors.Join(errs...)
+}

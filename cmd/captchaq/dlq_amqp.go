@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/amqp"
+)
+
+// dlqLine is one dead letter as `dlq list` prints it.
+type dlqLine struct {
+	ID        string        `json:"id,omitempty"`
+	Method    string        `json:"method,omitempty"`
+	Reason    string        `json:"reason"`
+	ErrorCode string        `json:"error_code,omitempty"`
+	Error     string        `json:"error,omitempty"`
+	Attempts  int           `json:"attempts"`
+	From      string        `json:"from,omitempty"`
+	DeadAt    time.Time     `json:"dead_at,omitzero"`
+	Task      captchaq.Task `json:"task"`
+}
+
+func runDLQAMQP(ctx context.Context, env *environment, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return &exitError{code: 2, err: fmt.Errorf("usage: captchaq dlq list|replay --amqp URL [--prefix P] [--id ID,...] [--code ERROR_…] [--all]")}
+	}
+	action := args[0]
+	fs := flag.NewFlagSet("dlq "+action, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	var af amqpFlags
+	af.register(fs, env.getenv)
+	ids := fs.String("id", "", "replay: comma-separated task ids")
+	code := fs.String("code", "", "replay: dead letters with this error code (e.g. ERROR_CAPTCHA_UNSOLVABLE, EXPIRED)")
+	all := fs.Bool("all", false, "replay: every dead letter")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	cfg, err := af.config()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	var f captchaq.DeadLetterFilter
+	switch action {
+	case "list":
+	case "replay":
+		f = captchaq.DeadLetterFilter{All: *all, ErrorCode: *code}
+		if *ids != "" {
+			f.IDs = strings.Split(*ids, ",")
+		}
+		if !f.All && f.ErrorCode == "" && len(f.IDs) == 0 {
+			return &exitError{code: 2, err: fmt.Errorf("dlq replay: say which: --id ID,..., --code CODE or --all")}
+		}
+	default:
+		return &exitError{code: 2, err: fmt.Errorf("dlq: unknown action %q: use list or replay", action)}
+	}
+	c, err := amqp.Dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if action == "replay" {
+		n, err := c.Replay(ctx, f)
+		fmt.Fprintf(env.stdout, "replayed %d dead letters\n", n)
+		return err
+	}
+	enc := json.NewEncoder(env.stdout)
+	n := 0
+	err = c.DeadLetters(ctx, func(dl amqp.DeadLetter) error {
+		n++
+		return enc.Encode(dlqLine{
+			ID: dl.Task.Task.ID, Method: dl.Task.Task.Method, Reason: dl.Reason, ErrorCode: dl.ErrorCode,
+			Error: dl.Task.LastError, Attempts: dl.Task.Attempts, From: dl.From, DeadAt: dl.DeadAt, Task: dl.Task.Task,
+		})
+	})
+	fmt.Fprintf(env.stderr, "%d dead letters\n", n)
+	return err
+}

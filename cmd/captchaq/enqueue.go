@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/amqp"
+)
+
+func init() {
+	commands["enqueue"] = command{summary: "publish task JSONL to RabbitMQ and return", run: runEnqueue}
+}
+
+func runEnqueue(ctx context.Context, env *environment, args []string) error {
+	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	var af amqpFlags
+	af.register(fs, env.getenv)
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [FILE|-]\n\nPublishes one task per JSONL line, each confirmed by the broker.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return &exitError{code: 2, err: fmt.Errorf("give one FILE (or - for stdin), not %d", fs.NArg())}
+	}
+	cfg, err := af.config()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	in := env.stdin
+	name := "stdin"
+	if fs.NArg() == 1 && fs.Arg(0) != "-" {
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in, name = f, fs.Arg(0)
+	}
+	c, err := amqp.Dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	p := c.NewPublisher()
+	defer p.Close()
+	published, invalid, err := enqueueLines(ctx, p, in, name, env.stderr)
+	fmt.Fprintf(env.stderr, "enqueued %d tasks to %s.tasks (%d invalid lines skipped)\n", published, cfg.Prefix, invalid)
+	if err != nil {
+		return err
+	}
+	if invalid > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("%d invalid lines in %s (see above)", invalid, name)}
+	}
+	return nil
+}
+
+// enqueueLines publishes each valid line and reports each invalid one with
+// its line number.
+func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name string, errw io.Writer) (published, invalid int, err error) {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		t, err := parseTaskLine([]byte(text))
+		if err != nil {
+			fmt.Fprintf(errw, "%s:%d: %v\n", name, line, err)
+			invalid++
+			continue
+		}
+		if err := p.PublishTask(ctx, amqp.TaskMessage{Task: t}); err != nil {
+			return published, invalid, fmt.Errorf("%s:%d: task %q: %w", name, line, t.ID, err)
+		}
+		published++
+	}
+	if err := sc.Err(); err != nil {
+		return published, invalid, fmt.Errorf("read %s: %w", name, err)
+	}
+	return published, invalid, nil
+}
+
+// parseTaskLine reads one task line, with the checks the broker path needs
+// (the provider's own checks run where the task is solved).
+func parseTaskLine(b []byte) (captchaq.Task, error) {
+	var t captchaq.Task
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	if err := dec.Decode(&t); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return t, fmt.Errorf("not JSON at byte %d: %v", se.Offset, err)
+		}
+		return t, fmt.Errorf("not a task: %v", err)
+	}
+	switch {
+	case t.ID == "":
+		return t, errors.New(`field "id" is missing: every task needs an id (its idempotency key)`)
+	case t.Method == "":
+		return t, fmt.Errorf(`task %q: field "method" is missing (e.g. "turnstile", "userrecaptcha")`, t.ID)
+	}
+	return t, nil
+}

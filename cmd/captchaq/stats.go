@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/captchaq/captchaq/amqp"
+)
+
+func init() {
+	commands["stats"] = command{summary: "queue depth, failure rate and oldest unacked task on RabbitMQ", run: runStats}
+}
+
+func runStats(ctx context.Context, env *environment, args []string) error {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	var af amqpFlags
+	af.register(fs, env.getenv)
+	window := fs.Duration("window", 10*time.Second, "how long to sample the failure rate and listen for status beats")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *window <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--window %v: must be positive", *window)}
+	}
+	cfg, err := af.config()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	c, err := amqp.Dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, err := c.Stats(ctx, *window)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(env.stdout).Encode(st)
+	}
+	fmt.Fprintf(env.stdout, "waiting tasks       %d\n", st.Waiting)
+	fmt.Fprintf(env.stdout, "failed per minute   %.1f (over %v)\n", st.FailedPerMinute, st.Window)
+	fmt.Fprintf(env.stdout, "oldest unacked      %v (%d held by %d consumers)\n", st.OldestUnacked.Round(time.Second), st.Held, st.Holders)
+	for _, q := range st.Queues {
+		fmt.Fprintf(env.stdout, "  %-40s ready %-6d consumers %d\n", q.Name, q.Ready, q.Consumers)
+	}
+	return nil
+}
