@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+func init() {
+	commands["batch"] = command{
+		summary: "solve a file of task JSONL through the queue, one result line per task",
+		run:     runBatch,
+	}
+}
+
+// maxLineBytes bounds one task line: base64 images make long lines.
+const maxLineBytes = 16 << 20
+
+func runBatch(ctx context.Context, env *environment, args []string) error {
+	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL] [--sim] [--store PATH|memory]")
+		fmt.Fprintln(env.stderr, "\nReads task JSONL (one task a line), solves every task through the queue and writes one result line per task.")
+		fs.PrintDefaults()
+	}
+	out := fs.String("out", "", "write result JSONL to `FILE` (default: stdout)")
+	qf := addQueueFlags(fs)
+	progress := fs.Bool("progress", true, "show a progress bar when stderr is a terminal")
+	if err := parseInterspersed(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return fmt.Errorf("one input file at most, got %d (%v)", fs.NArg(), fs.Args())
+	}
+	in, total, closeIn, err := openInput(env, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer closeIn()
+
+	w := env.stdout
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		defer f.Close()
+		w = f
+	}
+
+	rt, err := qf.open(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer rt.close()
+
+	results := newResultWriter(w)
+	bar := newProgress(env.stderr, total, *progress, rt.queue)
+	defer bar.finish()
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	var invalid int
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
+	line := 0
+	for sc.Scan() {
+		line++
+		raw := sc.Bytes()
+		if len(trimSpace(raw)) == 0 {
+			continue
+		}
+		task, err := captchaq.ParseTask(raw)
+		if err == nil {
+			wg.Add(1)
+			err = rt.queue.SubmitFunc(ctx, task, func(r captchaq.Result) {
+				results.write(r)
+				bar.add(r)
+				wg.Done()
+			})
+			if err != nil {
+				wg.Done()
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, captchaq.ErrClosed) {
+				break
+			}
+			invalid++
+			fmt.Fprintf(env.stderr, "line %d: %v\n", line, err)
+			r := captchaq.Result{ID: task.ID, Status: captchaq.StatusFailed, Method: task.Method,
+				Error: fmt.Sprintf("line %d: %v", line, err), ErrorCode: "INVALID_TASK"}
+			if r.ID == "" {
+				r.ID = fmt.Sprintf("line-%d", line)
+			}
+			results.write(r)
+			bar.add(r)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading tasks (line %d): %w", line+1, err)
+	}
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		bar.finish()
+		return &exitError{code: 130, err: errors.New("interrupted: every accepted task is kept in the store; run the same command again to resume")}
+	case err := <-rt.fatal:
+		bar.finish()
+		return &exitError{code: 3, err: err}
+	}
+	bar.finish()
+	if err := results.err(); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	m := rt.queue.Metrics()
+	solved, failed := results.counts()
+	elapsed := time.Since(start)
+	fmt.Fprintf(env.stderr, "captchaq batch: %d solved, %d failed (%d invalid lines) of %d in %s; %.1f tasks/min; %.2f requests per solved task; threads %d\n",
+		solved, failed, invalid, solved+failed, elapsed.Round(10*time.Millisecond),
+		float64(solved+failed)/elapsed.Minutes(), m.RequestsPerSolved, m.Threads)
+	return nil
+}
+
+// openInput opens the task source: a file, or stdin for "" and "-". total
+// is the number of non-empty lines when it can be known up front (a
+// regular file), else -1.
+func openInput(env *environment, name string) (io.Reader, int, func(), error) {
+	if name == "" || name == "-" {
+		return env.stdin, -1, func() {}, nil
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("tasks file: %w", err)
+	}
+	total, err := countLines(f)
+	if err != nil {
+		f.Close()
+		return nil, 0, nil, fmt.Errorf("tasks file %s: %w", name, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, 0, nil, fmt.Errorf("tasks file %s: %w", name, err)
+	}
+	return f, total, func() { f.Close() }, nil
+}
+
+func countLines(r io.Reader) (int, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
+	n := 0
+	for sc.Scan() {
+		if len(trimSpace(sc.Bytes())) > 0 {
+			n++
+		}
+	}
+	return n, sc.Err()
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// resultWriter writes result lines from many goroutines, one whole line at a
+// time, and counts outcomes.
+type resultWriter struct {
+	mu             sync.Mutex
+	w              *bufio.Writer
+	enc            *json.Encoder
+	solved, failed int
+	firstErr       error
+}
+
+func newResultWriter(w io.Writer) *resultWriter {
+	bw := bufio.NewWriter(w)
+	return &resultWriter{w: bw, enc: json.NewEncoder(bw)}
+}
+
+func (rw *resultWriter) write(r captchaq.Result) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	if r.Status == captchaq.StatusSolved {
+		rw.solved++
+	} else {
+		rw.failed++
+	}
+	if err := rw.enc.Encode(r); err != nil && rw.firstErr == nil {
+		rw.firstErr = err
+	}
+	// Each line reaches the file at once, so a crash loses no written line
+	// and a reader (tail -f) sees results as they come.
+	if err := rw.w.Flush(); err != nil && rw.firstErr == nil {
+		rw.firstErr = err
+	}
+}
+
+func (rw *resultWriter) counts() (solved, failed int) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.solved, rw.failed
+}
+
+func (rw *resultWriter) err() error {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.firstErr
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/store/sqlite"
+)
+
+func init() { dlqStore = runDLQStore }
+
+// idList is a repeatable --id flag that also takes comma-separated ids.
+type idList []string
+
+func (l *idList) String() string { return strings.Join(*l, ",") }
+func (l *idList) Set(v string) error {
+	for _, id := range strings.Split(v, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			*l = append(*l, id)
+		}
+	}
+	return nil
+}
+
+// runDLQStore lists or replays the dead letters of a SQLite store. Replayed
+// tasks are queued again in the store; the next `captchaq batch` (or serve)
+// on that store solves them.
+func runDLQStore(ctx context.Context, env *environment, args []string) error {
+	const usage = "usage: captchaq dlq list|replay --store PATH [--id ID ... | --reason CODE | --all]"
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		return &exitError{code: 2, err: fmt.Errorf("%s", usage)}
+	}
+	action := args[0]
+	fs := flag.NewFlagSet("dlq "+action, flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	path := fs.String("store", "", "the SQLite store `PATH`")
+	var ids idList
+	fs.Var(&ids, "id", "replay: this task `ID` (repeat, or comma-separate)")
+	reason := fs.String("reason", "", "replay: dead letters with this error `CODE` (e.g. ERROR_CAPTCHA_UNSOLVABLE, EXPIRED)")
+	all := fs.Bool("all", false, "replay: every dead letter")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *path == "" || *path == "memory" {
+		return &exitError{code: 2, err: fmt.Errorf("--store: name the SQLite file (a memory store has no dead letters after its process ends)")}
+	}
+	f := captchaq.DeadLetterFilter{All: *all, IDs: ids, ErrorCode: *reason}
+	switch action {
+	case "list":
+		f = captchaq.DeadLetterFilter{All: true}
+	case "replay":
+		if !f.All && f.ErrorCode == "" && len(f.IDs) == 0 {
+			return &exitError{code: 2, err: fmt.Errorf("dlq replay: say which: --id ID, --reason CODE or --all")}
+		}
+	default:
+		return &exitError{code: 2, err: fmt.Errorf("dlq: unknown action %q: use list or replay", action)}
+	}
+	st, err := sqlite.Open(ctx, *path, sqlite.Options{})
+	if err != nil {
+		return fmt.Errorf("--store: %w", err)
+	}
+	defer st.Close()
+	if action == "replay" {
+		n, err := st.Replay(ctx, f, time.Now())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(env.stdout, "replayed %d dead letters\n", n)
+		return nil
+	}
+	enc := json.NewEncoder(env.stdout)
+	n := 0
+	err = st.DeadLetters(ctx, f, func(r captchaq.Record) error {
+		n++
+		line := dlqLine{ID: r.Task.ID, Method: r.Task.Method, Reason: "failed", Error: r.LastError,
+			ErrorCode: r.LastErrorCode, Attempts: r.Attempts, Task: r.Task}
+		if r.Result != nil {
+			line.Error, line.ErrorCode, line.DeadAt = r.Result.Error, r.Result.ErrorCode, r.Result.FinishedAt
+			line.Attempts = r.Result.Attempts
+		}
+		return enc.Encode(line)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.stderr, "%d dead letters\n", n)
+	return nil
+}

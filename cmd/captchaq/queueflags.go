@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+	"github.com/captchaq/captchaq/store/sqlite"
+)
+
+// queueFlags are the flags every command that runs the engine shares.
+type queueFlags struct {
+	threads      *int
+	plan         *string
+	apiURL       *string
+	useSim       *bool
+	store        *string
+	pollInterval *time.Duration
+	maxAttempts  *int
+}
+
+func addQueueFlags(fs *flag.FlagSet) *queueFlags {
+	return &queueFlags{
+		threads:      fs.Int("threads", 0, "plan threads: tasks in progress at the provider at once (default: from --plan, else 5)"),
+		plan:         fs.String("plan", "", "plan `NAME` (BASIC, STANDARD, ADVANCE, PREMIUM, CORPORATE, ENTERPRISE, VIP-1, VIP-2, VIP-3) to take the thread count from"),
+		apiURL:       addAPIURLFlag(fs),
+		useSim:       fs.Bool("sim", false, "solve against the built-in simulator, started in-process (no key needed)"),
+		store:        fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (default: "+sqliteDefaultHint()+")"),
+		pollInterval: fs.Duration("poll-interval", 0, "shortest time between two poll requests: lower fetches answers sooner, higher makes fewer requests (default "+captchaq.PollIntervalDefault.String()+")"),
+		maxAttempts:  fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good (default %d)", captchaq.MaxAttemptsDefault)),
+	}
+}
+
+func sqliteDefaultHint() string {
+	return "captchaq.db in the user's data directory"
+}
+
+// simThreadsDefault is the plan the built-in simulator plays when no
+// --threads or --plan says otherwise: a STANDARD-sized plan, so a demo batch
+// shows threads working in parallel.
+const simThreadsDefault = 20
+
+// queueRuntime is a started queue and what it stands on.
+type queueRuntime struct {
+	queue *captchaq.Queue
+	// fatal receives an error when the queue cannot go on by itself (a bad
+	// key): the command should stop and say why.
+	fatal   chan error
+	closers []func()
+}
+
+func (rt *queueRuntime) close() {
+	for i := len(rt.closers) - 1; i >= 0; i-- {
+		rt.closers[i]()
+	}
+}
+
+// open builds the provider client (or the simulator), the store and the
+// queue, and starts the queue.
+func (qf *queueFlags) open(ctx context.Context, env *environment) (rt *queueRuntime, err error) {
+	rt = &queueRuntime{fatal: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			rt.close()
+		}
+	}()
+	if *qf.threads < 0 {
+		return nil, fmt.Errorf("--threads must be at least 1, got %d", *qf.threads)
+	}
+
+	useSim := *qf.useSim
+	if !useSim && *qf.apiURL == "" && env.getenv("CAPTCHAAI_URL") == "" && !haveKey(env) {
+		useSim = true
+		fmt.Fprintln(env.stderr, "captchaq: no CAPTCHAAI_KEY set: solving against the built-in simulator (set CAPTCHAAI_KEY to use CaptchaAI)")
+	}
+	threads := *qf.threads
+	if threads == 0 && *qf.plan != "" {
+		if threads, err = provider.PlanThreads(*qf.plan); err != nil {
+			return nil, fmt.Errorf("--plan: %w", err)
+		}
+	}
+	apiURL := *qf.apiURL
+	clientEnv := env
+	if useSim {
+		if threads == 0 {
+			threads = simThreadsDefault
+		}
+		s, base, err := sim.Start(sim.Config{Threads: threads}, "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("starting the built-in simulator: %w", err)
+		}
+		rt.closers = append(rt.closers, func() { s.Close() })
+		apiURL = base
+		clientEnv = &environment{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, getenv: func(k string) string {
+			if k == "CAPTCHAAI_KEY" {
+				return "simulator"
+			}
+			return ""
+		}}
+	}
+	client, err := newProviderClient(clientEnv, apiURL)
+	if err != nil {
+		return nil, err
+	}
+
+	st, err := openStore(ctx, *qf.store, useSim)
+	if err != nil {
+		return nil, err
+	}
+	rt.closers = append(rt.closers, func() { st.Close() })
+
+	q, err := captchaq.New(captchaq.Config{
+		Provider:     client,
+		Store:        st,
+		Threads:      threads,
+		PollInterval: *qf.pollInterval,
+		MaxAttempts:  *qf.maxAttempts,
+		OnPause: func(err error, permanent bool) {
+			fmt.Fprintf(env.stderr, "captchaq: sending paused: %v\n", err)
+			if permanent {
+				select {
+				case rt.fatal <- err:
+				default:
+				}
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Start(ctx); err != nil {
+		return nil, err
+	}
+	rt.closers = append(rt.closers, func() { q.Close() })
+	rt.queue = q
+	return rt, nil
+}
+
+func haveKey(env *environment) bool {
+	return env.getenv("CAPTCHAAI_KEY") != "" || env.getenv("CAPTCHAAI_KEY_FILE") != ""
+}
+
+// openStore opens the store a flag names: "memory", a path, or the default
+// file. Runs against the simulator default to a file of their own, so
+// simulated tokens never mix with real ones.
+func openStore(ctx context.Context, spec string, simulated bool) (captchaq.Store, error) {
+	switch {
+	case spec == "memory":
+		return captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), nil
+	case spec == "":
+		path, err := sqlite.DefaultPath()
+		if err != nil {
+			return nil, fmt.Errorf("--store: no default location (%v); name a file with --store PATH", err)
+		}
+		if simulated {
+			path = strings.TrimSuffix(path, ".db") + "-sim.db"
+		}
+		spec = path
+	}
+	st, err := sqlite.Open(ctx, spec, sqlite.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("--store: %w", err)
+	}
+	return st, nil
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// positional arguments, as users of `captchaq batch tasks.jsonl --out r.jsonl`
+// expect. Everything after "--" is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	// Reparse with only the positional arguments left, so fs.Args() is right.
+	return fs.Parse(append([]string{"--"}, positional...))
+}
