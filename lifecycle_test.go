@@ -56,6 +56,39 @@ func TestResumeInFlightPollsWithoutResubmit(t *testing.T) {
 	}
 }
 
+// A resumed captcha id that the provider no longer knows (here: a new
+// simulator, as after a provider restart) is submitted again, once, and the
+// lost attempt is not counted.
+func TestResumeUnknownIDSubmitsAgain(t *testing.T) {
+	t.Parallel()
+	first := setup(t, sim.Config{Latency: fastLatency(time.Hour)}, captchaq.Config{})
+	first.start(t)
+	submitAll(t, first.q, task("a", 5))
+	ctx := context.Background()
+	eventually(t, "checkpoint", func() bool {
+		r, err := first.store.Get(ctx, "a")
+		return err == nil && r.Status == captchaq.StatusInFlight
+	})
+	first.q.Close()
+
+	second := setup(t, sim.Config{}, captchaq.Config{Store: first.store})
+	f, err := second.q.Submit(ctx, task("a", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.start(t)
+	r := waitAll(t, []*captchaq.Future{f})[0]
+	if r.Status != captchaq.StatusSolved || r.Attempts != 1 {
+		t.Fatalf("result %+v, want solved on attempt 1", r)
+	}
+	if n := second.srv.Stats().Accepted; n != 1 {
+		t.Fatalf("new simulator accepted %d submits, want 1", n)
+	}
+	if got := second.prov.order(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("second queue submitted %v, want [a]", got)
+	}
+}
+
 func TestSubmitKnownIDIsIdempotent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{})

@@ -199,7 +199,19 @@ func (p *poller) handle(st *taskState, r provider.PollResult, at time.Time, epoc
 			q.mu.Unlock()
 			q.retryOrFail(st, attempts, code, r.Err, at)
 		case provider.ClassTask:
-			q.finish(st, q.failure(st, st.rec.Attempts, code, r.Err.Error()))
+			q.mu.Lock()
+			unknown := st.resumed && code == provider.ErrWrongCaptchaID.Code
+			st.resumed = false
+			attempts := st.rec.Attempts
+			q.mu.Unlock()
+			if unknown {
+				// The provider forgot an id we resumed: the only way to an
+				// answer is a new submit. The lost attempt is not counted.
+				q.log.Warn("resumed captcha id unknown to the provider; submitting again", "id", st.rec.Task.ID)
+				q.requeue(st, max(attempts-1, 0), at, code, r.Err)
+				return
+			}
+			q.finish(st, q.failure(st, attempts, code, r.Err.Error()))
 		case provider.ClassAccount:
 			q.pauseAll(r.Err, epoch)
 		default:

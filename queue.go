@@ -71,6 +71,11 @@ type taskState struct {
 	due      time.Time // next poll
 	lastPoll time.Time // last poll that found it not ready
 	polls    int
+	// resumed: the captcha id came from the Store or another process, not
+	// from a submit of this queue's. If the provider no longer knows it (a
+	// provider restarted, or the answer expired while nobody polled), the
+	// task is submitted again instead of failing.
+	resumed bool
 }
 
 // New checks cfg and returns a Queue that is not yet started.
@@ -165,6 +170,7 @@ func (q *Queue) register(r Record, w func(Result, error)) *taskState {
 	if r.Status == StatusInFlight && r.CaptchaID != "" {
 		q.limiter.Take()
 		st.slot = true
+		st.resumed = true
 		st.due = q.now() // answers may have waited while we were away
 		q.inflight[r.Task.ID] = st
 		q.byCaptch[r.CaptchaID] = st
