@@ -1,0 +1,79 @@
+// Package sqlite is captchaq's embedded store: every task, checkpoint,
+// result and dead letter in one SQLite file, through the pure-Go
+// modernc.org/sqlite driver (no cgo).
+//
+//	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+//
+// # Durability and speed
+//
+// The file is in WAL mode. Every write goes through one goroutine that
+// takes all the writes waiting when it is free, commits them in one
+// transaction, and only then answers each caller (group commit). An
+// acknowledged Enqueue, Checkpoint or Finish is therefore committed; how
+// far it is pushed to the disk is Options.Synchronous:
+//
+//   - SynchronousNormal (default): survives the process dying in any way,
+//     kill -9 included; a power loss may lose the latest commits (the file
+//     stays consistent).
+//   - SynchronousFull: also survives a power loss, at one fsync per group
+//     commit.
+//
+// On a shared 2-core machine BenchmarkLifecycle measures 7,000 to 9,000 task
+// lifecycles (Enqueue, Checkpoint, Finish) per second with 64 concurrent
+// callers (6,500 with SynchronousFull), against 2,000 (900) for a single
+// caller, which pays a commit for every call.
+//
+// # One process per file
+//
+// While open, a store holds an exclusive flock on PATH.lock (beside the
+// file) with its pid in it. A second Open of the same path fails at once
+// with an *InUseError: "store PATH is in use by another captchaq process
+// (pid N)". The kernel drops the lock when the holder dies, so a killed
+// process never leaves a stale lock; the lock file itself stays. The lock,
+// like SQLite's own WAL locking, needs a local file system: keep the store
+// off NFS and other network mounts.
+//
+// Open refuses, with an error naming the path and without writing to it, a
+// directory, a file it cannot read and write, a file that is not SQLite, an
+// SQLite database that is not a captchaq store, and a store with a newer
+// schema.
+//
+// # Schema
+//
+// The file can be read with the sqlite3 shell while captchaq runs (WAL lets
+// readers and the writer work at once). Times are UTC text,
+// 2006-01-02T15:04:05.000000000Z, fixed width so that text order is time
+// order; NULL means none.
+//
+//	schema_version(version INTEGER)   one row; the migrations applied
+//	tasks(
+//	  seq          INTEGER PRIMARY KEY AUTOINCREMENT  -- Record.Seq; never reused
+//	  id           TEXT UNIQUE       -- Task.ID
+//	  status       TEXT              -- queued, inflight, solved, failed
+//	  priority, tenant, method,
+//	  params       TEXT              -- JSON object, {} when none
+//	  deadline, max_attempts, proxy, proxy_type, pingback
+//	  captcha_id   TEXT              -- '' unless inflight
+//	  attempts     INTEGER
+//	  not_before, last_error, last_error_code,
+//	  accepted_at, submitted_at
+//	  result_method, result_kind, result_token,
+//	  result_answer TEXT             -- Result.Answer, verbatim JSON
+//	  result_error, result_error_code, result_attempts, result_solve_seconds,
+//	  result_expires_at, result_accepted_at, result_submitted_at,
+//	  finished_at  TEXT              -- Result.FinishedAt; NULL until final
+//	)
+//	INDEX tasks_status_seq ON tasks(status, seq)       -- Pending, Results, dead letters
+//	INDEX tasks_finished_at ON tasks(finished_at)      -- pruning
+//
+// For example:
+//
+//	sqlite3 ~/.local/share/captchaq/captchaq.db \
+//	  "SELECT id, status, attempts, result_error_code FROM tasks WHERE status = 'failed' ORDER BY seq"
+//
+// # Retention
+//
+// Final tasks are deleted Options.Retention (default 7 days) after they
+// finished, by a loop that runs at Open and every Options.PruneInterval
+// (default 1h). RetentionOff keeps them until Prune is called.
+package sqlite

@@ -1,0 +1,732 @@
+package sqlite
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+)
+
+// ErrClosed is returned by every method called after Close.
+var ErrClosed = errors.New("sqlite: store is closed")
+
+// Synchronous is SQLite's synchronous setting: how hard a commit pushes its
+// data to the disk before Finish, Checkpoint or Enqueue returns.
+type Synchronous string
+
+const (
+	// SynchronousNormal (the default) writes each commit to the WAL without
+	// fsync. An acknowledged write survives the process being killed
+	// (kill -9, a panic, an OOM kill): it is in the OS's page cache and
+	// SQLite finds it in the WAL on the next open. A power loss or kernel
+	// crash may lose the last commits since the latest WAL checkpoint, but
+	// never corrupts the file.
+	SynchronousNormal Synchronous = "NORMAL"
+	// SynchronousFull fsyncs the WAL at every commit, so an acknowledged
+	// write also survives a power loss. Group commit shares one fsync among
+	// the writes that commit together.
+	SynchronousFull Synchronous = "FULL"
+)
+
+// Defaults for Options.
+const (
+	SynchronousDefault   = SynchronousNormal
+	BusyTimeoutDefault   = 5 * time.Second
+	RetentionDefault     = 7 * 24 * time.Hour
+	PruneIntervalDefault = time.Hour
+	MaxBatchDefault      = 512
+)
+
+// RetentionOff, as Options.Retention, turns the automatic prune off.
+const RetentionOff time.Duration = -1
+
+// Options configure a Store. The zero value is ready to use.
+type Options struct {
+	// Synchronous is SynchronousNormal or SynchronousFull. Default
+	// SynchronousNormal.
+	Synchronous Synchronous
+	// BusyTimeout is how long a statement waits for a lock another
+	// connection holds (a sqlite3 shell writing to the file, say) before it
+	// fails. Default 5s.
+	BusyTimeout time.Duration
+	// Retention is how long final tasks (solved and failed) are kept after
+	// they finished; a background loop prunes older ones every
+	// PruneInterval, starting at Open. Default 7 days; RetentionOff keeps
+	// them until Prune is called.
+	Retention time.Duration
+	// PruneInterval is how often the prune loop runs. Default 1h.
+	PruneInterval time.Duration
+	// MaxBatch bounds how many writes share one transaction. Default 512.
+	MaxBatch int
+	// Logger receives the prune loop's reports and failures. Default
+	// slog.Default().
+	Logger *slog.Logger
+
+	// pruned, when set, is told of each automatic prune (tests).
+	pruned func(n int, err error)
+}
+
+func (o Options) withDefaults() Options {
+	o.Synchronous = cmp.Or(o.Synchronous, SynchronousDefault)
+	o.BusyTimeout = cmp.Or(o.BusyTimeout, BusyTimeoutDefault)
+	o.Retention = cmp.Or(o.Retention, RetentionDefault)
+	o.PruneInterval = cmp.Or(o.PruneInterval, PruneIntervalDefault)
+	o.MaxBatch = cmp.Or(o.MaxBatch, MaxBatchDefault)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	switch o.Synchronous {
+	case SynchronousNormal, SynchronousFull:
+	default:
+		return fmt.Errorf("sqlite: Options.Synchronous %q is not valid: use SynchronousNormal or SynchronousFull", o.Synchronous)
+	}
+	if o.BusyTimeout < 0 {
+		return fmt.Errorf("sqlite: Options.BusyTimeout %v is negative: use 0 for the default (%v) or a positive duration", o.BusyTimeout, BusyTimeoutDefault)
+	}
+	if o.Retention < 0 && o.Retention != RetentionOff {
+		return fmt.Errorf("sqlite: Options.Retention %v is negative: use RetentionOff to keep results, 0 for the default (%v) or a positive duration", o.Retention, RetentionDefault)
+	}
+	if o.PruneInterval < 0 {
+		return fmt.Errorf("sqlite: Options.PruneInterval %v is negative: use 0 for the default (%v) or a positive duration", o.PruneInterval, PruneIntervalDefault)
+	}
+	if o.MaxBatch < 0 {
+		return fmt.Errorf("sqlite: Options.MaxBatch %d is negative: use 0 for the default (%d) or a positive number", o.MaxBatch, MaxBatchDefault)
+	}
+	return nil
+}
+
+// Store is a captchaq.Store in one SQLite file. It is safe for concurrent
+// use; writes from many goroutines share commits (see the package doc).
+type Store struct {
+	path   string
+	db     *sql.DB
+	conn   *sql.Conn // the writer's
+	st     *statements
+	w      *writer
+	pruner *pruner
+	lock   *fileLock
+	closed atomic.Bool
+}
+
+var _ captchaq.Store = (*Store)(nil)
+
+// sqliteHeader starts every SQLite database file.
+var sqliteHeader = []byte("SQLite format 3\x00")
+
+// Open opens the store at path, creating the file and its schema when the
+// file does not exist, and migrating an older schema. It fails with an error
+// naming path, and changes nothing in the file, when path is a directory,
+// cannot be read and written, is not an SQLite database, is an SQLite
+// database of something other than captchaq, or has a newer schema. While
+// the store is open it holds an exclusive lock on PATH.lock; a second Open
+// of the same path, from this process or another, fails at once with an
+// *InUseError (errors.Is ErrInUse) naming the holder's pid.
+//
+// ctx bounds the opening only; the Store outlives it until Close.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if path == "" {
+		return nil, errors.New("sqlite: store path is empty: give a file path, or use DefaultPath()")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("store %s is a directory: give the path of a file in it, such as %s", abs, filepath.Join(abs, "captchaq.db"))
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("store %s cannot be opened: %w", abs, err)
+	}
+	lock, err := lockStore(abs)
+	if err != nil {
+		return nil, err
+	}
+	s, err := open(ctx, abs, opts, lock)
+	if err != nil {
+		_ = lock.unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, path string, opts Options, lock *fileLock) (*Store, error) {
+	if err := checkHeader(path); err != nil {
+		return nil, err
+	}
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "synchronous("+string(opts.Synchronous)+")")
+	dsn := (&url.URL{Scheme: "file", Path: path}).String() + "?" + q.Encode()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", path, err)
+	}
+	db.SetMaxIdleConns(4)
+	db.SetConnMaxIdleTime(time.Minute)
+	s := &Store{path: path, db: db, lock: lock}
+	if err := s.init(ctx, opts); err != nil {
+		if s.st != nil {
+			s.st.close()
+		}
+		if s.conn != nil {
+			_ = s.conn.Close()
+		}
+		_ = db.Close()
+		return nil, err
+	}
+	s.w = newWriter(s.conn, s.st, opts.MaxBatch)
+	s.w.start()
+	if opts.Retention != RetentionOff {
+		s.pruner = newPruner(s, opts.Retention, opts.PruneInterval, opts.Logger, opts.pruned)
+		s.pruner.start()
+	}
+	return s, nil
+}
+
+// checkHeader refuses a file that is not empty and not an SQLite database,
+// before SQLite touches it, and one that cannot be opened for writing.
+func checkHeader(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("store %s cannot be opened for reading and writing: %w", path, err)
+	}
+	defer f.Close()
+	head := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, head)
+	if n == 0 && (err == io.EOF) {
+		return nil // empty: SQLite makes it a new database
+	}
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("store %s cannot be read: %w", path, err)
+	}
+	if !bytes.Equal(head[:n], sqliteHeader) {
+		return fmt.Errorf("store %s is not an SQLite database (it starts with %q); captchaq leaves it as it is: move it aside or choose another path", path, head[:n])
+	}
+	return nil
+}
+
+func (s *Store) init(ctx context.Context, opts Options) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return s.unusable(err)
+	}
+	s.conn = conn
+	// Look before switching to WAL, which rewrites the header of a
+	// database that is not ours.
+	if _, err := schemaOf(ctx, conn, s.path); err != nil {
+		return err
+	}
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+		return s.unusable(err)
+	}
+	if mode != "wal" {
+		return fmt.Errorf("store %s: cannot switch to WAL journal mode (got %q)", s.path, mode)
+	}
+	if err := migrate(ctx, conn, s.path); err != nil {
+		return err
+	}
+	s.st, err = prepare(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", s.path, err)
+	}
+	return nil
+}
+
+func (s *Store) unusable(err error) error {
+	return fmt.Errorf("store %s is not a usable SQLite database (%v); captchaq leaves it as it is: move it aside or choose another path", s.path, err)
+}
+
+// Path returns the absolute path of the store's file.
+func (s *Store) Path() string { return s.path }
+
+// Close stops the prune loop, waits for the writes already taken to
+// commit, and releases the file and its lock. Calls after Close, Close
+// included, return ErrClosed.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	if s.pruner != nil {
+		s.pruner.stop()
+	}
+	s.w.stop()
+	s.st.close()
+	err := s.conn.Close()
+	err = errors.Join(err, s.db.Close())
+	err = errors.Join(err, s.lock.unlock())
+	if err != nil {
+		return fmt.Errorf("store %s: close: %w", s.path, err)
+	}
+	return nil
+}
+
+// Enqueue implements captchaq.Store. A batch that names one id twice keeps
+// the first task; the second is reported as existed. A task without an id
+// fails the whole call, and nothing is stored. Task.TTL is not stored.
+func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Time) ([]captchaq.Record, []bool, error) {
+	if s.closed.Load() {
+		return nil, nil, ErrClosed
+	}
+	rows := make([]taskRow, len(tasks))
+	for i, t := range tasks {
+		if t.ID == "" {
+			return nil, nil, fmt.Errorf("sqlite: Enqueue: task %d (method %q) has no id: every task needs a unique id", i, t.Method)
+		}
+		r, err := newTaskRow(t, now)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sqlite: Enqueue: task %q: %w", t.ID, err)
+		}
+		rows[i] = r
+	}
+	var recs []captchaq.Record
+	var existed []bool
+	if len(tasks) == 0 {
+		return recs, existed, nil
+	}
+	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+		recs = make([]captchaq.Record, len(rows))
+		existed = make([]bool, len(rows))
+		for i, r := range rows {
+			var seq int64
+			err := st.insert.QueryRowContext(ctx, r.args()...).Scan(&seq)
+			if errors.Is(err, sql.ErrNoRows) {
+				rec, err := scanRecord(st.getByID.QueryRowContext(ctx, r.task.ID))
+				if err != nil {
+					return err
+				}
+				recs[i], existed[i] = rec, true
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			recs[i] = captchaq.Record{Task: r.task, Status: captchaq.StatusQueued, Seq: seq, AcceptedAt: r.acceptedAt}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, s.wrap("Enqueue", err)
+	}
+	return recs, existed, nil
+}
+
+// Checkpoint implements captchaq.Store. It clears NotBefore, and fails for
+// a task that is already final.
+func (s *Store) Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+		return st.unfinished(ctx, id, "Checkpoint")(st.checkpoint.ExecContext(ctx, captchaID, attempt, timeArg(at), id))
+	})
+	return s.wrap("Checkpoint", err)
+}
+
+// Retry implements captchaq.Store. SubmittedAt keeps the latest submit. It
+// fails for a task that is already final.
+func (s *Store) Retry(ctx context.Context, id string, attempts int, notBefore time.Time, errText, errCode string) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+		return st.unfinished(ctx, id, "Retry")(st.retry.ExecContext(ctx, attempts, timeArg(notBefore), errText, errCode, id))
+	})
+	return s.wrap("Retry", err)
+}
+
+// Finish implements captchaq.Store. It sets the task's status and attempts
+// from r, and for a failed r its LastError; it clears the captcha id and
+// keeps r whole.
+func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if r.Status != captchaq.StatusSolved && r.Status != captchaq.StatusFailed {
+		return fmt.Errorf("sqlite: Finish %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
+	}
+	var answer any
+	if len(r.Answer) > 0 {
+		answer = string(r.Answer)
+	}
+	args := []any{
+		string(r.Status), r.Attempts, r.Method, string(r.Kind), r.Token, answer, r.Error, r.ErrorCode,
+		r.Attempts, r.SolveSeconds, timeArg(r.ExpiresAt), timeArg(r.AcceptedAt), timeArg(r.SubmittedAt),
+		timeText(r.FinishedAt), r.ID,
+	}
+	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+		return affected(r.ID)(st.finish.ExecContext(ctx, args...))
+	})
+	return s.wrap("Finish", err)
+}
+
+// Replay implements captchaq.Store. A replayed task keeps its Seq and
+// LastError; AcceptedAt becomes now and SubmittedAt is cleared.
+func (s *Store) Replay(ctx context.Context, f captchaq.DeadLetterFilter, now time.Time) (int, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	fargs, err := filterArgs(f)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.w.do(ctx, func(ctx context.Context, st *statements) error {
+		res, err := st.replay.ExecContext(ctx, append(fargs, timeText(now))...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), s.wrap("Replay", err)
+}
+
+// Prune implements captchaq.Store.
+func (s *Store) Prune(ctx context.Context, finishedBefore time.Time) (int, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	var n int64
+	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+		res, err := st.prune.ExecContext(ctx, timeText(finishedBefore))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), s.wrap("Prune", err)
+}
+
+// Get implements captchaq.Store.
+func (s *Store) Get(ctx context.Context, id string) (captchaq.Record, error) {
+	if s.closed.Load() {
+		return captchaq.Record{}, ErrClosed
+	}
+	rec, err := scanRecord(s.db.QueryRowContext(ctx, selectRecord+` WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return captchaq.Record{}, fmt.Errorf("%w: %q", captchaq.ErrNotFound, id)
+	}
+	return rec, s.wrap("Get", err)
+}
+
+// Pending implements captchaq.Store.
+func (s *Store) Pending(ctx context.Context, fn func(captchaq.Record) error) error {
+	return s.each(ctx, "Pending", fn, selectRecord+` WHERE status IN ('queued', 'inflight') ORDER BY seq`)
+}
+
+// Results implements captchaq.Store.
+func (s *Store) Results(ctx context.Context, fn func(captchaq.Result) error) error {
+	return s.each(ctx, "Results", func(r captchaq.Record) error { return fn(*r.Result) },
+		selectRecord+` WHERE status IN ('solved', 'failed') ORDER BY seq`)
+}
+
+// DeadLetters implements captchaq.Store. IDs and ErrorCode, when both are
+// set, must both match; All selects every dead letter whatever else is set.
+func (s *Store) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, fn func(captchaq.Record) error) error {
+	args, err := filterArgs(f)
+	if err != nil {
+		return err
+	}
+	return s.each(ctx, "DeadLetters", fn, selectRecord+` WHERE status = 'failed' AND `+filterWhere+` ORDER BY seq`, args...)
+}
+
+// each calls fn for every record the query returns, stopping at fn's first
+// error, which it returns as it is.
+func (s *Store) each(ctx context.Context, op string, fn func(captchaq.Record) error, query string, args ...any) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return s.wrap(op, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return s.wrap(op, err)
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	return s.wrap(op, rows.Err())
+}
+
+// wrap names the store in database errors; ErrNotFound, ErrClosed and
+// context errors pass through unchanged.
+func (s *Store) wrap(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, captchaq.ErrNotFound), errors.Is(err, ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case s.closed.Load():
+		return ErrClosed // the database was closed under the call
+	}
+	return fmt.Errorf("store %s: %s: %w", s.path, op, err)
+}
+
+// affected turns an UPDATE of no row into ErrNotFound.
+func affected(id string) func(sql.Result, error) error {
+	return func(res sql.Result, err error) error {
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: %q", captchaq.ErrNotFound, id)
+		}
+		return nil
+	}
+}
+
+// unfinished turns an UPDATE of no row, which is limited to queued and
+// in-flight tasks, into ErrNotFound or an error saying the task is final.
+func (st *statements) unfinished(ctx context.Context, id, op string) func(sql.Result, error) error {
+	return func(res sql.Result, err error) error {
+		err = affected(id)(res, err)
+		if !errors.Is(err, captchaq.ErrNotFound) {
+			return err
+		}
+		var status string
+		if serr := st.statusOf.QueryRowContext(ctx, id).Scan(&status); serr != nil {
+			if errors.Is(serr, sql.ErrNoRows) {
+				return err
+			}
+			return serr
+		}
+		return &rejectedError{fmt.Sprintf("sqlite: %s %q: task is already %s", op, id, status)}
+	}
+}
+
+// filterWhere selects the dead letters a filter names; its arguments come
+// from filterArgs. The zero filter selects none.
+const filterWhere = `(?1 OR ((?2 IS NOT NULL OR ?3 <> '')
+	AND (?2 IS NULL OR id IN (SELECT value FROM json_each(?2)))
+	AND (?3 = '' OR result_error_code = ?3)))`
+
+func filterArgs(f captchaq.DeadLetterFilter) ([]any, error) {
+	var ids any
+	if len(f.IDs) > 0 {
+		b, err := json.Marshal(f.IDs)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: dead letter filter IDs: %w", err)
+		}
+		ids = string(b)
+	}
+	return []any{f.All, ids, f.ErrorCode}, nil
+}
+
+// timeLayout is fixed width so that text order is time order (prune and the
+// sqlite3 shell compare the text); times are stored in UTC.
+const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+func timeText(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// timeArg is NULL for the zero time.
+func timeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return timeText(t)
+}
+
+func parseTime(ns sql.NullString) (time.Time, error) {
+	if !ns.Valid || ns.String == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(timeLayout, ns.String)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bad time %q in store: %w", ns.String, err)
+	}
+	return t.UTC(), nil
+}
+
+// normalize makes t what a read of it returns: UTC times, no TTL, nil for
+// empty params.
+func normalize(t captchaq.Task) captchaq.Task {
+	t.TTL = 0
+	if !t.Deadline.IsZero() {
+		t.Deadline = t.Deadline.UTC().Round(0)
+	}
+	if len(t.Params) == 0 {
+		t.Params = nil
+	}
+	return t
+}
+
+// taskRow is a task encoded for the insert statement.
+type taskRow struct {
+	task       captchaq.Task
+	params     string
+	acceptedAt time.Time
+}
+
+func newTaskRow(t captchaq.Task, now time.Time) (taskRow, error) {
+	t = normalize(t)
+	params := "{}"
+	if len(t.Params) > 0 {
+		b, err := json.Marshal(t.Params)
+		if err != nil {
+			return taskRow{}, fmt.Errorf("params: %w", err)
+		}
+		params = string(b)
+	}
+	return taskRow{task: t, params: params, acceptedAt: now.UTC().Round(0)}, nil
+}
+
+func (r taskRow) args() []any {
+	t := r.task
+	return []any{
+		t.ID, t.Priority, t.Tenant, t.Method, r.params, timeArg(t.Deadline), t.MaxAttempts,
+		t.Proxy, t.ProxyType, t.Pingback, timeText(r.acceptedAt),
+	}
+}
+
+// selectRecord reads the columns scanRecord expects.
+const selectRecord = `SELECT seq, id, status, priority, tenant, method, params, deadline, max_attempts,
+	proxy, proxy_type, pingback, captcha_id, attempts, not_before, last_error, last_error_code,
+	accepted_at, submitted_at, result_method, result_kind, result_token, result_answer, result_error,
+	result_error_code, result_attempts, result_solve_seconds, result_expires_at, result_accepted_at,
+	result_submitted_at, finished_at FROM tasks`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanRecord(sc rowScanner) (captchaq.Record, error) {
+	var (
+		rec                                     captchaq.Record
+		status, params                          string
+		deadline, notBefore, acceptedAt, subAt  sql.NullString
+		rMethod, rKind, rToken, rAnswer, rErr   sql.NullString
+		rCode, rExpires, rAccepted, rSub, finAt sql.NullString
+		rAttempts                               sql.NullInt64
+		rSolve                                  sql.NullFloat64
+	)
+	t := &rec.Task
+	err := sc.Scan(&rec.Seq, &t.ID, &status, &t.Priority, &t.Tenant, &t.Method, &params, &deadline, &t.MaxAttempts,
+		&t.Proxy, &t.ProxyType, &t.Pingback, &rec.CaptchaID, &rec.Attempts, &notBefore, &rec.LastError, &rec.LastErrorCode,
+		&acceptedAt, &subAt, &rMethod, &rKind, &rToken, &rAnswer, &rErr,
+		&rCode, &rAttempts, &rSolve, &rExpires, &rAccepted,
+		&rSub, &finAt)
+	if err != nil {
+		return captchaq.Record{}, err
+	}
+	rec.Status = captchaq.Status(status)
+	if params != "{}" {
+		if err := json.Unmarshal([]byte(params), &t.Params); err != nil {
+			return captchaq.Record{}, fmt.Errorf("task %q: bad params JSON in store: %w", t.ID, err)
+		}
+	}
+	times := []struct {
+		dst *time.Time
+		src sql.NullString
+	}{
+		{&t.Deadline, deadline}, {&rec.NotBefore, notBefore}, {&rec.AcceptedAt, acceptedAt}, {&rec.SubmittedAt, subAt},
+	}
+	if rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed {
+		r := &captchaq.Result{
+			ID: t.ID, Status: rec.Status, Method: rMethod.String, Token: rToken.String,
+			Error: rErr.String, ErrorCode: rCode.String, Attempts: int(rAttempts.Int64), SolveSeconds: rSolve.Float64,
+		}
+		r.Kind = provider.Kind(rKind.String)
+		if rAnswer.Valid {
+			r.Answer = json.RawMessage(rAnswer.String)
+		}
+		times = append(times, []struct {
+			dst *time.Time
+			src sql.NullString
+		}{{&r.ExpiresAt, rExpires}, {&r.AcceptedAt, rAccepted}, {&r.SubmittedAt, rSub}, {&r.FinishedAt, finAt}}...)
+		rec.Result = r
+	}
+	for _, tm := range times {
+		if *tm.dst, err = parseTime(tm.src); err != nil {
+			return captchaq.Record{}, fmt.Errorf("task %q: %w", t.ID, err)
+		}
+	}
+	return rec, nil
+}
+
+// statements are the writer's prepared statements.
+type statements struct {
+	insert, getByID, statusOf, checkpoint, retry, finish, replay, prune *sql.Stmt
+}
+
+func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
+	st := &statements{}
+	for _, p := range []struct {
+		dst   **sql.Stmt
+		query string
+	}{
+		{&st.insert, `INSERT INTO tasks (id, status, priority, tenant, method, params, deadline, max_attempts,
+			proxy, proxy_type, pingback, accepted_at) VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+			ON CONFLICT (id) DO NOTHING RETURNING seq`},
+		{&st.getByID, selectRecord + ` WHERE id = ?`},
+		{&st.statusOf, `SELECT status FROM tasks WHERE id = ?`},
+		{&st.checkpoint, `UPDATE tasks SET status = 'inflight', captcha_id = ?1, attempts = ?2, submitted_at = ?3,
+			not_before = NULL WHERE id = ?4 AND status IN ('queued', 'inflight')`},
+		{&st.retry, `UPDATE tasks SET status = 'queued', captcha_id = '', attempts = ?1, not_before = ?2,
+			last_error = ?3, last_error_code = ?4 WHERE id = ?5 AND status IN ('queued', 'inflight')`},
+		{&st.finish, `UPDATE tasks SET status = ?1, captcha_id = '', attempts = ?2,
+			last_error = iif(?1 = 'failed', ?7, last_error), last_error_code = iif(?1 = 'failed', ?8, last_error_code),
+			result_method = ?3, result_kind = ?4,
+			result_token = ?5, result_answer = ?6, result_error = ?7, result_error_code = ?8, result_attempts = ?9,
+			result_solve_seconds = ?10, result_expires_at = ?11, result_accepted_at = ?12, result_submitted_at = ?13,
+			finished_at = ?14 WHERE id = ?15`},
+		{&st.replay, `UPDATE tasks SET status = 'queued', attempts = 0, captcha_id = '', not_before = NULL,
+			accepted_at = ?4, submitted_at = NULL,
+			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
+			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
+			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL
+			WHERE status = 'failed' AND ` + filterWhere},
+		{&st.prune, `DELETE FROM tasks WHERE status IN ('solved', 'failed') AND finished_at < ?`},
+	} {
+		stmt, err := conn.PrepareContext(ctx, p.query)
+		if err != nil {
+			st.close()
+			return nil, fmt.Errorf("prepare %q: %w", p.query, err)
+		}
+		*p.dst = stmt
+	}
+	return st, nil
+}
+
+func (st *statements) close() {
+	for _, s := range []*sql.Stmt{st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune} {
+		if s != nil {
+			_ = s.Close()
+		}
+	}
+}

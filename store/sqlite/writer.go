@@ -1,0 +1,162 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/captchaq/captchaq"
+)
+
+// writeOp is one caller's write. run may be called twice (see runBatch), so
+// it must set its outputs afresh each time, and it must not write anything
+// before it refuses the write (see refused).
+type writeOp struct {
+	ctx  context.Context
+	run  func(ctx context.Context, st *statements) error
+	done chan error
+}
+
+// writer is the store's only writer: one goroutine that takes every write
+// waiting when it is free, runs them in one transaction and answers each
+// caller after the commit. Concurrent callers thus share one commit (group
+// commit) and nobody is answered before their write is durable.
+type writer struct {
+	conn     *sql.Conn
+	st       *statements
+	maxBatch int
+	ops      chan *writeOp
+	closing  chan struct{}
+	stopped  chan struct{}
+}
+
+func newWriter(conn *sql.Conn, st *statements, maxBatch int) *writer {
+	return &writer{
+		conn:     conn,
+		st:       st,
+		maxBatch: maxBatch,
+		ops:      make(chan *writeOp),
+		closing:  make(chan struct{}),
+		stopped:  make(chan struct{}),
+	}
+}
+
+func (w *writer) start() { go w.loop() }
+
+// stop makes later writes fail with ErrClosed and returns once the writes
+// already taken are committed and answered.
+func (w *writer) stop() {
+	close(w.closing)
+	<-w.stopped
+}
+
+// do runs fn in the writer and waits for its commit. When ctx ends first,
+// do returns ctx.Err() and the write may or may not be committed.
+func (w *writer) do(ctx context.Context, fn func(ctx context.Context, st *statements) error) error {
+	op := &writeOp{ctx: ctx, run: fn, done: make(chan error, 1)}
+	select {
+	case w.ops <- op:
+	case <-w.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-op.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *writer) loop() {
+	defer close(w.stopped)
+	batch := make([]*writeOp, 0, w.maxBatch)
+	for {
+		select {
+		case <-w.closing:
+			return
+		case op := <-w.ops:
+			batch = append(batch[:0], op)
+		}
+	drain:
+		for len(batch) < w.maxBatch {
+			select {
+			case op := <-w.ops:
+				batch = append(batch, op)
+			default:
+				break drain
+			}
+		}
+		w.runBatch(batch)
+		clear(batch)
+	}
+}
+
+// runBatch commits batch in one transaction. If the database fails in the
+// middle (disk full, I/O error), the transaction is rolled back and each
+// write is tried again in a transaction of its own, so one bad write fails
+// only its own caller.
+func (w *writer) runBatch(batch []*writeOp) {
+	errs := make([]error, len(batch))
+	err := w.inTx(func(ctx context.Context) error {
+		for i, op := range batch {
+			if err := op.ctx.Err(); err != nil {
+				errs[i] = err
+				continue
+			}
+			errs[i] = op.run(ctx, w.st)
+			if errs[i] != nil && !refused(errs[i]) {
+				return errs[i]
+			}
+		}
+		return nil
+	})
+	if err != nil && len(batch) > 1 {
+		for i, op := range batch {
+			if errs[i] = op.ctx.Err(); errs[i] != nil {
+				continue
+			}
+			errs[i] = w.inTx(func(ctx context.Context) error { return op.run(ctx, w.st) })
+		}
+	} else if err != nil {
+		errs[0] = err
+	}
+	for i, op := range batch {
+		op.done <- errs[i]
+	}
+}
+
+// rejectedError is a write refused for what the task is, not for a failure
+// of the database.
+type rejectedError struct{ msg string }
+
+func (e *rejectedError) Error() string { return e.msg }
+
+// refused reports whether err refuses a write without having written: the
+// transaction holding it goes on for the other writes in it.
+func refused(err error) bool {
+	var r *rejectedError
+	return errors.Is(err, captchaq.ErrNotFound) || errors.As(err, &r)
+}
+
+// inTx runs fn between BEGIN IMMEDIATE and COMMIT on the writer's
+// connection. A refused write still commits: it wrote nothing.
+func (w *writer) inTx(fn func(ctx context.Context) error) error {
+	// The statements run on the writer's own context: one caller giving up
+	// must not interrupt a transaction that holds other callers' writes.
+	ctx := context.Background()
+	if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return err
+	}
+	err := fn(ctx)
+	if err != nil && !refused(err) {
+		_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
+		return err
+	}
+	if _, cerr := w.conn.ExecContext(ctx, "COMMIT"); cerr != nil {
+		_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
+		return cerr
+	}
+	return err
+}
