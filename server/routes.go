@@ -45,7 +45,7 @@ func (s *Server) routes() http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	sub, _ := fs.Sub(dashboardFiles, "dashboard")
-	mux.Handle("GET /", http.FileServerFS(sub))
+	mux.Handle("/", http.FileServerFS(sub))
 	return mux
 }
 
