@@ -118,6 +118,10 @@ func fieldOf(err error) string {
 		return "method"
 	}
 	msg := err.Error()
+	var te *captchaq.TaskError
+	if errors.As(err, &te) {
+		msg = te.Msg
+	}
 	msg = strings.TrimPrefix(msg, "task: ")
 	if strings.HasPrefix(msg, "unknown field ") {
 		if q, err := strconv.QuotedPrefix(strings.TrimPrefix(msg, "unknown field ")); err == nil {

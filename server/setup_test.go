@@ -194,3 +194,5 @@ func recaptcha() url.Values {
 func apiTurnstile(id string) string {
 	return fmt.Sprintf(`{"id":%q,"method":"turnstile","params":{"sitekey":"0x4AAAAAAA","pageurl":"https://shop.example/checkout"}}`, id)
 }
+
+func simBadKey() sim.Account { return sim.Account{BadKey: true} }
