@@ -196,3 +196,5 @@ func apiTurnstile(id string) string {
 }
 
 func simBadKey() sim.Account { return sim.Account{BadKey: true} }
+
+func simGoodKey() sim.Account { return sim.Account{} }
