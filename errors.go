@@ -24,8 +24,6 @@ var (
 	ErrInFlight = errors.New("captchaq: task already submitted to the provider; it cannot be canceled")
 	// ErrFinal: Cancel of a task that already has its result.
 	ErrFinal = errors.New("captchaq: task already finished")
-	// ErrNotStarted: Shutdown before Start.
-	ErrNotStarted = errors.New("captchaq: queue not started")
 )
 
 // Error codes of the queue's own, in Result.ErrorCode.

@@ -50,6 +50,7 @@ type Queue struct {
 	idle     chan struct{}         // closed and replaced when tasks becomes empty
 	pause    *AccountError
 	resumes  int                 // Resume calls; answers to requests sent before one cannot re-pause
+	zeroRun  int                 // ERROR_ZERO_BALANCE refusals in a row with nothing of ours in flight
 	hold     time.Time           // no submits before (rate limited)
 	submits  int                 // submit requests in progress
 	early    map[string]pingback // pingbacks that beat their checkpoint
@@ -456,15 +457,19 @@ func (q *Queue) epoch() int {
 // pauseAll stops all sending after an account error, keeping every task.
 // An answer to a request sent before the latest Resume is stale and does
 // not pause again.
-func (q *Queue) pauseAll(err error, sentAt int) {
+func (q *Queue) pauseAll(err error, sentAt int) { q.pauseFor(err, sentAt, 0) }
+
+// pauseFor is pauseAll with a pause of at least d.
+func (q *Queue) pauseFor(err error, sentAt int, d time.Duration) {
 	var pe *provider.Error
 	errors.As(err, &pe)
 	ae := &AccountError{Err: err}
 	if pe != nil {
 		ae.Code = pe.Code
-		if pe.RetryAfter > 0 {
-			ae.Until = q.now().Add(pe.RetryAfter)
-		}
+		d = max(d, pe.RetryAfter)
+	}
+	if d > 0 {
+		ae.Until = q.now().Add(d)
 	}
 	q.mu.Lock()
 	if sentAt != q.resumes {
@@ -488,16 +493,18 @@ func (q *Queue) pauseAll(err error, sentAt int) {
 // until every accepted task has its result or ctx is done, then stops the
 // queue's loops and returns. Tasks still unfinished when ctx ends stay in
 // the Store for the next Start (their Futures return ErrClosed) and
-// Shutdown returns ctx's error. The Store is not closed.
+// Shutdown returns ctx's error. On a queue never started it only stops
+// intake. The Store is not closed.
 func (q *Queue) Shutdown(ctx context.Context) error {
 	q.mu.Lock()
-	if !q.started {
-		q.closed = true
-		q.mu.Unlock()
-		return ErrNotStarted
-	}
+	started := q.started
 	q.closed = true
 	q.mu.Unlock()
+	if !started {
+		// Nothing runs; accepted tasks stay in the Store.
+		q.stop()
+		return nil
+	}
 	q.wakeRoom()
 	var err error
 	for {

@@ -48,6 +48,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
 	st.rec.NotBefore = time.Time{}
 	st.transient = 0
+	q.zeroRun = 0
 	st.lastPoll, st.polls = time.Time{}, 0
 	st.due = now.Add(q.firstPoll(st.kind))
 	q.inflight[t.ID] = st
@@ -99,6 +100,11 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		wait = max(wait, q.cfg.RetryBackoff)
 		q.limiter.NoSlot(now, wait)
 		q.requeue(st, attempts, now.Add(wait), code, err)
+		if q.zeroBalanceRun(code) {
+			// On a pay-per-solve service this is an empty balance, not a
+			// busy plan: say so instead of retrying silently forever.
+			q.pauseFor(err, epoch, zeroBalancePause)
+		}
 	case provider.ClassRateLimit:
 		wait = max(wait, q.cfg.RetryBackoff)
 		q.mu.Lock()
@@ -115,6 +121,30 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		q.log.Warn("submit failed; retrying", "id", st.rec.Task.ID, "code", code, "retry", st.transient)
 		q.requeue(st, attempts, now.Add(q.backoff(st.transient)), code, err)
 	}
+}
+
+// zeroBalanceStreak ERROR_ZERO_BALANCE answers in a row, while none of
+// our tasks is at the provider, pause all sending for zeroBalancePause.
+const (
+	zeroBalanceStreak = 10
+	zeroBalancePause  = time.Minute
+)
+
+// zeroBalanceRun counts a refusal and reports whether the streak is long
+// enough to pause.
+func (q *Queue) zeroBalanceRun(code string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if code != provider.ErrZeroBalance.Code || len(q.inflight) > 0 {
+		q.zeroRun = 0
+		return false
+	}
+	q.zeroRun++
+	if q.zeroRun < zeroBalanceStreak {
+		return false
+	}
+	q.zeroRun = 0
+	return true
 }
 
 // retryOrFail retries an attempt the provider could not solve, up to the
