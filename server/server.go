@@ -160,9 +160,6 @@ func (s *Server) Start(ctx context.Context) error {
 // calls in progress. Stop the http.Server first.
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.queue.Shutdown(ctx)
-	if errors.Is(err, captchaq.ErrNotStarted) {
-		err = nil
-	}
 	s.events.close()
 	s.pingbacks.close(ctx)
 	return err
