@@ -1,0 +1,538 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+)
+
+// apiError is the JSON API's error body. Field names the input at fault.
+type apiError struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+	Index *int   `json:"index,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func apiFail(w http.ResponseWriter, status int, field, msg string) {
+	writeJSON(w, status, apiError{Error: msg, Field: field})
+}
+
+func retryAfter(w http.ResponseWriter, d time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int((d+time.Second-1)/time.Second))))
+}
+
+// authed wraps an API handler with the Bearer key check.
+func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *clientState)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			key = r.URL.Query().Get("key") // EventSource cannot set headers
+		}
+		cs := s.client(strings.TrimSpace(key))
+		if cs == nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="captchaq"`)
+			apiFail(w, http.StatusUnauthorized, "Authorization", "missing or unknown key: send Authorization: Bearer <a key from the clients file>")
+			return
+		}
+		h(w, r, cs)
+	}
+}
+
+// TaskView is a task as the API shows it: the caller's id, the record's
+// state and the result once final.
+type TaskView struct {
+	ID            string           `json:"id"`
+	Client        string           `json:"client,omitempty"`
+	Status        captchaq.Status  `json:"status"`
+	Method        string           `json:"method"`
+	Priority      int              `json:"priority"`
+	Attempts      int              `json:"attempts"`
+	AcceptedAt    time.Time        `json:"accepted_at,omitzero"`
+	LastError     string           `json:"last_error,omitempty"`
+	LastErrorCode string           `json:"last_error_code,omitempty"`
+	Existed       bool             `json:"existed,omitempty"`
+	Result        *captchaq.Result `json:"result,omitempty"`
+}
+
+// view shows rec to cs: an admin sees "client/id", others their own id.
+func view(rec captchaq.Record, cs *clientState) TaskView {
+	client, local := splitID(rec.Task.ID)
+	id := local
+	if cs.Admin && client != cs.Name {
+		id = rec.Task.ID
+	}
+	v := TaskView{
+		ID: id, Client: client, Status: rec.Status, Method: rec.Task.Method,
+		Priority: rec.Task.Priority, Attempts: rec.Attempts, AcceptedAt: rec.AcceptedAt,
+		LastError: rec.LastError, LastErrorCode: rec.LastErrorCode,
+	}
+	if v.Priority == 0 {
+		v.Priority = captchaq.PriorityDefault
+	}
+	if rec.Result != nil {
+		res := *rec.Result
+		res.ID = id
+		v.Result = &res
+	}
+	return v
+}
+
+// visibleID turns an id from cs into the Store's id, or "" when cs may not
+// name it.
+func visibleID(cs *clientState, id string) string {
+	if id == "" {
+		return ""
+	}
+	if cs.Admin && strings.Contains(id, "/") {
+		return id
+	}
+	return storeID(cs.Name, id)
+}
+
+// fieldOf names the input field an error is about.
+func fieldOf(err error) string {
+	var ve *provider.ValidationError
+	if errors.As(err, &ve) {
+		if strings.HasPrefix(ve.Field, "params.") || ve.Field == "method" || ve.Field == "pingback" {
+			return ve.Field
+		}
+		return "params." + ve.Field
+	}
+	var pe *provider.Error
+	if errors.As(err, &pe) && pe.Code == provider.CodeUnsupportedType {
+		return "method"
+	}
+	msg := err.Error()
+	var te *captchaq.TaskError
+	if errors.As(err, &te) {
+		msg = te.Msg
+	}
+	msg = strings.TrimPrefix(msg, "task: ")
+	if strings.HasPrefix(msg, "unknown field ") {
+		if q, err := strconv.QuotedPrefix(strings.TrimPrefix(msg, "unknown field ")); err == nil {
+			f, _ := strconv.Unquote(q)
+			return f
+		}
+	}
+	if i := strings.Index(msg, ":"); i > 0 && !strings.ContainsAny(msg[:i], " \"") {
+		return msg[:i]
+	}
+	return ""
+}
+
+// parseAPITasks reads one task object or an array, filling ids and the
+// tenant, and checks every task before any is submitted.
+func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *apiError) {
+	body = bytes.TrimSpace(body)
+	var raws []json.RawMessage
+	switch {
+	case len(body) == 0:
+		return nil, &apiError{Error: "empty body: send one task object or an array of them"}
+	case body[0] == '[':
+		if err := json.Unmarshal(body, &raws); err != nil {
+			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
+		}
+		if len(raws) == 0 {
+			return nil, &apiError{Error: "body: the array is empty"}
+		}
+	default:
+		raws = []json.RawMessage{body}
+	}
+	tasks := make([]captchaq.Task, 0, len(raws))
+	seen := map[string]int{}
+	for i, raw := range raws {
+		i := i
+		bad := func(field, msg string) *apiError {
+			e := &apiError{Error: msg, Field: field}
+			if len(raws) > 1 {
+				e.Index = &i
+			}
+			return e
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return nil, bad("", "task: not a JSON object: "+err.Error())
+		}
+		if _, ok := obj["id"]; !ok {
+			obj["id"], _ = json.Marshal(s.newID())
+		}
+		delete(obj, "tenant") // the client is the tenant
+		fixed, _ := json.Marshal(obj)
+		t, err := captchaq.ParseTask(fixed)
+		if err != nil {
+			return nil, bad(fieldOf(err), err.Error())
+		}
+		if strings.Contains(t.ID, "/") || len(t.ID) > 200 {
+			return nil, bad("id", "id: must be at most 200 characters without '/'")
+		}
+		if t.Pingback != "" {
+			if reason := checkURL(t.Pingback); reason != "" {
+				return nil, bad("pingback", "pingback: "+reason)
+			}
+		}
+		if t.Priority < 0 {
+			return nil, bad("priority", "priority: must be 0 or more (lower is more urgent)")
+		}
+		if err := t.ProviderTask().Validate(); err != nil {
+			return nil, bad(fieldOf(err), err.Error())
+		}
+		if j, dup := seen[t.ID]; dup {
+			return nil, bad("id", fmt.Sprintf("id: %q appears twice (tasks %d and %d)", t.ID, j, i))
+		}
+		seen[t.ID] = i
+		t.ID = storeID(cs.Name, t.ID)
+		t.Tenant = cs.Name
+		tasks = append(tasks, t)
+	}
+	return tasks, nil
+}
+
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			apiFail(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over the server's limit of %d bytes", mbe.Limit))
+			return
+		}
+		apiFail(w, http.StatusBadRequest, "", "body could not be read: "+err.Error())
+		return
+	}
+	tasks, aerr := s.parseAPITasks(body, cs)
+	if aerr != nil {
+		writeJSON(w, http.StatusBadRequest, aerr)
+		return
+	}
+	ids := make([]string, len(tasks))
+	for i, t := range tasks {
+		ids[i] = t.ID
+	}
+	// A known id is answered as it is, without counting against limits.
+	views := make([]TaskView, len(tasks))
+	var fresh []int
+	for i, t := range tasks {
+		rec, err := s.store.Get(r.Context(), t.ID)
+		if err == nil {
+			views[i] = view(rec, cs)
+			views[i].Existed = true
+			continue
+		}
+		fresh = append(fresh, i)
+	}
+	freshIDs := make([]string, len(fresh))
+	for j, i := range fresh {
+		freshIDs[j] = ids[i]
+	}
+	if len(fresh) > 0 {
+		if le := cs.reserve(freshIDs); le != nil {
+			retryAfter(w, le.retry)
+			apiFail(w, http.StatusTooManyRequests, "", le.msg)
+			return
+		}
+	}
+	status := http.StatusAccepted
+	for j, i := range fresh {
+		t := tasks[i]
+		if err := s.submit(r.Context(), t); err != nil {
+			for _, id := range freshIDs[j:] {
+				cs.release(id)
+			}
+			if errors.Is(err, captchaq.ErrInvalidTask) {
+				e := apiError{Error: err.Error(), Field: fieldOf(err)}
+				if len(tasks) > 1 {
+					e.Index = &i
+				}
+				writeJSON(w, http.StatusBadRequest, e)
+				return
+			}
+			retryAfter(w, time.Second)
+			msg := "the queue is full: try again shortly"
+			if errors.Is(err, captchaq.ErrClosed) {
+				msg = "the server is shutting down"
+			}
+			if j > 0 {
+				msg += fmt.Sprintf(" (the first %d new tasks were accepted)", j)
+			}
+			apiFail(w, http.StatusServiceUnavailable, "", msg)
+			return
+		}
+		cs.mu.Lock()
+		cs.accepted++
+		cs.mu.Unlock()
+		_, local := splitID(t.ID)
+		views[i] = TaskView{ID: local, Client: cs.Name, Status: captchaq.StatusQueued, Method: t.Method, Priority: cmpOr(t.Priority, captchaq.PriorityDefault)}
+	}
+	writeJSON(w, status, map[string]any{"tasks": views})
+}
+
+func cmpOr(a, b int) int {
+	if a == 0 {
+		return b
+	}
+	return a
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	var buf bytes.Buffer
+	_, err := buf.ReadFrom(r.Body)
+	return buf.Bytes(), err
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	id := visibleID(cs, r.PathValue("id"))
+	var wait time.Duration
+	if ws := r.URL.Query().Get("wait"); ws != "" {
+		d, err := time.ParseDuration(ws)
+		if err != nil || d < 0 {
+			apiFail(w, http.StatusBadRequest, "wait", `wait: use a duration such as "30s" (at most 60s)`)
+			return
+		}
+		wait = min(d, WaitMaxDefault)
+	}
+	var sub *subscription
+	if wait > 0 {
+		// Subscribe before reading, so a result between the read and the
+		// wait is not missed.
+		sub = s.events.subscribeID(id)
+		defer s.events.unsubscribe(sub)
+	}
+	rec, ok := s.getVisible(w, r, cs, id)
+	if !ok {
+		return
+	}
+	if sub != nil && !final(rec.Status) {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-sub.ch:
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+		if rec, ok = s.getVisible(w, r, cs, id); !ok {
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, view(rec, cs))
+}
+
+func final(st captchaq.Status) bool {
+	return st == captchaq.StatusSolved || st == captchaq.StatusFailed
+}
+
+func (s *Server) getVisible(w http.ResponseWriter, r *http.Request, cs *clientState, id string) (captchaq.Record, bool) {
+	rec, err := s.store.Get(r.Context(), id)
+	if err == nil && (cs.Admin || rec.Task.Tenant == cs.Name) {
+		return rec, true
+	}
+	if err == nil || errors.Is(err, captchaq.ErrNotFound) {
+		apiFail(w, http.StatusNotFound, "id", "no task with id "+strconv.Quote(r.PathValue("id")))
+		return rec, false
+	}
+	s.log.Error("store read failed", "err", err)
+	apiFail(w, http.StatusInternalServerError, "", "the store could not be read")
+	return rec, false
+}
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	id := visibleID(cs, r.PathValue("id"))
+	if _, ok := s.getVisible(w, r, cs, id); !ok {
+		return
+	}
+	err := s.queue.Cancel(r.Context(), id)
+	switch {
+	case err == nil:
+	case errors.Is(err, captchaq.ErrInFlight), errors.Is(err, captchaq.ErrFinal):
+		apiFail(w, http.StatusConflict, "id", err.Error())
+		return
+	case errors.Is(err, captchaq.ErrNotFound):
+		apiFail(w, http.StatusNotFound, "id", "no task with id "+strconv.Quote(r.PathValue("id")))
+		return
+	default:
+		apiFail(w, http.StatusConflict, "id", err.Error())
+		return
+	}
+	rec, ok := s.getVisible(w, r, cs, id)
+	if ok {
+		writeJSON(w, http.StatusOK, view(rec, cs))
+	}
+}
+
+// ClientStats are one client's counts.
+type ClientStats struct {
+	Name     string `json:"name"`
+	Weight   int    `json:"weight"`
+	Inflight int    `json:"inflight"`
+	Accepted int64  `json:"accepted"`
+	Solved   int64  `json:"solved"`
+	Failed   int64  `json:"failed"`
+}
+
+// Stats is GET /v1/stats.
+type Stats struct {
+	Metrics     captchaq.Metrics `json:"metrics"`
+	Clients     []ClientStats    `json:"clients"`
+	DeadLetters int              `json:"dead_letters"`
+	Ready       bool             `json:"ready"`
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	st := Stats{Metrics: s.queue.Metrics(), Ready: s.ready(r.Context()) == nil}
+	for _, c := range s.cfg.Clients {
+		if !cs.Admin && c.Name != cs.Name {
+			continue
+		}
+		x := s.byName[c.Name]
+		x.mu.Lock()
+		st.Clients = append(st.Clients, ClientStats{Name: c.Name, Weight: max(c.Weight, 1), Inflight: len(x.inflight), Accepted: x.accepted, Solved: x.solved, Failed: x.failed})
+		x.mu.Unlock()
+	}
+	n := 0
+	err := s.deadLetters(r.Context(), cs, func(captchaq.Record) error { n++; return nil })
+	if err != nil {
+		apiFail(w, http.StatusInternalServerError, "", "the store could not be read")
+		return
+	}
+	st.DeadLetters = n
+	writeJSON(w, http.StatusOK, st)
+}
+
+// deadLetters calls fn for the dead letters cs may see.
+func (s *Server) deadLetters(ctx context.Context, cs *clientState, fn func(captchaq.Record) error) error {
+	return s.store.DeadLetters(ctx, captchaq.DeadLetterFilter{All: true}, func(r captchaq.Record) error {
+		if !cs.Admin && r.Task.Tenant != cs.Name {
+			return nil
+		}
+		return fn(r)
+	})
+}
+
+// deadLettersMax bounds one listing.
+const deadLettersMax = 1000
+
+func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	out := []TaskView{}
+	total := 0
+	err := s.deadLetters(r.Context(), cs, func(rec captchaq.Record) error {
+		total++
+		if len(out) < deadLettersMax {
+			out = append(out, view(rec, cs))
+		}
+		return nil
+	})
+	if err != nil {
+		apiFail(w, http.StatusInternalServerError, "", "the store could not be read")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out, "total": total})
+}
+
+func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		apiFail(w, http.StatusBadRequest, "", "body could not be read: "+err.Error())
+		return
+	}
+	var req struct {
+		IDs []string `json:"ids"`
+		All bool     `json:"all"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		apiFail(w, http.StatusBadRequest, "", `body: want {"ids":["…"]} or {"all":true}: `+err.Error())
+		return
+	}
+	if req.All == (len(req.IDs) > 0) {
+		apiFail(w, http.StatusBadRequest, "ids", `give either "ids" (a non-empty list) or "all": true`)
+		return
+	}
+	var ids []string
+	if req.All {
+		err = s.deadLetters(r.Context(), cs, func(rec captchaq.Record) error { ids = append(ids, rec.Task.ID); return nil })
+		if err != nil {
+			apiFail(w, http.StatusInternalServerError, "", "the store could not be read")
+			return
+		}
+	} else {
+		for _, id := range req.IDs {
+			sid := visibleID(cs, id)
+			if sid == "" {
+				apiFail(w, http.StatusBadRequest, "ids", "ids: an id is empty")
+				return
+			}
+			ids = append(ids, sid)
+		}
+	}
+	replayed, err := s.Replay(r.Context(), ids)
+	if err != nil {
+		apiFail(w, http.StatusInternalServerError, "", err.Error())
+		return
+	}
+	views := make([]string, len(replayed))
+	for i, id := range replayed {
+		client, local := splitID(id)
+		views[i] = local
+		if cs.Admin && client != cs.Name {
+			views[i] = id
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"replayed": len(replayed), "ids": views})
+}
+
+// Replay puts the dead letters with the given Store ids back in the
+// running queue: the Store requeues them (attempts reset), then the queue
+// adopts each record. It returns the ids replayed.
+func (s *Server) Replay(ctx context.Context, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	// Only ids that are dead letters now are replayed and adopted.
+	var dead []string
+	err := s.store.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
+		dead = append(dead, r.Task.ID)
+		return nil
+	})
+	if err != nil || len(dead) == 0 {
+		return nil, err
+	}
+	if _, err := s.store.Replay(ctx, captchaq.DeadLetterFilter{IDs: dead}, time.Now()); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	for _, id := range dead {
+		rec, err := s.store.Get(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("replay %q: %w", id, err)
+		}
+		if cs := s.byName[rec.Task.Tenant]; cs != nil {
+			cs.mu.Lock()
+			cs.inflight[id] = struct{}{}
+			cs.mu.Unlock()
+		}
+		actx, cancel := context.WithTimeout(ctx, s.cfg.SubmitWait)
+		_, err = s.queue.Adopt(actx, rec)
+		cancel()
+		if err != nil {
+			// Still queued in the Store: the next Start picks it up.
+			return nil, fmt.Errorf("replay %q: requeued in the store but not yet running: %w", id, err)
+		}
+	}
+	return dead, nil
+}

@@ -1,0 +1,334 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/server"
+)
+
+type created struct {
+	Tasks []server.TaskView `json:"tasks"`
+}
+
+func TestAPICreateGetWaitCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{threads: 1})
+	// One task: blocks the only thread for the whole test.
+	var one created
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"id":"blocker","method":"userrecaptcha","params":{"googlekey":"k","pageurl":"https://a.example"}}`, http.StatusAccepted, &one)
+	if len(one.Tasks) != 1 || one.Tasks[0].ID != "blocker" || one.Tasks[0].Status != captchaq.StatusQueued {
+		t.Fatalf("create one: %+v", one)
+	}
+	// Many: queued behind it.
+	var many created
+	b.api(t, "POST", "/v1/tasks", keyQA, "["+apiTurnstile("a")+","+apiTurnstile("b")+"]", http.StatusAccepted, &many)
+	if len(many.Tasks) != 2 || many.Tasks[0].ID != "a" || many.Tasks[1].ID != "b" {
+		t.Fatalf("create many: %+v", many)
+	}
+	// The same id again is answered as it is.
+	b.api(t, "POST", "/v1/tasks", keyQA, apiTurnstile("a"), http.StatusAccepted, &one)
+	if !one.Tasks[0].Existed {
+		t.Errorf("repeat of a: %+v, want existed", one.Tasks[0])
+	}
+	// Another client may use the same id: its own task.
+	var theirs created
+	b.api(t, "POST", "/v1/tasks", keyOther, apiTurnstile("a"), http.StatusAccepted, &theirs)
+	if theirs.Tasks[0].Existed {
+		t.Errorf("other client's a: existed")
+	}
+	// A short wait on a queued task answers it still queued.
+	var v server.TaskView
+	b.api(t, "GET", "/v1/tasks/a?wait=50ms", keyQA, "", http.StatusOK, &v)
+	if v.Status != captchaq.StatusQueued {
+		t.Errorf("a after 50ms: %s, want queued", v.Status)
+	}
+	// Cancel a (queued): failed with CANCELED, a dead letter.
+	b.api(t, "DELETE", "/v1/tasks/a", keyQA, "", http.StatusOK, &v)
+	if v.Status != captchaq.StatusFailed || v.Result == nil || v.Result.ErrorCode != captchaq.CodeCanceled {
+		t.Errorf("cancel a: %+v", v)
+	}
+	// The blocker is in flight: 409.
+	var e map[string]any
+	for v.Status != captchaq.StatusInFlight {
+		v = server.TaskView{}
+		b.api(t, "GET", "/v1/tasks/blocker?wait=20ms", keyQA, "", http.StatusOK, &v)
+	}
+	b.api(t, "DELETE", "/v1/tasks/blocker", keyQA, "", http.StatusConflict, &e)
+	b.api(t, "DELETE", "/v1/tasks/nope", keyQA, "", http.StatusNotFound, &e)
+	// res.php on a CANCELED task: unsolvable, the real code in the text.
+	if got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"get"}, "id": {"a"}, "json": {"1"}}); !strings.Contains(got, `"request":"ERROR_CAPTCHA_UNSOLVABLE"`) || !strings.Contains(got, "CANCELED") {
+		t.Errorf("res.php canceled: %s", got)
+	}
+	// Dead letters: qa sees a; other sees none; replay puts it back.
+	var dl struct {
+		DeadLetters []server.TaskView `json:"dead_letters"`
+		Total       int               `json:"total"`
+	}
+	b.api(t, "GET", "/v1/deadletters", keyQA, "", http.StatusOK, &dl)
+	if dl.Total != 1 || dl.DeadLetters[0].ID != "a" {
+		t.Fatalf("dead letters: %+v", dl)
+	}
+	b.api(t, "GET", "/v1/deadletters", keyOther, "", http.StatusOK, &dl)
+	if dl.Total != 0 {
+		t.Errorf("other's dead letters: %+v", dl)
+	}
+	var rep struct {
+		Replayed int      `json:"replayed"`
+		IDs      []string `json:"ids"`
+	}
+	b.api(t, "POST", "/v1/deadletters/replay", keyQA, `{"ids":["a"]}`, http.StatusOK, &rep)
+	if rep.Replayed != 1 || rep.IDs[0] != "a" {
+		t.Fatalf("replay: %+v", rep)
+	}
+	b.api(t, "GET", "/v1/tasks/a", keyQA, "", http.StatusOK, &v)
+	if v.Status != captchaq.StatusQueued {
+		t.Errorf("a after replay: %s, want queued", v.Status)
+	}
+	b.api(t, "POST", "/v1/deadletters/replay", keyQA, `{"ids":["a"],"all":true}`, http.StatusBadRequest, &e)
+	if e["field"] != "ids" {
+		t.Errorf("replay with both: %v", e)
+	}
+}
+
+func TestAPIBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	cases := []struct {
+		name, body, field string
+		index             *int
+	}{
+		{"missing pageurl", `{"method":"turnstile","params":{"sitekey":"x"}}`, "params.pageurl", nil},
+		{"priority not a number", `{"method":"turnstile","params":{"sitekey":"x","pageurl":"https://a.example"},"priority":"high"}`, "priority", nil},
+		{"unknown field", `{"method":"turnstile","prio":1}`, "prio", nil},
+		{"no method", `{"params":{}}`, "method", nil},
+		{"unsupported", `{"method":"hcaptcha","params":{"sitekey":"x","pageurl":"https://a.example"}}`, "method", nil},
+		{"bad pingback", `{"method":"turnstile","params":{"sitekey":"x","pageurl":"https://a.example"},"pingback":"nope"}`, "pingback", nil},
+		{"second of two", "[" + apiTurnstile("ok") + `,{"method":"turnstile","params":{"sitekey":"x","pageurl":"a.example"}}]`, "params.pageurl", ptr(1)},
+		{"duplicate ids", "[" + apiTurnstile("d") + "," + apiTurnstile("d") + "]", "id", ptr(1)},
+		{"slash in id", apiTurnstile("a/b"), "id", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e struct {
+				Error string `json:"error"`
+				Field string `json:"field"`
+				Index *int   `json:"index"`
+			}
+			b.api(t, "POST", "/v1/tasks", keyQA, c.body, http.StatusBadRequest, &e)
+			if e.Field != c.field || e.Error == "" || !strings.Contains(e.Error, strings.TrimPrefix(c.field, "params.")) {
+				t.Errorf("error %+v, want field %q named in the text", e, c.field)
+			}
+			if (c.index == nil) != (e.Index == nil) || (c.index != nil && *c.index != *e.Index) {
+				t.Errorf("index %v, want %v", e.Index, c.index)
+			}
+		})
+	}
+	// Nothing of a refused batch was accepted.
+	var e map[string]any
+	b.api(t, "GET", "/v1/tasks/ok", keyQA, "", http.StatusNotFound, &e)
+	b.api(t, "GET", "/v1/stats", "wrong-key-123", "", http.StatusUnauthorized, &e)
+}
+
+func ptr(i int) *int { return &i }
+
+func TestAPIEventsAndStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	req, _ := http.NewRequest("GET", b.url+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+keyQA)
+	resp, err := b.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	r := bufio.NewReader(resp.Body)
+	if line, _ := r.ReadString('\n'); line != ": connected\n" {
+		t.Fatalf("first line %q", line)
+	}
+	// Another client's result must not reach qa's stream: submit it first.
+	b.waitFinal(t, keyOther, b.inOK(t, keyOther, turnstile()))
+	ids := map[string]bool{}
+	for _, id := range []string{"e1", "e2", "e3"} {
+		b.api(t, "POST", "/v1/tasks", keyQA, apiTurnstile(id), http.StatusAccepted, nil)
+		ids[id] = true
+	}
+	for len(ids) > 0 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		var res captchaq.Result
+		if err := json.Unmarshal([]byte(data), &res); err != nil {
+			t.Fatal(err)
+		}
+		if !ids[res.ID] || res.Status != captchaq.StatusSolved || res.Token == "" {
+			t.Fatalf("event %+v; waiting for %v", res, ids)
+		}
+		delete(ids, res.ID)
+	}
+	var st server.Stats
+	b.api(t, "GET", "/v1/stats", keyQA, "", http.StatusOK, &st)
+	if st.Metrics.Solved != 4 || st.Metrics.Submitted != 4 || len(st.Clients) != 1 || st.Clients[0].Name != "qa" || st.Clients[0].Solved != 3 || st.Clients[0].Accepted != 3 || st.Clients[0].Inflight != 0 {
+		t.Errorf("stats for qa: %+v", st)
+	}
+	b.api(t, "GET", "/v1/stats", keyAdmin, "", http.StatusOK, &st)
+	if len(st.Clients) != 3 || st.Clients[1].Name != "other" || st.Clients[1].Solved != 1 {
+		t.Errorf("stats for admin: %+v", st.Clients)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{
+		clients: []server.Client{
+			{Name: "slow", Key: "slow-key-0001", Rate: 1},
+			{Name: "capped", Key: "capped-key-01", MaxInflight: 1},
+			{Name: "qa", Key: keyQA},
+		},
+		server: func(c *server.Config) { c.MaxBodyBytes = 4096 },
+	})
+	// Rate 1/s with a burst of 1: the second submit at once is refused.
+	b.inOK(t, "slow-key-0001", turnstile())
+	v := turnstile()
+	v.Set("key", "slow-key-0001")
+	if got := b.form(t, http.MethodPost, "/in.php", v); got != "MAX_USER_TURN" {
+		t.Errorf("over rate on in.php: %q", got)
+	}
+	var e map[string]any
+	h := b.api(t, "POST", "/v1/tasks", "slow-key-0001", apiTurnstile("r"), http.StatusTooManyRequests, &e)
+	if h.Get("Retry-After") == "" {
+		t.Errorf("429 without Retry-After")
+	}
+	// In-flight cap 1: a task that stays in flight fills it.
+	b.inOK(t, "capped-key-01", recaptcha())
+	v = turnstile()
+	v.Set("key", "capped-key-01")
+	if got := b.form(t, http.MethodPost, "/in.php", v); got != "ERROR_NO_SLOT_AVAILABLE" {
+		t.Errorf("over in-flight cap on in.php: %q", got)
+	}
+	b.api(t, "POST", "/v1/tasks", "capped-key-01", apiTurnstile("c"), http.StatusTooManyRequests, &e)
+	// Body over 4096 bytes.
+	v = url.Values{"key": {keyQA}, "method": {"base64"}, "body": {strings.Repeat("A", 8000)}}
+	if got := b.form(t, http.MethodPost, "/in.php", v); got != "ERROR_TOO_BIG_CAPTCHA_FILESIZE" {
+		t.Errorf("big body on in.php: %q", got)
+	}
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"base64","params":{"body":"`+strings.Repeat("A", 8000)+`"}}`, http.StatusRequestEntityTooLarge, &e)
+	if !strings.Contains(e["error"].(string), "4096") {
+		t.Errorf("413 error %v does not name the limit", e)
+	}
+}
+
+func TestClientPingback(t *testing.T) {
+	t.Parallel()
+	type call struct{ ctype, body string }
+	var mu sync.Mutex
+	got := map[string]call{}
+	arrived := make(chan struct{}, 4)
+	rx := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got[r.URL.Path] = call{r.Header.Get("Content-Type"), string(body)}
+		mu.Unlock()
+		arrived <- struct{}{}
+	}))
+	defer rx.Close()
+	b := setup(t, options{})
+	v := turnstile()
+	v.Set("pingback", rx.URL+"/front")
+	id := b.inOK(t, keyQA, v)
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"id":"p1","method":"turnstile","params":{"sitekey":"0x4A","pageurl":"https://a.example"},"pingback":"`+rx.URL+`/api"}`, http.StatusAccepted, nil)
+	front := b.waitFinal(t, keyQA, id)
+	api := b.waitFinal(t, keyQA, "p1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 {
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			t.Fatal("pingbacks did not arrive")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	wantForm := url.Values{"id": {id}, "code": {front.Result.Token}}.Encode()
+	if c := got["/front"]; c.ctype != "application/x-www-form-urlencoded" || c.body != wantForm {
+		t.Errorf("front pingback %+v, want %s", c, wantForm)
+	}
+	var res captchaq.Result
+	if c := got["/api"]; c.ctype != "application/json" || json.Unmarshal([]byte(c.body), &res) != nil || res.ID != "p1" || res.Token != api.Result.Token {
+		t.Errorf("api pingback %+v, want id p1 token %s", got["/api"], api.Result.Token)
+	}
+}
+
+func TestMetricsAndHealth(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{noStart: true})
+	if got := b.do(t, mustReq("GET", b.url+"/healthz"), http.StatusOK); got != "ok" {
+		t.Errorf("healthz %q", got)
+	}
+	b.do(t, mustReq("GET", b.url+"/readyz"), http.StatusServiceUnavailable)
+	if err := b.srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.do(t, mustReq("GET", b.url+"/readyz"), http.StatusOK)
+	for range 3 {
+		b.waitFinal(t, keyQA, b.inOK(t, keyQA, turnstile()))
+	}
+	m := b.do(t, mustReq("GET", b.url+"/metrics"), http.StatusOK)
+	for _, want := range []string{
+		"captchaq_tasks_submitted_total 3",
+		"captchaq_tasks_solved_total 3",
+		"captchaq_tasks_failed_total 0",
+		"captchaq_threads_plan 5",
+		"captchaq_threads_in_use 0",
+		"captchaq_paused 0",
+		"captchaq_success_ratio 1",
+		`captchaq_client_tasks_total{client="qa",status="solved"} 3`,
+		`captchaq_client_inflight{client="qa"} 0`,
+		`captchaq_http_requests_total{code="200",route="in.php"} 3`,
+		`captchaq_http_request_duration_seconds_count{route="in.php"} 3`,
+		`captchaq_delivery_delay_seconds{quantile="0.99"}`,
+		"captchaq_oldest_waiting_seconds 0",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	// A bad provider key pauses all sending: not ready.
+	b.sim.SetAccount(simBadKey())
+	b.inOK(t, keyQA, turnstile())
+	deadline := time.Now().Add(10 * time.Second)
+	for b.srv.Queue().Paused() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	body := b.do(t, mustReq("GET", b.url+"/readyz"), http.StatusServiceUnavailable)
+	if !strings.Contains(body, "ERROR_WRONG_USER_KEY") {
+		t.Errorf("readyz while paused: %q", body)
+	}
+}
+
+func mustReq(method, u string) *http.Request {
+	r, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+// Config defaults.
+const (
+	MaxBodyBytesDefault     = 8 << 20
+	SubmitWaitDefault       = time.Second
+	BalanceCacheDefault     = 10 * time.Second
+	PingbackTimeoutDefault  = 5 * time.Second
+	PingbackAttemptsDefault = 3
+	PingbackParallelDefault = 16
+	WaitMaxDefault          = 60 * time.Second
+	BulkMaxIDs              = 100
+)
+
+// Client is one user of the service, with its own key.
+type Client struct {
+	// Name identifies the client; it is its tenant in the queue. Letters,
+	// digits, '.', '_' and '-'.
+	Name string `json:"name"`
+	// Key is what the client sends as key= or Authorization: Bearer.
+	Key string `json:"key"`
+	// Weight is its fair share among clients. Default 1.
+	Weight int `json:"weight,omitempty"`
+	// MaxInflight bounds its unfinished tasks. Zero means no bound.
+	MaxInflight int `json:"max_inflight,omitempty"`
+	// Rate bounds its submits, in tasks per second (burst: one second's
+	// worth). Zero means no bound.
+	Rate float64 `json:"rate,omitempty"`
+	// Admin may see every client's tasks and use the dashboard.
+	Admin bool `json:"admin,omitempty"`
+}
+
+var clientName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// LoadClients reads a clients file: a JSON array of Client.
+func LoadClients(path string) ([]Client, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("clients file: %w", err)
+	}
+	var cs []Client
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cs); err != nil {
+		return nil, fmt.Errorf("clients file %s: %v (want a JSON array like [{\"name\":\"qa\",\"key\":\"…\",\"weight\":2,\"max_inflight\":50,\"rate\":20}])", path, err)
+	}
+	if err := checkClients(cs); err != nil {
+		return nil, fmt.Errorf("clients file %s: %w", path, err)
+	}
+	return cs, nil
+}
+
+func checkClients(cs []Client) error {
+	if len(cs) == 0 {
+		return errors.New("no clients: add at least one {\"name\",\"key\"}")
+	}
+	names, keys := map[string]bool{}, map[string]bool{}
+	var errs []error
+	for i, c := range cs {
+		switch {
+		case !clientName.MatchString(c.Name):
+			errs = append(errs, fmt.Errorf("[%d].name: %q must be 1-64 letters, digits, '.', '_' or '-'", i, c.Name))
+		case names[c.Name]:
+			errs = append(errs, fmt.Errorf("[%d].name: %q appears twice", i, c.Name))
+		}
+		switch {
+		case len(c.Key) < 8:
+			errs = append(errs, fmt.Errorf("[%d].key: client %q needs a key of at least 8 characters", i, c.Name))
+		case keys[c.Key]:
+			errs = append(errs, fmt.Errorf("[%d].key: client %q shares its key with another client", i, c.Name))
+		}
+		if c.Weight < 0 || c.MaxInflight < 0 || c.Rate < 0 {
+			errs = append(errs, fmt.Errorf("[%d]: client %q: weight, max_inflight and rate must not be negative", i, c.Name))
+		}
+		names[c.Name], keys[c.Key] = true, true
+	}
+	return errors.Join(errs...)
+}
+
+// Config configures a Server. Queue and Clients are required.
+type Config struct {
+	// Queue configures the queue the server builds and owns. Its
+	// TenantWeights, OnResult, OnPause and PingbackURL are set by the
+	// server; Store must be set when the server is to report it as open.
+	Queue captchaq.Config
+	// Clients are the keys the server accepts.
+	Clients []Client
+	// PublicURL, when set, is where the provider can reach this server:
+	// the provider is asked to call PublicURL/pingback/<secret> when an
+	// answer is ready (polling stays as the fallback).
+	PublicURL string
+	// Balance answers getbalance. Default: ERROR_BAD_PARAMETERS.
+	Balance func(ctx context.Context) (float64, error)
+	// MaxBodyBytes bounds a request body. Default MaxBodyBytesDefault.
+	MaxBodyBytes int64
+	// SubmitWait is how long a submit waits for room in a full queue
+	// before it is refused. Default SubmitWaitDefault.
+	SubmitWait time.Duration
+	// PingbackTimeout, PingbackAttempts and PingbackParallel shape the
+	// calls to clients' pingback URLs.
+	PingbackTimeout  time.Duration
+	PingbackAttempts int
+	PingbackParallel int
+	// ObserveRequest, when set, is called with each front or API request's
+	// route and the time spent in its handler (for load tests).
+	ObserveRequest func(route string, d time.Duration)
+	// Logger receives the server's logs. Default: the Queue's, else discard.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if err := checkClients(c.Clients); err != nil {
+		return c, fmt.Errorf("server: Clients: %w", err)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if c.SubmitWait == 0 {
+		c.SubmitWait = SubmitWaitDefault
+	}
+	if c.PingbackTimeout == 0 {
+		c.PingbackTimeout = PingbackTimeoutDefault
+	}
+	if c.PingbackAttempts == 0 {
+		c.PingbackAttempts = PingbackAttemptsDefault
+	}
+	if c.PingbackParallel == 0 {
+		c.PingbackParallel = PingbackParallelDefault
+	}
+	if c.MaxBodyBytes < 0 || c.SubmitWait < 0 || c.PingbackTimeout < 0 || c.PingbackAttempts < 0 || c.PingbackParallel < 0 {
+		return c, errors.New("server: MaxBodyBytes, SubmitWait and the Pingback settings must not be negative")
+	}
+	if c.Logger == nil {
+		c.Logger = c.Queue.Logger
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}

@@ -1,0 +1,104 @@
+"use strict";
+// The dashboard polls /v1/stats and /v1/deadletters once a second with an
+// admin key, given as ?key=… or typed once (kept in localStorage).
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const params = new URLSearchParams(location.search);
+  let key = params.get("key") || localStorage.getItem("captchaq-key") || "";
+  let last = null;
+
+  function api(path, opts) {
+    opts = opts || {};
+    opts.headers = Object.assign({ Authorization: "Bearer " + key }, opts.headers || {});
+    return fetch(path, opts).then((r) => {
+      if (r.status === 401) { throw new Error("unauthorized"); }
+      if (!r.ok) { return r.json().then((e) => { throw new Error(e.error || r.statusText); }); }
+      return r.json();
+    });
+  }
+
+  function set(id, v) { const el = $(id); if (el.textContent !== String(v)) { el.textContent = v; } }
+  function ms(s) { return Math.round(s * 1000); }
+
+  function render(st) {
+    const m = st.metrics;
+    set("threads-in-use", m.ThreadsInUse); set("threads", m.Threads); set("window", m.Window);
+    $("threads-bar").style.width = (m.Threads ? Math.min(100, 100 * m.ThreadsInUse / m.Threads) : 0) + "%";
+    set("submitted", m.Submitted); set("solved", m.Solved); set("failed", m.Failed);
+    set("success", m.Solved + m.Failed ? (100 * m.SuccessRate).toFixed(1) + "%" : "–");
+    set("throughput", m.ThroughputPerMin.toFixed(1));
+    if (last) {
+      const dt = (Date.now() - last.at) / 1000;
+      set("rate", dt > 0 ? ((m.Solved - last.solved) / dt).toFixed(1) : "0");
+    }
+    last = { at: Date.now(), solved: m.Solved };
+    set("delay-p50", ms(m.DeliveryDelayP50)); set("delay-p99", ms(m.DeliveryDelayP99));
+    set("oldest", m.OldestWaitingSeconds.toFixed(1));
+    set("depth", m.QueueDepth);
+    const dp = $("depth-by-priority");
+    dp.replaceChildren(...Object.keys(m.DepthByPriority || {}).sort((a, b) => a - b).map((p) => {
+      const li = document.createElement("li"); li.textContent = "priority " + p + ": " + m.DepthByPriority[p]; return li;
+    }));
+    const state = $("state");
+    state.textContent = m.Paused ? "paused: " + m.PausedReason : (st.ready ? "ready" : "not ready");
+    state.className = "badge " + (m.Paused || !st.ready ? "bad" : "ok");
+    $("clients").replaceChildren(...(st.clients || []).map((c) => row([c.name, c.weight, c.inflight, c.accepted, c.solved, c.failed])));
+    set("dead-count", st.dead_letters);
+  }
+
+  function row(cells) {
+    const tr = document.createElement("tr");
+    for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
+    return tr;
+  }
+
+  function renderDead(d) {
+    $("dead").replaceChildren(...d.dead_letters.map((t) => {
+      const code = (t.result && t.result.error_code) || t.last_error_code || "";
+      const err = (t.result && t.result.error) || t.last_error || "";
+      const tr = row([t.id, t.client, t.method, code, err]);
+      const td = document.createElement("td");
+      const b = document.createElement("button");
+      b.type = "button"; b.className = "replay"; b.dataset.id = t.id; b.textContent = "Replay";
+      b.addEventListener("click", () => replay({ ids: [t.id] }));
+      td.appendChild(b); tr.appendChild(td);
+      return tr;
+    }));
+  }
+
+  function replay(body) {
+    api("/v1/deadletters/replay", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) })
+      .then(tick).catch((e) => { $("state").textContent = "replay failed: " + e.message; });
+  }
+
+  function tick() {
+    return Promise.all([api("/v1/stats"), api("/v1/deadletters")]).then(([st, d]) => {
+      render(st); renderDead(d);
+    });
+  }
+
+  function start() {
+    $("login").hidden = true; $("board").hidden = false;
+    tick().catch(fail);
+    setInterval(() => tick().catch(fail), 1000);
+  }
+
+  function fail(e) {
+    if (e.message === "unauthorized") {
+      localStorage.removeItem("captchaq-key");
+      $("board").hidden = true; $("login").hidden = false;
+      $("login-error").textContent = "That key is not accepted.";
+      return;
+    }
+    $("state").textContent = "offline: " + e.message; $("state").className = "badge bad";
+  }
+
+  $("replay-all").addEventListener("click", () => replay({ all: true }));
+  $("login").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    key = $("key").value.trim();
+    localStorage.setItem("captchaq-key", key);
+    location.reload();
+  });
+  if (key) { start(); } else { $("login").hidden = false; }
+})();

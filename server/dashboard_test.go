@@ -1,0 +1,99 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/captchaq/captchaq"
+)
+
+const chromiumPath = "/usr/bin/chromium"
+
+// browser starts a headless chromium, or skips when there is none (fails
+// instead under CI=true).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := exec.LookPath(chromiumPath); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("chromium not found at %s: the dashboard test needs it in CI", chromiumPath)
+		}
+		t.Skipf("chromium not found at %s", chromiumPath)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	}
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	ctx, cancel3 := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(cancel3)
+	return ctx
+}
+
+// waitText waits until the element's text is want.
+func waitText(sel, want string) chromedp.Action[chromedp.Void] {
+	p := chromedp.Poll[bool](`(document.querySelector(`+strconv.Quote(sel)+`) || {}).textContent === `+strconv.Quote(want), chromedp.WithPollingInterval(50*time.Millisecond))
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := p(ctx, t)
+		if err != nil {
+			err = fmt.Errorf("waiting for %s to read %q: %w", sel, want, err)
+		}
+		return chromedp.Void{}, err
+	}
+}
+
+func TestDashboardInBrowser(t *testing.T) {
+	b := setup(t, options{})
+	ctx := browser(t)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(b.url+"/?key="+keyAdmin),
+		waitText("#solved", "0"),
+		waitText("#threads", "5"),
+	); err != nil {
+		t.Fatalf("dashboard did not load: %v", err)
+	}
+	// Five tasks solved: the page shows 5.
+	for range 5 {
+		b.inOK(t, keyQA, turnstile())
+	}
+	if err := chromedp.Do(ctx, waitText("#solved", "5"), waitText("#submitted", "5"), waitText("#success", "100.0%")); err != nil {
+		t.Fatalf("solved count did not reach 5: %v", err)
+	}
+	// A dead letter: a task canceled while sending is paused.
+	b.sim.SetAccount(simBadKey())
+	b.api(t, "POST", "/v1/tasks", keyQA, apiTurnstile("dl"), http.StatusAccepted, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for b.srv.Queue().Paused() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.api(t, "DELETE", "/v1/tasks/dl", keyQA, "", http.StatusOK, nil)
+	b.sim.SetAccount(simGoodKey())
+	b.srv.Queue().Resume()
+	if err := chromedp.Do(ctx, waitText("#dead-count", "1"), waitText("#failed", "1"),
+		waitText("#dead tr td:first-child", "qa/dl")); err != nil {
+		t.Fatalf("dead letter not shown: %v", err)
+	}
+	// Replay from the page: the dead letter goes, the task is solved.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button.replay[data-id="qa/dl"]`)),
+		waitText("#dead-count", "0"), waitText("#solved", "6")); err != nil {
+		t.Fatalf("replay from the page: %v", err)
+	}
+	v := b.waitFinal(t, keyQA, "dl")
+	if v.Status != captchaq.StatusSolved {
+		t.Errorf("replayed task: %+v", v)
+	}
+}

@@ -1,0 +1,41 @@
+// Package server is captchaq's HTTP service: a drop-in front that speaks
+// the provider's in.php/res.php protocol, a JSON API, Prometheus metrics,
+// health checks and a live dashboard, all in front of one Queue.
+//
+// Routes:
+//
+//	/in.php, /res.php             the provider's protocol, with the clients' own keys
+//	POST   /v1/tasks              one task object or an array (captchaq.Task JSON)
+//	GET    /v1/tasks/{id}         record and result; ?wait=30s long-polls
+//	DELETE /v1/tasks/{id}         cancel a queued task
+//	GET    /v1/events             server-sent events: the caller's results
+//	GET    /v1/stats              queue metrics and per-client counts
+//	GET    /v1/deadletters        failed tasks
+//	POST   /v1/deadletters/replay {"ids":[…]} or {"all":true}: queue them again
+//	/pingback                     the provider's pingback (with Config.PublicURL)
+//	/metrics, /healthz, /readyz   Prometheus, liveness, readiness
+//	/                             the dashboard (needs an admin key)
+//
+// Clients and tenants: every client of the clients file is a tenant of the
+// queue with its weight. A task's id in the Store is "<client>/<id>", so a
+// client only ever sees its own tasks; the ids it sends and receives are
+// the part after the slash. in.php answers numeric ids.
+//
+// Decisions a client can observe:
+//
+//   - getbalance answers the provider account's balance (cached for
+//     BalanceCacheDefault); the provider key itself never leaves the server.
+//   - reportbad/reportgood are checked (the id must be the caller's finished
+//     task) and recorded in the captchaq_reports_total metric; they are not
+//     forwarded, since the provider's id is gone once a task is final.
+//   - Protocol errors on the front are HTTP 200 with the provider's codes,
+//     as the provider does; the JSON API uses HTTP status codes.
+//   - Request bodies are limited to Config.MaxBodyBytes (8 MiB by default):
+//     in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE, the API 413.
+//   - A client's rate (tasks per second) and max_inflight (unfinished
+//     tasks) bound submits only: in.php answers MAX_USER_TURN and
+//     ERROR_NO_SLOT_AVAILABLE, the API 429 with Retry-After. A queue full
+//     past Config.SubmitWait answers ERROR_NO_SLOT_AVAILABLE / 503.
+//   - The dashboard and the admin views (every client's tasks, dead
+//     letters and counts) need a client with "admin": true.
+package server

@@ -1,0 +1,359 @@
+package server
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+)
+
+// frontReply writes a protocol answer: {"status":s,"request":v} with
+// json=1, else "OK|v" or the bare code. HTTP status is 200, as the
+// provider's.
+type frontReply struct {
+	w    http.ResponseWriter
+	json bool
+}
+
+func (f frontReply) ok(v string) {
+	if f.json {
+		f.write(map[string]any{"status": 1, "request": v})
+		return
+	}
+	f.text("OK|" + v)
+}
+
+// okRaw answers a structured (JSON) answer as the provider does.
+func (f frontReply) okRaw(raw json.RawMessage, token string) {
+	if f.json {
+		f.write(map[string]any{"status": 1, "request": raw})
+		return
+	}
+	f.text("OK|" + token)
+}
+
+// plain answers a value without the OK| prefix (bulk, balance, reports).
+func (f frontReply) plain(status int, v string) {
+	if f.json {
+		f.write(map[string]any{"status": status, "request": v})
+		return
+	}
+	f.text(v)
+}
+
+func (f frontReply) fail(code, text string) {
+	if f.json {
+		m := map[string]any{"status": 0, "request": code}
+		if text != "" {
+			m["error_text"] = text
+		}
+		f.write(m)
+		return
+	}
+	f.text(code)
+}
+
+func (f frontReply) write(v any) {
+	f.w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(f.w).Encode(v)
+}
+
+func (f frontReply) text(s string) {
+	f.w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(f.w, s)
+}
+
+// frontForm reads the query, an urlencoded or a multipart body. It
+// returns the image of a multipart "file" part, if any.
+func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (url.Values, []byte, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "multipart/form-data" {
+		if err := r.ParseMultipartForm(s.cfg.MaxBodyBytes); err != nil {
+			return nil, nil, err
+		}
+		form := url.Values{}
+		for k, v := range r.URL.Query() {
+			form[k] = v
+		}
+		for k, v := range r.MultipartForm.Value {
+			form[k] = v
+		}
+		var file []byte
+		if fhs := r.MultipartForm.File["file"]; len(fhs) > 0 {
+			f, err := fhs[0].Open()
+			if err != nil {
+				return nil, nil, err
+			}
+			defer f.Close()
+			if file, err = io.ReadAll(f); err != nil {
+				return nil, nil, err
+			}
+		}
+		r.MultipartForm.RemoveAll()
+		return form, file, nil
+	}
+	if err := r.ParseForm(); err != nil {
+		return nil, nil, err
+	}
+	return r.Form, nil, nil
+}
+
+// frontKeys are in.php fields that are the front's, not the task's.
+var frontKeys = map[string]bool{"key": true, "method": true, "json": true, "soft_id": true, "pingback": true, "priority": true, "header_acao": true, "file": true}
+
+func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
+	form, file, err := s.frontForm(w, r)
+	reply := frontReply{w: w, json: form.Get("json") == "1" || r.URL.Query().Get("json") == "1"}
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			reply.fail("ERROR_TOO_BIG_CAPTCHA_FILESIZE", "request body over the server's limit of "+strconv.FormatInt(mbe.Limit, 10)+" bytes")
+			return
+		}
+		reply.fail("ERROR_BAD_PARAMETERS", "the request could not be read: "+err.Error())
+		return
+	}
+	if form.Get("header_acao") == "1" {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+	}
+	cs := s.client(form.Get("key"))
+	if cs == nil {
+		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
+		return
+	}
+	t, code, text := s.frontTask(cs, form, file)
+	if code != "" {
+		reply.fail(code, text)
+		return
+	}
+	if le := cs.reserve([]string{t.ID}); le != nil {
+		if le.inflight {
+			reply.fail("ERROR_NO_SLOT_AVAILABLE", le.msg)
+		} else {
+			reply.fail("MAX_USER_TURN", le.msg)
+		}
+		return
+	}
+	if err := s.submit(r.Context(), t); err != nil {
+		cs.release(t.ID)
+		code, text := submitErrorCode(err)
+		reply.fail(code, text)
+		return
+	}
+	cs.mu.Lock()
+	cs.accepted++
+	cs.mu.Unlock()
+	_, local := splitID(t.ID)
+	reply.ok(local)
+}
+
+// frontTask turns an in.php form into a Task, or a protocol error.
+func (s *Server) frontTask(cs *clientState, form url.Values, file []byte) (captchaq.Task, string, string) {
+	method := strings.TrimSpace(form.Get("method"))
+	if method == "" {
+		return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "method: required (e.g. userrecaptcha, turnstile, base64, post)"
+	}
+	t := captchaq.Task{ID: storeID(cs.Name, s.newID()), Method: method, Params: map[string]string{}, Tenant: cs.Name}
+	for k, v := range form {
+		if frontKeys[k] || len(v) == 0 {
+			continue
+		}
+		t.Params[k] = v[0]
+	}
+	if method == "post" {
+		// The image travels inside the task (the Store keeps it), as base64.
+		if len(file) == 0 {
+			return t, "ERROR_ZERO_CAPTCHA_FILESIZE", "method post needs a multipart part named file with the image"
+		}
+		t.Method = "base64"
+		t.Params["body"] = base64.StdEncoding.EncodeToString(file)
+	}
+	if p := form.Get("priority"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return t, "ERROR_BAD_PARAMETERS", "priority: must be a whole number, 0 or more (lower is more urgent), got " + strconv.Quote(p)
+		}
+		t.Priority = n
+	}
+	if pb := form.Get("pingback"); pb != "" {
+		if reason := checkURL(pb); reason != "" {
+			return t, "ERROR_BAD_PARAMETERS", "pingback: " + reason
+		}
+		t.Pingback = formPingback + pb
+	}
+	if err := t.ProviderTask().Validate(); err != nil {
+		code, text := submitErrorCode(&captchaq.TaskError{Msg: err.Error(), Err: err})
+		return t, code, text
+	}
+	return t, "", ""
+}
+
+func checkURL(v string) string {
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "must be a full http(s) URL such as https://example.com/hook"
+	}
+	return ""
+}
+
+// submitErrorCode maps a refused submit to the protocol's code.
+func submitErrorCode(err error) (string, string) {
+	var ve *provider.ValidationError
+	var pe *provider.Error
+	switch {
+	case errors.As(err, &ve):
+		switch f := strings.TrimPrefix(ve.Field, "params."); f {
+		case "googlekey":
+			return "ERROR_GOOGLEKEY", ve.Error()
+		case "pageurl":
+			return "ERROR_PAGEURL", ve.Error()
+		case "proxy":
+			return "ERROR_BAD_PROXY", ve.Error()
+		case "body", "file":
+			if strings.Contains(ve.Reason, "required") || strings.Contains(ve.Reason, "empty") {
+				return "ERROR_ZERO_CAPTCHA_FILESIZE", ve.Error()
+			}
+			return "ERROR_IMAGE_TYPE_NOT_SUPPORTED", ve.Error()
+		}
+		return "ERROR_BAD_PARAMETERS", ve.Error()
+	case errors.As(err, &pe) && pe.Code == provider.CodeUnsupportedType:
+		return "ERROR_BAD_PARAMETERS", pe.Text
+	case errors.Is(err, captchaq.ErrInvalidTask):
+		return "ERROR_BAD_PARAMETERS", err.Error()
+	case errors.Is(err, captchaq.ErrClosed):
+		return "ERROR_NO_SLOT_AVAILABLE", "the server is shutting down"
+	}
+	return "ERROR_NO_SLOT_AVAILABLE", "the queue is full; try again shortly"
+}
+
+func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
+	form, _, err := s.frontForm(w, r)
+	reply := frontReply{w: w, json: form.Get("json") == "1"}
+	if err != nil {
+		reply.fail("ERROR_BAD_PARAMETERS", "the request could not be read: "+err.Error())
+		return
+	}
+	if form.Get("header_acao") == "1" {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+	}
+	cs := s.client(form.Get("key"))
+	if cs == nil {
+		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
+		return
+	}
+	switch action := form.Get("action"); action {
+	case "get", "get2":
+		if ids := form.Get("ids"); ids != "" {
+			s.resBulk(r, reply, cs, ids)
+			return
+		}
+		s.resOne(r, reply, cs, form.Get("id"))
+	case "getbalance":
+		v, err := s.balance(r.Context())
+		if err != nil {
+			reply.fail("ERROR_BAD_PARAMETERS", "getbalance: "+err.Error())
+			return
+		}
+		reply.plain(1, strconv.FormatFloat(v, 'f', -1, 64))
+	case "reportbad", "reportgood":
+		rec, code := s.frontRecord(r, cs, form.Get("id"))
+		if code != "" {
+			reply.fail(code, "")
+			return
+		}
+		if rec.Status != captchaq.StatusSolved {
+			reply.fail("ERROR_WRONG_CAPTCHA_ID", "only a solved task can be reported")
+			return
+		}
+		s.metrics.reports.WithLabelValues(strings.TrimPrefix(action, "report")).Inc()
+		reply.plain(1, "OK_REPORT_RECORDED")
+	case "":
+		reply.fail("ERROR_BAD_PARAMETERS", "action: required (get, getbalance, reportbad, reportgood)")
+	default:
+		reply.fail("ERROR_BAD_PARAMETERS", "action: "+strconv.Quote(action)+" is not supported (get, getbalance, reportbad, reportgood)")
+	}
+}
+
+// frontRecord finds the caller's task by its own id; code is the
+// protocol's error when there is none.
+func (s *Server) frontRecord(r *http.Request, cs *clientState, id string) (captchaq.Record, string) {
+	id = strings.TrimSpace(id)
+	if id == "" {
+		return captchaq.Record{}, "ERROR_WRONG_ID_FORMAT"
+	}
+	rec, err := s.store.Get(r.Context(), storeID(cs.Name, id))
+	if errors.Is(err, captchaq.ErrNotFound) || (err == nil && rec.Task.Tenant != cs.Name) {
+		return rec, "ERROR_WRONG_CAPTCHA_ID"
+	}
+	if err != nil {
+		s.log.Error("store read failed", "err", err)
+		return rec, "ERROR_INTERNAL_SERVER_ERROR"
+	}
+	return rec, ""
+}
+
+// answer is what res.php says about one record: ok with the token, or a
+// code.
+func answer(rec captchaq.Record) (token string, raw json.RawMessage, code, text string) {
+	switch {
+	case rec.Status == captchaq.StatusSolved && rec.Result != nil:
+		return rec.Result.Token, rec.Result.Answer, "", ""
+	case rec.Status == captchaq.StatusFailed && rec.Result != nil:
+		c := rec.Result.ErrorCode
+		if strings.HasPrefix(c, "ERROR_") {
+			return "", nil, c, rec.Result.Error
+		}
+		// The queue's own codes (EXPIRED, CANCELED, …) read as unsolvable
+		// to a protocol client; the text keeps the real one.
+		return "", nil, "ERROR_CAPTCHA_UNSOLVABLE", c + ": " + rec.Result.Error
+	}
+	return "", nil, "CAPCHA_NOT_READY", ""
+}
+
+func (s *Server) resOne(r *http.Request, reply frontReply, cs *clientState, id string) {
+	rec, code := s.frontRecord(r, cs, id)
+	if code != "" {
+		reply.fail(code, "")
+		return
+	}
+	token, raw, code, text := answer(rec)
+	switch {
+	case code != "":
+		reply.fail(code, text)
+	case len(raw) > 0:
+		reply.okRaw(raw, token)
+	default:
+		reply.ok(token)
+	}
+}
+
+func (s *Server) resBulk(r *http.Request, reply frontReply, cs *clientState, ids string) {
+	list := strings.Split(ids, ",")
+	if len(list) > BulkMaxIDs {
+		reply.fail("ERROR_BAD_PARAMETERS", "ids: at most "+strconv.Itoa(BulkMaxIDs)+" ids a request, got "+strconv.Itoa(len(list)))
+		return
+	}
+	out := make([]string, len(list))
+	for i, id := range list {
+		rec, code := s.frontRecord(r, cs, id)
+		if code == "" {
+			var token string
+			token, _, code, _ = answer(rec)
+			if code == "" {
+				out[i] = token
+				continue
+			}
+		}
+		out[i] = code
+	}
+	reply.plain(1, strings.Join(out, "|"))
+}

@@ -1,0 +1,71 @@
+package server
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/captchaq/captchaq"
+)
+
+//go:embed dashboard
+var dashboardFiles embed.FS
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern, route string, timed bool, h http.Handler) {
+		mux.Handle(pattern, s.instrument(route, timed, h))
+	}
+	handle("/in.php", "in.php", true, http.HandlerFunc(s.handleIn))
+	handle("/res.php", "res.php", true, http.HandlerFunc(s.handleRes))
+	handle("POST /v1/tasks", "tasks_create", true, s.authed(s.handleCreate))
+	handle("GET /v1/tasks/{id}", "tasks_get", true, s.authed(s.handleGet))
+	handle("DELETE /v1/tasks/{id}", "tasks_cancel", true, s.authed(s.handleCancel))
+	handle("GET /v1/events", "events", false, s.authed(s.handleEvents))
+	handle("GET /v1/stats", "stats", true, s.authed(s.handleStats))
+	handle("GET /v1/deadletters", "deadletters", true, s.authed(s.handleDeadLetters))
+	handle("POST /v1/deadletters/replay", "deadletters_replay", true, s.authed(s.handleReplay))
+	if s.pbPath != "" {
+		handle(s.pbPath, "pingback", true, s.queue.PingbackHandler())
+	}
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	sub, _ := fs.Sub(dashboardFiles, "dashboard")
+	mux.Handle("/", http.FileServerFS(sub))
+	return mux
+}
+
+// ready says why the server cannot take work: the queue not started, the
+// store unreadable, or sending paused by an account error that will not
+// lift by itself.
+func (s *Server) ready(ctx context.Context) error {
+	if !s.started.Load() {
+		return errors.New("queue not started")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := s.store.Get(ctx, "\x00readyz"); err != nil && !errors.Is(err, captchaq.ErrNotFound) {
+		return errors.New("store: " + err.Error())
+	}
+	if p := s.queue.Paused(); p != nil {
+		var ae *captchaq.AccountError
+		if errors.As(p, &ae) && ae.Until.IsZero() {
+			return errors.New("sending paused by an account error (" + ae.Code + "): fix the provider key or plan")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/captchaq/captchaq"
+)
+
+// Server serves the front, the API, metrics and the dashboard for one
+// Queue it owns. Create it with New, call Start, serve Handler, end with
+// Shutdown.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	queue   *captchaq.Queue
+	store   captchaq.Store
+	clients map[string]*clientState // by key
+	byName  map[string]*clientState
+
+	ids       atomic.Uint64 // the last numeric id handed out
+	events    *broker
+	pingbacks *pingbackSender
+	metrics   *httpMetrics
+	registry  *prometheus.Registry
+	pbPath    string // the provider pingback's secret path
+
+	started atomic.Bool
+	paused  atomic.Bool // a permanent account error
+
+	balMu   sync.Mutex
+	balAt   time.Time
+	balVal  float64
+	handler http.Handler
+}
+
+// clientState is one client with its limits and live counts.
+type clientState struct {
+	Client
+	limiter *rate.Limiter
+
+	mu       sync.Mutex
+	inflight map[string]struct{} // unfinished task ids (store ids)
+	solved   int64
+	failed   int64
+	accepted int64
+}
+
+// New builds the Queue from cfg.Queue (not started) and the server around it.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Logger,
+		clients: map[string]*clientState{}, byName: map[string]*clientState{},
+		events: newBroker(),
+	}
+	weights := map[string]int{}
+	for _, c := range cfg.Clients {
+		cs := &clientState{Client: c, inflight: map[string]struct{}{}}
+		if c.Rate > 0 {
+			cs.limiter = rate.NewLimiter(rate.Limit(c.Rate), max(1, int(c.Rate)))
+		}
+		s.clients[c.Key] = cs
+		s.byName[c.Name] = cs
+		weights[c.Name] = max(c.Weight, 1)
+	}
+	qc := cfg.Queue
+	if qc.Store == nil {
+		qc.Store = captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
+	}
+	s.store = qc.Store
+	qc.TenantWeights = weights
+	userResult, userPause := qc.OnResult, qc.OnPause
+	qc.OnResult = func(r captchaq.Result) {
+		s.result(r)
+		if userResult != nil {
+			userResult(r)
+		}
+	}
+	qc.OnPause = func(err error, permanent bool) {
+		if permanent {
+			s.paused.Store(true)
+		}
+		if userPause != nil {
+			userPause(err, permanent)
+		}
+	}
+	if cfg.PublicURL != "" {
+		secret := make([]byte, 16)
+		rand.Read(secret)
+		s.pbPath = "/pingback/" + hex.EncodeToString(secret)
+		qc.PingbackURL = strings.TrimRight(cfg.PublicURL, "/") + s.pbPath
+	}
+	s.queue, err = captchaq.New(qc)
+	if err != nil {
+		return nil, err
+	}
+	// Numeric ids start at the clock in microseconds, so ids of a restarted
+	// server never meet the ones already in the Store.
+	s.ids.Store(uint64(time.Now().UnixMicro()))
+	s.pingbacks = newPingbackSender(pingbackParams{
+		timeout: cfg.PingbackTimeout, attempts: cfg.PingbackAttempts, parallel: cfg.PingbackParallel, log: s.log,
+	})
+	s.registry = prometheus.NewRegistry()
+	s.metrics = newHTTPMetrics()
+	s.registry.MustRegister(newQueueCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Queue is the server's queue.
+func (s *Server) Queue() *captchaq.Queue { return s.queue }
+
+// Registry is the server's Prometheus registry, served at /metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// Handler serves every route.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start counts the Store's unfinished tasks per client and starts the
+// queue.
+func (s *Server) Start(ctx context.Context) error {
+	err := s.store.Pending(ctx, func(r captchaq.Record) error {
+		if cs := s.byName[r.Task.Tenant]; cs != nil {
+			cs.mu.Lock()
+			cs.inflight[r.Task.ID] = struct{}{}
+			cs.mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("server: count pending tasks: %w", err)
+	}
+	if err := s.queue.Start(ctx); err != nil {
+		return err
+	}
+	s.started.Store(true)
+	return nil
+}
+
+// Shutdown stops the queue (waiting for accepted tasks until ctx is done,
+// see captchaq.Queue.Shutdown), then the event streams and the pingback
+// calls in progress. Stop the http.Server first.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.queue.Shutdown(ctx)
+	s.events.close()
+	s.pingbacks.close(ctx)
+	return err
+}
+
+// result is the queue's OnResult: counts, events, pingbacks. It runs on
+// the queue's goroutines, so the slow parts are handed off.
+func (s *Server) result(r captchaq.Result) {
+	tenant, local := splitID(r.ID)
+	cs := s.byName[tenant]
+	if cs != nil {
+		cs.mu.Lock()
+		delete(cs.inflight, r.ID)
+		if r.Status == captchaq.StatusSolved {
+			cs.solved++
+		} else {
+			cs.failed++
+		}
+		cs.mu.Unlock()
+	}
+	s.events.publish(tenant, r)
+	s.pingbacks.enqueue(s.store, r, local)
+}
+
+// newID hands out a numeric id.
+func (s *Server) newID() string { return strconv.FormatUint(s.ids.Add(1), 10) }
+
+// storeID is a client's task id as kept in the Store.
+func storeID(client, local string) string { return client + "/" + local }
+
+// splitID parses a Store id into client and the client's own id.
+func splitID(id string) (client, local string) {
+	c, l, ok := strings.Cut(id, "/")
+	if !ok {
+		return "", id
+	}
+	return c, l
+}
+
+// client finds the client with key, in constant time per key.
+func (s *Server) client(key string) *clientState {
+	if key == "" {
+		return nil
+	}
+	var found *clientState
+	for k, c := range s.clients {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(key)) == 1 {
+			found = c
+		}
+	}
+	return found
+}
+
+// reserve takes room for n new tasks of cs against its rate and in-flight
+// bound. It returns a non-nil *limitError when refused.
+func (cs *clientState) reserve(ids []string) *limitError {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	fresh := 0
+	for _, id := range ids {
+		if _, ok := cs.inflight[id]; !ok {
+			fresh++
+		}
+	}
+	if cs.MaxInflight > 0 && len(cs.inflight)+fresh > cs.MaxInflight {
+		return &limitError{inflight: true, msg: fmt.Sprintf("client %q has %d unfinished tasks; its max_inflight is %d", cs.Name, len(cs.inflight), cs.MaxInflight), retry: time.Second}
+	}
+	if cs.limiter != nil {
+		now := time.Now()
+		r := cs.limiter.ReserveN(now, max(len(ids), 1))
+		if !r.OK() {
+			return &limitError{msg: fmt.Sprintf("client %q sent %d tasks at once; its rate allows %d per second", cs.Name, len(ids), cs.limiter.Burst()), retry: time.Second}
+		}
+		if d := r.DelayFrom(now); d > 0 {
+			r.CancelAt(now)
+			return &limitError{msg: fmt.Sprintf("client %q is over its rate of %g tasks per second", cs.Name, cs.Rate), retry: d}
+		}
+	}
+	for _, id := range ids {
+		cs.inflight[id] = struct{}{}
+	}
+	return nil
+}
+
+// release gives back the room of a task that was not accepted.
+func (cs *clientState) release(id string) {
+	cs.mu.Lock()
+	delete(cs.inflight, id)
+	cs.mu.Unlock()
+}
+
+func (cs *clientState) inflightCount() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.inflight)
+}
+
+// limitError is a refused submit: over the rate or the in-flight bound.
+type limitError struct {
+	inflight bool
+	msg      string
+	retry    time.Duration
+}
+
+func (e *limitError) Error() string { return e.msg }
+
+// submit hands one task to the queue, waiting at most SubmitWait for room.
+func (s *Server) submit(ctx context.Context, t captchaq.Task) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.SubmitWait)
+	defer cancel()
+	return s.queue.SubmitFunc(ctx, t, func(captchaq.Result) {})
+}
+
+// balance answers getbalance from a short cache.
+func (s *Server) balance(ctx context.Context) (float64, error) {
+	if s.cfg.Balance == nil {
+		return 0, errors.New("balance is not available on this server")
+	}
+	s.balMu.Lock()
+	defer s.balMu.Unlock()
+	if !s.balAt.IsZero() && time.Since(s.balAt) < BalanceCacheDefault {
+		return s.balVal, nil
+	}
+	v, err := s.cfg.Balance(ctx)
+	if err != nil {
+		return 0, err
+	}
+	s.balVal, s.balAt = v, time.Now()
+	return v, nil
+}
