@@ -405,7 +405,11 @@ func (s *Store) Replay(ctx context.Context, f captchaq.DeadLetterFilter, now tim
 		n, err = res.RowsAffected()
 		return err
 	})
-	return int(n), s.wrap("Replay", err)
+	if err != nil {
+		// do may return on ctx while the write still runs: n is not ours.
+		return 0, s.wrap("Replay", err)
+	}
+	return int(n), nil
 }
 
 // Prune implements captchaq.Store.
@@ -422,7 +426,11 @@ func (s *Store) Prune(ctx context.Context, finishedBefore time.Time) (int, error
 		n, err = res.RowsAffected()
 		return err
 	})
-	return int(n), s.wrap("Prune", err)
+	if err != nil {
+		// do may return on ctx while the write still runs: n is not ours.
+		return 0, s.wrap("Prune", err)
+	}
+	return int(n), nil
 }
 
 // Get implements captchaq.Store.
