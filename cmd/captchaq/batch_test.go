@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -225,7 +227,7 @@ func TestBatchReadsStdinAndTakesFlagsAfterFile(t *testing.T) {
 	t.Parallel()
 	s, base := startFastSim(t, sim.Config{Threads: 5})
 	tasks := turnstileTasks("stdin", 8)
-	// Stdin, result lines on stdout, flags after the positional "-".
+	// Stdin, result lines on stdout, flags after the positionall "-".
 	r := runWith(t, jsonl(t, tasks), map[string]string{"CAPTCHAAI_KEY": batchKey, "CAPTCHAAI_URL": base},
 		append([]string{"batch", "-", "--store", "memory", "--threads", "5"}, fastQueue...)...)
 	if r.code != 0 {
@@ -471,5 +473,98 @@ func TestExamplesTasksParse(t *testing.T) {
 	}
 	if len(valid) != 23 {
 		t.Errorf("%d valid tasks, want 23: %v", len(valid), valid)
+	}
+}
+
+func TestBatchBuiltInSimulator(t *testing.T) {
+	t.Parallel()
+	task := `{"id":"img-1","method":"base64","params":{"body":"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="}}` + "\n"
+	for _, c := range []struct {
+		name string
+		args []string
+		note bool
+	}{
+		{"no key, no URL", nil, true},
+		{"--sim", []string{"--sim"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := runWith(t, task, nil, append([]string{"batch", "--store", "memory", "--poll-interval", "50ms"}, c.args...)...)
+			if r.code != 0 {
+				t.Fatalf("batch = %+v", r)
+			}
+			got := parseResults(t, r.stdout)
+			if g := got["img-1"]; len(got) != 1 || g.Status != captchaq.StatusSolved || g.Token == "" {
+				t.Errorf("results %+v, want img-1 solved", got)
+			}
+			if note := strings.Contains(r.stderr, "no CAPTCHAAI_KEY set: solving against the built-in simulator"); note != c.note {
+				t.Errorf("stderr %q: simulator note shown %v, want %v", r.stderr, note, c.note)
+			}
+		})
+	}
+}
+
+func TestBatchNoKeyWithURL(t *testing.T) {
+	t.Parallel()
+	for _, vars := range []map[string]string{{"CAPTCHAAI_URL": "http://127.0.0.1:1"}, nil} {
+		args := []string{"batch", "--store", "memory"}
+		if vars == nil {
+			args = append(args, "--api-url", "http://127.0.0.1:1")
+		}
+		r := runWith(t, "", vars, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "no provider key: set CAPTCHAAI_KEY") {
+			t.Errorf("%v %v: run = %+v; want exit 1 asking for CAPTCHAAI_KEY", vars, args, r)
+		}
+	}
+}
+
+func TestBatchBadArguments(t *testing.T) {
+	t.Parallel()
+	in := writeFile(t, "tasks.jsonl", jsonl(t, turnstileTasks("args", 1)))
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{in, in}, 1, "one input file at most, got 2"},
+		{[]string{in, "--threads", "-1"}, 1, "--threads must be at least 1, got -1"},
+		{[]string{in, "--plan", "GOLD"}, 1, "--plan: "},
+		{[]string{filepath.Join(t.TempDir(), "missing.jsonl")}, 1, "tasks file: open "},
+		{[]string{in, "--out", filepath.Join(t.TempDir(), "no", "dir", "out.jsonl")}, 1, "--out: open "},
+		{[]string{in, "--bogus"}, 1, "flag provided but not defined: -bogus"},
+		// After "--" everything is a file name, even what looks like a flag.
+		{[]string{"--", in, "--threads", "3"}, 1, "one input file at most, got 3"},
+	} {
+		r := runWith(t, "", keyEnv, append([]string{"batch", "--store", "memory"}, c.args...)...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("batch %v = %+v; want exit %d and %q", c.args, r, c.code, c.want)
+		}
+	}
+}
+
+func TestParseInterspersed(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args       []string
+		out        string
+		threads    int
+		positional []string
+	}{
+		{[]string{"a.jsonl", "--out", "r.jsonl", "--threads", "4"}, "r.jsonl", 4, []string{"a.jsonl"}},
+		{[]string{"--threads", "4", "a.jsonl", "--out", "r.jsonl"}, "r.jsonl", 4, []string{"a.jsonl"}},
+		{[]string{"-", "--out=r.jsonl"}, "r.jsonl", 0, []string{"-"}},
+		{[]string{"--out", "r.jsonl", "--", "-odd.jsonl", "--threads", "4"}, "r.jsonl", 0, []string{"-odd.jsonl", "--threads", "4"}},
+		{[]string{"a.jsonl", "b.jsonl", "--threads", "2"}, "", 2, []string{"a.jsonl", "b.jsonl"}},
+	} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		out, threads := fs.String("out", "", ""), fs.Int("threads", 0, "")
+		if err := parseInterspersed(fs, c.args); err != nil {
+			t.Errorf("%v: %v", c.args, err)
+			continue
+		}
+		if *out != c.out || *threads != c.threads || !slices.Equal(fs.Args(), c.positional) {
+			t.Errorf("%v: out %q threads %d args %q; want %q %d %q", c.args, *out, *threads, fs.Args(), c.out, c.threads, c.positional)
+		}
 	}
 }

@@ -186,6 +186,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 		if len(rest) == 0 {
 			break
 		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
 		positional = append(positional, rest[0])
 		args = rest[1:]
 	}
