@@ -1,0 +1,130 @@
+package sim
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// answerHint is what a task's answer depends on besides its kind.
+type answerHint struct {
+	text     string // GeeTest challenge; Cloudflare Challenge user agent
+	charset  int8   // image: 0 letters and digits, 1 digits, 2 letters
+	min, max int8   // image text length bounds
+}
+
+// imageHint reads an image task's numeric, min_len and max_len.
+func imageHint(q *request) answerHint {
+	h := answerHint{min: 4, max: 7}
+	switch q.get("numeric") {
+	case "1":
+		h.charset = 1
+	case "2":
+		h.charset = 2
+	}
+	if n, err := strconv.Atoi(q.get("min_len")); err == nil && n > 0 && n <= 20 {
+		h.min = int8(n)
+	}
+	if n, err := strconv.Atoi(q.get("max_len")); err == nil && n > 0 && n <= 20 {
+		h.max = int8(n)
+	}
+	h.max = max(h.max, h.min)
+	return h
+}
+
+// defaultUserAgent is the user agent of a Cloudflare Challenge answer when
+// the submit named none.
+const defaultUserAgent = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36"
+
+// answer is a solved task's answer text; object answers are JSON objects.
+type answer struct {
+	raw    string
+	object bool
+}
+
+const (
+	alnum     = "ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnpqrstuvwxyz23456789"
+	digits    = "0123456789"
+	letters   = "abcdefghijkmnpqrstuvwxyz"
+	tokenSet  = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	hexDigits = "0123456789abcdef"
+)
+
+// answerFor derives a task's answer from the seed and the id, so it is the
+// same on every poll and is never stored.
+func (s *Server) answerFor(t *task) answer {
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, t.id))
+	str := func(set string, n int) string {
+		var b strings.Builder
+		b.Grow(n)
+		for range n {
+			b.WriteByte(set[rng.IntN(len(set))])
+		}
+		return b.String()
+	}
+	object := func(v map[string]string) answer {
+		b, _ := json.Marshal(v)
+		return answer{raw: string(b), object: true}
+	}
+	switch t.kind {
+	case provider.KindImage:
+		set := alnum
+		switch t.hint.charset {
+		case 1:
+			set = digits
+		case 2:
+			set = letters
+		}
+		n := int(t.hint.min) + rng.IntN(int(t.hint.max-t.hint.min)+1)
+		return answer{raw: str(set, n)}
+	case provider.KindGrid:
+		cells := rng.Perm(9)[:1+rng.IntN(4)]
+		parts := make([]string, len(cells))
+		for i, c := range sortedInts(cells) {
+			parts[i] = strconv.Itoa(c + 1)
+		}
+		return answer{raw: "click:" + strings.Join(parts, "/")}
+	case provider.KindBLS:
+		cells := sortedInts(rng.Perm(9)[:3])
+		b, _ := json.Marshal(cells)
+		return answer{raw: string(b)}
+	case provider.KindRecaptchaV2, provider.KindRecaptchaV3:
+		return answer{raw: "03A" + str(tokenSet, 480+rng.IntN(100))}
+	case provider.KindTurnstile:
+		return answer{raw: "0." + str(tokenSet, 300+rng.IntN(60)) + "." + str(hexDigits, 64)}
+	case provider.KindGeeTest:
+		return object(map[string]string{
+			"geetest_challenge": t.hint.text + str(letters, 2),
+			"geetest_validate":  str(hexDigits, 32),
+			"geetest_seccode":   str(hexDigits, 32) + "|jordan",
+		})
+	case provider.KindCloudflareChallenge:
+		ua := t.hint.text
+		if ua == "" {
+			ua = defaultUserAgent
+		}
+		return object(map[string]string{
+			"cf_clearance": str(tokenSet, 43) + "-" + strconv.FormatInt(t.acceptedAt.Unix(), 10) + "-1.2.1.1-" + str(tokenSet, 200),
+			"user_agent":   ua,
+		})
+	case provider.KindLemin:
+		return object(map[string]string{
+			"answer":       "0x" + str(hexDigits, 64),
+			"challenge_id": str(hexDigits, 8) + "-" + str(hexDigits, 4) + "-" + str(hexDigits, 4) + "-" + str(hexDigits, 4) + "-" + str(hexDigits, 12),
+		})
+	case provider.KindFriendlyCaptcha:
+		return answer{raw: str(hexDigits, 32) + "." + str(tokenSet, 160) + ".AgAD"}
+	default: // CaptchaFox and anything new: an opaque token
+		return answer{raw: str(tokenSet, 280+rng.IntN(40))}
+	}
+}
+
+func sortedInts(a []int) []int {
+	b := slices.Clone(a)
+	slices.Sort(b)
+	return b
+}

@@ -1,0 +1,238 @@
+package sim
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// Defaults for Config. A zero field takes its default.
+const (
+	ThreadsDefault          = 5
+	NoSlotAnswerDefault     = "ERROR_NO_SLOT_AVAILABLE"
+	LatencyScaleDefault     = 1.0
+	BalanceDefault          = 15.0
+	ResultTTLDefault        = 10 * time.Minute
+	FetchedRetentionDefault = 30 * time.Second
+	SlowDelayDefault        = 3 * time.Second
+	PollBanMaxDefault       = 20
+	PollBanWindowDefault    = 10 * time.Second
+	PollBanDurationDefault  = 5 * time.Minute
+	PingbackTimeoutDefault  = 10 * time.Second
+	PingbackParallelDefault = 8
+	BulkMaxIDsDefault       = 100
+)
+
+// NoSlotAnswerZeroBalance is what CaptchaAI answers on thread plans when
+// every thread is busy; a valid Config.NoSlotAnswer.
+const NoSlotAnswerZeroBalance = "ERROR_ZERO_BALANCE"
+
+// Config configures a Server. Every field's zero value means its default.
+type Config struct {
+	// Threads is the plan's thread count: tasks accepted and not yet solved.
+	// Default ThreadsDefault (5, the BASIC plan).
+	Threads int
+	// NoSlotAnswer is the answer to a submit while every thread is busy:
+	// "ERROR_NO_SLOT_AVAILABLE" (default) or "ERROR_ZERO_BALANCE".
+	NoSlotAnswer string
+	// Key is the one valid account key. Empty: any non-empty key is valid.
+	Key string
+	// Balance is what getbalance answers. Default BalanceDefault.
+	Balance float64
+
+	// Latency overrides the solve time distribution per kind; kinds not
+	// named keep DefaultLatency's entry.
+	Latency map[provider.Kind]Latency
+	// LatencyScale multiplies every solve time (0.001 turns seconds into
+	// milliseconds). Default 1.
+	LatencyScale float64
+	// Instant solves every task at the moment it is accepted.
+	Instant bool
+
+	// UnsolvableRate is the share of tasks answered ERROR_CAPTCHA_UNSOLVABLE,
+	// 0..1. Default 0.
+	UnsolvableRate float64
+	// Faults injects transport failures into in.php and res.php calls.
+	Faults Faults
+
+	// NoBulk makes the server behave like a provider that does not know
+	// res.php's ids= parameter: a poll with only ids= is answered
+	// ERROR_WRONG_ID_FORMAT, and ids= next to id= is ignored. Bulk polling
+	// is on by default, up to BulkMaxIDs ids a call.
+	NoBulk bool
+	// BulkMaxIDs is the most ids one bulk poll may carry; more is answered
+	// ERROR_BAD_PARAMETERS. Default BulkMaxIDsDefault (100).
+	BulkMaxIDs int
+	// NumericIDs sends the id in a JSON submit answer as a number
+	// ({"status":1,"request":12345678901}) instead of a string.
+	NumericIDs bool
+
+	// PollBan bans a client that polls one id too often.
+	PollBan PollBan
+	// Pingback tunes the calls to a task's pingback URL.
+	Pingback Pingback
+
+	// ResultTTL is how long a solved task's answer waits to be fetched
+	// before the id is forgotten. Default ResultTTLDefault (10 min).
+	ResultTTL time.Duration
+	// FetchedRetention is how long a task stays known after its final
+	// answer was first delivered, so repeated polls and reports still work.
+	// Default FetchedRetentionDefault (30 s).
+	FetchedRetention time.Duration
+
+	// Seed seeds the random source. The same seed and the same sequence of
+	// requests give the same latencies, outcomes, faults, ids and tokens.
+	Seed uint64
+	// Now is the clock. Default time.Now. Tests may pass a manual clock:
+	// due work is also done at the start of every request and of Stats, so
+	// moving the clock and then calling the server is deterministic.
+	Now func() time.Time
+}
+
+// Latency is a solve time distribution: log-normal around Median with
+// Spread as the standard deviation of the logarithm, clamped to [Min, Max].
+// Spread 0 gives exactly Median.
+type Latency struct {
+	Median time.Duration
+	Spread float64
+	Min    time.Duration
+	Max    time.Duration
+}
+
+// Faults are the shares (0..1) of in.php/res.php calls that fail in
+// transport. One draw per call picks at most one fault: drop, then 5xx,
+// then slow. A dropped or 5xx call is not processed; a slow one is, after
+// SlowDelay.
+type Faults struct {
+	// HTTP5xxRate: share answered with an HTML 502/503 page.
+	HTTP5xxRate float64
+	// DropRate: share whose connection is closed without an answer.
+	DropRate float64
+	// SlowRate: share answered only after SlowDelay.
+	SlowRate float64
+	// SlowDelay is the delay of a slow answer. Default SlowDelayDefault.
+	SlowDelay time.Duration
+}
+
+// PollBan bans a client that polls one id more than Max times within Window:
+// every call from that client's IP is answered IP_BANNED for Duration.
+// Polls of an id are counted in fixed windows that start at the first poll.
+type PollBan struct {
+	// Disabled turns poll bans off.
+	Disabled bool
+	// Max polls of one id per Window. Default PollBanMaxDefault (20).
+	Max int
+	// Window default PollBanWindowDefault (10 s).
+	Window time.Duration
+	// Duration of a ban. Default PollBanDurationDefault (5 min).
+	Duration time.Duration
+}
+
+// Pingback tunes the POSTs to a task's pingback URL. A task gets a pingback
+// only if its submit carried pingback=URL.
+type Pingback struct {
+	// Disabled ignores pingback= on submits.
+	Disabled bool
+	// Timeout of one call. Default PingbackTimeoutDefault (10 s).
+	Timeout time.Duration
+	// Parallel is the most calls in flight. Default PingbackParallelDefault.
+	Parallel int
+}
+
+// DefaultLatency is the solve time per kind at LatencyScale 1, after
+// published figures: images under a second, Turnstile under 10–15 s,
+// reCAPTCHA v2 under a minute.
+var DefaultLatency = map[provider.Kind]Latency{
+	provider.KindImage:               {Median: 700 * time.Millisecond, Spread: 0.25, Min: 400 * time.Millisecond, Max: 1500 * time.Millisecond},
+	provider.KindGrid:                {Median: 3 * time.Second, Spread: 0.3, Min: 1500 * time.Millisecond, Max: 8 * time.Second},
+	provider.KindBLS:                 {Median: 3 * time.Second, Spread: 0.3, Min: 1500 * time.Millisecond, Max: 8 * time.Second},
+	provider.KindRecaptchaV2:         {Median: 25 * time.Second, Spread: 0.35, Min: 12 * time.Second, Max: 60 * time.Second},
+	provider.KindRecaptchaV3:         {Median: 9 * time.Second, Spread: 0.3, Min: 4 * time.Second, Max: 20 * time.Second},
+	provider.KindTurnstile:           {Median: 8 * time.Second, Spread: 0.25, Min: 4 * time.Second, Max: 15 * time.Second},
+	provider.KindCloudflareChallenge: {Median: 14 * time.Second, Spread: 0.25, Min: 8 * time.Second, Max: 25 * time.Second},
+	provider.KindGeeTest:             {Median: 10 * time.Second, Spread: 0.3, Min: 5 * time.Second, Max: 25 * time.Second},
+	provider.KindCaptchaFox:          {Median: 5 * time.Second, Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
+	provider.KindFriendlyCaptcha:     {Median: 5 * time.Second, Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
+	provider.KindLemin:               {Median: 5 * time.Second, Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Threads = cmp.Or(c.Threads, ThreadsDefault)
+	c.NoSlotAnswer = cmp.Or(c.NoSlotAnswer, NoSlotAnswerDefault)
+	c.Balance = cmp.Or(c.Balance, BalanceDefault)
+	c.LatencyScale = cmp.Or(c.LatencyScale, LatencyScaleDefault)
+	lat := maps.Clone(DefaultLatency)
+	maps.Copy(lat, c.Latency)
+	c.Latency = lat
+	c.BulkMaxIDs = cmp.Or(c.BulkMaxIDs, BulkMaxIDsDefault)
+	c.Faults.SlowDelay = cmp.Or(c.Faults.SlowDelay, SlowDelayDefault)
+	c.PollBan.Max = cmp.Or(c.PollBan.Max, PollBanMaxDefault)
+	c.PollBan.Window = cmp.Or(c.PollBan.Window, PollBanWindowDefault)
+	c.PollBan.Duration = cmp.Or(c.PollBan.Duration, PollBanDurationDefault)
+	c.Pingback.Timeout = cmp.Or(c.Pingback.Timeout, PingbackTimeoutDefault)
+	c.Pingback.Parallel = cmp.Or(c.Pingback.Parallel, PingbackParallelDefault)
+	c.ResultTTL = cmp.Or(c.ResultTTL, ResultTTLDefault)
+	c.FetchedRetention = cmp.Or(c.FetchedRetention, FetchedRetentionDefault)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// validate reports the first bad field of a defaulted Config.
+func (c Config) validate() error {
+	var errs []error
+	if c.Threads < 0 {
+		errs = append(errs, fmt.Errorf("sim: Threads is %d: give a positive thread count", c.Threads))
+	}
+	if c.NoSlotAnswer != NoSlotAnswerDefault && c.NoSlotAnswer != NoSlotAnswerZeroBalance {
+		errs = append(errs, fmt.Errorf("sim: NoSlotAnswer is %q: use %q or %q", c.NoSlotAnswer, NoSlotAnswerDefault, NoSlotAnswerZeroBalance))
+	}
+	if c.LatencyScale < 0 || math.IsNaN(c.LatencyScale) || math.IsInf(c.LatencyScale, 0) {
+		errs = append(errs, fmt.Errorf("sim: LatencyScale is %v: give a positive factor", c.LatencyScale))
+	}
+	rates := []struct {
+		name string
+		v    float64
+	}{
+		{"UnsolvableRate", c.UnsolvableRate},
+		{"Faults.HTTP5xxRate", c.Faults.HTTP5xxRate},
+		{"Faults.DropRate", c.Faults.DropRate},
+		{"Faults.SlowRate", c.Faults.SlowRate},
+	}
+	for _, r := range rates {
+		if !(r.v >= 0 && r.v <= 1) {
+			errs = append(errs, fmt.Errorf("sim: %s is %v: give a share between 0 and 1", r.name, r.v))
+		}
+	}
+	if sum := c.Faults.HTTP5xxRate + c.Faults.DropRate + c.Faults.SlowRate; sum > 1 {
+		errs = append(errs, fmt.Errorf("sim: fault rates add up to %v: their sum must be at most 1", sum))
+	}
+	for k, l := range c.Latency {
+		if l.Median < 0 || l.Min < 0 || l.Max < 0 || l.Spread < 0 || (l.Max > 0 && l.Min > l.Max) {
+			errs = append(errs, fmt.Errorf("sim: Latency[%s] is %+v: durations and spread must not be negative, and Min at most Max", k, l))
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"PollBan.Window", c.PollBan.Window}, {"PollBan.Duration", c.PollBan.Duration},
+		{"Faults.SlowDelay", c.Faults.SlowDelay}, {"Pingback.Timeout", c.Pingback.Timeout},
+		{"ResultTTL", c.ResultTTL}, {"FetchedRetention", c.FetchedRetention},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("sim: %s is %v: give a positive duration", d.name, d.v))
+		}
+	}
+	if c.PollBan.Max < 0 || c.Pingback.Parallel < 0 || c.BulkMaxIDs < 0 {
+		errs = append(errs, errors.New("sim: PollBan.Max, Pingback.Parallel and BulkMaxIDs must not be negative"))
+	}
+	return errors.Join(errs...)
+}

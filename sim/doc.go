@@ -1,0 +1,40 @@
+// Package sim is a provider simulator that speaks the CaptchaAI / 2captcha
+// in.php and res.php protocol on loopback, for tests, demos and benchmarks.
+//
+// It accepts requests the way real clients send them: GET with a query, POST
+// urlencoded, POST multipart with a "file" part; json=1 or plain-text
+// answers; parameter names in any case ("userAgent", "useragent"). It keeps a
+// plan's thread budget (a task holds a thread from an accepted submit until it
+// is solved) and answers ERROR_NO_SLOT_AVAILABLE (or ERROR_ZERO_BALANCE, as
+// CaptchaAI does on thread plans) when all threads are busy.
+//
+// Solve times follow a per-kind log-normal distribution (Config.Latency),
+// scaled by Config.LatencyScale. A seeded random source (Config.Seed) makes
+// latencies, unsolvable answers, faults and tokens reproducible for one
+// sequence of requests.
+//
+// Answers:
+//
+//	submit   {"status":1,"request":"<id>"}        or OK|<id>
+//	poll     {"status":0,"request":"CAPCHA_NOT_READY"} / {"status":1,"request":"<token>"}
+//	bulk     {"status":1,"request":"T1|CAPCHA_NOT_READY|ERROR_CAPTCHA_UNSOLVABLE"}
+//	balance  {"status":1,"request":"15"}
+//	reports  {"status":1,"request":"OK_REPORT_RECORDED"}
+//	threads  {"status":1,"request":{"threads":5,"working_threads":2,"free_threads":3}}
+//
+// Ids are strings of 11 digits; with Config.NumericIDs the JSON submit answer
+// carries the id as a number instead. GeeTest answers are a JSON object
+// (geetest_challenge, geetest_validate, geetest_seccode), Cloudflare
+// Challenge answers a JSON object (cf_clearance, user_agent), Lemin an object
+// (answer, challenge_id); in plain-text mode those objects are sent as JSON
+// text after "OK|".
+//
+// Under /sim/ the server offers an admin API: GET /sim/stats (the Stats
+// document), POST /sim/stats/reset, GET or POST /sim/account (switch the bad
+// key, zero balance and IP banned states), POST /sim/unban (lift poll bans).
+//
+// Memory stays flat: a task is forgotten Config.FetchedRetention after its
+// final answer was first delivered, or Config.ResultTTL after it was solved
+// if nobody asks. Solving runs on one timer over a heap of due times, so
+// idle tasks cost no CPU.
+package sim

@@ -1,0 +1,212 @@
+package sim
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// serveResult answers res.php: get (one id or ids=), getbalance,
+// reportbad, reportgood and threadsinfo.
+func (s *Server) serveResult(w http.ResponseWriter, r *http.Request) {
+	q, perr := parseRequest(w, r)
+	ip := clientIP(r)
+	action := strings.ToLower(q.get("action"))
+	_, hasIDs := q.params["ids"]
+	bulk := hasIDs && !s.cfg.NoBulk || hasIDs && q.get("id") == ""
+
+	s.mu.Lock()
+	s.runDueLocked(s.cfg.Now())
+	switch action {
+	case "get":
+		if bulk {
+			s.st.calls.PollBulk++
+		} else {
+			s.st.calls.PollSingle++
+		}
+	case "getbalance":
+		s.st.calls.Balance++
+	case "reportbad", "reportgood":
+		s.st.calls.Report++
+	case "threadsinfo":
+		s.st.calls.ThreadsInfo++
+	default:
+		s.st.calls.Other++
+	}
+	f := s.drawFaultLocked()
+	s.mu.Unlock()
+	if f != faultNone && !s.applyFault(w, r, f, http.StatusServiceUnavailable) {
+		return
+	}
+	if perr != nil {
+		replyError(w, q, "ERROR_BAD_PARAMETERS", "The request could not be read.")
+		return
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock() // answers are small: writing them under the lock is cheap
+	now := s.cfg.Now()
+	s.runDueLocked(now)
+	if gate := s.gateLocked(q, ip, now); gate != "" {
+		replyError(w, q, gate, "")
+		return
+	}
+	switch action {
+	case "get":
+		if bulk {
+			s.pollBulkLocked(w, q, ip, now)
+		} else {
+			s.pollOneLocked(w, q, ip, now)
+		}
+	case "getbalance":
+		b := s.cfg.Balance
+		if s.account.ZeroBalance {
+			b = 0
+		}
+		v := strconv.FormatFloat(b, 'f', -1, 64)
+		replyOK(w, q, v, v)
+	case "reportbad", "reportgood":
+		if _, code := s.lookupLocked(q.get("id")); code != "" {
+			replyError(w, q, code, "")
+			return
+		}
+		if action == "reportbad" {
+			s.st.reportsBad++
+		} else {
+			s.st.reportsGood++
+		}
+		replyOK(w, q, answerReported, answerReported)
+	case "threadsinfo":
+		info := ThreadsInfo{Threads: s.cfg.Threads, WorkingThreads: s.inUse, FreeThreads: s.cfg.Threads - s.inUse}
+		b, _ := json.Marshal(info)
+		replyOK(w, q, info, string(b))
+	case "":
+		replyError(w, q, "ERROR_BAD_PARAMETERS", "action is missing.")
+	default:
+		replyError(w, q, "ERROR_BAD_PARAMETERS", "action "+strconv.Quote(action)+" is not supported.")
+	}
+}
+
+// ThreadsInfo is threadsinfo's answer: in JSON mode the "request" object,
+// in plain mode the same object as JSON text.
+type ThreadsInfo struct {
+	Threads        int `json:"threads"`
+	WorkingThreads int `json:"working_threads"`
+	FreeThreads    int `json:"free_threads"`
+}
+
+// lookupLocked finds a task by its id text, or gives the error code.
+func (s *Server) lookupLocked(idText string) (*task, string) {
+	idText = strings.TrimSpace(idText)
+	id, err := strconv.ParseUint(idText, 10, 64)
+	if err != nil {
+		return nil, "ERROR_WRONG_ID_FORMAT"
+	}
+	t := s.tasks[id]
+	if t == nil {
+		return nil, "ERROR_WRONG_CAPTCHA_ID"
+	}
+	return t, ""
+}
+
+// pollState is one id's answer in a poll.
+type pollState struct {
+	code   string // an ERROR_… or CAPCHA_NOT_READY; empty when solved
+	answer answer
+}
+
+// pollLocked answers one id and counts it. It reports a ban when this poll
+// went over the poll-ban limit.
+func (s *Server) pollLocked(idText, ip string, now time.Time) (pollState, bool) {
+	s.st.idsPolled++
+	t, code := s.lookupLocked(idText)
+	if code != "" {
+		return pollState{code: code}, false
+	}
+	if pb := s.cfg.PollBan; !pb.Disabled {
+		if t.pollCount == 0 || now.Sub(t.pollWindow) >= pb.Window {
+			t.pollWindow, t.pollCount = now, 0
+		}
+		t.pollCount++
+		if t.pollCount > pb.Max {
+			s.bans[ip] = now.Add(pb.Duration)
+			s.st.bans++
+			t.pollCount = 0
+			return pollState{code: answerIPBanned}, true
+		}
+	}
+	switch t.state {
+	case statePending:
+		return pollState{code: answerNotReady}, false
+	case stateUnsolvable:
+		s.deliveredLocked(t, now, true)
+		return pollState{code: "ERROR_CAPTCHA_UNSOLVABLE"}, false
+	}
+	s.deliveredLocked(t, now, true)
+	return pollState{answer: s.answerFor(t)}, false
+}
+
+// deliveredLocked records that a final answer reached the client.
+func (s *Server) deliveredLocked(t *task, now time.Time, byPoll bool) {
+	if !t.delivered {
+		t.delivered = true
+		s.st.recordDelay(now.Sub(t.doneAt))
+	}
+	if byPoll && !t.fetched {
+		t.fetched = true
+		s.st.fetched++
+		t.forgetAt = now.Add(s.cfg.FetchedRetention)
+		s.scheduleLocked(event{at: t.forgetAt, id: t.id, kind: eventForget})
+	}
+}
+
+func (s *Server) pollOneLocked(w http.ResponseWriter, q *request, ip string, now time.Time) {
+	st, _ := s.pollLocked(q.get("id"), ip, now)
+	switch {
+	case st.code == answerNotReady:
+		replyStatus0(w, q, st.code)
+	case st.code != "":
+		replyError(w, q, st.code, "")
+	case st.answer.object:
+		replyOK(w, q, json.RawMessage(st.answer.raw), "OK|"+st.answer.raw)
+	default:
+		replyOK(w, q, st.answer.raw, "OK|"+st.answer.raw)
+	}
+}
+
+func (s *Server) pollBulkLocked(w http.ResponseWriter, q *request, ip string, now time.Time) {
+	if s.cfg.NoBulk {
+		replyError(w, q, "ERROR_WRONG_ID_FORMAT", "")
+		return
+	}
+	var ids []string
+	for _, id := range strings.Split(q.get("ids"), ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		replyError(w, q, "ERROR_WRONG_ID_FORMAT", "")
+		return
+	}
+	if len(ids) > s.cfg.BulkMaxIDs {
+		replyError(w, q, "ERROR_BAD_PARAMETERS", "ids carries "+strconv.Itoa(len(ids))+" ids; at most "+strconv.Itoa(s.cfg.BulkMaxIDs)+" are allowed.")
+		return
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		st, banned := s.pollLocked(id, ip, now)
+		if banned {
+			replyError(w, q, answerIPBanned, "")
+			return
+		}
+		parts[i] = st.code
+		if st.code == "" {
+			parts[i] = st.answer.raw
+		}
+	}
+	joined := strings.Join(parts, "|")
+	replyOK(w, q, joined, joined)
+}

@@ -1,0 +1,98 @@
+package sim
+
+import (
+	"container/heap"
+	"time"
+)
+
+// eventKind is what happens to a task when its event comes due.
+type eventKind uint8
+
+const (
+	eventSolve  eventKind = iota // the task's solve time has come
+	eventForget                  // the task's answer is no longer kept
+)
+
+// event is one due time in the server's heap.
+type event struct {
+	at   time.Time
+	id   uint64
+	kind eventKind
+}
+
+// eventHeap orders events by due time, earliest first.
+type eventHeap []event
+
+func (h eventHeap) Len() int           { return len(h) }
+func (h eventHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h eventHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)        { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// scheduleLocked adds an event and wakes the timer loop when the event is
+// the new earliest one.
+func (s *Server) scheduleLocked(e event) {
+	heap.Push(&s.events, e)
+	if s.events[0] == e {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// runDueLocked does every event due at or before now, in due order, using
+// each event's own due time so that stats do not depend on how late the
+// timer fired. It returns the next due time, if any.
+func (s *Server) runDueLocked(now time.Time) (next time.Time, ok bool) {
+	for len(s.events) > 0 && !s.events[0].at.After(now) {
+		e := heap.Pop(&s.events).(event)
+		t := s.tasks[e.id]
+		if t == nil {
+			continue
+		}
+		switch e.kind {
+		case eventSolve:
+			s.solveLocked(t, e.at)
+		case eventForget:
+			if t.state != statePending && t.forgetAt.Equal(e.at) {
+				delete(s.tasks, e.id)
+			}
+		}
+	}
+	if len(s.events) == 0 {
+		return time.Time{}, false
+	}
+	return s.events[0].at, true
+}
+
+// runTimer is the one background loop that solves tasks on time: it sleeps
+// until the earliest event, does what is due and sleeps again. It returns
+// when the server closes.
+func (s *Server) runTimer() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := s.cfg.Now()
+		s.mu.Lock()
+		next, ok := s.runDueLocked(now)
+		s.mu.Unlock()
+		if ok {
+			timer.Reset(next.Sub(now))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-s.done:
+			return
+		case <-s.wake:
+		case <-timer.C:
+		}
+	}
+}

@@ -1,0 +1,392 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// taskSpec is a validated submit.
+type taskSpec struct {
+	kind        provider.Kind
+	hint        answerHint
+	fingerprint [16]byte
+	pingback    string
+}
+
+// unsupported are methods of other services that CaptchaAI does not solve.
+var unsupported = map[string]string{
+	"hcaptcha":   "hCaptcha",
+	"funcaptcha": "FunCaptcha (Arkose)",
+	"geetest_v4": "GeeTest v4",
+	"keycaptcha": "KeyCaptcha",
+	"capy":       "Capy",
+	"amazon_waf": "Amazon WAF",
+}
+
+// parseSubmit validates a submit like the provider: the first missing or
+// bad field gives its error code and a text naming the field.
+func parseSubmit(q *request) (spec taskSpec, code, text string) {
+	method := strings.ToLower(q.get("method"))
+	need := func(field string) bool { return strings.TrimSpace(q.get(field)) != "" }
+	missing := func(field string) (taskSpec, string, string) {
+		return spec, "ERROR_BAD_PARAMETERS", field + " is missing or empty."
+	}
+	if p := q.get("proxy"); p != "" && !validProxy(p) {
+		return spec, "ERROR_BAD_PROXY", ""
+	}
+	if pt := q.get("proxytype"); pt != "" && !slices.Contains([]string{"HTTP", "HTTPS", "SOCKS4", "SOCKS5"}, strings.ToUpper(pt)) {
+		return spec, "ERROR_BAD_PARAMETERS", "proxytype must be HTTP, HTTPS, SOCKS4 or SOCKS5."
+	}
+	switch method {
+	case "base64", "post":
+		img := q.file
+		if method == "base64" {
+			body := q.get("body")
+			if body == "" {
+				return spec, "ERROR_ZERO_CAPTCHA_FILESIZE", ""
+			}
+			if i := strings.Index(body, ";base64,"); i >= 0 && strings.HasPrefix(body, "data:") {
+				body = body[i+len(";base64,"):]
+			}
+			var err error
+			img, err = decodeBase64(body)
+			if err != nil {
+				return spec, "ERROR_IMAGE_TYPE_NOT_SUPPORTED", ""
+			}
+		}
+		if len(img) == 0 {
+			return spec, "ERROR_ZERO_CAPTCHA_FILESIZE", ""
+		}
+		if len(img) > maxImage {
+			return spec, "ERROR_TOO_BIG_CAPTCHA_FILESIZE", ""
+		}
+		spec.kind = provider.KindImage
+		if q.get("recaptcha") == "1" {
+			if !need("textinstructions") && !need("imginstructions") {
+				return missing("textinstructions")
+			}
+			spec.kind = provider.KindGrid
+		} else {
+			spec.hint = imageHint(q)
+		}
+	case "bls":
+		found := q.hasFile
+		for name, v := range q.params {
+			if v != "" && (strings.HasPrefix(name, "image") || name == "body") {
+				found = true
+			}
+		}
+		if !found {
+			return spec, "ERROR_ZERO_CAPTCHA_FILESIZE", ""
+		}
+		spec.kind = provider.KindBLS
+	case "userrecaptcha":
+		if !need("googlekey") {
+			return spec, "ERROR_GOOGLEKEY", ""
+		}
+		spec.kind = provider.KindRecaptchaV2
+		if strings.EqualFold(q.get("version"), "v3") {
+			spec.kind = provider.KindRecaptchaV3
+			if ms := q.get("min_score"); ms != "" {
+				if f, err := strconv.ParseFloat(ms, 64); err != nil || f < 0.1 || f > 0.9 {
+					return spec, "ERROR_BAD_PARAMETERS", "min_score must be a number from 0.1 to 0.9."
+				}
+			}
+		}
+	case "turnstile":
+		if !need("sitekey") {
+			return missing("sitekey")
+		}
+		spec.kind = provider.KindTurnstile
+	case "cloudflare_challenge":
+		if !need("proxy") {
+			return missing("proxy")
+		}
+		if !need("proxytype") {
+			return missing("proxytype")
+		}
+		spec.kind = provider.KindCloudflareChallenge
+		spec.hint.text = q.get("useragent")
+	case "geetest":
+		if !need("gt") {
+			return missing("gt")
+		}
+		if !need("challenge") {
+			return missing("challenge")
+		}
+		spec.kind = provider.KindGeeTest
+		spec.hint.text = q.get("challenge")
+	case "captchafox":
+		if !need("sitekey") {
+			return missing("sitekey")
+		}
+		spec.kind = provider.KindCaptchaFox
+	case "friendly_captcha":
+		if !need("sitekey") {
+			return missing("sitekey")
+		}
+		spec.kind = provider.KindFriendlyCaptcha
+	case "lemin":
+		if !need("captcha_id") {
+			return missing("captcha_id")
+		}
+		spec.kind = provider.KindLemin
+	case "":
+		return missing("method")
+	default:
+		if name, ok := unsupported[method]; ok {
+			return spec, "ERROR_BAD_PARAMETERS", name + " is not supported by this service."
+		}
+		return spec, "ERROR_BAD_PARAMETERS", "method " + strconv.Quote(method) + " is not supported."
+	}
+	if !validPageURL(q.get("pageurl")) && needsPageURL(method) {
+		return spec, "ERROR_PAGEURL", ""
+	}
+	if pb := q.get("pingback"); pb != "" {
+		if !validPageURL(pb) {
+			return spec, "ERROR_BAD_PARAMETERS", "pingback is not a full http(s) URL."
+		}
+		spec.pingback = pb
+	}
+	spec.fingerprint = fingerprint(method, q.params, q.file, q.hasFile)
+	return spec, "", ""
+}
+
+// needsPageURL says which methods require pageurl.
+func needsPageURL(method string) bool {
+	switch method {
+	case "userrecaptcha", "turnstile", "cloudflare_challenge", "geetest", "captchafox", "friendly_captcha", "lemin":
+		return true
+	}
+	return false
+}
+
+// validPageURL accepts a full http or https URL with a host.
+func validPageURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// validProxy accepts [login:password@]host:port with a numeric port.
+func validProxy(p string) bool {
+	if i := strings.LastIndex(p, "@"); i >= 0 {
+		if !strings.Contains(p[:i], ":") {
+			return false
+		}
+		p = p[i+1:]
+	}
+	host, port, err := net.SplitHostPort(p)
+	if err != nil || host == "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 65536
+}
+
+// decodeBase64 accepts the standard and URL alphabets, padded or not, with
+// line breaks, as clients send all of them.
+func decodeBase64(s string) ([]byte, error) {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == ' ' {
+			return -1
+		}
+		return r
+	}, s)
+	s = strings.TrimRight(s, "=")
+	if strings.ContainsAny(s, "-_") {
+		return base64.RawURLEncoding.DecodeString(s)
+	}
+	return base64.RawStdEncoding.DecodeString(s)
+}
+
+// ignoredInFingerprint are fields that do not change what is solved.
+var ignoredInFingerprint = map[string]bool{
+	"key": true, "json": true, "soft_id": true, "pingback": true, "header_acao": true, "method": true,
+}
+
+// fingerprint identifies a submission by its method and solving fields.
+func fingerprint(method string, params map[string]string, file []byte, hasFile bool) [16]byte {
+	names := make([]string, 0, len(params))
+	for n := range params {
+		if !ignoredInFingerprint[n] {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	h := sha256.New()
+	h.Write([]byte(strings.ToLower(method)))
+	for _, n := range names {
+		h.Write([]byte{0})
+		h.Write([]byte(n))
+		h.Write([]byte{'='})
+		h.Write([]byte(params[n]))
+	}
+	if hasFile {
+		h.Write([]byte{0, 1})
+		h.Write(file)
+	}
+	var fp [16]byte
+	copy(fp[:], h.Sum(nil))
+	return fp
+}
+
+// Fingerprint returns the fingerprint under which Stats counts duplicate
+// submissions: the method and every field (names case-insensitive) except
+// key, json, soft_id, pingback and header_acao. A multipart image is given
+// as file (nil when the submit had none).
+func Fingerprint(method string, params map[string]string, file []byte) string {
+	lower := make(map[string]string, len(params))
+	for n, v := range params {
+		lower[strings.ToLower(n)] = v
+	}
+	fp := fingerprint(method, lower, file, file != nil)
+	return hex.EncodeToString(fp[:])
+}
+
+// serveSubmit answers in.php.
+func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
+	q, perr := parseRequest(w, r)
+	ip := clientIP(r)
+
+	s.mu.Lock()
+	s.runDueLocked(s.cfg.Now())
+	s.st.calls.Submit++
+	f := s.drawFaultLocked()
+	s.mu.Unlock()
+	if f != faultNone && !s.applyFault(w, r, f, http.StatusBadGateway) {
+		return
+	}
+
+	var spec taskSpec
+	var code, text string
+	switch {
+	case perr == errTooBig:
+		code = "ERROR_TOO_BIG_CAPTCHA_FILESIZE"
+	case perr != nil:
+		code, text = "ERROR_BAD_PARAMETERS", "The request could not be read: "+perr.Error()
+	default:
+		spec, code, text = parseSubmit(q)
+	}
+
+	s.mu.Lock()
+	now := s.cfg.Now()
+	s.runDueLocked(now)
+	if gate := s.gateLocked(q, ip, now); gate != "" {
+		code, text = gate, ""
+	} else if s.account.ZeroBalance {
+		code, text = "ERROR_ZERO_BALANCE", ""
+	} else if code == "" && s.inUse >= s.cfg.Threads {
+		code = s.cfg.NoSlotAnswer
+		s.st.noSlot++
+	}
+	var id uint64
+	if code == "" {
+		id = s.acceptLocked(spec, now)
+	}
+	s.mu.Unlock()
+
+	if code != "" {
+		replyError(w, q, code, text)
+		return
+	}
+	ids := strconv.FormatUint(id, 10)
+	if s.cfg.NumericIDs {
+		replyOK(w, q, id, "OK|"+ids)
+		return
+	}
+	replyOK(w, q, ids, "OK|"+ids)
+}
+
+// gateLocked checks bans and the key, which every call passes first.
+func (s *Server) gateLocked(q *request, ip string, now time.Time) string {
+	if s.account.IPBanned {
+		return answerIPBanned
+	}
+	if until, ok := s.bans[ip]; ok {
+		if now.Before(until) {
+			return answerIPBanned
+		}
+		delete(s.bans, ip)
+	}
+	key := q.get("key")
+	if key == "" || s.account.BadKey {
+		return "ERROR_WRONG_USER_KEY"
+	}
+	if s.cfg.Key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.Key)) != 1 {
+		return "ERROR_WRONG_USER_KEY"
+	}
+	return ""
+}
+
+// acceptLocked takes a thread for a valid submit and schedules its solve.
+func (s *Server) acceptLocked(spec taskSpec, now time.Time) uint64 {
+	id := s.nextID
+	s.nextID++
+	lat := s.drawLatencyLocked(spec.kind)
+	t := &task{
+		id:         id,
+		kind:       spec.kind,
+		unsolvable: s.rng.Float64() < s.cfg.UnsolvableRate,
+		acceptedAt: now,
+		pingback:   spec.pingback,
+		hint:       spec.hint,
+	}
+	if s.cfg.Pingback.Disabled {
+		t.pingback = ""
+	}
+	s.tasks[id] = t
+	s.threadTakenLocked(now)
+	s.st.countSubmission(spec.fingerprint)
+	s.scheduleLocked(event{at: now.Add(lat), id: id, kind: eventSolve})
+	return id
+}
+
+// drawLatencyLocked draws a solve time for kind.
+func (s *Server) drawLatencyLocked(kind provider.Kind) time.Duration {
+	z := s.rng.NormFloat64() // drawn always, so the random stream stays stable
+	if s.cfg.Instant {
+		return 0
+	}
+	l := s.cfg.Latency[kind]
+	d := float64(l.Median) * math.Exp(l.Spread*z)
+	d = max(d, float64(l.Min))
+	if l.Max > 0 {
+		d = min(d, float64(l.Max))
+	}
+	return time.Duration(d * s.cfg.LatencyScale)
+}
+
+// solveLocked ends a task's solving at its due time: the thread is free and
+// the answer (or ERROR_CAPTCHA_UNSOLVABLE) is ready.
+func (s *Server) solveLocked(t *task, at time.Time) {
+	s.threadFreedLocked(at)
+	t.doneAt = at
+	if t.unsolvable {
+		t.state = stateUnsolvable
+		s.st.unsolvable++
+	} else {
+		t.state = stateSolved
+		s.st.solved++
+	}
+	t.forgetAt = at.Add(s.cfg.ResultTTL)
+	s.scheduleLocked(event{at: t.forgetAt, id: t.id, kind: eventForget})
+	if t.pingback != "" {
+		code := "ERROR_CAPTCHA_UNSOLVABLE"
+		if t.state == stateSolved {
+			code = s.answerFor(t).raw
+		}
+		s.pingbacks.enqueue(pingbackCall{url: t.pingback, id: t.id, code: code})
+	}
+}
