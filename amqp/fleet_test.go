@@ -63,7 +63,7 @@ func runChild(raw string) int {
 	}
 	w, err := NewWorker(c, WorkerConfig{
 		Queue: captchaq.Config{Provider: client, Threads: cc.Threads, PollInterval: cc.Poll,
-			RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: time.Second},
+			RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: time.Second, Logger: log},
 		Owner: cc.Owner, Prefetch: cc.Prefetch, Grace: cc.Grace, BeatInterval: time.Second, Logger: log,
 	})
 	if err != nil {
@@ -338,7 +338,7 @@ func longCtx(t *testing.T, d time.Duration) context.Context {
 // TestFleetEndToEnd: three worker processes solve every task once.
 func TestFleetEndToEnd(t *testing.T) {
 	cfg := fleetConfig(t)
-	f := newFleet(t, cfg, sim.Config{Threads: 30, LatencyScale: 0.01, Seed: 1},
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 30, LatencyScale: 0.01, Seed: 1},
 		childConfig{Threads: 30, Poll: 20 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 90*time.Second)
 	for _, o := range []string{"e2e-a", "e2e-b", "e2e-c"} {
@@ -354,7 +354,7 @@ func TestFleetEndToEnd(t *testing.T) {
 // urgent ones are solved first.
 func TestFleetPriority(t *testing.T) {
 	cfg := fleetConfig(t)
-	f := newFleet(t, cfg, sim.Config{Threads: 1, Instant: true, Seed: 2},
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 1, Instant: true, Seed: 2},
 		childConfig{Threads: 1, Prefetch: 1, Poll: 10 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 60*time.Second)
 	low := f.enqueue(ctx, "low", 15, 9)
