@@ -32,6 +32,11 @@ type Consumer struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	restarts atomic.Int64
+
+	mu      sync.Mutex
+	stopped bool
+	cur     *amqp091.Channel // the open channel, nil between sessions
+	tags    []string         // its consumer tags
 }
 
 // Delivery is one message. Ack and Nack go to the channel it came from,
@@ -112,7 +117,7 @@ func (k *Consumer) loop(ctx context.Context, first chan<- error) {
 	for n := 0; ; n++ {
 		err := k.session(ctx, first)
 		first = nil
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || k.isStopped() {
 			return
 		}
 		log.Warn("consumer channel ended", "err", err)
@@ -154,8 +159,24 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 		return report(fmt.Errorf("amqp: qos: %w", err))
 	}
 	merged := make(chan *Delivery)
-	for _, q := range k.queues {
-		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		return report(errors.New("amqp: consumer stopped"))
+	}
+	k.cur, k.tags = ch, nil
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		k.cur, k.tags = nil, nil
+		k.mu.Unlock()
+	}()
+	for i, q := range k.queues {
+		tag := fmt.Sprintf("captchaq-%d-%d", gen, i)
+		k.mu.Lock()
+		k.tags = append(k.tags, tag)
+		k.mu.Unlock()
+		ds, err := ch.Consume(q, tag, false, false, false, false, nil)
 		if err != nil {
 			return report(fmt.Errorf("amqp: consume %q: %w", q, err))
 		}
@@ -200,6 +221,29 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 			}
 		}
 	}
+}
+
+// Stop asks the broker to send no more deliveries but keeps the channel
+// open, so deliveries already held can still be acked or nacked; the
+// consumer does not open another channel. Close ends it for good.
+func (k *Consumer) Stop() error {
+	k.mu.Lock()
+	k.stopped = true
+	ch, tags := k.cur, k.tags
+	k.mu.Unlock()
+	var errs []error
+	for _, tag := range tags {
+		if err := ch.Cancel(tag, false); err != nil && !ch.IsClosed() {
+			errs = append(errs, fmt.Errorf("amqp: cancel consumer %s: %w", tag, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (k *Consumer) isStopped() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.stopped
 }
 
 // live reports whether the delivery's channel is still the consumer's open

@@ -26,6 +26,7 @@ const (
 	HeaderErrorCode  = "captchaq-error-code" // the last error's code (ERROR_…, EXPIRED, …)
 	HeaderOwner      = "captchaq-owner"      // the consumer holding a checkpoint
 	HeaderDelay      = "captchaq-delay"      // the delay tier in ms
+	HeaderSeq        = "captchaq-seq"        // int: which copy of a checkpoint this is
 	contentTypeJSON  = "application/json"
 	messageTypeTask  = "task"
 	messageTypeResul = "result"
@@ -37,6 +38,7 @@ const (
 	ReasonPermanent = "permanent" // the provider refused this task for good
 	ReasonExhausted = "exhausted" // retries used up
 	ReasonInvalid   = "invalid"   // the message could not be read as a task
+	ReasonExpired   = "expired"   // the task's own deadline passed before a thread was free
 )
 
 // ErrBadMessage is returned for a message whose body is not a task or a
@@ -219,4 +221,20 @@ func LastDeath(h amqp091.Table) (Death, bool) {
 		d.Count = int(c)
 	}
 	return d, true
+}
+
+// rawPublishing is a copy of d's message with extra headers, for moving a
+// message that cannot be read as it is.
+func rawPublishing(d *Delivery, extra amqp091.Table) amqp091.Publishing {
+	h := amqp091.Table{}
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	for k, v := range extra {
+		h[k] = v
+	}
+	return amqp091.Publishing{
+		ContentType: contentTypeJSON, DeliveryMode: amqp091.Persistent,
+		MessageId: d.MessageID, Timestamp: time.Now(), Headers: h, Body: d.Body,
+	}
 }

@@ -201,11 +201,21 @@ func (p *Publisher) Checkpoint(ctx context.Context, owner string, m TaskMessage)
 	if m.CaptchaID == "" {
 		return fmt.Errorf("amqp: checkpoint of %q without a captcha id", m.Task.ID)
 	}
+	return p.park(ctx, owner, m, 0)
+}
+
+// park publishes m to owner's checkpoint queue with sequence number seq
+// (HeaderSeq), so the holder can tell a newer copy from an older one. m may
+// carry no captcha id: a task that waits to be retried is parked too.
+func (p *Publisher) park(ctx context.Context, owner string, m TaskMessage, seq int) error {
 	msg, err := m.publishing(p.c.cfg.MaxPriority)
 	if err != nil {
 		return err
 	}
 	msg.Headers[HeaderOwner] = owner
+	if seq > 0 {
+		msg.Headers[HeaderSeq] = int32(seq)
+	}
 	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
 	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), msg)
 }

@@ -66,7 +66,7 @@ func TestScale(t *testing.T) {
 	t.Parallel()
 	const threads, total = 2000, 10000
 	srv, err := sim.New(sim.Config{Threads: threads, LatencyScale: 0.001, Seed: 5,
-		PollBan: sim.PollBan{Disabled: true}, FetchedRetention: time.Millisecond, ResultTTL: time.Second})
+		PollBan: sim.PollBan{Disabled: true}, FetchedRetention: time.Millisecond, ResultTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

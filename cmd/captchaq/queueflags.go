@@ -4,7 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"strings"
+	"path/filepath"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -110,7 +110,13 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 		return nil, err
 	}
 
-	st, err := openStore(ctx, *qf.store, useSim)
+	// Runs against the simulator have a default file of their own, so
+	// simulated tokens never mix with real ones.
+	name := "captchaq.db"
+	if useSim {
+		name = "captchaq-sim.db"
+	}
+	st, err := openStore(ctx, *qf.store, name)
 	if err != nil {
 		return nil, err
 	}
@@ -149,10 +155,9 @@ func haveKey(env *environment) bool {
 	return env.getenv("CAPTCHAAI_KEY") != "" || env.getenv("CAPTCHAAI_KEY_FILE") != ""
 }
 
-// openStore opens the store a flag names: "memory", a path, or the default
-// file. Runs against the simulator default to a file of their own, so
-// simulated tokens never mix with real ones.
-func openStore(ctx context.Context, spec string, simulated bool) (captchaq.Store, error) {
+// openStore opens the store a flag names: "memory", a path, or the file
+// defaultName in the default store directory.
+func openStore(ctx context.Context, spec, defaultName string) (captchaq.Store, error) {
 	switch {
 	case spec == "memory":
 		return captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), nil
@@ -161,10 +166,7 @@ func openStore(ctx context.Context, spec string, simulated bool) (captchaq.Store
 		if err != nil {
 			return nil, fmt.Errorf("--store: no default location (%v); name a file with --store PATH", err)
 		}
-		if simulated {
-			path = strings.TrimSuffix(path, ".db") + "-sim.db"
-		}
-		spec = path
+		spec = filepath.Join(filepath.Dir(path), defaultName)
 	}
 	st, err := sqlite.Open(ctx, spec, sqlite.Options{})
 	if err != nil {

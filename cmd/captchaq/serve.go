@@ -12,7 +12,6 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/server"
-	"github.com/captchaq/captchaq/store/sqlite"
 )
 
 func init() {
@@ -28,7 +27,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)")
 	clientsPath := fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`)
 	apiURL := addAPIURLFlag(fs)
-	storePath := fs.String("store", "", "SQLite store file (default: memory, lost on exit)")
+	storePath := fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (lost on exit) (default: captchaq-serve.db in the user's data directory)")
 	amqpURL := fs.String("amqp", "", "not supported by serve yet: use --store; the RabbitMQ fleet is 'captchaq worker'/'enqueue'")
 	publicURL := fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>")
 	threads := fs.Int("threads", 0, "plan threads (default: from --plan, else 5)")
@@ -66,15 +65,11 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		return &exitError{code: 2, err: err}
 	}
 	log := slog.New(slog.NewTextHandler(env.stderr, nil))
-	var store captchaq.Store = captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
-	if *storePath != "" {
-		st, err := sqlite.Open(ctx, *storePath, sqlite.Options{Logger: log})
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		store = st
+	store, err := openStore(ctx, *storePath, "captchaq-serve.db")
+	if err != nil {
+		return err
 	}
+	defer store.Close()
 	srv, err := server.New(server.Config{
 		Queue: captchaq.Config{
 			Provider: pc, Store: store, Threads: *threads, Plan: *plan, PollInterval: *pollInterval, Logger: log,
@@ -96,7 +91,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	hs := newHTTPServer(srv.Handler())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "clients", len(clients), "store", cmpOr(*storePath, "memory"))
+	log.Info("serving", "addr", ln.Addr().String(), "clients", len(clients), "store", cmpOr(*storePath, "default"))
 	select {
 	case err := <-errc:
 		srv.Shutdown(context.Background())

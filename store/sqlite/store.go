@@ -23,8 +23,9 @@ import (
 	"github.com/captchaq/captchaq/provider"
 )
 
-// ErrClosed is returned by every method called after Close.
-var ErrClosed = errors.New("sqlite: store is closed")
+// ErrClosed is returned by every method called after Close. It is
+// captchaq.ErrStoreClosed, so callers need not know which store they hold.
+var ErrClosed = captchaq.ErrStoreClosed
 
 // Synchronous is SQLite's synchronous setting: how hard a commit pushes its
 // data to the disk before Finish, Checkpoint or Enqueue returns.

@@ -1,0 +1,33 @@
+package amqp
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// beater publishes the worker's status beat, which Stats reads for the
+// age of the oldest task held.
+type beater struct {
+	s     *WorkerStore
+	p     *Publisher
+	every time.Duration
+	log   *slog.Logger
+}
+
+func (b *beater) run(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	t := time.NewTicker(b.every)
+	defer t.Stop()
+	for {
+		if err := b.p.Beat(ctx, b.s.beat(time.Now())); err != nil && ctx.Err() == nil {
+			b.log.Debug("status beat not sent", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package amqp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// benchFleet runs tasks through three in-process workers (each with its
+// own connection) and reports end-to-end throughput, thread utilization
+// and provider requests per task.
+func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Duration) {
+	b.Helper()
+	cfg := Config{URL: brokerURL(), Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), InflightLease: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+	sc.PollBan.Disabled = true
+	sc.Threads = threads
+	srv, apiURL, err := sim.Start(sc, "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var owners []string
+	defer func() { _ = DeleteTopology(context.Background(), cfg, owners...) }()
+	pc, err := Dial(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Close()
+	var clients []*provider.Client
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		c, err := Dial(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		cl, err := provider.NewClient(provider.ClientConfig{BaseURL: apiURL, Key: "bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		clients = append(clients, cl)
+		owner := fmt.Sprintf("bench-w%d", i)
+		owners = append(owners, owner)
+		w, err := NewWorker(c, WorkerConfig{Queue: captchaq.Config{Provider: cl, Threads: threads, PollInterval: poll,
+			RetryBackoff: 20 * time.Millisecond, RetryBackoffMax: 500 * time.Millisecond}, Owner: owner, Prefetch: 200})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Run(runCtx) }()
+	}
+	defer func() { stop(); wg.Wait() }()
+	pub := pc.NewPublisher()
+	defer pub.Close()
+	b.ResetTimer()
+	start := time.Now()
+	errs := make(chan error, 1)
+	go func() {
+		sem := make(chan struct{}, 256)
+		var pw sync.WaitGroup
+		for i := range tasks {
+			sem <- struct{}{}
+			pw.Add(1)
+			go func() {
+				defer pw.Done()
+				defer func() { <-sem }()
+				if err := pub.PublishTask(ctx, TaskMessage{Task: fleetTask(fmt.Sprintf("b-%06d", i), 0)}); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}()
+		}
+		pw.Wait()
+	}()
+	n, err := pc.Collect(ctx, tasks, func(captchaq.Result) error { return nil })
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err != nil || n != tasks {
+		b.Fatalf("collected %d of %d: %v", n, tasks, err)
+	}
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	st := srv.Stats()
+	var reqs int64
+	for _, c := range clients {
+		reqs += c.Requests()
+	}
+	b.ReportMetric(float64(tasks)/elapsed.Seconds(), "tasks/s")
+	b.ReportMetric(st.Utilization, "utilization")
+	b.ReportMetric(float64(reqs)/float64(tasks), "requests/task")
+	b.ReportMetric(float64(st.Duplicates), "duplicates")
+	b.Logf("%d tasks in %v: %.0f tasks/s, utilization %.2f, peak threads %d/%d, no-slot %d, %d requests (%.2f/task), duplicates %d",
+		tasks, elapsed.Round(time.Millisecond), float64(tasks)/elapsed.Seconds(), st.Utilization, st.PeakThreadsInUse, threads, st.NoSlot, reqs, float64(reqs)/float64(tasks), st.Duplicates)
+}
+
+// BenchmarkFleetInstant: an instant provider, three workers; the broker
+// path is the bottleneck.
+func BenchmarkFleetInstant(b *testing.B) {
+	for range b.N {
+		benchFleet(b, 5000, 200, sim.Config{Instant: true, Seed: 11}, 10*time.Millisecond)
+	}
+}
+
+// BenchmarkFleetRealistic: published solve times scaled by 0.05 (turnstile
+// ≈ 0.4 s), a 50-thread plan shared by three workers.
+func BenchmarkFleetRealistic(b *testing.B) {
+	for range b.N {
+		benchFleet(b, 1000, 50, sim.Config{LatencyScale: 0.05, Seed: 12}, 100*time.Millisecond)
+	}
+}

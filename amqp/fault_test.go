@@ -1,0 +1,298 @@
+package amqp
+
+import (
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// TestFleetKill9: a worker killed while its tasks are at the provider, and
+// another killed right after a checkpoint, lose nothing and cost no second
+// solve: their checkpoints come back when the lease runs out and are
+// polled. Every solve takes exactly 2 s, so the moments are exact: at the
+// first, every thread of the victim is in flight and checkpointed and none
+// is being submitted; at the second, the victim (one thread) has just
+// checkpointed its one task.
+func TestFleetKill9(t *testing.T) {
+	cfg := fleetConfig(t)
+	two := sim.Latency{Median: 2 * time.Second, Min: 2 * time.Second, Max: 2 * time.Second}
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 60, Seed: 3,
+		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: two}},
+		childConfig{Threads: 20, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
+	ctx := longCtx(t, 120*time.Second)
+	for _, o := range []string{"k9-a", "k9-b", "k9-c"} {
+		f.start(o, nil)
+	}
+	f.waitConsumers(ctx, 3)
+	const n = 120
+	ids := f.enqueue(ctx, "k9", n, 0)
+
+	// Moment 1: all of k9-a's threads submitted, checkpointed, polling.
+	f.until(ctx, "k9-a holding 20 checkpoints", func() bool { return unacked(t, f.c.Names().InflightQueue("k9-a")) == 20 })
+	f.signal("k9-a", syscall.SIGKILL)
+	if err := f.wait("k9-a", 10*time.Second); err == nil {
+		t.Fatal("k9-a exited cleanly after SIGKILL")
+	}
+	// Moment 2: right after a checkpoint.
+	f.start("k9-d", func(c *childConfig) { c.Threads, c.Prefetch = 1, 1 })
+	f.until(ctx, "k9-d holding a checkpoint", func() bool { return unacked(t, f.c.Names().InflightQueue("k9-d")) >= 1 })
+	f.signal("k9-d", syscall.SIGKILL)
+	if err := f.wait("k9-d", 10*time.Second); err == nil {
+		t.Fatal("k9-d exited cleanly after SIGKILL")
+	}
+
+	res := f.collect(ctx, ids)
+	f.ledger(res, n)
+}
+
+// unacked is how many messages of queue are delivered and not acked; -1
+// while the queue does not exist.
+func unacked(t *testing.T, queue string) int {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", "-q", "list_queues", "name", "messages_unacknowledged").CombinedOutput()
+	if err != nil {
+		t.Fatalf("rabbitmqctl list_queues: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == queue {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return -1
+}
+
+// TestFleetSIGTERM: a worker told to stop hands back what it has not
+// submitted, finishes what it has, and exits 0; nothing is lost.
+func TestFleetSIGTERM(t *testing.T) {
+	cfg := fleetConfig(t)
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 20, LatencyScale: 0.1, Seed: 4},
+		childConfig{Threads: 10, Poll: 50 * time.Millisecond, Grace: 20 * time.Second})
+	ctx := longCtx(t, 120*time.Second)
+	f.start("term-a", nil)
+	f.waitConsumers(ctx, 1)
+	const n = 60
+	ids := f.enqueue(ctx, "term", n, 0)
+	f.until(ctx, "10 accepted submits", func() bool { return f.accepted() >= 10 })
+	f.signal("term-a", syscall.SIGTERM)
+	if err := f.wait("term-a", 30*time.Second); err != nil {
+		t.Fatalf("worker exit after SIGTERM: %v, want status 0", err)
+	}
+	f.start("term-b", nil)
+	res := f.collect(ctx, ids)
+	f.ledger(res, n)
+}
+
+// TestFleetSharesThreads: three workers that each think they have the
+// whole plan share its threads: the provider never runs more than the plan,
+// "no free thread" answers stay a small share, and the threads stay busy.
+func TestFleetSharesThreads(t *testing.T) {
+	cfg := fleetConfig(t)
+	const threads = 10
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: threads, LatencyScale: 0.03, Seed: 5},
+		childConfig{Threads: threads, Poll: 20 * time.Millisecond, Grace: 5 * time.Second})
+	ctx := longCtx(t, 120*time.Second)
+	for _, o := range []string{"aimd-a", "aimd-b", "aimd-c"} {
+		f.start(o, nil)
+	}
+	f.waitConsumers(ctx, 3)
+	const n = 240
+	ids := f.enqueue(ctx, "aimd", n, 0)
+	res := f.collect(ctx, ids)
+	st := f.ledger(res, n)
+	t.Logf("submits %d, no slot %d, peak %d, utilization %.2f", st.Calls.Submit, st.NoSlot, st.PeakThreadsInUse, st.Utilization)
+	if st.PeakThreadsInUse > threads {
+		t.Errorf("peak threads in use %d, plan has %d", st.PeakThreadsInUse, threads)
+	}
+	if share := float64(st.NoSlot) / float64(st.Calls.Submit); share > 0.5 {
+		t.Errorf("%d of %d submits answered no free thread (%.0f%%), want at most half", st.NoSlot, st.Calls.Submit, 100*share)
+	}
+	if st.Utilization < 0.2 {
+		t.Errorf("thread utilization %.2f, want at least 0.2 (measured 0.28-0.36; the shared-plan window is an open issue)", st.Utilization)
+	}
+}
+
+// rabbitmqctl runs the broker's control tool.
+func rabbitmqctl(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rabbitmqctl %v: %v\n%s", args, err, out)
+	}
+}
+
+// TestFleetBrokerRestart: the broker stops and starts mid-run; workers and
+// publishers reconnect and nothing confirmed is lost.
+func TestFleetBrokerRestart(t *testing.T) {
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Fatal("rabbitmqctl is needed to restart the broker")
+	}
+	cfg := fleetConfig(t)
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 40, LatencyScale: 0.1, Seed: 6},
+		childConfig{Threads: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
+	ctx := longCtx(t, 150*time.Second)
+	for _, o := range []string{"br-a", "br-b", "br-c"} {
+		f.start(o, nil)
+	}
+	f.waitConsumers(ctx, 3)
+	const n = 120
+	ids := f.enqueue(ctx, "br", n, 0)
+	f.until(ctx, "30 accepted submits", func() bool { return f.accepted() >= 30 })
+
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			_ = exec.Command("rabbitmqctl", "start_app").Run()
+		}
+	})
+	rabbitmqctl(t, "stop_app")
+	// Publishing waits for the broker instead of failing.
+	late := make(chan error, 1)
+	go func() {
+		late <- f.pub.PublishTask(ctx, TaskMessage{Task: fleetTask("br-late", 0)})
+	}()
+	time.Sleep(time.Second) // the broker stays down a while on purpose
+	rabbitmqctl(t, "start_app")
+	restarted = true
+	if err := <-late; err != nil {
+		t.Fatalf("publish across the restart: %v", err)
+	}
+	ids = append(ids, "br-late")
+	res := f.collect(ctx, ids)
+	f.ledger(res, n+1)
+	if f.c.Reconnects() < 1 {
+		t.Errorf("test connection reconnects %d, want at least 1", f.c.Reconnects())
+	}
+}
+
+// TestFleetDroppedConnection: the broker drops a worker's connection; it
+// reconnects and finishes every task once.
+func TestFleetDroppedConnection(t *testing.T) {
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Fatal("rabbitmqctl is needed to close a connection")
+	}
+	cfg := fleetConfig(t)
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 30, LatencyScale: 0.1, Seed: 7},
+		childConfig{Threads: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
+	ctx := longCtx(t, 120*time.Second)
+	f.start("drop-a", nil)
+	f.start("drop-b", nil)
+	f.waitConsumers(ctx, 2)
+	const n = 100
+	ids := f.enqueue(ctx, "drop", n, 0)
+	f.until(ctx, "20 accepted submits", func() bool { return f.accepted() >= 20 })
+	closeWorkerConnections(t, cfg.Prefix)
+	res := f.collect(ctx, ids)
+	f.ledger(res, n)
+}
+
+// closeWorkerConnections closes every connection of the topology from the
+// broker side, the test's own included.
+func closeWorkerConnections(t *testing.T, prefix string) {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "pid", "client_properties").CombinedOutput()
+	if err != nil {
+		t.Fatalf("rabbitmqctl list_connections: %v\n%s", err, out)
+	}
+	closed := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.Contains(line, `"captchaq `+prefix+`"`) {
+			continue
+		}
+		pid := strings.Fields(line)[0]
+		if o, err := exec.Command("rabbitmqctl", "-q", "close_connection", pid, "test: forced close").CombinedOutput(); err != nil {
+			t.Fatalf("close_connection: %v\n%s", err, o)
+		}
+		closed++
+	}
+	if closed < 2 {
+		t.Fatalf("closed %d connections of %s, want the workers'", closed, prefix)
+	}
+}
+
+// TestFleetFailures: 5xx answers never dead-letter; an invalid task
+// dead-letters at once with its reason; a task that waits past its TTL
+// dead-letters as expired; replay brings both kinds back.
+func TestFleetFailures(t *testing.T) {
+	cfg := fleetConfig(t)
+	cfg.TaskTTL = 300 * time.Millisecond
+	// The worker takes every task at once (prefetch), so only the tasks
+	// enqueued while no worker runs can wait past the short TTL.
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 20, LatencyScale: 0.02, Seed: 8, Faults: sim.Faults{HTTP5xxRate: 0.3}},
+		childConfig{Threads: 10, Prefetch: 100, Poll: 20 * time.Millisecond, Grace: 5 * time.Second})
+	ctx := longCtx(t, 120*time.Second)
+
+	// No worker yet: these wait past the TTL.
+	expired := f.enqueue(ctx, "ttl", 3, 0)
+	f.until(ctx, "3 expired dead letters", func() bool { return f.depth(f.c.Names().Failed) == 3 })
+
+	f.start("fail-a", nil)
+	f.waitConsumers(ctx, 1)
+	bad := captchaq.Task{ID: "bad-pageurl", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAA", "pageurl": "not a url"}}
+	if err := f.pub.PublishTask(ctx, TaskMessage{Task: bad}); err != nil {
+		t.Fatal(err)
+	}
+	ids := f.enqueue(ctx, "flaky", 40, 0)
+	res := f.collect(ctx, append(ids, bad.ID))
+	if r := res[bad.ID]; r.Status != captchaq.StatusFailed || r.ErrorCode != captchaq.CodeInvalidTask {
+		t.Fatalf("bad task result %+v, want failed INVALID_TASK", r)
+	}
+	delete(res, bad.ID)
+	st := f.sim.Stats()
+	if st.Faults.HTTP5xx == 0 {
+		t.Fatal("the simulator injected no 5xx answers; the test proves nothing")
+	}
+
+	reasons := map[string]string{}
+	codes := map[string]string{}
+	if err := f.c.DeadLetters(ctx, func(dl DeadLetter) error {
+		reasons[dl.Task.Task.ID], codes[dl.Task.Task.ID] = dl.Reason, dl.ErrorCode
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{bad.ID: ReasonPermanent}
+	for _, id := range expired {
+		want[id] = "expired"
+	}
+	if len(reasons) != len(want) {
+		t.Fatalf("dead letters %v, want %v (no flaky task may be there)", reasons, want)
+	}
+	for id, r := range want {
+		if reasons[id] != r {
+			t.Errorf("dead letter %s reason %q, want %q", id, reasons[id], r)
+		}
+	}
+	if codes[bad.ID] != captchaq.CodeInvalidTask {
+		t.Errorf("dead letter %s code %q, want %s", bad.ID, codes[bad.ID], captchaq.CodeInvalidTask)
+	}
+
+	// Replay the expired ones: now a worker takes them in time.
+	n, err := f.c.Replay(ctx, captchaq.DeadLetterFilter{ErrorCode: "EXPIRED"})
+	if err != nil || n != 3 {
+		t.Fatalf("Replay: %d, %v; want 3", n, err)
+	}
+	again := f.collect(ctx, expired)
+	for id, r := range again {
+		res[id] = r
+	}
+	// Only the bad task is left among the dead letters.
+	if d := f.depth(f.c.Names().Failed); d != 1 {
+		t.Fatalf("dead letters after replay %d, want 1", d)
+	}
+	if st := f.sim.Stats(); st.Duplicates != 0 || st.Accepted != 43 {
+		t.Errorf("simulator accepted %d (duplicates %d), want 43 and 0", st.Accepted, st.Duplicates)
+	}
+	for id, r := range res {
+		if r.Status != captchaq.StatusSolved {
+			t.Errorf("task %s: %s %q", id, r.Status, r.Error)
+		}
+	}
+}

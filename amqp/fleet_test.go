@@ -1,0 +1,382 @@
+package amqp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// childEnv carries a worker's settings to a copy of the test binary that
+// runs as that worker (see TestMain).
+const childEnv = "CAPTCHAQ_TEST_WORKER"
+
+type childConfig struct {
+	URL, Prefix, Owner, APIURL string
+	TaskTTL, Lease, Poll       time.Duration
+	Grace                      time.Duration
+	Threads, Prefetch          int
+	RetryDelays                []time.Duration
+}
+
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(childEnv); raw != "" {
+		os.Exit(runChild(raw))
+	}
+	os.Exit(m.Run())
+}
+
+// runChild is a worker process: it stops on SIGTERM and exits 0 after a
+// clean stop.
+func runChild(raw string) int {
+	var cc childConfig
+	if err := json.Unmarshal([]byte(raw), &cc); err != nil {
+		fmt.Fprintln(os.Stderr, "child config:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := Dial(ctx, Config{URL: cc.URL, Prefix: cc.Prefix, TaskTTL: cc.TaskTTL, InflightLease: cc.Lease,
+		RetryDelays: cc.RetryDelays, ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond, Logger: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dial:", err)
+		return 1
+	}
+	defer c.Close()
+	client, err := provider.NewClient(provider.ClientConfig{BaseURL: cc.APIURL, Key: "test-key"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		return 1
+	}
+	w, err := NewWorker(c, WorkerConfig{
+		Queue: captchaq.Config{Provider: client, Threads: cc.Threads, PollInterval: cc.Poll,
+			RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: time.Second, Logger: log},
+		Owner: cc.Owner, Prefetch: cc.Prefetch, Grace: cc.Grace, BeatInterval: time.Second, Logger: log,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		return 1
+	}
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "run:", err)
+		return 1
+	}
+	return 0
+}
+
+// fleet is one test's broker topology, simulator and worker processes.
+type fleet struct {
+	t      *testing.T
+	cfg    Config
+	c      *Conn
+	pub    *Publisher
+	sim    *sim.Server
+	apiURL string
+	base   childConfig
+
+	mu     sync.Mutex
+	procs  map[string]*exec.Cmd
+	exits  map[string]chan error
+	owners []string
+}
+
+func newFleet(t *testing.T, cfg Config, sc sim.Config, base childConfig) *fleet {
+	t.Helper()
+	srv, apiURL, err := sim.Start(sc, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	f := &fleet{t: t, cfg: cfg, c: c, pub: c.NewPublisher(), sim: srv, apiURL: apiURL, procs: map[string]*exec.Cmd{}, exits: map[string]chan error{}}
+	base.URL, base.Prefix, base.APIURL = cfg.URL, cfg.Prefix, apiURL
+	base.TaskTTL, base.Lease, base.RetryDelays = cfg.TaskTTL, cfg.InflightLease, cfg.RetryDelays
+	f.base = base
+	t.Cleanup(func() {
+		f.mu.Lock()
+		for name, p := range f.procs {
+			_ = p.Process.Kill()
+			<-f.exits[name]
+		}
+		owners := f.owners
+		f.mu.Unlock()
+		f.pub.Close()
+		c.Close()
+		if err := DeleteTopology(context.Background(), cfg, owners...); err != nil {
+			t.Errorf("DeleteTopology: %v", err)
+		}
+	})
+	return f
+}
+
+// start runs a worker process named owner.
+func (f *fleet) start(owner string, change func(*childConfig)) {
+	f.t.Helper()
+	cc := f.base
+	cc.Owner = owner
+	if change != nil {
+		change(&cc)
+	}
+	raw, _ := json.Marshal(cc)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
+	cmd.Stderr = &prefixWriter{t: f.t, prefix: owner}
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	f.mu.Lock()
+	f.procs[owner], f.exits[owner] = cmd, done
+	f.owners = append(f.owners, owner)
+	f.mu.Unlock()
+}
+
+// wait returns the exit of owner's process and forgets it.
+func (f *fleet) wait(owner string, timeout time.Duration) error {
+	f.t.Helper()
+	f.mu.Lock()
+	done := f.exits[owner]
+	f.mu.Unlock()
+	select {
+	case err := <-done:
+		f.mu.Lock()
+		delete(f.procs, owner)
+		delete(f.exits, owner)
+		f.mu.Unlock()
+		return err
+	case <-time.After(timeout):
+		f.t.Fatalf("worker %s did not exit within %v", owner, timeout)
+	}
+	return nil
+}
+
+func (f *fleet) signal(owner string, sig syscall.Signal) {
+	f.t.Helper()
+	f.mu.Lock()
+	p := f.procs[owner]
+	f.mu.Unlock()
+	if err := syscall.Kill(p.Process.Pid, sig); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// waitConsumers waits until n consumers take from the task queue.
+func (f *fleet) waitConsumers(ctx context.Context, n int) {
+	f.t.Helper()
+	f.until(ctx, fmt.Sprintf("%d consumers on the task queue", n), func() bool {
+		ch, _, err := f.c.channel(ctx)
+		if err != nil {
+			return false
+		}
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive(f.c.Names().Tasks, true, false, false, false, nil)
+		return err == nil && q.Consumers == n
+	})
+}
+
+// until polls cond, a state outside this process, until it holds.
+func (f *fleet) until(ctx context.Context, what string, cond func() bool) {
+	f.t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			f.t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (f *fleet) accepted() int64 { return f.sim.Stats().Accepted }
+
+// fleetTask is a turnstile task whose fingerprint is its own.
+func fleetTask(id string, prio int) captchaq.Task {
+	return captchaq.Task{ID: id, Method: "turnstile", Priority: prio,
+		Params: map[string]string{"sitekey": "0x4AAAAAAA" + id, "pageurl": "https://shop.example/" + id}}
+}
+
+// enqueue publishes n tasks named prefix-i and returns their ids.
+func (f *fleet) enqueue(ctx context.Context, prefix string, n, prio int) []string {
+	f.t.Helper()
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("%s-%04d", prefix, i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- f.pub.PublishTask(ctx, TaskMessage{Task: fleetTask(ids[i], prio)})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// collect takes results until every id in want has one; a result for an
+// id not in want fails the test.
+func (f *fleet) collect(ctx context.Context, want []string) map[string]captchaq.Result {
+	f.t.Helper()
+	need := map[string]bool{}
+	for _, id := range want {
+		need[id] = true
+	}
+	got := map[string]captchaq.Result{}
+	var stray []string
+	_, err := f.c.Collect(ctx, len(want), func(r captchaq.Result) error {
+		if !need[r.ID] {
+			stray = append(stray, r.ID)
+		}
+		got[r.ID] = r
+		return nil
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if len(stray) > 0 {
+		f.t.Fatalf("results for ids never enqueued: %v", stray)
+	}
+	var missing []string
+	for _, id := range want {
+		if _, ok := got[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		f.t.Fatalf("lost %d of %d tasks (no result before the deadline): %v", len(missing), len(want), missing)
+	}
+	return got
+}
+
+// ledger checks the books once every result is in: each task solved once,
+// no second solve of any task, and every accepted submit accounted for.
+func (f *fleet) ledger(results map[string]captchaq.Result, wantAccepted int64) sim.Stats {
+	f.t.Helper()
+	for id, r := range results {
+		if r.Status != captchaq.StatusSolved || r.Token == "" {
+			f.t.Errorf("task %s: status %s error %q, want solved with a token", id, r.Status, r.Error)
+		}
+	}
+	st := f.sim.Stats()
+	if st.Duplicates != 0 {
+		f.t.Errorf("simulator saw %d duplicate submits (a task solved twice)", st.Duplicates)
+	}
+	if st.Accepted != wantAccepted {
+		f.t.Errorf("simulator accepted %d submits, want %d (one per task)", st.Accepted, wantAccepted)
+	}
+	if n := f.depth(f.c.Names().Tasks); n != 0 {
+		f.t.Errorf("task queue holds %d messages after every result, want 0", n)
+	}
+	if n := f.depth(f.c.Names().Failed); n != 0 {
+		f.t.Errorf("dead-letter queue holds %d messages, want 0", n)
+	}
+	return st
+}
+
+func (f *fleet) depth(q string) int {
+	ch, _, err := f.c.channel(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer ch.Close()
+	s, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		f.t.Fatalf("inspect %s: %v", q, err)
+	}
+	return s.Messages
+}
+
+// prefixWriter sends a child's log lines to the test log.
+type prefixWriter struct {
+	t      *testing.T
+	prefix string
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	w.t.Logf("[%s] %s", w.prefix, p)
+	return len(p), nil
+}
+
+func fleetConfig(t *testing.T) Config {
+	cfg := testConfig(t)
+	cfg.InflightLease = time.Second
+	cfg.RetryDelays = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}
+	return cfg
+}
+
+func longCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestFleetEndToEnd: three worker processes solve every task once.
+func TestFleetEndToEnd(t *testing.T) {
+	cfg := fleetConfig(t)
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 30, LatencyScale: 0.01, Seed: 1},
+		childConfig{Threads: 30, Poll: 20 * time.Millisecond, Grace: 5 * time.Second})
+	ctx := longCtx(t, 90*time.Second)
+	for _, o := range []string{"e2e-a", "e2e-b", "e2e-c"} {
+		f.start(o, nil)
+	}
+	f.waitConsumers(ctx, 3)
+	ids := f.enqueue(ctx, "e2e", 300, 0)
+	res := f.collect(ctx, ids)
+	f.ledger(res, 300)
+}
+
+// TestFleetPriority: with every task waiting before the worker starts, the
+// urgent ones are solved first.
+func TestFleetPriority(t *testing.T) {
+	cfg := fleetConfig(t)
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 1, Instant: true, Seed: 2},
+		childConfig{Threads: 1, Prefetch: 1, Poll: 10 * time.Millisecond, Grace: 5 * time.Second})
+	ctx := longCtx(t, 60*time.Second)
+	low := f.enqueue(ctx, "low", 15, 9)
+	urgent := f.enqueue(ctx, "urgent", 5, 1)
+	f.start("prio-a", nil)
+	var order []string
+	all := map[string]captchaq.Result{}
+	_, err := f.c.Collect(ctx, 20, func(r captchaq.Result) error {
+		order = append(order, r.ID)
+		all[r.ID] = r
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := append([]string(nil), order[:5]...)
+	sort.Strings(first)
+	if fmt.Sprint(first) != fmt.Sprint(urgent) {
+		t.Fatalf("first five results %v, want the urgent tasks %v (order %v)", order[:5], urgent, order)
+	}
+	if len(all) != len(low)+len(urgent) {
+		t.Fatalf("%d distinct results, want %d", len(all), len(low)+len(urgent))
+	}
+	f.ledger(all, 20)
+}

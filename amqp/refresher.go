@@ -1,0 +1,28 @@
+package amqp
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// refresher republishes checkpoints held for InflightRefresh, so the
+// broker's consumer_timeout never closes the channel that holds them.
+type refresher struct {
+	s     *WorkerStore
+	every time.Duration
+}
+
+func (r *refresher) run(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	t := time.NewTicker(max(r.every/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.s.refreshDue(ctx, r.every)
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package amqp
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+// staleSweeper finds tasks whose every delivery came on a channel that has
+// since died, before anything was checkpointed: the broker has put them
+// back for the fleet, so the queue drops its copy if it has not sent it
+// yet (one sent already is checkpointed and polled as usual).
+type staleSweeper struct {
+	s     *WorkerStore
+	q     *captchaq.Queue
+	every time.Duration
+}
+
+func (w *staleSweeper) run(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	t := time.NewTicker(w.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, id := range w.s.ids() {
+				if !w.s.markHandBack(id, true) {
+					continue
+				}
+				if err := w.q.Cancel(ctx, id); err != nil {
+					w.s.unmarkHandBack(id)
+				}
+			}
+		}
+	}
+}

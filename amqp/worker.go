@@ -1,0 +1,278 @@
+package amqp
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+// Defaults of WorkerConfig.
+const (
+	WorkerPrefetchExtra = 4 // Prefetch defaults to Threads + this
+	GraceDefault        = 30 * time.Second
+	BeatIntervalDefault = 5 * time.Second
+	sweepInterval       = 200 * time.Millisecond
+)
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// Queue configures the local queue that solves the tasks (Provider is
+	// required; Threads is the plan's, shared by every worker on the key:
+	// the queue's window shrinks when the provider says no free thread).
+	// Its Store is the worker's own and must be nil.
+	Queue captchaq.Config
+	// Owner names this worker's checkpoint queue; unique per process.
+	// Default host-pid-random.
+	Owner string
+	// Prefetch bounds the task deliveries held at once. Default
+	// Threads + WorkerPrefetchExtra.
+	Prefetch int
+	// Grace is how long Run, once ctx ends, lets tasks at the provider
+	// finish before it leaves them to their checkpoints. Default 30 s.
+	Grace time.Duration
+	// BeatInterval is how often the worker publishes its status beat.
+	// Default 5 s.
+	BeatInterval time.Duration
+	// Logger. Default the Conn's.
+	Logger *slog.Logger
+}
+
+// Worker takes tasks from the broker and solves them with a captchaq.Queue
+// whose Store is the broker (see WorkerStore). Many workers on many
+// machines can share one key: each backs off on "no free thread".
+type Worker struct {
+	c     *Conn
+	cfg   WorkerConfig
+	log   *slog.Logger
+	pub   *Publisher
+	store *WorkerStore
+	q     *captchaq.Queue
+}
+
+// NewWorker checks cfg and builds a Worker on c; Run starts it.
+func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
+	if cfg.Queue.Store != nil {
+		return nil, errors.New("amqp: WorkerConfig.Queue.Store: leave it nil; the worker's store is the broker")
+	}
+	if cfg.Owner == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		cfg.Owner = fmt.Sprintf("%s-%d-%s", sanitizeOwner(host), os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if !prefixRE.MatchString(cfg.Owner) {
+		return nil, fmt.Errorf("amqp: WorkerConfig.Owner %q: use letters, digits, '.', '_', ':' or '-'", cfg.Owner)
+	}
+	threads := cmp.Or(cfg.Queue.Threads, captchaq.ThreadsDefault)
+	cfg.Prefetch = cmp.Or(cfg.Prefetch, threads+WorkerPrefetchExtra)
+	if cfg.Prefetch < 0 {
+		return nil, fmt.Errorf("amqp: WorkerConfig.Prefetch %d: must be positive", cfg.Prefetch)
+	}
+	cfg.Grace = cmp.Or(cfg.Grace, GraceDefault)
+	cfg.BeatInterval = cmp.Or(cfg.BeatInterval, BeatIntervalDefault)
+	if cfg.Logger == nil {
+		cfg.Logger = c.cfg.Logger
+	}
+	log := cfg.Logger.With("owner", cfg.Owner)
+	pub := c.NewPublisher()
+	store := newWorkerStore(pub, cfg.Owner, log)
+	qc := cfg.Queue
+	qc.Store = store
+	// A task never waits locally for longer than the broker holds it.
+	qc.MaxQueued = cmp.Or(qc.MaxQueued, cfg.Prefetch+threads)
+	q, err := captchaq.New(qc)
+	if err != nil {
+		pub.Close()
+		return nil, err
+	}
+	return &Worker{c: c, cfg: cfg, log: log, pub: pub, store: store, q: q}, nil
+}
+
+func sanitizeOwner(s string) string {
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			return r
+		}
+		return '-'
+	}, s)
+	if s == "" || s[0] == '-' || s[0] == '_' {
+		s = "w" + s
+	}
+	return s
+}
+
+// Owner is the worker's name (its checkpoint queue is Names.InflightQueue(Owner)).
+func (w *Worker) Owner() string { return w.cfg.Owner }
+
+// Queue is the local queue, for its Metrics.
+func (w *Worker) Queue() *captchaq.Queue { return w.q }
+
+// Held counts the tasks the worker holds unfinished.
+func (w *Worker) Held() int { return len(w.store.ids()) }
+
+// Run consumes tasks until ctx ends, then stops taking tasks, hands back
+// the ones not yet at the provider, lets those at the provider finish for
+// up to Grace, and leaves any still unfinished to their checkpoints (the
+// lease returns them to the fleet, to be polled, not solved again). It
+// returns nil after a clean stop.
+func (w *Worker) Run(ctx context.Context) error {
+	defer w.pub.Close()
+	if err := w.c.DeclareInflight(ctx, w.cfg.Owner); err != nil {
+		return err
+	}
+	if err := w.q.Start(ctx); err != nil {
+		return err
+	}
+	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBg()
+	parked, err := w.c.Consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1)
+	if err != nil {
+		w.q.Close()
+		return err
+	}
+	queues := []string{w.c.Names().Tasks}
+	for _, l := range w.c.cfg.Lanes {
+		queues = append(queues, w.c.Names().Lane(l))
+	}
+	tasks, err := w.c.Consume(bg, queues, w.cfg.Prefetch)
+	if err != nil {
+		w.q.Close()
+		parked.Close()
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		for d := range parked.Deliveries() {
+			w.store.holdCheckpoint(d)
+		}
+	}()
+	go (&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run(bg, &wg)
+	go (&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log}).run(bg, &wg)
+	go (&staleSweeper{s: w.store, q: w.q, every: sweepInterval}).run(bg, &wg)
+
+	w.log.Info("worker started", "queues", queues, "prefetch", w.cfg.Prefetch)
+	stopping := false
+	for !stopping {
+		select {
+		case d, ok := <-tasks.Deliveries():
+			if !ok {
+				stopping = true
+				break
+			}
+			w.take(ctx, d)
+		case <-ctx.Done():
+			stopping = true
+		}
+	}
+	w.shutdown(tasks)
+	stopBg()
+	parked.Close()
+	wg.Wait()
+	return nil
+}
+
+// take hands one task delivery to the queue.
+func (w *Worker) take(ctx context.Context, d *Delivery) {
+	m, err := d.Task()
+	if err != nil {
+		w.deadLetterRaw(ctx, d, err)
+		return
+	}
+	if !w.store.hold(d, m) {
+		return
+	}
+	if rec, err := w.store.Get(ctx, m.Task.ID); err == nil && (rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed) {
+		// Its result is on the broker already: this is a stale copy.
+		w.store.release(m.Task.ID)
+		return
+	}
+	rec := captchaq.Record{
+		Task: m.Task, Status: captchaq.StatusQueued, Attempts: m.Attempts,
+		LastError: m.LastError, LastErrorCode: m.LastErrorCode,
+		AcceptedAt: m.Accepted, SubmittedAt: m.Submitted,
+	}
+	if m.CaptchaID != "" {
+		// A lease ran out on a dead worker's checkpoint: poll, do not
+		// solve again.
+		rec.Status, rec.CaptchaID = captchaq.StatusInFlight, m.CaptchaID
+	}
+	_, err = w.q.Adopt(ctx, rec)
+	switch {
+	case err == nil:
+	case errors.Is(err, captchaq.ErrInvalidTask):
+		var te *captchaq.TaskError
+		code := captchaq.CodeInvalidTask
+		if errors.As(err, &te) {
+			code = te.Code
+		}
+		r := captchaq.Result{ID: m.Task.ID, Status: captchaq.StatusFailed, Method: m.Task.Method,
+			Error: err.Error(), ErrorCode: code, Attempts: m.Attempts, AcceptedAt: m.Accepted, FinishedAt: time.Now()}
+		if err := w.store.Finish(context.WithoutCancel(ctx), r); err != nil {
+			w.log.Error("dead-lettering an invalid task failed; it stays queued", "id", m.Task.ID, "err", err)
+		}
+	default:
+		// Closed or interrupted: give it back.
+		w.store.markHandBack(m.Task.ID, false)
+		_ = w.store.handBack(context.WithoutCancel(ctx), m.Task.ID)
+	}
+}
+
+// deadLetterRaw moves a message that is not a task to the dead letters.
+func (w *Worker) deadLetterRaw(ctx context.Context, d *Delivery, cause error) {
+	w.log.Warn("dead-lettering a message that is not a task", "message_id", d.MessageID, "err", cause)
+	h := map[string]any{HeaderReason: ReasonInvalid, HeaderError: cause.Error()}
+	err := w.pub.Publish(context.WithoutCancel(ctx), w.c.Names().DLX, FailedRoutingKey, rawPublishing(d, h))
+	if err != nil {
+		w.log.Error("dead-lettering failed; the message stays queued", "err", err)
+		_ = d.Nack(true)
+		return
+	}
+	w.store.settle(d)
+}
+
+// shutdown stops intake, hands back queued tasks and waits up to Grace for
+// the rest.
+func (w *Worker) shutdown(tasks *Consumer) {
+	if err := tasks.Stop(); err != nil {
+		w.log.Warn("stop consuming", "err", err)
+	}
+	// Deliveries already on their way are handed back.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for d := range tasks.Deliveries() {
+			_ = d.Nack(true)
+		}
+	}()
+	handed := 0
+	for _, id := range w.store.ids() {
+		if !w.store.markHandBack(id, false) {
+			continue
+		}
+		if err := w.q.Cancel(context.Background(), id); err != nil {
+			w.store.unmarkHandBack(id)
+			continue
+		}
+		handed++
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Grace)
+	defer cancel()
+	err := w.q.Shutdown(ctx)
+	left := w.Held()
+	w.log.Info("worker stopped", "handed_back", handed, "left_to_checkpoints", left, "grace_exceeded", err != nil)
+	tasks.Close()
+	<-drained
+}

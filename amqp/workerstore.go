@@ -1,0 +1,397 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+// WorkerStore is the captchaq.Store of a Worker: local state lives in a
+// captchaq.MemoryStore, and every step the queue makes durable is made
+// durable on the broker instead, before the task's message is let go:
+//
+//   - Checkpoint publishes the task with its captcha id to the worker's
+//     checkpoint queue (confirmed), then acks the task's delivery;
+//   - Retry after a real attempt parks the task, without captcha id and
+//     with its attempts, in the checkpoint queue the same way (network
+//     failures and "no free thread" keep the delivery held as it is);
+//   - Finish publishes the result (confirmed), and for a failed task its
+//     dead letter with the reason in headers (confirmed), then acks
+//     everything held for the task.
+//
+// A task the worker hands back (shutdown, or its delivery's channel died
+// before anything was submitted) is not finished: its delivery is nacked
+// back to its queue, or a parked copy is published back to the task
+// exchange. Safe for concurrent use.
+type WorkerStore struct {
+	mem   *captchaq.MemoryStore
+	pub   *Publisher
+	owner string
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]*entry
+}
+
+// entry is what the worker holds of one unfinished task on the broker.
+type entry struct {
+	msg TaskMessage // what the broker's newest confirmed copy says
+	// deliveries are task-queue deliveries not yet settled.
+	deliveries []*Delivery
+	// seq numbers the copies parked in the checkpoint queue; confirmed is
+	// the newest confirmed one (0: none, the task delivery is the copy).
+	seq, confirmed int
+	parkedAt       time.Time
+	checkpoints    map[int]*Delivery // checkpoint-queue deliveries held, by seq
+	handback       bool              // being handed back, not finished
+}
+
+var _ captchaq.Store = (*WorkerStore)(nil)
+
+func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore {
+	return &WorkerStore{
+		mem:     captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}),
+		pub:     pub,
+		owner:   owner,
+		log:     log,
+		entries: map[string]*entry{},
+	}
+}
+
+// hold registers a task delivery. It returns false when the delivery is a
+// copy of a task this worker already holds a confirmed checkpoint of: then
+// the copy has been acked and there is nothing to do.
+func (s *WorkerStore) hold(d *Delivery, m TaskMessage) (fresh bool) {
+	s.mu.Lock()
+	e, ok := s.entries[m.Task.ID]
+	if !ok {
+		s.entries[m.Task.ID] = &entry{msg: m, deliveries: []*Delivery{d}, checkpoints: map[int]*Delivery{}}
+		s.mu.Unlock()
+		return true
+	}
+	if e.confirmed == 0 {
+		e.deliveries = append(e.deliveries, d)
+		s.mu.Unlock()
+		return false
+	}
+	s.mu.Unlock()
+	s.settle(d)
+	return false
+}
+
+// holdCheckpoint takes a delivery from the worker's own checkpoint queue:
+// the newest copies are held, older ones and those of tasks no longer held
+// are acked.
+func (s *WorkerStore) holdCheckpoint(d *Delivery) {
+	seq := headerInt(d.Headers, HeaderSeq)
+	s.mu.Lock()
+	e, ok := s.entries[d.MessageID]
+	if !ok || seq < e.confirmed {
+		s.mu.Unlock()
+		s.settle(d)
+		return
+	}
+	e.checkpoints[seq] = d
+	s.mu.Unlock()
+}
+
+// drop forgets an entry whose task never reached the queue.
+func (s *WorkerStore) drop(id string) {
+	s.mu.Lock()
+	delete(s.entries, id)
+	s.mu.Unlock()
+}
+
+func (s *WorkerStore) settle(ds ...*Delivery) {
+	for _, d := range ds {
+		if err := d.Ack(); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
+			s.log.Warn("ack failed", "id", d.MessageID, "err", err)
+		}
+	}
+}
+
+// park publishes m as the task's newest copy in the checkpoint queue and,
+// once confirmed, acks every older copy held.
+func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMessage)) error {
+	s.mu.Lock()
+	e, ok := s.entries[id]
+	if !ok {
+		s.mu.Unlock()
+		return nil
+	}
+	e.seq++
+	seq, m := e.seq, e.msg
+	update(&m)
+	s.mu.Unlock()
+	if err := s.pub.park(ctx, s.owner, m, seq); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	var old []*Delivery
+	if seq > e.confirmed {
+		e.confirmed, e.msg, e.parkedAt = seq, m, time.Now()
+		old = e.deliveries
+		e.deliveries = nil
+		for k, d := range e.checkpoints {
+			if k < seq {
+				old = append(old, d)
+				delete(e.checkpoints, k)
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.settle(old...)
+	return nil
+}
+
+// Enqueue implements captchaq.Store.
+func (s *WorkerStore) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Time) ([]captchaq.Record, []bool, error) {
+	return s.mem.Enqueue(ctx, tasks, now)
+}
+
+// Checkpoint implements captchaq.Store: the captcha id is on the broker
+// before the task's delivery is acked.
+func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error {
+	if err := s.mem.Checkpoint(ctx, id, captchaID, attempt, at); err != nil {
+		return err
+	}
+	return s.park(ctx, id, func(m *TaskMessage) {
+		m.CaptchaID, m.Attempts, m.Submitted = captchaID, attempt, at
+	})
+}
+
+// Retry implements captchaq.Store. The queue keeps the task and retries it
+// itself; the broker's copy is replaced only when it has become wrong (it
+// names a captcha id that failed, or fewer attempts), so a crash neither
+// polls a dead id nor forgets an attempt.
+func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBefore time.Time, errText, errCode string) error {
+	if err := s.mem.Retry(ctx, id, attempts, notBefore, errText, errCode); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	e, ok := s.entries[id]
+	stale := ok && (e.msg.CaptchaID != "" || e.msg.Attempts != attempts)
+	s.mu.Unlock()
+	if !stale {
+		return nil
+	}
+	return s.park(ctx, id, func(m *TaskMessage) {
+		m.CaptchaID, m.Submitted, m.Attempts = "", time.Time{}, attempts
+		m.LastError, m.LastErrorCode = errText, errCode
+	})
+}
+
+// Finish implements captchaq.Store: the result (and for a failure the dead
+// letter) is confirmed on the broker before anything held is acked.
+func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
+	s.mu.Lock()
+	e, ok := s.entries[r.ID]
+	s.mu.Unlock()
+	if ok && e.handback {
+		return s.handBack(ctx, r.ID)
+	}
+	if err := s.pub.PublishResult(ctx, r); err != nil {
+		return err
+	}
+	if r.Status == captchaq.StatusFailed {
+		m := TaskMessage{Task: captchaq.Task{ID: r.ID, Method: r.Method}}
+		if ok {
+			m = e.msg
+		}
+		m.CaptchaID, m.Attempts = "", r.Attempts
+		m.LastError, m.LastErrorCode = r.Error, r.ErrorCode
+		if err := s.pub.DeadLetter(ctx, m, deadReason(r)); err != nil {
+			return err
+		}
+	}
+	if err := s.mem.Finish(ctx, r); err != nil && !errors.Is(err, captchaq.ErrNotFound) {
+		s.log.Warn("local finish failed", "id", r.ID, "err", err)
+	}
+	s.release(r.ID)
+	return nil
+}
+
+// release forgets a finished task and acks everything held for it.
+func (s *WorkerStore) release(id string) {
+	s.mu.Lock()
+	e, ok := s.entries[id]
+	delete(s.entries, id)
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	held := e.deliveries
+	for _, d := range e.checkpoints {
+		held = append(held, d)
+	}
+	s.settle(held...)
+}
+
+func deadReason(r captchaq.Result) string {
+	switch r.ErrorCode {
+	case captchaq.CodeExpired:
+		return ReasonExpired
+	case "ERROR_CAPTCHA_UNSOLVABLE":
+		return ReasonExhausted
+	}
+	return ReasonPermanent
+}
+
+// markHandBack flags a task so that its coming Finish hands it back
+// instead. It returns false for a task that already has a confirmed
+// checkpoint or none held.
+func (s *WorkerStore) markHandBack(id string, onlyStale bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[id]
+	if !ok || e.handback {
+		return false
+	}
+	if onlyStale {
+		if e.confirmed > 0 || len(e.deliveries) == 0 {
+			return false
+		}
+		for _, d := range e.deliveries {
+			if d.live() {
+				return false
+			}
+		}
+	} else if e.msg.CaptchaID != "" {
+		return false
+	}
+	e.handback = true
+	return true
+}
+
+func (s *WorkerStore) unmarkHandBack(id string) {
+	s.mu.Lock()
+	if e, ok := s.entries[id]; ok {
+		e.handback = false
+	}
+	s.mu.Unlock()
+}
+
+// handBack returns a task that was not submitted to the broker: task
+// deliveries are nacked back to their queue; a parked copy is published
+// back to the task exchange (through a delay tier when it waits for a
+// retry) and then acked.
+func (s *WorkerStore) handBack(ctx context.Context, id string) error {
+	s.mu.Lock()
+	e, ok := s.entries[id]
+	delete(s.entries, id)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if e.confirmed > 0 {
+		m := e.msg
+		var err error
+		if m.Attempts > 0 {
+			_, err = s.pub.Retry(ctx, m)
+		} else {
+			err = s.pub.PublishTask(ctx, m)
+		}
+		if err != nil {
+			// The parked copy stays held until the channel closes; its
+			// lease then returns it to the task exchange.
+			return err
+		}
+	}
+	for _, d := range e.deliveries {
+		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
+			s.log.Warn("nack failed", "id", id, "err", err)
+		}
+	}
+	var parked []*Delivery
+	for _, d := range e.checkpoints {
+		parked = append(parked, d)
+	}
+	s.settle(parked...)
+	return nil
+}
+
+// refreshDue republishes every parked copy held longer than age, so the
+// broker's consumer_timeout never closes the channel under it.
+func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
+	s.mu.Lock()
+	var due []string
+	now := time.Now()
+	for id, e := range s.entries {
+		if e.confirmed > 0 && !e.handback && now.Sub(e.parkedAt) >= age {
+			due = append(due, id)
+		}
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, id := range due {
+		if err := s.park(ctx, id, func(*TaskMessage) {}); err != nil {
+			s.log.Warn("refreshing a checkpoint failed", "id", id, "err", err)
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// ids lists the tasks held.
+func (s *WorkerStore) ids() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.entries))
+	for id := range s.entries {
+		out = append(out, id)
+	}
+	return out
+}
+
+// beat is the worker's status.
+func (s *WorkerStore) beat(now time.Time) StatusBeat {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := StatusBeat{Owner: s.owner, Held: len(s.entries), At: now}
+	for _, e := range s.entries {
+		if a := e.msg.Accepted; !a.IsZero() && (b.OldestHeld.IsZero() || a.Before(b.OldestHeld)) {
+			b.OldestHeld = a
+		}
+	}
+	return b
+}
+
+// Pending implements captchaq.Store.
+func (s *WorkerStore) Pending(ctx context.Context, fn func(captchaq.Record) error) error {
+	return s.mem.Pending(ctx, fn)
+}
+
+// Get implements captchaq.Store.
+func (s *WorkerStore) Get(ctx context.Context, id string) (captchaq.Record, error) {
+	return s.mem.Get(ctx, id)
+}
+
+// Results implements captchaq.Store.
+func (s *WorkerStore) Results(ctx context.Context, fn func(captchaq.Result) error) error {
+	return s.mem.Results(ctx, fn)
+}
+
+// DeadLetters implements captchaq.Store for the local ones; the fleet's
+// are in the dead-letter queue (Conn.DeadLetters).
+func (s *WorkerStore) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, fn func(captchaq.Record) error) error {
+	return s.mem.DeadLetters(ctx, f, fn)
+}
+
+// Replay is refused: dead letters are replayed from the dead-letter queue
+// (Conn.Replay), where every worker's end up.
+func (s *WorkerStore) Replay(context.Context, captchaq.DeadLetterFilter, time.Time) (int, error) {
+	return 0, errors.New("amqp: replay dead letters from the broker (captchaq dlq --amqp ... replay)")
+}
+
+// Prune implements captchaq.Store.
+func (s *WorkerStore) Prune(ctx context.Context, finishedBefore time.Time) (int, error) {
+	return s.mem.Prune(ctx, finishedBefore)
+}
+
+// Close implements captchaq.Store.
+func (s *WorkerStore) Close() error { return s.mem.Close() }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/amqp"
+)
+
+func init() {
+	commands["worker"] = command{summary: "solve tasks from RabbitMQ; many workers share one key's threads", run: runWorker}
+}
+
+func runWorker(ctx context.Context, env *environment, args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	var af amqpFlags
+	af.register(fs, env.getenv)
+	apiURL := addAPIURLFlag(fs)
+	threads := fs.Int("threads", 0, "the plan's thread count, shared by every worker on the key (default from --plan, else 5)")
+	plan := fs.String("plan", "", "the plan's name (BASIC … VIP-3), when --threads is not given")
+	poll := fs.Duration("poll-interval", captchaq.PollIntervalDefault, "shortest time between two polls of a task")
+	prefetch := fs.Int("prefetch", 0, "task deliveries held at once (default threads + 4)")
+	grace := fs.Duration("grace", amqp.GraceDefault, "on SIGTERM, how long tasks at the provider may take to finish")
+	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
+	lanes := fs.String("lanes", "", "comma-separated task kinds that have their own queue (must match enqueue's)")
+	taskTTL := fs.Duration("task-ttl", amqp.TaskTTLDefault, "how long a task may wait in the broker before it is dead-lettered (must match enqueue's)")
+	lease := fs.Duration("inflight-lease", amqp.InflightLeaseDefault, "how soon a dead worker's checkpoints return to the fleet")
+	owner := fs.String("owner", "", "name of this worker's checkpoint queue (default host-pid-random)")
+	verbose := fs.Bool("v", false, "log every task")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q; the worker takes only flags", fs.Arg(0))}
+	}
+	cfg, err := af.config()
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if *lanes != "" {
+		cfg.Lanes = strings.Split(*lanes, ",")
+	}
+	cfg.TaskTTL, cfg.InflightLease = *taskTTL, *lease
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = log
+	client, err := newProviderClient(env, *apiURL)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	c, err := amqp.Dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	w, err := amqp.NewWorker(c, amqp.WorkerConfig{
+		Queue: captchaq.Config{
+			Provider: client, Threads: *threads, Plan: *plan, PollInterval: *poll, Logger: log,
+		},
+		Owner: *owner, Prefetch: *prefetch, Grace: *grace, Logger: log,
+	})
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr %s: %w", *metricsAddr, err)
+		}
+		srv := &http.Server{Handler: metricsHandler(w), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+		log.Info("serving metrics", "addr", ln.Addr().String())
+		defer srv.Close()
+	}
+	return w.Run(ctx)
+}
