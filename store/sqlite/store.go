@@ -406,11 +406,7 @@ func (s *Store) Replay(ctx context.Context, f captchaq.DeadLetterFilter, now tim
 		n, err = res.RowsAffected()
 		return err
 	})
-	if err != nil {
-		// do may return on ctx while the write still runs: n is not ours.
-		return 0, s.wrap("Replay", err)
-	}
-	return int(n), nil
+	return int(n), s.wrap("Replay", err)
 }
 
 // Prune implements captchaq.Store.
@@ -427,11 +423,7 @@ func (s *Store) Prune(ctx context.Context, finishedBefore time.Time) (int, error
 		n, err = res.RowsAffected()
 		return err
 	})
-	if err != nil {
-		// do may return on ctx while the write still runs: n is not ours.
-		return 0, s.wrap("Prune", err)
-	}
-	return int(n), nil
+	return int(n), s.wrap("Prune", err)
 }
 
 // Get implements captchaq.Store.
