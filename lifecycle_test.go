@@ -395,3 +395,42 @@ func TestAdoptInFlightRecordPolls(t *testing.T) {
 		t.Fatalf("simulator accepted %d, want 2", n)
 	}
 }
+
+// Many goroutines submitting one id store and solve it once; their
+// Futures all get its one result.
+func TestConcurrentSubmitsOfOneIDStoreItOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{}, captchaq.Config{})
+	b.start(t)
+	const n = 50
+	fs := make([]*captchaq.Future, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := b.q.Submit(context.Background(), task("same", 5))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			fs[i] = f
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	rs := waitAll(t, fs)
+	for i, r := range rs {
+		if r.Status != captchaq.StatusSolved || r.Token != rs[0].Token {
+			t.Fatalf("result %d: %+v, want the one solved result %q", i, r, rs[0].Token)
+		}
+	}
+	if got := b.srv.Stats().Accepted; got != 1 {
+		t.Fatalf("simulator accepted %d submits, want 1", got)
+	}
+	if m := b.q.Metrics(); m.Submitted != 1 {
+		t.Fatalf("Metrics.Submitted = %d, want 1", m.Submitted)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -21,6 +22,9 @@ func init() {
 		run:     runBatch,
 	}
 }
+
+// batchSubmitters is how many tasks batch hands to the queue at once.
+const batchSubmitters = 16
 
 // maxLineBytes bounds one task line: base64 images make long lines.
 const maxLineBytes = 16 << 20
@@ -84,10 +88,56 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 
 	start := time.Now()
 	var wg sync.WaitGroup
-	var invalid int
+	var invalid atomic.Int64
+	reject := func(task captchaq.Task, raw []byte, line int, err error) {
+		invalid.Add(1)
+		fmt.Fprintf(env.stderr, "line %d: %v\n", line, err)
+		r := captchaq.Result{ID: task.ID, Status: captchaq.StatusFailed, Method: task.Method,
+			Error: fmt.Sprintf("line %d: %v", line, err), ErrorCode: "INVALID_TASK"}
+		if r.ID == "" {
+			r.ID = lineID(raw, line)
+		}
+		results.write(r)
+		bar.add(r)
+	}
+
+	// Several submitters store tasks at once, so the store commits many in
+	// one transaction instead of one commit per line.
+	type job struct {
+		task captchaq.Task
+		raw  []byte
+		line int
+	}
+	jobs := make(chan job)
+	var submitters sync.WaitGroup
+	for range batchSubmitters {
+		submitters.Add(1)
+		go func() {
+			defer submitters.Done()
+			for j := range jobs {
+				wg.Add(1)
+				err := rt.queue.SubmitFunc(readCtx, j.task, func(r captchaq.Result) {
+					results.write(r)
+					bar.add(r)
+					wg.Done()
+				})
+				if err == nil {
+					continue
+				}
+				wg.Done()
+				if readCtx.Err() != nil || errors.Is(err, captchaq.ErrClosed) {
+					stopReading()
+					continue
+				}
+				reject(j.task, j.raw, j.line, err)
+			}
+		}()
+	}
+
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	line := 0
+read:
 	for sc.Scan() {
 		line++
 		raw := sc.Bytes()
@@ -95,35 +145,18 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 			continue
 		}
 		task, err := captchaq.ParseTask(raw)
-		if err == nil {
-			wg.Add(1)
-			err = rt.queue.SubmitFunc(readCtx, task, func(r captchaq.Result) {
-				results.write(r)
-				bar.add(r)
-				wg.Done()
-			})
-			if err != nil {
-				wg.Done()
-			}
-		}
 		if err != nil {
-			if readCtx.Err() != nil {
-				break
-			}
-			if errors.Is(err, captchaq.ErrClosed) {
-				break
-			}
-			invalid++
-			fmt.Fprintf(env.stderr, "line %d: %v\n", line, err)
-			r := captchaq.Result{ID: task.ID, Status: captchaq.StatusFailed, Method: task.Method,
-				Error: fmt.Sprintf("line %d: %v", line, err), ErrorCode: "INVALID_TASK"}
-			if r.ID == "" {
-				r.ID = lineID(raw, line)
-			}
-			results.write(r)
-			bar.add(r)
+			reject(task, raw, line, err)
+			continue
+		}
+		select {
+		case jobs <- job{task: task, raw: append([]byte(nil), raw...), line: line}:
+		case <-readCtx.Done():
+			break read
 		}
 	}
+	close(jobs)
+	submitters.Wait()
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("reading tasks (line %d): %w", line+1, err)
 	}
@@ -144,7 +177,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		return fmt.Errorf("writing results: %w", err)
 	}
 	solved, failed := results.counts()
-	fmt.Fprintln(env.stderr, summary(solved, failed, invalid, time.Since(start), rt.queue.Metrics()))
+	fmt.Fprintln(env.stderr, summary(solved, failed, int(invalid.Load()), time.Since(start), rt.queue.Metrics()))
 	return nil
 }
 
