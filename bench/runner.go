@@ -257,16 +257,25 @@ func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task
 	}
 	cpu0 := CPUTime()
 	start := time.Now()
-	feedErr := make(chan error, 1)
-	go func() {
-		for i := range n {
-			if err := q.SubmitFunc(ctx, task(i), onResult); err != nil {
-				feedErr <- fmt.Errorf("bench: submit task %d: %w", i, err)
-				return
+	// Several feeders, as a real producer would: the store then commits
+	// many intakes at once. Tasks still go in (nearly) input order.
+	feedErr := make(chan error, feeders)
+	var next atomic.Int64
+	for range feeders {
+		go func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					feedErr <- nil
+					return
+				}
+				if err := q.SubmitFunc(ctx, task(i), onResult); err != nil {
+					feedErr <- fmt.Errorf("bench: submit task %d: %w", i, err)
+					return
+				}
 			}
-		}
-		feedErr <- nil
-	}()
+		}()
+	}
 	if n == 0 {
 		close(allDone)
 	}
@@ -296,3 +305,6 @@ func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task
 	row.fill(srv.Stats())
 	return row, nil
 }
+
+// feeders is how many goroutines hand tasks to the engine at once.
+const feeders = 8
