@@ -270,5 +270,9 @@ func (q *Queue) solved(st *taskState, a provider.Answer, at time.Time, pingback 
 	}
 	q.limiter.Success()
 	r := q.success(st, a, ready, lower)
-	q.finishAt(st, r, ready)
+	if pingback {
+		q.finishAt(st, r, ready)
+		return
+	}
+	q.finishLater(st, r, ready)
 }

@@ -11,16 +11,16 @@ import (
 // It runs on its own goroutine, holding a slot taken by the dispatcher.
 func (q *Queue) submit(st *taskState) {
 	defer q.wg.Done()
-	defer func() {
-		q.mu.Lock()
-		q.submits--
-		q.mu.Unlock()
-		q.dispatcher.wake()
-	}()
 	t := st.rec.Task
 	epoch := q.epoch()
 	captchaID, err := q.cfg.Provider.Submit(q.runCtx, t.ProviderTask(), q.cfg.PingbackURL)
 	now := q.now()
+	// The cap is on in.php requests: the durable write that follows (a
+	// broker confirm, for a fleet) must not keep the next submit waiting.
+	q.mu.Lock()
+	q.submits--
+	q.mu.Unlock()
+	q.dispatcher.wake()
 	if err == nil {
 		q.accepted(st, captchaID, now)
 		return

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -490,5 +491,61 @@ func TestStatsCountsAndBeats(t *testing.T) {
 	}
 	if st.FailedPerMinute <= 0 {
 		t.Fatalf("failed per minute %v, want > 0", st.FailedPerMinute)
+	}
+}
+
+// TestAcksOutOfOrderSkipHeldDelivery: acks settled out of order, gathered
+// into multiple acks, never cover a delivery still held: once the
+// consumer closes, only the held one goes back to the queue.
+func TestAcksOutOfOrderSkipHeldDelivery(t *testing.T) {
+	t.Parallel()
+	c := setup(t, testConfig(t))
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	const n = 10
+	for i := range n {
+		if err := p.PublishTask(ctx, TaskMessage{Task: task(fmt.Sprintf("ack-%02d", i), 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, err := c.Consume(ctx, []string{c.Names().Tasks}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := make([]*Delivery, n)
+	for i := range n {
+		ds[i] = next(t, ctx, k)
+		if want := fmt.Sprintf("ack-%02d", i); ds[i].MessageID != want {
+			t.Fatalf("delivery %d is %s, want %s", i, ds[i].MessageID, want)
+		}
+	}
+	// 4 stays held; 7 is rejected to the dead letters on its own.
+	for _, i := range []int{2, 0, 9, 1, 3, 8, 5, 6} {
+		if err := ds[i].Ack(); err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+	}
+	if err := ds[7].Nack(false); err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+	if err := ds[4].Ack(); !errors.Is(err, ErrStaleDelivery) {
+		t.Fatalf("ack after close: %v, want ErrStaleDelivery", err)
+	}
+	if d := depth(t, ctx, c, c.Names().Tasks); d != 1 {
+		t.Fatalf("task queue depth %d after close, want 1 (the held delivery)", d)
+	}
+	if d := depth(t, ctx, c, c.Names().Failed); d != 1 {
+		t.Fatalf("dead letters %d, want 1 (the rejected delivery)", d)
+	}
+	k2, err := c.Consume(ctx, []string{c.Names().Tasks}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Close()
+	d := next(t, ctx, k2)
+	if d.MessageID != "ack-04" || !d.Redelivered {
+		t.Fatalf("back in the queue: %s (redelivered %v), want ack-04 redelivered", d.MessageID, d.Redelivered)
 	}
 }

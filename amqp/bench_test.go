@@ -83,6 +83,7 @@ func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Durat
 			}()
 		}
 		pw.Wait()
+		b.Logf("enqueued %d in %v", tasks, time.Since(start))
 	}()
 	n, err := pc.Collect(ctx, tasks, func(captchaq.Result) error { return nil })
 	elapsed := time.Since(start)

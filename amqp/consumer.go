@@ -56,6 +56,7 @@ type Delivery struct {
 
 	consumer *Consumer
 	ch       *amqp091.Channel
+	acks     *acker
 	tag      uint64
 	settled  atomic.Bool
 }
@@ -145,10 +146,13 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
+	acks := newAcker(ch)
 	defer func() {
-		// Stale before closed, so no Ack races onto a dying channel;
-		// closing ends the forwarders' delivery streams.
+		// Stale before closed, so no Ack races onto a dying channel; the
+		// acks already settled go out first; closing ends the
+		// forwarders' delivery streams.
 		k.gen.Store(0)
+		acks.close()
 		close(stop)
 		_ = ch.Close()
 		wg.Wait()
@@ -188,7 +192,7 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 					Queue: q, Exchange: d.Exchange, RoutingKey: d.RoutingKey, MessageID: d.MessageId,
 					Priority: d.Priority, Redelivered: d.Redelivered, Timestamp: d.Timestamp,
 					Headers: d.Headers, Body: d.Body, Generation: gen,
-					consumer: k, ch: ch, tag: d.DeliveryTag,
+					consumer: k, ch: ch, acks: acks, tag: d.DeliveryTag,
 				}
 				select {
 				case merged <- del:
@@ -252,8 +256,10 @@ func (d *Delivery) live() bool {
 	return d.consumer.gen.Load() == d.Generation && !d.ch.IsClosed()
 }
 
-// Ack acknowledges the delivery on its own channel. ErrStaleDelivery means
-// the channel died first and the broker will deliver the message again.
+// Ack acknowledges the delivery on its own channel. The ack goes out at
+// once or together with others settled meanwhile (one multiple ack; see
+// acker). ErrStaleDelivery means the channel died first and the broker
+// will deliver the message again.
 func (d *Delivery) Ack() error {
 	if !d.live() {
 		return ErrStaleDelivery
@@ -261,8 +267,8 @@ func (d *Delivery) Ack() error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrSettled
 	}
-	if err := d.ch.Ack(d.tag, false); err != nil {
-		return fmt.Errorf("%w: %v", ErrStaleDelivery, err)
+	if !d.acks.ack(d.tag) {
+		return ErrStaleDelivery
 	}
 	return nil
 }
@@ -276,7 +282,7 @@ func (d *Delivery) Nack(requeue bool) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrSettled
 	}
-	if err := d.ch.Nack(d.tag, false, requeue); err != nil {
+	if err := d.acks.nack(d.tag, requeue); err != nil {
 		return fmt.Errorf("%w: %v", ErrStaleDelivery, err)
 	}
 	return nil
