@@ -268,7 +268,7 @@ func (q *Queue) solved(st *taskState, a provider.Answer, at time.Time, pingback 
 	} else {
 		q.estimate.Observe(string(st.kind), ready.Sub(submitted))
 	}
-	q.limiter.Success()
+	q.limiter.Success(at)
 	r := q.success(st, a, ready, lower)
 	if pingback {
 		q.finishAt(st, r, ready)

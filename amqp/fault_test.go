@@ -93,6 +93,8 @@ func TestFleetSIGTERM(t *testing.T) {
 // TestFleetSharesThreads: three workers that each think they have the
 // whole plan share its threads: the provider never runs more than the plan,
 // "no free thread" answers stay a small share, and the threads stay busy.
+// Measured on a loaded 2-core machine: utilization 0.82-0.94, no-slot
+// share 5-9%; the bounds leave room for a slower run.
 func TestFleetSharesThreads(t *testing.T) {
 	cfg := fleetConfig(t)
 	const threads = 10
@@ -111,11 +113,11 @@ func TestFleetSharesThreads(t *testing.T) {
 	if st.PeakThreadsInUse > threads {
 		t.Errorf("peak threads in use %d, plan has %d", st.PeakThreadsInUse, threads)
 	}
-	if share := float64(st.NoSlot) / float64(st.Calls.Submit); share > 0.5 {
-		t.Errorf("%d of %d submits answered no free thread (%.0f%%), want at most half", st.NoSlot, st.Calls.Submit, 100*share)
+	if share := float64(st.NoSlot) / float64(st.Calls.Submit); share > 0.2 {
+		t.Errorf("%d of %d submits answered no free thread (%.0f%%), want at most 20%%", st.NoSlot, st.Calls.Submit, 100*share)
 	}
-	if st.Utilization < 0.2 {
-		t.Errorf("thread utilization %.2f, want at least 0.2 (measured 0.28-0.36; the shared-plan window is an open issue)", st.Utilization)
+	if st.Utilization < 0.6 {
+		t.Errorf("thread utilization %.2f, want at least 0.6", st.Utilization)
 	}
 }
 

@@ -55,17 +55,17 @@ func TestAdditiveIncrease(t *testing.T) {
 	l.NoSlot(t0, 0) // 10 → 5
 	// From 5 to 6 takes 6 successes of 1/window each (5.2, 5.39, … 6.1).
 	for i := 0; i < 5; i++ {
-		l.Success()
+		l.Success(t0)
 	}
 	if w := l.Window(); w != 5 {
 		t.Fatalf("window %d after 5 successes, want 5", w)
 	}
-	l.Success()
+	l.Success(t0)
 	if w := l.Window(); w != 6 {
 		t.Fatalf("window %d after 6 successes, want 6", w)
 	}
 	for i := 0; i < 1000; i++ {
-		l.Success()
+		l.Success(t0)
 	}
 	if w := l.Window(); w != 10 {
 		t.Fatalf("window %d, want capped at 10", w)
@@ -103,7 +103,7 @@ func TestConvergenceModel(t *testing.T) {
 				if d <= tick {
 					busy--
 					p.l.Release()
-					p.l.Success()
+					p.l.Success(now)
 					continue
 				}
 				kept = append(kept, d)
