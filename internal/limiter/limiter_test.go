@@ -156,3 +156,43 @@ func TestConvergenceModel(t *testing.T) {
 		t.Errorf("windows sum %d, want <= %d", sum, 2*capacity)
 	}
 }
+
+func TestAnswersEarnSubmitsDuringHold(t *testing.T) {
+	t.Parallel()
+	l := New(10)
+	for range 6 {
+		if !l.TryAcquire(t0) {
+			t.Fatal("acquire refused before any refusal")
+		}
+	}
+	l.NoSlot(t0, 5*time.Second) // window 5, 6 in use, held to t0+5s
+	during := t0.Add(time.Second)
+	// Two answers free two of our threads: in use 4, two credits.
+	for range 2 {
+		l.Release()
+		l.Success(during)
+	}
+	if !l.TryAcquire(during) {
+		t.Fatal("first credit refused")
+	}
+	if l.TryAcquire(during) {
+		t.Fatal("second credit granted with the window (5) full")
+	}
+	l.Release() // a submit that failed: no answer, no credit
+	if !l.TryAcquire(during) {
+		t.Fatal("second credit refused with room in the window")
+	}
+	l.Release()
+	if l.TryAcquire(during) {
+		t.Fatal("acquired during the hold without a credit")
+	}
+	l.Release()
+	l.Success(during) // one more credit…
+	l.NoSlot(during, 5*time.Second)
+	if l.TryAcquire(during.Add(time.Second)) {
+		t.Fatal("a refusal must cancel the credits")
+	}
+	if !l.TryAcquire(during.Add(5 * time.Second)) {
+		t.Fatal("refused after the hold")
+	}
+}
