@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -16,30 +14,22 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/brokertest"
 )
 
-func brokerURL() string {
-	if u := os.Getenv("CAPTCHAQ_AMQP_URL"); u != "" {
-		return u
-	}
-	return URLDefault
-}
-
 // testConfig returns a config with a prefix of its own, after checking the
-// broker answers: in CI a missing broker fails the test, elsewhere it skips.
-func testConfig(t *testing.T) Config {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", "127.0.0.1:5672", 2*time.Second)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ is not reachable at 127.0.0.1:5672 and CI=true: %v", err)
-		}
-		t.Skipf("skipping: RabbitMQ is not reachable at 127.0.0.1:5672 (%v); start it or set CI=true to make this a failure", err)
-	}
-	nc.Close()
+// broker answers (see brokertest), and holds the broker test lock shared
+// until t ends.
+func testConfig(t *testing.T) Config { return configFor(brokertest.Use(t)) }
+
+// disruptiveConfig is testConfig for a test that restarts the broker or
+// closes connections: it holds the lock exclusively.
+func disruptiveConfig(t *testing.T) Config { return configFor(brokertest.Disrupt(t)) }
+
+func configFor(url string) Config {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return Config{URL: brokerURL(), Prefix: "test-" + hex.EncodeToString(b[:]), ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second}
+	return Config{URL: url, Prefix: "test-" + hex.EncodeToString(b[:]), ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second}
 }
 
 func setup(t *testing.T, cfg Config) *Conn {

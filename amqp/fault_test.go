@@ -136,7 +136,7 @@ func TestFleetBrokerRestart(t *testing.T) {
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		t.Fatal("rabbitmqctl is needed to restart the broker")
 	}
-	cfg := fleetConfig(t)
+	cfg := disruptiveFleetConfig(t)
 	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 40, LatencyScale: 0.1, Seed: 6},
 		childConfig{Threads: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 150*time.Second)
@@ -180,7 +180,7 @@ func TestFleetDroppedConnection(t *testing.T) {
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		t.Fatal("rabbitmqctl is needed to close a connection")
 	}
-	cfg := fleetConfig(t)
+	cfg := disruptiveFleetConfig(t)
 	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 30, LatencyScale: 0.1, Seed: 7},
 		childConfig{Threads: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 120*time.Second)
