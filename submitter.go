@@ -12,16 +12,30 @@ import (
 // It runs on its own goroutine, holding a slot taken by the dispatcher.
 func (q *Queue) submit(st *taskState) {
 	defer q.wg.Done()
+	// The cap covers the checkpoint too: a task the provider accepted is
+	// at risk of a second solve until its captcha id is durable, and while
+	// the Store cannot write (a broker outage) at most the cap of them
+	// are.
+	defer func() {
+		q.mu.Lock()
+		q.submits--
+		q.mu.Unlock()
+		q.dispatcher.wake()
+	}()
 	t := st.rec.Task
+	if q.cfg.Admit != nil && !q.cfg.Admit(t.ID) {
+		q.mu.Lock()
+		q.leaveFlightLocked(st)
+		st.rec.NotBefore = q.now().Add(q.cfg.PollInterval)
+		if !q.stopped {
+			q.push(st)
+		}
+		q.mu.Unlock()
+		return
+	}
 	epoch := q.epoch()
 	captchaID, err := q.cfg.Provider.Submit(q.runCtx, t.ProviderTask(), q.cfg.PingbackURL)
 	now := q.now()
-	// The cap is on in.php requests: the durable write that follows (a
-	// broker confirm, for a fleet) must not keep the next submit waiting.
-	q.mu.Lock()
-	q.submits--
-	q.mu.Unlock()
-	q.dispatcher.wake()
 	if err == nil {
 		q.accepted(st, captchaID, now)
 		return

@@ -14,12 +14,16 @@ import (
 // A tag settled out of order is acked on its own, so a delivery held for a
 // long time (a checkpoint while its task is polled) never holds back the
 // acks of the others. An ack only ever goes out on the channel its
-// delivery came from, and only after its holder settled it; delaying one
-// is always safe, since the broker at worst delivers the message again.
+// delivery came from, and only after its holder settled it. Acks are not
+// held back on purpose: an ack lost to a broker failure brings the task
+// back to the fleet, so the loop sends at once, and acks gather only while
+// it is busy sending the previous ones, unless the consumer's messages
+// cost nothing when redelivered (see gatherAcks).
 type acker struct {
-	ch   *amqp091.Channel
-	wake chan struct{}
-	done chan struct{}
+	ch    *amqp091.Channel
+	delay time.Duration // lets acks gather before a flush
+	wake  chan struct{}
+	done  chan struct{}
 
 	qmu    sync.Mutex // guards the queue; never held while sending
 	ready  []uint64   // settled here, not yet sent
@@ -31,8 +35,8 @@ type acker struct {
 	err  error           // the channel failed; the broker redelivers
 }
 
-func newAcker(ch *amqp091.Channel) *acker {
-	a := &acker{ch: ch, wake: make(chan struct{}, 1), done: make(chan struct{}), sent: map[uint64]bool{}}
+func newAcker(ch *amqp091.Channel, delay time.Duration) *acker {
+	a := &acker{ch: ch, delay: delay, wake: make(chan struct{}, 1), done: make(chan struct{}), sent: map[uint64]bool{}}
 	go a.run()
 	return a
 }
@@ -74,7 +78,9 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 func (a *acker) run() {
 	defer close(a.done)
 	for range a.wake {
-		time.Sleep(ackDelay)
+		if a.delay > 0 {
+			time.Sleep(a.delay)
+		}
 		a.smu.Lock()
 		a.flushLocked(false)
 		a.smu.Unlock()
@@ -154,8 +160,3 @@ func (a *acker) settledLocked(tag uint64) {
 		delete(a.sent, a.base)
 	}
 }
-
-// ackDelay is how long the acker lets acks gather before it sends them:
-// under load most tags then join one multiple ack (about a quarter of the
-// frames at 1,000 tasks/s), and no delivery waits noticeably longer.
-const ackDelay = 2 * time.Millisecond
