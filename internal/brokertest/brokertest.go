@@ -56,7 +56,6 @@ func Disrupt(t testing.TB) string {
 func acquire(t testing.TB, how int) string {
 	t.Helper()
 	u := URL()
-	reachable(t, u)
 	path := filepath.Join(os.TempDir(), LockFile)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
@@ -85,6 +84,9 @@ func acquire(t testing.TB, how int) string {
 	}
 	// Closing the file releases the lock.
 	t.Cleanup(func() { f.Close() })
+	// Checked under the lock: a broker another test restarts is down
+	// only while that test holds the lock exclusively.
+	reachable(t, u)
 	return u
 }
 
