@@ -54,7 +54,11 @@
 // A worker submits a task only while it holds it: its delivery's channel
 // is alive, or its checkpoint is confirmed (captchaq.Config.Admit). A task
 // whose channel died is back in its queue for the fleet, so the worker
-// hands its copy back instead of paying for a second solve.
+// hands its copy back instead of paying for a second solve. One window
+// stays: a connection lost between the provider's answer to a submit and
+// its checkpoint's confirm puts the task back for the fleet while its
+// captcha id is not yet durable, and another worker may solve it again.
+// The submit cap bounds how many tasks are in that window at once.
 //
 // # Connection
 //
