@@ -26,6 +26,7 @@ type poller struct {
 	q        *Queue
 	wakeCh   chan struct{}
 	last     time.Time // start of the last round
+	chain    time.Time // when the tasks polled in the last round are due again; guarded by q.mu
 	hold     time.Time // no rounds before (rate limit, backoff)
 	failures int       // consecutive failed rounds
 }
@@ -77,8 +78,8 @@ func (p *poller) nextRound(now time.Time) time.Time {
 	}
 	var due time.Time
 	for _, st := range q.inflight {
-		if due.IsZero() || st.due.Before(due) {
-			due = st.due
+		if at := p.pollAt(st); due.IsZero() || at.Before(due) {
+			due = at
 		}
 	}
 	if due.IsZero() {
@@ -93,6 +94,40 @@ func (p *poller) nextRound(now time.Time) time.Time {
 	return due
 }
 
+// floor is the earliest st may be polled again: PollInterval after the
+// round that last polled it. Callers hold q.mu.
+func (p *poller) floor(st *taskState) time.Time {
+	if st.polledAt.IsZero() {
+		return time.Time{}
+	}
+	return st.polledAt.Add(p.q.cfg.PollInterval)
+}
+
+// pollAt is when st is next polled: its due time, not before its floor.
+// Callers hold q.mu.
+func (p *poller) pollAt(st *taskState) time.Time {
+	if f := p.floor(st); f.After(st.due) {
+		return f
+	}
+	return st.due
+}
+
+// align moves a first poll wanted at want onto the round cadence: the
+// round of the last round's tasks nearest to it, or want itself when no
+// round is coming. Without it every task would keep its own phase and
+// rounds would go out up to four times per PollInterval. Callers hold q.mu.
+func (p *poller) align(now, want time.Time) time.Time {
+	every := p.q.repoll()
+	if p.chain.IsZero() || !p.chain.After(now) {
+		return want
+	}
+	if !want.After(p.chain) {
+		return p.chain
+	}
+	k := (want.Sub(p.chain) + every/2) / every
+	return p.chain.Add(k * every)
+}
+
 // round polls every task due by now plus a slack, in bulk.
 func (p *poller) round(now time.Time) {
 	q := p.q
@@ -101,8 +136,23 @@ func (p *poller) round(now time.Time) {
 	q.mu.Lock()
 	var due []*taskState
 	for _, st := range q.inflight {
-		if !st.due.After(now.Add(slack)) {
+		// Due within the slack joins this round, but never sooner than
+		// PollInterval after its last poll: providers ban an IP that polls
+		// one id too often.
+		if !st.due.After(now.Add(slack)) && !p.floor(st).After(now) {
 			due = append(due, st)
+		}
+	}
+	for _, st := range due {
+		st.polledAt = now
+	}
+	p.chain = now.Add(q.repoll())
+	// Tasks polled in an earlier round that would come due before the
+	// next one wait for it instead: phases merge, and the cadence stays
+	// one request per interval however the tasks came in.
+	for _, st := range q.inflight {
+		if st.polledAt.Before(now) && !st.polledAt.IsZero() && st.due.Before(p.chain) {
+			st.due = p.chain
 		}
 	}
 	ids := make([]string, len(due))
@@ -143,7 +193,7 @@ func (p *poller) round(now time.Time) {
 			fmu.Unlock()
 			for i, st := range sts {
 				if i < len(res) {
-					p.handle(st, res[i], at, epoch)
+					p.handle(st, res[i], now, at, epoch)
 				}
 			}
 		}(due[start:end], ids[start:end])
@@ -179,8 +229,9 @@ func (p *poller) failed(err error, now time.Time, epoch int) {
 	}
 }
 
-// handle acts on one id's poll result.
-func (p *poller) handle(st *taskState, r provider.PollResult, at time.Time, epoch int) {
+// handle acts on one id's poll result, asked in the round started at sent
+// and answered at at.
+func (p *poller) handle(st *taskState, r provider.PollResult, sent, at time.Time, epoch int) {
 	q := p.q
 	switch {
 	case r.Ready:
@@ -223,7 +274,9 @@ func (p *poller) handle(st *taskState, r provider.PollResult, at time.Time, epoc
 		q.mu.Lock()
 		st.lastPoll = at
 		st.polls++
-		st.due = at.Add(q.repoll())
+		// Due again with the rest of its round: tasks polled together stay
+		// together, so one request per PollInterval covers them all.
+		st.due = sent.Add(q.repoll())
 		q.mu.Unlock()
 	}
 }

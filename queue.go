@@ -70,6 +70,7 @@ type taskState struct {
 	// While in flight:
 	due      time.Time // next poll
 	lastPoll time.Time // last poll that found it not ready
+	polledAt time.Time // start of the round that last polled it
 	polls    int
 	// resumed: the captcha id came from the Store or another process, not
 	// from a submit of this queue's. If the provider no longer knows it (a

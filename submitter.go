@@ -64,8 +64,8 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	st.rec.NotBefore = time.Time{}
 	st.transient = 0
 	q.zeroRun = 0
-	st.lastPoll, st.polls = time.Time{}, 0
-	st.due = now.Add(q.firstPoll(st.kind))
+	st.lastPoll, st.polledAt, st.polls = time.Time{}, time.Time{}, 0
+	st.due = q.poller.align(now, now.Add(q.firstPoll(st.kind)))
 	q.inflight[t.ID] = st
 	q.byCaptch[captchaID] = st
 	early, isEarly := q.early[captchaID]

@@ -68,6 +68,20 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	bar := newProgress(env.stderr, total, *progress, rt.queue)
 	defer bar.finish()
 
+	// A fatal account error stops the reading too: with MaxQueued tasks
+	// waiting, SubmitFunc would wait for room that never comes.
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	fatal := make(chan error, 1)
+	go func() {
+		select {
+		case err := <-rt.fatal:
+			fatal <- err
+			stopReading()
+		case <-readCtx.Done():
+		}
+	}()
+
 	start := time.Now()
 	var wg sync.WaitGroup
 	var invalid int
@@ -83,7 +97,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		task, err := captchaq.ParseTask(raw)
 		if err == nil {
 			wg.Add(1)
-			err = rt.queue.SubmitFunc(ctx, task, func(r captchaq.Result) {
+			err = rt.queue.SubmitFunc(readCtx, task, func(r captchaq.Result) {
 				results.write(r)
 				bar.add(r)
 				wg.Done()
@@ -93,7 +107,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 			}
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if readCtx.Err() != nil {
 				break
 			}
 			if errors.Is(err, captchaq.ErrClosed) {
@@ -104,7 +118,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 			r := captchaq.Result{ID: task.ID, Status: captchaq.StatusFailed, Method: task.Method,
 				Error: fmt.Sprintf("line %d: %v", line, err), ErrorCode: "INVALID_TASK"}
 			if r.ID == "" {
-				r.ID = fmt.Sprintf("line-%d", line)
+				r.ID = lineID(raw, line)
 			}
 			results.write(r)
 			bar.add(r)
@@ -118,24 +132,65 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
+	case err := <-fatal:
+		bar.finish()
+		return &exitError{code: 3, err: accountStop(err)}
 	case <-ctx.Done():
 		bar.finish()
 		return &exitError{code: 130, err: errors.New("interrupted: every accepted task is kept in the store; run the same command again to resume")}
-	case err := <-rt.fatal:
-		bar.finish()
-		return &exitError{code: 3, err: err}
 	}
 	bar.finish()
 	if err := results.err(); err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
-	m := rt.queue.Metrics()
 	solved, failed := results.counts()
-	elapsed := time.Since(start)
-	fmt.Fprintf(env.stderr, "captchaq batch: %d solved, %d failed (%d invalid lines) of %d in %s; %.1f tasks/min; %.2f requests per solved task; threads %d\n",
-		solved, failed, invalid, solved+failed, elapsed.Round(10*time.Millisecond),
-		float64(solved+failed)/elapsed.Minutes(), m.RequestsPerSolved, m.Threads)
+	fmt.Fprintln(env.stderr, summary(solved, failed, invalid, time.Since(start), rt.queue.Metrics()))
 	return nil
+}
+
+// accountStop says why a batch stopped on an account error and what to do.
+func accountStop(err error) error {
+	var ae *captchaq.AccountError
+	if errors.As(err, &ae) {
+		err = ae.Err
+	}
+	return fmt.Errorf("stopped: the provider refused the account (%v); fix the key (%s or %s), plan or IP allow-list, then run the same command again: tasks accepted so far are kept in the store", err, envKey, envKeyFile)
+}
+
+// summary is the closing line on stderr. Results the store already held
+// took no work, so the rate counts only tasks finished in this run, and a
+// rerun of a finished batch says where its results came from instead.
+func summary(solved, failed, invalid int, elapsed time.Duration, m captchaq.Metrics) string {
+	s := fmt.Sprintf("captchaq batch: %d solved, %d failed (%d invalid lines) of %d in %s",
+		solved, failed, invalid, solved+failed, elapsed.Round(10*time.Millisecond))
+	worked := int(m.Solved + m.Failed)
+	if stored := solved + failed - invalid - worked; stored > 0 {
+		s += fmt.Sprintf("; %d from the store", stored)
+	}
+	if worked == 0 {
+		return s
+	}
+	rate := "-"
+	if elapsed > 0 {
+		rate = fmt.Sprintf("%.1f", float64(worked)/elapsed.Minutes())
+	}
+	return s + fmt.Sprintf("; %d finished in this run at %s tasks/min; %.2f requests per solved task; threads %d",
+		worked, rate, m.RequestsPerSolved, m.Threads)
+}
+
+// lineID names the result of a line that did not parse: its "id" when the
+// line is a JSON object with a string id (the error was elsewhere, e.g. an
+// unknown field), so the result still matches its task; else "line-N".
+func lineID(raw []byte, line int) string {
+	var v struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal(raw, &v) == nil {
+		if id, ok := v.ID.(string); ok && id != "" {
+			return id
+		}
+	}
+	return fmt.Sprintf("line-%d", line)
 }
 
 // openInput opens the task source: a file, or stdin for "" and "-". total

@@ -62,8 +62,10 @@ func (rt *queueRuntime) close() {
 
 // open builds the provider client (or the simulator), the store and the
 // queue, and starts the queue.
-func (qf *queueFlags) open(ctx context.Context, env *environment) (rt *queueRuntime, err error) {
-	rt = &queueRuntime{fatal: make(chan error, 1)}
+func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRuntime, err error) {
+	// The error returns give nil, so the deferred close needs its own
+	// reference to what was opened so far.
+	rt := &queueRuntime{fatal: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			rt.close()
@@ -127,12 +129,14 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (rt *queueRunt
 		PollInterval: *qf.pollInterval,
 		MaxAttempts:  *qf.maxAttempts,
 		OnPause: func(err error, permanent bool) {
-			fmt.Fprintf(env.stderr, "captchaq: sending paused: %v\n", err)
-			if permanent {
-				select {
-				case rt.fatal <- err:
-				default:
-				}
+			if !permanent {
+				fmt.Fprintf(env.stderr, "%v\n", err)
+				return
+			}
+			// The command stops and says why; no line here to repeat it.
+			select {
+			case rt.fatal <- err:
+			default:
 			}
 		},
 	})
@@ -182,6 +186,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			positional = append(positional, rest...)
 			break
 		}
 		positional = append(positional, rest[0])

@@ -61,11 +61,20 @@ func (w *writer) do(ctx context.Context, fn func(ctx context.Context, st *statem
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// Once queued, the write is waited for even if ctx ends: the writer
+	// skips an op whose ctx is done before running it, and one it has run
+	// may already be committed, so its caller must hear the outcome (and
+	// must not read the op's results while the writer still writes them).
 	select {
 	case err := <-op.done:
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	case <-w.stopped:
+		select {
+		case err := <-op.done:
+			return err
+		default:
+			return ErrClosed
+		}
 	}
 }
 

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Defaults of the mixed scenario.
+const (
+	MixedTasksDefault   = 300
+	MixedThreadsDefault = 20
+	SeedPollDefault     = 5 * time.Second // the seed's asyncio.sleep(5)
+)
+
+// PollIntervalsDefault are the engine's PollInterval values the mixed
+// scenario tries (at scale 1), to show the frontier.
+var PollIntervalsDefault = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}
+
+// The targets for the engine at scale 1.
+const (
+	TargetUtilization    = 0.94
+	TargetReadyP50       = 300 * time.Millisecond
+	TargetReadyP99       = time.Second
+	TargetRequestsPerJob = 1.6
+	TargetMakespanRatio  = 0.6
+)
+
+// MixedConfig configures the mixed scenario. Zero fields take defaults.
+type MixedConfig struct {
+	Tasks   int
+	Threads int
+	// Scale multiplies every latency, the poll ban's window, the seed's
+	// poll and the engine's PollInterval (1: realistic).
+	Scale float64
+	Seed  uint64
+	// PollIntervals are the engine rows' PollInterval before Scale.
+	PollIntervals []time.Duration
+	// PingbackPoll is the pingback row's PollInterval before Scale
+	// (default 1 s); NoPingback leaves the row out.
+	PingbackPoll time.Duration
+	NoPingback   bool
+	// SeedPoll is the seed model's poll before Scale (default 5 s).
+	SeedPoll time.Duration
+	// Log, when set, gets a line as each row starts and ends.
+	Log io.Writer
+}
+
+func (c MixedConfig) withDefaults() MixedConfig {
+	if c.Tasks == 0 {
+		c.Tasks = MixedTasksDefault
+	}
+	if c.Threads == 0 {
+		c.Threads = MixedThreadsDefault
+	}
+	if c.Scale == 0 {
+		c.Scale = 1
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if len(c.PollIntervals) == 0 {
+		c.PollIntervals = PollIntervalsDefault
+	}
+	if c.PingbackPoll == 0 {
+		c.PingbackPoll = time.Second
+	}
+	if c.SeedPoll == 0 {
+		c.SeedPoll = SeedPollDefault
+	}
+	return c
+}
+
+func scaled(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }
+
+// MixedReport is the mixed scenario's outcome: the seed model's row first,
+// then the engine's.
+type MixedReport struct {
+	Config MixedConfig
+	Seed   Row
+	Engine []Row
+}
+
+// Mixed runs the mixed scenario: the seed model, then the engine at each
+// PollInterval, then the engine with pingbacks, each on its own fresh
+// simulator with the same settings and seed.
+func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
+	c = c.withDefaults()
+	if c.Tasks < 0 || c.Threads < 0 || c.Scale < 0 {
+		return MixedReport{}, fmt.Errorf("bench: tasks, threads and scale must be positive")
+	}
+	rep := MixedReport{Config: c}
+	s := Sim{Threads: c.Threads, Scale: c.Scale, Seed: c.Seed}
+	tasks := Tasks(c.Tasks, MixRealistic, c.Seed)
+	logf := func(format string, a ...any) {
+		if c.Log != nil {
+			fmt.Fprintf(c.Log, format+"\n", a...)
+		}
+	}
+	name := fmt.Sprintf("seed model (poll every %v)", c.SeedPoll)
+	logf("mixed: %s ...", name)
+	row, err := RunSeed(ctx, s, tasks, SeedRun{Name: name, PollEvery: scaled(c.SeedPoll, c.Scale)})
+	if err != nil {
+		return rep, err
+	}
+	logf("mixed: %s: makespan %v", name, row.Makespan.Round(time.Millisecond))
+	rep.Seed = row
+	runs := make([]EngineRun, 0, len(c.PollIntervals)+1)
+	for _, pi := range c.PollIntervals {
+		runs = append(runs, EngineRun{Name: fmt.Sprintf("engine, PollInterval %v", pi), PollInterval: scaled(pi, c.Scale)})
+	}
+	if !c.NoPingback {
+		runs = append(runs, EngineRun{Name: fmt.Sprintf("engine + pingback (PollInterval %v)", c.PingbackPoll), PollInterval: scaled(c.PingbackPoll, c.Scale), Pingback: true})
+	}
+	for _, e := range runs {
+		e.RetryBackoff = scaled(time.Second, c.Scale)
+		logf("mixed: %s ...", e.Name)
+		row, err := RunEngine(ctx, s, tasks, e)
+		if err != nil {
+			return rep, err
+		}
+		logf("mixed: %s: makespan %v", e.Name, row.Makespan.Round(time.Millisecond))
+		rep.Engine = append(rep.Engine, row)
+	}
+	return rep, nil
+}
+
+// Verdicts are an engine row's pass/fail per target.
+type Verdicts struct {
+	Utilization, ReadyP50, ReadyP99, Requests, Makespan bool
+}
+
+// All is true when every target passes.
+func (v Verdicts) All() bool {
+	return v.Utilization && v.ReadyP50 && v.ReadyP99 && v.Requests && v.Makespan
+}
+
+// Judge compares an engine row with the targets (latencies scaled) and
+// the seed model's makespan.
+func (r MixedReport) Judge(row Row) Verdicts {
+	f := r.Config.Scale
+	return Verdicts{
+		Utilization: row.Utilization >= TargetUtilization,
+		ReadyP50:    row.ReadyToFetched.P50 <= scaled(TargetReadyP50, f).Seconds(),
+		ReadyP99:    row.ReadyToFetched.P99 <= scaled(TargetReadyP99, f).Seconds(),
+		Requests:    row.RequestsPerSolved <= TargetRequestsPerJob,
+		Makespan:    r.Seed.Makespan > 0 && float64(row.Makespan) <= TargetMakespanRatio*float64(r.Seed.Makespan),
+	}
+}
+
+// Frontier is (requests per solved task − 1) × (1 − utilization): the
+// price of polling, which fixed-interval bulk polling cannot push below
+// about 1/(2×threads).
+func Frontier(row Row) float64 {
+	return (row.RequestsPerSolved - 1) * (1 - row.Utilization)
+}

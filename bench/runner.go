@@ -1,0 +1,298 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// benchKey is the account key the runners send to their own simulator.
+const benchKey = "bench-key"
+
+// Sim is the simulator settings of one comparison. Every runner starts its
+// own fresh simulator from the same Sim, so rows differ only by client.
+type Sim struct {
+	// Threads is the plan's thread count.
+	Threads int
+	// Scale multiplies every solve time and the poll ban's window and
+	// duration, so a scaled run keeps the ratios of a run at scale 1.
+	Scale float64
+	// Instant solves every task at once (Scale is then ignored).
+	Instant bool
+	// Latency overrides solve time distributions per kind (before Scale).
+	Latency map[provider.Kind]sim.Latency
+	// PollBanOff turns poll bans off; by default they are on at the
+	// simulator's defaults (scaled).
+	PollBanOff bool
+	// Seed seeds the simulator.
+	Seed uint64
+	// ForgetFast forgets delivered tasks after a millisecond, for long runs.
+	ForgetFast bool
+}
+
+func (s Sim) config() sim.Config {
+	scale := s.Scale
+	if scale <= 0 {
+		scale = 1
+	}
+	c := sim.Config{
+		Threads:      s.Threads,
+		Key:          benchKey,
+		Latency:      s.Latency,
+		LatencyScale: scale,
+		Instant:      s.Instant,
+		Seed:         s.Seed,
+		PollBan: sim.PollBan{
+			Disabled: s.PollBanOff,
+			Window:   time.Duration(float64(sim.PollBanWindowDefault) * scale),
+			Duration: time.Duration(float64(sim.PollBanDurationDefault) * scale),
+		},
+	}
+	if s.ForgetFast {
+		c.FetchedRetention = time.Millisecond
+	}
+	return c
+}
+
+// Row is one runner's measurements. Everything but Makespan, Solved,
+// Failed and CPU comes from the simulator's own counters.
+type Row struct {
+	Name           string
+	Solved, Failed int
+	// Submits and Polls are in.php and res.php calls; Requests all calls.
+	Submits, Polls, Requests int64
+	// RequestsPerSolved is Requests / Solved.
+	RequestsPerSolved float64
+	// Utilization is the simulator's: busy thread-seconds ÷ (threads ×
+	// first-to-last accepted submit).
+	Utilization float64
+	// ReadyToFetched is the time answers sat ready at the provider.
+	ReadyToFetched sim.Quantiles
+	// Makespan is from the first submit to the last result.
+	Makespan    time.Duration
+	PeakThreads int
+	NoSlot      int64
+	Bans        int64
+	Pingbacks   int64
+	// CPU is the process's user+system time during the run (the simulator
+	// runs in the same process and is included).
+	CPU time.Duration
+}
+
+func (r *Row) fill(st sim.Stats) {
+	r.Submits = st.Calls.Submit
+	r.Polls = st.Calls.PollSingle + st.Calls.PollBulk
+	r.Requests = st.Calls.Submit + st.Calls.PollSingle + st.Calls.PollBulk + st.Calls.Balance +
+		st.Calls.Report + st.Calls.ThreadsInfo + st.Calls.Other
+	if r.Solved > 0 {
+		r.RequestsPerSolved = float64(r.Requests) / float64(r.Solved)
+	}
+	r.Utilization = st.Utilization
+	r.ReadyToFetched = st.ReadyToFetched
+	r.PeakThreads = st.PeakThreadsInUse
+	r.NoSlot = st.NoSlot
+	r.Bans = st.Bans
+	r.Pingbacks = st.PingbacksSent
+}
+
+// CPUTime is the process's user plus system CPU time so far.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func httpClient(conns int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = max(conns, 2)
+	t.MaxIdleConns = max(conns, 100)
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return &http.Client{Timeout: time.Minute, Transport: t}
+}
+
+// SeedRun configures the seed model's runner.
+type SeedRun struct {
+	Name      string
+	PollEvery time.Duration // the seed's 5 s, scaled
+	MaxPolls  int           // default 30, the seed's
+}
+
+// RunSeed solves tasks with the seed model (a semaphore of the plan's
+// threads, each task polled on its own every PollEvery) against a fresh
+// simulator.
+func RunSeed(ctx context.Context, s Sim, tasks []captchaq.Task, r SeedRun) (Row, error) {
+	srv, base, err := sim.Start(s.config(), "127.0.0.1:0")
+	if err != nil {
+		return Row{}, fmt.Errorf("bench: start simulator: %w", err)
+	}
+	defer srv.Close()
+	m := SeedModel{
+		BaseURL: base, Key: benchKey, Concurrency: s.Threads,
+		PollEvery: r.PollEvery, MaxPolls: r.MaxPolls, HTTPClient: httpClient(s.Threads),
+	}
+	if m.MaxPolls == 0 {
+		m.MaxPolls = 30
+	}
+	st := make([]SeedTask, len(tasks))
+	for i, t := range tasks {
+		st[i] = SeedTask{Method: t.Method, Params: t.Params}
+	}
+	cpu0 := CPUTime()
+	start := time.Now()
+	res := m.SolveBatch(ctx, st)
+	row := Row{Name: r.Name, Makespan: time.Since(start), CPU: CPUTime() - cpu0}
+	if err := ctx.Err(); err != nil {
+		return row, err
+	}
+	for _, x := range res {
+		if x.Err == nil {
+			row.Solved++
+		} else {
+			row.Failed++
+		}
+	}
+	row.fill(srv.Stats())
+	return row, nil
+}
+
+// EngineRun configures the engine's runner.
+type EngineRun struct {
+	Name         string
+	PollInterval time.Duration
+	// Pingback serves Queue.PingbackHandler on loopback and sets
+	// Config.PingbackURL to it, so the simulator calls it.
+	Pingback bool
+	// Store is the queue's store; nil is a fresh memory store.
+	Store captchaq.Store
+	// RetryBackoff is the engine's (scaled); zero keeps its default.
+	RetryBackoff time.Duration
+	// MaxQueued bounds accepted, unfinished tasks; zero is the default.
+	MaxQueued int
+	// Progress, when set, is called after each result with the count so far.
+	Progress func(done int)
+}
+
+// RunEngine solves tasks with the queue engine against a fresh simulator.
+// Tasks are fed with SubmitFunc (which blocks past MaxQueued); results are
+// counted, not kept.
+func RunEngine(ctx context.Context, s Sim, tasks []captchaq.Task, e EngineRun) (Row, error) {
+	n := len(tasks)
+	return runEngine(ctx, s, n, func(i int) captchaq.Task { return tasks[i] }, e)
+}
+
+func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task, e EngineRun) (Row, error) {
+	srv, base, err := sim.Start(s.config(), "127.0.0.1:0")
+	if err != nil {
+		return Row{}, fmt.Errorf("bench: start simulator: %w", err)
+	}
+	defer srv.Close()
+	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: benchKey, HTTPClient: httpClient(64)})
+	if err != nil {
+		return Row{}, err
+	}
+	cfg := captchaq.Config{
+		Provider: client, Store: e.Store, Threads: s.Threads, PollInterval: e.PollInterval,
+		RetryBackoff: e.RetryBackoff, MaxQueued: e.MaxQueued,
+	}
+	if cfg.RetryBackoff > 0 {
+		cfg.RetryBackoffMax = max(captchaq.RetryBackoffMaxDefault, cfg.RetryBackoff)
+	}
+	var qp atomic.Pointer[captchaq.Queue]
+	if e.Pingback {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if q := qp.Load(); q != nil {
+				q.PingbackHandler().ServeHTTP(w, r)
+				return
+			}
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		}))
+		defer hs.Close()
+		cfg.PingbackURL = hs.URL + "/pingback"
+	}
+	q, err := captchaq.New(cfg)
+	if err != nil {
+		return Row{}, err
+	}
+	qp.Store(q)
+	if err := q.Start(ctx); err != nil {
+		return Row{}, err
+	}
+	defer q.Close()
+
+	var (
+		mu             sync.Mutex
+		solved, failed int
+		last           time.Time
+		allDone        = make(chan struct{})
+	)
+	onResult := func(r captchaq.Result) {
+		mu.Lock()
+		if r.Status == captchaq.StatusSolved {
+			solved++
+		} else {
+			failed++
+		}
+		last = time.Now()
+		done := solved + failed
+		mu.Unlock()
+		if e.Progress != nil {
+			e.Progress(done)
+		}
+		if done == n {
+			close(allDone)
+		}
+	}
+	cpu0 := CPUTime()
+	start := time.Now()
+	feedErr := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if err := q.SubmitFunc(ctx, task(i), onResult); err != nil {
+				feedErr <- fmt.Errorf("bench: submit task %d: %w", i, err)
+				return
+			}
+		}
+		feedErr <- nil
+	}()
+	if n == 0 {
+		close(allDone)
+	}
+	for waiting := true; waiting; {
+		select {
+		case <-allDone:
+			waiting = false
+		case err := <-feedErr:
+			if err != nil {
+				return Row{Name: e.Name}, err
+			}
+		case <-ctx.Done():
+			row := Row{Name: e.Name}
+			row.fill(srv.Stats())
+			m := q.Metrics()
+			return row, fmt.Errorf("bench: %s: %w (solved %d, failed %d of %d; in flight %d, queued %d, paused %v)",
+				e.Name, ctx.Err(), m.Solved, m.Failed, n, m.ThreadsInUse, m.QueueDepth, m.PausedReason)
+		}
+	}
+	cpu := CPUTime() - cpu0
+	if err := q.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return Row{Name: e.Name}, err
+	}
+	mu.Lock()
+	row := Row{Name: e.Name, Solved: solved, Failed: failed, Makespan: last.Sub(start), CPU: cpu}
+	mu.Unlock()
+	row.fill(srv.Stats())
+	return row, nil
+}

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// fixed makes every kind take exactly d.
+func fixed(d time.Duration) map[provider.Kind]sim.Latency {
+	m := map[provider.Kind]sim.Latency{}
+	for k := range sim.DefaultLatency {
+		m[k] = sim.Latency{Median: d, Min: d, Max: d}
+	}
+	return m
+}
+
+func TestTasksMix(t *testing.T) {
+	t.Parallel()
+	tasks := Tasks(300, MixRealistic, 7)
+	if got := MixCounts(300, MixRealistic); got != "120 image, 90 turnstile, 75 recaptcha v2, 15 recaptcha v3" {
+		t.Fatalf("MixCounts = %q", got)
+	}
+	seen := map[string]bool{}
+	for _, x := range tasks {
+		if seen[x.ID] {
+			t.Fatalf("duplicate id %s", x.ID)
+		}
+		seen[x.ID] = true
+		if err := x.ProviderTask().Validate(); err != nil {
+			t.Fatalf("task %s invalid: %v", x.ID, err)
+		}
+	}
+	again := Tasks(300, MixRealistic, 7)
+	for i := range tasks {
+		if tasks[i].ID != again[i].ID {
+			t.Fatalf("order differs at %d for the same seed", i)
+		}
+	}
+}
+
+// With fixed latencies the seed model polls each task exactly
+// ceil(latency/poll) times, and every task is solved.
+func TestSeedRunCounts(t *testing.T) {
+	t.Parallel()
+	const n, threads = 12, 4
+	s := Sim{Threads: threads, Latency: fixed(250 * time.Millisecond), Seed: 3}
+	row, err := RunSeed(t.Context(), s, Tasks(n, MixRealistic, 3), SeedRun{Name: "seed", PollEvery: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ceil(250/100) = 3 polls a task, one submit.
+	if row.Solved != n || row.Failed != 0 || row.Submits != n || row.Polls != 3*n || row.Requests != 4*n || row.RequestsPerSolved != 4 {
+		t.Fatalf("row %+v", row)
+	}
+	if row.PeakThreads != threads || row.Bans != 0 || row.ReadyToFetched.Count != n {
+		t.Fatalf("row %+v", row)
+	}
+}
+
+func TestEngineRunCounts(t *testing.T) {
+	t.Parallel()
+	const n, threads = 40, 8
+	s := Sim{Threads: threads, Latency: fixed(100 * time.Millisecond), Seed: 4}
+	row, err := RunEngine(t.Context(), s, Tasks(n, MixRealistic, 4), EngineRun{Name: "engine", PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Solved != n || row.Failed != 0 || row.Submits != n || row.Requests != row.Submits+row.Polls || row.Bans != 0 || row.NoSlot != 0 {
+		t.Fatalf("row %+v", row)
+	}
+	if row.PeakThreads != threads || row.ReadyToFetched.Count != n || row.Makespan <= 0 {
+		t.Fatalf("row %+v", row)
+	}
+	// Bulk polls: fewer poll requests than tasks.
+	if row.Polls >= n {
+		t.Fatalf("%d polls for %d tasks: not polling in bulk", row.Polls, n)
+	}
+}
+
+func TestEngineRunPingback(t *testing.T) {
+	t.Parallel()
+	const n = 10
+	s := Sim{Threads: 5, Latency: fixed(50 * time.Millisecond), Seed: 5}
+	row, err := RunEngine(t.Context(), s, Tasks(n, MixRealistic, 5), EngineRun{Name: "pb", PollInterval: time.Second, Pingback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every answer came by pingback: with a 1 s interval the fallback poll
+	// (well past 10 s) never went out.
+	if row.Solved != n || row.Pingbacks != n || row.Polls != 0 || row.Requests != n {
+		t.Fatalf("row %+v", row)
+	}
+}
+
+func TestMixedReportTiny(t *testing.T) {
+	t.Parallel()
+	rep, err := Mixed(t.Context(), MixedConfig{Tasks: 20, Threads: 5, Scale: 0.01, Seed: 2, PollIntervals: []time.Duration{time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Seed.Solved != 20 || len(rep.Engine) != 2 || rep.Engine[0].Solved != 20 || rep.Engine[1].Solved != 20 {
+		t.Fatalf("report %+v", rep)
+	}
+	var b bytes.Buffer
+	rep.Markdown(&b)
+	for _, want := range []string{"## mixed: 20 tasks (8 image, 6 turnstile, 5 recaptcha v2, 1 recaptcha v3), 5 threads, scale 0.01",
+		"| seed model (poll every 5s) | 20 | 0 |", "| engine, PollInterval 1s | 20 | 0 |", "| engine + pingback (PollInterval 1s) | 20 | 0 |", "| 0.1000 |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}

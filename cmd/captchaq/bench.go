@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq/bench"
+)
+
+func init() {
+	commands["bench"] = command{summary: "measure the engine against the seed model on the simulator; prints Markdown", run: runBench}
+}
+
+// runBench runs the benchmark scenarios and prints a Markdown report to
+// stdout; progress goes to stderr.
+func runBench(ctx context.Context, env *environment, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(env.stderr)
+	var (
+		scenario = fs.String("scenario", "mixed", "what to run: mixed, scale, store, or all")
+		tasks    = fs.Int("tasks", bench.MixedTasksDefault, "tasks of the mixed and store scenarios")
+		threads  = fs.Int("threads", bench.MixedThreadsDefault, "plan threads of the mixed and store scenarios")
+		scale    = fs.Float64("scale", 1, "multiply every latency, the poll ban window, the seed's 5 s poll and the engine's PollInterval by this `factor`")
+		seed     = fs.Uint64("seed", 1, "simulator and task-order seed")
+		polls    = fs.String("poll-intervals", "500ms,1s,2s", "engine PollInterval values of the mixed scenario, at scale 1")
+		sTasks   = fs.Int("scale-tasks", 100_000, "tasks of the scale scenario")
+		sThreads = fs.Int("scale-threads", 5000, "threads of the scale scenario")
+		sLat     = fs.Float64("scale-latency", 0.01, "latency scale of the scale scenario")
+	)
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: captchaq bench [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q: bench takes only flags", fs.Arg(0))}
+	}
+	switch {
+	case *tasks <= 0:
+		return &exitError{code: 2, err: fmt.Errorf("--tasks is %d: give a positive count", *tasks)}
+	case *threads <= 0:
+		return &exitError{code: 2, err: fmt.Errorf("--threads is %d: give a positive count", *threads)}
+	case *scale <= 0:
+		return &exitError{code: 2, err: fmt.Errorf("--scale is %v: give a positive factor (1 is realistic, 0.2 five times faster)", *scale)}
+	case *sTasks <= 0 || *sThreads <= 0 || *sLat <= 0:
+		return &exitError{code: 2, err: fmt.Errorf("--scale-tasks, --scale-threads and --scale-latency must be positive")}
+	}
+	var intervals []time.Duration
+	for _, p := range strings.Split(*polls, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(p))
+		if err != nil || d <= 0 {
+			return &exitError{code: 2, err: fmt.Errorf("--poll-intervals: %q is not a positive duration; use e.g. 500ms,1s,2s", p)}
+		}
+		intervals = append(intervals, d)
+	}
+	run := map[string]bool{}
+	switch *scenario {
+	case "mixed", "scale", "store":
+		run[*scenario] = true
+	case "all":
+		run["mixed"], run["scale"], run["store"] = true, true, true
+	default:
+		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store or all", *scenario)}
+	}
+	host, _ := os.Hostname()
+	out := env.stdout
+	fmt.Fprintf(out, "# captchaq bench report\n\n`captchaq bench %s`\n\n%s, %s %s/%s, %d CPUs, %s, host %s\n\n",
+		strings.Join(args, " "), time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), host)
+	mc := bench.MixedConfig{Tasks: *tasks, Threads: *threads, Scale: *scale, Seed: *seed, PollIntervals: intervals, Log: env.stderr}
+	if run["mixed"] {
+		rep, err := bench.Mixed(ctx, mc)
+		if err != nil {
+			return err
+		}
+		rep.Markdown(out)
+	}
+	if run["scale"] {
+		rep, err := bench.Scale(ctx, bench.ScaleConfig{Threads: *sThreads, Tasks: *sTasks, LatencyScale: *sLat, Seed: *seed})
+		if err != nil {
+			return err
+		}
+		rep.Markdown(out)
+	}
+	if run["store"] {
+		rep, err := bench.Store(ctx, bench.StoreConfig{Mixed: mc, Log: env.stderr})
+		if err != nil {
+			return err
+		}
+		rep.Markdown(out)
+	}
+	return nil
+}
+
+// cpuModel names the CPU from /proc/cpuinfo, or "unknown CPU".
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
