@@ -60,6 +60,12 @@ type Config struct {
 	AgingInterval time.Duration
 	// TenantWeights are fair share weights among tenants; default 1.
 	TenantWeights map[string]int
+	// Admit, when set, is asked right before each submit. False means the
+	// task must not reach the provider now (this queue's copy of it has
+	// gone stale, and another process may be taking it): it is not sent,
+	// counts no attempt, and waits PollInterval before it is asked about
+	// again.
+	Admit func(id string) bool
 	// OnResult, when set, is called with every result after it is durable.
 	// It runs on the queue's goroutines: keep it short.
 	OnResult func(Result)

@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// submitConcurrencyMax bounds in.php requests in progress at once: enough
-// to fill free threads quickly, few enough not to flood the provider.
+// submitConcurrencyMax bounds submits in progress at once (the in.php
+// request and the checkpoint after it): enough to fill free threads
+// quickly, few enough not to flood the provider, and a bound on the tasks
+// accepted but not yet durable.
 const submitConcurrencyMax = 8
 
 // dispatcher hands queued tasks to the submitter while threads are free:

@@ -321,7 +321,11 @@ func (q *Queue) solved(st *taskState, a provider.Answer, at time.Time, pingback 
 	} else {
 		q.estimate.Observe(string(st.kind), ready.Sub(submitted))
 	}
-	q.limiter.Success()
+	q.limiter.Success(at)
 	r := q.success(st, a, ready, lower)
-	q.finishAt(st, r, ready)
+	if pingback {
+		q.finishAt(st, r, ready)
+		return
+	}
+	q.finishLater(st, r, ready)
 }

@@ -74,6 +74,27 @@ func (q *Queue) finishAt(st *taskState, r Result, ready time.Time) {
 	if !q.claim(st) {
 		return
 	}
+	q.complete(st, r, ready)
+}
+
+// finishLater is finishAt with the Store write and the delivery on a
+// goroutine of their own: a poll round claims many answers at once, and
+// their durable writes (a broker confirm each, for a fleet) overlap
+// instead of queueing one behind another. Only the queue's own loops call
+// it, so q.wg is never at zero here.
+func (q *Queue) finishLater(st *taskState, r Result, ready time.Time) {
+	if !q.claim(st) {
+		return
+	}
+	q.wg.Add(1)
+	go func() {
+		defer q.wg.Done()
+		q.complete(st, r, ready)
+	}()
+}
+
+// complete stores a claimed task's final result and delivers it.
+func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 	r.FinishedAt = q.now()
 	if err := q.store.Finish(q.storeCtx(), r); err != nil {
 		// Delivering anyway beats holding a paid answer; the Store still

@@ -2,6 +2,7 @@ package captchaq
 
 import (
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/captchaq/captchaq/provider"
@@ -11,6 +12,10 @@ import (
 // It runs on its own goroutine, holding a slot taken by the dispatcher.
 func (q *Queue) submit(st *taskState) {
 	defer q.wg.Done()
+	// The cap covers the checkpoint too: a task the provider accepted is
+	// at risk of a second solve until its captcha id is durable, and while
+	// the Store cannot write (a broker outage) at most the cap of them
+	// are.
 	defer func() {
 		q.mu.Lock()
 		q.submits--
@@ -18,6 +23,16 @@ func (q *Queue) submit(st *taskState) {
 		q.dispatcher.wake()
 	}()
 	t := st.rec.Task
+	if q.cfg.Admit != nil && !q.cfg.Admit(t.ID) {
+		q.mu.Lock()
+		q.leaveFlightLocked(st)
+		st.rec.NotBefore = q.now().Add(q.cfg.PollInterval)
+		if !q.stopped {
+			q.push(st)
+		}
+		q.mu.Unlock()
+		return
+	}
 	epoch := q.epoch()
 	captchaID, err := q.cfg.Provider.Submit(q.runCtx, t.ProviderTask(), q.cfg.PingbackURL)
 	now := q.now()
@@ -97,9 +112,11 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 	case provider.ClassUnsolvable:
 		q.retryOrFail(st, attempts+1, code, err, now)
 	case provider.ClassNoSlot:
-		wait = max(wait, q.cfg.RetryBackoff)
+		wait = q.noSlotWait(st.kind, wait)
 		q.limiter.NoSlot(now, wait)
-		q.requeue(st, attempts, now.Add(wait), code, err)
+		// The limiter's hold decides when submits go again; the task
+		// keeps its place for the first of them.
+		q.requeue(st, attempts, time.Time{}, code, err)
 		if q.zeroBalanceRun(code) {
 			// On a pay-per-solve service this is an empty balance, not a
 			// busy plan: say so instead of retrying silently forever.
@@ -121,6 +138,28 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		q.log.Warn("submit failed; retrying", "id", st.rec.Task.ID, "code", code, "retry", st.transient)
 		q.requeue(st, attempts, now.Add(q.backoff(st.transient)), code, err)
 	}
+}
+
+// noSlotWait is how long submits pause after "no free thread": the
+// provider's advice (at least RetryBackoff), or the kind's learned solve
+// time if that is shorter, plus up to a quarter more as jitter so
+// processes sharing the key do not all come back at once. Answers to our
+// own tasks let submits through sooner (see the limiter's credits).
+//
+// A thread frees up when a solve ends, and solves are seen to end within
+// the learned time (an early quantile of them): waiting longer only idles
+// the threads, which is what a fixed 5 s costs when solves take a second
+// (a simulator scaling latencies down, or a fast provider). Against
+// CaptchaAI the advice stands for token kinds, whose solves take 10 s and
+// more: the wait is 5 to 6.25 s. Only kinds solved faster than 5 s (some
+// images) come back sooner, after about one solve time; refusals stay
+// rare, since the window halves on each burst of them.
+func (q *Queue) noSlotWait(k provider.Kind, advice time.Duration) time.Duration {
+	w := max(advice, q.cfg.RetryBackoff)
+	if est, ok := q.estimate.Learned(string(k)); ok {
+		w = min(w, max(est, q.cfg.RetryBackoff))
+	}
+	return w + rand.N(w/4+1)
 }
 
 // zeroBalanceStreak ERROR_ZERO_BALANCE answers in a row, while none of

@@ -5,8 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net"
-	"os"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -15,30 +14,22 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/brokertest"
 )
 
-func brokerURL() string {
-	if u := os.Getenv("CAPTCHAQ_AMQP_URL"); u != "" {
-		return u
-	}
-	return URLDefault
-}
-
 // testConfig returns a config with a prefix of its own, after checking the
-// broker answers: in CI a missing broker fails the test, elsewhere it skips.
-func testConfig(t *testing.T) Config {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", "127.0.0.1:5672", 2*time.Second)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ is not reachable at 127.0.0.1:5672 and CI=true: %v", err)
-		}
-		t.Skipf("skipping: RabbitMQ is not reachable at 127.0.0.1:5672 (%v); start it or set CI=true to make this a failure", err)
-	}
-	nc.Close()
+// broker answers (see brokertest), and holds the broker test lock shared
+// until t ends.
+func testConfig(t *testing.T) Config { return configFor(brokertest.Use(t)) }
+
+// disruptiveConfig is testConfig for a test that restarts the broker or
+// closes connections: it holds the lock exclusively.
+func disruptiveConfig(t *testing.T) Config { return configFor(brokertest.Disrupt(t)) }
+
+func configFor(url string) Config {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return Config{URL: brokerURL(), Prefix: "test-" + hex.EncodeToString(b[:]), ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second}
+	return Config{URL: url, Prefix: "test-" + hex.EncodeToString(b[:]), ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second}
 }
 
 func setup(t *testing.T, cfg Config) *Conn {
@@ -490,5 +481,61 @@ func TestStatsCountsAndBeats(t *testing.T) {
 	}
 	if st.FailedPerMinute <= 0 {
 		t.Fatalf("failed per minute %v, want > 0", st.FailedPerMinute)
+	}
+}
+
+// TestAcksOutOfOrderSkipHeldDelivery: acks settled out of order, gathered
+// into multiple acks, never cover a delivery still held: once the
+// consumer closes, only the held one goes back to the queue.
+func TestAcksOutOfOrderSkipHeldDelivery(t *testing.T) {
+	t.Parallel()
+	c := setup(t, testConfig(t))
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	const n = 10
+	for i := range n {
+		if err := p.PublishTask(ctx, TaskMessage{Task: task(fmt.Sprintf("ack-%02d", i), 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, err := c.Consume(ctx, []string{c.Names().Tasks}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := make([]*Delivery, n)
+	for i := range n {
+		ds[i] = next(t, ctx, k)
+		if want := fmt.Sprintf("ack-%02d", i); ds[i].MessageID != want {
+			t.Fatalf("delivery %d is %s, want %s", i, ds[i].MessageID, want)
+		}
+	}
+	// 4 stays held; 7 is rejected to the dead letters on its own.
+	for _, i := range []int{2, 0, 9, 1, 3, 8, 5, 6} {
+		if err := ds[i].Ack(); err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+	}
+	if err := ds[7].Nack(false); err != nil {
+		t.Fatal(err)
+	}
+	k.Close()
+	if err := ds[4].Ack(); !errors.Is(err, ErrStaleDelivery) {
+		t.Fatalf("ack after close: %v, want ErrStaleDelivery", err)
+	}
+	if d := depth(t, ctx, c, c.Names().Tasks); d != 1 {
+		t.Fatalf("task queue depth %d after close, want 1 (the held delivery)", d)
+	}
+	if d := depth(t, ctx, c, c.Names().Failed); d != 1 {
+		t.Fatalf("dead letters %d, want 1 (the rejected delivery)", d)
+	}
+	k2, err := c.Consume(ctx, []string{c.Names().Tasks}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Close()
+	d := next(t, ctx, k2)
+	if d.MessageID != "ack-04" || !d.Redelivered {
+		t.Fatalf("back in the queue: %s (redelivered %v), want ack-04 redelivered", d.MessageID, d.Redelivered)
 	}
 }

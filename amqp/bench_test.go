@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/brokertest"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -18,7 +19,7 @@ import (
 // and provider requests per task.
 func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Duration) {
 	b.Helper()
-	cfg := Config{URL: brokerURL(), Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), InflightLease: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+	cfg := Config{URL: brokertest.Use(b), Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), InflightLease: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
 	sc.PollBan.Disabled = true
 	sc.Threads = threads
 	srv, apiURL, err := sim.Start(sc, "127.0.0.1:0")
@@ -83,6 +84,7 @@ func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Durat
 			}()
 		}
 		pw.Wait()
+		b.Logf("enqueued %d in %v", tasks, time.Since(start))
 	}()
 	n, err := pc.Collect(ctx, tasks, func(captchaq.Result) error { return nil })
 	elapsed := time.Since(start)

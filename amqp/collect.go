@@ -15,7 +15,7 @@ import (
 func (c *Conn) Collect(ctx context.Context, count int, fn func(captchaq.Result) error) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	k, err := c.Consume(ctx, []string{c.Names().Results}, 64)
+	k, err := c.consume(ctx, []string{c.Names().Results}, 64, gatherAcks)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, nil

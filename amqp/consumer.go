@@ -27,6 +27,7 @@ type Consumer struct {
 	c        *Conn
 	queues   []string
 	prefetch int
+	ackDelay time.Duration // see gatherAcks
 	out      chan *Delivery
 	gen      atomic.Uint64 // generation of the open channel; 0 while none
 	cancel   context.CancelFunc
@@ -56,6 +57,7 @@ type Delivery struct {
 
 	consumer *Consumer
 	ch       *amqp091.Channel
+	acks     *acker
 	tag      uint64
 	settled  atomic.Bool
 }
@@ -65,6 +67,18 @@ type Delivery struct {
 // queue is reported at once. Deliveries stop when ctx ends or Close is
 // called; unacked ones go back to their queues.
 func (c *Conn) Consume(ctx context.Context, queues []string, prefetch int) (*Consumer, error) {
+	return c.consume(ctx, queues, prefetch, 0)
+}
+
+// gatherAcks is how long a consumer of messages whose redelivery costs
+// nothing (checkpoints, results: readers dedupe them) lets acks gather
+// before it sends them: under load most then travel in one multiple ack.
+// Task deliveries are acked at once, since a task redelivered after a
+// broker failure would be submitted again.
+const gatherAcks = 2 * time.Millisecond
+
+// consume is Consume with acks gathered for ackDelay.
+func (c *Conn) consume(ctx context.Context, queues []string, prefetch int, ackDelay time.Duration) (*Consumer, error) {
 	if len(queues) == 0 {
 		return nil, errors.New("amqp: consume: no queue given")
 	}
@@ -75,7 +89,7 @@ func (c *Conn) Consume(ctx context.Context, queues []string, prefetch int) (*Con
 		prefetch = 0
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	k := &Consumer{c: c, queues: queues, prefetch: prefetch, out: make(chan *Delivery), cancel: cancel, done: make(chan struct{})}
+	k := &Consumer{c: c, queues: queues, prefetch: prefetch, ackDelay: ackDelay, out: make(chan *Delivery), cancel: cancel, done: make(chan struct{})}
 	first := make(chan error, 1)
 	go k.loop(ctx, first)
 	select {
@@ -145,10 +159,13 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
+	acks := newAcker(ch, k.ackDelay)
 	defer func() {
-		// Stale before closed, so no Ack races onto a dying channel;
-		// closing ends the forwarders' delivery streams.
+		// Stale before closed, so no Ack races onto a dying channel; the
+		// acks already settled go out first; closing ends the
+		// forwarders' delivery streams.
 		k.gen.Store(0)
+		acks.close()
 		close(stop)
 		_ = ch.Close()
 		wg.Wait()
@@ -188,7 +205,7 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 					Queue: q, Exchange: d.Exchange, RoutingKey: d.RoutingKey, MessageID: d.MessageId,
 					Priority: d.Priority, Redelivered: d.Redelivered, Timestamp: d.Timestamp,
 					Headers: d.Headers, Body: d.Body, Generation: gen,
-					consumer: k, ch: ch, tag: d.DeliveryTag,
+					consumer: k, ch: ch, acks: acks, tag: d.DeliveryTag,
 				}
 				select {
 				case merged <- del:
@@ -252,8 +269,10 @@ func (d *Delivery) live() bool {
 	return d.consumer.gen.Load() == d.Generation && !d.ch.IsClosed()
 }
 
-// Ack acknowledges the delivery on its own channel. ErrStaleDelivery means
-// the channel died first and the broker will deliver the message again.
+// Ack acknowledges the delivery on its own channel. The ack goes out at
+// once or together with others settled meanwhile (one multiple ack; see
+// acker). ErrStaleDelivery means the channel died first and the broker
+// will deliver the message again.
 func (d *Delivery) Ack() error {
 	if !d.live() {
 		return ErrStaleDelivery
@@ -261,8 +280,8 @@ func (d *Delivery) Ack() error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrSettled
 	}
-	if err := d.ch.Ack(d.tag, false); err != nil {
-		return fmt.Errorf("%w: %v", ErrStaleDelivery, err)
+	if !d.acks.ack(d.tag) {
+		return ErrStaleDelivery
 	}
 	return nil
 }
@@ -276,7 +295,7 @@ func (d *Delivery) Nack(requeue bool) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrSettled
 	}
-	if err := d.ch.Nack(d.tag, false, requeue); err != nil {
+	if err := d.acks.nack(d.tag, requeue); err != nil {
 		return fmt.Errorf("%w: %v", ErrStaleDelivery, err)
 	}
 	return nil

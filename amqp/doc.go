@@ -51,13 +51,24 @@
 // broker's consumer_timeout (30 minutes) never fires. Idle checkpoint
 // queues delete themselves after an hour.
 //
+// A worker submits a task only while it holds it: its delivery's channel
+// is alive, or its checkpoint is confirmed (captchaq.Config.Admit). A task
+// whose channel died is back in its queue for the fleet, so the worker
+// hands its copy back instead of paying for a second solve. One window
+// stays: a connection lost between the provider's answer to a submit and
+// its checkpoint's confirm puts the task back for the fleet while its
+// captcha id is not yet durable, and another worker may solve it again.
+// The submit cap bounds how many tasks are in that window at once.
+//
 // # Connection
 //
 // Conn dials with timeouts, declares the topology under a timeout, and
 // reconnects with exponential backoff and jitter. Every channel has a
 // generation; a Delivery remembers its own, and Ack on a delivery from a
 // closed channel returns ErrStaleDelivery without sending anything (the
-// broker redelivers the message). Publishing waits while the broker blocks
+// broker redelivers the message). Acks settled in a row travel as one
+// multiple ack; one settled out of order goes on its own, so a delivery
+// held long never holds back the others. Publishing waits while the broker blocks
 // (connection.blocked). Publisher confirms every message, publishes
 // mandatory (an unroutable message is ErrUnroutable, not a silent loss)
 // and publishes again what was unconfirmed when a channel died.

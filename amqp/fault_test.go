@@ -93,6 +93,9 @@ func TestFleetSIGTERM(t *testing.T) {
 // TestFleetSharesThreads: three workers that each think they have the
 // whole plan share its threads: the provider never runs more than the plan,
 // "no free thread" answers stay a small share, and the threads stay busy.
+// Measured on a loaded 2-core machine, with and without -race:
+// utilization 0.79-0.94, no-slot share 5-10%; the bounds leave room for a
+// slower run.
 func TestFleetSharesThreads(t *testing.T) {
 	cfg := fleetConfig(t)
 	const threads = 10
@@ -111,11 +114,11 @@ func TestFleetSharesThreads(t *testing.T) {
 	if st.PeakThreadsInUse > threads {
 		t.Errorf("peak threads in use %d, plan has %d", st.PeakThreadsInUse, threads)
 	}
-	if share := float64(st.NoSlot) / float64(st.Calls.Submit); share > 0.5 {
-		t.Errorf("%d of %d submits answered no free thread (%.0f%%), want at most half", st.NoSlot, st.Calls.Submit, 100*share)
+	if share := float64(st.NoSlot) / float64(st.Calls.Submit); share > 0.2 {
+		t.Errorf("%d of %d submits answered no free thread (%.0f%%), want at most 20%%", st.NoSlot, st.Calls.Submit, 100*share)
 	}
-	if st.Utilization < 0.2 {
-		t.Errorf("thread utilization %.2f, want at least 0.2 (measured 0.28-0.36; the shared-plan window is an open issue)", st.Utilization)
+	if st.Utilization < 0.6 {
+		t.Errorf("thread utilization %.2f, want at least 0.6", st.Utilization)
 	}
 }
 
@@ -129,22 +132,36 @@ func rabbitmqctl(t *testing.T, args ...string) {
 }
 
 // TestFleetBrokerRestart: the broker stops and starts mid-run; workers and
-// publishers reconnect and nothing confirmed is lost.
+// publishers reconnect, results and publishes wait for the broker, and
+// nothing is lost or solved twice. The stop comes when every thread of
+// every worker is at the provider with its checkpoint confirmed (every
+// solve takes exactly 3 s, each worker holds at most its 15 threads' worth),
+// so no submit is between the provider's answer and its checkpoint: a stop
+// there can cost a second solve (see "Checkpoints" in the package doc),
+// which is the one thing this test does not ask about.
 func TestFleetBrokerRestart(t *testing.T) {
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		t.Fatal("rabbitmqctl is needed to restart the broker")
 	}
-	cfg := fleetConfig(t)
-	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 40, LatencyScale: 0.1, Seed: 6},
-		childConfig{Threads: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
+	cfg := disruptiveFleetConfig(t)
+	three := sim.Latency{Median: 3 * time.Second, Min: 3 * time.Second, Max: 3 * time.Second}
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 45, Seed: 6,
+		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: three}},
+		childConfig{Threads: 15, Prefetch: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 150*time.Second)
-	for _, o := range []string{"br-a", "br-b", "br-c"} {
+	owners := []string{"br-a", "br-b", "br-c"}
+	for _, o := range owners {
 		f.start(o, nil)
 	}
 	f.waitConsumers(ctx, 3)
-	const n = 120
-	ids := f.enqueue(ctx, "br", n, 0)
-	f.until(ctx, "30 accepted submits", func() bool { return f.accepted() >= 30 })
+	ids := f.enqueue(ctx, "br1", 45, 0)
+	f.until(ctx, "45 confirmed checkpoints held", func() bool {
+		held := 0
+		for _, o := range owners {
+			held += max(unacked(t, f.c.Names().InflightQueue(o)), 0)
+		}
+		return held == 45
+	})
 
 	restarted := false
 	t.Cleanup(func() {
@@ -165,8 +182,9 @@ func TestFleetBrokerRestart(t *testing.T) {
 		t.Fatalf("publish across the restart: %v", err)
 	}
 	ids = append(ids, "br-late")
+	ids = append(ids, f.enqueue(ctx, "br2", 75, 0)...)
 	res := f.collect(ctx, ids)
-	f.ledger(res, n+1)
+	f.ledger(res, int64(len(ids)))
 	if f.c.Reconnects() < 1 {
 		t.Errorf("test connection reconnects %d, want at least 1", f.c.Reconnects())
 	}
@@ -178,7 +196,7 @@ func TestFleetDroppedConnection(t *testing.T) {
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		t.Fatal("rabbitmqctl is needed to close a connection")
 	}
-	cfg := fleetConfig(t)
+	cfg := disruptiveFleetConfig(t)
 	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 30, LatencyScale: 0.1, Seed: 7},
 		childConfig{Threads: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 120*time.Second)

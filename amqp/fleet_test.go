@@ -322,8 +322,13 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func fleetConfig(t *testing.T) Config {
-	cfg := testConfig(t)
+func fleetConfig(t *testing.T) Config { return fleetSettings(testConfig(t)) }
+
+// disruptiveFleetConfig is fleetConfig for a test that restarts the broker
+// or closes connections (see disruptiveConfig).
+func disruptiveFleetConfig(t *testing.T) Config { return fleetSettings(disruptiveConfig(t)) }
+
+func fleetSettings(cfg Config) Config {
 	cfg.InflightLease = time.Second
 	cfg.RetryDelays = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}
 	return cfg

@@ -64,6 +64,9 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	if cfg.Queue.Store != nil {
 		return nil, errors.New("amqp: WorkerConfig.Queue.Store: leave it nil; the worker's store is the broker")
 	}
+	if cfg.Queue.Admit != nil {
+		return nil, errors.New("amqp: WorkerConfig.Queue.Admit: leave it nil; the worker admits the tasks it holds on a live channel")
+	}
 	if cfg.Owner == "" {
 		host, _ := os.Hostname()
 		var b [3]byte
@@ -88,6 +91,7 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	store := newWorkerStore(pub, cfg.Owner, log)
 	qc := cfg.Queue
 	qc.Store = store
+	qc.Admit = store.admit
 	// A task never waits locally for longer than the broker holds it.
 	qc.MaxQueued = cmp.Or(qc.MaxQueued, cfg.Prefetch+threads)
 	q, err := captchaq.New(qc)
@@ -136,7 +140,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBg()
-	parked, err := w.c.Consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1)
+	parked, err := w.c.consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1, gatherAcks)
 	if err != nil {
 		w.q.Close()
 		return err

@@ -99,6 +99,29 @@ func (s *WorkerStore) holdCheckpoint(d *Delivery) {
 	s.mu.Unlock()
 }
 
+// admit reports whether a task may be submitted: the broker's copy of it
+// is still this worker's, as a confirmed checkpoint or a task delivery on
+// a live channel. A task whose deliveries all came on channels that died
+// is back in its queue for the fleet; submitting it would solve it twice
+// (the stale sweeper hands it back).
+func (s *WorkerStore) admit(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[id]
+	if !ok || e.handback {
+		return false
+	}
+	if e.confirmed > 0 {
+		return true
+	}
+	for _, d := range e.deliveries {
+		if d.live() {
+			return true
+		}
+	}
+	return false
+}
+
 // drop forgets an entry whose task never reached the queue.
 func (s *WorkerStore) drop(id string) {
 	s.mu.Lock()

@@ -5,29 +5,20 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/internal/brokertest"
 )
 
 func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
-	nc, err := net.DialTimeout("tcp", "127.0.0.1:5672", 2*time.Second)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("RabbitMQ is not reachable and CI=true: %v", err)
-		}
-		t.Skipf("skipping: RabbitMQ is not reachable at 127.0.0.1:5672: %v", err)
-	}
-	nc.Close()
+	url := brokertest.Use(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := "test-cli-" + hex.EncodeToString(b[:])
-	url := amqp.URLDefault
 	cfg := amqp.Config{URL: url, Prefix: prefix}
 	t.Cleanup(func() { _ = amqp.DeleteTopology(context.Background(), cfg) })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

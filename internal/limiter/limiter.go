@@ -5,8 +5,15 @@
 // it (not below 1) and holds new submits for a wait; each success (the
 // queue reports one per answer, not per submit, which halves the probing
 // and so the refusals) grows it by 1/window, about one slot per window's
-// worth of answers, back up to the plan's threads. Several processes sharing one key thus converge on a
-// fair split of the threads without talking to each other.
+// worth of answers, back up to the plan's threads. Several processes
+// sharing one key thus converge on a fair split of the threads without
+// talking to each other.
+//
+// During a hold, each answer earns one submit (a credit), like TCP's ack
+// clocking: the provider has just freed the thread that solved it, so the
+// process keeps the threads it had instead of idling them until the hold
+// ends, and never sends more submits than it got answers. A refusal
+// cancels the credits (someone else took the thread).
 package limiter
 
 import (
@@ -21,6 +28,7 @@ type Limiter struct {
 	window    float64
 	inUse     int
 	holdUntil time.Time
+	credits   int // submits allowed during the hold: threads our answers freed
 }
 
 // New returns a Limiter for threads slots (at least 1), starting wide open.
@@ -34,8 +42,16 @@ func New(threads int) *Limiter {
 func (l *Limiter) TryAcquire(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Before(l.holdUntil) || l.inUse >= int(l.window) {
+	if l.inUse >= int(l.window) {
 		return false
+	}
+	if now.Before(l.holdUntil) {
+		if l.credits == 0 {
+			return false
+		}
+		l.credits--
+	} else {
+		l.credits = 0
 	}
 	l.inUse++
 	return true
@@ -64,6 +80,7 @@ func (l *Limiter) Release() {
 func (l *Limiter) NoSlot(now time.Time, wait time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.credits = 0 // the thread an answer freed went to someone else
 	if now.Before(l.holdUntil) {
 		if h := now.Add(wait); h.After(l.holdUntil) {
 			l.holdUntil = h
@@ -74,11 +91,17 @@ func (l *Limiter) NoSlot(now time.Time, wait time.Duration) {
 	l.holdUntil = now.Add(wait)
 }
 
-// Success records an accepted submit or a delivered answer: the window
-// grows by 1/window, up to max.
-func (l *Limiter) Success() {
+// Success records a delivered answer at now: the window grows by
+// 1/window, up to max. During a hold the answer also earns one submit:
+// the provider has just freed the thread that solved it, so that submit
+// takes a thread known to be free instead of guessing, and a hold never
+// idles threads this process was using.
+func (l *Limiter) Success(now time.Time) {
 	l.mu.Lock()
 	l.window = min(l.window+1/l.window, float64(l.max))
+	if now.Before(l.holdUntil) {
+		l.credits++
+	}
 	l.mu.Unlock()
 }
 

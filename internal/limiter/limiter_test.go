@@ -55,17 +55,17 @@ func TestAdditiveIncrease(t *testing.T) {
 	l.NoSlot(t0, 0) // 10 → 5
 	// From 5 to 6 takes 6 successes of 1/window each (5.2, 5.39, … 6.1).
 	for i := 0; i < 5; i++ {
-		l.Success()
+		l.Success(t0)
 	}
 	if w := l.Window(); w != 5 {
 		t.Fatalf("window %d after 5 successes, want 5", w)
 	}
-	l.Success()
+	l.Success(t0)
 	if w := l.Window(); w != 6 {
 		t.Fatalf("window %d after 6 successes, want 6", w)
 	}
 	for i := 0; i < 1000; i++ {
-		l.Success()
+		l.Success(t0)
 	}
 	if w := l.Window(); w != 10 {
 		t.Fatalf("window %d, want capped at 10", w)
@@ -103,7 +103,7 @@ func TestConvergenceModel(t *testing.T) {
 				if d <= tick {
 					busy--
 					p.l.Release()
-					p.l.Success()
+					p.l.Success(now)
 					continue
 				}
 				kept = append(kept, d)
@@ -154,5 +154,45 @@ func TestConvergenceModel(t *testing.T) {
 	}
 	if sum > 2*capacity {
 		t.Errorf("windows sum %d, want <= %d", sum, 2*capacity)
+	}
+}
+
+func TestAnswersEarnSubmitsDuringHold(t *testing.T) {
+	t.Parallel()
+	l := New(10)
+	for range 6 {
+		if !l.TryAcquire(t0) {
+			t.Fatal("acquire refused before any refusal")
+		}
+	}
+	l.NoSlot(t0, 5*time.Second) // window 5, 6 in use, held to t0+5s
+	during := t0.Add(time.Second)
+	// Two answers free two of our threads: in use 4, two credits.
+	for range 2 {
+		l.Release()
+		l.Success(during)
+	}
+	if !l.TryAcquire(during) {
+		t.Fatal("first credit refused")
+	}
+	if l.TryAcquire(during) {
+		t.Fatal("second credit granted with the window (5) full")
+	}
+	l.Release() // a submit that failed: no answer, no credit
+	if !l.TryAcquire(during) {
+		t.Fatal("second credit refused with room in the window")
+	}
+	l.Release()
+	if l.TryAcquire(during) {
+		t.Fatal("acquired during the hold without a credit")
+	}
+	l.Release()
+	l.Success(during) // one more credit…
+	l.NoSlot(during, 5*time.Second)
+	if l.TryAcquire(during.Add(time.Second)) {
+		t.Fatal("a refusal must cancel the credits")
+	}
+	if !l.TryAcquire(during.Add(5 * time.Second)) {
+		t.Fatal("refused after the hold")
 	}
 }
