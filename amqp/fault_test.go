@@ -135,7 +135,8 @@ func rabbitmqctl(t *testing.T, args ...string) {
 // publishers reconnect, results and publishes wait for the broker, and
 // nothing is lost or solved twice. The stop comes when every thread of
 // every worker is at the provider with its checkpoint confirmed (every
-// solve takes exactly 3 s, each worker holds at most its 15 threads' worth),
+// solve takes exactly 12 s, long enough for all 45 to be checkpointed on a
+// loaded machine; each worker holds at most its 15 threads' worth),
 // so no submit is between the provider's answer and its checkpoint: a stop
 // there can cost a second solve (see "Checkpoints" in the package doc),
 // which is the one thing this test does not ask about.
@@ -144,9 +145,9 @@ func TestFleetBrokerRestart(t *testing.T) {
 		t.Fatal("rabbitmqctl is needed to restart the broker")
 	}
 	cfg := disruptiveFleetConfig(t)
-	three := sim.Latency{Median: 3 * time.Second, Min: 3 * time.Second, Max: 3 * time.Second}
+	solve := sim.Latency{Median: 12 * time.Second, Min: 12 * time.Second, Max: 12 * time.Second}
 	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 45, Seed: 6,
-		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: three}},
+		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: solve}},
 		childConfig{Threads: 15, Prefetch: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 150*time.Second)
 	owners := []string{"br-a", "br-b", "br-c"}

@@ -302,8 +302,23 @@ func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task
 	mu.Lock()
 	row := Row{Name: e.Name, Solved: solved, Failed: failed, Makespan: last.Sub(start), CPU: cpu}
 	mu.Unlock()
-	row.fill(srv.Stats())
+	row.fill(settledStats(srv))
 	return row, nil
+}
+
+// settledStats waits (a little) for the simulator's pingback calls to
+// return: the engine has every answer as soon as a pingback arrives, but
+// the simulator counts the call only when its response is back.
+func settledStats(srv *sim.Server) sim.Stats {
+	st := srv.Stats()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if st.PingbacksSent+st.PingbacksFailed+st.Fetched >= st.Solved+st.Unsolvable {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+		st = srv.Stats()
+	}
+	return st
 }
 
 // feeders is how many goroutines hand tasks to the engine at once.
