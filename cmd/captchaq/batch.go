@@ -62,6 +62,10 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		w = f
 	}
 
+	// The reader, the submitters and the queue's pause hook all report on
+	// stderr; the progress bar keeps the real file to detect a terminal.
+	term := env.stderr
+	env = env.withStderr(&lockedWriter{w: env.stderr})
 	rt, err := qf.open(ctx, env)
 	if err != nil {
 		return err
@@ -69,7 +73,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	defer rt.close()
 
 	results := newResultWriter(w)
-	bar := newProgress(env.stderr, total, *progress, rt.queue)
+	bar := newProgress(term, total, *progress, rt.queue)
 	defer bar.finish()
 
 	// A fatal account error stops the reading too: with MaxQueued tasks
@@ -314,4 +318,16 @@ func (rw *resultWriter) err() error {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	return rw.firstErr
+}
+
+// lockedWriter serializes writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

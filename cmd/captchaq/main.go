@@ -34,6 +34,13 @@ type environment struct {
 	getenv func(string) string
 }
 
+// withStderr returns a copy of env that writes errors to w.
+func (env *environment) withStderr(w io.Writer) *environment {
+	c := *env
+	c.stderr = w
+	return &c
+}
+
 // exitError carries a specific exit code.
 type exitError struct {
 	code int

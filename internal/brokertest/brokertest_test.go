@@ -24,6 +24,9 @@ func tryLock(t *testing.T, how int) bool {
 }
 
 func TestUseSharesAndDisruptExcludes(t *testing.T) {
+	// Hold the real lock shared for the whole test, so no other test
+	// process restarts the broker while this one checks it is reachable.
+	Use(t)
 	t.Setenv("TMPDIR", t.TempDir()) // a lock file no other test process sees
 	tests := []struct {
 		name                string
