@@ -6,11 +6,21 @@ import (
 	"time"
 )
 
-// submitConcurrencyMax bounds submits in progress at once (the in.php
-// request and the checkpoint after it): enough to fill free threads
-// quickly, few enough not to flood the provider, and a bound on the tasks
-// accepted but not yet durable.
-const submitConcurrencyMax = 8
+// Submits in progress at once (the in.php request and the checkpoint after
+// it) are bounded: enough to fill free threads quickly, few enough not to
+// flood the provider, and a bound on the tasks accepted but not yet
+// durable. The bound is submitConcurrencyMin, or one per
+// submitConcurrencyPerThreads threads on large plans (a 5,000-thread plan
+// refills its threads with 78 submits at once).
+const (
+	submitConcurrencyMin        = 8
+	submitConcurrencyPerThreads = 64
+)
+
+// submitConcurrency is the bound on submits in progress for a plan.
+func submitConcurrency(threads int) int {
+	return min(threads, max(submitConcurrencyMin, threads/submitConcurrencyPerThreads))
+}
 
 // dispatcher hands queued tasks to the submitter while threads are free:
 // it expires tasks past their deadline, honours pauses and holds, and
@@ -57,7 +67,7 @@ func (d *dispatcher) run(wg *sync.WaitGroup) {
 func (d *dispatcher) pass() time.Time {
 	q := d.q
 	now := q.now()
-	concurrency := min(q.cfg.Threads, submitConcurrencyMax)
+	concurrency := submitConcurrency(q.cfg.Threads)
 	var launch []*taskState
 	q.mu.Lock()
 	expired := q.queue.Expired(now)
