@@ -336,8 +336,9 @@ func TestRedeclareConflict(t *testing.T) {
 	}
 }
 
-// closeConnection closes this Conn's connection from the broker side.
-func closeConnection(t *testing.T, prefix string) {
+// closeConnections closes, from the broker side, every connection whose
+// client name is "captchaq PREFIX", and returns how many it closed.
+func closeConnections(t *testing.T, prefix string) int {
 	t.Helper()
 	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "pid", "client_properties").CombinedOutput()
 	if err != nil {
@@ -354,9 +355,7 @@ func closeConnection(t *testing.T, prefix string) {
 		}
 		closed++
 	}
-	if closed != 1 {
-		t.Fatalf("closed %d connections named %q, want 1", closed, "captchaq "+prefix)
-	}
+	return closed
 }
 
 func TestReconnectAndStaleAck(t *testing.T) {
@@ -382,7 +381,9 @@ func TestReconnectAndStaleAck(t *testing.T) {
 		t.Fatalf("first delivery %q redelivered=%v", first.MessageID, first.Redelivered)
 	}
 
-	closeConnection(t, cfg.Prefix)
+	if n := closeConnections(t, cfg.Prefix); n != 1 {
+		t.Fatalf("closed %d connections named %q, want 1", n, "captchaq "+cfg.Prefix)
+	}
 
 	// The same message comes again, on a new channel generation.
 	again := next(t, ctx, k)

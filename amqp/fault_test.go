@@ -207,33 +207,12 @@ func TestFleetDroppedConnection(t *testing.T) {
 	const n = 100
 	ids := f.enqueue(ctx, "drop", n, 0)
 	f.until(ctx, "20 accepted submits", func() bool { return f.accepted() >= 20 })
-	closeWorkerConnections(t, cfg.Prefix)
+	// Every connection of the topology, the test's own included.
+	if n := closeConnections(t, cfg.Prefix); n < 2 {
+		t.Fatalf("closed %d connections of %s, want the workers'", n, cfg.Prefix)
+	}
 	res := f.collect(ctx, ids)
 	f.ledger(res, n)
-}
-
-// closeWorkerConnections closes every connection of the topology from the
-// broker side, the test's own included.
-func closeWorkerConnections(t *testing.T, prefix string) {
-	t.Helper()
-	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "pid", "client_properties").CombinedOutput()
-	if err != nil {
-		t.Fatalf("rabbitmqctl list_connections: %v\n%s", err, out)
-	}
-	closed := 0
-	for _, line := range strings.Split(string(out), "\n") {
-		if !strings.Contains(line, `"captchaq `+prefix+`"`) {
-			continue
-		}
-		pid := strings.Fields(line)[0]
-		if o, err := exec.Command("rabbitmqctl", "-q", "close_connection", pid, "test: forced close").CombinedOutput(); err != nil {
-			t.Fatalf("close_connection: %v\n%s", err, o)
-		}
-		closed++
-	}
-	if closed < 2 {
-		t.Fatalf("closed %d connections of %s, want the workers'", closed, prefix)
-	}
 }
 
 // TestFleetFailures: 5xx answers never dead-letter; an invalid task
