@@ -225,7 +225,13 @@ func (s *MemoryStore) snapshot(keep func(*Record) bool) ([]Record, error) {
 // Pending implements Store. fn runs without the store's lock held, so it
 // may call the store.
 func (s *MemoryStore) Pending(ctx context.Context, fn func(Record) error) error {
-	recs, err := s.snapshot(func(r *Record) bool { return !final(r.Status) })
+	return s.each(ctx, func(r *Record) bool { return !final(r.Status) }, fn)
+}
+
+// each calls fn, without the store's lock held, for a snapshot of the
+// records that keep selects, in Seq order, stopping at ctx's end.
+func (s *MemoryStore) each(ctx context.Context, keep func(*Record) bool, fn func(Record) error) error {
+	recs, err := s.snapshot(keep)
 	if err != nil {
 		return err
 	}
@@ -253,19 +259,8 @@ func (s *MemoryStore) Get(ctx context.Context, id string) (Record, error) {
 
 // Results implements Store.
 func (s *MemoryStore) Results(ctx context.Context, fn func(Result) error) error {
-	recs, err := s.snapshot(func(r *Record) bool { return final(r.Status) && r.Result != nil })
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := fn(*r.Result); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.each(ctx, func(r *Record) bool { return final(r.Status) && r.Result != nil },
+		func(r Record) error { return fn(*r.Result) })
 }
 
 func (f DeadLetterFilter) match(r *Record) bool {
@@ -287,19 +282,7 @@ func (f DeadLetterFilter) match(r *Record) bool {
 
 // DeadLetters implements Store.
 func (s *MemoryStore) DeadLetters(ctx context.Context, f DeadLetterFilter, fn func(Record) error) error {
-	recs, err := s.snapshot(f.match)
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.each(ctx, f.match, fn)
 }
 
 // Replay implements Store. A replayed task keeps its Seq and last error;
