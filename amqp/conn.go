@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,11 +231,7 @@ func isClosedChan(ch chan struct{}) bool {
 func (c *Conn) ownerList() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]string, 0, len(c.owners))
-	for o := range c.owners {
-		out = append(out, o)
-	}
-	return out
+	return slices.Collect(maps.Keys(c.owners))
 }
 
 // waitUnblocked returns once the broker accepts publishes.

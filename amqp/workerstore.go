@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -364,11 +366,7 @@ func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
 func (s *WorkerStore) ids() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.entries))
-	for id := range s.entries {
-		out = append(out, id)
-	}
-	return out
+	return slices.Collect(maps.Keys(s.entries))
 }
 
 // beat is the worker's status.
