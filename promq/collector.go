@@ -1,0 +1,104 @@
+package promq
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/captchaq/captchaq"
+)
+
+// Source is what a Collector reads: a *captchaq.Queue, or anything that
+// reports the same snapshot.
+type Source interface {
+	Metrics() captchaq.Metrics
+}
+
+// Collector is a prometheus.Collector of a Source's Metrics. Register it
+// once per registry; it is safe for concurrent scrapes.
+type Collector struct {
+	src Source
+
+	submitted, solved, failed, retries, requests                   *prometheus.Desc
+	plan, window, inUse, depth, oldest, delayP50, delayP99, paused *prometheus.Desc
+
+	mu         sync.Mutex
+	priorities map[int]struct{} // every priority seen waiting
+}
+
+// NewCollector returns a Collector of src's Metrics.
+func NewCollector(src Source) *Collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("captchaq_"+name, help, labels, nil)
+	}
+	return &Collector{
+		src:        src,
+		submitted:  d("tasks_submitted_total", "Tasks taken into the queue."),
+		solved:     d("tasks_solved_total", "Tasks solved."),
+		failed:     d("tasks_failed_total", "Tasks failed for good."),
+		retries:    d("retries_total", "Attempts sent back to the queue, by the provider's code (or NETWORK).", "reason"),
+		requests:   d("provider_requests_total", "HTTP requests to the provider."),
+		plan:       d("threads_plan", "The plan's threads."),
+		window:     d("threads_window", "Threads the queue may use now: the plan's unless the provider said no free thread lately."),
+		inUse:      d("threads_in_use", "Threads taken: tasks at the provider or being submitted."),
+		depth:      d("queue_depth", "Tasks waiting for a thread, by priority.", "priority"),
+		oldest:     d("oldest_waiting_seconds", "The longest wait among tasks waiting for a thread."),
+		delayP50:   d("delivery_delay_p50_seconds", "How long answers sat ready at the provider before delivery, median of the last 1024."),
+		delayP99:   d("delivery_delay_p99_seconds", "How long answers sat ready at the provider before delivery, 99th percentile of the last 1024."),
+		paused:     d("paused", "1 while an account error stops all sending."),
+		priorities: map[int]struct{}{captchaq.PriorityDefault: {}},
+	}
+}
+
+// Describe sends every series' description.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.submitted, c.solved, c.failed, c.retries, c.requests,
+		c.plan, c.window, c.inUse, c.depth, c.oldest, c.delayP50, c.delayP99, c.paused} {
+		ch <- d
+	}
+}
+
+// Collect reads one snapshot and sends every series from it.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.src.Metrics()
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter(c.submitted, m.Submitted)
+	counter(c.solved, m.Solved)
+	counter(c.failed, m.Failed)
+	for reason, n := range m.RetriesByReason {
+		counter(c.retries, n, reason)
+	}
+	counter(c.requests, m.Requests)
+	gauge(c.plan, float64(m.Threads))
+	gauge(c.window, float64(m.Window))
+	gauge(c.inUse, float64(m.ThreadsInUse))
+	for _, p := range c.seen(m.DepthByPriority) {
+		gauge(c.depth, float64(m.DepthByPriority[p]), strconv.Itoa(p))
+	}
+	gauge(c.oldest, m.OldestWaitingSeconds)
+	gauge(c.delayP50, m.DeliveryDelayP50)
+	gauge(c.delayP99, m.DeliveryDelayP99)
+	paused := 0.0
+	if m.Paused {
+		paused = 1
+	}
+	gauge(c.paused, paused)
+}
+
+// seen adds depth's priorities to the ones seen before and returns them all.
+func (c *Collector) seen(depth map[int]int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p := range depth {
+		c.priorities[p] = struct{}{}
+	}
+	return slices.Sorted(maps.Keys(c.priorities))
+}
