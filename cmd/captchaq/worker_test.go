@@ -12,10 +12,12 @@ import (
 	"net/http"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
@@ -122,31 +124,62 @@ func TestWorkerSolvesEnqueuedTasksAndServesMetrics(t *testing.T) {
 
 	// A result is on the broker just before the worker counts it: wait
 	// for the count, then check every series exactly.
-	var m map[string]float64
+	metricsURL := "http://" + metricsAddr + "/metrics"
+	const solved = `
+# HELP captchaq_tasks_solved_total Tasks solved.
+# TYPE captchaq_tasks_solved_total counter
+captchaq_tasks_solved_total 20
+`
 	for {
-		m = scrape(t, "http://"+metricsAddr+"/metrics")
-		if m["captchaq_tasks_solved_total"] >= 20 {
+		err := testutil.ScrapeAndCompare(metricsURL, strings.NewReader(solved), "captchaq_tasks_solved_total")
+		if err == nil {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("captchaq_tasks_solved_total %v, want 20", m["captchaq_tasks_solved_total"])
+			t.Fatal(err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	for name, v := range map[string]float64{
-		"captchaq_tasks_solved_total":    20,
-		"captchaq_tasks_submitted_total": 20,
-		"captchaq_tasks_failed_total":    0,
-		"captchaq_threads":               5,
-		"captchaq_tasks_held":            0,
-		"captchaq_threads_in_use":        0,
-		"captchaq_paused":                0,
-	} {
-		if got, ok := m[name]; !ok || got != v {
-			t.Errorf("%s = %v (present %v), want %v", name, got, ok, v)
-		}
+	const series = `
+# HELP captchaq_tasks_submitted_total Tasks taken into the queue.
+# TYPE captchaq_tasks_submitted_total counter
+captchaq_tasks_submitted_total 20
+# HELP captchaq_tasks_solved_total Tasks solved.
+# TYPE captchaq_tasks_solved_total counter
+captchaq_tasks_solved_total 20
+# HELP captchaq_tasks_failed_total Tasks failed for good.
+# TYPE captchaq_tasks_failed_total counter
+captchaq_tasks_failed_total 0
+# HELP captchaq_threads_plan The plan's threads.
+# TYPE captchaq_threads_plan gauge
+captchaq_threads_plan 5
+# HELP captchaq_threads_window Threads the queue may use now: the plan's unless the provider said no free thread lately.
+# TYPE captchaq_threads_window gauge
+captchaq_threads_window 5
+# HELP captchaq_threads_in_use Threads taken: tasks at the provider or being submitted.
+# TYPE captchaq_threads_in_use gauge
+captchaq_threads_in_use 0
+# HELP captchaq_queue_depth Tasks waiting for a thread, by priority.
+# TYPE captchaq_queue_depth gauge
+captchaq_queue_depth{priority="5"} 0
+# HELP captchaq_oldest_waiting_seconds The longest wait among tasks waiting for a thread.
+# TYPE captchaq_oldest_waiting_seconds gauge
+captchaq_oldest_waiting_seconds 0
+# HELP captchaq_paused 1 while an account error stops all sending.
+# TYPE captchaq_paused gauge
+captchaq_paused 0
+# HELP captchaq_worker_tasks_held Tasks this worker holds unfinished on the broker.
+# TYPE captchaq_worker_tasks_held gauge
+captchaq_worker_tasks_held 0
+`
+	if err := testutil.ScrapeAndCompare(metricsURL, strings.NewReader(series), "captchaq_tasks_submitted_total",
+		"captchaq_tasks_solved_total", "captchaq_tasks_failed_total", "captchaq_retries_total",
+		"captchaq_threads_plan", "captchaq_threads_window", "captchaq_threads_in_use", "captchaq_queue_depth",
+		"captchaq_oldest_waiting_seconds", "captchaq_paused", "captchaq_worker_tasks_held"); err != nil {
+		t.Error(err)
 	}
+	lintScrape(t, metricsURL)
 	if st := srv.Stats(); st.Accepted != 20 || st.Duplicates != 0 {
 		t.Errorf("simulator accepted %d submits (%d duplicates), want 20 and 0", st.Accepted, st.Duplicates)
 	}
@@ -172,36 +205,21 @@ func TestWorkerSolvesEnqueuedTasksAndServesMetrics(t *testing.T) {
 	}
 }
 
-// scrape reads a Prometheus text page into series → value (unlabelled
-// series only).
-func scrape(t *testing.T, url string) map[string]float64 {
+// lintScrape fails t for every promlint problem of the page at url.
+func lintScrape(t *testing.T, url string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
+	problems, err := promlint.New(resp.Body).Lint()
+	if err != nil {
+		t.Fatal(err)
 	}
-	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") || strings.Contains(line, "{") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		m[f[0]] = v
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	return m
 }
 
 // TestWorkerBadInvocations: mistakes are exit 2 with a message that names
