@@ -8,91 +8,41 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// queueCollector reads Queue.Metrics at scrape time, so the numbers are
-// the queue's own, never a second count that could drift.
-type queueCollector struct {
+// clientCollector reads the clients' counts at scrape time; the queue's
+// own series come from promq, registered beside it.
+type clientCollector struct {
 	s *Server
 
-	threadsInUse, window, threads, depth, oldest, paused *prometheus.Desc
-	submitted, solved, failed, retries, requests         *prometheus.Desc
-	reqPerSolved, delay, success, throughput, inflight   *prometheus.Desc
-	clientDone                                           *prometheus.Desc
+	inflight, solved, failed *prometheus.Desc
 }
 
-func newQueueCollector(s *Server) *queueCollector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc("captchaq_"+name, help, labels, nil)
+func newClientCollector(s *Server) *clientCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("captchaq_client_"+name, help, []string{"client"}, nil)
 	}
-	return &queueCollector{
-		s:            s,
-		threadsInUse: d("threads_in_use", "Plan threads taken: tasks at the provider or being submitted."),
-		window:       d("threads_window", "The concurrency window (the plan's threads unless the provider said no free thread lately)."),
-		threads:      d("threads_plan", "The plan's thread count."),
-		depth:        d("queue_depth", "Tasks waiting for a thread, by priority.", "priority"),
-		oldest:       d("oldest_waiting_seconds", "Age of the longest-waiting queued task."),
-		paused:       d("paused", "1 while an account error pauses all sending."),
-		submitted:    d("tasks_submitted_total", "Tasks accepted into the queue."),
-		solved:       d("tasks_solved_total", "Tasks solved."),
-		failed:       d("tasks_failed_total", "Tasks failed (dead letters)."),
-		retries:      d("retries_total", "Attempts sent back to the queue, by reason.", "reason"),
-		requests:     d("provider_requests_total", "HTTP requests to the provider."),
-		reqPerSolved: d("requests_per_solved", "Provider requests per solved task."),
-		delay:        d("delivery_delay_seconds", "How long answers sat ready at the provider before delivery (last 1024).", "quantile"),
-		success:      d("success_ratio", "Solved over solved+failed."),
-		throughput:   d("throughput_per_minute", "Solved tasks per minute since start."),
-		inflight:     d("client_inflight", "Unfinished tasks per client.", "client"),
-		clientDone:   d("client_tasks_total", "Finished tasks per client and status.", "client", "status"),
+	return &clientCollector{
+		s:        s,
+		inflight: d("tasks_inflight", "Unfinished tasks per client."),
+		solved:   d("tasks_solved_total", "Tasks solved per client."),
+		failed:   d("tasks_failed_total", "Tasks failed for good per client."),
 	}
 }
 
-func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.threadsInUse, c.window, c.threads, c.depth, c.oldest, c.paused,
-		c.submitted, c.solved, c.failed, c.retries, c.requests, c.reqPerSolved, c.delay, c.success,
-		c.throughput, c.inflight, c.clientDone} {
-		ch <- d
-	}
+func (c *clientCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inflight
+	ch <- c.solved
+	ch <- c.failed
 }
 
-func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	m := c.s.queue.Metrics()
-	g := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
-	n := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
-	}
-	g(c.threadsInUse, float64(m.ThreadsInUse))
-	g(c.window, float64(m.Window))
-	g(c.threads, float64(m.Threads))
-	for p, k := range m.DepthByPriority {
-		g(c.depth, float64(k), strconv.Itoa(p))
-	}
-	g(c.oldest, m.OldestWaitingSeconds)
-	p := 0.0
-	if m.Paused {
-		p = 1
-	}
-	g(c.paused, p)
-	n(c.submitted, float64(m.Submitted))
-	n(c.solved, float64(m.Solved))
-	n(c.failed, float64(m.Failed))
-	for r, k := range m.RetriesByReason {
-		n(c.retries, float64(k), r)
-	}
-	n(c.requests, float64(m.Requests))
-	g(c.reqPerSolved, m.RequestsPerSolved)
-	g(c.delay, m.DeliveryDelayP50, "0.5")
-	g(c.delay, m.DeliveryDelayP99, "0.99")
-	g(c.success, m.SuccessRate)
-	g(c.throughput, m.ThroughputPerMin)
+func (c *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, cl := range c.s.cfg.Clients {
 		cs := c.s.byName[cl.Name]
 		cs.mu.Lock()
 		inflight, solved, failed := len(cs.inflight), cs.solved, cs.failed
 		cs.mu.Unlock()
-		g(c.inflight, float64(inflight), cl.Name)
-		n(c.clientDone, float64(solved), cl.Name, "solved")
-		n(c.clientDone, float64(failed), cl.Name, "failed")
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(inflight), cl.Name)
+		ch <- prometheus.MustNewConstMetric(c.solved, prometheus.CounterValue, float64(solved), cl.Name)
+		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(failed), cl.Name)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/promq"
 )
 
 // Server serves the front, the API, metrics and the dashboard for one
@@ -120,7 +121,7 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.registry = prometheus.NewRegistry()
 	s.metrics = newHTTPMetrics()
-	s.registry.MustRegister(newQueueCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports)
+	s.registry.MustRegister(promq.NewCollector(s.queue), newClientCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports)
 	s.handler = s.routes()
 	return s, nil
 }
