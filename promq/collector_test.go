@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
@@ -140,6 +142,32 @@ func TestCollectorPassesPromlint(t *testing.T) {
 	}
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+// README.md lists every series, so the names users alert on are written
+// down where they look.
+func TestREADMEListsEverySeries(t *testing.T) {
+	t.Parallel()
+	src := &snapshots{}
+	src.set(captchaq.Metrics{RetriesByReason: map[string]int64{"NETWORK": 1}})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(promq.NewCollector(src))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(families) != 13 {
+		t.Errorf("%d series, want 13", len(families))
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if !strings.Contains(string(readme), "`"+f.GetName()) {
+			t.Errorf("README.md does not list %s", f.GetName())
+		}
 	}
 }
 
