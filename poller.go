@@ -20,7 +20,7 @@ const pollParallel = 4
 // next-due time: first near its kind's learned early solve time, then
 // every PollInterval. The loop sleeps until the earliest due time, never
 // starts poll rounds closer than PollInterval/4 apart (the request rate
-// bound), and asks for every id due within a small slack in one bulk
+// bound), and asks for every id due before the next round in one bulk
 // request per pollChunk ids.
 type poller struct {
 	q        *Queue
@@ -128,17 +128,20 @@ func (p *poller) align(now, want time.Time) time.Time {
 	return p.chain.Add(k * every)
 }
 
-// round polls every task due by now plus a slack, in bulk.
+// round polls, in bulk, every task due before the next round: asking for
+// an id a little early costs nothing in a bulk request, while leaving it
+// for the next round would let its answer sit ready for up to a whole
+// interval.
 func (p *poller) round(now time.Time) {
 	q := p.q
 	p.last = now
-	slack := p.minGap()
+	slack := q.repoll()
 	q.mu.Lock()
 	var due []*taskState
 	for _, st := range q.inflight {
-		// Due within the slack joins this round, but never sooner than
-		// PollInterval after its last poll: providers ban an IP that polls
-		// one id too often.
+		// Due before the next round joins this one, but never sooner
+		// than PollInterval after its last poll: providers ban an IP that
+		// polls one id too often.
 		if !st.due.After(now.Add(slack)) && !p.floor(st).After(now) {
 			due = append(due, st)
 		}

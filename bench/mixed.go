@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -35,6 +36,8 @@ type MixedConfig struct {
 	// poll and the engine's PollInterval (1: realistic).
 	Scale float64
 	Seed  uint64
+	// Mix names the task mix, a key of Mixes (default "realistic").
+	Mix string
 	// PollIntervals are the engine rows' PollInterval before Scale.
 	PollIntervals []time.Duration
 	// PingbackPoll is the pingback row's PollInterval before Scale
@@ -59,6 +62,9 @@ func (c MixedConfig) withDefaults() MixedConfig {
 	}
 	if c.Seed == 0 {
 		c.Seed = 1
+	}
+	if c.Mix == "" {
+		c.Mix = "realistic"
 	}
 	if len(c.PollIntervals) == 0 {
 		c.PollIntervals = PollIntervalsDefault
@@ -90,9 +96,13 @@ func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
 	if c.Tasks < 0 || c.Threads < 0 || c.Scale < 0 {
 		return MixedReport{}, fmt.Errorf("bench: tasks, threads and scale must be positive")
 	}
+	mix, ok := Mixes[c.Mix]
+	if !ok {
+		return MixedReport{}, fmt.Errorf("bench: mix %q: use one of %s", c.Mix, strings.Join(MixNames(), ", "))
+	}
 	rep := MixedReport{Config: c}
 	s := Sim{Threads: c.Threads, Scale: c.Scale, Seed: c.Seed}
-	tasks := Tasks(c.Tasks, MixRealistic, c.Seed)
+	tasks := Tasks(c.Tasks, mix, c.Seed)
 	logf := func(format string, a ...any) {
 		if c.Log != nil {
 			fmt.Fprintf(c.Log, format+"\n", a...)
@@ -111,7 +121,10 @@ func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
 		runs = append(runs, EngineRun{Name: fmt.Sprintf("engine, PollInterval %v", pi), PollInterval: scaled(pi, c.Scale)})
 	}
 	if !c.NoPingback {
-		runs = append(runs, EngineRun{Name: fmt.Sprintf("engine + pingback (PollInterval %v)", c.PingbackPoll), PollInterval: scaled(c.PingbackPoll, c.Scale), Pingback: true})
+		pb := EngineRun{Name: fmt.Sprintf("engine + pingback (PollInterval %v)", c.PingbackPoll), PollInterval: scaled(c.PingbackPoll, c.Scale), Pingback: true}
+		lf := pb
+		lf.Name, lf.LongestFirst = pb.Name+", longest first", true
+		runs = append(runs, pb, lf)
 	}
 	for _, e := range runs {
 		e.RetryBackoff = scaled(time.Second, c.Scale)

@@ -18,7 +18,7 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
 // Markdown writes the mixed scenario's tables.
 func (r MixedReport) Markdown(w io.Writer) {
 	c := r.Config
-	fmt.Fprintf(w, "## mixed: %d tasks (%s), %d threads, scale %g\n\n", c.Tasks, MixCounts(c.Tasks, MixRealistic), c.Threads, c.Scale)
+	fmt.Fprintf(w, "## mixed, %s mix: %d tasks (%s), %d threads, scale %g\n\n", c.Mix, c.Tasks, MixCounts(c.Tasks, Mixes[c.Mix]), c.Threads, c.Scale)
 	fmt.Fprintf(w, "Each row ran against its own fresh simulator (seed %d, default latencies ×%g, poll ban on at its defaults with window and duration ×%g). "+
 		"Intervals are named at scale 1; the run used them ×%g. Latency columns are measured seconds; the targets are scaled the same way.\n\n", c.Seed, c.Scale, c.Scale, c.Scale)
 	fmt.Fprintln(w, "| run | solved | failed | utilization | ready→fetched p50 | p99 | max | requests/solved | submits | polls | makespan | vs seed | peak threads | bans | CPU |")

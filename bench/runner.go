@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -77,6 +78,9 @@ type Row struct {
 	// Utilization is the simulator's: busy thread-seconds ÷ (threads ×
 	// first-to-last accepted submit).
 	Utilization float64
+	// Window is the simulator's utilization window, first to last
+	// accepted submit.
+	Window time.Duration
 	// ReadyToFetched is the time answers sat ready at the provider.
 	ReadyToFetched sim.Quantiles
 	// Makespan is from the first submit to the last result.
@@ -92,6 +96,7 @@ type Row struct {
 
 func (r *Row) fill(st sim.Stats) {
 	r.Submits = st.Calls.Submit
+	r.Window = time.Duration(st.WindowSeconds * float64(time.Second))
 	r.Polls = st.Calls.PollSingle + st.Calls.PollBulk
 	r.Requests = st.Calls.Submit + st.Calls.PollSingle + st.Calls.PollBulk + st.Calls.Balance +
 		st.Calls.Report + st.Calls.ThreadsInfo + st.Calls.Other
@@ -175,6 +180,8 @@ type EngineRun struct {
 	// Pingback serves Queue.PingbackHandler on loopback and sets
 	// Config.PingbackURL to it, so the simulator calls it.
 	Pingback bool
+	// LongestFirst feeds the tasks in captchaq.LongestFirst order.
+	LongestFirst bool
 	// Store is the queue's store; nil is a fresh memory store.
 	Store captchaq.Store
 	// RetryBackoff is the engine's (scaled); zero keeps its default.
@@ -190,6 +197,10 @@ type EngineRun struct {
 // counted, not kept.
 func RunEngine(ctx context.Context, s Sim, tasks []captchaq.Task, e EngineRun) (Row, error) {
 	n := len(tasks)
+	if e.LongestFirst {
+		tasks = slices.Clone(tasks)
+		captchaq.LongestFirst(tasks)
+	}
 	return runEngine(ctx, s, n, func(i int) captchaq.Task { return tasks[i] }, e)
 }
 

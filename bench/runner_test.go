@@ -103,15 +103,33 @@ func TestMixedReportTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Seed.Solved != 20 || len(rep.Engine) != 2 || rep.Engine[0].Solved != 20 || rep.Engine[1].Solved != 20 {
+	if rep.Seed.Solved != 20 || len(rep.Engine) != 3 || rep.Engine[0].Solved != 20 || rep.Engine[1].Solved != 20 || rep.Engine[2].Solved != 20 {
 		t.Fatalf("report %+v", rep)
 	}
 	var b bytes.Buffer
 	rep.Markdown(&b)
-	for _, want := range []string{"## mixed: 20 tasks (8 image, 6 turnstile, 5 recaptcha v2, 1 recaptcha v3), 5 threads, scale 0.01",
-		"| seed model (poll every 5s) | 20 | 0 |", "| engine, PollInterval 1s | 20 | 0 |", "| engine + pingback (PollInterval 1s) | 20 | 0 |", "| 0.1000 |"} {
+	for _, want := range []string{"## mixed, realistic mix: 20 tasks (8 image, 6 turnstile, 5 recaptcha v2, 1 recaptcha v3), 5 threads, scale 0.01",
+		"| seed model (poll every 5s) | 20 | 0 |", "| engine, PollInterval 1s | 20 | 0 |", "| engine + pingback (PollInterval 1s) | 20 | 0 |",
+		"| engine + pingback (PollInterval 1s), longest first | 20 | 0 |", "| 0.1000 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Fatalf("report lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+func TestMixedShortMix(t *testing.T) {
+	t.Parallel()
+	rep, err := Mixed(t.Context(), MixedConfig{Tasks: 20, Threads: 5, Scale: 0.01, Seed: 2, Mix: "short", PollIntervals: []time.Duration{time.Second}, NoPingback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	rep.Markdown(&b)
+	want := "## mixed, short mix: 20 tasks (14 image, 3 turnstile, 2 recaptcha v2, 1 recaptcha v3), 5 threads, scale 0.01"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("report lacks %q:\n%s", want, b.String())
+	}
+	if _, err := Mixed(t.Context(), MixedConfig{Mix: "long"}); err == nil || !strings.Contains(err.Error(), `mix "long": use one of realistic, short`) {
+		t.Fatalf("unknown mix: err = %v", err)
 	}
 }

@@ -86,6 +86,7 @@ type FaultCounts struct {
 // Quantiles summarizes durations in seconds (nearest-rank quantiles).
 type Quantiles struct {
 	Count int64   `json:"count"`
+	Mean  float64 `json:"mean_seconds"`
 	P50   float64 `json:"p50_seconds"`
 	P90   float64 `json:"p90_seconds"`
 	P99   float64 `json:"p99_seconds"`
@@ -110,6 +111,7 @@ type statsState struct {
 
 	delays     []time.Duration
 	delayCount int64
+	delaySum   time.Duration
 	delayMax   time.Duration
 	sampler    *rand.Rand // reservoir draws, apart from the main stream
 
@@ -126,6 +128,7 @@ func (st *statsState) reset(seed uint64) {
 func (st *statsState) recordDelay(d time.Duration) {
 	d = max(d, 0)
 	st.delayCount++
+	st.delaySum += d
 	st.delayMax = max(st.delayMax, d)
 	if len(st.delays) < delaySamples {
 		st.delays = append(st.delays, d)
@@ -208,6 +211,9 @@ func (s *Server) Stats() Stats {
 		}
 	}
 	out.ReadyToFetched = quantiles(st.delays, st.delayCount, st.delayMax)
+	if st.delayCount > 0 {
+		out.ReadyToFetched.Mean = (st.delaySum / time.Duration(st.delayCount)).Seconds()
+	}
 	return out
 }
 

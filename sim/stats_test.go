@@ -56,7 +56,7 @@ func TestReadyToFetched(t *testing.T) {
 		b.poll(t, id) // a second delivery is not counted again
 	}
 	st := b.srv.Stats()
-	want := sim.Quantiles{Count: 4, P50: 3, P90: 10, P99: 10, Max: 10}
+	want := sim.Quantiles{Count: 4, Mean: 5, P50: 3, P90: 10, P99: 10, Max: 10} // mean (1+3+6+10)/4
 	if diff := cmp.Diff(want, st.ReadyToFetched); diff != "" {
 		t.Fatalf("ready_to_fetched (-want +got):\n%s", diff)
 	}
@@ -151,7 +151,7 @@ func TestStatsJSON(t *testing.T) {
 	if diff := cmp.Diff([]string{"dropped", "http_5xx", "slow", "total"}, keys(doc["faults"].(map[string]any))); diff != "" {
 		t.Fatalf("faults keys:\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"count", "max_seconds", "p50_seconds", "p90_seconds", "p99_seconds"}, keys(doc["ready_to_fetched"].(map[string]any))); diff != "" {
+	if diff := cmp.Diff([]string{"count", "max_seconds", "mean_seconds", "p50_seconds", "p90_seconds", "p99_seconds"}, keys(doc["ready_to_fetched"].(map[string]any))); diff != "" {
 		t.Fatalf("ready_to_fetched keys:\n%s", diff)
 	}
 	if doc["accepted"] != 1.0 || doc["threads"] != 4.0 {

@@ -40,11 +40,15 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	out := fs.String("out", "", "write result JSONL to `FILE` (default: stdout)")
 	qf := addQueueFlags(fs)
 	progress := fs.Bool("progress", true, "show a progress bar when stderr is a terminal")
+	order := fs.String("order", "input", "submit order: input, or longest-first (reads the whole input, then submits the slowest kinds first so the batch ends sooner)")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
 		return fmt.Errorf("one input file at most, got %d (%v)", fs.NArg(), fs.Args())
+	}
+	if *order != "input" && *order != "longest-first" {
+		return &exitError{code: 2, err: fmt.Errorf("--order %q: use input or longest-first", *order)}
 	}
 	in, total, closeIn, err := openInput(env, fs.Arg(0))
 	if err != nil {
@@ -108,9 +112,10 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	// Several submitters store tasks at once, so the store commits many in
 	// one transaction instead of one commit per line.
 	type job struct {
-		task captchaq.Task
-		raw  []byte
-		line int
+		task     captchaq.Task
+		raw      []byte
+		line     int
+		accepted *sync.WaitGroup // when set, Done once SubmitFunc returns
 	}
 	jobs := make(chan job)
 	var submitters sync.WaitGroup
@@ -125,6 +130,9 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 					bar.add(r)
 					wg.Done()
 				})
+				if j.accepted != nil {
+					j.accepted.Done()
+				}
 				if err == nil {
 					continue
 				}
@@ -138,10 +146,23 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		}()
 	}
 
+	// Longest-first holds every valid line until the input ends.
+	var held []job
+	submit := func(j job) bool {
+		select {
+		case jobs <- j:
+			return true
+		case <-readCtx.Done():
+			return false
+		}
+	}
+	send := submit
+	if *order == "longest-first" {
+		send = func(j job) bool { held = append(held, j); return true }
+	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	line := 0
-read:
 	for sc.Scan() {
 		line++
 		raw := sc.Bytes()
@@ -153,11 +174,26 @@ read:
 			reject(task, raw, line, err)
 			continue
 		}
-		select {
-		case jobs <- job{task: task, raw: append([]byte(nil), raw...), line: line}:
-		case <-readCtx.Done():
-			break read
+		if !send(job{task: task, raw: append([]byte(nil), raw...), line: line}) {
+			break
 		}
+	}
+	// Each class of expected solve time is in the queue before the next
+	// (shorter) one is submitted; within a class the submitters race.
+	captchaq.SortLongestFirst(held, func(j job) captchaq.Task { return j.task })
+	for i, stopped := 0, false; i < len(held) && !stopped; {
+		var class sync.WaitGroup
+		want := held[i].task.ExpectedSolveTime()
+		for ; i < len(held) && held[i].task.ExpectedSolveTime() == want; i++ {
+			class.Add(1)
+			held[i].accepted = &class
+			if !submit(held[i]) {
+				class.Done()
+				stopped = true
+				break
+			}
+		}
+		class.Wait()
 	}
 	close(jobs)
 	submitters.Wait()

@@ -570,3 +570,46 @@ func TestParseInterspersed(t *testing.T) {
 		}
 	}
 }
+
+func TestBatchLongestFirst(t *testing.T) {
+	t.Parallel()
+	_, base := startFastSim(t, sim.Config{Threads: 1})
+	img := func(id string) captchaq.Task {
+		return captchaq.Task{ID: id, Method: "base64", Params: map[string]string{"body": "aW1hZ2UtIiArIGlk" + id}}
+	}
+	rc := captchaq.Task{ID: "rc", Method: "userrecaptcha", Params: map[string]string{"googlekey": "6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-", "pageurl": "https://shop.example/rc"}}
+	ts := turnstileTasks("ts", 2)
+	tasks := []captchaq.Task{img("i0"), ts[0], rc, img("i1"), ts[1]}
+	in := writeFile(t, "tasks.jsonl", jsonl(t, tasks))
+	// One thread: answers come back in submit order.
+	r := runWith(t, "", keyEnv, append([]string{"batch", in, "--order", "longest-first", "--store", "memory", "--api-url", base, "--threads", "1"}, fastQueue...)...)
+	if r.code != 0 {
+		t.Fatalf("batch = %+v", r)
+	}
+	got := parseResults(t, r.stdout)
+	if len(got) != len(tasks) {
+		t.Fatalf("%d results for %d tasks:\n%s", len(got), len(tasks), r.stdout)
+	}
+	var bySubmit []captchaq.Result
+	for _, res := range got {
+		if res.Status != captchaq.StatusSolved {
+			t.Errorf("result %+v; want solved", res)
+		}
+		bySubmit = append(bySubmit, res)
+	}
+	slices.SortFunc(bySubmit, func(a, b captchaq.Result) int { return a.SubmittedAt.Compare(b.SubmittedAt) })
+	// reCAPTCHA first, then both Turnstiles (in either order), then both
+	// images (in either order).
+	var classes []string
+	for _, res := range bySubmit {
+		classes = append(classes, res.ID[:2])
+	}
+	if want := []string{"rc", "ts", "ts", "i0", "i1"}; !slices.Equal(classes[:3], want[:3]) || classes[3] != "i0" && classes[3] != "i1" || classes[4] == classes[3] {
+		t.Errorf("submit order %v; want rc, the Turnstiles, then the images", classes)
+	}
+
+	bad := runWith(t, "", keyEnv, "batch", in, "--order", "shortest", "--store", "memory", "--api-url", base)
+	if bad.code != 2 || !strings.Contains(bad.stderr, `--order "shortest": use input or longest-first`) {
+		t.Errorf("bad --order = %+v", bad)
+	}
+}

@@ -28,6 +28,7 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		scale    = fs.Float64("scale", 1, "multiply every latency, the poll ban window, the seed's 5 s poll and the engine's PollInterval by this `factor`")
 		seed     = fs.Uint64("seed", 1, "simulator and task-order seed")
 		polls    = fs.String("poll-intervals", "500ms,1s,2s", "engine PollInterval values of the mixed scenario, at scale 1")
+		mixes    = fs.String("mix", "", "task mixes of the mixed scenario, comma-separated: "+strings.Join(bench.MixNames(), ", ")+" (default: realistic, or every mix with --scenario all)")
 		sTasks   = fs.Int("scale-tasks", 100_000, "tasks of the scale scenario")
 		sThreads = fs.Int("scale-threads", 5000, "threads of the scale scenario")
 		sLat     = fs.Float64("scale-latency", 0.01, "latency scale of the scale scenario")
@@ -60,6 +61,17 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		}
 		intervals = append(intervals, d)
 	}
+	mixList := bench.MixNames()
+	if *mixes != "" {
+		mixList = strings.Split(*mixes, ",")
+		for _, m := range mixList {
+			if _, ok := bench.Mixes[m]; !ok {
+				return &exitError{code: 2, err: fmt.Errorf("--mix: %q is not a mix; use %s", m, strings.Join(bench.MixNames(), ", "))}
+			}
+		}
+	} else if *scenario != "all" {
+		mixList = []string{"realistic"}
+	}
 	run := map[string]bool{}
 	switch *scenario {
 	case "mixed", "scale", "store":
@@ -75,11 +87,15 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		strings.Join(args, " "), time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), host)
 	mc := bench.MixedConfig{Tasks: *tasks, Threads: *threads, Scale: *scale, Seed: *seed, PollIntervals: intervals, Log: env.stderr}
 	if run["mixed"] {
-		rep, err := bench.Mixed(ctx, mc)
-		if err != nil {
-			return err
+		for _, m := range mixList {
+			c := mc
+			c.Mix = m
+			rep, err := bench.Mixed(ctx, c)
+			if err != nil {
+				return err
+			}
+			rep.Markdown(out)
 		}
-		rep.Markdown(out)
 	}
 	if run["scale"] {
 		rep, err := bench.Scale(ctx, bench.ScaleConfig{Threads: *sThreads, Tasks: *sTasks, LatencyScale: *sLat, Seed: *seed})

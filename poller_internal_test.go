@@ -1,0 +1,58 @@
+package captchaq
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// pollRecorder answers every poll "not ready" and records the ids asked.
+type pollRecorder struct {
+	mu  sync.Mutex
+	ids [][]string
+}
+
+func (p *pollRecorder) Submit(context.Context, provider.Task, string) (string, error) {
+	return "", nil
+}
+
+func (p *pollRecorder) PollMany(_ context.Context, ids []string) ([]provider.PollResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ids = append(p.ids, slices.Clone(ids))
+	return make([]provider.PollResult, len(ids)), nil
+}
+
+// A round asks for every id due before the next round, not only those
+// due now: an answer left for the next round would sit ready for up to a
+// whole interval. An id polled less than PollInterval ago waits.
+func TestRoundTakesIDsDueBeforeNextRound(t *testing.T) {
+	rec := &pollRecorder{}
+	const every = time.Second
+	q, err := New(Config{Provider: rec, Threads: 8, PollInterval: every})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	add := func(id string, due, polledAt time.Time) {
+		st := &taskState{rec: Record{Task: Task{ID: id}, CaptchaID: id}, due: due, polledAt: polledAt}
+		q.inflight[id] = st
+	}
+	add("due", now, time.Time{})
+	add("soon", now.Add(600*time.Millisecond), time.Time{})
+	add("next-round", now.Add(every), time.Time{})
+	add("later", now.Add(every+time.Millisecond), time.Time{})
+	add("just-polled", now, now.Add(-every/2))
+	q.poller.round(now)
+	if len(rec.ids) != 1 {
+		t.Fatalf("%d requests, want 1: %v", len(rec.ids), rec.ids)
+	}
+	got := slices.Sorted(slices.Values(rec.ids[0]))
+	if want := []string{"due", "next-round", "soon"}; !slices.Equal(got, want) {
+		t.Fatalf("polled %v, want %v", got, want)
+	}
+}
