@@ -109,3 +109,19 @@ func ExampleParseTask() {
 	// a 1 1m30s <nil>
 	// task: unknown field "methd" (known fields: id, method, params, priority, tenant, deadline, ttl, max_attempts, proxy, proxytype, pingback)
 }
+
+func ExampleLongestFirst() {
+	tasks := []captchaq.Task{
+		{ID: "logo", Method: "base64", Params: map[string]string{"body": "aGVsbG8="}},
+		{ID: "login", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAB", "pageurl": "https://shop.example/login"}},
+		{ID: "signup", Method: "userrecaptcha", Params: map[string]string{"googlekey": "6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-", "pageurl": "https://shop.example/signup"}},
+	}
+	captchaq.LongestFirst(tasks)
+	for _, t := range tasks {
+		fmt.Println(t.ID, t.ExpectedSolveTime())
+	}
+	// Output:
+	// signup 15s
+	// login 10s
+	// logo 5s
+}
