@@ -121,7 +121,7 @@ func ExampleLongestFirst() {
 		fmt.Println(t.ID, t.ExpectedSolveTime())
 	}
 	// Output:
-	// signup 15s
-	// login 10s
-	// logo 5s
+	// signup 25s
+	// login 8s
+	// logo 700ms
 }

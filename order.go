@@ -9,13 +9,13 @@ import (
 )
 
 // ExpectedSolveTime is how long t's kind typically takes to solve
-// (provider.TypicalSolveTime), or 0 when t does not validate.
+// (provider.MedianSolveTime), or 0 when t does not validate.
 func (t Task) ExpectedSolveTime() time.Duration {
 	k, err := t.ProviderTask().Kind()
 	if err != nil {
 		return 0
 	}
-	return provider.TypicalSolveTime(k)
+	return provider.MedianSolveTime(k)
 }
 
 // LongestFirst reorders tasks so the kinds that take longest to solve go

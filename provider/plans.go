@@ -66,6 +66,32 @@ func TokenLifetime(k Kind) time.Duration {
 	return 0 // image, grid, BLS: the answer is text, not a token
 }
 
+// MedianSolveTime is how long a task of kind k typically takes to solve,
+// after published figures: images under a second, Turnstile under 10–15 s,
+// reCAPTCHA v2 under a minute. The simulator's default latencies are
+// centred on it.
+func MedianSolveTime(k Kind) time.Duration {
+	switch k {
+	case KindImage:
+		return 700 * time.Millisecond
+	case KindGrid, KindBLS:
+		return 3 * time.Second
+	case KindRecaptchaV2:
+		return 25 * time.Second
+	case KindRecaptchaV3:
+		return 9 * time.Second
+	case KindTurnstile:
+		return 8 * time.Second
+	case KindCloudflareChallenge:
+		return 14 * time.Second
+	case KindGeeTest:
+		return 10 * time.Second
+	case KindCaptchaFox, KindFriendlyCaptcha, KindLemin:
+		return 5 * time.Second
+	}
+	return 5 * time.Second
+}
+
 // TypicalSolveTime is when the first poll for kind k is worth making after
 // submit (the published timing advice); later polls follow every few
 // seconds.

@@ -37,12 +37,21 @@ func TestLifetimesAndSolveTimes(t *testing.T) {
 		KindGeeTest: 10 * time.Second, KindCloudflareChallenge: 15 * time.Second, KindCaptchaFox: 15 * time.Second,
 		KindFriendlyCaptcha: 15 * time.Second, KindLemin: 15 * time.Second,
 	}
-	for k := range specs { // every supported kind has both values
+	median := map[Kind]time.Duration{
+		KindImage: 700 * time.Millisecond, KindBLS: 3 * time.Second, KindGrid: 3 * time.Second,
+		KindRecaptchaV2: 25 * time.Second, KindRecaptchaV3: 9 * time.Second, KindTurnstile: 8 * time.Second,
+		KindGeeTest: 10 * time.Second, KindCloudflareChallenge: 14 * time.Second, KindCaptchaFox: 5 * time.Second,
+		KindFriendlyCaptcha: 5 * time.Second, KindLemin: 5 * time.Second,
+	}
+	for k := range specs { // every supported kind has every value
 		if got, want := TokenLifetime(k), life[k]; got != want {
 			t.Errorf("TokenLifetime(%s) = %v, want %v", k, got, want)
 		}
 		if got, want := TypicalSolveTime(k), solve[k]; got != want {
 			t.Errorf("TypicalSolveTime(%s) = %v, want %v", k, got, want)
+		}
+		if got, want := MedianSolveTime(k), median[k]; got != want {
+			t.Errorf("MedianSolveTime(%s) = %v, want %v", k, got, want)
 		}
 	}
 	if len(specs) != 11 {

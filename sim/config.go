@@ -144,21 +144,20 @@ type Pingback struct {
 	Parallel int
 }
 
-// DefaultLatency is the solve time per kind at LatencyScale 1, after
-// published figures: images under a second, Turnstile under 10–15 s,
-// reCAPTCHA v2 under a minute.
+// DefaultLatency is the solve time per kind at LatencyScale 1, centred on
+// provider.MedianSolveTime.
 var DefaultLatency = map[provider.Kind]Latency{
-	provider.KindImage:               {Median: 700 * time.Millisecond, Spread: 0.25, Min: 400 * time.Millisecond, Max: 1500 * time.Millisecond},
-	provider.KindGrid:                {Median: 3 * time.Second, Spread: 0.3, Min: 1500 * time.Millisecond, Max: 8 * time.Second},
-	provider.KindBLS:                 {Median: 3 * time.Second, Spread: 0.3, Min: 1500 * time.Millisecond, Max: 8 * time.Second},
-	provider.KindRecaptchaV2:         {Median: 25 * time.Second, Spread: 0.35, Min: 12 * time.Second, Max: 60 * time.Second},
-	provider.KindRecaptchaV3:         {Median: 9 * time.Second, Spread: 0.3, Min: 4 * time.Second, Max: 20 * time.Second},
-	provider.KindTurnstile:           {Median: 8 * time.Second, Spread: 0.25, Min: 4 * time.Second, Max: 15 * time.Second},
-	provider.KindCloudflareChallenge: {Median: 14 * time.Second, Spread: 0.25, Min: 8 * time.Second, Max: 25 * time.Second},
-	provider.KindGeeTest:             {Median: 10 * time.Second, Spread: 0.3, Min: 5 * time.Second, Max: 25 * time.Second},
-	provider.KindCaptchaFox:          {Median: 5 * time.Second, Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
-	provider.KindFriendlyCaptcha:     {Median: 5 * time.Second, Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
-	provider.KindLemin:               {Median: 5 * time.Second, Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
+	provider.KindImage:               {Median: provider.MedianSolveTime(provider.KindImage), Spread: 0.25, Min: 400 * time.Millisecond, Max: 1500 * time.Millisecond},
+	provider.KindGrid:                {Median: provider.MedianSolveTime(provider.KindGrid), Spread: 0.3, Min: 1500 * time.Millisecond, Max: 8 * time.Second},
+	provider.KindBLS:                 {Median: provider.MedianSolveTime(provider.KindBLS), Spread: 0.3, Min: 1500 * time.Millisecond, Max: 8 * time.Second},
+	provider.KindRecaptchaV2:         {Median: provider.MedianSolveTime(provider.KindRecaptchaV2), Spread: 0.35, Min: 12 * time.Second, Max: 60 * time.Second},
+	provider.KindRecaptchaV3:         {Median: provider.MedianSolveTime(provider.KindRecaptchaV3), Spread: 0.3, Min: 4 * time.Second, Max: 20 * time.Second},
+	provider.KindTurnstile:           {Median: provider.MedianSolveTime(provider.KindTurnstile), Spread: 0.25, Min: 4 * time.Second, Max: 15 * time.Second},
+	provider.KindCloudflareChallenge: {Median: provider.MedianSolveTime(provider.KindCloudflareChallenge), Spread: 0.25, Min: 8 * time.Second, Max: 25 * time.Second},
+	provider.KindGeeTest:             {Median: provider.MedianSolveTime(provider.KindGeeTest), Spread: 0.3, Min: 5 * time.Second, Max: 25 * time.Second},
+	provider.KindCaptchaFox:          {Median: provider.MedianSolveTime(provider.KindCaptchaFox), Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
+	provider.KindFriendlyCaptcha:     {Median: provider.MedianSolveTime(provider.KindFriendlyCaptcha), Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
+	provider.KindLemin:               {Median: provider.MedianSolveTime(provider.KindLemin), Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
