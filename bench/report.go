@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -42,6 +44,43 @@ func (r MixedReport) Markdown(w io.Writer) {
 		v := r.Judge(x)
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.4f | %.4f |\n", x.Name, passFail(v.Utilization), passFail(v.ReadyP50),
 			passFail(v.ReadyP99), passFail(v.Requests), passFail(v.Makespan), passFail(v.All()), Frontier(x), 1/(2*float64(c.Threads)))
+	}
+	fmt.Fprintln(w)
+}
+
+// SeedsMarkdown writes, for reports of one mix run with different seeds,
+// each engine row's makespan against the seed model's per seed and the
+// median: the end of a batch waits on its last long task, so one run's
+// makespan moves by several seconds from seed to seed.
+func SeedsMarkdown(w io.Writer, reps []MixedReport) {
+	if len(reps) == 0 {
+		return
+	}
+	c := reps[0].Config
+	fmt.Fprintf(w, "### %s mix: makespan vs the seed model over %d seeds\n\n", c.Mix, len(reps))
+	fmt.Fprint(w, "| run |")
+	for _, r := range reps {
+		fmt.Fprintf(w, " sim seed %d |", r.Config.Seed)
+	}
+	fmt.Fprintln(w, " median |")
+	fmt.Fprint(w, "|---|")
+	for range reps {
+		fmt.Fprint(w, "---|")
+	}
+	fmt.Fprintln(w, "---|")
+	for i, row := range reps[0].Engine {
+		fmt.Fprintf(w, "| %s |", row.Name)
+		var ratios []float64
+		for _, r := range reps {
+			ratio := math.NaN()
+			if i < len(r.Engine) && r.Seed.Makespan > 0 {
+				ratio = float64(r.Engine[i].Makespan) / float64(r.Seed.Makespan)
+			}
+			ratios = append(ratios, ratio)
+			fmt.Fprintf(w, " %.2f× |", ratio)
+		}
+		slices.Sort(ratios)
+		fmt.Fprintf(w, " %.2f× |\n", ratios[len(ratios)/2])
 	}
 	fmt.Fprintln(w)
 }

@@ -133,3 +133,27 @@ func TestMixedShortMix(t *testing.T) {
 		t.Fatalf("unknown mix: err = %v", err)
 	}
 }
+
+func TestSeedsMarkdown(t *testing.T) {
+	row := func(name string, makespan time.Duration) Row { return Row{Name: name, Makespan: makespan} }
+	rep := func(seed uint64, seedModel, a, b time.Duration) MixedReport {
+		return MixedReport{Config: MixedConfig{Mix: "short", Seed: seed}, Seed: row("seed model", seedModel), Engine: []Row{row("a", a), row("b", b)}}
+	}
+	var buf bytes.Buffer
+	SeedsMarkdown(&buf, []MixedReport{
+		rep(1, 10*time.Second, 5*time.Second, 8*time.Second),
+		rep(2, 20*time.Second, 12*time.Second, 10*time.Second),
+		rep(3, 10*time.Second, 7*time.Second, 9*time.Second),
+	})
+	want := `### short mix: makespan vs the seed model over 3 seeds
+
+| run | sim seed 1 | sim seed 2 | sim seed 3 | median |
+|---|---|---|---|---|
+| a | 0.50× | 0.60× | 0.70× | 0.60× |
+| b | 0.80× | 0.50× | 0.90× | 0.80× |
+
+`
+	if buf.String() != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}

@@ -27,6 +27,7 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		threads  = fs.Int("threads", bench.MixedThreadsDefault, "plan threads of the mixed and store scenarios")
 		scale    = fs.Float64("scale", 1, "multiply every latency, the poll ban window, the seed's 5 s poll and the engine's PollInterval by this `factor`")
 		seed     = fs.Uint64("seed", 1, "simulator and task-order seed")
+		seeds    = fs.Int("seeds", 1, "run the mixed scenario with this many seeds (--seed, --seed+1, …): full tables for the first, makespan ratios for all")
 		polls    = fs.String("poll-intervals", "500ms,1s,2s", "engine PollInterval values of the mixed scenario, at scale 1")
 		mixes    = fs.String("mix", "", "task mixes of the mixed scenario, comma-separated: "+strings.Join(bench.MixNames(), ", ")+" (default: realistic, or every mix with --scenario all)")
 		sTasks   = fs.Int("scale-tasks", 100_000, "tasks of the scale scenario")
@@ -50,6 +51,8 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		return &exitError{code: 2, err: fmt.Errorf("--threads is %d: give a positive count", *threads)}
 	case *scale <= 0:
 		return &exitError{code: 2, err: fmt.Errorf("--scale is %v: give a positive factor (1 is realistic, 0.2 five times faster)", *scale)}
+	case *seeds <= 0:
+		return &exitError{code: 2, err: fmt.Errorf("--seeds is %d: give a positive count", *seeds)}
 	case *sTasks <= 0 || *sThreads <= 0 || *sLat <= 0:
 		return &exitError{code: 2, err: fmt.Errorf("--scale-tasks, --scale-threads and --scale-latency must be positive")}
 	}
@@ -88,13 +91,22 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 	mc := bench.MixedConfig{Tasks: *tasks, Threads: *threads, Scale: *scale, Seed: *seed, PollIntervals: intervals, Log: env.stderr}
 	if run["mixed"] {
 		for _, m := range mixList {
-			c := mc
-			c.Mix = m
-			rep, err := bench.Mixed(ctx, c)
-			if err != nil {
-				return err
+			var reps []bench.MixedReport
+			for i := range *seeds {
+				c := mc
+				c.Mix, c.Seed = m, *seed+uint64(i)
+				rep, err := bench.Mixed(ctx, c)
+				if err != nil {
+					return err
+				}
+				if i == 0 {
+					rep.Markdown(out)
+				}
+				reps = append(reps, rep)
 			}
-			rep.Markdown(out)
+			if *seeds > 1 {
+				bench.SeedsMarkdown(out, reps)
+			}
 		}
 	}
 	if run["scale"] {
