@@ -19,7 +19,7 @@ const (
 // scenario tries (at scale 1), to show the frontier.
 var PollIntervalsDefault = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}
 
-// The targets for the engine at scale 1.
+// The engine's targets at scale 1.
 const (
 	TargetUtilization    = 0.94
 	TargetReadyP50       = 300 * time.Millisecond
