@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -54,7 +55,7 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	m := c.s.queue.Metrics()
+	m := c.s.backend.Metrics()
 	g := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
 	}
@@ -93,6 +94,32 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		g(c.inflight, float64(inflight), cl.Name)
 		n(c.clientDone, float64(solved), cl.Name, "solved")
 		n(c.clientDone, float64(failed), cl.Name, "failed")
+	}
+}
+
+// brokerCollector reads a QueueDepther's broker queues at scrape time.
+type brokerCollector struct {
+	qd    QueueDepther
+	ready *prometheus.Desc
+}
+
+func newBrokerCollector(qd QueueDepther) *brokerCollector {
+	return &brokerCollector{qd: qd, ready: prometheus.NewDesc("captchaq_broker_queue_ready",
+		"Messages ready in a broker queue (tasks waiting for a worker, this gateway's replies, dead letters).", []string{"queue"}, nil)}
+}
+
+func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.ready }
+
+// Collect reports nothing while the broker does not answer.
+func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	depths, err := c.qd.QueueDepths(ctx)
+	if err != nil {
+		return
+	}
+	for q, n := range depths {
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n), q)
 	}
 }
 
