@@ -236,8 +236,9 @@ func (g *Gateway) Attach(weights map[string]int, onResult func(captchaq.Result))
 // publishes again any task recorded but not marked published, and starts
 // taking results. It refuses a Store whose unfinished tasks belong to
 // another gateway (their results go to that gateway's reply queue) or to
-// a queue that solves tasks itself.
-func (g *Gateway) Start(ctx context.Context) error {
+// a queue that solves tasks itself. A gateway whose Start failed takes no
+// tasks.
+func (g *Gateway) Start(ctx context.Context) (err error) {
 	g.mu.Lock()
 	if g.started || g.closed {
 		g.mu.Unlock()
@@ -245,11 +246,18 @@ func (g *Gateway) Start(ctx context.Context) error {
 	}
 	g.started, g.tally = true, tally.NewResults(time.Now())
 	g.mu.Unlock()
+	defer func() {
+		if err != nil {
+			g.mu.Lock()
+			g.closed = true
+			g.mu.Unlock()
+		}
+	}()
 
 	var unmarked []captchaq.Record
 	others := map[string]int{}
 	solving := 0
-	err := g.store.Pending(ctx, func(r captchaq.Record) error {
+	err = g.store.Pending(ctx, func(r captchaq.Record) error {
 		switch {
 		case r.Status == captchaq.StatusInFlight && r.CaptchaID == g.mark:
 			g.track(r)
@@ -639,12 +647,16 @@ func (g *Gateway) Ready(ctx context.Context) error {
 }
 
 // QueueDepths reads the messages ready in the task queues, the gateway's
-// reply queue and the dead-letter queue, at most once a second.
+// reply queue and the dead-letter queue, at most once a second; while the
+// broker connection is down it fails at once.
 func (g *Gateway) QueueDepths(ctx context.Context) (map[string]int, error) {
 	g.depthMu.Lock()
 	defer g.depthMu.Unlock()
 	if g.depthReadings != nil && time.Since(g.depthAt) < depthsFresh {
 		return maps.Clone(g.depthReadings), nil
+	}
+	if !g.c.Connected() {
+		return nil, errors.New("amqp: broker connection lost; reconnecting")
 	}
 	n := g.c.Names()
 	queues := []string{n.Tasks}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -444,6 +445,9 @@ func TestGatewayStoreChecks(t *testing.T) {
 		if err := g.Start(ctx); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Start with %s: %v, want %q", c.captchaID, err, c.want)
 		}
+		if err := g.Submit(ctx, task("q/2", 0)); !errors.Is(err, captchaq.ErrClosed) {
+			t.Errorf("Submit after a failed Start: %v, want ErrClosed", err)
+		}
 	}
 	r.mu.Lock()
 	r.gateways = append(r.gateways, "web-1")
@@ -473,5 +477,52 @@ func TestGatewayStoreChecks(t *testing.T) {
 	}
 	if err := g.Submit(ctx, task("q/3", 0)); !errors.Is(err, captchaq.ErrClosed) {
 		t.Fatalf("Submit after Shutdown: %v, want ErrClosed", err)
+	}
+}
+
+// TestGatewayDroppedConnection: the broker closes every connection of the
+// fleet mid-run; the gateway takes its results on the next one and answers
+// every task exactly once, and takes tasks again.
+func TestGatewayDroppedConnection(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Skip("skipping: rabbitmqctl is needed to close a connection from the broker side")
+	}
+	cfg := testConfig(t)
+	r := newGatewayRig(t, cfg)
+	ctx := testCtx(t)
+	r.worker("drop-w", sim.Config{Threads: 10, LatencyScale: 0.02, Seed: 5, PollBan: sim.PollBan{Disabled: true}}, 5, 10)
+	g, results := r.gateway("drop", nil, nil)
+	const n = 30
+	submit := func(i int) {
+		t.Helper()
+		tk := task(fmt.Sprintf("d%02d", i), 0)
+		tk.Params = map[string]string{"sitekey": "0x4AAA", "pageurl": fmt.Sprintf("https://shop.example/%d", i)}
+		if err := g.Submit(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		submit(i)
+	}
+	got := await(t, ctx, results, 10)
+	if closed := closeConnections(t, cfg.Prefix); closed != 1 {
+		t.Fatalf("closed %d connections, want the one the worker and gateway share", closed)
+	}
+	got = append(got, await(t, ctx, results, n-10)...)
+	quietFor(t, results, 500*time.Millisecond)
+	seen := map[string]bool{}
+	for _, res := range got {
+		if seen[res.ID] || res.Status != captchaq.StatusSolved || res.Token == "" {
+			t.Errorf("result %+v: a second answer, or not solved", res)
+		}
+		seen[res.ID] = true
+	}
+	if c := g.Counts(); c.Results != n || c.Unknown != 0 || c.Accepted != n {
+		t.Errorf("counts %+v, want %d accepted and results, none unknown", c, n)
+	}
+	submit(n)
+	if res := await(t, ctx, results, 1)[0]; res.ID != fmt.Sprintf("d%02d", n) || res.Status != captchaq.StatusSolved {
+		t.Errorf("after the reconnect: %+v", res)
 	}
 }

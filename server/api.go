@@ -400,8 +400,10 @@ type Stats struct {
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	st := Stats{Metrics: s.backend.Metrics(), Ready: s.ready(r.Context()) == nil}
 	if qd, ok := s.backend.(QueueDepther); ok {
-		// Best effort: a broker that does not answer leaves it out.
-		st.Broker, _ = qd.QueueDepths(r.Context())
+		// Best effort: a broker that does not answer soon leaves it out.
+		ctx, cancel := context.WithTimeout(r.Context(), depthWait)
+		st.Broker, _ = qd.QueueDepths(ctx)
+		cancel()
 	}
 	for _, c := range s.cfg.Clients {
 		if !cs.Admin && c.Name != cs.Name {

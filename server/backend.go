@@ -53,6 +53,9 @@ type Backend interface {
 	Shutdown(ctx context.Context) error
 }
 
+// depthWait bounds a QueueDepths call made for /v1/stats or /metrics.
+const depthWait = 2 * time.Second
+
 // QueueDepther is a Backend that can tell how many messages wait in the
 // broker queues it uses; /v1/stats shows them as "broker" and /metrics as
 // captchaq_broker_queue_ready. A call should be cheap (cache it).

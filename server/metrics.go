@@ -112,7 +112,7 @@ func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.ready }
 
 // Collect reports nothing while the broker does not answer.
 func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), depthWait)
 	defer cancel()
 	depths, err := c.qd.QueueDepths(ctx)
 	if err != nil {
