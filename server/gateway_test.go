@@ -132,6 +132,7 @@ var gatewayClients = []server.Client{
 	{Name: "qa", Key: keyQA, Weight: 2},
 	{Name: "other", Key: keyOther},
 	{Name: "slow", Key: "slow-key-0001", MaxInflight: 1},
+	{Name: "burst", Key: "burst-key-001", Rate: 1},
 	{Name: "ops", Key: keyAdmin, Admin: true},
 }
 
@@ -356,19 +357,31 @@ func TestGatewayEndToEnd(t *testing.T) {
 	if v.Status != captchaq.StatusInFlight {
 		t.Errorf("replayed: %s, want inflight", v.Status)
 	}
-	// Every task reached the provider once: 5 + 1 Turnstile for qa and
-	// other, and two reCAPTCHAs (the replay of the first is a copy of a
-	// task the worker holds at the provider: it is not sent again).
+	// A rate of one task a second: the second at once is refused. The
+	// priority parameter is the task's.
+	burstKey := gatewayClients[3].Key
+	urgent := g.inOK(t, burstKey, distinct(url.Values{"method": {"turnstile"}, "sitekey": {"0x4AAAAAAA"}, "pageurl": {"https://shop.example/checkout"}, "priority": {"1"}}, "urgent"))
+	if got := g.form(t, http.MethodPost, "/in.php", distinct(url.Values{"key": {burstKey}, "method": {"turnstile"}, "sitekey": {"0x4AAAAAAA"}, "pageurl": {"https://shop.example/checkout"}}, "late")); got != "MAX_USER_TURN" {
+		t.Errorf("over the rate: %q, want MAX_USER_TURN", got)
+	}
+	if v := g.waitFinal(t, burstKey, urgent); v.Status != captchaq.StatusSolved || v.Priority != 1 {
+		t.Errorf("urgent task: %+v, want solved at priority 1", v)
+	}
+
+	// Every task reached the provider once: 5 + 1 + 1 Turnstile for qa,
+	// other and burst, and two reCAPTCHAs (the replay of the first is a
+	// copy of a task the worker holds at the provider: it is not sent
+	// again).
 	deadline := time.Now().Add(10 * time.Second)
-	for f.sim.Stats().Accepted < 8 && time.Now().Before(deadline) {
+	for f.sim.Stats().Accepted < 9 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if s := f.sim.Stats(); s.Accepted != 8 || s.Duplicates != 0 {
-		t.Errorf("simulator accepted %d (duplicates %d), want 8 and 0", s.Accepted, s.Duplicates)
+	if s := f.sim.Stats(); s.Accepted != 9 || s.Duplicates != 0 {
+		t.Errorf("simulator accepted %d (duplicates %d), want 9 and 0", s.Accepted, s.Duplicates)
 	}
-	if c := g.gw.Counts(); c != (amqp.GatewayCounts{Accepted: 8, Results: 7}) {
-		t.Errorf("gateway counts %+v, want 8 accepted, 7 results, nothing dropped", c)
+	if c := g.gw.Counts(); c != (amqp.GatewayCounts{Accepted: 9, Results: 8}) {
+		t.Errorf("gateway counts %+v, want 9 accepted, 8 results, nothing dropped", c)
 	}
 }
 
