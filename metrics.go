@@ -4,8 +4,8 @@ import (
 	"maps"
 	"time"
 
-	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/sched"
+	"github.com/captchaq/captchaq/internal/tally"
 )
 
 // Metrics is a snapshot of the queue's counters and state.
@@ -41,19 +41,15 @@ type Metrics struct {
 	StartedAt    time.Time
 }
 
-const delaySamples = 1024
-
 type counters struct {
-	startedAt                          time.Time
-	submitted, solved, failed, retries int64
-	retriesBy                          map[string]int64
-	solveSum                           float64
-	delays                             *latency.Window
+	tally.Results
+	submitted, retries int64
+	retriesBy          map[string]int64
 }
 
 func (c *counters) init() {
+	c.Results = tally.NewResults(time.Time{}) // Start sets Started
 	c.retriesBy = map[string]int64{}
-	c.delays = latency.NewWindow(delaySamples)
 }
 
 func (c *counters) retry(code string) {
@@ -65,15 +61,7 @@ func (c *counters) retry(code string) {
 }
 
 func (c *counters) record(r Result, ready, delivered time.Time) {
-	if r.Status != StatusSolved {
-		c.failed++
-		return
-	}
-	c.solved++
-	c.solveSum += r.SolveSeconds
-	if !ready.IsZero() {
-		c.delays.Add(max(delivered.Sub(ready), 0))
-	}
+	c.Add(r.Status == StatusSolved, r.SolveSeconds, delivered.Sub(ready), !ready.IsZero())
 }
 
 // Metrics returns a snapshot.
@@ -86,37 +74,21 @@ func (q *Queue) Metrics() Metrics {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c := &q.metrics
+	rates := c.Rates(now)
 	m := Metrics{
-		Submitted: c.submitted, Solved: c.solved, Failed: c.failed, Retries: c.retries,
+		Submitted: c.submitted, Solved: c.Solved, Failed: c.Failed, Retries: c.retries,
 		RetriesByReason: maps.Clone(c.retriesBy),
 		ThreadsInUse:    q.limiter.InUse(), Window: q.limiter.Window(), Threads: q.limiter.Max(),
-		QueueDepth: q.queue.Len(), DepthByPriority: map[int]int{},
-		Requests: reqs, StartedAt: c.startedAt,
+		QueueDepth: q.queue.Len(), Requests: reqs, StartedAt: c.Started,
+		AvgSolveSeconds: rates.AvgSolveSeconds, SuccessRate: rates.SuccessRate, ThroughputPerMin: rates.ThroughputPerMin,
+		DeliveryDelayP50: rates.DelayP50, DeliveryDelayP99: rates.DelayP99,
 	}
-	if c.solved > 0 {
-		m.AvgSolveSeconds = c.solveSum / float64(c.solved)
-		m.RequestsPerSolved = float64(reqs) / float64(c.solved)
+	if c.Solved > 0 {
+		m.RequestsPerSolved = float64(reqs) / float64(c.Solved)
 	}
-	if done := c.solved + c.failed; done > 0 {
-		m.SuccessRate = float64(c.solved) / float64(done)
-	}
-	if !c.startedAt.IsZero() {
-		if mins := now.Sub(c.startedAt).Minutes(); mins > 0 {
-			m.ThroughputPerMin = float64(c.solved) / mins
-		}
-	}
-	var oldest time.Time
-	q.queue.Each(func(it sched.Item[*taskState]) {
-		m.DepthByPriority[it.Priority]++
-		if oldest.IsZero() || it.Enqueued.Before(oldest) {
-			oldest = it.Enqueued
-		}
-	})
-	if !oldest.IsZero() {
-		m.OldestWaitingSeconds = max(now.Sub(oldest).Seconds(), 0)
-	}
-	m.DeliveryDelayP50 = c.delays.Quantile(0.5).Seconds()
-	m.DeliveryDelayP99 = c.delays.Quantile(0.99).Seconds()
+	waiting := tally.NewWaiting()
+	q.queue.Each(func(it sched.Item[*taskState]) { waiting.Add(it.Priority, it.Enqueued) })
+	m.DepthByPriority, m.OldestWaitingSeconds = waiting.ByPriority, waiting.OldestSeconds(now)
 	if p := q.pausedLocked(now); p != nil {
 		m.Paused, m.PausedReason = true, p.Error()
 	}

@@ -136,7 +136,7 @@ func (q *Queue) Start(ctx context.Context) error {
 		return errors.New("captchaq: Start called twice or after Close")
 	}
 	q.started = true
-	q.metrics.startedAt = q.now()
+	q.metrics.Started = q.now()
 	q.mu.Unlock()
 
 	var resumed, polling int
@@ -216,6 +216,11 @@ func (q *Queue) maxAttempts(t Task) int {
 	}
 	return q.cfg.MaxAttempts
 }
+
+// Validate checks t as Submit does before accepting it: the queue's fields,
+// then the provider's (type supported, fields present and well formed). The
+// error is a *TaskError naming the field and the fix.
+func (t Task) Validate() error { return validate(t) }
 
 // validate checks a task before it is accepted: the queue's fields, then
 // the provider's (type supported, fields present and well formed).

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/captchaq/captchaq/internal/brokertest"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
+	"github.com/captchaq/captchaq/store/sqlite"
 )
 
 // benchFleet runs tasks through three in-process workers (each with its
@@ -124,4 +127,53 @@ func BenchmarkFleetRealistic(b *testing.B) {
 	for range b.N {
 		benchFleet(b, 1000, 50, sim.Config{LatencyScale: 0.05, Seed: 12}, 100*time.Millisecond)
 	}
+}
+
+// BenchmarkGatewaySubmit measures what a front waits for in gateway mode
+// before it answers OK: publish with confirm, then the task recorded in a
+// SQLite store; 16 submitters per CPU at once, as concurrent HTTP requests
+// would.
+func BenchmarkGatewaySubmit(b *testing.B) {
+	cfg := Config{URL: brokertest.Use(b), Prefix: fmt.Sprintf("bench-gw-%d", time.Now().UnixNano()), Logger: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	defer func() {
+		_ = DeleteReplies(context.Background(), cfg, "bench")
+		_ = DeleteTopology(context.Background(), cfg)
+	}()
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "gateway.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	g, err := NewGateway(c, GatewayConfig{Store: st, Name: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := g.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer g.Shutdown(context.Background())
+	var next atomic.Int64
+	b.SetParallelism(16)
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			tk := fleetTask(fmt.Sprintf("qa/%08d", i), 0)
+			tk.Tenant = "qa"
+			if err := g.Submit(ctx, tk); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "submits/s")
 }

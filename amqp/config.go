@@ -149,6 +149,7 @@ type Names struct {
 	Delay    string // headers exchange in front of the delay queues
 	Inflight string // headers exchange in front of the checkpoint queues
 	Status   string // fanout exchange for consumer status beats
+	Replies  string // Replies+"."+gateway: a gateway's reply queue
 }
 
 // FailedRoutingKey is the routing key of every dead letter.
@@ -167,6 +168,7 @@ func NamesFor(prefix string) Names {
 		Delay:    p + ".delay",
 		Inflight: p + ".inflight",
 		Status:   p + ".status",
+		Replies:  p + ".replies",
 	}
 }
 
@@ -180,6 +182,18 @@ func (n Names) DelayQueue(d time.Duration) string {
 
 // InflightQueue is the checkpoint queue of one consumer.
 func (n Names) InflightQueue(owner string) string { return n.Inflight + "." + owner }
+
+// ReplyQueue is the reply queue of one gateway: the results of the tasks
+// it publishes, and a copy of every dead letter (see Gateway).
+func (n Names) ReplyQueue(gateway string) string { return n.Replies + "." + gateway }
+
+// isReplyQueue reports whether q names a gateway's reply queue under this
+// prefix: the only reply-to a worker honours, so a task message cannot
+// make a worker publish results into any other queue.
+func (n Names) isReplyQueue(q string) bool {
+	name, ok := strings.CutPrefix(q, n.Replies+".")
+	return ok && prefixRE.MatchString(name)
+}
 
 // redactURL drops the password from an AMQP URL for messages.
 func redactURL(u string) string {

@@ -32,7 +32,9 @@ type Conn struct {
 	conn      *amqp091.Connection // nil while reconnecting
 	ready     chan struct{}       // closed while conn is usable
 	unblocked chan struct{}       // closed while the broker is not blocking publishes
-	owners    map[string]bool     // checkpoint queues to declare again after a reconnect
+	// queues declared on request (checkpoint and reply queues), by name,
+	// to declare again after a reconnect
+	queues map[string]declareFunc
 
 	closing    chan struct{}
 	closeOnce  sync.Once
@@ -57,7 +59,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		conn:      conn,
 		ready:     make(chan struct{}),
 		unblocked: make(chan struct{}),
-		owners:    map[string]bool{},
+		queues:    map[string]declareFunc{},
 		closing:   make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -72,6 +74,13 @@ func (c *Conn) Config() Config { return c.cfg }
 
 // Names are the names of the Conn's topology.
 func (c *Conn) Names() Names { return NamesFor(c.cfg.Prefix) }
+
+// Connected reports whether the connection is up now (not reconnecting).
+func (c *Conn) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn != nil && !c.conn.IsClosed()
+}
 
 // Reconnects counts connections made after the first.
 func (c *Conn) Reconnects() int64 { return c.reconnects.Load() }
@@ -110,9 +119,13 @@ func dial(ctx context.Context, cfg Config) (*amqp091.Connection, error) {
 	return conn, nil
 }
 
-// connect dials and declares the topology (and the checkpoint queues of
-// owners), each step under its own timeout.
-func connect(ctx context.Context, cfg Config, owners []string) (*amqp091.Connection, error) {
+// declareFunc declares one queue of its own (a checkpoint or reply queue)
+// on a connection.
+type declareFunc func(*amqp091.Connection) error
+
+// connect dials and declares the topology (and the queues of extra), each
+// step under its own timeout.
+func connect(ctx context.Context, cfg Config, extra []declareFunc) (*amqp091.Connection, error) {
 	conn, err := dial(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -123,8 +136,8 @@ func connect(ctx context.Context, cfg Config, owners []string) (*amqp091.Connect
 		conn.Close()
 		return nil, err
 	}
-	for _, o := range owners {
-		if err := declareInflight(conn, cfg, o); err != nil {
+	for _, declare := range extra {
+		if err := declare(conn); err != nil {
 			conn.Close()
 			return nil, err
 		}
@@ -169,7 +182,7 @@ func (c *Conn) loop(conn *amqp091.Connection) {
 				case <-ctx.Done():
 				}
 			}()
-			next, err := connect(ctx, c.cfg, c.ownerList())
+			next, err := connect(ctx, c.cfg, c.extraQueues())
 			cancel()
 			if err == nil {
 				conn = next
@@ -228,10 +241,10 @@ func isClosedChan(ch chan struct{}) bool {
 	}
 }
 
-func (c *Conn) ownerList() []string {
+func (c *Conn) extraQueues() []declareFunc {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Collect(maps.Keys(c.owners))
+	return slices.Collect(maps.Values(c.queues))
 }
 
 // waitUnblocked returns once the broker accepts publishes.
@@ -301,15 +314,35 @@ func (c *Conn) DeclareInflight(ctx context.Context, owner string) error {
 	if !prefixRE.MatchString(owner) {
 		return fmt.Errorf("amqp: owner %q: use letters, digits, '.', '_', ':' or '-'", owner)
 	}
+	return c.declareQueue(ctx, c.Names().InflightQueue(owner), func(conn *amqp091.Connection) error {
+		return declareInflight(conn, c.cfg, owner)
+	})
+}
+
+// DeclareReplies declares the reply queue of gateway (Names.ReplyQueue),
+// now and after every reconnect: durable, and bound to the dead-letter
+// exchange too, so the gateway hears of its tasks that die in the broker
+// (a task queue's TTL) as well as the results workers send it.
+func (c *Conn) DeclareReplies(ctx context.Context, gateway string) error {
+	if !prefixRE.MatchString(gateway) {
+		return fmt.Errorf("amqp: gateway name %q: use letters, digits, '.', '_', ':' or '-'", gateway)
+	}
+	return c.declareQueue(ctx, c.Names().ReplyQueue(gateway), func(conn *amqp091.Connection) error {
+		return declareReplies(conn, c.cfg, gateway)
+	})
+}
+
+// declareQueue runs declare now and remembers it for reconnects.
+func (c *Conn) declareQueue(ctx context.Context, name string, declare declareFunc) error {
 	conn, err := c.connection(ctx)
 	if err != nil {
 		return err
 	}
-	if err := declareInflight(conn, c.cfg, owner); err != nil {
+	if err := declare(conn); err != nil {
 		return err
 	}
 	c.mu.Lock()
-	c.owners[owner] = true
+	c.queues[name] = declare
 	c.mu.Unlock()
 	return nil
 }

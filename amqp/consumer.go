@@ -47,6 +47,8 @@ type Delivery struct {
 	Exchange    string
 	RoutingKey  string
 	MessageID   string
+	Type        string // "task" or "result" for messages of this package
+	ReplyTo     string
 	Priority    uint8
 	Redelivered bool
 	Timestamp   time.Time
@@ -203,7 +205,7 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 			for d := range ds {
 				del := &Delivery{
 					Queue: q, Exchange: d.Exchange, RoutingKey: d.RoutingKey, MessageID: d.MessageId,
-					Priority: d.Priority, Redelivered: d.Redelivered, Timestamp: d.Timestamp,
+					Type: d.Type, ReplyTo: d.ReplyTo, Priority: d.Priority, Redelivered: d.Redelivered, Timestamp: d.Timestamp,
 					Headers: d.Headers, Body: d.Body, Generation: gen,
 					consumer: k, ch: ch, acks: acks, tag: d.DeliveryTag,
 				}
@@ -302,4 +304,8 @@ func (d *Delivery) Nack(requeue bool) error {
 }
 
 // Task decodes the delivery as a task message.
-func (d *Delivery) Task() (TaskMessage, error) { return DecodeTask(d.Body, d.Headers) }
+func (d *Delivery) Task() (TaskMessage, error) {
+	m, err := DecodeTask(d.Body, d.Headers)
+	m.ReplyTo = d.ReplyTo
+	return m, err
+}

@@ -36,6 +36,7 @@ func readDeadLetter(m amqp091.Delivery) DeadLetter {
 		dl.Body = m.Body
 		dl.Reason = cmpOr(dl.Reason, ReasonInvalid)
 	} else {
+		t.ReplyTo = m.ReplyTo
 		dl.Task = t
 		dl.ErrorCode = t.LastErrorCode
 	}
@@ -102,7 +103,8 @@ func (c *Conn) DeadLetters(ctx context.Context, fn func(DeadLetter) error) error
 
 // Replay publishes the dead letters that match f back to the task exchange
 // with their attempts and errors reset, each confirmed before it leaves the
-// dead-letter queue, and returns how many it moved.
+// dead-letter queue, and returns how many it moved. A task keeps its
+// reply-to, so its result goes back to the gateway that accepted it.
 func (c *Conn) Replay(ctx context.Context, f captchaq.DeadLetterFilter) (int, error) {
 	p := c.NewPublisher()
 	defer p.Close()
@@ -112,7 +114,7 @@ func (c *Conn) Replay(ctx context.Context, f captchaq.DeadLetterFilter) (int, er
 		if dl.Body != nil || !matches(f, dl) {
 			return nil
 		}
-		t := TaskMessage{Task: dl.Task.Task, Accepted: time.Now()}
+		t := TaskMessage{Task: dl.Task.Task, Accepted: time.Now(), ReplyTo: dl.Task.ReplyTo}
 		if err := p.PublishTask(ctx, t); err != nil {
 			return fmt.Errorf("amqp: replay %q: %w", t.Task.ID, err)
 		}

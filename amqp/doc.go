@@ -16,6 +16,8 @@
 //	                   TTL dead-letters back to captcha.types under the kind
 //	captcha.inflight   headers exchange → captcha.inflight.<owner>: checkpoints
 //	captcha.status     fanout for status beats (see Stats)
+//	captcha.replies.G  gateway G's reply queue: the results of the tasks it
+//	                   published, and a copy of every dead letter (see Gateway)
 //
 // Task queues dead-letter to captcha.dlx, so a task that waits longer than
 // Config.TaskTTL (5 minutes) lands in captcha.failed with x-death reason
@@ -59,6 +61,29 @@
 // its checkpoint's confirm puts the task back for the fleet while its
 // captcha id is not yet durable, and another worker may solve it again.
 // The submit cap bounds how many tasks are in that window at once.
+//
+// # Gateways: results by reply-to
+//
+// A Gateway (captchaq serve --amqp) publishes each task with the AMQP
+// reply-to property naming its own durable reply queue,
+// captcha.replies.<name>, and with the task id prefixed "<name>/", so
+// gateways that share a fleet never collide on ids. Reply-to is a message
+// property: it travels with the task through retries (the delay queues),
+// checkpoints and dead letters, and Replay keeps it. A worker publishes the
+// result to the reply-to queue when it is a reply queue of this prefix;
+// otherwise (no reply-to, as for tasks from enqueue, or any other queue) to
+// captcha.results, so collect works as before. A reply queue that is gone
+// makes the result unroutable; it then goes to captcha.results instead, and is
+// not lost. Each gateway gets exactly its own results, however many share
+// the fleet.
+//
+// Results wait in the reply queue while their gateway is down. The
+// gateway stores each before it acks it, and answers a task once: a copy
+// of a result it has recorded is acked and dropped. The reply queue is
+// also bound to captcha.dlx: a task whose TTL runs out in a task queue
+// dies without a worker to report it, and the gateway records it failed
+// (EXPIRED) from that copy; it ignores the other dead letters (a worker
+// reports its own, and other gateways' are theirs).
 //
 // # Connection
 //

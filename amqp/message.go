@@ -27,6 +27,7 @@ const (
 	HeaderOwner      = "captchaq-owner"      // the consumer holding a checkpoint
 	HeaderDelay      = "captchaq-delay"      // the delay tier in ms
 	HeaderSeq        = "captchaq-seq"        // int: which copy of a checkpoint this is
+	HeaderDemoted    = "captchaq-demoted"    // int: AMQP priority levels below the task's own (a gateway's fair share)
 	contentTypeJSON  = "application/json"
 	messageTypeTask  = "task"
 	messageTypeResul = "result"
@@ -86,6 +87,14 @@ type TaskMessage struct {
 	// LastError and LastErrorCode are kept across retries.
 	LastError     string
 	LastErrorCode string
+	// ReplyTo is the queue the task's result goes to: a gateway's reply
+	// queue (Names.Replies), carried in the message's reply-to property
+	// through retries, checkpoints and dead letters. Empty, or a queue
+	// that is not a reply queue of this prefix: Names.Results.
+	ReplyTo string
+	// Demoted lowers the message's AMQP priority by this many levels
+	// below the one Task.Priority maps to (see Gateway: fair share).
+	Demoted int
 }
 
 func (m TaskMessage) publishing(maxPriority int) (amqp091.Publishing, error) {
@@ -109,19 +118,26 @@ func (m TaskMessage) publishing(maxPriority int) (amqp091.Publishing, error) {
 	if m.LastErrorCode != "" {
 		h[HeaderErrorCode] = m.LastErrorCode
 	}
+	prio := AMQPPriority(m.Task.Priority, maxPriority)
+	if m.Demoted > 0 {
+		h[HeaderDemoted] = int32(m.Demoted)
+		prio = uint8(max(int(prio)-m.Demoted, 0))
+	}
 	return amqp091.Publishing{
 		ContentType:  contentTypeJSON,
 		DeliveryMode: amqp091.Persistent,
-		Priority:     AMQPPriority(m.Task.Priority, maxPriority),
+		Priority:     prio,
 		MessageId:    m.Task.ID,
 		Type:         messageTypeTask,
 		Timestamp:    time.Now(),
+		ReplyTo:      m.ReplyTo,
 		Headers:      h,
 		Body:         body,
 	}, nil
 }
 
-// DecodeTask reads a task message.
+// DecodeTask reads a task message from its body and headers; the caller
+// sets ReplyTo from the message's reply-to property (Delivery.Task does).
 func DecodeTask(body []byte, h amqp091.Table) (TaskMessage, error) {
 	var m TaskMessage
 	if err := json.Unmarshal(body, &m.Task); err != nil {
@@ -136,6 +152,7 @@ func DecodeTask(body []byte, h amqp091.Table) (TaskMessage, error) {
 	m.Submitted = headerTime(h, HeaderSubmitted)
 	m.LastError = headerString(h, HeaderError)
 	m.LastErrorCode = headerString(h, HeaderErrorCode)
+	m.Demoted = headerInt(h, HeaderDemoted)
 	return m, nil
 }
 
@@ -235,6 +252,6 @@ func rawPublishing(d *Delivery, extra amqp091.Table) amqp091.Publishing {
 	}
 	return amqp091.Publishing{
 		ContentType: contentTypeJSON, DeliveryMode: amqp091.Persistent,
-		MessageId: d.MessageID, Timestamp: time.Now(), Headers: h, Body: d.Body,
+		MessageId: d.MessageID, Timestamp: time.Now(), ReplyTo: d.ReplyTo, Headers: h, Body: d.Body,
 	}
 }

@@ -191,6 +191,27 @@ func (p *Publisher) PublishResult(ctx context.Context, r captchaq.Result) error 
 	return p.Publish(ctx, "", p.c.Names().Results, msg)
 }
 
+// Reply publishes a task's result to replyTo when it names a gateway's
+// reply queue under this prefix (Names.ReplyQueue), and otherwise to the
+// results queue, as PublishResult does. A reply queue that is gone (its
+// gateway retired and the queue deleted) makes the message unroutable; the
+// result then goes to the results queue, so it is not lost.
+func (p *Publisher) Reply(ctx context.Context, replyTo string, r captchaq.Result) error {
+	if !p.c.Names().isReplyQueue(replyTo) {
+		return p.PublishResult(ctx, r)
+	}
+	msg, err := resultPublishing(r)
+	if err != nil {
+		return err
+	}
+	err = p.Publish(ctx, "", replyTo, msg)
+	if errors.Is(err, ErrUnroutable) {
+		p.c.cfg.Logger.Warn("reply queue is gone; the result goes to the results queue", "queue", replyTo, "id", r.ID)
+		return p.PublishResult(ctx, r)
+	}
+	return err
+}
+
 // Checkpoint publishes a task that the provider has accepted, with its
 // captcha id, to owner's checkpoint queue (see Conn.DeclareInflight). Once
 // it is confirmed the original task delivery may be acked: if owner dies,

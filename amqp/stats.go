@@ -76,6 +76,34 @@ func (s Stats) MarshalJSON() ([]byte, error) {
 	}{plain(s), s.OldestUnacked.Seconds(), s.Window.Seconds()})
 }
 
+// inspectQueue reads one queue's depth and consumers (a passive declare).
+func inspectQueue(ch *amqp091.Channel, q string) (QueueStats, error) {
+	s, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		return QueueStats{}, fmt.Errorf("amqp: inspect queue %s: %w", q, err)
+	}
+	return QueueStats{Name: q, Ready: s.Messages, Consumers: s.Consumers}, nil
+}
+
+// Depths reads the depth of each queue: one round trip each, on a channel
+// of its own. A missing queue is an error naming it.
+func (c *Conn) Depths(ctx context.Context, queues ...string) ([]QueueStats, error) {
+	ch, _, err := c.channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer ch.Close()
+	out := make([]QueueStats, 0, len(queues))
+	for _, q := range queues {
+		s, err := inspectQueue(ch, q)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 // Stats samples the queues, listens to status beats for window, samples the
 // dead-letter queue again, and reports.
 func (c *Conn) Stats(ctx context.Context, window time.Duration) (Stats, error) {
@@ -86,13 +114,7 @@ func (c *Conn) Stats(ctx context.Context, window time.Duration) (Stats, error) {
 	}
 	defer ch.Close()
 	n := c.Names()
-	inspect := func(q string) (QueueStats, error) {
-		s, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-		if err != nil {
-			return QueueStats{}, fmt.Errorf("amqp: inspect queue %s: %w", q, err)
-		}
-		return QueueStats{Name: q, Ready: s.Messages, Consumers: s.Consumers}, nil
-	}
+	inspect := func(q string) (QueueStats, error) { return inspectQueue(ch, q) }
 	taskQueues := []string{n.Tasks}
 	for _, l := range c.cfg.Lanes {
 		taskQueues = append(taskQueues, n.Lane(l))

@@ -237,16 +237,32 @@ func declareInflight(conn *amqp091.Connection, c Config, owner string) error {
 	return errors.Join(d.errs...)
 }
 
+// declareReplies declares the reply queue of one gateway: results published
+// with its name as reply-to land there, and, through a binding to the
+// dead-letter exchange, a copy of every dead letter of the fleet (the
+// gateway keeps those of its own tasks and acks the rest).
+func declareReplies(conn *amqp091.Connection, c Config, gateway string) error {
+	n := NamesFor(c.Prefix)
+	d := &declarer{conn: conn}
+	defer d.close()
+	q := n.ReplyQueue(gateway)
+	ok := d.do("queue", q, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare(q, true, false, false, false, amqp091.Table{"x-queue-type": "classic"})
+		return err
+	})
+	if ok {
+		d.do("binding", q, func(ch *amqp091.Channel) error {
+			return ch.QueueBind(q, FailedRoutingKey, n.DLX, false, nil)
+		})
+	}
+	return errors.Join(d.errs...)
+}
+
 // DeleteTopology deletes every queue and exchange of c (and the checkpoint
 // queues of owners), messages included. For tests and for an operator who
 // means it.
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
-	conn, err := dial(ctx, c)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 	n := NamesFor(c.Prefix)
 	queues := []string{n.Tasks, n.Results, n.Failed}
 	for _, k := range c.Lanes {
@@ -258,6 +274,28 @@ func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	for _, o := range owners {
 		queues = append(queues, n.InflightQueue(o))
 	}
+	return deleteAll(ctx, c, queues, []string{n.Types, n.TasksAll, n.DLX, n.Delay, n.Inflight, n.Status})
+}
+
+// DeleteReplies deletes the reply queues of gateways, messages included:
+// for tests, and for retiring a gateway whose results nobody will read.
+func DeleteReplies(ctx context.Context, c Config, gateways ...string) error {
+	c = c.withDefaults()
+	queues := make([]string, len(gateways))
+	for i, g := range gateways {
+		queues[i] = NamesFor(c.Prefix).ReplyQueue(g)
+	}
+	return deleteAll(ctx, c, queues, nil)
+}
+
+// deleteAll deletes queues, then exchanges, one channel each (a missing
+// one closes its channel), on a connection of its own.
+func deleteAll(ctx context.Context, c Config, queues, exchanges []string) error {
+	conn, err := dial(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
 	var errs []error
 	for _, q := range queues {
 		ch, err := conn.Channel()
@@ -269,7 +307,7 @@ func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 		}
 		_ = ch.Close()
 	}
-	for _, e := range []string{n.Types, n.TasksAll, n.DLX, n.Delay, n.Inflight, n.Status} {
+	for _, e := range exchanges {
 		ch, err := conn.Channel()
 		if err != nil {
 			return err

@@ -68,10 +68,7 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 		return nil, errors.New("amqp: WorkerConfig.Queue.Admit: leave it nil; the worker admits the tasks it holds on a live channel")
 	}
 	if cfg.Owner == "" {
-		host, _ := os.Hostname()
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		cfg.Owner = fmt.Sprintf("%s-%d-%s", sanitizeOwner(host), os.Getpid(), hex.EncodeToString(b[:]))
+		cfg.Owner = processName()
 	}
 	if !prefixRE.MatchString(cfg.Owner) {
 		return nil, fmt.Errorf("amqp: WorkerConfig.Owner %q: use letters, digits, '.', '_', ':' or '-'", cfg.Owner)
@@ -100,6 +97,15 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{c: c, cfg: cfg, log: log, pub: pub, store: store, q: q}, nil
+}
+
+// processName is host-pid-random: unique per process, for names of queues
+// that do not outlive it.
+func processName() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", sanitizeOwner(host), os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 func sanitizeOwner(s string) string {

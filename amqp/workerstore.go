@@ -21,8 +21,9 @@ import (
 //   - Retry after a real attempt parks the task, without captcha id and
 //     with its attempts, in the checkpoint queue the same way (network
 //     failures and "no free thread" keep the delivery held as it is);
-//   - Finish publishes the result (confirmed), and for a failed task its
-//     dead letter with the reason in headers (confirmed), then acks
+//   - Finish publishes the result (confirmed) to the task's reply-to
+//     queue, or the results queue when it has none, and for a failed task
+//     its dead letter with the reason in headers (confirmed), then acks
 //     everything held for the task.
 //
 // A task the worker hands back (shutdown, or its delivery's channel died
@@ -131,10 +132,14 @@ func (s *WorkerStore) drop(id string) {
 	s.mu.Unlock()
 }
 
-func (s *WorkerStore) settle(ds ...*Delivery) {
+func (s *WorkerStore) settle(ds ...*Delivery) { ackAll(s.log, ds...) }
+
+// ackAll acks each delivery; one from a closed channel comes again, and
+// whoever reads it dedupes, so only other failures are logged.
+func ackAll(log *slog.Logger, ds ...*Delivery) {
 	for _, d := range ds {
 		if err := d.Ack(); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
-			s.log.Warn("ack failed", "id", d.MessageID, "err", err)
+			log.Warn("ack failed", "id", d.MessageID, "err", err)
 		}
 	}
 }
@@ -219,7 +224,11 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	if ok && e.handback {
 		return s.handBack(ctx, r.ID)
 	}
-	if err := s.pub.PublishResult(ctx, r); err != nil {
+	replyTo := ""
+	if ok {
+		replyTo = e.msg.ReplyTo
+	}
+	if err := s.pub.Reply(ctx, replyTo, r); err != nil {
 		return err
 	}
 	if r.Status == captchaq.StatusFailed {

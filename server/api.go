@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -226,7 +227,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 	views := make([]TaskView, len(tasks))
 	var fresh []int
 	for i, t := range tasks {
-		rec, err := s.store.Get(r.Context(), t.ID)
+		rec, err := s.backend.Get(r.Context(), t.ID)
 		if err == nil {
 			views[i] = view(rec, cs)
 			views[i].Existed = true
@@ -338,7 +339,7 @@ func final(st captchaq.Status) bool {
 }
 
 func (s *Server) getVisible(w http.ResponseWriter, r *http.Request, cs *clientState, id string) (captchaq.Record, bool) {
-	rec, err := s.store.Get(r.Context(), id)
+	rec, err := s.backend.Get(r.Context(), id)
 	if err == nil && (cs.Admin || rec.Task.Tenant == cs.Name) {
 		return rec, true
 	}
@@ -356,7 +357,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, cs *client
 	if _, ok := s.getVisible(w, r, cs, id); !ok {
 		return
 	}
-	err := s.queue.Cancel(r.Context(), id)
+	err := s.backend.Cancel(r.Context(), id)
 	switch {
 	case err == nil:
 	case errors.Is(err, captchaq.ErrInFlight), errors.Is(err, captchaq.ErrFinal):
@@ -391,10 +392,19 @@ type Stats struct {
 	Clients     []ClientStats    `json:"clients"`
 	DeadLetters int              `json:"dead_letters"`
 	Ready       bool             `json:"ready"`
+	// Broker is the messages ready in each broker queue, for a Backend
+	// that is a QueueDepther (a gateway); absent otherwise.
+	Broker map[string]int `json:"broker,omitempty"`
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientState) {
-	st := Stats{Metrics: s.queue.Metrics(), Ready: s.ready(r.Context()) == nil}
+	st := Stats{Metrics: s.backend.Metrics(), Ready: s.ready(r.Context()) == nil}
+	if qd, ok := s.backend.(QueueDepther); ok {
+		// Best effort: a broker that does not answer soon leaves it out.
+		ctx, cancel := context.WithTimeout(r.Context(), depthWait)
+		st.Broker, _ = qd.QueueDepths(ctx)
+		cancel()
+	}
 	for _, c := range s.cfg.Clients {
 		if !cs.Admin && c.Name != cs.Name {
 			continue
@@ -416,7 +426,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientS
 
 // deadLetters calls fn for the dead letters cs may see.
 func (s *Server) deadLetters(ctx context.Context, cs *clientState, fn func(captchaq.Record) error) error {
-	return s.store.DeadLetters(ctx, captchaq.DeadLetterFilter{All: true}, func(r captchaq.Record) error {
+	return s.backend.DeadLetters(ctx, captchaq.DeadLetterFilter{All: true}, func(r captchaq.Record) error {
 		if !cs.Admin && r.Task.Tenant != cs.Name {
 			return nil
 		}
@@ -497,42 +507,41 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 	writeJSON(w, http.StatusOK, map[string]any{"replayed": len(replayed), "ids": views})
 }
 
-// Replay puts the dead letters with the given Store ids back in the
-// running queue: the Store requeues them (attempts reset), then the queue
-// adopts each record. It returns the ids replayed.
+// Replay puts the dead letters with the given Store ids back to work
+// (Backend.Replay: the local queue requeues them in the Store, attempts
+// reset, and adopts each record). It returns the ids replayed.
 func (s *Server) Replay(ctx context.Context, ids []string) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	// Only ids that are dead letters now are replayed and adopted.
+	// Only ids that are dead letters now are replayed; they count as the
+	// client's unfinished tasks before they run, so a quick result finds
+	// them counted.
 	var dead []string
-	err := s.store.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
+	err := s.backend.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
 		dead = append(dead, r.Task.ID)
+		if cs := s.byName[r.Task.Tenant]; cs != nil {
+			cs.mu.Lock()
+			cs.inflight[r.Task.ID] = struct{}{}
+			cs.mu.Unlock()
+		}
 		return nil
 	})
 	if err != nil || len(dead) == 0 {
 		return nil, err
 	}
-	if _, err := s.store.Replay(ctx, captchaq.DeadLetterFilter{IDs: dead}, time.Now()); err != nil {
-		return nil, fmt.Errorf("replay: %w", err)
-	}
+	replayed, err := s.backend.Replay(ctx, dead)
 	for _, id := range dead {
-		rec, err := s.store.Get(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("replay %q: %w", id, err)
+		if slices.Contains(replayed, id) {
+			continue
 		}
-		if cs := s.byName[rec.Task.Tenant]; cs != nil {
-			cs.mu.Lock()
-			cs.inflight[id] = struct{}{}
-			cs.mu.Unlock()
-		}
-		actx, cancel := context.WithTimeout(ctx, s.cfg.SubmitWait)
-		_, err = s.queue.Adopt(actx, rec)
-		cancel()
-		if err != nil {
-			// Still queued in the Store: the next Start picks it up.
-			return nil, fmt.Errorf("replay %q: requeued in the store but not yet running: %w", id, err)
+		client, _ := splitID(id)
+		if cs := s.byName[client]; cs != nil {
+			cs.release(id)
 		}
 	}
-	return dead, nil
+	if err != nil {
+		return nil, err
+	}
+	return replayed, nil
 }

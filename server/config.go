@@ -91,12 +91,19 @@ func checkClients(cs []Client) error {
 	return errors.Join(errs...)
 }
 
-// Config configures a Server. Queue and Clients are required.
+// Config configures a Server. Clients are required, and either Queue or
+// Backend.
 type Config struct {
-	// Queue configures the queue the server builds and owns. Its
-	// TenantWeights, OnResult, OnPause and PingbackURL are set by the
-	// server; Store must be set when the server is to report it as open.
+	// Queue configures the queue the server builds and owns, which solves
+	// the tasks itself. Its TenantWeights, OnResult, OnPause and
+	// PingbackURL are set by the server; Store must be set when the server
+	// is to report it as open.
 	Queue captchaq.Config
+	// Backend, when set, is where the tasks go instead (Queue must then be
+	// the zero value): an amqp.Gateway, say, that hands them to a RabbitMQ
+	// fleet. The server attaches to it in New and starts and shuts it down
+	// with itself.
+	Backend Backend
 	// Clients are the keys the server accepts.
 	Clients []Client
 	// PublicURL, when set, is where the provider can reach this server:
@@ -143,6 +150,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxBodyBytes < 0 || c.SubmitWait < 0 || c.PingbackTimeout < 0 || c.PingbackAttempts < 0 || c.PingbackParallel < 0 {
 		return c, errors.New("server: MaxBodyBytes, SubmitWait and the Pingback settings must not be negative")
+	}
+	if c.Backend != nil {
+		switch {
+		case c.Queue.Provider != nil || c.Queue.Store != nil:
+			return c, errors.New("server: Config.Queue and Config.Backend: set one, not both (Queue builds a local queue; Backend replaces it)")
+		case c.PublicURL != "":
+			return c, errors.New("server: Config.PublicURL: provider pingbacks need the local queue; with a Backend the provider is the Backend's business")
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = c.Queue.Logger

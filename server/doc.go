@@ -1,6 +1,10 @@
 // Package server is captchaq's HTTP service: a drop-in front that speaks
 // the provider's in.php/res.php protocol, a JSON API, Prometheus metrics,
-// health checks and a live dashboard, all in front of one Queue.
+// health checks and a live dashboard, all in front of one Backend: a
+// Queue the server builds from Config.Queue, which solves the tasks here,
+// or Config.Backend, such as an amqp.Gateway, which publishes them to a
+// RabbitMQ fleet and answers from the results the workers send back. The
+// handlers are the same for both.
 //
 // Routes:
 //
@@ -38,4 +42,23 @@
 //     past Config.SubmitWait answers ERROR_NO_SLOT_AVAILABLE / 503.
 //   - The dashboard and the admin views (every client's tasks, dead
 //     letters and counts) need a client with "admin": true.
+//
+// With an amqp.Gateway as Backend (captchaq serve --amqp) the same holds,
+// with these differences a client can observe:
+//
+//   - A task is published to the fleet and recorded before in.php answers
+//     OK|id or the API 202 (status "queued": accepted); GET shows it
+//     "inflight" from then on (at the fleet, waiting for a worker or being
+//     solved).
+//   - Priorities go to the broker as AMQP priorities. Fair share among
+//     clients is by demotion: a client past its share of unfinished tasks
+//     has its next ones published one level lower (see amqp.Gateway).
+//   - DELETE answers every unfinished task CANCELED at once, but the
+//     message cannot be taken back: a worker may still solve it (the
+//     thread is billed) and that answer is dropped.
+//   - getbalance answers ERROR_BAD_PARAMETERS: the provider key is the
+//     workers', the gateway has none.
+//   - /v1/stats and /metrics count what this gateway accepted and
+//     received; threads are the workers' (zero here); "broker" and
+//     captchaq_broker_queue_ready add the broker's queue depths.
 package server

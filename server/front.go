@@ -290,7 +290,7 @@ func (s *Server) frontRecord(r *http.Request, cs *clientState, id string) (captc
 	if id == "" {
 		return captchaq.Record{}, "ERROR_WRONG_ID_FORMAT"
 	}
-	rec, err := s.store.Get(r.Context(), storeID(cs.Name, id))
+	rec, err := s.backend.Get(r.Context(), storeID(cs.Name, id))
 	if errors.Is(err, captchaq.ErrNotFound) || (err == nil && rec.Task.Tenant != cs.Name) {
 		return rec, "ERROR_WRONG_CAPTCHA_ID"
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -43,6 +44,32 @@ func (c *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(inflight), cl.Name)
 		ch <- prometheus.MustNewConstMetric(c.solved, prometheus.CounterValue, float64(solved), cl.Name)
 		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(failed), cl.Name)
+	}
+}
+
+// brokerCollector reads a QueueDepther's broker queues at scrape time.
+type brokerCollector struct {
+	qd    QueueDepther
+	ready *prometheus.Desc
+}
+
+func newBrokerCollector(qd QueueDepther) *brokerCollector {
+	return &brokerCollector{qd: qd, ready: prometheus.NewDesc("captchaq_broker_queue_ready",
+		"Messages ready in a broker queue (tasks waiting for a worker, this gateway's replies, dead letters).", []string{"queue"}, nil)}
+}
+
+func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.ready }
+
+// Collect reports nothing while the broker does not answer.
+func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), depthWait)
+	defer cancel()
+	depths, err := c.qd.QueueDepths(ctx)
+	if err != nil {
+		return
+	}
+	for q, n := range depths {
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n), q)
 	}
 }
 

@@ -39,8 +39,13 @@ type pingbackParams struct {
 	log      *slog.Logger
 }
 
+// recordGetter reads a task's record (a Backend).
+type recordGetter interface {
+	Get(ctx context.Context, id string) (captchaq.Record, error)
+}
+
 type pingbackJob struct {
-	store captchaq.Store
+	store recordGetter
 	res   captchaq.Result
 	local string
 }
@@ -65,7 +70,7 @@ func newPingbackSender(p pingbackParams) *pingbackSender {
 }
 
 // enqueue never blocks the queue's goroutine.
-func (ps *pingbackSender) enqueue(store captchaq.Store, r captchaq.Result, local string) {
+func (ps *pingbackSender) enqueue(store recordGetter, r captchaq.Result, local string) {
 	select {
 	case ps.jobs <- pingbackJob{store: store, res: r, local: local}:
 	default:

@@ -6,11 +6,8 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/captchaq/captchaq"
 )
 
 //go:embed dashboard
@@ -31,7 +28,7 @@ func (s *Server) routes() http.Handler {
 	handle("GET /v1/deadletters", "deadletters", true, s.authed(s.handleDeadLetters))
 	handle("POST /v1/deadletters/replay", "deadletters_replay", true, s.authed(s.handleReplay))
 	if s.pbPath != "" {
-		handle(s.pbPath, "pingback", true, s.queue.PingbackHandler())
+		handle(s.pbPath, "pingback", true, s.local.pingbackHandler())
 	}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -49,23 +46,12 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// ready says why the server cannot take work: the queue not started, the
-// store unreadable, or sending paused by an account error that will not
-// lift by itself.
+// ready says why the server cannot take work: not started, or what the
+// Backend says (the local queue: the store unreadable, or sending paused
+// by an account error that will not lift by itself).
 func (s *Server) ready(ctx context.Context) error {
 	if !s.started.Load() {
 		return errors.New("queue not started")
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if _, err := s.store.Get(ctx, "\x00readyz"); err != nil && !errors.Is(err, captchaq.ErrNotFound) {
-		return errors.New("store: " + err.Error())
-	}
-	if p := s.queue.Paused(); p != nil {
-		var ae *captchaq.AccountError
-		if errors.As(p, &ae) && ae.Until.IsZero() {
-			return errors.New("sending paused by an account error (" + ae.Code + "): fix the provider key or plan")
-		}
-	}
-	return nil
+	return s.backend.Ready(ctx)
 }

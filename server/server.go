@@ -23,13 +23,13 @@ import (
 )
 
 // Server serves the front, the API, metrics and the dashboard for one
-// Queue it owns. Create it with New, call Start, serve Handler, end with
-// Shutdown.
+// Backend: a Queue it builds and owns, or Config.Backend. Create it with
+// New, call Start, serve Handler, end with Shutdown.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	queue   *captchaq.Queue
-	store   captchaq.Store
+	backend Backend
+	local   *localBackend           // nil with Config.Backend
 	clients map[string]*clientState // by key
 	byName  map[string]*clientState
 
@@ -61,7 +61,8 @@ type clientState struct {
 	accepted int64
 }
 
-// New builds the Queue from cfg.Queue (not started) and the server around it.
+// New builds the Queue from cfg.Queue (not started), or attaches to
+// cfg.Backend, and the server around it.
 func New(cfg Config) (*Server, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -82,35 +83,28 @@ func New(cfg Config) (*Server, error) {
 		s.byName[c.Name] = cs
 		weights[c.Name] = max(c.Weight, 1)
 	}
-	qc := cfg.Queue
-	if qc.Store == nil {
-		qc.Store = captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
-	}
-	s.store = qc.Store
-	qc.TenantWeights = weights
-	userResult, userPause := qc.OnResult, qc.OnPause
-	qc.OnResult = func(r captchaq.Result) {
-		s.result(r)
-		if userResult != nil {
-			userResult(r)
+	s.backend = cfg.Backend
+	if s.backend == nil {
+		qc := cfg.Queue
+		userPause := qc.OnPause
+		qc.OnPause = func(err error, permanent bool) {
+			if permanent {
+				s.paused.Store(true)
+			}
+			if userPause != nil {
+				userPause(err, permanent)
+			}
 		}
-	}
-	qc.OnPause = func(err error, permanent bool) {
-		if permanent {
-			s.paused.Store(true)
+		if cfg.PublicURL != "" {
+			secret := make([]byte, 16)
+			rand.Read(secret)
+			s.pbPath = "/pingback/" + hex.EncodeToString(secret)
+			qc.PingbackURL = strings.TrimRight(cfg.PublicURL, "/") + s.pbPath
 		}
-		if userPause != nil {
-			userPause(err, permanent)
-		}
+		s.local = newLocalBackend(qc, cfg.SubmitWait)
+		s.backend = s.local
 	}
-	if cfg.PublicURL != "" {
-		secret := make([]byte, 16)
-		rand.Read(secret)
-		s.pbPath = "/pingback/" + hex.EncodeToString(secret)
-		qc.PingbackURL = strings.TrimRight(cfg.PublicURL, "/") + s.pbPath
-	}
-	s.queue, err = captchaq.New(qc)
-	if err != nil {
+	if err := s.backend.Attach(weights, s.result); err != nil {
 		return nil, err
 	}
 	// Numeric ids start at the clock in microseconds, so ids of a restarted
@@ -121,13 +115,21 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.registry = prometheus.NewRegistry()
 	s.metrics = newHTTPMetrics()
-	s.registry.MustRegister(promq.NewCollector(s.queue), newClientCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports)
+	s.registry.MustRegister(promq.NewCollector(s.backend), newClientCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports)
+	if qd, ok := s.backend.(QueueDepther); ok {
+		s.registry.MustRegister(newBrokerCollector(qd))
+	}
 	s.handler = s.routes()
 	return s, nil
 }
 
-// Queue is the server's queue.
-func (s *Server) Queue() *captchaq.Queue { return s.queue }
+// Queue is the server's own queue; nil when Config.Backend was given.
+func (s *Server) Queue() *captchaq.Queue {
+	if s.local == nil {
+		return nil
+	}
+	return s.local.queue
+}
 
 // Registry is the server's Prometheus registry, served at /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
@@ -135,10 +137,9 @@ func (s *Server) Registry() *prometheus.Registry { return s.registry }
 // Handler serves every route.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Start counts the Store's unfinished tasks per client and starts the
-// queue.
+// Start counts the unfinished tasks per client and starts the Backend.
 func (s *Server) Start(ctx context.Context) error {
-	err := s.store.Pending(ctx, func(r captchaq.Record) error {
+	err := s.backend.Pending(ctx, func(r captchaq.Record) error {
 		if cs := s.byName[r.Task.Tenant]; cs != nil {
 			cs.mu.Lock()
 			cs.inflight[r.Task.ID] = struct{}{}
@@ -149,18 +150,19 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: count pending tasks: %w", err)
 	}
-	if err := s.queue.Start(ctx); err != nil {
+	if err := s.backend.Start(ctx); err != nil {
 		return err
 	}
 	s.started.Store(true)
 	return nil
 }
 
-// Shutdown stops the queue (waiting for accepted tasks until ctx is done,
-// see captchaq.Queue.Shutdown), then the event streams and the pingback
-// calls in progress. Stop the http.Server first.
+// Shutdown stops the Backend (the local queue waits for accepted tasks
+// until ctx is done, see captchaq.Queue.Shutdown; amqp.Gateway stops
+// taking results, which wait in its reply queue), then the event streams
+// and the pingback calls in progress. Stop the http.Server first.
 func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.queue.Shutdown(ctx)
+	err := s.backend.Shutdown(ctx)
 	s.events.close()
 	s.pingbacks.close(ctx)
 	return err
@@ -182,7 +184,7 @@ func (s *Server) result(r captchaq.Result) {
 		cs.mu.Unlock()
 	}
 	s.events.publish(tenant, r)
-	s.pingbacks.enqueue(s.store, r, local)
+	s.pingbacks.enqueue(s.backend, r, local)
 }
 
 // newID hands out a numeric id.
@@ -267,11 +269,12 @@ type limitError struct {
 
 func (e *limitError) Error() string { return e.msg }
 
-// submit hands one task to the queue, waiting at most SubmitWait for room.
+// submit hands one task to the Backend, waiting at most SubmitWait for
+// room.
 func (s *Server) submit(ctx context.Context, t captchaq.Task) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.SubmitWait)
 	defer cancel()
-	return s.queue.SubmitFunc(ctx, t, func(captchaq.Result) {})
+	return s.backend.Submit(ctx, t)
 }
 
 // balance answers getbalance from a short cache.

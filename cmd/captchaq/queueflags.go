@@ -158,21 +158,30 @@ func haveKey(env *environment) bool {
 // openStore opens the store a flag names: "memory", a path, or the file
 // defaultName in the default store directory.
 func openStore(ctx context.Context, spec, defaultName string) (captchaq.Store, error) {
-	switch {
-	case spec == "memory":
-		return captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), nil
-	case spec == "":
-		path, err := sqlite.DefaultPath()
-		if err != nil {
-			return nil, fmt.Errorf("--store: no default location (%v); name a file with --store PATH", err)
-		}
-		spec = filepath.Join(filepath.Dir(path), defaultName)
+	path, err := storePath(spec, defaultName)
+	if err != nil {
+		return nil, err
 	}
-	st, err := sqlite.Open(ctx, spec, sqlite.Options{})
+	if path == "memory" {
+		return captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), nil
+	}
+	st, err := sqlite.Open(ctx, path, sqlite.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("--store: %w", err)
 	}
 	return st, nil
+}
+
+// storePath is the file a --store flag names ("memory" stays as it is).
+func storePath(spec, defaultName string) (string, error) {
+	if spec != "" {
+		return spec, nil
+	}
+	path, err := sqlite.DefaultPath()
+	if err != nil {
+		return "", fmt.Errorf("--store: no default location (%v); name a file with --store PATH", err)
+	}
+	return filepath.Join(filepath.Dir(path), defaultName), nil
 }
 
 // parseInterspersed parses flags that may come before, between or after

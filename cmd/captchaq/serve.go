@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/amqp"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -21,27 +23,66 @@ func init() {
 // serveShutdownDefault bounds the wait for accepted tasks on SIGTERM.
 const serveShutdownDefault = 30 * time.Second
 
+// The default store files of the two modes: a gateway's records are not a
+// local queue's, and each refuses the other's unfinished tasks.
+const (
+	serveStoreDefault   = "captchaq-serve.db"
+	gatewayStoreDefault = "captchaq-gateway.db"
+)
+
+// serveFlags are serve's flags; the local and gateway ones are checked
+// against the mode.
+type serveFlags struct {
+	listen, clients, store, publicURL, plan, apiURL *string
+	threads                                         *int
+	pollInterval, shutdown                          *time.Duration
+	maxBody                                         *int64
+
+	amqpURL, prefix, gateway, lanes *string
+	taskTTL                         *time.Duration
+	fairBurst                       *int
+
+	set map[string]bool // flags given
+}
+
+// localOnly and gatewayOnly are the flags of one mode.
+var (
+	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url"}
+	gatewayOnly = []string{"prefix", "gateway", "lanes", "task-ttl", "fair-burst"}
+)
+
 func runServe(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
-	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)")
-	clientsPath := fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`)
-	apiURL := addAPIURLFlag(fs)
-	storePath := fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (lost on exit) (default: captchaq-serve.db in the user's data directory)")
-	amqpURL := fs.String("amqp", "", "not supported by serve yet: use --store; the RabbitMQ fleet is 'captchaq worker'/'enqueue'")
-	publicURL := fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>")
-	threads := fs.Int("threads", 0, "plan threads (default: from --plan, else 5)")
-	plan := fs.String("plan", "", "plan name (BASIC … VIP-3) when --threads is not given")
-	pollInterval := fs.Duration("poll-interval", captchaq.PollIntervalDefault, "shortest time between two polls of a task")
-	maxBody := fs.Int64("max-body", server.MaxBodyBytesDefault, "largest request body in bytes (images are sent in the body)")
-	shutdown := fs.Duration("shutdown-timeout", serveShutdownDefault, "on SIGTERM, how long to wait for accepted tasks")
+	f := serveFlags{
+		listen:       fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)"),
+		clients:      fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
+		apiURL:       addAPIURLFlag(fs),
+		store:        fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
+		publicURL:    fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
+		threads:      fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
+		plan:         fs.String("plan", "", "plan name (BASIC … VIP-3) when --threads is not given"),
+		pollInterval: fs.Duration("poll-interval", captchaq.PollIntervalDefault, "shortest time between two polls of a task"),
+		maxBody:      fs.Int64("max-body", server.MaxBodyBytesDefault, "largest request body in bytes (images are sent in the body)"),
+		shutdown:     fs.Duration("shutdown-timeout", serveShutdownDefault, "on SIGTERM, how long to wait for accepted tasks (with --amqp: for results being recorded)"),
+		amqpURL:      fs.String("amqp", "", "run as a gateway to the RabbitMQ fleet at `URL` (amqp://user:pass@host:5672/): tasks go to 'captchaq worker' processes, which hold the provider key"),
+		prefix:       fs.String("prefix", amqp.PrefixDefault, "with --amqp: name prefix of the fleet's queues and exchanges"),
+		gateway:      fs.String("gateway", "", "with --amqp: this gateway's `NAME`; results come to PREFIX.replies.NAME, so keep it with the store (default: host name and a hash of the store's path)"),
+		lanes:        fs.String("lanes", "", "with --amqp: comma-separated task kinds that have their own queue (as the workers' --lanes)"),
+		taskTTL:      fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
+		fairBurst:    fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
+		set:          map[string]bool{},
+	}
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq serve --clients FILE [flags]\n\n"+
+		fmt.Fprintln(env.stderr, "usage: captchaq serve --clients FILE [--store PATH | --amqp URL] [flags]\n\n"+
 			"Serves /in.php and /res.php (the provider's protocol, with the clients' own keys), the JSON API\n"+
 			"under /v1/ (Authorization: Bearer KEY), /metrics, /healthz, /readyz and the dashboard at /\n"+
-			"(open it with an admin client's key: /?key=KEY or type it once).\n"+
-			"The provider key comes from "+envKey+" or the file named by "+envKeyFile+" and never leaves the server.\n"+
-			"--amqp is not supported here yet: serve runs on memory or --store.\n\nflags:")
+			"(open it with an admin client's key: /?key=KEY or type it once).\n\n"+
+			"Without --amqp the server solves the tasks itself: the provider key comes from "+envKey+" or\n"+
+			"the file named by "+envKeyFile+" and never leaves the server.\n"+
+			"With --amqp URL it is a gateway to the fleet: each task is published to PREFIX.tasks\n"+
+			"(confirmed) before its client hears OK, 'captchaq worker' processes solve it, and the answers\n"+
+			"come back to this gateway's own queue PREFIX.replies.NAME; the gateway needs no provider key.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -50,56 +91,71 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		}
 		return &exitError{code: 2, err: err}
 	}
-	if *amqpURL != "" {
-		return &exitError{code: 2, err: errors.New("--amqp: serve does not run on RabbitMQ yet; use --store PATH (SQLite) or memory")}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if fs.NArg() > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q; serve takes only flags", fs.Arg(0))}
 	}
-	if *clientsPath == "" {
+	gateway := *f.amqpURL != ""
+	for _, name := range localOnly {
+		if gateway && f.set[name] {
+			return &exitError{code: 2, err: fmt.Errorf("--%s: applies to the local queue; with --amqp the workers solve the tasks (give it to captchaq worker)", name)}
+		}
+	}
+	for _, name := range gatewayOnly {
+		if !gateway && f.set[name] {
+			return &exitError{code: 2, err: fmt.Errorf("--%s: applies with --amqp only (serve as a gateway to a RabbitMQ fleet)", name)}
+		}
+	}
+	if gateway && *f.fairBurst == 0 {
+		return &exitError{code: 2, err: errors.New("--fair-burst 0: give a positive number of tasks per unit of weight, or -1 to turn demotion off")}
+	}
+	if *f.clients == "" {
 		return &exitError{code: 2, err: errors.New("--clients: required: a JSON file of the clients' names and keys")}
 	}
-	clients, err := server.LoadClients(*clientsPath)
-	if err != nil {
-		return &exitError{code: 2, err: err}
-	}
-	pc, err := newProviderClient(env, *apiURL)
+	clients, err := server.LoadClients(*f.clients)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	log := slog.New(slog.NewTextHandler(env.stderr, nil))
-	store, err := openStore(ctx, *storePath, "captchaq-serve.db")
+	var (
+		cfg   server.Config
+		attrs []any
+		stop  func()
+	)
+	if gateway {
+		cfg, attrs, stop, err = f.gatewayBackend(ctx, log)
+	} else {
+		cfg, attrs, stop, err = f.localBackend(ctx, env, log)
+	}
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	srv, err := server.New(server.Config{
-		Queue: captchaq.Config{
-			Provider: pc, Store: store, Threads: *threads, Plan: *plan, PollInterval: *pollInterval, Logger: log,
-		},
-		Clients: clients, PublicURL: *publicURL, MaxBodyBytes: *maxBody,
-		Balance: pc.Balance,
-	})
+	defer stop()
+	cfg.Clients, cfg.MaxBodyBytes, cfg.Logger = clients, *f.maxBody, log
+	srv, err := server.New(cfg)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", *f.listen)
 	if err != nil {
 		srv.Shutdown(context.Background())
-		return fmt.Errorf("--listen %s: %w", *listen, err)
+		return fmt.Errorf("--listen %s: %w", *f.listen, err)
 	}
 	hs := newHTTPServer(srv.Handler())
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "clients", len(clients), "store", cmpOr(*storePath, "default"))
+	log.Info("serving", append([]any{"addr", ln.Addr().String(), "clients", len(clients)}, attrs...)...)
 	select {
 	case err := <-errc:
 		srv.Shutdown(context.Background())
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down", "deadline", *shutdown)
-	sctx, cancel := context.WithTimeout(context.Background(), *shutdown)
+	log.Info("shutting down", "deadline", *f.shutdown)
+	sctx, cancel := context.WithTimeout(context.Background(), *f.shutdown)
 	defer cancel()
 	herr := hs.Shutdown(sctx)
 	qerr := srv.Shutdown(sctx)
@@ -108,6 +164,66 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		qerr = nil
 	}
 	return errors.Join(herr, qerr)
+}
+
+// localBackend opens the store and the provider client for a server that
+// solves tasks itself.
+func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *slog.Logger) (server.Config, []any, func(), error) {
+	pc, err := newProviderClient(env, *f.apiURL)
+	if err != nil {
+		return server.Config{}, nil, nil, &exitError{code: 2, err: err}
+	}
+	store, err := openStore(ctx, *f.store, serveStoreDefault)
+	if err != nil {
+		return server.Config{}, nil, nil, err
+	}
+	cfg := server.Config{
+		Queue: captchaq.Config{
+			Provider: pc, Store: store, Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log,
+		},
+		PublicURL: *f.publicURL, Balance: pc.Balance,
+	}
+	return cfg, []any{"store", cmpOr(*f.store, "default")}, func() { store.Close() }, nil
+}
+
+// gatewayBackend opens the store, connects to the broker and builds the
+// gateway; it needs no provider key.
+func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (server.Config, []any, func(), error) {
+	acfg := amqp.Config{URL: *f.amqpURL, Prefix: *f.prefix, TaskTTL: *f.taskTTL, Logger: log}
+	if *f.lanes != "" {
+		acfg.Lanes = strings.Split(*f.lanes, ",")
+	}
+	path, err := storePath(*f.store, gatewayStoreDefault)
+	if err != nil {
+		return server.Config{}, nil, nil, err
+	}
+	store, err := openStore(ctx, path, gatewayStoreDefault)
+	if err != nil {
+		return server.Config{}, nil, nil, err
+	}
+	name := *f.gateway
+	if name == "" && path != "memory" {
+		if name, err = amqp.GatewayNameFor(path); err != nil {
+			store.Close()
+			return server.Config{}, nil, nil, err
+		}
+	}
+	c, err := amqp.Dial(ctx, acfg)
+	if err != nil {
+		store.Close()
+		return server.Config{}, nil, nil, err
+	}
+	stop := func() {
+		c.Close()
+		store.Close()
+	}
+	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: store, Name: name, FairBurst: *f.fairBurst, Logger: log})
+	if err != nil {
+		stop()
+		return server.Config{}, nil, nil, &exitError{code: 2, err: fmt.Errorf("--gateway: %w", err)}
+	}
+	attrs := []any{"mode", "gateway", "gateway", gw.Name(), "reply_queue", gw.ReplyQueue(), "store", path}
+	return server.Config{Backend: gw}, attrs, stop, nil
 }
 
 // newHTTPServer sets the timeouts; event streams and long polls lift the

@@ -20,8 +20,11 @@ func TestServeFlags(t *testing.T) {
 		code int
 		want string
 	}{
-		{"help names amqp", []string{"serve", "--help"}, 0, "--amqp is not supported here yet"},
-		{"amqp refused", []string{"serve", "--clients", clients, "--amqp", "amqp://127.0.0.1"}, 2, "--amqp: serve does not run on RabbitMQ yet"},
+		{"help names gateway mode", []string{"serve", "--help"}, 0, "With --amqp URL it is a gateway to the fleet"},
+		{"local flag with amqp", []string{"serve", "--clients", clients, "--amqp", "amqp://127.0.0.1", "--threads", "5"}, 2, "--threads: applies to the local queue; with --amqp the workers solve the tasks"},
+		{"gateway flag without amqp", []string{"serve", "--clients", clients, "--gateway", "web-1"}, 2, "--gateway: applies with --amqp only"},
+		{"fair burst zero", []string{"serve", "--clients", clients, "--amqp", "amqp://127.0.0.1", "--fair-burst", "0"}, 2, "--fair-burst 0: give a positive number"},
+		{"stray argument", []string{"serve", "--clients", clients, "extra"}, 2, `unexpected argument "extra"`},
 		{"clients required", []string{"serve"}, 2, "--clients: required"},
 		{"bad clients file", []string{"serve", "--clients", clients}, 2, `[0].key: client "qa" needs a key of at least 8 characters`},
 	}

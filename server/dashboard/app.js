@@ -39,6 +39,15 @@
     dp.replaceChildren(...Object.keys(m.DepthByPriority || {}).sort((a, b) => a - b).map((p) => {
       const li = document.createElement("li"); li.textContent = "priority " + p + ": " + m.DepthByPriority[p]; return li;
     }));
+    // A gateway's threads are its workers'; it shows the broker instead.
+    const broker = st.broker || null;
+    $("threads-card").hidden = !!broker;
+    $("broker-card").hidden = !broker;
+    if (broker) {
+      $("broker").replaceChildren(...Object.keys(broker).sort().map((q) => {
+        const li = document.createElement("li"); li.textContent = q + ": " + broker[q]; return li;
+      }));
+    }
     const state = $("state");
     state.textContent = m.Paused ? "paused: " + m.PausedReason : (st.ready ? "ready" : "not ready");
     state.className = "badge " + (m.Paused || !st.ready ? "bad" : "ok");

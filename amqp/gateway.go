@@ -1,0 +1,712 @@
+package amqp
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/tally"
+)
+
+// Defaults of GatewayConfig.
+const (
+	FairBurstDefault       = 10
+	GatewayPrefetchDefault = 64
+)
+
+const (
+	// gatewayMark prefixes the captcha id a gateway records for the tasks
+	// it has published: "gateway:<name>".
+	gatewayMark = "gateway:"
+	// storeTimeout bounds one store write made on the gateway's own
+	// account (a result, or the record of a task already published).
+	storeTimeout = 30 * time.Second
+	// storeRetryAfter is how long a result whose store write failed waits
+	// before it goes back to the reply queue.
+	storeRetryAfter = time.Second
+	// depthsFresh is how long QueueDepths answers from its last reading.
+	depthsFresh = time.Second
+	// maxWireID is AMQP's limit on a message id (a short string).
+	maxWireID = 255
+)
+
+// GatewayConfig configures a Gateway.
+type GatewayConfig struct {
+	// Store is the gateway's ledger: the tasks it accepted and the results
+	// it received. Required; the gateway does not close it. Give each
+	// gateway its own.
+	Store captchaq.Store
+	// Name names the gateway's reply queue, Names.ReplyQueue(Name). Keep
+	// it with the Store across restarts, and unique among the gateways of
+	// one fleet: results wait in that queue while the gateway is down, and
+	// only there. Default host-pid-random, which suits only a Store that
+	// ends with the process.
+	Name string
+	// FairBurst is how many unfinished tasks per unit of weight a client
+	// may have at this gateway before its next tasks are published one
+	// priority level lower (see Gateway). Default FairBurstDefault;
+	// negative turns demotion off.
+	FairBurst int
+	// Prefetch bounds the results being stored at once. Default
+	// GatewayPrefetchDefault.
+	Prefetch int
+	// Logger. Default the Conn's.
+	Logger *slog.Logger
+}
+
+// Gateway is the back end of an HTTP front on the fleet (it implements
+// server.Backend): it solves nothing and needs no provider key, it
+// publishes the tasks it accepts and answers from the results the workers
+// send back.
+//
+//   - Submit publishes the task to the task exchange (confirmed), with
+//     reply-to naming the gateway's own reply queue, then records it in
+//     the Store in flight with captcha id "gateway:<Name>"; only then does
+//     it return. On the wire the task id is "<Name>/<id>", so gateways
+//     that share a fleet never collide on ids.
+//   - Workers publish each result to the reply-to queue (Publisher.Reply).
+//     The gateway stores it (Store.Finish) before it acks it, so a result
+//     is never lost; a task whose record is already final is not
+//     answered again (a copy is acked and dropped).
+//   - Results wait in the durable reply queue while the gateway is down;
+//     one started again with the same Name and Store takes them.
+//   - The reply queue is also bound to the dead-letter exchange: a task
+//     that waited in a task queue past its TTL dies in the broker with no
+//     worker to report it, and the gateway records it failed (EXPIRED).
+//
+// Fair share: the broker orders tasks by priority alone, and a task is
+// published before its client hears OK, so the gateway cannot hold tasks
+// back to interleave clients. It demotes instead: a client that already
+// has FairBurst × its weight unfinished tasks here has its next tasks
+// published one AMQP priority level lower, so among tasks of one priority
+// a client within its share is served first. This is coarser than the
+// local queue's weighted fair queueing: two classes, per gateway, at the
+// cost of one priority level.
+//
+// Cancel is local: the task is recorded failed with CANCELED and answered
+// so. Its message cannot be taken back from the broker, so a worker may
+// still solve it (the thread is billed); that result is dropped.
+//
+// Dead letters are the gateway's failed tasks as it recorded them. Replay
+// takes their copies out of the fleet's dead-letter queue and publishes
+// them again with the same reply-to. A task replayed from the fleet's side
+// (captchaq dlq replay --amqp) comes back too: a solved result replaces a
+// failure, unless the failure was a cancel.
+//
+// Crash windows: a task published but not yet recorded when the process
+// dies is solved and its result dropped (its client never heard OK); a
+// task recorded but not yet marked published is published again at Start,
+// so it may be solved twice.
+type Gateway struct {
+	c     *Conn
+	cfg   GatewayConfig
+	log   *slog.Logger
+	store captchaq.Store
+	pub   *Publisher
+	reply string // the reply queue
+	mark  string // "gateway:<name>"
+	locks keyLocks
+
+	weights  map[string]int
+	onResult func(captchaq.Result)
+
+	mu            sync.Mutex
+	started       bool
+	closed        bool
+	pending       map[string]pendingTask // unfinished tasks, by store id
+	byTenant      map[string]int
+	counts        GatewayCounts
+	tally         tally.Results
+	results       *Consumer
+	quit          chan struct{}
+	receiving     sync.WaitGroup
+	depthMu       sync.Mutex
+	depthAt       time.Time
+	depthReadings map[string]int
+}
+
+type pendingTask struct {
+	tenant   string
+	priority int
+	accepted time.Time
+}
+
+// GatewayCounts are what a gateway did since it started.
+type GatewayCounts struct {
+	// Accepted counts tasks published and recorded.
+	Accepted int64 `json:"accepted"`
+	// Results counts results recorded (cancels included).
+	Results int64 `json:"results"`
+	// Duplicates counts results dropped because their task was already
+	// answered; Unknown those dropped because the Store has no record.
+	Duplicates int64 `json:"duplicates"`
+	Unknown    int64 `json:"unknown"`
+	// Republished counts tasks Start found recorded but not marked
+	// published, and published again.
+	Republished int64 `json:"republished"`
+}
+
+// NewGateway checks cfg and builds a Gateway on c; Start starts it.
+func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("amqp: GatewayConfig.Store: required: the gateway records there the tasks it accepts and their results")
+	}
+	if cfg.Name == "" {
+		cfg.Name = processName()
+	}
+	if !prefixRE.MatchString(cfg.Name) {
+		return nil, fmt.Errorf("amqp: GatewayConfig.Name %q: use letters, digits, '.', '_', ':' or '-' (at most 101)", cfg.Name)
+	}
+	cfg.FairBurst = cmp.Or(cfg.FairBurst, FairBurstDefault)
+	cfg.Prefetch = cmp.Or(cfg.Prefetch, GatewayPrefetchDefault)
+	if cfg.Prefetch < 0 {
+		return nil, fmt.Errorf("amqp: GatewayConfig.Prefetch %d: must be positive", cfg.Prefetch)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = c.cfg.Logger
+	}
+	return &Gateway{
+		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(),
+		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
+		pending: map[string]pendingTask{}, byTenant: map[string]int{}, quit: make(chan struct{}),
+	}, nil
+}
+
+// GatewayNameFor is a gateway name that stays the same for one store file
+// on one host: the host name and a hash of the file's real path. A gateway
+// restarted on its store finds its reply queue again, and two gateways
+// never share one (a SQLite store admits one process).
+func GatewayNameFor(storePath string) (string, error) {
+	path, err := filepath.Abs(storePath)
+	if err != nil {
+		return "", fmt.Errorf("amqp: gateway name for %q: %w", storePath, err)
+	}
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	host, _ := os.Hostname()
+	host = sanitizeOwner(host)
+	if len(host) > 64 {
+		host = host[:64]
+	}
+	sum := sha256.Sum256([]byte(path))
+	return host + "-" + hex.EncodeToString(sum[:4]), nil
+}
+
+// Name is the gateway's name.
+func (g *Gateway) Name() string { return g.cfg.Name }
+
+// ReplyQueue is the queue the gateway's results come to.
+func (g *Gateway) ReplyQueue() string { return g.reply }
+
+// Counts returns what the gateway did since it started.
+func (g *Gateway) Counts() GatewayCounts {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.counts
+}
+
+// Attach sets the clients' fair-share weights by tenant and the function
+// told of each result once it is recorded. Call it before Start.
+func (g *Gateway) Attach(weights map[string]int, onResult func(captchaq.Result)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.started {
+		return errors.New("amqp: gateway: Attach after Start")
+	}
+	g.weights, g.onResult = maps.Clone(weights), onResult
+	return nil
+}
+
+// Start reads the Store's unfinished tasks, declares the reply queue,
+// publishes again any task recorded but not marked published, and starts
+// taking results. It refuses a Store whose unfinished tasks belong to
+// another gateway (their results go to that gateway's reply queue) or to
+// a queue that solves tasks itself. A gateway whose Start failed takes no
+// tasks.
+func (g *Gateway) Start(ctx context.Context) (err error) {
+	g.mu.Lock()
+	if g.started || g.closed {
+		g.mu.Unlock()
+		return errors.New("amqp: gateway: Start called twice or after Shutdown")
+	}
+	g.started, g.tally = true, tally.NewResults(time.Now())
+	g.mu.Unlock()
+	defer func() {
+		if err != nil {
+			g.mu.Lock()
+			g.closed = true
+			g.mu.Unlock()
+		}
+	}()
+
+	var unmarked []captchaq.Record
+	others := map[string]int{}
+	solving := 0
+	err = g.store.Pending(ctx, func(r captchaq.Record) error {
+		switch {
+		case r.Status == captchaq.StatusInFlight && r.CaptchaID == g.mark:
+			g.track(r)
+		case r.Status == captchaq.StatusInFlight && strings.HasPrefix(r.CaptchaID, gatewayMark):
+			others[strings.TrimPrefix(r.CaptchaID, gatewayMark)]++
+		case r.Status == captchaq.StatusInFlight:
+			solving++
+		default:
+			unmarked = append(unmarked, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("amqp: gateway: read the store's unfinished tasks: %w", err)
+	}
+	if name := firstKey(others); name != "" {
+		return fmt.Errorf("amqp: gateway %q: the store holds %d unfinished tasks published by gateway %q, whose results come to %s: start the gateway with that name (GatewayConfig.Name; captchaq serve --gateway %s)",
+			g.cfg.Name, others[name], name, g.c.Names().ReplyQueue(name), name)
+	}
+	if solving > 0 {
+		return fmt.Errorf("amqp: gateway: the store holds %d tasks in flight at the provider, left by a queue that solves tasks itself (captchaq serve without --amqp): finish them there first, or give the gateway a store of its own", solving)
+	}
+	if err := g.c.DeclareReplies(ctx, g.cfg.Name); err != nil {
+		return err
+	}
+	for _, r := range unmarked {
+		if err := g.republish(ctx, r); err != nil {
+			return fmt.Errorf("amqp: gateway: publish recorded task %q: %w", r.Task.ID, err)
+		}
+	}
+	// Results that came while it was down wait in the reply queue.
+	k, err := g.c.consume(context.WithoutCancel(ctx), []string{g.reply}, g.cfg.Prefetch, gatherAcks)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.results = k
+	unfinished := len(g.pending)
+	g.mu.Unlock()
+	g.receiving.Add(1)
+	go g.receive(k)
+	g.log.Info("gateway started", "reply_queue", g.reply, "unfinished", unfinished, "republished", len(unmarked))
+	return nil
+}
+
+func firstKey(m map[string]int) string {
+	keys := slices.Sorted(maps.Keys(m))
+	if len(keys) == 0 {
+		return ""
+	}
+	return keys[0]
+}
+
+// open says whether tasks may be taken now.
+func (g *Gateway) open() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.closed:
+		return captchaq.ErrClosed
+	case !g.started:
+		return errors.New("amqp: gateway not started: call Start first (its reply queue must exist before a task names it)")
+	}
+	return nil
+}
+
+func (g *Gateway) wireID(id string) string { return g.cfg.Name + "/" + id }
+
+// storeID is the Store's id of a task id on the wire, if the task is this
+// gateway's.
+func (g *Gateway) storeID(wire string) (string, bool) {
+	return strings.CutPrefix(wire, g.cfg.Name+"/")
+}
+
+// track counts r as unfinished.
+func (g *Gateway) track(r captchaq.Record) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.pending[r.Task.ID]; ok {
+		return
+	}
+	g.pending[r.Task.ID] = pendingTask{tenant: r.Task.Tenant, priority: cmp.Or(r.Task.Priority, captchaq.PriorityDefault), accepted: r.AcceptedAt}
+	g.byTenant[r.Task.Tenant]++
+}
+
+func (g *Gateway) untrackLocked(id string) {
+	p, ok := g.pending[id]
+	if !ok {
+		return
+	}
+	delete(g.pending, id)
+	if g.byTenant[p.tenant]--; g.byTenant[p.tenant] <= 0 {
+		delete(g.byTenant, p.tenant)
+	}
+}
+
+// demotion is how many priority levels a new task of tenant goes down:
+// one once the tenant has its share of unfinished tasks here.
+func (g *Gateway) demotion(tenant string) int {
+	if g.cfg.FairBurst < 0 {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.byTenant[tenant] >= max(g.weights[tenant], 1)*g.cfg.FairBurst {
+		return 1
+	}
+	return 0
+}
+
+// publish sends t to the fleet with this gateway's reply-to, confirmed.
+func (g *Gateway) publish(ctx context.Context, t captchaq.Task, now time.Time) error {
+	wire := t
+	wire.ID = g.wireID(t.ID)
+	wire.Pingback = "" // the client's callback is the front's business
+	return g.pub.PublishTask(ctx, TaskMessage{Task: wire, Accepted: now, ReplyTo: g.reply, Demoted: g.demotion(t.Tenant)})
+}
+
+// markPublished records a published task as in flight at the fleet.
+func (g *Gateway) markPublished(ctx context.Context, id string, attempts int, now time.Time) error {
+	return g.store.Checkpoint(ctx, id, g.mark, attempts, now)
+}
+
+// Submit publishes t to the fleet and records it; see Gateway. A known id
+// is left as it is. The record is written even when ctx ends after the
+// publish was confirmed.
+func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if n := len(g.wireID(t.ID)); n > maxWireID {
+		return &captchaq.TaskError{ID: t.ID, Code: captchaq.CodeInvalidTask,
+			Msg: fmt.Sprintf("id: %d characters with the gateway's name and the client's; a message id holds at most %d: use a shorter id", n, maxWireID)}
+	}
+	if err := g.open(); err != nil {
+		return err
+	}
+	now := time.Now()
+	if t.TTL > 0 {
+		t.Deadline, t.TTL = now.Add(t.TTL), 0
+	}
+	unlock := g.locks.lock(t.ID)
+	defer unlock()
+	switch _, err := g.store.Get(ctx, t.ID); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, captchaq.ErrNotFound):
+		return err
+	}
+	if err := g.publish(ctx, t, now); err != nil {
+		return fmt.Errorf("amqp: gateway: publish %q: %w", t.ID, err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	recs, _, err := g.store.Enqueue(sctx, []captchaq.Task{t}, now)
+	if err == nil {
+		err = g.markPublished(sctx, t.ID, 0, now)
+	}
+	if err != nil {
+		g.log.Error("task published but not recorded: its result will be dropped", "id", t.ID, "err", err)
+		return fmt.Errorf("amqp: gateway: record %q: %w", t.ID, err)
+	}
+	g.track(recs[0])
+	g.mu.Lock()
+	g.counts.Accepted++
+	g.mu.Unlock()
+	return nil
+}
+
+// republish publishes a task recorded but not marked published.
+func (g *Gateway) republish(ctx context.Context, r captchaq.Record) error {
+	unlock := g.locks.lock(r.Task.ID)
+	defer unlock()
+	now := time.Now()
+	if err := g.publish(ctx, r.Task, now); err != nil {
+		return err
+	}
+	if err := g.markPublished(context.WithoutCancel(ctx), r.Task.ID, r.Attempts, now); err != nil {
+		return err
+	}
+	g.track(r)
+	g.mu.Lock()
+	g.counts.Republished++
+	g.mu.Unlock()
+	return nil
+}
+
+// Get returns a task's record from the Store.
+func (g *Gateway) Get(ctx context.Context, id string) (captchaq.Record, error) {
+	return g.store.Get(ctx, id)
+}
+
+// Pending calls fn for every unfinished task in the Store.
+func (g *Gateway) Pending(ctx context.Context, fn func(captchaq.Record) error) error {
+	return g.store.Pending(ctx, fn)
+}
+
+// Cancel records an unfinished task failed with CANCELED and answers it
+// so; the fleet may still solve it (see Gateway).
+func (g *Gateway) Cancel(ctx context.Context, id string) error {
+	r, err := g.cancel(ctx, id)
+	if err != nil {
+		return err
+	}
+	g.deliver(r)
+	return nil
+}
+
+func (g *Gateway) cancel(ctx context.Context, id string) (captchaq.Result, error) {
+	unlock := g.locks.lock(id)
+	defer unlock()
+	rec, err := g.store.Get(ctx, id)
+	if err != nil {
+		return captchaq.Result{}, err
+	}
+	if rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed {
+		return captchaq.Result{}, fmt.Errorf("amqp: cancel %q: %w", id, captchaq.ErrFinal)
+	}
+	r := captchaq.Result{
+		ID: id, Status: captchaq.StatusFailed, Method: rec.Task.Method, ErrorCode: captchaq.CodeCanceled,
+		Error:    "canceled at the gateway; a worker may still solve it, and that answer is dropped",
+		Attempts: rec.Attempts, AcceptedAt: rec.AcceptedAt, FinishedAt: time.Now(),
+	}
+	if err := g.store.Finish(context.WithoutCancel(ctx), r); err != nil {
+		return r, err
+	}
+	g.mu.Lock()
+	g.untrackLocked(id)
+	g.countLocked(r, time.Time{})
+	g.mu.Unlock()
+	return r, nil
+}
+
+// countLocked counts a recorded result; received, when set, dates the
+// delivery delay.
+func (g *Gateway) countLocked(r captchaq.Result, received time.Time) {
+	g.counts.Results++
+	g.tally.Add(r.Status == captchaq.StatusSolved, r.SolveSeconds, received.Sub(r.FinishedAt), !received.IsZero() && !r.FinishedAt.IsZero())
+}
+
+func (g *Gateway) deliver(r captchaq.Result) {
+	g.mu.Lock()
+	fn := g.onResult
+	g.mu.Unlock()
+	if fn != nil {
+		fn(r)
+	}
+}
+
+// DeadLetters calls fn for the gateway's failed tasks that match f.
+func (g *Gateway) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, fn func(captchaq.Record) error) error {
+	return g.store.DeadLetters(ctx, f, fn)
+}
+
+// Replay publishes the gateway's dead letters among ids again: each
+// copy of them in the fleet's dead-letter queue leaves it once its task is
+// published again, and a task without a copy there (canceled here) is
+// published from its record. It returns the ids unfinished again.
+func (g *Gateway) Replay(ctx context.Context, ids []string) ([]string, error) {
+	if err := g.open(); err != nil {
+		return nil, err
+	}
+	var order []string
+	recs := map[string]captchaq.Record{}
+	err := g.store.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
+		order = append(order, r.Task.ID)
+		recs[r.Task.ID] = r
+		return nil
+	})
+	if err != nil || len(order) == 0 {
+		return nil, err
+	}
+	var replayed []string
+	done := map[string]bool{}
+	step := func(id string) error {
+		if done[id] {
+			return nil
+		}
+		done[id] = true
+		ok, err := g.replayOne(ctx, id)
+		if ok {
+			replayed = append(replayed, id)
+		}
+		return err
+	}
+	err = g.c.drainFailed(ctx, func(ch *amqp091.Channel, m amqp091.Delivery) error {
+		id, ours := g.storeID(m.MessageId)
+		if m.ReplyTo != g.reply || !ours {
+			return nil
+		}
+		if _, want := recs[id]; !want {
+			return nil
+		}
+		if err := step(id); err != nil {
+			return err
+		}
+		if err := ch.Ack(m.DeliveryTag, false); err != nil {
+			// Replayed but still a dead letter here: a second replay
+			// finds the task unfinished and only takes the copy out.
+			return fmt.Errorf("amqp: gateway: replay %q: ack its dead letter: %w", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return replayed, err
+	}
+	for _, id := range order {
+		if err := step(id); err != nil {
+			return replayed, err
+		}
+	}
+	return replayed, nil
+}
+
+// replayOne puts one dead letter back at the fleet; false when it is no
+// longer a dead letter.
+func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
+	unlock := g.locks.lock(id)
+	defer unlock()
+	cur, err := g.store.Get(ctx, id)
+	if err != nil || cur.Status != captchaq.StatusFailed {
+		return false, err
+	}
+	now := time.Now()
+	if _, err := g.store.Replay(ctx, captchaq.DeadLetterFilter{IDs: []string{id}}, now); err != nil {
+		return false, fmt.Errorf("amqp: gateway: replay %q: %w", id, err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if err := g.publish(ctx, cur.Task, now); err != nil {
+		// Not at the fleet: it stays the dead letter it was.
+		if cur.Result != nil {
+			if ferr := g.store.Finish(sctx, *cur.Result); ferr != nil {
+				g.log.Error("restoring a dead letter after a failed replay", "id", id, "err", ferr)
+			}
+		}
+		return false, fmt.Errorf("amqp: gateway: replay %q: %w", id, err)
+	}
+	if err := g.markPublished(sctx, id, 0, now); err != nil {
+		return true, fmt.Errorf("amqp: gateway: replay %q: published, not marked (the next Start publishes it again): %w", id, err)
+	}
+	cur.AcceptedAt = now
+	g.track(cur)
+	return true, nil
+}
+
+// Metrics reports what the gateway knows: tasks accepted since Start,
+// results recorded, the unfinished tasks by priority and the age of the
+// oldest (they are at the fleet: waiting or being solved), and the delay
+// from a worker recording a result to this gateway recording it (two
+// machines' clocks). Threads and requests are the workers' (see their
+// /metrics); here they are zero.
+func (g *Gateway) Metrics() captchaq.Metrics {
+	now := time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rates := g.tally.Rates(now)
+	waiting := tally.NewWaiting()
+	for _, p := range g.pending {
+		waiting.Add(p.priority, p.accepted)
+	}
+	return captchaq.Metrics{
+		Submitted: g.counts.Accepted, Solved: g.tally.Solved, Failed: g.tally.Failed,
+		RetriesByReason: map[string]int64{}, StartedAt: g.tally.Started,
+		AvgSolveSeconds: rates.AvgSolveSeconds, SuccessRate: rates.SuccessRate, ThroughputPerMin: rates.ThroughputPerMin,
+		QueueDepth: len(g.pending), DepthByPriority: waiting.ByPriority, OldestWaitingSeconds: waiting.OldestSeconds(now),
+		DeliveryDelayP50: rates.DelayP50, DeliveryDelayP99: rates.DelayP99,
+	}
+}
+
+// Ready says why the gateway cannot take tasks now: not started or
+// stopping, the broker connection down (it reconnects), or the Store
+// unreadable.
+func (g *Gateway) Ready(ctx context.Context) error {
+	if err := g.open(); err != nil {
+		return err
+	}
+	if !g.c.Connected() {
+		return errors.New("broker connection lost; reconnecting")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := g.store.Get(ctx, "\x00readyz"); err != nil && !errors.Is(err, captchaq.ErrNotFound) {
+		return fmt.Errorf("store: %w", err)
+	}
+	return nil
+}
+
+// QueueDepths reads the messages ready in the task queues, the gateway's
+// reply queue and the dead-letter queue, at most once a second; while the
+// broker connection is down it fails at once.
+func (g *Gateway) QueueDepths(ctx context.Context) (map[string]int, error) {
+	g.depthMu.Lock()
+	defer g.depthMu.Unlock()
+	if g.depthReadings != nil && time.Since(g.depthAt) < depthsFresh {
+		return maps.Clone(g.depthReadings), nil
+	}
+	if !g.c.Connected() {
+		return nil, errors.New("amqp: broker connection lost; reconnecting")
+	}
+	n := g.c.Names()
+	queues := []string{n.Tasks}
+	for _, l := range g.c.cfg.Lanes {
+		queues = append(queues, n.Lane(l))
+	}
+	stats, err := g.c.Depths(ctx, append(queues, g.reply, n.Failed)...)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]int, len(stats))
+	for _, s := range stats {
+		m[s.Name] = s.Ready
+	}
+	g.depthReadings, g.depthAt = m, time.Now()
+	return maps.Clone(m), nil
+}
+
+// Shutdown stops taking tasks and results: results being recorded are
+// finished (until ctx ends), the rest stay in the reply queue for the
+// next Start. Unfinished tasks stay at the fleet. The Store is not closed.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	k := g.results
+	g.mu.Unlock()
+	defer g.pub.Close()
+	if k == nil {
+		return nil
+	}
+	if err := k.Stop(); err != nil {
+		g.log.Warn("stop taking results", "err", err)
+	}
+	close(g.quit)
+	done := make(chan struct{})
+	go func() {
+		g.receiving.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	k.Close()
+	g.log.Info("gateway stopped")
+	return err
+}

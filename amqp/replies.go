@@ -1,0 +1,160 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+// receive hands each delivery of the reply queue to a handler of its own,
+// at most Prefetch at once, until Shutdown; it returns once the handlers
+// have.
+func (g *Gateway) receive(k *Consumer) {
+	defer g.receiving.Done()
+	var handlers sync.WaitGroup
+	defer handlers.Wait()
+	slots := make(chan struct{}, g.cfg.Prefetch)
+	for {
+		select {
+		case <-g.quit:
+			return
+		case d, ok := <-k.Deliveries():
+			if !ok {
+				return
+			}
+			slots <- struct{}{}
+			handlers.Add(1)
+			go func() {
+				defer handlers.Done()
+				defer func() { <-slots }()
+				g.handle(d)
+			}()
+		}
+	}
+}
+
+// handle records one reply and acks it, then tells onResult. A reply that
+// is not for this gateway, or that answers nothing new, is only acked. A
+// store failure sends the reply back to the queue after a pause.
+func (g *Gateway) handle(d *Delivery) {
+	r, ok := g.outcome(d)
+	if !ok {
+		ackAll(g.log, d)
+		return
+	}
+	fresh, err := g.record(r)
+	if err != nil {
+		g.log.Error("recording a result failed; it goes back to the reply queue", "id", r.ID, "err", err)
+		select {
+		case <-time.After(storeRetryAfter):
+		case <-g.quit:
+		}
+		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) {
+			g.log.Warn("nack failed", "id", r.ID, "err", err)
+		}
+		return
+	}
+	ackAll(g.log, d)
+	if fresh {
+		g.deliver(r)
+	}
+}
+
+// outcome reads a reply as a result of one of this gateway's tasks, with
+// the Store's id: a worker's result, or a task the broker dead-lettered
+// (its TTL ran out in a task queue) turned into a failure. Dead letters of
+// other gateways and those a worker made (a worker sends their result
+// itself) are not outcomes.
+func (g *Gateway) outcome(d *Delivery) (captchaq.Result, bool) {
+	if d.Type == messageTypeResul {
+		r, err := DecodeResult(d.Body)
+		if err != nil {
+			g.log.Warn("dropping a reply that is not a result", "message_id", d.MessageID, "err", err)
+			return r, false
+		}
+		id, ours := g.storeID(r.ID)
+		if !ours {
+			g.log.Warn("dropping a result for another gateway's task", "id", r.ID)
+			return r, false
+		}
+		r.ID = id
+		return r, true
+	}
+	if d.ReplyTo != g.reply || headerString(d.Headers, HeaderReason) != "" {
+		return captchaq.Result{}, false
+	}
+	m, err := d.Task()
+	if err != nil {
+		return captchaq.Result{}, false
+	}
+	id, ours := g.storeID(m.Task.ID)
+	death, dead := LastDeath(d.Headers)
+	if !ours || !dead {
+		return captchaq.Result{}, false
+	}
+	r := captchaq.Result{
+		ID: id, Status: captchaq.StatusFailed, Method: m.Task.Method, Attempts: m.Attempts,
+		AcceptedAt: m.Accepted, FinishedAt: time.Now(),
+	}
+	if death.Reason == "expired" {
+		r.ErrorCode = captchaq.CodeExpired
+		r.Error = "no worker took it before the task queue's TTL ran out; the broker dead-lettered it"
+	} else {
+		r.ErrorCode = "DEAD_LETTERED"
+		r.Error = fmt.Sprintf("the broker dead-lettered it from %s (%s)", death.Queue, death.Reason)
+	}
+	if m.LastError != "" {
+		r.Error += "; last error: " + m.LastError
+	}
+	return r, true
+}
+
+// record stores r unless its task is already answered; fresh is true when
+// it did. A record already final stays, except a failure (other than a
+// cancel) that a solved result replaces: the task was replayed from the
+// fleet's dead letters.
+func (g *Gateway) record(r captchaq.Result) (fresh bool, err error) {
+	unlock := g.locks.lock(r.ID)
+	defer unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	rec, err := g.store.Get(ctx, r.ID)
+	switch {
+	case errors.Is(err, captchaq.ErrNotFound):
+		g.log.Warn("dropping a result for a task this gateway has no record of (published just before a crash, or pruned)", "id", r.ID)
+		g.mu.Lock()
+		g.counts.Unknown++
+		g.mu.Unlock()
+		return false, nil
+	case err != nil:
+		return false, err
+	case !answers(rec, r):
+		g.mu.Lock()
+		g.counts.Duplicates++
+		g.mu.Unlock()
+		return false, nil
+	}
+	if err := g.store.Finish(ctx, r); err != nil {
+		return false, err
+	}
+	g.mu.Lock()
+	g.untrackLocked(r.ID)
+	g.countLocked(r, time.Now())
+	g.mu.Unlock()
+	return true, nil
+}
+
+// answers reports whether r is the answer to record now.
+func answers(rec captchaq.Record, r captchaq.Result) bool {
+	switch rec.Status {
+	case captchaq.StatusSolved:
+		return false
+	case captchaq.StatusFailed:
+		return r.Status == captchaq.StatusSolved && (rec.Result == nil || rec.Result.ErrorCode != captchaq.CodeCanceled)
+	}
+	return true
+}

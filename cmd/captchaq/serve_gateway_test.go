@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/internal/brokertest"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// process is a captchaq child process whose stderr is kept.
+type process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs strings.Builder
+	done chan error
+}
+
+// startProcess runs the binary with args and env (nothing of the test's
+// own environment that names a key or a broker), and waits until a log
+// line matches ready, returning the match.
+func startProcess(t *testing.T, bin string, env []string, ready *regexp.Regexp, args ...string) (*process, []string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CAPTCHAAI_") && !strings.HasPrefix(kv, "CAPTCHAQ_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, done: make(chan error, 1)}
+	found := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.logs.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m:
+				default:
+				}
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+		}
+	})
+	select {
+	case m := <-found:
+		return p, m
+	case err := <-p.done:
+		t.Fatalf("%s exited (%v) before it was ready:\n%s", args[0], err, p.output())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s not ready after a minute:\n%s", args[0], p.output())
+	}
+	return nil, nil
+}
+
+func (p *process) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+// stop sends SIGTERM and wants exit status 0.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("%s after SIGTERM: %v\n%s", p.cmd.Args[1], err, p.output())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not stop within 30s of SIGTERM:\n%s", p.cmd.Args[1], p.output())
+	}
+}
+
+// TestServeAsGatewayProcess runs `captchaq serve --amqp` and `captchaq
+// worker` as real processes on the real broker: the gateway has no
+// provider key, answers in.php/res.php from the worker's results, and,
+// stopped with SIGTERM while tasks are being solved and started again on
+// the same store (its default name comes from the store's path), answers
+// every task, each solved once.
+func TestServeAsGatewayProcess(t *testing.T) {
+	brokerURL := brokertest.Use(t)
+	var b [4]byte
+	rand.Read(b[:])
+	prefix := "test-cli-gw-" + hex.EncodeToString(b[:])
+	const owner, workerKey, clientKey = "cli-gw-worker", "gateway-test-provider-key", "cli-client-key-1"
+	// Turnstile in about 0.8 s: tasks are still at the worker when the
+	// gateway stops.
+	ss, apiURL, err := sim.Start(sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 31, PollBan: sim.PollBan{Disabled: true}}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	bin := captchaqBinary(t)
+	dir := t.TempDir()
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+clientKey+`"}]`)
+	db := filepath.Join(dir, "gateway.db")
+
+	worker, _ := startProcess(t, bin, []string{"CAPTCHAAI_KEY=" + workerKey}, regexp.MustCompile(`msg="worker started"`),
+		"worker", "--amqp", brokerURL, "--prefix", prefix, "--api-url", apiURL, "--threads", "5", "--poll-interval", "20ms", "--owner", owner)
+	servingRE := regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+) .*mode=gateway gateway=(\S+) reply_queue=(\S+)`)
+	serve := func() (*process, string, string) {
+		p, m := startProcess(t, bin, nil, servingRE,
+			"serve", "--amqp", brokerURL, "--prefix", prefix, "--store", db, "--clients", clients, "--listen", "127.0.0.1:0")
+		return p, "http://" + m[1], m[2]
+	}
+	gw1, base, name := serve()
+	t.Cleanup(func() {
+		cfg := amqp.Config{URL: brokerURL, Prefix: prefix}
+		if err := amqp.DeleteReplies(context.Background(), cfg, name); err != nil {
+			t.Errorf("DeleteReplies: %v", err)
+		}
+		if err := amqp.DeleteTopology(context.Background(), cfg, owner); err != nil {
+			t.Errorf("DeleteTopology: %v", err)
+		}
+	})
+	if want, _ := amqp.GatewayNameFor(db); name != want {
+		t.Errorf("gateway name %q, want %q from the store's path", name, want)
+	}
+	get := func(base string, v url.Values) string {
+		t.Helper()
+		resp, err := http.Get(base + "/res.php?" + v.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	var ids []string
+	for i := range 3 {
+		resp, err := http.PostForm(base+"/in.php", url.Values{"key": {clientKey}, "method": {"turnstile"},
+			"sitekey": {"0x4AAAAAAA"}, "pageurl": {fmt.Sprintf("https://shop.example/cli/%d", i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		id, ok := strings.CutPrefix(string(body), "OK|")
+		if !ok {
+			t.Fatalf("in.php: %q\n%s", body, gw1.output())
+		}
+		ids = append(ids, id)
+	}
+	if got := get(base, url.Values{"key": {clientKey}, "action": {"getbalance"}}); got != "ERROR_BAD_PARAMETERS" {
+		t.Errorf("getbalance without a provider key: %q", got)
+	}
+	gw1.stop(t)
+
+	gw2, base2, name2 := serve()
+	if name2 != name {
+		t.Fatalf("the restarted gateway is %q, want %q", name2, name)
+	}
+	for _, id := range ids {
+		deadline := time.Now().Add(30 * time.Second)
+		ans := get(base2, url.Values{"key": {clientKey}, "action": {"get"}, "id": {id}})
+		for ans == "CAPCHA_NOT_READY" && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			ans = get(base2, url.Values{"key": {clientKey}, "action": {"get"}, "id": {id}})
+		}
+		if token, ok := strings.CutPrefix(ans, "OK|"); !ok || len(token) < 100 {
+			t.Errorf("res.php %s after the restart: %q, want OK|<token>", id, ans)
+		}
+	}
+	var st struct {
+		Broker map[string]int `json:"broker"`
+	}
+	req, _ := http.NewRequest("GET", base2+"/v1/stats", nil)
+	req.Header.Set("Authorization", "Bearer "+clientKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if _, ok := st.Broker[prefix+".replies."+name]; !ok {
+		t.Errorf("stats broker %v: no reply queue %s.replies.%s", st.Broker, prefix, name)
+	}
+	gw2.stop(t)
+	worker.stop(t)
+	if s := ss.Stats(); s.Accepted != 3 || s.Duplicates != 0 {
+		t.Errorf("simulator accepted %d (duplicates %d), want 3 and 0", s.Accepted, s.Duplicates)
+	}
+	for _, p := range []*process{gw1, gw2, worker} {
+		if strings.Contains(p.output(), workerKey) {
+			t.Errorf("the provider key is in the logs:\n%s", p.output())
+		}
+	}
+}

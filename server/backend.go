@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+// Backend is what the handlers stand on: where accepted tasks go, where
+// their records are read, and where results come from. Two implement it:
+// the local queue the server builds from Config.Queue (it solves tasks
+// itself), and amqp.Gateway (it publishes tasks to a RabbitMQ fleet and
+// answers from the results the workers send back). Every method is safe
+// for concurrent use.
+//
+// Ids are the Store's ("<client>/<id>"); Task.Tenant is the client.
+type Backend interface {
+	// Attach is called once, by New, before any other method: weights are
+	// the clients' fair-share weights by tenant, and onResult must be
+	// called once with each task's final result after it is durable, from
+	// any goroutine, quickly.
+	Attach(weights map[string]int, onResult func(captchaq.Result)) error
+	// Start begins work (ctx bounds the start only).
+	Start(ctx context.Context) error
+	// Submit accepts one task: when it returns nil the task is durable and
+	// on its way. A known id is left as it is. Errors: *captchaq.TaskError
+	// for a bad task, captchaq.ErrClosed after Shutdown, anything else
+	// (ctx's included) when there is no room or no way now.
+	Submit(ctx context.Context, t captchaq.Task) error
+	// Get returns a task's record, or captchaq.ErrNotFound.
+	Get(ctx context.Context, id string) (captchaq.Record, error)
+	// Pending calls fn for every unfinished task.
+	Pending(ctx context.Context, fn func(captchaq.Record) error) error
+	// Cancel fails an unfinished task with ErrorCode CANCELED, or returns
+	// captchaq.ErrInFlight (it cannot be stopped), captchaq.ErrFinal or
+	// captchaq.ErrNotFound.
+	Cancel(ctx context.Context, id string) error
+	// DeadLetters calls fn for every failed task that matches f.
+	DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, fn func(captchaq.Record) error) error
+	// Replay runs the dead letters among ids again and returns the ids now
+	// unfinished again, also when it returns an error.
+	Replay(ctx context.Context, ids []string) ([]string, error)
+	// Metrics is a snapshot of the counts the dashboard and /metrics show.
+	Metrics() captchaq.Metrics
+	// Ready says why no work can be taken now, or nil.
+	Ready(ctx context.Context) error
+	// Shutdown stops intake and work (see each implementation for what
+	// it waits for until ctx ends).
+	Shutdown(ctx context.Context) error
+}
+
+// depthWait bounds a QueueDepths call made for /v1/stats or /metrics.
+const depthWait = 2 * time.Second
+
+// QueueDepther is a Backend that can tell how many messages wait in the
+// broker queues it uses; /v1/stats shows them as "broker" and /metrics as
+// captchaq_broker_queue_ready. A call should be cheap (cache it).
+type QueueDepther interface {
+	QueueDepths(ctx context.Context) (map[string]int, error)
+}
+
+// localBackend is a captchaq.Queue the server owns: tasks are solved here.
+type localBackend struct {
+	cfg        captchaq.Config
+	submitWait time.Duration
+	queue      *captchaq.Queue
+	store      captchaq.Store
+}
+
+func newLocalBackend(cfg captchaq.Config, submitWait time.Duration) *localBackend {
+	if cfg.Store == nil {
+		cfg.Store = captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
+	}
+	return &localBackend{cfg: cfg, submitWait: submitWait, store: cfg.Store}
+}
+
+// Attach builds the queue, with the weights and the result hook.
+func (b *localBackend) Attach(weights map[string]int, onResult func(captchaq.Result)) error {
+	if b.queue != nil {
+		return errors.New("server: backend attached twice")
+	}
+	qc := b.cfg
+	qc.TenantWeights = weights
+	userResult := qc.OnResult
+	qc.OnResult = func(r captchaq.Result) {
+		onResult(r)
+		if userResult != nil {
+			userResult(r)
+		}
+	}
+	q, err := captchaq.New(qc)
+	if err != nil {
+		return err
+	}
+	b.queue = q
+	return nil
+}
+
+func (b *localBackend) Start(ctx context.Context) error { return b.queue.Start(ctx) }
+
+func (b *localBackend) Submit(ctx context.Context, t captchaq.Task) error {
+	return b.queue.SubmitFunc(ctx, t, func(captchaq.Result) {})
+}
+
+func (b *localBackend) Get(ctx context.Context, id string) (captchaq.Record, error) {
+	return b.store.Get(ctx, id)
+}
+
+func (b *localBackend) Pending(ctx context.Context, fn func(captchaq.Record) error) error {
+	return b.store.Pending(ctx, fn)
+}
+
+func (b *localBackend) Cancel(ctx context.Context, id string) error { return b.queue.Cancel(ctx, id) }
+
+func (b *localBackend) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, fn func(captchaq.Record) error) error {
+	return b.store.DeadLetters(ctx, f, fn)
+}
+
+// Replay requeues the dead letters in the Store (attempts reset), then the
+// running queue adopts each record.
+func (b *localBackend) Replay(ctx context.Context, ids []string) ([]string, error) {
+	var dead []string
+	err := b.store.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
+		dead = append(dead, r.Task.ID)
+		return nil
+	})
+	if err != nil || len(dead) == 0 {
+		return nil, err
+	}
+	if _, err := b.store.Replay(ctx, captchaq.DeadLetterFilter{IDs: dead}, time.Now()); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
+	}
+	for _, id := range dead {
+		rec, err := b.store.Get(ctx, id)
+		if err != nil {
+			return dead, fmt.Errorf("replay %q: %w", id, err)
+		}
+		actx, cancel := context.WithTimeout(ctx, b.submitWait)
+		_, err = b.queue.Adopt(actx, rec)
+		cancel()
+		if err != nil {
+			// Still queued in the Store: the next Start picks it up.
+			return dead, fmt.Errorf("replay %q: requeued in the store but not yet running: %w", id, err)
+		}
+	}
+	return dead, nil
+}
+
+func (b *localBackend) Metrics() captchaq.Metrics { return b.queue.Metrics() }
+
+// Ready: the store answers, and sending is not paused by an account error
+// that will not lift by itself.
+func (b *localBackend) Ready(ctx context.Context) error {
+	if err := storeReady(ctx, b.store); err != nil {
+		return err
+	}
+	if p := b.queue.Paused(); p != nil {
+		var ae *captchaq.AccountError
+		if errors.As(p, &ae) && ae.Until.IsZero() {
+			return errors.New("sending paused by an account error (" + ae.Code + "): fix the provider key or plan")
+		}
+	}
+	return nil
+}
+
+// Shutdown waits for accepted tasks until ctx ends (captchaq.Queue.Shutdown).
+func (b *localBackend) Shutdown(ctx context.Context) error { return b.queue.Shutdown(ctx) }
+
+func (b *localBackend) pingbackHandler() http.Handler { return b.queue.PingbackHandler() }
+
+// storeReady reads the store once, within two seconds.
+func storeReady(ctx context.Context, st captchaq.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := st.Get(ctx, "\x00readyz"); err != nil && !errors.Is(err, captchaq.ErrNotFound) {
+		return errors.New("store: " + err.Error())
+	}
+	return nil
+}
