@@ -270,9 +270,15 @@ func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task
 	start := time.Now()
 	// Several feeders, as a real producer would: the store then commits
 	// many intakes at once. Tasks still go in (nearly) input order.
-	feedErr := make(chan error, feeders)
+	// Longest first needs the queue to take the tasks in order: one feeder
+	// (with several, one can be descheduled while the others go on).
+	nFeeders := feeders
+	if e.LongestFirst {
+		nFeeders = 1
+	}
+	feedErr := make(chan error, nFeeders)
 	var next atomic.Int64
-	for range feeders {
+	for range nFeeders {
 		go func() {
 			for {
 				i := int(next.Add(1) - 1)
