@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 
+	moderncsqlite "modernc.org/sqlite"
+
 	"github.com/captchaq/captchaq"
 )
 
@@ -25,16 +27,18 @@ type writer struct {
 	conn     *sql.Conn
 	st       *statements
 	maxBatch int
+	ckpt     *checkpointer
 	ops      chan *writeOp
 	closing  chan struct{}
 	stopped  chan struct{}
 }
 
-func newWriter(conn *sql.Conn, st *statements, maxBatch int) *writer {
+func newWriter(conn *sql.Conn, st *statements, maxBatch int, ckpt *checkpointer) *writer {
 	return &writer{
 		conn:     conn,
 		st:       st,
 		maxBatch: maxBatch,
+		ckpt:     ckpt,
 		ops:      make(chan *writeOp),
 		closing:  make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -134,6 +138,20 @@ func (w *writer) runBatch(batch []*writeOp) {
 	for i, op := range batch {
 		op.done <- errs[i]
 	}
+	w.ckpt.wrote(w.conn, w.walPages())
+}
+
+// walPages returns how many pages the connection wrote to the WAL since
+// the last call.
+func (w *writer) walPages() int {
+	var n int
+	_ = w.conn.Raw(func(dc any) error {
+		if s, ok := dc.(moderncsqlite.DBStatus); ok {
+			n, _, _ = s.Status(moderncsqlite.DBStatusCacheWrite, true)
+		}
+		return nil
+	})
+	return n
 }
 
 // rejectedError is a write refused for what the task is, not for a failure
