@@ -336,9 +336,10 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 		recs = make([]captchaq.Record, len(rows))
 		existed = make([]bool, len(rows))
 		for i, r := range rows {
-			var seq int64
-			err := st.insert.QueryRowContext(ctx, r.args()...).Scan(&seq)
-			if errors.Is(err, sql.ErrNoRows) {
+			// An Exec costs less than reading the new seq back with
+			// RETURNING; the insert does nothing when the id is stored.
+			res, err := st.insert.ExecContext(ctx, r.args()...)
+			if err = affected(r.task.ID)(res, err); errors.Is(err, captchaq.ErrNotFound) {
 				rec, err := scanRecord(st.getByID.QueryRowContext(ctx, r.task.ID))
 				if err != nil {
 					return err
@@ -346,6 +347,10 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 				recs[i], existed[i] = rec, true
 				continue
 			}
+			if err != nil {
+				return err
+			}
+			seq, err := res.LastInsertId()
 			if err != nil {
 				return err
 			}
@@ -703,6 +708,7 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 
 // statements are the writer's prepared statements.
 type statements struct {
+	begin, commit                                                       *sql.Stmt
 	insert, getByID, statusOf, checkpoint, retry, finish, replay, prune *sql.Stmt
 }
 
@@ -712,9 +718,11 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 		dst   **sql.Stmt
 		query string
 	}{
+		{&st.begin, `BEGIN IMMEDIATE`},
+		{&st.commit, `COMMIT`},
 		{&st.insert, `INSERT INTO tasks (id, status, priority, tenant, method, params, deadline, max_attempts,
 			proxy, proxy_type, pingback, accepted_at) VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-			ON CONFLICT (id) DO NOTHING RETURNING seq`},
+			ON CONFLICT (id) DO NOTHING`},
 		{&st.getByID, selectRecord + ` WHERE id = ?`},
 		{&st.statusOf, `SELECT status FROM tasks WHERE id = ?`},
 		{&st.checkpoint, `UPDATE tasks SET status = 'inflight', captcha_id = ?1, attempts = ?2, submitted_at = ?3,
@@ -746,7 +754,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune} {
+	for _, s := range []*sql.Stmt{st.begin, st.commit, st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune} {
 		if s != nil {
 			_ = s.Close()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"runtime"
 
 	moderncsqlite "modernc.org/sqlite"
 
@@ -92,18 +93,28 @@ func (w *writer) loop() {
 		case op := <-w.ops:
 			batch = append(batch[:0], op)
 		}
-	drain:
-		for len(batch) < w.maxBatch {
-			select {
-			case op := <-w.ops:
-				batch = append(batch, op)
-			default:
-				break drain
-			}
-		}
+		batch = w.take(batch)
+		// Callers the last commit answered are often about to write again:
+		// yielding once lets them join this commit rather than wait for the
+		// next, and fewer, larger commits cost less per write.
+		runtime.Gosched()
+		batch = w.take(batch)
 		w.runBatch(batch)
 		clear(batch)
 	}
+}
+
+// take adds the writes waiting now to batch, up to maxBatch.
+func (w *writer) take(batch []*writeOp) []*writeOp {
+	for len(batch) < w.maxBatch {
+		select {
+		case op := <-w.ops:
+			batch = append(batch, op)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // runBatch commits batch in one transaction. If the database fails in the
@@ -173,7 +184,7 @@ func (w *writer) inTx(fn func(ctx context.Context) error) error {
 	// The statements run on the writer's own context: one caller giving up
 	// must not interrupt a transaction that holds other callers' writes.
 	ctx := context.Background()
-	if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := w.st.begin.ExecContext(ctx); err != nil {
 		return err
 	}
 	err := fn(ctx)
@@ -181,7 +192,7 @@ func (w *writer) inTx(fn func(ctx context.Context) error) error {
 		_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
 		return err
 	}
-	if _, cerr := w.conn.ExecContext(ctx, "COMMIT"); cerr != nil {
+	if _, cerr := w.st.commit.ExecContext(ctx); cerr != nil {
 		_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
 		return cerr
 	}
