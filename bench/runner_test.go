@@ -115,3 +115,19 @@ func TestMixedReportTiny(t *testing.T) {
 		}
 	}
 }
+
+func TestMedianRun(t *testing.T) {
+	t.Parallel()
+	runs := []Row{
+		{Name: "a", Solved: 100, Makespan: 4 * time.Second},
+		{Name: "b", Solved: 100, Makespan: time.Second},
+		{Name: "c", Solved: 100, Makespan: 2 * time.Second},
+	}
+	med, lo, hi := medianRun(runs)
+	if med.Name != "c" || lo != 25 || hi != 100 {
+		t.Fatalf("medianRun = %s, %v, %v; want c, 25, 100", med.Name, lo, hi)
+	}
+	if runs[0].Name != "a" {
+		t.Fatalf("medianRun reordered its argument: %v", runs)
+	}
+}
