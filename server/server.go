@@ -268,9 +268,15 @@ func (e *limitError) Error() string { return e.msg }
 
 // submit hands one task to the queue, waiting at most SubmitWait for room.
 func (s *Server) submit(ctx context.Context, t captchaq.Task) error {
+	return s.submitBatch(ctx, []captchaq.Task{t})[0]
+}
+
+// submitBatch hands tasks to the queue together, waiting at most
+// SubmitWait for room, and returns each task's error.
+func (s *Server) submitBatch(ctx context.Context, tasks []captchaq.Task) []error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.SubmitWait)
 	defer cancel()
-	return s.queue.SubmitFunc(ctx, t, func(captchaq.Result) {})
+	return s.queue.SubmitBatchFunc(ctx, tasks, func(int, captchaq.Result) {})
 }
 
 // balance answers getbalance from a short cache.
