@@ -82,6 +82,20 @@ func TestEngineRunCounts(t *testing.T) {
 	}
 }
 
+// With SolveBatch the tasks go over in one call; every one is solved once.
+func TestEngineRunSolveBatch(t *testing.T) {
+	t.Parallel()
+	const n = 30
+	s := Sim{Threads: 10, Instant: true, Seed: 6}
+	row, err := RunEngine(t.Context(), s, Tasks(n, MixRealistic, 6), EngineRun{Name: "batch", PollInterval: 20 * time.Millisecond, SolveBatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Solved != n || row.Failed != 0 || row.Submits != n || row.Makespan <= 0 {
+		t.Fatalf("row %+v", row)
+	}
+}
+
 func TestEngineRunPingback(t *testing.T) {
 	t.Parallel()
 	const n = 10

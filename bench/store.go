@@ -34,8 +34,9 @@ type StoreReport struct {
 	Config         StoreConfig
 	Memory, SQLite Row
 	// LifeMem and LifeSQL are the instant-simulator runs, in the order
-	// they ran.
-	LifeMem, LifeSQL []Row
+	// they ran; BatchMem and BatchSQL the same runs with the tasks handed
+	// over in one SolveBatch call.
+	LifeMem, LifeSQL, BatchMem, BatchSQL []Row
 }
 
 func openSQLite(ctx context.Context, dir string) (*sqlite.Store, error) {
@@ -68,13 +69,13 @@ func Store(ctx context.Context, c StoreConfig) (StoreReport, error) {
 			fmt.Fprintf(c.Log, format+"\n", a...)
 		}
 	}
-	run := func(name string, sqliteStore bool, s Sim, n int, pi time.Duration) (Row, error) {
+	run := func(name string, sqliteStore bool, s Sim, n int, pi time.Duration, batch bool) (Row, error) {
 		dir, err := os.MkdirTemp("", "captchaq-bench-")
 		if err != nil {
 			return Row{}, err
 		}
 		defer os.RemoveAll(dir)
-		e := EngineRun{Name: name, PollInterval: pi, RetryBackoff: scaled(time.Second, max(s.Scale, 0.01)), MaxQueued: 4 * s.Threads}
+		e := EngineRun{Name: name, PollInterval: pi, RetryBackoff: scaled(time.Second, max(s.Scale, 0.01)), MaxQueued: 4 * s.Threads, SolveBatch: batch}
 		if sqliteStore {
 			st, err := openSQLite(ctx, dir)
 			if err != nil {
@@ -96,23 +97,30 @@ func Store(ctx context.Context, c StoreConfig) (StoreReport, error) {
 	}
 	var err error
 	pi := scaled(c.PollInterval, m.Scale)
-	if rep.Memory, err = run("engine, memory store", false, s, len(tasks), pi); err != nil {
+	if rep.Memory, err = run("engine, memory store", false, s, len(tasks), pi, false); err != nil {
 		return rep, err
 	}
-	if rep.SQLite, err = run("engine, SQLite store", true, s, len(tasks), pi); err != nil {
+	if rep.SQLite, err = run("engine, SQLite store", true, s, len(tasks), pi, false); err != nil {
 		return rep, err
 	}
 	inst := Sim{Threads: c.LifecycleThreads, Instant: true, Seed: m.Seed, ForgetFast: true}
 	for range c.LifecycleRuns {
-		mem, err := run("lifecycles, memory store", false, inst, c.LifecycleTasks, 10*time.Millisecond)
-		if err != nil {
-			return rep, err
+		for _, x := range []struct {
+			name          string
+			sqlite, batch bool
+			rows          *[]Row
+		}{
+			{"lifecycles, memory store", false, false, &rep.LifeMem},
+			{"lifecycles, SQLite store", true, false, &rep.LifeSQL},
+			{"SolveBatch, memory store", false, true, &rep.BatchMem},
+			{"SolveBatch, SQLite store", true, true, &rep.BatchSQL},
+		} {
+			row, err := run(x.name, x.sqlite, inst, c.LifecycleTasks, 10*time.Millisecond, x.batch)
+			if err != nil {
+				return rep, err
+			}
+			*x.rows = append(*x.rows, row)
 		}
-		lite, err := run("lifecycles, SQLite store", true, inst, c.LifecycleTasks, 10*time.Millisecond)
-		if err != nil {
-			return rep, err
-		}
-		rep.LifeMem, rep.LifeSQL = append(rep.LifeMem, mem), append(rep.LifeSQL, lite)
 	}
 	return rep, nil
 }
@@ -142,12 +150,13 @@ func (r StoreReport) Markdown(w io.Writer) {
 			x.ReadyToFetched.P50, x.ReadyToFetched.P99, x.RequestsPerSolved, secs(x.Makespan))
 	}
 	fmt.Fprintf(w, "\nWhole lifecycles (enqueue, submit, checkpoint, poll, finish) through the engine with an instant simulator, %d threads, %d tasks, "+
-		"%d goroutines submitting (target ≥ 5,000/s on SQLite). Each store ran %d times, taking turns; the row is the run of median makespan "+
+		"%d goroutines submitting (target ≥ 5,000/s on SQLite); the SolveBatch rows hand all the tasks over in one SolveBatch call instead. "+
+		"Each row ran %d times, the four taking turns; the row is the run of median makespan "+
 		"(first task handed to the engine to last result), the range covers all runs. CPU is the whole process's, simulator included; "+
 		"cores is CPU ÷ makespan.\n\n", r.Config.LifecycleThreads, r.Config.LifecycleTasks, feeders, r.Config.LifecycleRuns)
 	fmt.Fprintln(w, "| store | solved | makespan | lifecycles/s | range | CPU/task | cores |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
-	for _, runs := range [][]Row{r.LifeMem, r.LifeSQL} {
+	for _, runs := range [][]Row{r.LifeMem, r.LifeSQL, r.BatchMem, r.BatchSQL} {
 		if len(runs) == 0 {
 			continue
 		}
