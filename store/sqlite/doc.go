@@ -27,10 +27,11 @@
 // added since the last checkpoint, between two commits, and the WAL starts
 // over: the -wal file beside the store stays within 32 MiB.
 //
-// On a shared 2-core machine BenchmarkLifecycle measures 26,000 to 28,000
+// On a shared 2-core machine BenchmarkLifecycle measures 23,000 to 28,000
 // task lifecycles (Enqueue, Checkpoint, Finish) per second with 64
-// concurrent callers (15,000 with SynchronousFull), against 9,700 (1,500)
-// for a single caller, which pays a commit for every call.
+// concurrent callers (14,000 to 16,000 with SynchronousFull), against
+// 8,000 to 9,700 (1,400 to 1,650) for a single caller, which pays a commit
+// for every call.
 //
 // # One process per file
 //
