@@ -7,23 +7,28 @@ import (
 )
 
 // SolveBatch submits tasks and waits for all their results, returned in
-// input order. An invalid task gets a failed Result (ErrorCode
-// INVALID_TASK or UNSUPPORTED_TYPE) instead of failing the batch; the
-// error is for the batch as a whole (ctx done, queue closed), with the
-// results known so far.
+// input order. The tasks are stored together, as SubmitBatchFunc does. An
+// invalid task gets a failed Result (ErrorCode INVALID_TASK or
+// UNSUPPORTED_TYPE) instead of failing the batch; the error is for the
+// batch as a whole (ctx done, queue closed), with the results known so
+// far.
 func (q *Queue) SolveBatch(ctx context.Context, tasks []Task) ([]Result, error) {
 	results := make([]Result, len(tasks))
 	futures := make([]*Future, len(tasks))
 	for i, t := range tasks {
-		f, err := q.Submit(ctx, t)
-		if err != nil {
-			if r, ok := invalidResult(t, err); ok {
-				results[i] = r
-				continue
-			}
-			return results, err
+		futures[i] = newFuture(t.ID)
+	}
+	errs := q.acceptBatch(ctx, tasks, func(i int) func(Result, error) { return futures[i].resolve })
+	for i, err := range errs {
+		if err == nil {
+			continue
 		}
-		futures[i] = f
+		futures[i] = nil
+		if r, ok := invalidResult(tasks[i], err); ok {
+			results[i] = r
+			continue
+		}
+		return results, err
 	}
 	for i, f := range futures {
 		if f == nil {
@@ -147,6 +152,9 @@ func (s *stream) next() (r Result, ok, finished bool) {
 	return Result{}, false, s.inDone && s.open == 0
 }
 
+// streamBatch bounds how many tasks Stream stores in one call.
+const streamBatch = 256
+
 func (s *stream) intake(ctx context.Context, q *Queue, in <-chan Task) {
 	defer func() {
 		s.mu.Lock()
@@ -155,24 +163,8 @@ func (s *stream) intake(ctx context.Context, q *Queue, in <-chan Task) {
 		s.signal()
 	}()
 	for {
-		// Backpressure: hold at most MaxQueued open tasks.
-		for {
-			s.mu.Lock()
-			if s.open < q.cfg.MaxQueued {
-				s.open++
-				s.mu.Unlock()
-				break
-			}
-			if s.roomSig == nil {
-				s.roomSig = make(chan struct{})
-			}
-			sig := s.roomSig
-			s.mu.Unlock()
-			select {
-			case <-sig:
-			case <-ctx.Done():
-				return
-			}
+		if !s.reserve(ctx, q.cfg.MaxQueued) {
+			return
 		}
 		var t Task
 		var ok bool
@@ -185,20 +177,80 @@ func (s *stream) intake(ctx context.Context, q *Queue, in <-chan Task) {
 			s.drop()
 			return
 		}
-		err := q.accept(ctx, t, func(r Result, err error) {
-			if err != nil {
-				s.drop()
-				return
+		// Take the tasks already waiting too, while there is room, and
+		// store them together.
+		batch := []Task{t}
+		stop := false
+	more:
+		for len(batch) < streamBatch && s.tryReserve(q.cfg.MaxQueued) {
+			select {
+			case t, ok := <-in:
+				if ok {
+					batch = append(batch, t)
+					continue
+				}
+				stop = true // in is closed
+			default:
 			}
-			s.push(r)
+			s.drop()
+			break more
+		}
+		errs := q.acceptBatch(ctx, batch, func(int) func(Result, error) {
+			return func(r Result, err error) {
+				if err != nil {
+					s.drop()
+					return
+				}
+				s.push(r)
+			}
 		})
-		if err != nil {
-			if r, ok := invalidResult(t, err); ok {
+		for i, err := range errs {
+			if err == nil {
+				continue
+			}
+			if r, ok := invalidResult(batch[i], err); ok {
 				s.push(r)
 				continue
 			}
 			s.drop()
+			stop = true
+		}
+		if stop {
 			return
 		}
 	}
+}
+
+// reserve waits until fewer than max tasks are open and opens one; false
+// when ctx ends first.
+func (s *stream) reserve(ctx context.Context, max int) bool {
+	for {
+		s.mu.Lock()
+		if s.open < max {
+			s.open++
+			s.mu.Unlock()
+			return true
+		}
+		if s.roomSig == nil {
+			s.roomSig = make(chan struct{})
+		}
+		sig := s.roomSig
+		s.mu.Unlock()
+		select {
+		case <-sig:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// tryReserve opens one task if fewer than max are open.
+func (s *stream) tryReserve(max int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open < max {
+		s.open++
+		return true
+	}
+	return false
 }

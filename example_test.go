@@ -2,9 +2,11 @@ package captchaq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -98,6 +100,47 @@ func ExampleQueue_Stream() {
 	sort.Strings(done)
 	fmt.Println(done)
 	// Output: [task-0 solved task-1 solved task-2 solved task-3 solved task-4 solved]
+}
+
+// SubmitBatchFunc hands many tasks over in one call, stored together; each
+// accepted task's result comes to the callback, with its index.
+func ExampleQueue_SubmitBatchFunc() {
+	client, stop := demo()
+	defer stop()
+	ctx := context.Background()
+
+	q, err := captchaq.New(captchaq.Config{Provider: client, Threads: 3, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	if err := q.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer q.Shutdown(ctx)
+
+	tasks := []captchaq.Task{
+		{ID: "a", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAB", "pageurl": "https://shop.example/a"}},
+		{ID: "b", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAB"}},
+		{ID: "c", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAB", "pageurl": "https://shop.example/c"}},
+	}
+	var wg sync.WaitGroup
+	statuses := make([]captchaq.Status, len(tasks))
+	wg.Add(len(tasks))
+	errs := q.SubmitBatchFunc(ctx, tasks, func(i int, r captchaq.Result) {
+		statuses[i] = r.Status
+		wg.Done()
+	})
+	for i, err := range errs {
+		if err != nil {
+			fmt.Println(tasks[i].ID, "refused:", errors.Is(err, captchaq.ErrInvalidTask))
+			wg.Done()
+		}
+	}
+	wg.Wait()
+	fmt.Println(statuses)
+	// Output:
+	// b refused: true
+	// [solved  solved]
 }
 
 func ExampleParseTask() {

@@ -262,46 +262,29 @@ func (q *Queue) SubmitFunc(ctx context.Context, t Task, fn func(Result)) error {
 	})
 }
 
+// SubmitBatchFunc is SubmitFunc for many tasks at once: it accepts them
+// in order and stores the new ones together, in one Store call for as many
+// as MaxQueued has room for (one commit on the SQLite store), where
+// SubmitFunc makes a call for each. fn is called once for each accepted
+// task, with its index, after its result is durable (not when the queue
+// stops first); it runs on the queue's goroutines: keep it short.
+//
+// errs[i] is task i's error: nil once it is accepted; a *TaskError when it
+// is invalid, which does not stop the others; or the reason the call
+// stopped before accepting it (ctx done while waiting for room, ErrClosed,
+// the Store failing), for it and every task not yet accepted.
+func (q *Queue) SubmitBatchFunc(ctx context.Context, tasks []Task, fn func(i int, r Result)) (errs []error) {
+	return q.acceptBatch(ctx, tasks, func(i int) func(Result, error) {
+		return func(r Result, err error) {
+			if err == nil {
+				fn(i, r)
+			}
+		}
+	})
+}
+
 func (q *Queue) accept(ctx context.Context, t Task, w func(Result, error)) error {
-	if err := validate(t); err != nil {
-		return err
-	}
-	now := q.now()
-	if t.TTL > 0 {
-		t.Deadline, t.TTL = now.Add(t.TTL), 0
-	}
-	// Known and unfinished: attach to it without waiting for room.
-	if q.attach(t.ID, w) {
-		return nil
-	}
-	if err := q.waitRoom(ctx); err != nil {
-		return err
-	}
-	release, attached, err := q.claimIntake(ctx, t.ID, w)
-	if err != nil || attached {
-		return err
-	}
-	defer release()
-	recs, existed, err := q.store.Enqueue(ctx, []Task{t}, now)
-	if err != nil {
-		return fmt.Errorf("captchaq: submit %q: %w", t.ID, err)
-	}
-	r := recs[0]
-	if existed[0] && r.Result != nil && final(r.Status) {
-		w(*r.Result, nil)
-		return nil
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		// Durable already: the next Start picks it up.
-		return ErrClosed
-	}
-	q.register(r, w)
-	if !existed[0] {
-		q.metrics.submitted++
-	}
-	return nil
+	return q.acceptBatch(ctx, []Task{t}, func(int) func(Result, error) { return w })[0]
 }
 
 // attach adds a waiter to a known unfinished task.
@@ -348,26 +331,27 @@ func (q *Queue) claimIntake(ctx context.Context, id string, w func(Result, error
 	}
 }
 
-// waitRoom blocks while MaxQueued tasks are unfinished.
-func (q *Queue) waitRoom(ctx context.Context) error {
+// waitRoom blocks until there is room for want more unfinished tasks
+// under MaxQueued, and returns how many there is room for.
+func (q *Queue) waitRoom(ctx context.Context, want int) (int, error) {
 	for {
 		q.mu.Lock()
 		if q.closed {
 			q.mu.Unlock()
-			return ErrClosed
+			return 0, ErrClosed
 		}
-		if len(q.tasks) < q.cfg.MaxQueued {
+		if room := q.cfg.MaxQueued - len(q.tasks); room >= want {
 			q.mu.Unlock()
-			return nil
+			return room, nil
 		}
 		room := q.room
 		q.mu.Unlock()
 		select {
 		case <-room:
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-q.runCtx.Done():
-			return ErrClosed
+			return 0, ErrClosed
 		}
 	}
 }
@@ -389,7 +373,7 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 	if q.attach(t.ID, f.resolve) {
 		return f, nil
 	}
-	if err := q.waitRoom(ctx); err != nil {
+	if _, err := q.waitRoom(ctx, 1); err != nil {
 		return nil, err
 	}
 	release, attached, err := q.claimIntake(ctx, t.ID, f.resolve)

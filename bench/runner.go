@@ -190,6 +190,9 @@ type EngineRun struct {
 	MaxQueued int
 	// Progress, when set, is called after each result with the count so far.
 	Progress func(done int)
+	// SolveBatch hands every task to the engine in one SolveBatch call
+	// instead of SubmitFunc from several goroutines.
+	SolveBatch bool
 }
 
 // RunEngine solves tasks with the queue engine against a fresh simulator.
@@ -268,30 +271,49 @@ func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task
 	}
 	cpu0 := CPUTime()
 	start := time.Now()
-	// Several feeders, as a real producer would: the store then commits
-	// many intakes at once. Tasks still go in (nearly) input order.
-	// Longest first needs the queue to take the tasks in order: one feeder
-	// (with several, one can be descheduled while the others go on).
-	nFeeders := feeders
-	if e.LongestFirst {
-		nFeeders = 1
-	}
-	feedErr := make(chan error, nFeeders)
-	var next atomic.Int64
-	for range nFeeders {
+	feedErr := make(chan error, feeders)
+	if e.SolveBatch {
 		go func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					feedErr <- nil
-					return
-				}
-				if err := q.SubmitFunc(ctx, task(i), onResult); err != nil {
-					feedErr <- fmt.Errorf("bench: submit task %d: %w", i, err)
-					return
-				}
+			tasks := make([]captchaq.Task, n)
+			for i := range tasks {
+				tasks[i] = task(i)
 			}
+			rs, err := q.SolveBatch(ctx, tasks)
+			if err != nil {
+				feedErr <- fmt.Errorf("bench: SolveBatch: %w", err)
+				return
+			}
+			for _, r := range rs {
+				onResult(r)
+			}
+			feedErr <- nil
 		}()
+	} else {
+		// Several feeders, as a real producer would: the store then
+		// commits many intakes at once. Tasks still go in (nearly) input
+		// order. Longest first needs the queue to take the tasks in
+		// order: one feeder (with several, one can be descheduled while
+		// the others go on).
+		nFeeders := feeders
+		if e.LongestFirst {
+			nFeeders = 1
+		}
+		var next atomic.Int64
+		for range nFeeders {
+			go func() {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= n {
+						feedErr <- nil
+						return
+					}
+					if err := q.SubmitFunc(ctx, task(i), onResult); err != nil {
+						feedErr <- fmt.Errorf("bench: submit task %d: %w", i, err)
+						return
+					}
+				}
+			}()
+		}
 	}
 	if n == 0 {
 		close(allDone)

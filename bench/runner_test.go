@@ -82,6 +82,20 @@ func TestEngineRunCounts(t *testing.T) {
 	}
 }
 
+// With SolveBatch the tasks go over in one call; every one is solved once.
+func TestEngineRunSolveBatch(t *testing.T) {
+	t.Parallel()
+	const n = 30
+	s := Sim{Threads: 10, Instant: true, Seed: 6}
+	row, err := RunEngine(t.Context(), s, Tasks(n, MixRealistic, 6), EngineRun{Name: "batch", PollInterval: 20 * time.Millisecond, SolveBatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Solved != n || row.Failed != 0 || row.Submits != n || row.Makespan <= 0 {
+		t.Fatalf("row %+v", row)
+	}
+}
+
 func TestEngineRunPingback(t *testing.T) {
 	t.Parallel()
 	const n = 10
@@ -155,5 +169,21 @@ func TestSeedsMarkdown(t *testing.T) {
 `
 	if buf.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
+
+func TestMedianRun(t *testing.T) {
+	t.Parallel()
+	runs := []Row{
+		{Name: "a", Solved: 100, Makespan: 4 * time.Second},
+		{Name: "b", Solved: 100, Makespan: time.Second},
+		{Name: "c", Solved: 100, Makespan: 2 * time.Second},
+	}
+	med, lo, hi := medianRun(runs)
+	if med.Name != "c" || lo != 25 || hi != 100 {
+		t.Fatalf("medianRun = %s, %v, %v; want c, 25, 100", med.Name, lo, hi)
+	}
+	if runs[0].Name != "a" {
+		t.Fatalf("medianRun reordered its argument: %v", runs)
 	}
 }

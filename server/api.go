@@ -246,39 +246,52 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 			return
 		}
 	}
-	status := http.StatusAccepted
+	// The new tasks go to the queue together: one Store call, not one each.
+	batch := make([]captchaq.Task, len(fresh))
 	for j, i := range fresh {
-		t := tasks[i]
-		if err := s.submit(r.Context(), t); err != nil {
-			for _, id := range freshIDs[j:] {
-				cs.release(id)
+		batch[j] = tasks[i]
+	}
+	errs := s.submitBatch(r.Context(), batch)
+	accepted, failed, failedAt := 0, error(nil), 0
+	for j, err := range errs {
+		if err != nil {
+			cs.release(freshIDs[j])
+			if failed == nil {
+				failed, failedAt = err, fresh[j]
 			}
-			if errors.Is(err, captchaq.ErrInvalidTask) {
-				e := apiError{Error: err.Error(), Field: fieldOf(err)}
-				if len(tasks) > 1 {
-					e.Index = &i
-				}
-				writeJSON(w, http.StatusBadRequest, e)
-				return
+			continue
+		}
+		accepted++
+	}
+	cs.mu.Lock()
+	cs.accepted += int64(accepted)
+	cs.mu.Unlock()
+	if failed != nil {
+		if errors.Is(failed, captchaq.ErrInvalidTask) {
+			e := apiError{Error: failed.Error(), Field: fieldOf(failed)}
+			if len(tasks) > 1 {
+				e.Index = &failedAt
 			}
-			retryAfter(w, time.Second)
-			msg := "the queue is full: try again shortly"
-			if errors.Is(err, captchaq.ErrClosed) {
-				msg = "the server is shutting down"
-			}
-			if j > 0 {
-				msg += fmt.Sprintf(" (the first %d new tasks were accepted)", j)
-			}
-			apiFail(w, http.StatusServiceUnavailable, "", msg)
+			writeJSON(w, http.StatusBadRequest, e)
 			return
 		}
-		cs.mu.Lock()
-		cs.accepted++
-		cs.mu.Unlock()
+		retryAfter(w, time.Second)
+		msg := "the queue is full: try again shortly"
+		if errors.Is(failed, captchaq.ErrClosed) {
+			msg = "the server is shutting down"
+		}
+		if accepted > 0 {
+			msg += fmt.Sprintf(" (%d of the %d new tasks were accepted)", accepted, len(fresh))
+		}
+		apiFail(w, http.StatusServiceUnavailable, "", msg)
+		return
+	}
+	for _, i := range fresh {
+		t := tasks[i]
 		_, local := splitID(t.ID)
 		views[i] = TaskView{ID: local, Client: cs.Name, Status: captchaq.StatusQueued, Method: t.Method, Priority: cmpOr(t.Priority, captchaq.PriorityDefault)}
 	}
-	writeJSON(w, status, map[string]any{"tasks": views})
+	writeJSON(w, http.StatusAccepted, map[string]any{"tasks": views})
 }
 
 func cmpOr(a, b int) int {

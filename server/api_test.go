@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/storespy"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -406,4 +408,39 @@ func mustReq(method, u string) *http.Request {
 		panic(err)
 	}
 	return r
+}
+
+// The tasks of one create go to the Store together; when the queue has
+// room for only some of them, the answer says how many were accepted, and
+// only those exist.
+func TestAPICreateManyStoresTogether(t *testing.T) {
+	t.Parallel()
+	store := storespy.New(captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}))
+	b := setup(t, options{noStart: true, server: func(c *server.Config) {
+		c.Queue.Store, c.Queue.MaxQueued, c.SubmitWait = store, 3, 50*time.Millisecond
+	}})
+	var many created
+	b.api(t, "POST", "/v1/tasks", keyQA, "["+apiTurnstile("a")+","+apiTurnstile("b")+"]", http.StatusAccepted, &many)
+	if len(many.Tasks) != 2 || many.Tasks[0].ID != "a" || many.Tasks[1].ID != "b" {
+		t.Fatalf("create a, b: %+v", many)
+	}
+	if got := store.Enqueues(); !slices.Equal(got, []int{2}) {
+		t.Fatalf("Enqueue calls of %v tasks, want one of 2", got)
+	}
+	var e map[string]any
+	h := b.api(t, "POST", "/v1/tasks", keyQA, "["+apiTurnstile("c")+","+apiTurnstile("d")+","+apiTurnstile("e")+"]", http.StatusServiceUnavailable, &e)
+	if want := "the queue is full: try again shortly (1 of the 3 new tasks were accepted)"; e["error"] != want || h.Get("Retry-After") != "1" {
+		t.Errorf("create c, d, e with room for one: %v, Retry-After %q; want %q, 1", e, h.Get("Retry-After"), want)
+	}
+	if got := store.Enqueues(); !slices.Equal(got, []int{2, 1}) {
+		t.Errorf("Enqueue calls of %v tasks, want 2 then 1", got)
+	}
+	var v server.TaskView
+	b.api(t, "GET", "/v1/tasks/c", keyQA, "", http.StatusOK, &v)
+	if v.Status != captchaq.StatusQueued {
+		t.Errorf("c: %+v, want queued", v)
+	}
+	for _, id := range []string{"d", "e"} {
+		b.api(t, "GET", "/v1/tasks/"+id, keyQA, "", http.StatusNotFound, &e)
+	}
 }

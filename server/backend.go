@@ -64,6 +64,12 @@ type QueueDepther interface {
 }
 
 // localBackend is a captchaq.Queue the server owns: tasks are solved here.
+// BatchSubmitter is a Backend that takes many tasks in one call (one Store
+// write for all of them) and returns each task's error, as Submit would.
+type BatchSubmitter interface {
+	SubmitBatch(ctx context.Context, tasks []captchaq.Task) []error
+}
+
 type localBackend struct {
 	cfg        captchaq.Config
 	submitWait time.Duration
@@ -104,6 +110,10 @@ func (b *localBackend) Start(ctx context.Context) error { return b.queue.Start(c
 
 func (b *localBackend) Submit(ctx context.Context, t captchaq.Task) error {
 	return b.queue.SubmitFunc(ctx, t, func(captchaq.Result) {})
+}
+
+func (b *localBackend) SubmitBatch(ctx context.Context, tasks []captchaq.Task) []error {
+	return b.queue.SubmitBatchFunc(ctx, tasks, func(int, captchaq.Result) {})
 }
 
 func (b *localBackend) Get(ctx context.Context, id string) (captchaq.Record, error) {

@@ -39,7 +39,10 @@
 //   - A client's rate (tasks per second) and max_inflight (unfinished
 //     tasks) bound submits only: in.php answers MAX_USER_TURN and
 //     ERROR_NO_SLOT_AVAILABLE, the API 429 with Retry-After. A queue full
-//     past Config.SubmitWait answers ERROR_NO_SLOT_AVAILABLE / 503.
+//     past Config.SubmitWait answers ERROR_NO_SLOT_AVAILABLE / 503; the
+//     503 of an array says how many of its new tasks were accepted before.
+//   - The tasks of an array go to the queue in one call, stored together
+//     (one commit on the SQLite store).
 //   - The dashboard and the admin views (every client's tasks, dead
 //     letters and counts) need a client with "admin": true.
 //

@@ -272,9 +272,23 @@ func (e *limitError) Error() string { return e.msg }
 // submit hands one task to the Backend, waiting at most SubmitWait for
 // room.
 func (s *Server) submit(ctx context.Context, t captchaq.Task) error {
+	return s.submitBatch(ctx, []captchaq.Task{t})[0]
+}
+
+// submitBatch hands tasks to the Backend together (in one call when it is
+// a BatchSubmitter), waiting at most SubmitWait for room, and returns each
+// task's error.
+func (s *Server) submitBatch(ctx context.Context, tasks []captchaq.Task) []error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.SubmitWait)
 	defer cancel()
-	return s.backend.Submit(ctx, t)
+	if bs, ok := s.backend.(BatchSubmitter); ok {
+		return bs.SubmitBatch(ctx, tasks)
+	}
+	errs := make([]error, len(tasks))
+	for i, t := range tasks {
+		errs[i] = s.backend.Submit(ctx, t)
+	}
+	return errs
 }
 
 // balance answers getbalance from a short cache.

@@ -23,8 +23,13 @@ func init() {
 	}
 }
 
-// batchSubmitters is how many tasks batch hands to the queue at once.
-const batchSubmitters = 16
+// batchSubmitters is how many goroutines hand tasks to the queue at once;
+// each hands over the lines read meanwhile, up to batchChunk, in one call
+// (one Store write for all of them).
+const (
+	batchSubmitters = 16
+	batchChunk      = 256
+)
 
 // maxLineBytes bounds one task line: base64 images make long lines.
 const maxLineBytes = 16 << 20
@@ -33,7 +38,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL] [--sim] [--store PATH|memory]")
+		fmt.Fprintln(env.stderr, "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL] [--sim] [--store PATH|memory] [--order input|longest-first]")
 		fmt.Fprintln(env.stderr, "\nReads task JSONL (one task a line), solves every task through the queue and writes one result line per task.")
 		fs.PrintDefaults()
 	}
@@ -109,39 +114,61 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		bar.add(r)
 	}
 
-	// Several submitters store tasks at once, so the store commits many in
-	// one transaction instead of one commit per line.
+	// Several submitters store lines at once, each the lines read while it
+	// waited, so the store commits many in one transaction instead of one
+	// commit per line.
 	type job struct {
 		task     captchaq.Task
 		raw      []byte
 		line     int
-		accepted *sync.WaitGroup // when set, Done once SubmitFunc returns
+		accepted *sync.WaitGroup // when set, Done once the queue has answered for it
 	}
-	jobs := make(chan job)
+	jobs := make(chan job, batchChunk)
 	var submitters sync.WaitGroup
 	for range batchSubmitters {
 		submitters.Add(1)
 		go func() {
 			defer submitters.Done()
 			for j := range jobs {
-				wg.Add(1)
-				err := rt.queue.SubmitFunc(readCtx, j.task, func(r captchaq.Result) {
+				chunk := []job{j}
+			gather:
+				for len(chunk) < batchChunk {
+					select {
+					case j, ok := <-jobs:
+						if !ok {
+							break gather
+						}
+						chunk = append(chunk, j)
+					default:
+						break gather
+					}
+				}
+				tasks := make([]captchaq.Task, len(chunk))
+				for i, j := range chunk {
+					tasks[i] = j.task
+				}
+				wg.Add(len(chunk))
+				errs := rt.queue.SubmitBatchFunc(readCtx, tasks, func(_ int, r captchaq.Result) {
 					results.write(r)
 					bar.add(r)
 					wg.Done()
 				})
-				if j.accepted != nil {
-					j.accepted.Done()
+				for _, j := range chunk {
+					if j.accepted != nil {
+						j.accepted.Done()
+					}
 				}
-				if err == nil {
-					continue
+				for i, err := range errs {
+					if err == nil {
+						continue
+					}
+					wg.Done()
+					if readCtx.Err() != nil || errors.Is(err, captchaq.ErrClosed) {
+						stopReading()
+						continue
+					}
+					reject(chunk[i].task, chunk[i].raw, chunk[i].line, err)
 				}
-				wg.Done()
-				if readCtx.Err() != nil || errors.Is(err, captchaq.ErrClosed) {
-					stopReading()
-					continue
-				}
-				reject(j.task, j.raw, j.line, err)
 			}
 		}()
 	}

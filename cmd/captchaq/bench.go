@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		sTasks   = fs.Int("scale-tasks", 100_000, "tasks of the scale scenario")
 		sThreads = fs.Int("scale-threads", 5000, "threads of the scale scenario")
 		sLat     = fs.Float64("scale-latency", 0.01, "latency scale of the scale scenario")
+		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (read it with go tool pprof)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: captchaq bench [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
@@ -83,6 +85,17 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		run["mixed"], run["scale"], run["store"] = true, true, true
 	default:
 		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store or all", *scenario)}
+	}
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--cpuprofile: %w", err)}
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	host, _ := os.Hostname()
 	out := env.stdout

@@ -81,6 +81,9 @@ type Options struct {
 
 	// pruned, when set, is told of each automatic prune (tests).
 	pruned func(n int, err error)
+	// checkpointed, when set, is told of each checkpoint of the WAL
+	// (tests).
+	checkpointed func(walPages, copied int, err error)
 }
 
 func (o Options) withDefaults() Options {
@@ -124,6 +127,7 @@ type Store struct {
 	conn   *sql.Conn // the writer's
 	st     *statements
 	w      *writer
+	ckpt   *checkpointer
 	pruner *pruner
 	lock   *fileLock
 	closed atomic.Bool
@@ -188,17 +192,22 @@ func open(ctx context.Context, path string, opts Options, lock *fileLock) (*Stor
 	db.SetMaxIdleConns(4)
 	db.SetConnMaxIdleTime(time.Minute)
 	s := &Store{path: path, db: db, lock: lock}
-	if err := s.init(ctx, opts); err != nil {
+	ckptConn, err := s.init(ctx, opts)
+	if err != nil {
 		if s.st != nil {
 			s.st.close()
 		}
-		if s.conn != nil {
-			_ = s.conn.Close()
+		for _, c := range []*sql.Conn{s.conn, ckptConn} {
+			if c != nil {
+				_ = c.Close()
+			}
 		}
 		_ = db.Close()
 		return nil, err
 	}
-	s.w = newWriter(s.conn, s.st, opts.MaxBatch)
+	s.ckpt = newCheckpointer(ckptConn, path, opts.Logger, opts.checkpointed)
+	s.ckpt.start()
+	s.w = newWriter(s.conn, s.st, opts.MaxBatch, s.ckpt)
 	s.w.start()
 	if opts.Retention != RetentionOff {
 		s.pruner = newPruner(s, opts.Retention, opts.PruneInterval, opts.Logger, opts.pruned)
@@ -232,32 +241,43 @@ func checkHeader(path string) error {
 	return nil
 }
 
-func (s *Store) init(ctx context.Context, opts Options) error {
+// init sets up the writer's connection and returns the checkpointer's.
+func (s *Store) init(ctx context.Context, opts Options) (*sql.Conn, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return s.unusable(err)
+		return nil, s.unusable(err)
 	}
 	s.conn = conn
 	// Look before switching to WAL, which rewrites the header of a
 	// database that is not ours.
 	if _, err := schemaOf(ctx, conn, s.path); err != nil {
-		return err
+		return nil, err
 	}
 	var mode string
 	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return s.unusable(err)
+		return nil, s.unusable(err)
 	}
 	if mode != "wal" {
-		return fmt.Errorf("store %s: cannot switch to WAL journal mode (got %q)", s.path, mode)
+		return nil, fmt.Errorf("store %s: cannot switch to WAL journal mode (got %q)", s.path, mode)
 	}
 	if err := migrate(ctx, conn, s.path); err != nil {
-		return err
+		return nil, err
+	}
+	// The checkpointer copies the WAL (see checkpointer). SQLite's own
+	// checkpoint in the writer stays as a safety net, far past where the
+	// checkpointer has the WAL start over.
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA wal_autocheckpoint = %d", 4*walRestartPages)); err != nil {
+		return nil, fmt.Errorf("store %s: %w", s.path, err)
 	}
 	s.st, err = prepare(ctx, conn)
 	if err != nil {
-		return fmt.Errorf("store %s: %w", s.path, err)
+		return nil, fmt.Errorf("store %s: %w", s.path, err)
 	}
-	return nil
+	ckpt, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: %w", s.path, err)
+	}
+	return ckpt, nil
 }
 
 func (s *Store) unusable(err error) error {
@@ -278,8 +298,9 @@ func (s *Store) Close() error {
 		s.pruner.stop()
 	}
 	s.w.stop()
+	s.ckpt.stop()
 	s.st.close()
-	err := s.conn.Close()
+	err := errors.Join(s.conn.Close(), s.ckpt.conn.Close())
 	err = errors.Join(err, s.db.Close())
 	err = errors.Join(err, s.lock.unlock())
 	if err != nil {
@@ -315,9 +336,10 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 		recs = make([]captchaq.Record, len(rows))
 		existed = make([]bool, len(rows))
 		for i, r := range rows {
-			var seq int64
-			err := st.insert.QueryRowContext(ctx, r.args()...).Scan(&seq)
-			if errors.Is(err, sql.ErrNoRows) {
+			// An Exec costs less than reading the new seq back with
+			// RETURNING; the insert does nothing when the id is stored.
+			res, err := st.insert.ExecContext(ctx, r.args()...)
+			if err = affected(r.task.ID)(res, err); errors.Is(err, captchaq.ErrNotFound) {
 				rec, err := scanRecord(st.getByID.QueryRowContext(ctx, r.task.ID))
 				if err != nil {
 					return err
@@ -325,6 +347,10 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 				recs[i], existed[i] = rec, true
 				continue
 			}
+			if err != nil {
+				return err
+			}
+			seq, err := res.LastInsertId()
 			if err != nil {
 				return err
 			}
@@ -682,6 +708,7 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 
 // statements are the writer's prepared statements.
 type statements struct {
+	begin, commit                                                       *sql.Stmt
 	insert, getByID, statusOf, checkpoint, retry, finish, replay, prune *sql.Stmt
 }
 
@@ -691,9 +718,11 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 		dst   **sql.Stmt
 		query string
 	}{
+		{&st.begin, `BEGIN IMMEDIATE`},
+		{&st.commit, `COMMIT`},
 		{&st.insert, `INSERT INTO tasks (id, status, priority, tenant, method, params, deadline, max_attempts,
 			proxy, proxy_type, pingback, accepted_at) VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-			ON CONFLICT (id) DO NOTHING RETURNING seq`},
+			ON CONFLICT (id) DO NOTHING`},
 		{&st.getByID, selectRecord + ` WHERE id = ?`},
 		{&st.statusOf, `SELECT status FROM tasks WHERE id = ?`},
 		{&st.checkpoint, `UPDATE tasks SET status = 'inflight', captcha_id = ?1, attempts = ?2, submitted_at = ?3,
@@ -725,7 +754,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune} {
+	for _, s := range []*sql.Stmt{st.begin, st.commit, st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune} {
 		if s != nil {
 			_ = s.Close()
 		}

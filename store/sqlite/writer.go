@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"runtime"
+
+	moderncsqlite "modernc.org/sqlite"
 
 	"github.com/captchaq/captchaq"
 )
@@ -25,16 +28,18 @@ type writer struct {
 	conn     *sql.Conn
 	st       *statements
 	maxBatch int
+	ckpt     *checkpointer
 	ops      chan *writeOp
 	closing  chan struct{}
 	stopped  chan struct{}
 }
 
-func newWriter(conn *sql.Conn, st *statements, maxBatch int) *writer {
+func newWriter(conn *sql.Conn, st *statements, maxBatch int, ckpt *checkpointer) *writer {
 	return &writer{
 		conn:     conn,
 		st:       st,
 		maxBatch: maxBatch,
+		ckpt:     ckpt,
 		ops:      make(chan *writeOp),
 		closing:  make(chan struct{}),
 		stopped:  make(chan struct{}),
@@ -88,18 +93,28 @@ func (w *writer) loop() {
 		case op := <-w.ops:
 			batch = append(batch[:0], op)
 		}
-	drain:
-		for len(batch) < w.maxBatch {
-			select {
-			case op := <-w.ops:
-				batch = append(batch, op)
-			default:
-				break drain
-			}
-		}
+		batch = w.take(batch)
+		// Callers the last commit answered are often about to write again:
+		// yielding once lets them join this commit rather than wait for the
+		// next, and fewer, larger commits cost less per write.
+		runtime.Gosched()
+		batch = w.take(batch)
 		w.runBatch(batch)
 		clear(batch)
 	}
+}
+
+// take adds the writes waiting now to batch, up to maxBatch.
+func (w *writer) take(batch []*writeOp) []*writeOp {
+	for len(batch) < w.maxBatch {
+		select {
+		case op := <-w.ops:
+			batch = append(batch, op)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // runBatch commits batch in one transaction. If the database fails in the
@@ -134,6 +149,20 @@ func (w *writer) runBatch(batch []*writeOp) {
 	for i, op := range batch {
 		op.done <- errs[i]
 	}
+	w.ckpt.wrote(w.conn, w.walPages())
+}
+
+// walPages returns how many pages the connection wrote to the WAL since
+// the last call.
+func (w *writer) walPages() int {
+	var n int
+	_ = w.conn.Raw(func(dc any) error {
+		if s, ok := dc.(moderncsqlite.DBStatus); ok {
+			n, _, _ = s.Status(moderncsqlite.DBStatusCacheWrite, true)
+		}
+		return nil
+	})
+	return n
 }
 
 // rejectedError is a write refused for what the task is, not for a failure
@@ -155,7 +184,7 @@ func (w *writer) inTx(fn func(ctx context.Context) error) error {
 	// The statements run on the writer's own context: one caller giving up
 	// must not interrupt a transaction that holds other callers' writes.
 	ctx := context.Background()
-	if _, err := w.conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := w.st.begin.ExecContext(ctx); err != nil {
 		return err
 	}
 	err := fn(ctx)
@@ -163,7 +192,7 @@ func (w *writer) inTx(fn func(ctx context.Context) error) error {
 		_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
 		return err
 	}
-	if _, cerr := w.conn.ExecContext(ctx, "COMMIT"); cerr != nil {
+	if _, cerr := w.st.commit.ExecContext(ctx); cerr != nil {
 		_, _ = w.conn.ExecContext(ctx, "ROLLBACK")
 		return cerr
 	}

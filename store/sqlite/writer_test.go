@@ -25,7 +25,7 @@ func TestBatchWithFailingWrite(t *testing.T) {
 	// Run one batch by hand: stop the loop, and start a fresh one after.
 	s.w.stop()
 	defer func() {
-		s.w = newWriter(s.conn, s.st, MaxBatchDefault)
+		s.w = newWriter(s.conn, s.st, MaxBatchDefault, s.ckpt)
 		s.w.start()
 	}()
 
