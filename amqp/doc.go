@@ -15,6 +15,8 @@
 //	captcha.delay      headers exchange → captcha.delay.<ms>: retry tiers whose
 //	                   TTL dead-letters back to captcha.types under the kind
 //	captcha.inflight   headers exchange → captcha.inflight.<owner>: checkpoints
+//	captcha.recover    checkpoint messages of several tasks whose owner died;
+//	                   any worker splits them into task messages
 //	captcha.status     fanout for status beats (see Stats)
 //
 // Task queues dead-letter to captcha.dlx, so a task that waits longer than
@@ -51,12 +53,28 @@
 // broker's consumer_timeout (30 minutes) never fires. Idle checkpoint
 // queues delete themselves after an hour.
 //
+// Checkpoints are published with group commit: the ones that come while
+// another waits for its confirm gather and leave together in one message
+// (a JSON array of tasks; ids and copy numbers in the captchaq-ids and
+// captchaq-seqs headers), so under load the broker stores, confirms,
+// delivers and acks one message for several tasks, and a checkpoint waits
+// for at most one confirm before its own is sent. Such a message travels
+// under the routing key captcha.recover: when its lease runs out it lands
+// in captcha.recover, never in a task queue, and a worker splits it into
+// task messages that keep their captcha ids. Its holder acks it once none
+// of its tasks needs it; when one of them finishes (or gets a newer copy)
+// while others still need it, those others are checkpointed again in new
+// messages 2 ms later and the old one is acked, so a lease does not bring
+// back a finished task any longer after its result than a single
+// checkpoint, whose ack gathers for 2 ms too, would.
+//
 // A worker submits a task only while it holds it: its delivery's channel
 // is alive, or its checkpoint is confirmed (captchaq.Config.Admit). A task
 // whose channel died is back in its queue for the fleet, so the worker
 // hands its copy back instead of paying for a second solve. One window
 // stays: a connection lost between the provider's answer to a submit and
-// its checkpoint's confirm puts the task back for the fleet while its
+// its checkpoint's confirm (which, under load, includes the confirm of the
+// checkpoint message before it) puts the task back for the fleet while its
 // captcha id is not yet durable, and another worker may solve it again.
 // The submit cap bounds how many tasks are in that window at once.
 //

@@ -220,6 +220,19 @@ func (p *Publisher) park(ctx context.Context, owner string, m TaskMessage, seq i
 	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), msg)
 }
 
+// parkBatch publishes the copies of several tasks to owner's checkpoint
+// queue in one message (see parker). Its routing key is the recovery
+// queue's: a task queue never sees such a message.
+func (p *Publisher) parkBatch(ctx context.Context, owner string, copies []parkedCopy) error {
+	msg, err := batchPublishing(copies)
+	if err != nil {
+		return err
+	}
+	msg.Headers[HeaderOwner] = owner
+	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
+	return p.Publish(ctx, p.c.Names().Inflight, p.c.Names().Recover, msg)
+}
+
 // Retry publishes a task that failed transiently to the delay tier of its
 // attempt count; after the tier's delay it goes back to the task exchange.
 // It returns the delay. Transient failures never reach the dead letters.

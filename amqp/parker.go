@@ -1,0 +1,131 @@
+package amqp
+
+import (
+	"context"
+	"sync"
+)
+
+// Bounds of one checkpoint message that carries several tasks.
+const (
+	parkBatchMax   = 64      // copies
+	parkBatchBytes = 1 << 20 // encoded tasks; a larger one travels alone
+)
+
+// parker publishes a worker's checkpoint copies (see WorkerStore) with
+// group commit: while one publish waits for its confirm, the copies that
+// come meanwhile gather, and leave together once it is confirmed. A copy
+// that finds nothing under way leaves at once, alone, as a task message
+// of its own (Publisher.park); copies that gathered leave in one message
+// (batchPublishing), at most parkBatchMax to a message. So a copy waits at
+// most for one confirm before its own is sent, and under load the broker
+// stores, confirms, delivers and acks one message for many tasks.
+//
+// A message of several tasks is published with Names.Recover as its
+// routing key: when its lease runs out in a dead owner's checkpoint
+// queue, it goes to the recovery queue, where a worker splits it into task
+// messages, instead of to a task queue. Safe for concurrent use.
+type parker struct {
+	pub   *Publisher
+	owner string
+	ctx   context.Context // ends the publishes of a closed store
+
+	wg      sync.WaitGroup // the flush loop
+	mu      sync.Mutex
+	waiting []*parkRequest
+	busy    bool // a flush loop runs
+}
+
+type parkRequest struct {
+	parkedCopy
+	done chan error
+}
+
+// park publishes m as copy seq and returns once the broker has confirmed
+// it, or ctx ends.
+func (p *parker) park(ctx context.Context, m TaskMessage, seq int) error {
+	r := &parkRequest{parkedCopy: parkedCopy{m: m, seq: seq}, done: make(chan error, 1)}
+	p.mu.Lock()
+	p.waiting = append(p.waiting, r)
+	if !p.busy {
+		p.busy = true
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.flush()
+		}()
+	}
+	p.mu.Unlock()
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flush publishes what waits, waits for the confirms, and goes on while
+// more came meanwhile.
+func (p *parker) flush() {
+	for {
+		p.mu.Lock()
+		batch := p.waiting
+		p.waiting = nil
+		if len(batch) == 0 {
+			p.busy = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, group := range splitBatch(batch) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := p.publish(group)
+				for _, r := range group {
+					r.done <- err
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+// splitBatch cuts the requests into messages of at most parkBatchMax
+// copies and about parkBatchBytes of tasks.
+func splitBatch(rs []*parkRequest) [][]*parkRequest {
+	var out [][]*parkRequest
+	var cur []*parkRequest
+	size := 0
+	for _, r := range rs {
+		n := taskSize(r.m)
+		if len(cur) > 0 && (len(cur) == parkBatchMax || size+n > parkBatchBytes) {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, r)
+		size += n
+	}
+	return append(out, cur)
+}
+
+// taskSize estimates a task's encoded size from its parameters, which
+// hold what is large (an image).
+func taskSize(m TaskMessage) int {
+	n := 256
+	for k, v := range m.Task.Params {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+func (p *parker) publish(group []*parkRequest) error {
+	if len(group) == 1 {
+		return p.pub.park(p.ctx, p.owner, group[0].m, group[0].seq)
+	}
+	copies := make([]parkedCopy, len(group))
+	for i, r := range group {
+		copies[i] = r.parkedCopy
+	}
+	return p.pub.parkBatch(p.ctx, p.owner, copies)
+}
