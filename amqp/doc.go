@@ -51,7 +51,10 @@
 // Config.InflightRefresh must be republished and the old delivery acked by
 // its holder, so the
 // broker's consumer_timeout (30 minutes) never fires. Idle checkpoint
-// queues delete themselves after an hour.
+// queues delete themselves after an hour. Each checkpoint names the
+// worker run that published it (captchaq-run): a worker started again
+// under the same owner name rejects the checkpoints of the run before,
+// which sends them back to the fleet at once instead of dropping them.
 //
 // Checkpoints are published with group commit: the ones that come while
 // another waits for its confirm gather and leave together in one message

@@ -299,3 +299,30 @@ func TestFleetFailures(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetKill9RestartSameOwner: a worker killed with its tasks at the
+// provider and started again under the same owner name (--owner) finds
+// its old checkpoints in its queue: they are the dead run's, not its own,
+// so they go back to the fleet at once, to be polled, not dropped.
+func TestFleetKill9RestartSameOwner(t *testing.T) {
+	cfg := fleetConfig(t)
+	cfg.InflightLease = time.Minute // the old checkpoints must not come back by their lease
+	two := sim.Latency{Median: 2 * time.Second, Min: 2 * time.Second, Max: 2 * time.Second}
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 10, Seed: 9,
+		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: two}},
+		childConfig{Threads: 5, Poll: 50 * time.Millisecond, Grace: 5 * time.Second, Beat: 20 * time.Millisecond})
+	ctx := longCtx(t, 60*time.Second)
+	beat := f.beats(ctx)
+	f.start("same", nil)
+	f.waitConsumers(ctx, 1)
+	const n = 5
+	ids := f.enqueue(ctx, "same", n, 0)
+	f.until(ctx, "5 checkpoints held", func() bool { return beat("same").Parked == n })
+	f.signal("same", syscall.SIGKILL)
+	if err := f.wait("same", 10*time.Second); err == nil {
+		t.Fatal("same exited cleanly after SIGKILL")
+	}
+	f.start("same", nil)
+	res := f.collect(ctx, ids)
+	f.ledger(res, n)
+}

@@ -27,6 +27,7 @@ const (
 	HeaderOwner      = "captchaq-owner"      // the consumer holding a checkpoint
 	HeaderDelay      = "captchaq-delay"      // the delay tier in ms
 	HeaderSeq        = "captchaq-seq"        // int: which copy of a checkpoint this is
+	HeaderRun        = "captchaq-run"        // the worker run that published a checkpoint
 	HeaderIDs        = "captchaq-ids"        // array: the task ids of a message that carries several
 	HeaderSeqs       = "captchaq-seqs"       // array of int: the copy number of each, in the same order
 	contentTypeJSON  = "application/json"

@@ -25,9 +25,9 @@ const (
 // queue, it goes to the recovery queue, where a worker splits it into task
 // messages, instead of to a task queue. Safe for concurrent use.
 type parker struct {
-	pub   *Publisher
-	owner string
-	ctx   context.Context // ends the publishes of a closed store
+	pub        *Publisher
+	owner, run string
+	ctx        context.Context // ends the publishes of a closed store
 
 	wg      sync.WaitGroup // the flush loop
 	mu      sync.Mutex
@@ -121,11 +121,11 @@ func taskSize(m TaskMessage) int {
 
 func (p *parker) publish(group []*parkRequest) error {
 	if len(group) == 1 {
-		return p.pub.park(p.ctx, p.owner, group[0].m, group[0].seq)
+		return p.pub.park(p.ctx, p.owner, p.run, group[0].m, group[0].seq)
 	}
 	copies := make([]parkedCopy, len(group))
 	for i, r := range group {
 		copies[i] = r.parkedCopy
 	}
-	return p.pub.parkBatch(p.ctx, p.owner, copies)
+	return p.pub.parkBatch(p.ctx, p.owner, p.run, copies)
 }

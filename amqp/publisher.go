@@ -201,36 +201,45 @@ func (p *Publisher) Checkpoint(ctx context.Context, owner string, m TaskMessage)
 	if m.CaptchaID == "" {
 		return fmt.Errorf("amqp: checkpoint of %q without a captcha id", m.Task.ID)
 	}
-	return p.park(ctx, owner, m, 0)
+	return p.park(ctx, owner, "", m, 0)
 }
 
 // park publishes m to owner's checkpoint queue with sequence number seq
-// (HeaderSeq), so the holder can tell a newer copy from an older one. m may
-// carry no captcha id: a task that waits to be retried is parked too.
-func (p *Publisher) park(ctx context.Context, owner string, m TaskMessage, seq int) error {
+// (HeaderSeq), so the holder can tell a newer copy from an older one, and
+// run (HeaderRun), so it can tell its own copies from those of an earlier
+// run under the same owner name. m may carry no captcha id: a task that
+// waits to be retried is parked too.
+func (p *Publisher) park(ctx context.Context, owner, run string, m TaskMessage, seq int) error {
 	msg, err := m.publishing(p.c.cfg.MaxPriority)
 	if err != nil {
 		return err
 	}
-	msg.Headers[HeaderOwner] = owner
 	if seq > 0 {
 		msg.Headers[HeaderSeq] = int32(seq)
 	}
-	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
-	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), msg)
+	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), p.leased(msg, owner, run))
 }
 
 // parkBatch publishes the copies of several tasks to owner's checkpoint
 // queue in one message (see parker). Its routing key is the recovery
 // queue's: a task queue never sees such a message.
-func (p *Publisher) parkBatch(ctx context.Context, owner string, copies []parkedCopy) error {
+func (p *Publisher) parkBatch(ctx context.Context, owner, run string, copies []parkedCopy) error {
 	msg, err := batchPublishing(copies)
 	if err != nil {
 		return err
 	}
+	return p.Publish(ctx, p.c.Names().Inflight, p.c.Names().Recover, p.leased(msg, owner, run))
+}
+
+// leased addresses msg to owner's checkpoint queue, where it may stay for
+// the lease once nobody holds it.
+func (p *Publisher) leased(msg amqp091.Publishing, owner, run string) amqp091.Publishing {
 	msg.Headers[HeaderOwner] = owner
+	if run != "" {
+		msg.Headers[HeaderRun] = run
+	}
 	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
-	return p.Publish(ctx, p.c.Names().Inflight, p.c.Names().Recover, msg)
+	return msg
 }
 
 // Retry publishes a task that failed transiently to the delay tier of its

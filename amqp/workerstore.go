@@ -2,6 +2,8 @@ package amqp
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"maps"
@@ -42,6 +44,7 @@ type WorkerStore struct {
 	pub    *Publisher
 	parker *parker
 	owner  string
+	run    string // this run's mark on its checkpoints (HeaderRun)
 	log    *slog.Logger
 	ctx    context.Context // ends at close
 	cancel context.CancelFunc
@@ -98,11 +101,15 @@ var _ captchaq.Store = (*WorkerStore)(nil)
 
 func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore {
 	ctx, cancel := context.WithCancel(context.Background())
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	run := hex.EncodeToString(b[:])
 	return &WorkerStore{
 		mem:     captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}),
 		pub:     pub,
-		parker:  &parker{pub: pub, owner: owner, ctx: ctx},
+		parker:  &parker{pub: pub, owner: owner, run: run, ctx: ctx},
 		owner:   owner,
+		run:     run,
 		log:     log,
 		ctx:     ctx,
 		cancel:  cancel,
@@ -144,8 +151,18 @@ func (s *WorkerStore) hold(d *Delivery, m TaskMessage) (fresh bool) {
 
 // holdCheckpoint takes a delivery from the worker's own checkpoint queue:
 // the newest copies are held, older ones and those of tasks no longer held
-// are not, and a message that holds nothing needed is acked.
+// are not, and a message that holds nothing needed is acked. A message of
+// an earlier run under the same owner name (a worker killed and started
+// again with the same --owner) holds tasks nobody holds any more: it is
+// rejected, so the queue dead-letters it back to the fleet at once, as
+// its lease would.
 func (s *WorkerStore) holdCheckpoint(d *Delivery) {
+	if headerString(d.Headers, HeaderRun) != s.run {
+		if err := d.Nack(false); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
+			s.log.Warn("returning an earlier run's checkpoint failed", "err", err)
+		}
+		return
+	}
 	ids, seqs, several := batchCopies(d.Headers)
 	if !several {
 		ids, seqs = []string{d.MessageID}, []int{headerInt(d.Headers, HeaderSeq)}
