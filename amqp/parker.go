@@ -40,13 +40,22 @@ type parkRequest struct {
 	done chan error
 }
 
-// park publishes m as copy seq and returns once the broker has confirmed
-// it, or ctx ends.
-func (p *parker) park(ctx context.Context, m TaskMessage, seq int) error {
-	r := &parkRequest{parkedCopy: parkedCopy{m: m, seq: seq}, done: make(chan error, 1)}
+// park publishes c and returns once the broker has confirmed it, or ctx
+// ends.
+func (p *parker) park(ctx context.Context, c parkedCopy) error {
+	return p.parkAll(ctx, []parkedCopy{c})[0]
+}
+
+// parkAll publishes the copies together (they join the same flush) and
+// returns each one's outcome once all are confirmed, or ctx ends.
+func (p *parker) parkAll(ctx context.Context, cs []parkedCopy) []error {
+	rs := make([]*parkRequest, len(cs))
+	for i, c := range cs {
+		rs[i] = &parkRequest{parkedCopy: c, done: make(chan error, 1)}
+	}
 	p.mu.Lock()
-	p.waiting = append(p.waiting, r)
-	if !p.busy {
+	p.waiting = append(p.waiting, rs...)
+	if !p.busy && len(rs) > 0 {
 		p.busy = true
 		p.wg.Add(1)
 		go func() {
@@ -55,12 +64,15 @@ func (p *parker) park(ctx context.Context, m TaskMessage, seq int) error {
 		}()
 	}
 	p.mu.Unlock()
-	select {
-	case err := <-r.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		select {
+		case errs[i] = <-r.done:
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+		}
 	}
+	return errs
 }
 
 // flush publishes what waits, waits for the confirms, and goes on while

@@ -287,27 +287,27 @@ func (s *WorkerStore) compact() {
 	}()
 }
 
-// repark parks the tasks ids again as they are, all at once (so that they
-// share messages), and returns how many failed.
+// repark parks the tasks ids again as they are, together (they leave in
+// one message unless there are too many), and returns how many failed.
 func (s *WorkerStore) repark(ctx context.Context, ids []string) (failed int) {
 	slices.Sort(ids)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
+	var es []*entry
+	var cs []parkedCopy
 	for _, id := range slices.Compact(ids) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.park(ctx, id, func(*TaskMessage) {}); err != nil {
-				if ctx.Err() == nil {
-					s.log.Warn("parking a checkpoint again failed", "id", id, "err", err)
-				}
-				mu.Lock()
-				failed++
-				mu.Unlock()
-			}
-		}()
+		if e, c, ok := s.nextCopy(id, func(*TaskMessage) {}); ok {
+			es, cs = append(es, e), append(cs, c)
+		}
 	}
-	wg.Wait()
+	for i, err := range s.parker.parkAll(ctx, cs) {
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("parking a checkpoint again failed", "id", cs[i].m.Task.ID, "err", err)
+			}
+			failed++
+			continue
+		}
+		s.parked(es[i], cs[i])
+	}
 	return failed
 }
 
@@ -352,32 +352,47 @@ func (s *WorkerStore) settle(ds ...*Delivery) {
 // park publishes m as the task's newest copy in the checkpoint queue and,
 // once confirmed, acks every older copy held.
 func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMessage)) error {
-	s.mu.Lock()
-	e, ok := s.entries[id]
+	e, c, ok := s.nextCopy(id, update)
 	if !ok {
-		s.mu.Unlock()
 		return nil
 	}
-	e.seq++
-	seq, m := e.seq, e.msg
-	update(&m)
-	s.mu.Unlock()
-	if err := s.parker.park(ctx, m, seq); err != nil {
+	if err := s.parker.park(ctx, c); err != nil {
 		return err
 	}
+	s.parked(e, c)
+	return nil
+}
+
+// nextCopy numbers the next copy of task id; ok is false when the task is
+// not held.
+func (s *WorkerStore) nextCopy(id string, update func(*TaskMessage)) (*entry, parkedCopy, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[id]
+	if !ok {
+		return nil, parkedCopy{}, false
+	}
+	e.seq++
+	c := parkedCopy{m: e.msg, seq: e.seq}
+	update(&c.m)
+	return e, c, true
+}
+
+// parked records that copy c of e is confirmed: it is now the broker's
+// copy of the task, and every older one is let go.
+func (s *WorkerStore) parked(e *entry, c parkedCopy) {
 	s.mu.Lock()
 	var tasks []*Delivery
 	var old []heldCopy
-	if seq > e.confirmed {
-		e.confirmed, e.msg, e.parkedAt = seq, m, time.Now()
+	if c.seq > e.confirmed {
+		e.confirmed, e.msg, e.parkedAt = c.seq, c.m, time.Now()
 		tasks = e.deliveries
 		e.deliveries = nil
-		old = e.takeCopies(func(k int) bool { return k < seq })
+		old = e.takeCopies(func(k int) bool { return k < c.seq })
 	}
 	s.mu.Unlock()
 	s.settle(tasks...)
 	s.releaseCopies(old...)
-	return nil
 }
 
 // takeCopies removes from e the checkpoint copies whose number which
