@@ -180,10 +180,19 @@ func (o *outgoing) send(ctx context.Context) error {
 			o.ch, o.dc = ch, dc
 			return nil
 		}
-		if !ch.IsClosed() {
+		if errors.Is(err, amqp091.ErrFieldType) || ctx.Err() != nil {
 			return fmt.Errorf("amqp: publish to %q/%q: %w", o.exchange, o.key, err)
 		}
-		// The channel died: publish again on the next one.
+		if !ch.IsClosed() {
+			// The write failed under a connection the broker dropped;
+			// the client marks it closed a moment later.
+			select {
+			case <-time.After(jitter(o.p.c.cfg.ReconnectMin)):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		// Publish again on the next channel.
 	}
 }
 
