@@ -67,9 +67,10 @@
 // task messages that keep their captcha ids. Its holder acks it once none
 // of its tasks needs it; when one of them finishes (or gets a newer copy)
 // while others still need it, those others are checkpointed again in new
-// messages 2 ms later and the old one is acked, so a lease does not bring
-// back a finished task any longer after its result than a single
-// checkpoint, whose ack gathers for 2 ms too, would.
+// messages 2 ms later and the old one is acked once they are confirmed.
+// So a finished task stays in a checkpoint a lease could bring back for
+// 2 ms and one confirm after its result, where a checkpoint of its own
+// stays until its ack, which gathers with others for 2 ms.
 //
 // A worker submits a task only while it holds it: its delivery's channel
 // is alive, or its checkpoint is confirmed (captchaq.Config.Admit). A task
@@ -80,6 +81,17 @@
 // checkpoint message before it) puts the task back for the fleet while its
 // captcha id is not yet durable, and another worker may solve it again.
 // The submit cap bounds how many tasks are in that window at once.
+//
+// # Broker work per task
+//
+// A task solved at its first submit costs the broker the publish (with a
+// confirm), delivery and ack of three messages: the task (to a worker),
+// its checkpoint (back to that worker) and its result (to collect).
+// Checkpoints that come together share a message: in the fleet benchmark
+// about 0.3 checkpoint messages a task with the instant simulator, 0.6
+// with realistic solve times. Acks settled in a row travel as one multiple
+// ack. Nothing is declared per task (a worker declares its checkpoint
+// queue once) and nothing asks the management API.
 //
 // # Connection
 //
@@ -93,6 +105,8 @@
 // (connection.blocked). Publisher confirms every message, publishes
 // mandatory (an unroutable message is ErrUnroutable, not a silent loss)
 // and publishes again what was unconfirmed when a channel died.
+// Publisher.Send returns before the confirm, so a producer (captchaq
+// enqueue) keeps many messages unconfirmed in their order on one channel.
 //
 // A declaration that conflicts with an existing queue (PRECONDITION_FAILED)
 // is a *ConflictError that names the queue, the argument, both values and
