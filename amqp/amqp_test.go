@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -538,5 +539,60 @@ func TestAcksOutOfOrderSkipHeldDelivery(t *testing.T) {
 	d := next(t, ctx, k2)
 	if d.MessageID != "ack-04" || !d.Redelivered {
 		t.Fatalf("back in the queue: %s (redelivered %v), want ack-04 redelivered", d.MessageID, d.Redelivered)
+	}
+}
+
+// TestPublishSurvivesDroppedConnection: publishes under way when the
+// broker drops the connection are published again once it is back; none
+// fails with the error of a write the drop broke.
+func TestPublishSurvivesDroppedConnection(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Fatal("rabbitmqctl is needed to close a connection from the broker side")
+	}
+	cfg := testConfig(t)
+	c := setup(t, cfg)
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed []error
+	published := 0
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := p.PublishResult(ctx, captchaq.Result{ID: fmt.Sprintf("drop-%02d-%05d", g, i), Status: captchaq.StatusSolved})
+				mu.Lock()
+				if err != nil {
+					failed = append(failed, err)
+				} else {
+					published++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	const drops = 5
+	for range drops {
+		time.Sleep(200 * time.Millisecond)
+		closeConnections(t, cfg.Prefix)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	for _, err := range failed {
+		t.Log(err)
+	}
+	if len(failed) > 0 || c.Reconnects() == 0 {
+		t.Fatalf("%d publishes failed and %d succeeded across %d reconnects, want none failed", len(failed), published, c.Reconnects())
 	}
 }

@@ -69,24 +69,32 @@ func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Durat
 	b.ResetTimer()
 	start := time.Now()
 	errs := make(chan error, 1)
-	go func() {
-		sem := make(chan struct{}, 256)
-		var pw sync.WaitGroup
-		for i := range tasks {
-			sem <- struct{}{}
-			pw.Add(1)
-			go func() {
-				defer pw.Done()
-				defer func() { <-sem }()
-				if err := pub.PublishTask(ctx, TaskMessage{Task: fleetTask(fmt.Sprintf("b-%06d", i), 0)}); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}()
+	fail := func(err error) {
+		select {
+		case errs <- err:
+		default:
 		}
-		pw.Wait()
+	}
+	// As captchaq enqueue does: tasks sent in order, confirmed behind
+	// them, 256 unconfirmed at most.
+	sent := make(chan Confirm, 256)
+	go func() {
+		defer close(sent)
+		for i := range tasks {
+			confirm, err := pub.SendTask(ctx, TaskMessage{Task: fleetTask(fmt.Sprintf("b-%06d", i), 0)})
+			if err != nil {
+				fail(err)
+				return
+			}
+			sent <- confirm
+		}
+	}()
+	go func() {
+		for confirm := range sent {
+			if err := confirm(ctx); err != nil {
+				fail(err)
+			}
+		}
 		b.Logf("enqueued %d in %v", tasks, time.Since(start))
 	}()
 	n, err := pc.Collect(ctx, tasks, func(captchaq.Result) error { return nil })

@@ -110,76 +110,145 @@ func (p *Publisher) takeReturn(token string) (amqp091.Return, bool) {
 // Publish publishes msg to exchange with key and returns once the broker
 // has confirmed it. msg is sent persistent and mandatory.
 func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp091.Publishing) error {
+	confirm, err := p.Send(ctx, exchange, key, msg)
+	if err != nil {
+		return err
+	}
+	return confirm(ctx)
+}
+
+// Confirm waits for the broker's confirm of a message sent with Send.
+type Confirm func(ctx context.Context) error
+
+// Send publishes msg as Publish does but returns once it is sent; the
+// Confirm it returns waits for the broker's confirm, and publishes msg
+// again if its channel died first. Messages sent one after another reach
+// the broker in that order (one sent again comes after the others), so a
+// producer can keep many unconfirmed without reordering them, where
+// Publish waits a round trip for each. The Confirm of every message sent
+// must be called: until then the message holds one of the Publisher's
+// maxOutstanding places.
+func (p *Publisher) Send(ctx context.Context, exchange, key string, msg amqp091.Publishing) (Confirm, error) {
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
-	defer func() { <-p.sem }()
-
 	var tok [8]byte
 	_, _ = rand.Read(tok[:])
-	token := hex.EncodeToString(tok[:])
 	h := make(amqp091.Table, len(msg.Headers)+1)
 	for k, v := range msg.Headers {
 		h[k] = v
 	}
-	h[publishTokenHeader] = token
-	msg.Headers = h
-	msg.DeliveryMode = amqp091.Persistent
+	o := &outgoing{p: p, exchange: exchange, key: key, token: hex.EncodeToString(tok[:]), msg: msg}
+	h[publishTokenHeader] = o.token
+	o.msg.Headers = h
+	o.msg.DeliveryMode = amqp091.Persistent
+	if err := o.send(ctx); err != nil {
+		<-p.sem
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		defer func() { <-p.sem }()
+		return o.confirm(ctx)
+	}, nil
+}
 
+// outgoing is a message on its way: sent on ch, its confirm dc pending.
+type outgoing struct {
+	p             *Publisher
+	exchange, key string
+	token         string
+	msg           amqp091.Publishing
+	ch            *amqp091.Channel
+	dc            *amqp091.DeferredConfirmation
+}
+
+// send publishes o on the publisher's channel, on the next one if that
+// one dies meanwhile.
+func (o *outgoing) send(ctx context.Context) error {
+	for {
+		if err := o.p.c.waitUnblocked(ctx); err != nil {
+			return err
+		}
+		ch, _, err := o.p.channel(ctx)
+		if err != nil {
+			return err
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, o.exchange, o.key, true, false, o.msg)
+		if err == nil {
+			o.ch, o.dc = ch, dc
+			return nil
+		}
+		if errors.Is(err, amqp091.ErrFieldType) || ctx.Err() != nil {
+			return fmt.Errorf("amqp: publish to %q/%q: %w", o.exchange, o.key, err)
+		}
+		if !ch.IsClosed() {
+			// The write failed under a connection the broker dropped;
+			// the client marks it closed a moment later.
+			select {
+			case <-time.After(jitter(o.p.c.cfg.ReconnectMin)):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		// Publish again on the next channel.
+	}
+}
+
+// confirm waits for o's confirm, sending it again while its channel dies
+// before the confirm or the broker refuses it (at most 3 times).
+func (o *outgoing) confirm(ctx context.Context) error {
 	nacks := 0
 	for {
-		if err := p.c.waitUnblocked(ctx); err != nil {
-			return err
-		}
-		ch, _, err := p.channel(ctx)
+		ack, err := o.dc.WaitContext(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("amqp: waiting for the confirm of %q: %w", o.msg.MessageId, err)
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
-		if err != nil {
-			if ch.IsClosed() {
-				continue // the channel died: publish again on the next one
-			}
-			return fmt.Errorf("amqp: publish to %q/%q: %w", exchange, key, err)
-		}
-		ack, err := dc.WaitContext(ctx)
-		if err != nil {
-			return fmt.Errorf("amqp: waiting for the confirm of %q: %w", msg.MessageId, err)
-		}
-		if r, ok := p.takeReturn(token); ok {
+		if r, ok := o.p.takeReturn(o.token); ok {
 			return fmt.Errorf("%w: exchange %q, routing key %q: %s (%d); declare the topology (or check --prefix)",
 				ErrUnroutable, r.Exchange, r.RoutingKey, r.ReplyText, r.ReplyCode)
 		}
 		if ack {
 			return nil
 		}
-		if ch.IsClosed() {
-			continue // unconfirmed when the channel died
+		if !o.ch.IsClosed() {
+			// Refused on a healthy channel.
+			nacks++
+			if nacks >= 3 {
+				return fmt.Errorf("%w: %q (nacked %d times)", ErrNacked, o.msg.MessageId, nacks)
+			}
+			select {
+			case <-time.After(time.Duration(nacks) * 100 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
-		nacks++
-		if nacks >= 3 {
-			return fmt.Errorf("%w: %q (nacked %d times)", ErrNacked, msg.MessageId, nacks)
-		}
-		select {
-		case <-time.After(time.Duration(nacks) * 100 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := o.send(ctx); err != nil {
+			return err
 		}
 	}
 }
 
 // PublishTask publishes a task to the task exchange under its kind.
 func (p *Publisher) PublishTask(ctx context.Context, m TaskMessage) error {
+	confirm, err := p.SendTask(ctx, m)
+	if err != nil {
+		return err
+	}
+	return confirm(ctx)
+}
+
+// SendTask is PublishTask with Send: it returns once the task is sent.
+func (p *Publisher) SendTask(ctx context.Context, m TaskMessage) (Confirm, error) {
 	if m.Accepted.IsZero() {
 		m.Accepted = time.Now()
 	}
 	msg, err := m.publishing(p.c.cfg.MaxPriority)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return p.Publish(ctx, p.c.Names().Types, KindOf(m.Task), msg)
+	return p.Send(ctx, p.c.Names().Types, KindOf(m.Task), msg)
 }
 
 // PublishResult publishes a result to the results queue.
@@ -222,23 +291,45 @@ func (p *Publisher) Checkpoint(ctx context.Context, owner string, m TaskMessage)
 	if m.CaptchaID == "" {
 		return fmt.Errorf("amqp: checkpoint of %q without a captcha id", m.Task.ID)
 	}
-	return p.park(ctx, owner, m, 0)
+	return p.park(ctx, owner, "", m, 0)
 }
 
 // park publishes m to owner's checkpoint queue with sequence number seq
-// (HeaderSeq), so the holder can tell a newer copy from an older one. m may
-// carry no captcha id: a task that waits to be retried is parked too.
-func (p *Publisher) park(ctx context.Context, owner string, m TaskMessage, seq int) error {
+// (HeaderSeq), so the holder can tell a newer copy from an older one, and
+// run (HeaderRun), so it can tell its own copies from those of an earlier
+// run under the same owner name. m may carry no captcha id: a task that
+// waits to be retried is parked too.
+func (p *Publisher) park(ctx context.Context, owner, run string, m TaskMessage, seq int) error {
 	msg, err := m.publishing(p.c.cfg.MaxPriority)
 	if err != nil {
 		return err
 	}
-	msg.Headers[HeaderOwner] = owner
 	if seq > 0 {
 		msg.Headers[HeaderSeq] = int32(seq)
 	}
+	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), p.leased(msg, owner, run))
+}
+
+// parkBatch publishes the copies of several tasks to owner's checkpoint
+// queue in one message (see parker). Its routing key is the recovery
+// queue's: a task queue never sees such a message.
+func (p *Publisher) parkBatch(ctx context.Context, owner, run string, copies []parkedCopy) error {
+	msg, err := batchPublishing(copies)
+	if err != nil {
+		return err
+	}
+	return p.Publish(ctx, p.c.Names().Inflight, p.c.Names().Recover, p.leased(msg, owner, run))
+}
+
+// leased addresses msg to owner's checkpoint queue, where it may stay for
+// the lease once nobody holds it.
+func (p *Publisher) leased(msg amqp091.Publishing, owner, run string) amqp091.Publishing {
+	msg.Headers[HeaderOwner] = owner
+	if run != "" {
+		msg.Headers[HeaderRun] = run
+	}
 	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
-	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), msg)
+	return msg
 }
 
 // Retry publishes a task that failed transiently to the delay tier of its

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
@@ -25,7 +26,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 	var af amqpFlags
 	af.register(fs, env.getenv)
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [FILE|-]\n\nPublishes one task per JSONL line, each confirmed by the broker.")
+		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -66,29 +67,66 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 	return nil
 }
 
-// enqueueLines publishes each valid line and reports each invalid one with
-// its line number.
+// enqueueWindow bounds the tasks sent and not yet confirmed.
+const enqueueWindow = 256
+
+// enqueueLines publishes each valid line, in order, and reports each
+// invalid one with its line number. Up to enqueueWindow tasks wait for
+// their confirms at once; every task counted as published is confirmed.
+// It stops at the first task the broker does not confirm.
 func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name string, errw io.Writer) (published, invalid int, err error) {
+	type sentLine struct {
+		line    int
+		id      string
+		confirm amqp.Confirm
+	}
+	sent := make(chan sentLine, enqueueWindow)
+	var failed atomic.Bool
+	var confirmErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for s := range sent {
+			if err := s.confirm(ctx); err != nil {
+				if confirmErr == nil {
+					confirmErr = fmt.Errorf("%s:%d: task %q: %w", name, s.line, s.id, err)
+					failed.Store(true)
+				}
+				continue
+			}
+			published++
+		}
+	}()
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
-	for line := 1; sc.Scan(); line++ {
+	for line := 1; !failed.Load() && sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
-		t, err := parseTaskLine([]byte(text))
-		if err != nil {
-			fmt.Fprintf(errw, "%s:%d: %v\n", name, line, err)
+		t, perr := parseTaskLine([]byte(text))
+		if perr != nil {
+			fmt.Fprintf(errw, "%s:%d: %v\n", name, line, perr)
 			invalid++
 			continue
 		}
-		if err := p.PublishTask(ctx, amqp.TaskMessage{Task: t}); err != nil {
-			return published, invalid, fmt.Errorf("%s:%d: task %q: %w", name, line, t.ID, err)
+		confirm, serr := p.SendTask(ctx, amqp.TaskMessage{Task: t})
+		if serr != nil {
+			err = fmt.Errorf("%s:%d: task %q: %w", name, line, t.ID, serr)
+			break
 		}
-		published++
+		sent <- sentLine{line, t.ID, confirm}
 	}
-	if err := sc.Err(); err != nil {
-		return published, invalid, fmt.Errorf("read %s: %w", name, err)
+	close(sent)
+	<-done
+	switch {
+	case confirmErr != nil:
+		// An earlier line than any error of sending.
+		return published, invalid, confirmErr
+	case err != nil:
+		return published, invalid, err
+	case sc.Err() != nil:
+		return published, invalid, fmt.Errorf("read %s: %w", name, sc.Err())
 	}
 	return published, invalid, nil
 }

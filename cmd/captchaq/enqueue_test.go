@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,15 +15,22 @@ import (
 	"github.com/captchaq/captchaq/internal/brokertest"
 )
 
-func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
+// cliTopology is a topology of its own on the test broker, deleted when
+// the test ends, and a context for the test.
+func cliTopology(t *testing.T) (amqp.Config, context.Context) {
 	url := brokertest.Use(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	prefix := "test-cli-" + hex.EncodeToString(b[:])
-	cfg := amqp.Config{URL: url, Prefix: prefix}
+	cfg := amqp.Config{URL: url, Prefix: "test-cli-" + hex.EncodeToString(b[:])}
 	t.Cleanup(func() { _ = amqp.DeleteTopology(context.Background(), cfg) })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
+	return cfg, ctx
+}
+
+func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
+	cfg, ctx := cliTopology(t)
+	url, prefix := cfg.URL, cfg.Prefix
 
 	in := strings.Join([]string{
 		`{"id":"a","method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://x.example/"}}`,
@@ -65,5 +73,50 @@ func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
 	got := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(got) != 2 || !strings.Contains(got[0], `"id":"c"`) || !strings.Contains(got[1], `"id":"a"`) {
 		t.Fatalf("collect wrote:\n%s", out.String())
+	}
+}
+
+// TestEnqueueKeepsFileOrder: many tasks wait for their confirms at once,
+// and still reach the queue in the order of their lines.
+func TestEnqueueKeepsFileOrder(t *testing.T) {
+	cfg, ctx := cliTopology(t)
+	url, prefix := cfg.URL, cfg.Prefix
+
+	const n = 3 * enqueueWindow
+	var in strings.Builder
+	for i := range n {
+		fmt.Fprintf(&in, `{"id":"o-%04d","method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://x.example/"}}`+"\n", i)
+	}
+	var out, errb bytes.Buffer
+	env := &environment{stdin: strings.NewReader(in.String()), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if code := run(ctx, env, []string{"enqueue", "--amqp", url, "--prefix", prefix, "-"}); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errb.String())
+	}
+	if want := fmt.Sprintf("enqueued %d tasks", n); !strings.Contains(errb.String(), want) {
+		t.Fatalf("stderr lacks %q:\n%s", want, errb.String())
+	}
+	c, err := amqp.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	k, err := c.Consume(ctx, []string{c.Names().Tasks}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for i := range n {
+		var d *amqp.Delivery
+		select {
+		case d = <-k.Deliveries():
+		case <-ctx.Done():
+			t.Fatalf("only %d of %d tasks in the queue", i, n)
+		}
+		if want := fmt.Sprintf("o-%04d", i); d.MessageID != want {
+			t.Fatalf("task %d in the queue is %s, want %s", i, d.MessageID, want)
+		}
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
