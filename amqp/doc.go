@@ -56,16 +56,17 @@
 // under the same owner name rejects the checkpoints of the run before,
 // which sends them back to the fleet at once instead of dropping them.
 //
-// Checkpoints are published with group commit: the ones that come while
-// another waits for its confirm gather and leave together in one message
-// (a JSON array of tasks; ids and copy numbers in the captchaq-ids and
-// captchaq-seqs headers), so under load the broker stores, confirms,
-// delivers and acks one message for several tasks, and a checkpoint waits
-// for at most one confirm before its own is sent. Such a message travels
-// under the routing key captcha.recover: when its lease runs out it lands
-// in captcha.recover, never in a task queue, and a worker splits it into
-// task messages that keep their captcha ids. Its holder acks it once none
-// of its tasks needs it; when one of them finishes (or gets a newer copy)
+// A checkpoint that comes when none was sent for a quarter of a
+// millisecond leaves at once; the ones that follow gather for 0.25 ms and
+// leave together in one message (a JSON array of tasks; ids and copy
+// numbers in the captchaq-ids and captchaq-seqs headers). Tasks submitted
+// together are checkpointed together, so under load the broker stores,
+// confirms, delivers and acks one message for several tasks, while a
+// checkpoint waits about 0.25 ms at most before it is sent. Such a
+// message travels under the routing key captcha.recover: when its lease
+// runs out it lands in captcha.recover, never in a task queue, and a
+// worker splits it into task messages that keep their captcha ids. Its
+// holder acks it once none of its tasks needs it; when one of them finishes (or gets a newer copy)
 // while others still need it, those others are checkpointed again in new
 // messages 2 ms later and the old one is acked once they are confirmed.
 // So a finished task stays in a checkpoint a lease could bring back for
@@ -77,9 +78,9 @@
 // whose channel died is back in its queue for the fleet, so the worker
 // hands its copy back instead of paying for a second solve. One window
 // stays: a connection lost between the provider's answer to a submit and
-// its checkpoint's confirm (which, under load, includes the confirm of the
-// checkpoint message before it) puts the task back for the fleet while its
-// captcha id is not yet durable, and another worker may solve it again.
+// its checkpoint's confirm (up to 0.25 ms longer for a checkpoint that
+// gathers with others) puts the task back for the fleet while its captcha
+// id is not yet durable, and another worker may solve it again.
 // The submit cap bounds how many tasks are in that window at once.
 //
 // # Broker work per task

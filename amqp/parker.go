@@ -3,22 +3,26 @@ package amqp
 import (
 	"context"
 	"sync"
+	"time"
 )
 
-// Bounds of one checkpoint message that carries several tasks.
+// Bounds of one checkpoint message that carries several tasks, and how
+// long a copy waits for others to share it.
 const (
 	parkBatchMax   = 64      // copies
 	parkBatchBytes = 1 << 20 // encoded tasks; a larger one travels alone
+	parkGather     = 250 * time.Microsecond
 )
 
-// parker publishes a worker's checkpoint copies (see WorkerStore) with
-// group commit: while one publish waits for its confirm, the copies that
-// come meanwhile gather, and leave together once it is confirmed. A copy
-// that finds nothing under way leaves at once, alone, as a task message
-// of its own (Publisher.park); copies that gathered leave in one message
-// (batchPublishing), at most parkBatchMax to a message. So a copy waits at
-// most for one confirm before its own is sent, and under load the broker
-// stores, confirms, delivers and acks one message for many tasks.
+// parker publishes a worker's checkpoint copies (see WorkerStore): a copy
+// that comes while none was sent in the last parkGather leaves at once;
+// the copies that come after it gather for parkGather and leave together
+// in one message (batchPublishing), at most parkBatchMax to a message, or
+// as a task message of its own (Publisher.park) if one came alone.
+// Messages are not held back by the confirms of earlier ones. Tasks
+// submitted together are checkpointed together, so under load the broker
+// stores, confirms, delivers and acks one message for several tasks,
+// while a checkpoint waits about a quarter of a millisecond at most.
 //
 // A message of several tasks is published with Names.Recover as its
 // routing key: when its lease runs out in a dead owner's checkpoint
@@ -29,7 +33,7 @@ type parker struct {
 	owner, run string
 	ctx        context.Context // ends the publishes of a closed store
 
-	wg      sync.WaitGroup // the flush loop
+	wg      sync.WaitGroup // the flush loop and its publishes
 	mu      sync.Mutex
 	waiting []*parkRequest
 	busy    bool // a flush loop runs
@@ -75,10 +79,14 @@ func (p *parker) parkAll(ctx context.Context, cs []parkedCopy) []error {
 	return errs
 }
 
-// flush publishes what waits, waits for the confirms, and goes on while
-// more came meanwhile.
+// flush publishes what waits at once, then every parkGather what came
+// meanwhile, until nothing comes; each message waits for its confirm on
+// its own.
 func (p *parker) flush() {
-	for {
+	for first := true; ; first = false {
+		if !first {
+			time.Sleep(parkGather)
+		}
 		p.mu.Lock()
 		batch := p.waiting
 		p.waiting = nil
@@ -88,18 +96,16 @@ func (p *parker) flush() {
 			return
 		}
 		p.mu.Unlock()
-		var wg sync.WaitGroup
 		for _, group := range splitBatch(batch) {
-			wg.Add(1)
+			p.wg.Add(1)
 			go func() {
-				defer wg.Done()
+				defer p.wg.Done()
 				err := p.publish(group)
 				for _, r := range group {
 					r.done <- err
 				}
 			}()
 		}
-		wg.Wait()
 	}
 }
 
