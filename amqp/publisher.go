@@ -283,32 +283,15 @@ func (p *Publisher) park(ctx context.Context, owner, run string, m TaskMessage, 
 	if err != nil {
 		return err
 	}
-	if seq > 0 {
-		msg.Headers[HeaderSeq] = int32(seq)
-	}
-	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), p.leased(msg, owner, run))
-}
-
-// parkBatch publishes the copies of several tasks to owner's checkpoint
-// queue in one message (see parker). Its routing key is the recovery
-// queue's: a task queue never sees such a message.
-func (p *Publisher) parkBatch(ctx context.Context, owner, run string, copies []parkedCopy) error {
-	msg, err := batchPublishing(copies)
-	if err != nil {
-		return err
-	}
-	return p.Publish(ctx, p.c.Names().Inflight, p.c.Names().Recover, p.leased(msg, owner, run))
-}
-
-// leased addresses msg to owner's checkpoint queue, where it may stay for
-// the lease once nobody holds it.
-func (p *Publisher) leased(msg amqp091.Publishing, owner, run string) amqp091.Publishing {
 	msg.Headers[HeaderOwner] = owner
 	if run != "" {
 		msg.Headers[HeaderRun] = run
 	}
+	if seq > 0 {
+		msg.Headers[HeaderSeq] = int32(seq)
+	}
 	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
-	return msg
+	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), msg)
 }
 
 // Retry publishes a task that failed transiently to the delay tier of its
