@@ -260,15 +260,24 @@ func (s *WorkerStore) release(id string) {
 	s.mu.Lock()
 	e, ok := s.entries[id]
 	delete(s.entries, id)
+	var tasks, parked []*Delivery
+	if ok {
+		tasks, parked = e.takeHeld()
+	}
 	s.mu.Unlock()
-	if !ok {
-		return
+	s.settle(append(tasks, parked...)...)
+}
+
+// takeHeld returns the task deliveries and the checkpoint deliveries held
+// for e and forgets them. A park confirmed late still changes e, so
+// callers hold s.mu even once e is out of the map.
+func (e *entry) takeHeld() (tasks, parked []*Delivery) {
+	tasks, e.deliveries = e.deliveries, nil
+	for k, d := range e.checkpoints {
+		parked = append(parked, d)
+		delete(e.checkpoints, k)
 	}
-	held := e.deliveries
-	for _, d := range e.checkpoints {
-		held = append(held, d)
-	}
-	s.settle(held...)
+	return tasks, parked
 }
 
 func deadReason(r captchaq.Result) string {
@@ -323,12 +332,16 @@ func (s *WorkerStore) handBack(ctx context.Context, id string) error {
 	s.mu.Lock()
 	e, ok := s.entries[id]
 	delete(s.entries, id)
+	var confirmed int
+	var m TaskMessage
+	if ok {
+		confirmed, m = e.confirmed, e.msg
+	}
 	s.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	if e.confirmed > 0 {
-		m := e.msg
+	if confirmed > 0 {
 		var err error
 		if m.Attempts > 0 {
 			_, err = s.pub.Retry(ctx, m)
@@ -341,14 +354,13 @@ func (s *WorkerStore) handBack(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	for _, d := range e.deliveries {
+	s.mu.Lock()
+	tasks, parked := e.takeHeld()
+	s.mu.Unlock()
+	for _, d := range tasks {
 		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
 			s.log.Warn("nack failed", "id", id, "err", err)
 		}
-	}
-	var parked []*Delivery
-	for _, d := range e.checkpoints {
-		parked = append(parked, d)
 	}
 	s.settle(parked...)
 	return nil
