@@ -144,6 +144,11 @@ func (p *Publisher) Send(ctx context.Context, exchange, key string, msg amqp091.
 	h[publishTokenHeader] = o.token
 	o.msg.Headers = h
 	o.msg.DeliveryMode = amqp091.Persistent
+	if err := h.Validate(); err != nil {
+		// Refused before anything is sent: no channel would take it.
+		<-p.sem
+		return nil, fmt.Errorf("amqp: publish to %q/%q: headers: %w", exchange, key, err)
+	}
 	if err := o.send(ctx); err != nil {
 		<-p.sem
 		return nil, err
@@ -180,9 +185,11 @@ func (o *outgoing) send(ctx context.Context) error {
 			o.ch, o.dc = ch, dc
 			return nil
 		}
-		if errors.Is(err, amqp091.ErrFieldType) || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return fmt.Errorf("amqp: publish to %q/%q: %w", o.exchange, o.key, err)
 		}
+		// Headers are valid (see Send), so the channel or its connection
+		// failed.
 		if !ch.IsClosed() {
 			// The write failed under a connection the broker dropped;
 			// the client marks it closed a moment later.
