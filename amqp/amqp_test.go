@@ -142,6 +142,24 @@ func TestUnroutableIsAnError(t *testing.T) {
 	}
 }
 
+// TestPublishRefusesBadHeaders: a header value AMQP cannot carry is an
+// error at once, not a publish tried again and again.
+func TestPublishRefusesBadHeaders(t *testing.T) {
+	t.Parallel()
+	c := setup(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
+	defer cancel()
+	p := c.NewPublisher()
+	defer p.Close()
+	err := p.Publish(ctx, "", c.Names().Results, amqp091.Publishing{MessageId: "x", Headers: amqp091.Table{"bad": struct{}{}}, Body: []byte("{}")})
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "headers") {
+		t.Fatalf("err = %v (deadline: %v), want a headers error at once", err, ctx.Err())
+	}
+	if n := depth(t, ctx, c, c.Names().Results); n != 0 {
+		t.Fatalf("results depth %d, want 0", n)
+	}
+}
+
 func TestPriorityOrder(t *testing.T) {
 	t.Parallel()
 	c := setup(t, testConfig(t))

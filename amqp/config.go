@@ -148,7 +148,6 @@ type Names struct {
 	Failed   string // dead letters
 	Delay    string // headers exchange in front of the delay queues
 	Inflight string // headers exchange in front of the checkpoint queues
-	Recover  string // checkpoint messages of several tasks whose lease ran out; also their routing key
 	Status   string // fanout exchange for consumer status beats
 	Replies  string // Replies+"."+gateway: a gateway's reply queue
 }
@@ -168,7 +167,6 @@ func NamesFor(prefix string) Names {
 		Failed:   p + ".failed",
 		Delay:    p + ".delay",
 		Inflight: p + ".inflight",
-		Recover:  p + ".recover",
 		Status:   p + ".status",
 		Replies:  p + ".replies",
 	}

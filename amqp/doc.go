@@ -15,8 +15,6 @@
 //	captcha.delay      headers exchange → captcha.delay.<ms>: retry tiers whose
 //	                   TTL dead-letters back to captcha.types under the kind
 //	captcha.inflight   headers exchange → captcha.inflight.<owner>: checkpoints
-//	captcha.recover    checkpoint messages of several tasks whose owner died;
-//	                   any worker splits them into task messages
 //	captcha.status     fanout for status beats (see Stats)
 //	captcha.replies.G  gateway G's reply queue: the results of the tasks it
 //	                   published, and a copy of every dead letter (see Gateway)
@@ -58,29 +56,12 @@
 // under the same owner name rejects the checkpoints of the run before,
 // which sends them back to the fleet at once instead of dropping them.
 //
-// Checkpoints are published with group commit: the ones that come while
-// another waits for its confirm gather and leave together in one message
-// (a JSON array of tasks; ids and copy numbers in the captchaq-ids and
-// captchaq-seqs headers), so under load the broker stores, confirms,
-// delivers and acks one message for several tasks, and a checkpoint waits
-// for at most one confirm before its own is sent. Such a message travels
-// under the routing key captcha.recover: when its lease runs out it lands
-// in captcha.recover, never in a task queue, and a worker splits it into
-// task messages that keep their captcha ids. Its holder acks it once none
-// of its tasks needs it; when one of them finishes (or gets a newer copy)
-// while others still need it, those others are checkpointed again in new
-// messages 2 ms later and the old one is acked once they are confirmed.
-// So a finished task stays in a checkpoint a lease could bring back for
-// 2 ms and one confirm after its result, where a checkpoint of its own
-// stays until its ack, which gathers with others for 2 ms.
-//
 // A worker submits a task only while it holds it: its delivery's channel
 // is alive, or its checkpoint is confirmed (captchaq.Config.Admit). A task
 // whose channel died is back in its queue for the fleet, so the worker
 // hands its copy back instead of paying for a second solve. One window
 // stays: a connection lost between the provider's answer to a submit and
-// its checkpoint's confirm (which, under load, includes the confirm of the
-// checkpoint message before it) puts the task back for the fleet while its
+// its checkpoint's confirm puts the task back for the fleet while its
 // captcha id is not yet durable, and another worker may solve it again.
 // The submit cap bounds how many tasks are in that window at once.
 //
@@ -111,12 +92,12 @@
 //
 // A task solved at its first submit costs the broker the publish (with a
 // confirm), delivery and ack of three messages: the task (to a worker),
-// its checkpoint (back to that worker) and its result (to collect).
-// Checkpoints that come together share a message: in the fleet benchmark
-// about 0.3 checkpoint messages a task with the instant simulator, 0.6
-// with realistic solve times. Acks settled in a row travel as one multiple
-// ack. Nothing is declared per task (a worker declares its checkpoint
-// queue once) and nothing asks the management API.
+// its checkpoint (back to that worker) and its result (to collect). Acks
+// settled in a row travel as one multiple ack. Nothing is declared per
+// task (a worker declares its checkpoint queue once) and nothing asks the
+// management API. Checkpoints are not batched: a checkpoint that waited
+// for others, for a timer or for the confirm of another message, would
+// widen the window above.
 //
 // # Connection
 //

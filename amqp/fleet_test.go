@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,7 +27,6 @@ type childConfig struct {
 	URL, Prefix, Owner, APIURL string
 	TaskTTL, Lease, Poll       time.Duration
 	Grace                      time.Duration
-	Beat                       time.Duration // status beats; default 1 s
 	Threads, Prefetch          int
 	RetryDelays                []time.Duration
 }
@@ -66,7 +64,7 @@ func runChild(raw string) int {
 	w, err := NewWorker(c, WorkerConfig{
 		Queue: captchaq.Config{Provider: client, Threads: cc.Threads, PollInterval: cc.Poll,
 			RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: time.Second, Logger: log},
-		Owner: cc.Owner, Prefetch: cc.Prefetch, Grace: cc.Grace, BeatInterval: cmp.Or(cc.Beat, time.Second), Logger: log,
+		Owner: cc.Owner, Prefetch: cc.Prefetch, Grace: cc.Grace, BeatInterval: time.Second, Logger: log,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -208,44 +206,6 @@ func (f *fleet) until(ctx context.Context, what string, cond func() bool) {
 }
 
 func (f *fleet) accepted() int64 { return f.sim.Stats().Accepted }
-
-// beats listens to the workers' status beats until the test ends and
-// returns the newest beat of an owner (zero before its first).
-func (f *fleet) beats(ctx context.Context) func(owner string) StatusBeat {
-	f.t.Helper()
-	ch, _, err := f.c.channel(ctx)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	q, err := ch.QueueDeclare("", false, true, true, false, nil)
-	if err == nil {
-		err = ch.QueueBind(q.Name, "", f.c.Names().Status, false, nil)
-	}
-	ds, err2 := ch.Consume(q.Name, "", true, true, false, false, nil)
-	if err = cmp.Or(err, err2); err != nil {
-		f.t.Fatalf("listen to status beats: %v", err)
-	}
-	var mu sync.Mutex
-	latest := map[string]StatusBeat{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for d := range ds {
-			var b StatusBeat
-			if json.Unmarshal(d.Body, &b) == nil {
-				mu.Lock()
-				latest[b.Owner] = b
-				mu.Unlock()
-			}
-		}
-	}()
-	f.t.Cleanup(func() { ch.Close(); <-done })
-	return func(owner string) StatusBeat {
-		mu.Lock()
-		defer mu.Unlock()
-		return latest[owner]
-	}
-}
 
 // fleetTask is a turnstile task whose fingerprint is its own.
 func fleetTask(id string, prio int) captchaq.Task {

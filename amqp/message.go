@@ -29,11 +29,8 @@ const (
 	HeaderSeq        = "captchaq-seq"        // int: which copy of a checkpoint this is
 	HeaderDemoted    = "captchaq-demoted"    // int: AMQP priority levels below the task's own (a gateway's fair share)
 	HeaderRun        = "captchaq-run"        // the worker run that published a checkpoint
-	HeaderIDs        = "captchaq-ids"        // array: the task ids of a message that carries several
-	HeaderSeqs       = "captchaq-seqs"       // array of int: the copy number of each, in the same order
 	contentTypeJSON  = "application/json"
 	messageTypeTask  = "task"
-	messageTypeTasks = "tasks"
 	messageTypeResul = "result"
 )
 
@@ -81,28 +78,24 @@ func AMQPPriority(p, maxPriority int) uint8 {
 }
 
 // TaskMessage is a task as it travels: the task and what the broker path
-// knows of it. A message of one task carries the task as its body and the
-// rest in headers; a message of several (a checkpoint message that
-// carries copies of several tasks, see parker) is a JSON array of
-// TaskMessage.
+// knows of it.
 type TaskMessage struct {
-	Task      captchaq.Task `json:"task"`
-	Attempts  int           `json:"attempts,omitempty"`
-	CaptchaID string        `json:"captcha_id,omitempty"` // set on a checkpoint: poll, do not submit again
-	Accepted  time.Time     `json:"accepted,omitzero"`    // when it first entered the broker
-	Submitted time.Time     `json:"submitted,omitzero"`
+	Task      captchaq.Task
+	Attempts  int
+	CaptchaID string    // set on a checkpoint: poll, do not submit again
+	Accepted  time.Time // when it first entered the broker
+	Submitted time.Time
 	// LastError and LastErrorCode are kept across retries.
-	LastError     string `json:"last_error,omitempty"`
-	LastErrorCode string `json:"last_error_code,omitempty"`
+	LastError     string
+	LastErrorCode string
 	// ReplyTo is the queue the task's result goes to: a gateway's reply
 	// queue (Names.Replies), carried in the message's reply-to property
-	// through retries, checkpoints and dead letters (in the body, for a
-	// message of several). Empty, or a queue that is not a reply queue of
-	// this prefix: Names.Results.
-	ReplyTo string `json:"reply_to,omitempty"`
+	// through retries, checkpoints and dead letters. Empty, or a queue
+	// that is not a reply queue of this prefix: Names.Results.
+	ReplyTo string
 	// Demoted lowers the message's AMQP priority by this many levels
 	// below the one Task.Priority maps to (see Gateway: fair share).
-	Demoted int `json:"demoted,omitempty"`
+	Demoted int
 }
 
 func (m TaskMessage) publishing(maxPriority int) (amqp091.Publishing, error) {
@@ -164,72 +157,6 @@ func DecodeTask(body []byte, h amqp091.Table) (TaskMessage, error) {
 	return m, nil
 }
 
-// parkedCopy is one task's copy in a checkpoint message: the task as the
-// broker should have it, and its copy number.
-type parkedCopy struct {
-	m   TaskMessage
-	seq int
-}
-
-// batchPublishing is one message carrying the copies of several tasks:
-// body a JSON array of TaskMessage, ids and copy numbers in headers (so
-// that their holder reads them without decoding the body).
-func batchPublishing(copies []parkedCopy) (amqp091.Publishing, error) {
-	body := []byte{'['}
-	ids := make([]any, len(copies))
-	seqs := make([]any, len(copies))
-	for i, c := range copies {
-		b, err := json.Marshal(c.m)
-		if err != nil {
-			return amqp091.Publishing{}, fmt.Errorf("amqp: encode task %q: %w", c.m.Task.ID, err)
-		}
-		if i > 0 {
-			body = append(body, ',')
-		}
-		body = append(body, b...)
-		ids[i], seqs[i] = c.m.Task.ID, int32(c.seq)
-	}
-	body = append(body, ']')
-	return amqp091.Publishing{
-		ContentType:  contentTypeJSON,
-		DeliveryMode: amqp091.Persistent,
-		Type:         messageTypeTasks,
-		Timestamp:    time.Now(),
-		Headers:      amqp091.Table{HeaderIDs: ids, HeaderSeqs: seqs},
-		Body:         body,
-	}, nil
-}
-
-// batchCopies reads the ids and copy numbers of a message that carries
-// several tasks; ok is false for any other message.
-func batchCopies(h amqp091.Table) (ids []string, seqs []int, ok bool) {
-	rawIDs, ok1 := h[HeaderIDs].([]any)
-	rawSeqs, ok2 := h[HeaderSeqs].([]any)
-	if !ok1 || !ok2 || len(rawIDs) != len(rawSeqs) {
-		return nil, nil, false
-	}
-	ids, seqs = make([]string, len(rawIDs)), make([]int, len(rawSeqs))
-	for i := range rawIDs {
-		ids[i], _ = rawIDs[i].(string)
-		seqs[i] = anyInt(rawSeqs[i])
-	}
-	return ids, seqs, true
-}
-
-// DecodeTasks reads a message that carries several tasks.
-func DecodeTasks(body []byte) ([]TaskMessage, error) {
-	var ms []TaskMessage
-	if err := json.Unmarshal(body, &ms); err != nil {
-		return nil, fmt.Errorf("%w: task array body: %v", ErrBadMessage, err)
-	}
-	for i, m := range ms {
-		if m.Task.ID == "" {
-			return nil, fmt.Errorf("%w: task %d of %d has no id", ErrBadMessage, i+1, len(ms))
-		}
-	}
-	return ms, nil
-}
-
 func resultPublishing(r captchaq.Result) (amqp091.Publishing, error) {
 	body, err := json.Marshal(r)
 	if err != nil {
@@ -262,10 +189,8 @@ func headerString(h amqp091.Table, k string) string {
 	return s
 }
 
-func headerInt(h amqp091.Table, k string) int { return anyInt(h[k]) }
-
-func anyInt(v any) int {
-	switch v := v.(type) {
+func headerInt(h amqp091.Table, k string) int {
+	switch v := h[k].(type) {
 	case int32:
 		return int(v)
 	case int64:

@@ -144,6 +144,11 @@ func (p *Publisher) Send(ctx context.Context, exchange, key string, msg amqp091.
 	h[publishTokenHeader] = o.token
 	o.msg.Headers = h
 	o.msg.DeliveryMode = amqp091.Persistent
+	if err := h.Validate(); err != nil {
+		// Refused before anything is sent: no channel would take it.
+		<-p.sem
+		return nil, fmt.Errorf("amqp: publish to %q/%q: headers: %w", exchange, key, err)
+	}
 	if err := o.send(ctx); err != nil {
 		<-p.sem
 		return nil, err
@@ -180,9 +185,11 @@ func (o *outgoing) send(ctx context.Context) error {
 			o.ch, o.dc = ch, dc
 			return nil
 		}
-		if errors.Is(err, amqp091.ErrFieldType) || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return fmt.Errorf("amqp: publish to %q/%q: %w", o.exchange, o.key, err)
 		}
+		// Headers are valid (see Send), so the channel or its connection
+		// failed.
 		if !ch.IsClosed() {
 			// The write failed under a connection the broker dropped;
 			// the client marks it closed a moment later.
@@ -304,32 +311,15 @@ func (p *Publisher) park(ctx context.Context, owner, run string, m TaskMessage, 
 	if err != nil {
 		return err
 	}
-	if seq > 0 {
-		msg.Headers[HeaderSeq] = int32(seq)
-	}
-	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), p.leased(msg, owner, run))
-}
-
-// parkBatch publishes the copies of several tasks to owner's checkpoint
-// queue in one message (see parker). Its routing key is the recovery
-// queue's: a task queue never sees such a message.
-func (p *Publisher) parkBatch(ctx context.Context, owner, run string, copies []parkedCopy) error {
-	msg, err := batchPublishing(copies)
-	if err != nil {
-		return err
-	}
-	return p.Publish(ctx, p.c.Names().Inflight, p.c.Names().Recover, p.leased(msg, owner, run))
-}
-
-// leased addresses msg to owner's checkpoint queue, where it may stay for
-// the lease once nobody holds it.
-func (p *Publisher) leased(msg amqp091.Publishing, owner, run string) amqp091.Publishing {
 	msg.Headers[HeaderOwner] = owner
 	if run != "" {
 		msg.Headers[HeaderRun] = run
 	}
+	if seq > 0 {
+		msg.Headers[HeaderSeq] = int32(seq)
+	}
 	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
-	return msg
+	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), msg)
 }
 
 // Retry publishes a task that failed transiently to the delay tier of its

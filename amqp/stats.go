@@ -16,11 +16,7 @@ type StatusBeat struct {
 	Owner string `json:"owner"`
 	// Held counts the tasks the owner holds unfinished; OldestHeld is when
 	// the oldest of them entered the broker (zero when Held is 0).
-	Held int `json:"held"`
-	// Parked counts those of them whose copy in the owner's checkpoint
-	// queue is confirmed: sent to the provider (or waiting for a retry),
-	// so a lease brings them back if the owner dies.
-	Parked     int       `json:"parked"`
+	Held       int       `json:"held"`
 	OldestHeld time.Time `json:"oldest_held,omitzero"`
 	At         time.Time `json:"at"`
 }

@@ -179,11 +179,6 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 		func() bool { return queue(n.Results, amqp091.Table{"x-queue-type": "classic"}) },
 		func() bool { return exchange(n.Delay, amqp091.ExchangeHeaders, nil) },
 		func() bool { return exchange(n.Inflight, amqp091.ExchangeHeaders, nil) },
-		// Checkpoint messages of several tasks are published with this
-		// routing key: when their lease runs out they come here, not to a
-		// task queue, and a worker splits them into task messages.
-		func() bool { return queue(n.Recover, amqp091.Table{"x-queue-type": "classic"}) },
-		func() bool { return bind(n.Recover, n.Recover, n.Types, nil) },
 		func() bool { return exchange(n.Status, amqp091.ExchangeFanout, nil) },
 	}
 	for _, kind := range c.Lanes {
@@ -269,7 +264,7 @@ func declareReplies(conn *amqp091.Connection, c Config, gateway string) error {
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
 	n := NamesFor(c.Prefix)
-	queues := []string{n.Tasks, n.Results, n.Failed, n.Recover}
+	queues := []string{n.Tasks, n.Results, n.Failed}
 	for _, k := range c.Lanes {
 		queues = append(queues, n.Lane(k))
 	}

@@ -155,8 +155,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, l := range w.c.cfg.Lanes {
 		queues = append(queues, w.c.Names().Lane(l))
 	}
-	// Every worker splits the checkpoint messages of dead owners.
-	queues = append(queues, w.c.Names().Recover)
 	tasks, err := w.c.Consume(bg, queues, w.cfg.Prefetch)
 	if err != nil {
 		w.q.Close()
@@ -193,16 +191,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopBg()
 	parked.Close()
 	wg.Wait()
-	w.store.close()
 	return nil
 }
 
 // take hands one task delivery to the queue.
 func (w *Worker) take(ctx context.Context, d *Delivery) {
-	if _, _, several := batchCopies(d.Headers); several {
-		w.split(ctx, d)
-		return
-	}
 	m, err := d.Task()
 	if err != nil {
 		w.deadLetterRaw(ctx, d, err)
@@ -245,35 +238,6 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		w.store.markHandBack(m.Task.ID, false)
 		_ = w.store.handBack(context.WithoutCancel(ctx), m.Task.ID)
 	}
-}
-
-// split publishes each task of a checkpoint message of several tasks, whose
-// owner died, as a task message of its own, and acks it once all are
-// confirmed. A task keeps its captcha id: whoever takes it polls.
-func (w *Worker) split(ctx context.Context, d *Delivery) {
-	ms, err := DecodeTasks(d.Body)
-	if err != nil {
-		w.deadLetterRaw(ctx, d, err)
-		return
-	}
-	errs := make([]error, len(ms))
-	var wg sync.WaitGroup
-	for i, m := range ms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w.pub.PublishTask(ctx, m)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		// Those published come again with the rest: a copy taken twice is
-		// polled twice, not solved twice.
-		w.log.Warn("splitting a checkpoint message failed; it goes back to its queue", "tasks", len(ms), "err", err)
-		_ = d.Nack(true)
-		return
-	}
-	w.store.settle(d)
 }
 
 // deadLetterRaw moves a message that is not a task to the dead letters.

@@ -31,58 +31,16 @@ import (
 // A task the worker hands back (shutdown, or its delivery's channel died
 // before anything was submitted) is not finished: its delivery is nacked
 // back to its queue, or a parked copy is published back to the task
-// exchange.
-//
-// Copies parked at the same time may share one message (see parker).
-// Such a message is acked once no task in it needs it any more. When one
-// of its tasks is finished (or has a newer copy, or was handed back)
-// while others still need it, those others are parked again after
-// compactDelay, in new messages, and the old one is acked: a lease that
-// runs out never brings back a task that was already finished. Safe for
-// concurrent use.
+// exchange. Safe for concurrent use.
 type WorkerStore struct {
-	mem    *captchaq.MemoryStore
-	pub    *Publisher
-	parker *parker
-	owner  string
-	run    string // this run's mark on its checkpoints (HeaderRun)
-	log    *slog.Logger
-	ctx    context.Context // ends at close
-	cancel context.CancelFunc
-	bg     sync.WaitGroup // compactions under way
+	mem   *captchaq.MemoryStore
+	pub   *Publisher
+	owner string
+	run   string // this run's mark on its checkpoints (HeaderRun)
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	entries map[string]*entry
-	// shared are the held checkpoint messages that carry several tasks,
-	// with the copies in each that are still needed.
-	shared     map[*Delivery]*sharedMessage
-	compacting bool // a compaction is scheduled
-	closed     bool
-}
-
-// compactDelay is how long a checkpoint message of several tasks may keep
-// a copy no longer needed (its task finished, say) before the other tasks
-// in it are parked again: long enough for tasks answered by one poll to
-// finish together, as short as the gathering of single acks (gatherAcks).
-const compactDelay = gatherAcks
-
-// sharedMessage is a held checkpoint message of several tasks.
-type sharedMessage struct {
-	needed map[copyKey]bool
-	// stale is when a copy in it stopped being needed (zero: none has).
-	stale      time.Time
-	compacting bool // its needed copies are being parked again
-}
-
-type copyKey struct {
-	id  string
-	seq int
-}
-
-// heldCopy is a task's copy in a held checkpoint message.
-type heldCopy struct {
-	copyKey
-	d *Delivery
 }
 
 // entry is what the worker holds of one unfinished task on the broker.
@@ -101,32 +59,16 @@ type entry struct {
 var _ captchaq.Store = (*WorkerStore)(nil)
 
 func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore {
-	ctx, cancel := context.WithCancel(context.Background())
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	run := hex.EncodeToString(b[:])
 	return &WorkerStore{
 		mem:     captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}),
 		pub:     pub,
-		parker:  &parker{pub: pub, owner: owner, run: run, ctx: ctx},
 		owner:   owner,
-		run:     run,
+		run:     hex.EncodeToString(b[:]),
 		log:     log,
-		ctx:     ctx,
-		cancel:  cancel,
 		entries: map[string]*entry{},
-		shared:  map[*Delivery]*sharedMessage{},
 	}
-}
-
-// close stops compaction and the publishes under way, and waits for them.
-func (s *WorkerStore) close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.bg.Wait()
-	s.parker.wg.Wait()
 }
 
 // hold registers a task delivery. It returns false when the delivery is a
@@ -152,164 +94,27 @@ func (s *WorkerStore) hold(d *Delivery, m TaskMessage) (fresh bool) {
 
 // holdCheckpoint takes a delivery from the worker's own checkpoint queue:
 // the newest copies are held, older ones and those of tasks no longer held
-// are not, and a message that holds nothing needed is acked. A message of
-// an earlier run under the same owner name (a worker killed and started
-// again with the same --owner) holds tasks nobody holds any more: it is
-// rejected, so the queue dead-letters it back to the fleet at once, as
-// its lease would.
+// are acked. A copy of an earlier run under the same owner name (a worker
+// killed and started again with the same --owner) is of a task nobody
+// holds any more: it is rejected, so the queue dead-letters it back to the
+// fleet at once, as its lease would.
 func (s *WorkerStore) holdCheckpoint(d *Delivery) {
 	if headerString(d.Headers, HeaderRun) != s.run {
 		if err := d.Nack(false); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
-			s.log.Warn("returning an earlier run's checkpoint failed", "err", err)
+			s.log.Warn("returning an earlier run's checkpoint failed", "id", d.MessageID, "err", err)
 		}
 		return
 	}
-	ids, seqs, several := batchCopies(d.Headers)
-	if !several {
-		ids, seqs = []string{d.MessageID}, []int{headerInt(d.Headers, HeaderSeq)}
-	}
-	needed := map[copyKey]bool{}
-	var before []heldCopy
+	seq := headerInt(d.Headers, HeaderSeq)
 	s.mu.Lock()
-	for i, id := range ids {
-		e, ok := s.entries[id]
-		if !ok || seqs[i] < e.confirmed {
-			continue
-		}
-		k := copyKey{id, seqs[i]}
-		if prev := e.checkpoints[k.seq]; prev != nil && prev != d {
-			// The same copy, delivered before on a channel that died.
-			before = append(before, heldCopy{k, prev})
-		}
-		e.checkpoints[k.seq] = d
-		needed[k] = true
-	}
-	holds := len(needed) > 0
-	if several && holds {
-		m := &sharedMessage{needed: needed}
-		s.shared[d] = m
-		if len(needed) < len(ids) {
-			// A task in it finished (or was parked again) while it was
-			// on its way.
-			m.stale = time.Now()
-			s.scheduleCompactionLocked()
-		}
-	}
-	s.mu.Unlock()
-	s.releaseCopies(before...)
-	if !holds {
+	e, ok := s.entries[d.MessageID]
+	if !ok || seq < e.confirmed {
+		s.mu.Unlock()
 		s.settle(d)
-	}
-}
-
-// releaseCopies lets go of checkpoint copies: a message is acked once no
-// copy in it is needed; one that still carries needed copies is compacted
-// soon (see WorkerStore).
-func (s *WorkerStore) releaseCopies(copies ...heldCopy) {
-	var done []*Delivery
-	s.mu.Lock()
-	for _, c := range copies {
-		m, ok := s.shared[c.d]
-		if !ok {
-			done = append(done, c.d)
-			continue
-		}
-		delete(m.needed, c.copyKey)
-		if len(m.needed) == 0 {
-			delete(s.shared, c.d)
-			done = append(done, c.d)
-			continue
-		}
-		if m.stale.IsZero() {
-			m.stale = time.Now()
-			s.scheduleCompactionLocked()
-		}
-	}
-	s.mu.Unlock()
-	s.settle(done...)
-}
-
-func (s *WorkerStore) scheduleCompactionLocked() {
-	if s.compacting || s.closed {
 		return
 	}
-	s.compacting = true
-	time.AfterFunc(compactDelay, s.compact)
-}
-
-// compact parks again, in new messages, the needed copies of every shared
-// message that has held a copy no longer needed for compactDelay; once
-// they are confirmed the old message is acked (park settles older
-// copies).
-func (s *WorkerStore) compact() {
-	now := time.Now()
-	var ids []string
-	var msgs []*sharedMessage
-	s.mu.Lock()
-	s.compacting = false
-	later := false
-	for d, m := range s.shared {
-		if m.stale.IsZero() || m.compacting {
-			continue
-		}
-		if now.Sub(m.stale) < compactDelay {
-			later = true
-			continue
-		}
-		m.compacting = true
-		msgs = append(msgs, m)
-		for k := range m.needed {
-			if e := s.entries[k.id]; e != nil && !e.handback && e.checkpoints[k.seq] == d {
-				ids = append(ids, k.id)
-			}
-		}
-	}
-	if later {
-		s.scheduleCompactionLocked()
-	}
-	if s.closed || len(msgs) == 0 {
-		s.mu.Unlock()
-		return
-	}
-	s.bg.Add(1)
+	e.checkpoints[seq] = d
 	s.mu.Unlock()
-	go func() {
-		defer s.bg.Done()
-		if s.repark(s.ctx, ids) == 0 {
-			return
-		}
-		// Some copies were not parked again: try later.
-		s.mu.Lock()
-		for _, m := range msgs {
-			m.compacting, m.stale = false, time.Now()
-		}
-		s.scheduleCompactionLocked()
-		s.mu.Unlock()
-	}()
-}
-
-// repark parks the tasks ids again as they are, together (they leave in
-// one message unless there are too many), and returns how many failed.
-func (s *WorkerStore) repark(ctx context.Context, ids []string) (failed int) {
-	slices.Sort(ids)
-	var es []*entry
-	var cs []parkedCopy
-	for _, id := range slices.Compact(ids) {
-		if e, c, ok := s.nextCopy(id, func(*TaskMessage) {}); ok {
-			es, cs = append(es, e), append(cs, c)
-		}
-	}
-	for i, err := range s.parker.parkAll(ctx, cs) {
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("parking a checkpoint again failed", "id", cs[i].m.Task.ID, "err", err)
-			}
-			failed++
-			continue
-		}
-		s.parked(es[i], cs[i])
-	}
-	return failed
 }
 
 // admit reports whether a task may be submitted: the broker's copy of it
@@ -357,60 +162,35 @@ func ackAll(log *slog.Logger, ds ...*Delivery) {
 // park publishes m as the task's newest copy in the checkpoint queue and,
 // once confirmed, acks every older copy held.
 func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMessage)) error {
-	e, c, ok := s.nextCopy(id, update)
-	if !ok {
-		return nil
-	}
-	if err := s.parker.park(ctx, c); err != nil {
-		return err
-	}
-	s.parked(e, c)
-	return nil
-}
-
-// nextCopy numbers the next copy of task id; ok is false when the task is
-// not held.
-func (s *WorkerStore) nextCopy(id string, update func(*TaskMessage)) (*entry, parkedCopy, bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	e, ok := s.entries[id]
 	if !ok {
-		return nil, parkedCopy{}, false
+		s.mu.Unlock()
+		return nil
 	}
 	e.seq++
-	c := parkedCopy{m: e.msg, seq: e.seq}
-	update(&c.m)
-	return e, c, true
-}
-
-// parked records that copy c of e is confirmed: it is now the broker's
-// copy of the task, and every older one is let go.
-func (s *WorkerStore) parked(e *entry, c parkedCopy) {
-	s.mu.Lock()
-	var tasks []*Delivery
-	var old []heldCopy
-	if c.seq > e.confirmed {
-		e.confirmed, e.msg, e.parkedAt = c.seq, c.m, time.Now()
-		tasks = e.deliveries
-		e.deliveries = nil
-		old = e.takeCopies(func(k int) bool { return k < c.seq })
-	}
+	seq, m := e.seq, e.msg
+	update(&m)
 	s.mu.Unlock()
-	s.settle(tasks...)
-	s.releaseCopies(old...)
-}
-
-// takeCopies removes from e the checkpoint copies whose number which
-// selects and returns them. Callers hold s.mu.
-func (e *entry) takeCopies(which func(seq int) bool) []heldCopy {
-	var out []heldCopy
-	for k, d := range e.checkpoints {
-		if which(k) {
-			out = append(out, heldCopy{copyKey{e.msg.Task.ID, k}, d})
-			delete(e.checkpoints, k)
+	if err := s.pub.park(ctx, s.owner, s.run, m, seq); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	var old []*Delivery
+	if seq > e.confirmed {
+		e.confirmed, e.msg, e.parkedAt = seq, m, time.Now()
+		old = e.deliveries
+		e.deliveries = nil
+		for k, d := range e.checkpoints {
+			if k < seq {
+				old = append(old, d)
+				delete(e.checkpoints, k)
+			}
 		}
 	}
-	return out
+	s.mu.Unlock()
+	s.settle(old...)
+	return nil
 }
 
 // Enqueue implements captchaq.Store.
@@ -489,14 +269,24 @@ func (s *WorkerStore) release(id string) {
 	s.mu.Lock()
 	e, ok := s.entries[id]
 	delete(s.entries, id)
-	var tasks []*Delivery
-	var copies []heldCopy
+	var tasks, parked []*Delivery
 	if ok {
-		tasks, copies = e.deliveries, e.takeCopies(func(int) bool { return true })
+		tasks, parked = e.takeHeld()
 	}
 	s.mu.Unlock()
-	s.settle(tasks...)
-	s.releaseCopies(copies...)
+	s.settle(append(tasks, parked...)...)
+}
+
+// takeHeld returns the task deliveries and the checkpoint deliveries held
+// for e and forgets them. A park confirmed late still changes e, so
+// callers hold s.mu even once e is out of the map.
+func (e *entry) takeHeld() (tasks, parked []*Delivery) {
+	tasks, e.deliveries = e.deliveries, nil
+	for k, d := range e.checkpoints {
+		parked = append(parked, d)
+		delete(e.checkpoints, k)
+	}
+	return tasks, parked
 }
 
 func deadReason(r captchaq.Result) string {
@@ -553,9 +343,8 @@ func (s *WorkerStore) handBack(ctx context.Context, id string) error {
 	delete(s.entries, id)
 	var confirmed int
 	var m TaskMessage
-	var tasks []*Delivery
 	if ok {
-		confirmed, m, tasks = e.confirmed, e.msg, e.deliveries
+		confirmed, m = e.confirmed, e.msg
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -574,15 +363,15 @@ func (s *WorkerStore) handBack(ctx context.Context, id string) error {
 			return err
 		}
 	}
+	s.mu.Lock()
+	tasks, parked := e.takeHeld()
+	s.mu.Unlock()
 	for _, d := range tasks {
 		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
 			s.log.Warn("nack failed", "id", id, "err", err)
 		}
 	}
-	s.mu.Lock()
-	parked := e.takeCopies(func(int) bool { return true })
-	s.mu.Unlock()
-	s.releaseCopies(parked...)
+	s.settle(parked...)
 	return nil
 }
 
@@ -598,7 +387,15 @@ func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
 		}
 	}
 	s.mu.Unlock()
-	return len(due) - s.repark(ctx, due)
+	n := 0
+	for _, id := range due {
+		if err := s.park(ctx, id, func(*TaskMessage) {}); err != nil {
+			s.log.Warn("refreshing a checkpoint failed", "id", id, "err", err)
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // ids lists the tasks held.
@@ -614,9 +411,6 @@ func (s *WorkerStore) beat(now time.Time) StatusBeat {
 	defer s.mu.Unlock()
 	b := StatusBeat{Owner: s.owner, Held: len(s.entries), At: now}
 	for _, e := range s.entries {
-		if e.confirmed > 0 && !e.handback {
-			b.Parked++
-		}
 		if a := e.msg.Accepted; !a.IsZero() && (b.OldestHeld.IsZero() || a.Before(b.OldestHeld)) {
 			b.OldestHeld = a
 		}
