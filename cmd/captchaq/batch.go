@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,10 +119,34 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	// waited, so the store commits many in one transaction instead of one
 	// commit per line.
 	type job struct {
-		task     captchaq.Task
-		raw      []byte
-		line     int
-		accepted *sync.WaitGroup // when set, Done once the queue has answered for it
+		task captchaq.Task
+		raw  []byte
+		line int
+	}
+	// submitChunk stores chunk's tasks in one call, in order, and rejects
+	// those the queue refuses.
+	submitChunk := func(chunk []job) {
+		tasks := make([]captchaq.Task, len(chunk))
+		for i, j := range chunk {
+			tasks[i] = j.task
+		}
+		wg.Add(len(chunk))
+		errs := rt.queue.SubmitBatchFunc(readCtx, tasks, func(_ int, r captchaq.Result) {
+			results.write(r)
+			bar.add(r)
+			wg.Done()
+		})
+		for i, err := range errs {
+			if err == nil {
+				continue
+			}
+			wg.Done()
+			if readCtx.Err() != nil || errors.Is(err, captchaq.ErrClosed) {
+				stopReading()
+				continue
+			}
+			reject(chunk[i].task, chunk[i].raw, chunk[i].line, err)
+		}
 	}
 	jobs := make(chan job, batchChunk)
 	var submitters sync.WaitGroup
@@ -143,39 +168,14 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 						break gather
 					}
 				}
-				tasks := make([]captchaq.Task, len(chunk))
-				for i, j := range chunk {
-					tasks[i] = j.task
-				}
-				wg.Add(len(chunk))
-				errs := rt.queue.SubmitBatchFunc(readCtx, tasks, func(_ int, r captchaq.Result) {
-					results.write(r)
-					bar.add(r)
-					wg.Done()
-				})
-				for _, j := range chunk {
-					if j.accepted != nil {
-						j.accepted.Done()
-					}
-				}
-				for i, err := range errs {
-					if err == nil {
-						continue
-					}
-					wg.Done()
-					if readCtx.Err() != nil || errors.Is(err, captchaq.ErrClosed) {
-						stopReading()
-						continue
-					}
-					reject(chunk[i].task, chunk[i].raw, chunk[i].line, err)
-				}
+				submitChunk(chunk)
 			}
 		}()
 	}
 
 	// Longest-first holds every valid line until the input ends.
 	var held []job
-	submit := func(j job) bool {
+	send := func(j job) bool {
 		select {
 		case jobs <- j:
 			return true
@@ -183,7 +183,6 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 			return false
 		}
 	}
-	send := submit
 	if *order == "longest-first" {
 		send = func(j job) bool { held = append(held, j); return true }
 	}
@@ -205,22 +204,14 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 			break
 		}
 	}
-	// Each class of expected solve time is in the queue before the next
-	// (shorter) one is submitted; within a class the submitters race.
+	// Held lines go in from here, one chunk after another, so the queue
+	// takes them in exactly the sorted order.
 	captchaq.SortLongestFirst(held, func(j job) captchaq.Task { return j.task })
-	for i, stopped := 0, false; i < len(held) && !stopped; {
-		var class sync.WaitGroup
-		want := held[i].task.ExpectedSolveTime()
-		for ; i < len(held) && held[i].task.ExpectedSolveTime() == want; i++ {
-			class.Add(1)
-			held[i].accepted = &class
-			if !submit(held[i]) {
-				class.Done()
-				stopped = true
-				break
-			}
+	for c := range slices.Chunk(held, batchChunk) {
+		if readCtx.Err() != nil {
+			break
 		}
-		class.Wait()
+		submitChunk(c)
 	}
 	close(jobs)
 	submitters.Wait()
