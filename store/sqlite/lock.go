@@ -62,7 +62,12 @@ func lockStore(path string) (*fileLock, error) {
 	return &fileLock{f: f}, nil
 }
 
-// unlock releases the lock; closing the file drops the flock.
+// unlock releases the lock, then closes the file. Closing alone is not
+// enough: a child process being started at that moment (fork, before its
+// exec closes the inherited descriptors) holds a copy of the descriptor,
+// and the flock stays until that copy is gone too. LOCK_UN drops it for
+// every copy at once.
 func (l *fileLock) unlock() error {
-	return l.f.Close()
+	err := syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+	return errors.Join(err, l.f.Close())
 }
