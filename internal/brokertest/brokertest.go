@@ -82,8 +82,12 @@ func acquire(t testing.TB, how int) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// Closing the file releases the lock.
-	t.Cleanup(func() { f.Close() })
+	// LOCK_UN, not only Close: a child process this test is starting holds
+	// a copy of the descriptor until its exec, and would keep the lock.
+	t.Cleanup(func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	})
 	// Checked under the lock: a broker another test restarts is down
 	// only while that test holds the lock exclusively.
 	reachable(t, u)
