@@ -9,7 +9,8 @@ import (
 // SolveBatch submits tasks and waits for all their results, returned in
 // input order. The tasks are stored together, as SubmitBatchFunc does. An
 // invalid task gets a failed Result (ErrorCode INVALID_TASK or
-// UNSUPPORTED_TYPE) instead of failing the batch; the error is for the
+// UNSUPPORTED_TYPE), and a task whose id names another task one with
+// ErrorCode ID_CONFLICT, instead of failing the batch; the error is for the
 // batch as a whole (ctx done, queue closed), with the results known so
 // far.
 func (q *Queue) SolveBatch(ctx context.Context, tasks []Task) ([]Result, error) {
@@ -43,8 +44,13 @@ func (q *Queue) SolveBatch(ctx context.Context, tasks []Task) ([]Result, error) 
 	return results, nil
 }
 
-// invalidResult turns a validation error into the task's failed Result.
+// invalidResult turns a validation error, or the refusal of an id that
+// names another task, into the task's failed Result.
 func invalidResult(t Task, err error) (Result, bool) {
+	var ce *IDConflictError
+	if errors.As(err, &ce) {
+		return Result{ID: t.ID, Status: StatusFailed, Method: t.Method, Error: ce.Error(), ErrorCode: CodeIDConflict}, true
+	}
 	var te *TaskError
 	if !errors.As(err, &te) {
 		return Result{}, false

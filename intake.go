@@ -31,7 +31,7 @@ func (q *Queue) acceptBatch(ctx context.Context, tasks []Task, waiter func(i int
 		}
 	}
 	// Known and unfinished: attach without waiting for room.
-	todo = q.attachKnown(tasks, todo, ws)
+	todo = q.attachKnown(tasks, todo, ws, errs)
 	now := q.now()
 	for len(todo) > 0 {
 		room, err := q.waitRoom(ctx, min(len(todo), max(1, q.cfg.MaxQueued/8)))
@@ -48,15 +48,17 @@ func (q *Queue) acceptBatch(ctx context.Context, tasks []Task, waiter func(i int
 	return errs
 }
 
-// attachKnown adds the waiters of tasks already registered to them, and
-// returns the others.
-func (q *Queue) attachKnown(tasks []Task, todo []int, ws []func(Result, error)) []int {
+// attachKnown adds the waiters of tasks already registered to them (or
+// refuses a task whose id names another one), and returns the others.
+func (q *Queue) attachKnown(tasks []Task, todo []int, ws []func(Result, error), errs []error) []int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	left := todo[:0]
 	for _, i := range todo {
 		if st, ok := q.tasks[tasks[i].ID]; ok {
-			st.waiters = append(st.waiters, ws[i])
+			if errs[i] = st.rec.Conflict(tasks[i]); errs[i] == nil {
+				st.waiters = append(st.waiters, ws[i])
+			}
 			continue
 		}
 		left = append(left, i)
@@ -80,7 +82,9 @@ func (q *Queue) intakeRound(ctx context.Context, tasks []Task, todo []int, ws []
 		}
 		id := tasks[i].ID
 		if st, ok := q.tasks[id]; ok {
-			st.waiters = append(st.waiters, ws[i])
+			if errs[i] = st.rec.Conflict(tasks[i]); errs[i] == nil {
+				st.waiters = append(st.waiters, ws[i])
+			}
 			continue
 		}
 		if ch, ok := q.accepting[id]; ok {
@@ -124,11 +128,18 @@ func (q *Queue) intakeRound(ctx context.Context, tasks []Task, todo []int, ws []
 	if err != nil {
 		return slices.Concat(left, claimed), fmt.Errorf("captchaq: storing %d new tasks (%q first): %w", len(batch), batch[0].ID, err)
 	}
+	renewed, err := q.renewExpired(ctx, batch, recs, existed, now)
+	if err != nil {
+		return slices.Concat(left, claimed), err
+	}
 	var finished []int
 	q.mu.Lock()
+	q.metrics.renewed += int64(renewed)
 	for j, i := range claimed {
 		r := recs[j]
 		switch {
+		case existed[j] && r.Conflict(batch[j]) != nil:
+			errs[i] = r.Conflict(batch[j])
 		case existed[j] && r.Result != nil && final(r.Status):
 			finished = append(finished, j)
 		case q.closed:
@@ -146,6 +157,25 @@ func (q *Queue) intakeRound(ctx context.Context, tasks []Task, todo []int, ws []
 		ws[claimed[j]](*recs[j].Result, nil)
 	}
 	return left, nil
+}
+
+// renewExpired puts back in the queue the known tasks of batch (same
+// task, not only the same id) whose stored token has expired at now, and
+// updates their records in recs; it returns how many.
+func (q *Queue) renewExpired(ctx context.Context, batch []Task, recs []Record, existed []bool, now time.Time) (int, error) {
+	n := 0
+	for j, r := range recs {
+		if !existed[j] || r.Result == nil || !r.Result.Expired(now) || r.Conflict(batch[j]) != nil {
+			continue
+		}
+		rec, err := q.store.Renew(ctx, batch[j], now)
+		if err != nil {
+			return n, fmt.Errorf("captchaq: solving %q again (its token expired at %s): %w", r.Task.ID, r.Result.ExpiresAt.UTC().Format(time.RFC3339), err)
+		}
+		recs[j] = rec
+		n++
+	}
+	return n, nil
 }
 
 // releaseIntake ends the claims of an intake round.

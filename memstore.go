@@ -98,12 +98,30 @@ func (s *MemoryStore) Enqueue(ctx context.Context, tasks []Task, now time.Time) 
 			continue
 		}
 		s.seq++
-		mr := &memRecord{rec: Record{Task: t, Status: StatusQueued, Seq: s.seq, AcceptedAt: now}}
+		mr := &memRecord{rec: Record{Task: t, Status: StatusQueued, Seq: s.seq, Fingerprint: t.Fingerprint(), AcceptedAt: now}}
 		mr.rec = copyRecord(mr.rec)
 		s.recs[t.ID] = mr
 		recs[i] = copyRecord(mr.rec)
 	}
 	return recs, existed, nil
+}
+
+// Renew implements Store.
+func (s *MemoryStore) Renew(ctx context.Context, t Task, now time.Time) (Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr, err := s.open(t.ID)
+	if err != nil {
+		return Record{}, err
+	}
+	if mr.rec.Status != StatusSolved {
+		return Record{}, fmt.Errorf("captchaq: renew %q: task is %s, not solved", t.ID, mr.rec.Status)
+	}
+	mr.rec = Record{Task: copyRecord(Record{Task: t}).Task, Status: StatusQueued, Seq: mr.rec.Seq,
+		Fingerprint: t.Fingerprint(), AcceptedAt: now}
+	mr.finGen++ // its place in the finished order no longer applies
+	s.nFinal--
+	return copyRecord(mr.rec), nil
 }
 
 func (s *MemoryStore) open(id string) (*memRecord, error) {

@@ -15,6 +15,9 @@ type Metrics struct {
 	// queue, by the provider's code (or NETWORK) in RetriesByReason.
 	Submitted, Solved, Failed, Retries int64
 	RetriesByReason                    map[string]int64
+	// Renewed counts known tasks submitted again whose stored token had
+	// expired: they are solved again instead of answered from the Store.
+	Renewed int64
 	// AvgSolveSeconds is over solved tasks; SuccessRate is Solved over
 	// Solved+Failed; ThroughputPerMin is solved tasks per minute since
 	// Start.
@@ -43,8 +46,8 @@ type Metrics struct {
 
 type counters struct {
 	tally.Results
-	submitted, retries int64
-	retriesBy          map[string]int64
+	submitted, retries, renewed int64
+	retriesBy                   map[string]int64
 }
 
 func (c *counters) init() {
@@ -76,7 +79,7 @@ func (q *Queue) Metrics() Metrics {
 	c := &q.metrics
 	rates := c.Rates(now)
 	m := Metrics{
-		Submitted: c.submitted, Solved: c.Solved, Failed: c.Failed, Retries: c.retries,
+		Submitted: c.submitted, Solved: c.Solved, Failed: c.Failed, Retries: c.retries, Renewed: c.renewed,
 		RetriesByReason: maps.Clone(c.retriesBy),
 		ThreadsInUse:    q.limiter.InUse(), Window: q.limiter.Window(), Threads: q.limiter.Max(),
 		QueueDepth: q.queue.Len(), Requests: reqs, StartedAt: c.Started,

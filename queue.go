@@ -239,8 +239,10 @@ func validate(t Task) error {
 }
 
 // Submit accepts a task: it validates it, makes it durable in the Store
-// and returns a Future for its result. A known id returns a Future for the
-// existing task (resolved at once when it is already final). When
+// and returns a Future for its result. A known id with the same task
+// returns a Future for the existing task (resolved at once when it is
+// already final, unless its token has expired: then it is solved again);
+// a known id with another task is refused with an *IDConflictError. When
 // MaxQueued tasks are unfinished, Submit waits for room or for ctx.
 // After Shutdown or Close it returns ErrClosed.
 func (q *Queue) Submit(ctx context.Context, t Task) (*Future, error) {
@@ -390,6 +392,11 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 		return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
 	}
 	stored := recs[0]
+	if existed[0] {
+		if err := stored.Conflict(t); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case existed[0] && stored.Result != nil && final(stored.Status):
 		f.resolve(*stored.Result, nil)

@@ -16,6 +16,10 @@ type Record struct {
 	// Seq orders tasks by acceptance (FIFO within a priority). The store
 	// assigns it; it only grows.
 	Seq int64 `json:"seq"`
+	// Fingerprint is Task.Fingerprint() as the store took the task: what
+	// the provider is asked. The store sets it on Enqueue and keeps it, so a
+	// later task under the same id can be told apart (Record.Conflict).
+	Fingerprint string `json:"fingerprint,omitempty"`
 	// CaptchaID is the provider's id of the attempt in flight; set only while
 	// Status is StatusInFlight.
 	CaptchaID string `json:"captcha_id,omitempty"`
@@ -45,10 +49,19 @@ type Record struct {
 // Every implementation must pass the conformance suite in package storetest.
 // All methods are safe for concurrent use.
 type Store interface {
-	// Enqueue makes tasks durable as StatusQueued, in order, and returns one
-	// record per task. A task whose ID is already stored is left as it is;
-	// its existing record is returned with existed[i] true.
+	// Enqueue makes tasks durable as StatusQueued, in order, with their
+	// Fingerprint, and returns one record per task. A task whose ID is
+	// already stored is left as it is, even when it differs (the queue
+	// refuses it by comparing fingerprints); its existing record is
+	// returned with existed[i] true.
 	Enqueue(ctx context.Context, tasks []Task, now time.Time) (recs []Record, existed []bool, err error)
+	// Renew puts a solved task back in the queue to be solved again, as t
+	// (same id and fingerprint; its other fields replace the stored ones):
+	// attempts reset, result cleared, accepted at now, Seq kept. The queue
+	// calls it for a task whose token expired (Result.Expired). It fails
+	// with ErrNotFound for an unknown id and with an error for a task that
+	// is not solved.
+	Renew(ctx context.Context, t Task, now time.Time) (Record, error)
 	// Checkpoint marks a task in flight with the provider's id for attempt
 	// number attempt.
 	Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error

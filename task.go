@@ -16,8 +16,10 @@ const PriorityDefault = 5
 //
 //	{"id":"checkout-1","method":"turnstile","params":{"sitekey":"0x4AAA…","pageurl":"https://shop.example/checkout"},"priority":1}
 type Task struct {
-	// ID is the idempotency key: submitting a known ID returns the existing
-	// task instead of creating a second one. Required.
+	// ID is the idempotency key: submitting a known ID with the same task
+	// (same Fingerprint) returns the existing task instead of creating a
+	// second one; a known ID with another task is refused with an
+	// *IDConflictError. Required.
 	ID string `json:"id"`
 	// Method and Params are the provider's own names (see package provider).
 	Method string            `json:"method"`
@@ -98,4 +100,11 @@ type Result struct {
 	AcceptedAt  time.Time `json:"accepted_at,omitzero"`
 	SubmittedAt time.Time `json:"submitted_at,omitzero"`
 	FinishedAt  time.Time `json:"finished_at,omitzero"`
+}
+
+// Expired reports whether r is a solved result whose token has passed its
+// ExpiresAt at now: the target site no longer accepts it, so it is never
+// handed out as a fresh answer. A result with no ExpiresAt does not expire.
+func (r Result) Expired(now time.Time) bool {
+	return r.Status == StatusSolved && !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
 }

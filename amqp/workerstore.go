@@ -198,6 +198,12 @@ func (s *WorkerStore) Enqueue(ctx context.Context, tasks []captchaq.Task, now ti
 	return s.mem.Enqueue(ctx, tasks, now)
 }
 
+// Renew implements captchaq.Store for the worker's local state; a fleet
+// worker only holds unfinished tasks, so it is not called in practice.
+func (s *WorkerStore) Renew(ctx context.Context, t captchaq.Task, now time.Time) (captchaq.Record, error) {
+	return s.mem.Renew(ctx, t, now)
+}
+
 // Checkpoint implements captchaq.Store: the captcha id is on the broker
 // before the task's delivery is acked.
 func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error {

@@ -16,6 +16,13 @@
 //
 //   - Enqueue of a batch that names one id twice keeps the first; the second
 //     is reported as existed with the first's record.
+//   - Enqueue stores each task's Fingerprint and returns it; a known id
+//     with another task (other fingerprint) leaves the first task, its
+//     fingerprint and its result as they were, so Record.Conflict refuses
+//     the second.
+//   - Renew of a solved task queues it again as the given task (attempts
+//     0, no result, AcceptedAt now, Seq kept); of a queued or failed task
+//     it fails and changes nothing; of an unknown id it is ErrNotFound.
 //   - Enqueue with an empty id fails as a whole and stores nothing.
 //   - Checkpoint, Retry and Finish of an unknown id return ErrNotFound.
 //   - Checkpoint and Retry of a final task fail and change nothing.
@@ -66,6 +73,8 @@ func Run(t *testing.T, open func(t *testing.T) captchaq.Store) {
 		{"EnqueueAssignsGrowingSeq", testEnqueueAssignsGrowingSeq},
 		{"EnqueueKnownIDLeavesItUnchanged", testEnqueueKnownID},
 		{"EnqueueDuplicateInBatchFirstWins", testEnqueueDuplicateInBatch},
+		{"KnownIDWithOtherTaskKeepsTheFirst", testKnownIDOtherTask},
+		{"RenewSolvesAgain", testRenew},
 		{"EnqueueEmptyIDStoresNothing", testEnqueueEmptyID},
 		{"Checkpoint", testCheckpoint},
 		{"Retry", testRetry},
@@ -269,7 +278,7 @@ func testEnqueueAssignsGrowingSeq(t *testing.T, s captchaq.Store) {
 		if i >= len(first) {
 			now = at(time.Minute)
 		}
-		want := captchaq.Record{Task: tasks[i], Status: captchaq.StatusQueued, Seq: rec.Seq, AcceptedAt: now}
+		want := captchaq.Record{Task: tasks[i], Status: captchaq.StatusQueued, Seq: rec.Seq, Fingerprint: tasks[i].Fingerprint(), AcceptedAt: now}
 		if d := diff(want, rec); d != "" {
 			t.Errorf("Enqueue record %d (-want +got):\n%s", i, d)
 		}
@@ -316,7 +325,7 @@ func testEnqueueDuplicateInBatch(t *testing.T, s captchaq.Store) {
 	if d := diff([]bool{false, true, false}, existed); d != "" {
 		t.Errorf("existed (-want +got):\n%s", d)
 	}
-	want := captchaq.Record{Task: x1, Status: captchaq.StatusQueued, Seq: recs[0].Seq, AcceptedAt: t0}
+	want := captchaq.Record{Task: x1, Status: captchaq.StatusQueued, Seq: recs[0].Seq, Fingerprint: x1.Fingerprint(), AcceptedAt: t0}
 	if d := diff(want, recs[0]); d != "" {
 		t.Errorf("first x (-want +got):\n%s", d)
 	}
@@ -722,7 +731,7 @@ func testTaskRoundTrip(t *testing.T, s captchaq.Store) {
 	bare := captchaq.Task{ID: "bare", Method: "base64", Priority: -3}
 	recs := enqueue(t, s, t0, full, bare)
 	for i, tk := range []captchaq.Task{full, bare} {
-		want := captchaq.Record{Task: tk, Status: captchaq.StatusQueued, Seq: recs[i].Seq, AcceptedAt: t0}
+		want := captchaq.Record{Task: tk, Status: captchaq.StatusQueued, Seq: recs[i].Seq, Fingerprint: tk.Fingerprint(), AcceptedAt: t0}
 		if d := diff(want, recs[i]); d != "" {
 			t.Errorf("Enqueue record of %q (-want +got):\n%s", tk.ID, d)
 		}
@@ -882,6 +891,7 @@ func testClosed(t *testing.T, s captchaq.Store) {
 		{"DeadLetters", s.DeadLetters(ctx, captchaq.DeadLetterFilter{All: true}, fn)},
 		{"Replay", func() error { _, err := s.Replay(ctx, captchaq.DeadLetterFilter{All: true}, t0); return err }()},
 		{"Prune", func() error { _, err := s.Prune(ctx, at(time.Hour)); return err }()},
+		{"Renew", func() error { _, err := s.Renew(ctx, task("a"), t0); return err }()},
 	}
 	for _, c := range calls {
 		if !errors.Is(c.err, captchaq.ErrStoreClosed) {
@@ -890,5 +900,75 @@ func testClosed(t *testing.T, s captchaq.Store) {
 	}
 	if called {
 		t.Error("an iteration after Close called its callback")
+	}
+}
+
+func testKnownIDOtherTask(t *testing.T, s captchaq.Store) {
+	first := task("a")
+	enqueue(t, s, t0, first)
+	finish(t, s, solved("a", 1, at(time.Minute)))
+	before := get(t, s, "a")
+	if before.Fingerprint != first.Fingerprint() {
+		t.Fatalf("stored fingerprint %q, want %q", before.Fingerprint, first.Fingerprint())
+	}
+	other := task("a")
+	other.Params["sitekey"] = "0x4BBB-other"
+	recs, existed, err := s.Enqueue(context.Background(), []captchaq.Task{other}, at(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !existed[0] {
+		t.Fatal("a known id with another task was not reported as existed")
+	}
+	if d := diff(before, recs[0]); d != "" {
+		t.Errorf("record returned for the known id (-want +got):\n%s", d)
+	}
+	if d := diff(before, get(t, s, "a")); d != "" {
+		t.Errorf("known id after Enqueue of another task (-want +got):\n%s", d)
+	}
+	var ce *captchaq.IDConflictError
+	if err := recs[0].Conflict(other); !errors.As(err, &ce) || ce.ID != "a" || ce.Differs != "params.sitekey differs" {
+		t.Errorf("Conflict = %v, want params.sitekey differs for a", err)
+	}
+	if err := recs[0].Conflict(first); err != nil {
+		t.Errorf("Conflict with the same task = %v", err)
+	}
+}
+
+func testRenew(t *testing.T, s captchaq.Store) {
+	ctx := context.Background()
+	recs := enqueue(t, s, t0, task("a"), task("q"), task("f"))
+	finish(t, s, solved("a", 2, at(time.Minute)))
+	finish(t, s, failed("f", "ERROR_CAPTCHA_UNSOLVABLE", 1, at(time.Minute)))
+	again := task("a")
+	again.Priority = 2
+	rec, err := s.Renew(ctx, again, at(time.Hour))
+	if err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	want := captchaq.Record{Task: again, Status: captchaq.StatusQueued, Seq: recs[0].Seq, Fingerprint: again.Fingerprint(), AcceptedAt: at(time.Hour)}
+	if d := diff(want, rec); d != "" {
+		t.Errorf("Renew record (-want +got):\n%s", d)
+	}
+	if d := diff(want, get(t, s, "a")); d != "" {
+		t.Errorf("Get after Renew (-want +got):\n%s", d)
+	}
+	if got := ids(pending(t, s)); len(got) != 2 || got[0] != "a" || got[1] != "q" {
+		t.Errorf("Pending after Renew = %v, want [a q]", got)
+	}
+	if got := resultIDs(results(t, s)); len(got) != 1 || got[0] != "f" {
+		t.Errorf("Results after Renew = %v, want [f]", got)
+	}
+	for _, id := range []string{"q", "f", "a"} {
+		before := get(t, s, id)
+		if _, err := s.Renew(ctx, task(id), at(2*time.Hour)); err == nil {
+			t.Errorf("Renew of %s task %q succeeded", before.Status, id)
+		}
+		if d := diff(before, get(t, s, id)); d != "" {
+			t.Errorf("refused Renew changed %q (-want +got):\n%s", id, d)
+		}
+	}
+	if _, err := s.Renew(ctx, task("nope"), t0); !errors.Is(err, captchaq.ErrNotFound) {
+		t.Errorf("Renew of an unknown id: %v, want ErrNotFound", err)
 	}
 }

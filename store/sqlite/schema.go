@@ -45,6 +45,10 @@ var migrations = []string{
 	);
 	CREATE INDEX tasks_status_seq ON tasks (status, seq);
 	CREATE INDEX tasks_finished_at ON tasks (finished_at) WHERE finished_at IS NOT NULL;`,
+	// Version 2: each task's fingerprint (tasks stored before it have '',
+	// and are compared by their task), and the store's owner.
+	`ALTER TABLE tasks ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
+	CREATE TABLE store_owner (owner TEXT NOT NULL);`,
 }
 
 // schemaVersion is the version this code writes and reads.

@@ -354,7 +354,7 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 			if err != nil {
 				return err
 			}
-			recs[i] = captchaq.Record{Task: r.task, Status: captchaq.StatusQueued, Seq: seq, AcceptedAt: r.acceptedAt}
+			recs[i] = captchaq.Record{Task: r.task, Status: captchaq.StatusQueued, Seq: seq, Fingerprint: r.fingerprint, AcceptedAt: r.acceptedAt}
 		}
 		return nil
 	})
@@ -411,6 +411,37 @@ func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 		return affected(r.ID)(st.finish.ExecContext(ctx, args...))
 	})
 	return s.wrap("Finish", err)
+}
+
+// Renew implements captchaq.Store.
+func (s *Store) Renew(ctx context.Context, t captchaq.Task, now time.Time) (captchaq.Record, error) {
+	if s.closed.Load() {
+		return captchaq.Record{}, ErrClosed
+	}
+	r, err := newTaskRow(t, now)
+	if err != nil {
+		return captchaq.Record{}, fmt.Errorf("sqlite: Renew %q: %w", t.ID, err)
+	}
+	var rec captchaq.Record
+	err = s.w.do(ctx, func(ctx context.Context, st *statements) error {
+		res, err := st.renew.ExecContext(ctx, r.args()...)
+		if err := affected(t.ID)(res, err); err != nil {
+			if !errors.Is(err, captchaq.ErrNotFound) {
+				return err
+			}
+			var status string
+			if serr := st.statusOf.QueryRowContext(ctx, t.ID).Scan(&status); serr != nil {
+				if errors.Is(serr, sql.ErrNoRows) {
+					return err
+				}
+				return serr
+			}
+			return &rejectedError{fmt.Sprintf("sqlite: Renew %q: task is %s, not solved", t.ID, status)}
+		}
+		rec, err = scanRecord(st.getByID.QueryRowContext(ctx, t.ID))
+		return err
+	})
+	return rec, s.wrap("Renew", err)
 }
 
 // Replay implements captchaq.Store. A replayed task keeps its Seq and
@@ -617,9 +648,10 @@ func normalize(t captchaq.Task) captchaq.Task {
 
 // taskRow is a task encoded for the insert statement.
 type taskRow struct {
-	task       captchaq.Task
-	params     string
-	acceptedAt time.Time
+	task        captchaq.Task
+	params      string
+	fingerprint string
+	acceptedAt  time.Time
 }
 
 func newTaskRow(t captchaq.Task, now time.Time) (taskRow, error) {
@@ -632,14 +664,14 @@ func newTaskRow(t captchaq.Task, now time.Time) (taskRow, error) {
 		}
 		params = string(b)
 	}
-	return taskRow{task: t, params: params, acceptedAt: now.UTC().Round(0)}, nil
+	return taskRow{task: t, params: params, fingerprint: t.Fingerprint(), acceptedAt: now.UTC().Round(0)}, nil
 }
 
 func (r taskRow) args() []any {
 	t := r.task
 	return []any{
 		t.ID, t.Priority, t.Tenant, t.Method, r.params, timeArg(t.Deadline), t.MaxAttempts,
-		t.Proxy, t.ProxyType, t.Pingback, timeText(r.acceptedAt),
+		t.Proxy, t.ProxyType, t.Pingback, timeText(r.acceptedAt), r.fingerprint,
 	}
 }
 
@@ -648,7 +680,7 @@ const selectRecord = `SELECT seq, id, status, priority, tenant, method, params, 
 	proxy, proxy_type, pingback, captcha_id, attempts, not_before, last_error, last_error_code,
 	accepted_at, submitted_at, result_method, result_kind, result_token, result_answer, result_error,
 	result_error_code, result_attempts, result_solve_seconds, result_expires_at, result_accepted_at,
-	result_submitted_at, finished_at FROM tasks`
+	result_submitted_at, finished_at, fingerprint FROM tasks`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -667,7 +699,7 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 		&t.Proxy, &t.ProxyType, &t.Pingback, &rec.CaptchaID, &rec.Attempts, &notBefore, &rec.LastError, &rec.LastErrorCode,
 		&acceptedAt, &subAt, &rMethod, &rKind, &rToken, &rAnswer, &rErr,
 		&rCode, &rAttempts, &rSolve, &rExpires, &rAccepted,
-		&rSub, &finAt)
+		&rSub, &finAt, &rec.Fingerprint)
 	if err != nil {
 		return captchaq.Record{}, err
 	}
@@ -710,6 +742,7 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 type statements struct {
 	begin, commit                                                       *sql.Stmt
 	insert, getByID, statusOf, checkpoint, retry, finish, replay, prune *sql.Stmt
+	renew                                                               *sql.Stmt
 }
 
 func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
@@ -721,7 +754,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 		{&st.begin, `BEGIN IMMEDIATE`},
 		{&st.commit, `COMMIT`},
 		{&st.insert, `INSERT INTO tasks (id, status, priority, tenant, method, params, deadline, max_attempts,
-			proxy, proxy_type, pingback, accepted_at) VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+			proxy, proxy_type, pingback, accepted_at, fingerprint) VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
 			ON CONFLICT (id) DO NOTHING`},
 		{&st.getByID, selectRecord + ` WHERE id = ?`},
 		{&st.statusOf, `SELECT status FROM tasks WHERE id = ?`},
@@ -741,6 +774,14 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
 			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL
 			WHERE status = 'failed' AND ` + filterWhere},
+		{&st.renew, `UPDATE tasks SET status = 'queued', priority = ?2, tenant = ?3, method = ?4, params = ?5,
+			deadline = ?6, max_attempts = ?7, proxy = ?8, proxy_type = ?9, pingback = ?10, accepted_at = ?11,
+			fingerprint = ?12, attempts = 0, captcha_id = '', not_before = NULL, last_error = '', last_error_code = '',
+			submitted_at = NULL,
+			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
+			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
+			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL
+			WHERE id = ?1 AND status = 'solved'`},
 		{&st.prune, `DELETE FROM tasks WHERE status IN ('solved', 'failed') AND finished_at < ?`},
 	} {
 		stmt, err := conn.PrepareContext(ctx, p.query)
@@ -754,7 +795,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.begin, st.commit, st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune} {
+	for _, s := range []*sql.Stmt{st.begin, st.commit, st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune, st.renew} {
 		if s != nil {
 			_ = s.Close()
 		}

@@ -1,0 +1,134 @@
+package captchaq_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/sim"
+)
+
+func TestFingerprintIgnoresQueueFieldsAndKeepsCase(t *testing.T) {
+	t.Parallel()
+	a := task("a", 1)
+	b := a
+	b.ID, b.Priority, b.Tenant, b.MaxAttempts, b.Pingback = "b", 9, "other", 3, "https://cb.example/x"
+	b.Deadline = time.Now()
+	if a.Fingerprint() != b.Fingerprint() {
+		t.Fatal("queue fields changed the fingerprint")
+	}
+	c := task("a", 1)
+	c.Params = map[string]string{"SiteKey": c.Params["sitekey"], "pageurl": c.Params["pageurl"]}
+	if a.Fingerprint() == c.Fingerprint() {
+		t.Fatal("a param key in other letter case gave the same fingerprint")
+	}
+	d := task("a", 1)
+	d.Proxy = "u:secret@1.2.3.4:8080"
+	err := captchaq.Record{Task: a}.Conflict(d)
+	var ce *captchaq.IDConflictError
+	if !errors.As(err, &ce) || ce.ID != "a" || ce.Differs != "proxy is new" {
+		t.Fatalf("Conflict = %v", err)
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Fatalf("the conflict names a secret: %v", err)
+	}
+}
+
+func TestSameIDSameTaskSolvedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{}, captchaq.Config{})
+	b.start(t)
+	first := waitAll(t, submitAll(t, b.q, task("a", 0)))[0]
+	again := waitAll(t, submitAll(t, b.q, task("a", 0)))[0]
+	if first.Status != captchaq.StatusSolved || again.Token != first.Token {
+		t.Fatalf("first %+v, again %+v", first, again)
+	}
+	if got := b.prov.order(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("provider was asked for %v, want [a]", got)
+	}
+}
+
+func TestSameIDOtherTaskRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{}, captchaq.Config{})
+	ctx := context.Background()
+	other := func(id string) captchaq.Task {
+		tk := task(id, 0)
+		tk.Params["sitekey"] = "0x4BBBBBBBB"
+		return tk
+	}
+	// Unfinished: the task is held by the queue.
+	held := submitAll(t, b.q, task("held", 0))
+	if _, err := b.q.Submit(ctx, other("held")); !errors.Is(err, captchaq.ErrIDConflict) ||
+		!strings.Contains(err.Error(), `"held"`) || !strings.Contains(err.Error(), "params.sitekey differs") {
+		t.Fatalf("Submit of another task under a held id: %v", err)
+	}
+	b.start(t)
+	first := waitAll(t, append(held, submitAll(t, b.q, task("done", 0))...))
+	// Finished: the task is only in the Store.
+	f, err := b.q.Submit(ctx, other("done"))
+	if !errors.Is(err, captchaq.ErrIDConflict) || f != nil {
+		t.Fatalf("Submit of another task under a finished id: %v, %v", f, err)
+	}
+	rs, err := b.q.SolveBatch(ctx, []captchaq.Task{other("done"), task("done", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Status != captchaq.StatusFailed || rs[0].ErrorCode != captchaq.CodeIDConflict || rs[0].Token != "" {
+		t.Fatalf("SolveBatch gave the other task %+v", rs[0])
+	}
+	if rs[1].Token != first[1].Token {
+		t.Fatalf("SolveBatch gave the same task %+v, want the stored token", rs[1])
+	}
+	if got := b.prov.order(); len(got) != 2 {
+		t.Fatalf("provider was asked for %v, want held and done once each", got)
+	}
+}
+
+// clock is a settable Config.Now.
+type clock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.off += d
+	c.mu.Unlock()
+}
+
+func TestExpiredTokenSolvedAgain(t *testing.T) {
+	t.Parallel()
+	var clk clock
+	b := setup(t, sim.Config{}, captchaq.Config{Now: clk.now})
+	b.start(t)
+	first := waitAll(t, submitAll(t, b.q, task("a", 0)))[0]
+	if first.ExpiresAt.IsZero() {
+		t.Fatalf("a turnstile result has no expires_at: %+v", first)
+	}
+	if !first.Expired(first.ExpiresAt) || first.Expired(first.ExpiresAt.Add(-time.Nanosecond)) {
+		t.Fatal("Expired is wrong at the boundary")
+	}
+	clk.advance(first.ExpiresAt.Sub(clk.now()) + time.Second)
+	again := waitAll(t, submitAll(t, b.q, task("a", 0)))[0]
+	if again.Status != captchaq.StatusSolved || again.Expired(clk.now()) || !again.ExpiresAt.After(first.ExpiresAt) {
+		t.Fatalf("after expiry got %+v (first expired at %v)", again, first.ExpiresAt)
+	}
+	if got := b.prov.order(); !slices.Equal(got, []string{"a", "a"}) {
+		t.Fatalf("provider was asked for %v, want a twice", got)
+	}
+	if m := b.q.Metrics(); m.Renewed != 1 {
+		t.Fatalf("Metrics.Renewed = %d, want 1", m.Renewed)
+	}
+}
