@@ -56,6 +56,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	if *order != "input" && *order != "longest-first" {
 		return &exitError{code: 2, err: fmt.Errorf("--order %q: use input or longest-first", *order)}
 	}
+	qf.defaultStore = func(useSim bool) (string, error) { return batchStoreName(fs.Arg(0), *out, useSim) }
 	in, total, closeIn, err := openInput(env, fs.Arg(0))
 	if err != nil {
 		return err
@@ -102,12 +103,18 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 
 	start := time.Now()
 	var wg sync.WaitGroup
-	var invalid atomic.Int64
+	var invalid, refused atomic.Int64
 	reject := func(task captchaq.Task, raw []byte, line int, err error) {
-		invalid.Add(1)
+		code := captchaq.CodeInvalidTask
+		if errors.Is(err, captchaq.ErrIDConflict) {
+			code = captchaq.CodeIDConflict
+			refused.Add(1)
+		} else {
+			invalid.Add(1)
+		}
 		fmt.Fprintf(env.stderr, "line %d: %v\n", line, err)
 		r := captchaq.Result{ID: task.ID, Status: captchaq.StatusFailed, Method: task.Method,
-			Error: fmt.Sprintf("line %d: %v", line, err), ErrorCode: "INVALID_TASK"}
+			Error: fmt.Sprintf("line %d: %v", line, err), ErrorCode: code}
 		if r.ID == "" {
 			r.ID = lineID(raw, line)
 		}
@@ -235,9 +242,21 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		return fmt.Errorf("writing results: %w", err)
 	}
 	solved, failed := results.counts()
-	fmt.Fprintln(env.stderr, summary(solved, failed, int(invalid.Load()), time.Since(start), rt.queue.Metrics()))
+	nRefused := int(refused.Load())
+	fmt.Fprintln(env.stderr, summary(solved, failed, int(invalid.Load()), nRefused, time.Since(start), rt.queue.Metrics()))
+	if nRefused > 0 {
+		where := "the store"
+		if rt.storePath != "" {
+			where = rt.storePath
+		}
+		return &exitError{code: exitSomeFailed, err: fmt.Errorf("%d tasks refused (%s): their ids already name other tasks in %s; give them ids of their own, or use a store of their own (--store PATH)", nRefused, captchaq.CodeIDConflict, where)}
+	}
 	return nil
 }
+
+// exitSomeFailed is the exit code of a batch that ran to its end but left
+// some lines without an answer (refused as ID_CONFLICT).
+const exitSomeFailed = 1
 
 // accountStop says why a batch stopped on an account error and what to do.
 func accountStop(err error) error {
@@ -251,12 +270,18 @@ func accountStop(err error) error {
 // summary is the closing line on stderr. Results the store already held
 // took no work, so the rate counts only tasks finished in this run, and a
 // rerun of a finished batch says where its results came from instead.
-func summary(solved, failed, invalid int, elapsed time.Duration, m captchaq.Metrics) string {
+func summary(solved, failed, invalid, refused int, elapsed time.Duration, m captchaq.Metrics) string {
 	s := fmt.Sprintf("captchaq batch: %d solved, %d failed (%d invalid lines) of %d in %s",
 		solved, failed, invalid, solved+failed, elapsed.Round(10*time.Millisecond))
+	if refused > 0 {
+		s += fmt.Sprintf("; %d refused: their ids name other tasks (%s)", refused, captchaq.CodeIDConflict)
+	}
 	worked := int(m.Solved + m.Failed)
-	if stored := solved + failed - invalid - worked; stored > 0 {
+	if stored := solved + failed - invalid - refused - worked; stored > 0 {
 		s += fmt.Sprintf("; %d from the store", stored)
+	}
+	if m.Renewed > 0 {
+		s += fmt.Sprintf("; %d solved again: their tokens had expired", m.Renewed)
 	}
 	if worked == 0 {
 		return s

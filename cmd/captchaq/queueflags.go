@@ -22,6 +22,9 @@ type queueFlags struct {
 	store        *string
 	pollInterval *time.Duration
 	maxAttempts  *int
+	// defaultStore names the store file used without --store, given whether
+	// the run is on the simulator; "" means a memory store.
+	defaultStore func(useSim bool) (string, error)
 }
 
 func addQueueFlags(fs *flag.FlagSet) *queueFlags {
@@ -30,14 +33,14 @@ func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 		plan:         fs.String("plan", "", "plan `NAME` (BASIC, STANDARD, ADVANCE, PREMIUM, CORPORATE, ENTERPRISE, VIP-1, VIP-2, VIP-3) to take the thread count from"),
 		apiURL:       addAPIURLFlag(fs),
 		useSim:       fs.Bool("sim", false, "solve against the built-in simulator, started in-process (no key needed)"),
-		store:        fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (default: "+sqliteDefaultHint()+")"),
+		store:        fs.String("store", "", "task store: a SQLite file `PATH` (share one on purpose), or \"memory\" (default: "+sqliteDefaultHint()+")"),
 		pollInterval: fs.Duration("poll-interval", 0, "shortest time between two poll requests: lower fetches answers sooner, higher makes fewer requests (default "+captchaq.PollIntervalDefault.String()+")"),
 		maxAttempts:  fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good (default %d)", captchaq.MaxAttemptsDefault)),
 	}
 }
 
 func sqliteDefaultHint() string {
-	return "captchaq.db in the user's data directory"
+	return "a file of this input's own in the user's data directory"
 }
 
 // simThreadsDefault is the plan the built-in simulator plays when no
@@ -52,6 +55,8 @@ type queueRuntime struct {
 	// key): the command should stop and say why.
 	fatal   chan error
 	closers []func()
+	// storePath is the SQLite store's file; "" for a memory store.
+	storePath string
 }
 
 func (rt *queueRuntime) close() {
@@ -116,9 +121,22 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	if useSim {
 		name = "captchaq-sim.db"
 	}
-	st, err := openStore(ctx, *qf.store, name)
+	spec := *qf.store
+	if spec == "" && qf.defaultStore != nil {
+		if name, err = qf.defaultStore(useSim); err != nil {
+			return nil, err
+		}
+		if name == "" {
+			spec = "memory"
+			fmt.Fprintln(env.stderr, "captchaq: tasks from stdin with results to stdout: nothing is kept for a rerun (give --out FILE or --store PATH to keep them)")
+		}
+	}
+	st, err := openStore(ctx, spec, name)
 	if err != nil {
 		return nil, err
+	}
+	if p, ok := st.(interface{ Path() string }); ok {
+		rt.storePath = p.Path()
 	}
 	rt.closers = append(rt.closers, func() { st.Close() })
 

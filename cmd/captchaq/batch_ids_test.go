@@ -1,0 +1,137 @@
+package main
+
+import (
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// otherTasks are tasks with the same ids as turnstileTasks(prefix, n) but
+// another site.
+func otherTasks(prefix string, n int) []captchaq.Task {
+	tasks := turnstileTasks(prefix, n)
+	for i := range tasks {
+		tasks[i].Params = map[string]string{"sitekey": "0x4AAAAAAAOTHER", "pageurl": "https://other.example/" + tasks[i].ID}
+	}
+	return tasks
+}
+
+func readResults(t *testing.T, path string) map[string]captchaq.Result {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseResults(t, string(b))
+}
+
+// Not parallel: it sets XDG_DATA_HOME, where the default stores live.
+func TestBatchDefaultStoreIsPerInputFile(t *testing.T) {
+	data := t.TempDir()
+	t.Setenv("XDG_DATA_HOME", data)
+	s, base := startFastSim(t, sim.Config{Threads: 10})
+	a, b := turnstileTasks("job", 3), otherTasks("job", 3)
+	inA := writeFile(t, "tasks.jsonl", jsonl(t, a))
+	inB := writeFile(t, "tasks.jsonl", jsonl(t, b)) // same name, other directory
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	batch := func(in string, extra ...string) cliRun {
+		return runWith(t, "", keyEnv, append(append([]string{"batch", in, "--out", out, "--api-url", base}, fastQueue...), extra...)...)
+	}
+	if r := batch(inA); r.code != 0 {
+		t.Fatalf("batch A = %+v", r)
+	}
+	gotA := readResults(t, out)
+	if r := batch(inB); r.code != 0 || strings.Contains(r.stderr, "from the store") {
+		t.Fatalf("batch B = %+v", r)
+	}
+	gotB := readResults(t, out)
+	wantAllSolved(t, gotB, b)
+	for id, r := range gotB {
+		if r.Token == gotA[id].Token {
+			t.Errorf("%s: file B got file A's token", id)
+		}
+	}
+	for _, task := range append(a, b...) {
+		if n := s.SubmissionsOf(fingerprintOf(task)); n != 1 {
+			t.Errorf("%s (%s) submitted %d times, want 1", task.ID, task.Params["pageurl"], n)
+		}
+	}
+	r := batch(inA)
+	if r.code != 0 || !strings.Contains(r.stderr, "3 from the store") {
+		t.Fatalf("rerun of A = %+v", r)
+	}
+	ents, _ := os.ReadDir(filepath.Join(data, "captchaq"))
+	var stores []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".db") {
+			stores = append(stores, e.Name())
+		}
+	}
+	if len(stores) != 2 || !strings.HasPrefix(stores[0], "batch-tasks.jsonl-") {
+		t.Errorf("default stores %v, want one batch-tasks.jsonl-HASH.db for each file", stores)
+	}
+}
+
+func TestBatchSharedStoreRefusesOtherTaskUnderKnownID(t *testing.T) {
+	t.Parallel()
+	s, base := startFastSim(t, sim.Config{Threads: 10})
+	a, b := turnstileTasks("job", 3), otherTasks("job", 3)
+	inA, inB := writeFile(t, "a.jsonl", jsonl(t, a)), writeFile(t, "b.jsonl", jsonl(t, b))
+	db := filepath.Join(t.TempDir(), "shared.db")
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	batch := func(in string) cliRun {
+		return runWith(t, "", keyEnv, append([]string{"batch", in, "--out", out, "--store", db, "--api-url", base}, fastQueue...)...)
+	}
+	if r := batch(inA); r.code != 0 {
+		t.Fatalf("batch A = %+v", r)
+	}
+	gotA := readResults(t, out)
+	r := batch(inB)
+	if r.code != exitSomeFailed || !strings.Contains(r.stderr, "3 refused: their ids name other tasks (ID_CONFLICT)") {
+		t.Fatalf("batch B on A's store = %+v", r)
+	}
+	for id, res := range readResults(t, out) {
+		if res.Status != captchaq.StatusFailed || res.ErrorCode != captchaq.CodeIDConflict || res.Token != "" ||
+			!strings.Contains(res.Error, `id "`+id+`" already names another task (params.pageurl differs, params.sitekey differs)`) {
+			t.Errorf("B's %s = %+v", id, res)
+		}
+	}
+	for _, task := range b {
+		if n := s.SubmissionsOf(fingerprintOf(task)); n != 0 {
+			t.Errorf("refused %s reached the provider %d times", task.ID, n)
+		}
+	}
+
+	// A's tokens expire: a rerun solves them again and says so.
+	sdb, err := sql.Open("sqlite", db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sdb.Exec(`UPDATE tasks SET result_expires_at = '2020-01-01T00:00:00.000000000Z' WHERE status = 'solved'`); err != nil {
+		t.Fatal(err)
+	}
+	sdb.Close()
+	r = batch(inA)
+	if r.code != 0 || !strings.Contains(r.stderr, "3 solved again: their tokens had expired") {
+		t.Fatalf("rerun after expiry = %+v", r)
+	}
+	again := readResults(t, out)
+	wantAllSolved(t, again, a)
+	for id, res := range again {
+		if res.Token == gotA[id].Token {
+			t.Errorf("%s: the expired token was handed out again", id)
+		}
+	}
+	for _, task := range a {
+		if n := s.SubmissionsOf(fingerprintOf(task)); n != 2 {
+			t.Errorf("%s submitted %d times, want 2", task.ID, n)
+		}
+	}
+}
