@@ -21,6 +21,8 @@ type apiError struct {
 	Error string `json:"error"`
 	Field string `json:"field,omitempty"`
 	Index *int   `json:"index,omitempty"`
+	// Code is a machine-readable reason where one applies (ID_CONFLICT).
+	Code string `json:"code,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -67,7 +69,11 @@ type TaskView struct {
 	LastError     string           `json:"last_error,omitempty"`
 	LastErrorCode string           `json:"last_error_code,omitempty"`
 	Existed       bool             `json:"existed,omitempty"`
-	Result        *captchaq.Result `json:"result,omitempty"`
+	// Expired: the task was solved but its token has passed
+	// result.expires_at; the token is withheld (the target site would
+	// refuse it). POST the same task again to have it solved again.
+	Expired bool             `json:"expired,omitempty"`
+	Result  *captchaq.Result `json:"result,omitempty"`
 }
 
 // view shows rec to cs: an admin sees "client/id", others their own id.
@@ -88,6 +94,10 @@ func view(rec captchaq.Record, cs *clientState) TaskView {
 	if rec.Result != nil {
 		res := *rec.Result
 		res.ID = id
+		if res.Expired(time.Now()) {
+			v.Expired = true
+			res.Token, res.Answer = "", nil
+		}
 		v.Result = &res
 	}
 	return v
@@ -226,12 +236,25 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 	// A known id is answered as it is, without counting against limits.
 	views := make([]TaskView, len(tasks))
 	var fresh []int
+	// A known id with another task is refused before anything is
+	// accepted; a solved one whose token expired is solved again.
 	for i, t := range tasks {
 		rec, err := s.backend.Get(r.Context(), t.ID)
 		if err == nil {
-			views[i] = view(rec, cs)
-			views[i].Existed = true
-			continue
+			if cerr := rec.Conflict(t); cerr != nil {
+				_, local := splitID(t.ID)
+				e := apiError{Error: strings.Replace(cerr.Error(), strconv.Quote(t.ID), strconv.Quote(local), 1), Field: "id", Code: captchaq.CodeIDConflict}
+				if len(tasks) > 1 {
+					e.Index = &i
+				}
+				writeJSON(w, http.StatusConflict, e)
+				return
+			}
+			if rec.Result == nil || !rec.Result.Expired(time.Now()) {
+				views[i] = view(rec, cs)
+				views[i].Existed = true
+				continue
+			}
 		}
 		fresh = append(fresh, i)
 	}
@@ -267,6 +290,14 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 	cs.accepted += int64(accepted)
 	cs.mu.Unlock()
 	if failed != nil {
+		if errors.Is(failed, captchaq.ErrIDConflict) {
+			e := apiError{Error: failed.Error(), Field: "id", Code: captchaq.CodeIDConflict}
+			if len(tasks) > 1 {
+				e.Index = &failedAt
+			}
+			writeJSON(w, http.StatusConflict, e)
+			return
+		}
 		if errors.Is(failed, captchaq.ErrInvalidTask) {
 			e := apiError{Error: failed.Error(), Field: fieldOf(failed)}
 			if len(tasks) > 1 {

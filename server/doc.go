@@ -27,6 +27,16 @@
 //
 // Decisions a client can observe:
 //
+//   - An id names one task. POST /v1/tasks with a known id and the same
+//     task (method, params, proxy; see captchaq.Task.Fingerprint) answers
+//     202 with "existed": true and the task as it is; with another task it
+//     answers 409 {"error": "…", "field": "id", "code": "ID_CONFLICT"}
+//     naming what differs, and accepts none of the request's tasks. in.php
+//     gives every task a new id, so it never conflicts.
+//   - A dead token is never handed out. Once a solved result has passed
+//     its result.expires_at, GET /v1/tasks/{id} answers it with
+//     "expired": true and no token or answer, and res.php answers
+//     ERROR_TOKEN_EXPIRED. POST the same task again and it is solved again.
 //   - getbalance answers the provider account's balance (cached for
 //     BalanceCacheDefault); the provider key itself never leaves the server.
 //   - reportbad/reportgood are checked (the id must be the caller's finished

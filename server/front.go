@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
@@ -301,10 +302,17 @@ func (s *Server) frontRecord(r *http.Request, cs *clientState, id string) (captc
 	return rec, ""
 }
 
+// CodeTokenExpired is res.php's answer for a task solved so long ago that
+// its token has passed its expires_at.
+const CodeTokenExpired = "ERROR_TOKEN_EXPIRED"
+
 // answer is what res.php says about one record: ok with the token, or a
 // code.
 func answer(rec captchaq.Record) (token string, raw json.RawMessage, code, text string) {
 	switch {
+	case rec.Status == captchaq.StatusSolved && rec.Result != nil && rec.Result.Expired(time.Now()):
+		// A dead token is never handed out: the target site would refuse it.
+		return "", nil, CodeTokenExpired, "the token expired at " + rec.Result.ExpiresAt.UTC().Format(time.RFC3339) + ": submit the task again"
 	case rec.Status == captchaq.StatusSolved && rec.Result != nil:
 		return rec.Result.Token, rec.Result.Answer, "", ""
 	case rec.Status == captchaq.StatusFailed && rec.Result != nil:

@@ -1,0 +1,71 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/server"
+)
+
+func TestAPIKnownIDWithOtherTaskIs409AndExpiredTokensAreWithheld(t *testing.T) {
+	t.Parallel()
+	mem := captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
+	b := setup(t, options{threads: 2, server: func(c *server.Config) { c.Queue.Store = mem }})
+	var c created
+	b.api(t, "POST", "/v1/tasks", keyQA, apiTurnstile("a"), http.StatusAccepted, &c)
+	var first server.TaskView
+	b.api(t, "GET", "/v1/tasks/a?wait=20s", keyQA, "", http.StatusOK, &first)
+	if first.Status != captchaq.StatusSolved || first.Result == nil || first.Result.Token == "" {
+		t.Fatalf("a: %+v", first)
+	}
+	// Same id, same task: the same answer.
+	b.api(t, "POST", "/v1/tasks", keyQA, apiTurnstile("a"), http.StatusAccepted, &c)
+	if !c.Tasks[0].Existed || c.Tasks[0].Result == nil || c.Tasks[0].Result.Token != first.Result.Token {
+		t.Fatalf("same task again: %+v", c.Tasks[0])
+	}
+	// Same id, another task: 409, and nothing of the first task's.
+	other := `{"id":"a","method":"turnstile","params":{"sitekey":"0x4BBBBBBB","pageurl":"https://shop.example/checkout"}}`
+	var e map[string]any
+	b.api(t, "POST", "/v1/tasks", keyQA, "["+apiTurnstile("fresh")+","+other+"]", http.StatusConflict, &e)
+	msg, _ := e["error"].(string)
+	if e["code"] != captchaq.CodeIDConflict || e["field"] != "id" || e["index"] != 1.0 ||
+		!strings.Contains(msg, `id "a" already names another task (params.sitekey differs)`) || strings.Contains(msg, first.Result.Token) {
+		t.Fatalf("409 body %v", e)
+	}
+	if _, err := mem.Get(context.Background(), "qa/fresh"); err == nil {
+		t.Error("a task of the refused request was accepted")
+	}
+
+	// The token expires: GET and res.php withhold it, a POST solves it again.
+	rec, err := mem.Get(context.Background(), "qa/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := *rec.Result
+	dead.ExpiresAt = time.Now().Add(-time.Second)
+	if err := mem.Finish(context.Background(), dead); err != nil {
+		t.Fatal(err)
+	}
+	var v, solved server.TaskView
+	b.api(t, "GET", "/v1/tasks/a", keyQA, "", http.StatusOK, &v)
+	if !v.Expired || v.Result == nil || v.Result.Token != "" {
+		t.Fatalf("GET of an expired result: %+v", v)
+	}
+	if got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"get"}, "id": {"a"}}); got != server.CodeTokenExpired {
+		t.Fatalf("res.php of an expired result: %q", got)
+	}
+	var again created
+	b.api(t, "POST", "/v1/tasks", keyQA, apiTurnstile("a"), http.StatusAccepted, &again)
+	if again.Tasks[0].Existed || again.Tasks[0].Status != captchaq.StatusQueued {
+		t.Fatalf("an expired task was answered as it was: %+v", again.Tasks[0])
+	}
+	b.api(t, "GET", "/v1/tasks/a?wait=20s", keyQA, "", http.StatusOK, &solved)
+	if solved.Status != captchaq.StatusSolved || solved.Expired || solved.Result.Token == "" || !solved.Result.ExpiresAt.After(time.Now()) {
+		t.Fatalf("a solved again: %+v", solved)
+	}
+}
