@@ -59,16 +59,16 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *clientState)
 // TaskView is a task as the API shows it: the caller's id, the record's
 // state and the result once final.
 type TaskView struct {
-	ID            string           `json:"id"`
-	Client        string           `json:"client,omitempty"`
-	Status        captchaq.Status  `json:"status"`
-	Method        string           `json:"method"`
-	Priority      int              `json:"priority"`
-	Attempts      int              `json:"attempts"`
-	AcceptedAt    time.Time        `json:"accepted_at,omitzero"`
-	LastError     string           `json:"last_error,omitempty"`
-	LastErrorCode string           `json:"last_error_code,omitempty"`
-	Existed       bool             `json:"existed,omitempty"`
+	ID            string          `json:"id"`
+	Client        string          `json:"client,omitempty"`
+	Status        captchaq.Status `json:"status"`
+	Method        string          `json:"method"`
+	Priority      int             `json:"priority"`
+	Attempts      int             `json:"attempts"`
+	AcceptedAt    time.Time       `json:"accepted_at,omitzero"`
+	LastError     string          `json:"last_error,omitempty"`
+	LastErrorCode string          `json:"last_error_code,omitempty"`
+	Existed       bool            `json:"existed,omitempty"`
 	// Expired: the task was solved but its token has passed
 	// result.expires_at; the token is withheld (the target site would
 	// refuse it). POST the same task again to have it solved again.
