@@ -7,10 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	_ "modernc.org/sqlite"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/sim"
+	"github.com/captchaq/captchaq/store/sqlite"
 )
 
 // otherTasks are tasks with the same ids as turnstileTasks(prefix, n) but
@@ -30,6 +32,15 @@ func readResults(t *testing.T, path string) map[string]captchaq.Result {
 		t.Fatal(err)
 	}
 	return parseResults(t, string(b))
+}
+
+func mustStoreName(t *testing.T, in string) string {
+	t.Helper()
+	name, err := batchStoreName(in, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // Not parallel: it sets XDG_DATA_HOME, where the default stores live.
@@ -66,6 +77,32 @@ func TestBatchDefaultStoreIsPerInputFile(t *testing.T) {
 	r := batch(inA)
 	if r.code != 0 || !strings.Contains(r.stderr, "3 from the store") {
 		t.Fatalf("rerun of A = %+v", r)
+	}
+	// results reads the store batch used for a file, while a queue holds it.
+	held, err := sqlite.Open(t.Context(), filepath.Join(data, "captchaq", mustStoreName(t, inA)), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := runWith(t, "", keyEnv, "results", inA)
+	held.Close()
+	if rr.code != 0 {
+		t.Fatalf("results %s = %+v", inA, rr)
+	}
+	if diff := cmp.Diff(tokens(gotA), tokens(parseResults(t, rr.stdout))); diff != "" {
+		t.Errorf("results of A (-batch +results):\n%s", diff)
+	}
+	typo := filepath.Join(t.TempDir(), "typo.db")
+	if rr := runWith(t, "", nil, "results", "--store", typo); rr.code == 0 || !strings.Contains(rr.stderr, "does not exist (nothing was created)") {
+		t.Errorf("results --store typo = %+v", rr)
+	}
+	if rr := runWith(t, "", nil, "dlq", "list", "--store", typo); rr.code == 0 {
+		t.Errorf("dlq list --store typo = %+v", rr)
+	}
+	if _, err := os.Stat(typo); err == nil {
+		t.Error("a read-only command created the store")
+	}
+	if _, err := os.Stat(typo + ".lock"); err == nil {
+		t.Error("a read-only command created a lock file")
 	}
 	ents, _ := os.ReadDir(filepath.Join(data, "captchaq"))
 	var stores []string
@@ -118,6 +155,10 @@ func TestBatchSharedStoreRefusesOtherTaskUnderKnownID(t *testing.T) {
 		t.Fatal(err)
 	}
 	sdb.Close()
+	rr := runWith(t, "", nil, "results", "--store", db)
+	if n := strings.Count(rr.stdout, `"expired":true`); rr.code != 0 || n != 3 {
+		t.Errorf("results after expiry: %d marked expired, want 3: %+v", n, rr)
+	}
 	r = batch(inA)
 	if r.code != 0 || !strings.Contains(r.stderr, "3 solved again: their tokens had expired") {
 		t.Fatalf("rerun after expiry = %+v", r)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -31,24 +32,30 @@ func (l *idList) Set(v string) error {
 // tasks are queued again in the store; the next `captchaq batch` (or serve)
 // on that store solves them.
 func runDLQStore(ctx context.Context, env *environment, args []string) error {
-	const usage = "usage: captchaq dlq list|replay --store PATH [--id ID ... | --reason CODE | --all]"
+	const usage = "usage: captchaq dlq list|replay [TASKS.jsonl | --store PATH] [--sim] [--id ID ... | --reason CODE | --all]"
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return &exitError{code: 2, err: fmt.Errorf("%s", usage)}
 	}
 	action := args[0]
 	fs := flag.NewFlagSet("dlq "+action, flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
-	path := fs.String("store", "", "the SQLite store `PATH`")
+	path := fs.String("store", "", "the SQLite store `PATH` (default: the store `captchaq batch TASKS.jsonl` used)")
+	useSim := fs.Bool("sim", false, "with TASKS.jsonl: the store of a batch run on the built-in simulator (the default with no key set)")
 	var ids idList
 	fs.Var(&ids, "id", "replay: this task `ID` (repeat, or comma-separate)")
 	reason := fs.String("reason", "", "replay: dead letters with this error `CODE` (e.g. ERROR_CAPTCHA_UNSOLVABLE, EXPIRED)")
 	all := fs.Bool("all", false, "replay: every dead letter")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseInterspersed(fs, args[1:]); err != nil {
 		return err
 	}
-	if *path == "" || *path == "memory" {
+	if *path == "memory" {
 		return &exitError{code: 2, err: fmt.Errorf("--store: name the SQLite file (a memory store has no dead letters after its process ends)")}
 	}
+	p, err := readStorePath(env, "dlq "+args[0], *path, fs.Args(), *useSim)
+	if err != nil {
+		return err
+	}
+	*path = p
 	f := captchaq.DeadLetterFilter{All: *all, IDs: ids, ErrorCode: *reason}
 	switch action {
 	case "list":
@@ -60,12 +67,15 @@ func runDLQStore(ctx context.Context, env *environment, args []string) error {
 	default:
 		return &exitError{code: 2, err: fmt.Errorf("dlq: unknown action %q: use list or replay", action)}
 	}
-	st, err := sqlite.Open(ctx, *path, sqlite.Options{})
-	if err != nil {
-		return fmt.Errorf("--store: %w", err)
-	}
-	defer st.Close()
 	if action == "replay" {
+		if _, err := os.Stat(*path); err != nil {
+			return fmt.Errorf("--store: %w (nothing was created)", err)
+		}
+		st, err := sqlite.Open(ctx, *path, sqlite.Options{})
+		if err != nil {
+			return fmt.Errorf("--store: %w", err)
+		}
+		defer st.Close()
 		n, err := st.Replay(ctx, f, time.Now())
 		if err != nil {
 			return err
@@ -73,6 +83,12 @@ func runDLQStore(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintf(env.stdout, "replayed %d dead letters\n", n)
 		return nil
 	}
+	// Listing only reads: no lock, so it works while a batch runs.
+	st, err := sqlite.OpenReader(ctx, *path)
+	if err != nil {
+		return fmt.Errorf("--store: %w", err)
+	}
+	defer st.Close()
 	enc := json.NewEncoder(env.stdout)
 	n := 0
 	err = st.DeadLetters(ctx, f, func(r captchaq.Record) error {

@@ -6,38 +6,66 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/store/sqlite"
 )
 
 func init() {
-	commands["results"] = command{summary: "write every result stored in a SQLite store as JSONL", run: runResults}
+	commands["results"] = command{summary: "write every result stored in a SQLite store as JSONL (read-only)", run: runResults}
+}
+
+// resultLine is a stored result as results prints it: expired says the
+// token has passed expires_at (a batch rerun solves the task again).
+type resultLine struct {
+	captchaq.Result
+	Expired bool `json:"expired,omitempty"`
 }
 
 func runResults(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("results", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
-	path := fs.String("store", "", "the SQLite store `PATH` (default: the default store of `captchaq batch`)")
-	if err := fs.Parse(args); err != nil {
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: captchaq results [TASKS.jsonl | --store PATH] [--sim]")
+		fmt.Fprintln(env.stderr, "\nWrites every result of a store as JSONL; expired tokens are marked \"expired\": true. It only reads: it works while a batch runs.")
+		fs.PrintDefaults()
+	}
+	path := fs.String("store", "", "the SQLite store `PATH` (default: the store `captchaq batch TASKS.jsonl` used)")
+	useSim := fs.Bool("sim", false, "with TASKS.jsonl: the store of a batch run on the built-in simulator (the default with no key set)")
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	if *path == "" {
-		p, err := sqlite.DefaultPath()
-		if err != nil {
-			return fmt.Errorf("--store: no default location (%v); name the file", err)
-		}
-		*path = p
+	p, err := readStorePath(env, "results", *path, fs.Args(), *useSim)
+	if err != nil {
+		return err
 	}
-	st, err := sqlite.Open(ctx, *path, sqlite.Options{})
+	st, err := sqlite.OpenReader(ctx, p)
 	if err != nil {
 		return fmt.Errorf("--store: %w", err)
 	}
 	defer st.Close()
 	w := bufio.NewWriter(env.stdout)
 	enc := json.NewEncoder(w)
-	if err := st.Results(ctx, func(r captchaq.Result) error { return enc.Encode(r) }); err != nil {
+	now := time.Now()
+	if err := st.Results(ctx, func(r captchaq.Result) error { return enc.Encode(resultLine{r, r.Expired(now)}) }); err != nil {
 		return err
 	}
 	return w.Flush()
+}
+
+// readStorePath is the store a read-only command reads: --store, else the
+// default store of `captchaq batch` on the one task file named.
+func readStorePath(env *environment, cmd, store string, args []string, useSim bool) (string, error) {
+	switch {
+	case store != "" && len(args) > 0:
+		return "", &exitError{code: 2, err: fmt.Errorf("give a task file or --store PATH, not both")}
+	case store != "":
+		return store, nil
+	case len(args) > 1:
+		return "", &exitError{code: 2, err: fmt.Errorf("one task file at most, got %d", len(args))}
+	case len(args) == 0:
+		return "", noStoreNamed(cmd)
+	}
+	return batchStorePath(env, args[0], useSim)
 }
