@@ -131,7 +131,7 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 			fmt.Fprintln(env.stderr, "captchaq: tasks from stdin with results to stdout: nothing is kept for a rerun (give --out FILE or --store PATH to keep them)")
 		}
 	}
-	st, err := openStore(ctx, spec, name)
+	st, err := openStore(ctx, spec, name, "batch")
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,8 @@ func haveKey(env *environment) bool {
 
 // openStore opens the store a flag names: "memory", a path, or the file
 // defaultName in the default store directory.
-func openStore(ctx context.Context, spec, defaultName string) (captchaq.Store, error) {
+// owner is recorded in the store, which then refuses other owners.
+func openStore(ctx context.Context, spec, defaultName, owner string) (captchaq.Store, error) {
 	path, err := storePath(spec, defaultName)
 	if err != nil {
 		return nil, err
@@ -183,7 +184,7 @@ func openStore(ctx context.Context, spec, defaultName string) (captchaq.Store, e
 	if path == "memory" {
 		return captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), nil
 	}
-	st, err := sqlite.Open(ctx, path, sqlite.Options{})
+	st, err := sqlite.Open(ctx, path, sqlite.Options{Owner: owner})
 	if err != nil {
 		return nil, fmt.Errorf("--store: %w", err)
 	}

@@ -173,7 +173,7 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 	if err != nil {
 		return server.Config{}, nil, nil, &exitError{code: 2, err: err}
 	}
-	store, err := openStore(ctx, *f.store, serveStoreDefault)
+	store, err := openStore(ctx, *f.store, serveStoreDefault, "serve")
 	if err != nil {
 		return server.Config{}, nil, nil, err
 	}
@@ -197,16 +197,15 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 	if err != nil {
 		return server.Config{}, nil, nil, err
 	}
-	store, err := openStore(ctx, path, gatewayStoreDefault)
-	if err != nil {
-		return server.Config{}, nil, nil, err
-	}
 	name := *f.gateway
 	if name == "" && path != "memory" {
 		if name, err = amqp.GatewayNameFor(path); err != nil {
-			store.Close()
 			return server.Config{}, nil, nil, err
 		}
+	}
+	store, err := openStore(ctx, path, gatewayStoreDefault, "gateway "+name)
+	if err != nil {
+		return server.Config{}, nil, nil, err
 	}
 	c, err := amqp.Dial(ctx, acfg)
 	if err != nil {

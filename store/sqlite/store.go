@@ -75,6 +75,12 @@ type Options struct {
 	PruneInterval time.Duration
 	// MaxBatch bounds how many writes share one transaction. Default 512.
 	MaxBatch int
+	// Owner names who keeps its tasks in the store ("batch", "serve",
+	// "gateway NAME", …). The first Open with an Owner records it; a later
+	// Open with another Owner is refused (errors.Is ErrOtherOwner), so one
+	// program never resumes another's tasks as its own. Empty claims
+	// nothing and checks nothing.
+	Owner string
 	// Logger receives the prune loop's reports and failures. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -263,6 +269,9 @@ func (s *Store) init(ctx context.Context, opts Options) (*sql.Conn, error) {
 	if err := migrate(ctx, conn, s.path); err != nil {
 		return nil, err
 	}
+	if err := claimOwner(ctx, conn, s.path, opts.Owner); err != nil {
+		return nil, err
+	}
 	// The checkpointer copies the WAL (see checkpointer). SQLite's own
 	// checkpoint in the writer stays as a safety net, far past where the
 	// checkpointer has the WAL start over.
@@ -286,6 +295,54 @@ func (s *Store) unusable(err error) error {
 
 // Path returns the absolute path of the store's file.
 func (s *Store) Path() string { return s.path }
+
+// ErrOtherOwner matches the error of Open for a store that another owner
+// recorded (Options.Owner).
+var ErrOtherOwner = errors.New("sqlite: store belongs to another owner")
+
+// OwnerError refuses a store recorded by another owner.
+type OwnerError struct {
+	Path, Owner, Want string
+}
+
+func (e *OwnerError) Error() string {
+	return fmt.Sprintf("store %s holds the tasks of %s, not of %s: opening it would take over %s's unfinished tasks; give %s a store of its own (--store PATH), or run %s on this one", e.Path, e.Owner, e.Want, e.Owner, e.Want, e.Owner)
+}
+
+// Is makes every OwnerError match ErrOtherOwner.
+func (e *OwnerError) Is(target error) bool { return target == ErrOtherOwner }
+
+// claimOwner records owner in a store that has none, and refuses a store
+// that records another.
+func claimOwner(ctx context.Context, conn *sql.Conn, path, owner string) error {
+	if owner == "" {
+		return nil
+	}
+	var have string
+	err := conn.QueryRowContext(ctx, `SELECT owner FROM store_owner`).Scan(&have)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := conn.ExecContext(ctx, `INSERT INTO store_owner (owner) VALUES (?)`, owner); err != nil {
+			return fmt.Errorf("store %s: record owner: %w", path, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("store %s: read owner: %w", path, err)
+	case have != owner:
+		return &OwnerError{Path: path, Owner: have, Want: owner}
+	}
+	return nil
+}
+
+// Owner returns the owner the store records ("" for none).
+func (s *Store) Owner(ctx context.Context) (string, error) {
+	var have string
+	err := s.db.QueryRowContext(ctx, `SELECT owner FROM store_owner`).Scan(&have)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return have, s.wrap("Owner", err)
+}
 
 // Close stops the prune loop, waits for the writes already taken to
 // commit, and releases the file and its lock. Calls after Close, Close
