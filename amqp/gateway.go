@@ -401,9 +401,11 @@ func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 	}
 	unlock := g.locks.lock(t.ID)
 	defer unlock()
-	switch _, err := g.store.Get(ctx, t.ID); {
+	switch rec, err := g.store.Get(ctx, t.ID); {
 	case err == nil:
-		return nil
+		// The same task is the one recorded; another one under its id is
+		// refused before it is published.
+		return rec.Conflict(t)
 	case !errors.Is(err, captchaq.ErrNotFound):
 		return err
 	}

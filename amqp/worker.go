@@ -201,6 +201,14 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		w.deadLetterRaw(ctx, d, err)
 		return
 	}
+	// An id names one task: another task under an id this worker holds or
+	// has finished is dead-lettered, never answered with the first one's
+	// result (the worker remembers the ids its MemoryStore keeps).
+	if err := w.store.conflict(ctx, m.Task); err != nil {
+		w.log.Warn("dead-lettering a task whose id names another task", "id", m.Task.ID, "err", err)
+		w.deadLetterWith(ctx, d, map[string]any{HeaderReason: ReasonInvalid, HeaderError: err.Error(), HeaderErrorCode: captchaq.CodeIDConflict})
+		return
+	}
 	if !w.store.hold(d, m) {
 		return
 	}
@@ -243,7 +251,12 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 // deadLetterRaw moves a message that is not a task to the dead letters.
 func (w *Worker) deadLetterRaw(ctx context.Context, d *Delivery, cause error) {
 	w.log.Warn("dead-lettering a message that is not a task", "message_id", d.MessageID, "err", cause)
-	h := map[string]any{HeaderReason: ReasonInvalid, HeaderError: cause.Error()}
+	w.deadLetterWith(ctx, d, map[string]any{HeaderReason: ReasonInvalid, HeaderError: cause.Error()})
+}
+
+// deadLetterWith moves a delivery as it is to the dead letters, with the
+// headers h added.
+func (w *Worker) deadLetterWith(ctx context.Context, d *Delivery, h map[string]any) {
 	err := w.pub.Publish(context.WithoutCancel(ctx), w.c.Names().DLX, FailedRoutingKey, rawPublishing(d, h))
 	if err != nil {
 		w.log.Error("dead-lettering failed; the message stays queued", "err", err)

@@ -92,6 +92,25 @@ func (s *WorkerStore) hold(d *Delivery, m TaskMessage) (fresh bool) {
 	return false
 }
 
+// conflict returns an *captchaq.IDConflictError when t's id names another
+// task this worker holds or has finished.
+func (s *WorkerStore) conflict(ctx context.Context, t captchaq.Task) error {
+	s.mu.Lock()
+	e, ok := s.entries[t.ID]
+	var held captchaq.Task
+	if ok {
+		held = e.msg.Task
+	}
+	s.mu.Unlock()
+	if ok {
+		return captchaq.Record{Task: held}.Conflict(t)
+	}
+	if rec, err := s.mem.Get(ctx, t.ID); err == nil {
+		return rec.Conflict(t)
+	}
+	return nil
+}
+
 // holdCheckpoint takes a delivery from the worker's own checkpoint queue:
 // the newest copies are held, older ones and those of tasks no longer held
 // are acked. A copy of an earlier run under the same owner name (a worker
