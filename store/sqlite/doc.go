@@ -46,7 +46,14 @@
 // Open refuses, with an error naming the path and without writing to it, a
 // directory, a file it cannot read and write, a file that is not SQLite, an
 // SQLite database that is not a captchaq store, and a store with a newer
-// schema.
+// schema. An older schema is migrated in one transaction (version 1 files,
+// before fingerprints, keep their tasks; those are compared by their task).
+// A store records its owner (Options.Owner: "batch", "serve", "gateway
+// NAME"); Open with another owner is refused with an *OwnerError.
+//
+// OpenReader opens an existing store for reading only: no file is created,
+// no lock is taken (it works while a queue has the store open) and the
+// schema is not migrated.
 //
 // # Schema
 //
@@ -72,13 +79,15 @@
 //	  result_error, result_error_code, result_attempts, result_solve_seconds,
 //	  result_expires_at, result_accepted_at, result_submitted_at,
 //	  finished_at  TEXT              -- Result.FinishedAt; NULL until final
+//	  fingerprint  TEXT              -- Task.Fingerprint(); '' for tasks stored at version 1
 //	)
+//	store_owner(owner TEXT)           at most one row: Options.Owner of the first opener
 //	INDEX tasks_status_seq ON tasks(status, seq)       -- Pending, Results, dead letters
 //	INDEX tasks_finished_at ON tasks(finished_at)      -- pruning
 //
 // For example:
 //
-//	sqlite3 ~/.local/share/captchaq/captchaq.db \
+//	sqlite3 ~/.local/share/captchaq/batch-tasks.jsonl-HASH.db \
 //	  "SELECT id, status, attempts, result_error_code FROM tasks WHERE status = 'failed' ORDER BY seq"
 //
 // # Retention
