@@ -176,3 +176,19 @@ func TestBatchSharedStoreRefusesOtherTaskUnderKnownID(t *testing.T) {
 		}
 	}
 }
+
+func TestServeRefusesABatchStore(t *testing.T) {
+	t.Parallel()
+	_, base := startFastSim(t, sim.Config{Threads: 5})
+	db := filepath.Join(t.TempDir(), "q.db")
+	in := writeFile(t, "a.jsonl", jsonl(t, turnstileTasks("own", 2)))
+	if r := runWith(t, "", keyEnv, append([]string{"batch", in, "--store", db, "--api-url", base}, fastQueue...)...); r.code != 0 {
+		t.Fatalf("batch = %+v", r)
+	}
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"qa-key-123456"}]`)
+	r := runWith(t, "", map[string]string{"CAPTCHAAI_KEY": batchKey, "CAPTCHAAI_URL": base},
+		"serve", "--clients", clients, "--store", db, "--listen", "127.0.0.1:0")
+	if r.code == 0 || !strings.Contains(r.stderr, "holds the tasks of batch, not of serve") || !strings.Contains(r.stderr, "--store PATH") {
+		t.Fatalf("serve on a batch store = %+v", r)
+	}
+}
