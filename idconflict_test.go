@@ -132,3 +132,11 @@ func TestExpiredTokenSolvedAgain(t *testing.T) {
 		t.Fatalf("Metrics.Renewed = %d, want 1", m.Renewed)
 	}
 }
+
+func BenchmarkFingerprint(b *testing.B) {
+	tk := task("bench", 0)
+	tk.Proxy, tk.ProxyType = "u:p@10.0.0.1:3128", "HTTP"
+	for b.Loop() {
+		_ = tk.Fingerprint()
+	}
+}
