@@ -405,7 +405,16 @@ func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 	case err == nil:
 		// The same task is the one recorded; another one under its id is
 		// refused before it is published.
-		return rec.Conflict(t)
+		if err := rec.Conflict(t); err != nil {
+			return err
+		}
+		if rec.Result != nil && rec.Result.Expired(now) {
+			// Workers answer a message id once, so the fleet cannot solve
+			// this id again.
+			return &captchaq.TaskError{ID: t.ID, Code: captchaq.CodeInvalidTask,
+				Msg: "id: its token expired at " + rec.Result.ExpiresAt.UTC().Format(time.RFC3339) + " and the fleet solves an id once: submit the task under a new id"}
+		}
+		return nil
 	case !errors.Is(err, captchaq.ErrNotFound):
 		return err
 	}

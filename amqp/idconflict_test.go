@@ -45,6 +45,17 @@ func TestGatewayAndFleetRefuseAnotherTaskUnderAKnownID(t *testing.T) {
 	if n := srv.Stats().Accepted; n != 1 {
 		t.Fatalf("the provider accepted %d tasks, want 1", n)
 	}
+	// An expired token is not answered as fresh: the fleet solves an id
+	// once, so the gateway asks for a new id.
+	rec, _ := g.store.Get(ctx, "a")
+	stale := *rec.Result
+	stale.ExpiresAt = time.Now().Add(-time.Second)
+	if err := g.store.Finish(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Submit(ctx, task("a", 0)); !errors.Is(err, captchaq.ErrInvalidTask) || !strings.Contains(err.Error(), "submit the task under a new id") {
+		t.Fatalf("the same task after its token expired: %v", err)
+	}
 
 	// Fleet: a task published straight to the fleet under an id the
 	// worker has solved is dead-lettered as ID_CONFLICT, never answered.
