@@ -91,6 +91,9 @@ func TestBatchDefaultStoreIsPerInputFile(t *testing.T) {
 	if diff := cmp.Diff(tokens(gotA), tokens(parseResults(t, rr.stdout))); diff != "" {
 		t.Errorf("results of A (-batch +results):\n%s", diff)
 	}
+	if rr := runWith(t, "", keyEnv, "results"); rr.code != 2 || !strings.Contains(rr.stderr, mustStoreName(t, inA)) {
+		t.Errorf("results with no store named = %+v, want exit 2 listing the stores", rr)
+	}
 	typo := filepath.Join(t.TempDir(), "typo.db")
 	if rr := runWith(t, "", nil, "results", "--store", typo); rr.code == 0 || !strings.Contains(rr.stderr, "does not exist (nothing was created)") {
 		t.Errorf("results --store typo = %+v", rr)
