@@ -51,7 +51,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	if fs.NArg() > 1 {
-		return fmt.Errorf("one input file at most, got %d (%v)", fs.NArg(), fs.Args())
+		return usageError(fmt.Errorf("one input file at most, got %d (%v)", fs.NArg(), fs.Args()))
 	}
 	if *order != "input" && *order != "longest-first" {
 		return &exitError{code: 2, err: fmt.Errorf("--order %q: use input or longest-first", *order)}
@@ -235,7 +235,22 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		return fmt.Errorf("writing results: %w", err)
 	}
 	solved, failed := results.counts()
-	fmt.Fprintln(env.stderr, summary(solved, failed, int(invalid.Load()), time.Since(start), rt.queue.Metrics()))
+	bad := int(invalid.Load())
+	fmt.Fprintln(env.stderr, summary(solved, failed, bad, time.Since(start), rt.queue.Metrics()))
+	return batchOutcome(solved, failed, bad)
+}
+
+// batchOutcome is the error for a finished batch's exit code: bad input when
+// no line held a task, some tasks failed when any got no answer.
+func batchOutcome(solved, failed, invalid int) error {
+	switch {
+	case solved+failed == 0:
+		return usageError(errors.New("the input holds no tasks"))
+	case invalid == solved+failed:
+		return usageError(fmt.Errorf("none of the %d lines is a valid task (see above)", invalid))
+	case failed > 0:
+		return &exitError{code: exitTasksFailed, err: fmt.Errorf("%d of %d tasks failed (see the result lines)", failed, solved+failed)}
+	}
 	return nil
 }
 
@@ -293,7 +308,7 @@ func openInput(env *environment, name string) (io.Reader, int, func(), error) {
 	}
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("tasks file: %w", err)
+		return nil, 0, nil, usageError(fmt.Errorf("tasks file: %w", err))
 	}
 	total, err := countLines(f)
 	if err != nil {

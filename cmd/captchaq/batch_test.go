@@ -258,8 +258,8 @@ func TestBatchReportsInvalidLines(t *testing.T) {
 	}
 	in := writeFile(t, "tasks.jsonl", strings.Join(lines, ""))
 	r := runWith(t, "", keyEnv, append([]string{"batch", in, "--store", "memory", "--api-url", base}, fastQueue...)...)
-	if r.code != 0 {
-		t.Fatalf("batch = %+v", r)
+	if r.code != exitTasksFailed || !strings.Contains(r.stderr, "4 of 7 tasks failed") {
+		t.Fatalf("batch = %+v; want exit %d saying 4 of 7 tasks failed", r, exitTasksFailed)
 	}
 	got := parseResults(t, r.stdout)
 	if len(got) != 7 {
@@ -349,8 +349,8 @@ func TestBatchNoKeyFileNamed(t *testing.T) {
 	in := writeFile(t, "tasks.jsonl", jsonl(t, turnstileTasks("nokey", 1)))
 	r := runWith(t, "", map[string]string{"CAPTCHAAI_KEY_FILE": filepath.Join(t.TempDir(), "missing")},
 		"batch", in, "--store", "memory", "--api-url", "http://127.0.0.1:1")
-	if r.code != 1 || !strings.Contains(r.stderr, "CAPTCHAAI_KEY_FILE") {
-		t.Errorf("run = %+v; want exit 1 naming CAPTCHAAI_KEY_FILE", r)
+	if r.code != 2 || !strings.Contains(r.stderr, "CAPTCHAAI_KEY_FILE") {
+		t.Errorf("run = %+v; want exit 2 naming CAPTCHAAI_KEY_FILE", r)
 	}
 }
 
@@ -378,7 +378,7 @@ func TestBatchDeadLettersReplay(t *testing.T) {
 	in := writeFile(t, "tasks.jsonl", jsonl(t, tasks))
 	db := filepath.Join(t.TempDir(), "q.db")
 	r := runWith(t, "", keyEnv, append([]string{"batch", in, "--store", db, "--api-url", badBase, "--max-attempts", "1"}, fastQueue...)...)
-	if r.code != 0 {
+	if r.code != exitTasksFailed {
 		t.Fatalf("batch = %+v", r)
 	}
 	for id, g := range parseResults(t, r.stdout) {
@@ -423,7 +423,7 @@ func TestBatchDeadLettersReplay(t *testing.T) {
 	// the two others keep their stored failure and are not sent again.
 	good, goodBase := startFastSim(t, sim.Config{Threads: 5})
 	r2 := runWith(t, "", keyEnv, append([]string{"batch", in, "--store", db, "--api-url", goodBase}, fastQueue...)...)
-	if r2.code != 0 {
+	if r2.code != exitTasksFailed {
 		t.Fatalf("rerun = %+v", r2)
 	}
 	got := parseResults(t, r2.stdout)
@@ -514,8 +514,8 @@ func TestBatchNoKeyWithURL(t *testing.T) {
 			args = append(args, "--api-url", "http://127.0.0.1:1")
 		}
 		r := runWith(t, "", vars, args...)
-		if r.code != 1 || !strings.Contains(r.stderr, "no provider key: set CAPTCHAAI_KEY") {
-			t.Errorf("%v %v: run = %+v; want exit 1 asking for CAPTCHAAI_KEY", vars, args, r)
+		if r.code != 2 || !strings.Contains(r.stderr, "no provider key: set CAPTCHAAI_KEY") {
+			t.Errorf("%v %v: run = %+v; want exit 2 asking for CAPTCHAAI_KEY", vars, args, r)
 		}
 	}
 }
@@ -528,14 +528,14 @@ func TestBatchBadArguments(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{in, in}, 1, "one input file at most, got 2"},
-		{[]string{in, "--threads", "-1"}, 1, "--threads must be at least 1, got -1"},
-		{[]string{in, "--plan", "GOLD"}, 1, "--plan: "},
-		{[]string{filepath.Join(t.TempDir(), "missing.jsonl")}, 1, "tasks file: open "},
+		{[]string{in, in}, 2, "one input file at most, got 2"},
+		{[]string{in, "--threads", "-1"}, 2, "--threads must be at least 1, got -1"},
+		{[]string{in, "--plan", "GOLD"}, 2, "--plan: "},
+		{[]string{filepath.Join(t.TempDir(), "missing.jsonl")}, 2, "tasks file: open "},
 		{[]string{in, "--out", filepath.Join(t.TempDir(), "no", "dir", "out.jsonl")}, 1, "--out: open "},
-		{[]string{in, "--bogus"}, 1, "flag provided but not defined: -bogus"},
+		{[]string{in, "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		// After "--" everything is a file name, even what looks like a flag.
-		{[]string{"--", in, "--threads", "3"}, 1, "one input file at most, got 3"},
+		{[]string{"--", in, "--threads", "3"}, 2, "one input file at most, got 3"},
 	} {
 		r := runWith(t, "", keyEnv, append([]string{"batch", "--store", "memory"}, c.args...)...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) || r.stdout != "" {

@@ -37,7 +37,7 @@ func runDLQAMQP(ctx context.Context, env *environment, args []string) error {
 	ids := fs.String("id", "", "replay: comma-separated task ids")
 	code := fs.String("code", "", "replay: dead letters with this error code (e.g. ERROR_CAPTCHA_UNSOLVABLE, EXPIRED)")
 	all := fs.Bool("all", false, "replay: every dead letter")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	cfg, err := af.config()

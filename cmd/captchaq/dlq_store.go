@@ -43,7 +43,7 @@ func runDLQStore(ctx context.Context, env *environment, args []string) error {
 	fs.Var(&ids, "id", "replay: this task `ID` (repeat, or comma-separate)")
 	reason := fs.String("reason", "", "replay: dead letters with this error `CODE` (e.g. ERROR_CAPTCHA_UNSOLVABLE, EXPIRED)")
 	all := fs.Bool("all", false, "replay: every dead letter")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if *path == "" || *path == "memory" {

@@ -29,7 +29,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
@@ -44,7 +44,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 	if fs.NArg() == 1 && fs.Arg(0) != "-" {
 		f, err := os.Open(fs.Arg(0))
 		if err != nil {
-			return err
+			return usageError(err)
 		}
 		defer f.Close()
 		in, name = f, fs.Arg(0)
@@ -62,7 +62,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	if invalid > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%d invalid lines in %s (see above)", invalid, name)}
+		return &exitError{code: exitUsage, err: fmt.Errorf("%d invalid lines in %s (see above)", invalid, name)}
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ func providerKey(env *environment) (string, error) {
 	}
 	path := strings.TrimSpace(env.getenv(envKeyFile))
 	if path == "" {
-		return "", errors.New("no provider key: set " + envKey + " to the account key, or " + envKeyFile + " to a file that holds it")
+		return "", usageError(errors.New("no provider key: set " + envKey + " to the account key, or " + envKeyFile + " to a file that holds it"))
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -39,11 +39,11 @@ func providerKey(env *environment) (string, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return "", fmt.Errorf("%s: cannot read %q: %v", envKeyFile, path, err)
+		return "", usageError(fmt.Errorf("%s: cannot read %q: %v", envKeyFile, path, err))
 	}
 	k := strings.TrimSpace(string(b))
 	if k == "" {
-		return "", fmt.Errorf("%s: %q is empty; put the account key in it", envKeyFile, path)
+		return "", usageError(fmt.Errorf("%s: %q is empty; put the account key in it", envKeyFile, path))
 	}
 	return k, nil
 }

@@ -72,7 +72,7 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 		}
 	}()
 	if *qf.threads < 0 {
-		return nil, fmt.Errorf("--threads must be at least 1, got %d", *qf.threads)
+		return nil, usageError(fmt.Errorf("--threads must be at least 1, got %d", *qf.threads))
 	}
 
 	useSim := *qf.useSim
@@ -83,7 +83,7 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	threads := *qf.threads
 	if threads == 0 && *qf.plan != "" {
 		if threads, err = provider.PlanThreads(*qf.plan); err != nil {
-			return nil, fmt.Errorf("--plan: %w", err)
+			return nil, usageError(fmt.Errorf("--plan: %w", err))
 		}
 	}
 	apiURL := *qf.apiURL
@@ -190,7 +190,7 @@ func storePath(spec, defaultName string) (string, error) {
 func parseInterspersed(fs *flag.FlagSet, args []string) error {
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		rest := fs.Args()
@@ -205,5 +205,5 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 		args = rest[1:]
 	}
 	// Reparse with only the positional arguments left, so fs.Args() is right.
-	return fs.Parse(append([]string{"--"}, positional...))
+	return parseFlags(fs, append([]string{"--"}, positional...))
 }

@@ -19,7 +19,7 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("results", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	path := fs.String("store", "", "the SQLite store `PATH` (default: the default store of `captchaq batch`)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *path == "" {

@@ -85,11 +85,8 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 			"come back to this gateway's own queue PREFIX.replies.NAME; the gateway needs no provider key.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{code: 2, err: err}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if fs.NArg() > 0 {

@@ -36,7 +36,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	lease := fs.Duration("inflight-lease", amqp.InflightLeaseDefault, "how soon a dead worker's checkpoints return to the fleet")
 	owner := fs.String("owner", "", "name of this worker's checkpoint queue (default host-pid-random)")
 	verbose := fs.Bool("v", false, "log every task")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
