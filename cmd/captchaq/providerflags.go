@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/captchaq/captchaq/provider"
 )
@@ -68,4 +70,24 @@ func newProviderClient(env *environment, apiURL string) (*provider.Client, error
 		return nil, err
 	}
 	return provider.NewClient(provider.ClientConfig{BaseURL: providerURL(env, apiURL), Key: key})
+}
+
+// accountCheckTimeout bounds the key check a service makes at start.
+const accountCheckTimeout = 5 * time.Second
+
+// checkAccount asks the provider for the balance once, so a service whose
+// key the provider refuses stops at start (exit code 3) instead of running
+// paused. Any other failure is only reported: the provider may come back.
+func checkAccount(ctx context.Context, pc *provider.Client, warn func(error)) error {
+	ctx, cancel := context.WithTimeout(ctx, accountCheckTimeout)
+	defer cancel()
+	_, err := pc.Balance(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case provider.ClassOf(err) == provider.ClassAccount:
+		return &exitError{code: exitAccount, err: fmt.Errorf("the provider refused the account: %w; fix the key (%s or %s), plan or IP allow-list", err, envKey, envKeyFile)}
+	}
+	warn(err)
+	return nil
 }

@@ -60,6 +60,11 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if err := checkAccount(ctx, client, func(err error) {
+		log.Warn("cannot check the provider account now; starting anyway", "err", err)
+	}); err != nil {
+		return err
+	}
 	c, err := amqp.Dial(ctx, cfg)
 	if err != nil {
 		return err
