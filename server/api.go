@@ -19,6 +19,7 @@ import (
 // apiError is the JSON API's error body. Field names the input at fault.
 type apiError struct {
 	Error string `json:"error"`
+	Code  string `json:"code,omitempty"` // INVALID_TASK or UNSUPPORTED_TYPE for a refused task
 	Field string `json:"field,omitempty"`
 	Index *int   `json:"index,omitempty"`
 }
@@ -176,7 +177,9 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		fixed, _ := json.Marshal(obj)
 		t, err := captchaq.ParseTask(fixed)
 		if err != nil {
-			return nil, bad(fieldOf(err), err.Error())
+			e := bad(fieldOf(err), err.Error())
+			e.Code = captchaq.RefusalCode(err)
+			return nil, e
 		}
 		if strings.Contains(t.ID, "/") || len(t.ID) > 200 {
 			return nil, bad("id", "id: must be at most 200 characters without '/'")
@@ -189,8 +192,15 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		if t.Priority < 0 {
 			return nil, bad("priority", "priority: must be 0 or more (lower is more urgent)")
 		}
-		if err := t.ProviderTask().Validate(); err != nil {
-			return nil, bad(fieldOf(err), err.Error())
+		if err := t.Validate(); err != nil {
+			msg := err.Error()
+			var te *captchaq.TaskError
+			if errors.As(err, &te) {
+				msg = te.Msg
+			}
+			e := bad(fieldOf(err), msg)
+			e.Code = captchaq.RefusalCode(err)
+			return nil, e
 		}
 		if j, dup := seen[t.ID]; dup {
 			return nil, bad("id", fmt.Sprintf("id: %q appears twice (tasks %d and %d)", t.ID, j, i))

@@ -107,7 +107,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		invalid.Add(1)
 		fmt.Fprintf(env.stderr, "line %d: %v\n", line, err)
 		r := captchaq.Result{ID: task.ID, Status: captchaq.StatusFailed, Method: task.Method,
-			Error: fmt.Sprintf("line %d: %v", line, err), ErrorCode: "INVALID_TASK"}
+			Error: fmt.Sprintf("line %d: %v", line, err), ErrorCode: captchaq.RefusalCode(err)}
 		if r.ID == "" {
 			r.ID = lineID(raw, line)
 		}

@@ -271,18 +271,18 @@ func TestBatchReportsInvalidLines(t *testing.T) {
 		}
 	}
 	invalid := []struct {
-		id, line, reason string
+		id, line, reason, code string
 	}{
-		{"line-2", "line 2", "invalid JSON"},
-		{"extra", "line 3", "colour"},
-		{"nourl", "line 6", "pageurl"},
-		{"hc", "line 7", "hcaptcha"},
+		{"line-2", "line 2", "invalid JSON", "INVALID_TASK"},
+		{"extra", "line 3", "colour", "INVALID_TASK"},
+		{"nourl", "line 6", "pageurl", "INVALID_TASK"},
+		{"hc", "line 7", "hcaptcha", "UNSUPPORTED_TYPE"},
 	}
 	for _, c := range invalid {
 		g, ok := got[c.id]
-		if !ok || g.Status != captchaq.StatusFailed || g.ErrorCode != "INVALID_TASK" ||
+		if !ok || g.Status != captchaq.StatusFailed || g.ErrorCode != c.code ||
 			!strings.HasPrefix(g.Error, c.line+": ") || !strings.Contains(g.Error, c.reason) {
-			t.Errorf("result %s = %+v; want failed INVALID_TASK naming %q and %q", c.id, g, c.line, c.reason)
+			t.Errorf("result %s = %+v; want failed %s naming %q and %q", c.id, g, c.code, c.line, c.reason)
 		}
 		if !strings.Contains(r.stderr, c.line+": ") {
 			t.Errorf("stderr does not name %s: %q", c.line, r.stderr)

@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -131,23 +129,12 @@ func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name str
 	return published, invalid, nil
 }
 
-// parseTaskLine reads one task line, with the checks the broker path needs
-// (the provider's own checks run where the task is solved).
+// parseTaskLine reads one task line and refuses what every other door
+// refuses (captchaq.Task.Validate), before anything is published.
 func parseTaskLine(b []byte) (captchaq.Task, error) {
-	var t captchaq.Task
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	if err := dec.Decode(&t); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return t, fmt.Errorf("not JSON at byte %d: %v", se.Offset, err)
-		}
-		return t, fmt.Errorf("not a task: %v", err)
+	t, err := captchaq.ParseTask(b)
+	if err != nil {
+		return t, err
 	}
-	switch {
-	case t.ID == "":
-		return t, errors.New(`field "id" is missing: every task needs an id (its idempotency key)`)
-	case t.Method == "":
-		return t, fmt.Errorf(`task %q: field "method" is missing (e.g. "turnstile", "userrecaptcha")`, t.ID)
-	}
-	return t, nil
+	return t, t.Validate()
 }

@@ -45,7 +45,7 @@ func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
 	if code != 2 {
 		t.Fatalf("exit %d, want 2; stderr:\n%s", code, errb.String())
 	}
-	for _, want := range []string{"stdin:2: not a task", "stdin:4: field \"id\" is missing", "enqueued 2 tasks", "2 invalid lines"} {
+	for _, want := range []string{"stdin:2: task: invalid JSON", "stdin:4: captchaq: invalid task: id: required", "enqueued 2 tasks", "2 invalid lines"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}

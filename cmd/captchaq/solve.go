@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -81,10 +82,15 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		return &exitError{code: 2, err: fmt.Errorf("--poll-interval %v must be above 0 and at most %v", *interval, solvePollIntervalDefault)}
 	}
 
-	task := provider.Task{Method: *method, Params: params}
-	if err := task.Validate(); err != nil {
-		return &exitError{code: 2, err: err}
+	// The same checks as every other door; the id is only for them.
+	if err := (captchaq.Task{ID: "solve", Method: *method, Params: params}).Validate(); err != nil {
+		var te *captchaq.TaskError
+		if errors.As(err, &te) {
+			err = errors.New(te.Msg)
+		}
+		return usageError(err)
 	}
+	task := provider.Task{Method: *method, Params: params}
 	kind, _ := task.Kind()
 	client, err := newProviderClient(env, *apiURL)
 	if err != nil {
