@@ -613,3 +613,59 @@ func TestBatchLongestFirst(t *testing.T) {
 		t.Errorf("bad --order = %+v", bad)
 	}
 }
+
+// TestBatchLongestFirstExampleFile: on examples/tasks.jsonl, longest-first
+// orders by solve time within each priority: priority still comes first.
+func TestBatchLongestFirstExampleFile(t *testing.T) {
+	t.Parallel()
+	_, base := startFastSim(t, sim.Config{Threads: 1})
+	in := filepath.Join("..", "..", "examples", "tasks.jsonl")
+	r := runWith(t, "", keyEnv, append([]string{"batch", in, "--order", "longest-first", "--store", "memory", "--api-url", base, "--threads", "1"}, fastQueue...)...)
+	if r.code != exitTasksFailed { // the file's last line is an hCaptcha task, refused
+		t.Fatalf("batch = %+v", r)
+	}
+	var solved []captchaq.Result
+	for _, res := range parseResults(t, r.stdout) {
+		if res.Status == captchaq.StatusSolved {
+			solved = append(solved, res)
+		}
+	}
+	slices.SortFunc(solved, func(a, b captchaq.Result) int { return a.SubmittedAt.Compare(b.SubmittedAt) })
+	tasks := map[string]captchaq.Task{}
+	raw, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		task, err := captchaq.ParseTask([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks[task.ID] = task
+	}
+	if len(solved) != len(tasks)-1 {
+		t.Fatalf("%d solved, want %d", len(solved), len(tasks)-1)
+	}
+	priority := func(task captchaq.Task) int {
+		if task.Priority == 0 {
+			return captchaq.PriorityDefault
+		}
+		return task.Priority
+	}
+	var order []string
+	for i, res := range solved {
+		order = append(order, res.ID)
+		if i == 0 {
+			continue
+		}
+		prev, cur := tasks[solved[i-1].ID], tasks[res.ID]
+		if pp, cp := priority(prev), priority(cur); pp > cp || pp == cp && prev.ExpectedSolveTime() < cur.ExpectedSolveTime() {
+			t.Errorf("%s (priority %d, %v) submitted before %s (priority %d, %v); want priority first, then the longest",
+				prev.ID, pp, prev.ExpectedSolveTime(), cur.ID, cp, cur.ExpectedSolveTime())
+		}
+	}
+	// Within priority 5, the reCAPTCHAs before the shorter GeeTest.
+	if i, j := slices.Index(order, "signup-recaptcha-1"), slices.Index(order, "monitor-geetest-1"); i < 0 || j < i {
+		t.Errorf("submit order %v; want the reCAPTCHAs before the GeeTest", order)
+	}
+}
