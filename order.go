@@ -26,8 +26,8 @@ func (t Task) ExpectedSolveTime() time.Duration {
 // wait for a reCAPTCHA submitted near the end.
 //
 // The queue itself stays FIFO within a priority and serves lower priority
-// numbers first, so this order matters among tasks of one priority; it is for callers
-// that hold a whole batch and care only when all of it is done.
+// numbers first, so this order matters among tasks of one priority. It is
+// for callers that hold a whole batch and care only when all of it is done.
 func LongestFirst(tasks []Task) {
 	SortLongestFirst(tasks, func(t Task) Task { return t })
 }

@@ -26,7 +26,7 @@ type queueFlags struct {
 
 func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 	return &queueFlags{
-		threads:      fs.Int("threads", 0, "plan threads: tasks in progress at the provider at once (default: from --plan, else 5)"),
+		threads:      fs.Int("threads", 0, fmt.Sprintf("plan threads: tasks in progress at the provider at once (default: from --plan, else %d; %d with the built-in simulator)", captchaq.ThreadsDefault, simThreadsDefault)),
 		plan:         fs.String("plan", "", "plan `NAME` (BASIC, STANDARD, ADVANCE, PREMIUM, CORPORATE, ENTERPRISE, VIP-1, VIP-2, VIP-3) to take the thread count from"),
 		apiURL:       addAPIURLFlag(fs),
 		useSim:       fs.Bool("sim", false, "solve against the built-in simulator, started in-process (no key needed)"),

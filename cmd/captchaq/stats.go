@@ -36,6 +36,7 @@ func runStats(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer c.Close()
+	fmt.Fprintf(env.stderr, "captchaq stats: sampling for %v (--window)...\n", *window)
 	st, err := c.Stats(ctx, *window)
 	if err != nil {
 		return err

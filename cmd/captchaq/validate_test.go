@@ -88,7 +88,7 @@ func TestValidateTableEnqueue(t *testing.T) {
 	}
 	// Only the valid tasks are on the broker.
 	n := runWith(t, "", nil, "stats", "--amqp", cfg.URL, "--prefix", cfg.Prefix, "--json", "--window", "100ms")
-	if n.code != 0 || !strings.Contains(n.stdout, fmt.Sprintf(`"ready":%d`, valid)) {
+	if n.code != 0 || !strings.Contains(n.stdout, fmt.Sprintf(`"ready":%d`, valid)) || !strings.Contains(n.stderr, "sampling for 100ms") {
 		t.Errorf("stats = %+v; want %d ready tasks", n, valid)
 	}
 	_ = ctx
