@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
 )
 
 // progress reports a batch on stderr while it runs. On a terminal it keeps
@@ -60,7 +61,6 @@ func (p *progress) run() {
 	defer close(p.stopped)
 	t := time.NewTicker(p.every)
 	defer t.Stop()
-	var lastRetries int64
 	var lastBy map[string]int64
 	for {
 		select {
@@ -79,10 +79,10 @@ func (p *progress) run() {
 			fmt.Fprint(p.w, "\r\033[K"+progressLine(done, p.total, m, time.Since(p.start)))
 			continue
 		}
-		if m.Retries > lastRetries {
-			fmt.Fprintln(p.w, retryLine(done, p.total, m, m.Retries-lastRetries, lastBy, p.every))
+		if line, ok := retryLine(done, p.total, m, lastBy, p.every); ok {
+			fmt.Fprintln(p.w, line)
 		}
-		lastRetries, lastBy = m.Retries, maps.Clone(m.RetriesByReason)
+		lastBy = maps.Clone(m.RetriesByReason)
 	}
 }
 
@@ -113,20 +113,29 @@ func progressLine(done, total int, m captchaq.Metrics, elapsed time.Duration) st
 }
 
 // retryLine is the notice, off a terminal, that attempts were retried in
-// the last interval.
-func retryLine(done, total int, m captchaq.Metrics, retried int64, before map[string]int64, every time.Duration) string {
+// the last interval for reasons other than a busy plan (no free thread is
+// the queue's normal pace, not trouble); ok is false when there were none.
+func retryLine(done, total int, m captchaq.Metrics, before map[string]int64, every time.Duration) (line string, ok bool) {
 	var reasons []string
+	var retried int64
 	for _, r := range slices.Sorted(maps.Keys(m.RetriesByReason)) {
+		if r == provider.ErrNoSlotAvailable.Code {
+			continue
+		}
 		if n := m.RetriesByReason[r] - before[r]; n > 0 {
 			reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
+			retried += n
 		}
+	}
+	if retried == 0 {
+		return "", false
 	}
 	count := fmt.Sprintf("%d", done)
 	if total >= 0 {
 		count = fmt.Sprintf("%d of %d", done, total)
 	}
 	return fmt.Sprintf("captchaq batch: %s done; %d attempts retried in the last %s (%s); still trying",
-		count, retried, every, strings.Join(reasons, ", "))
+		count, retried, every, strings.Join(reasons, ", ")), true
 }
 
 func (p *progress) add(captchaq.Result) {

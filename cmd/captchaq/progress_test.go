@@ -103,3 +103,17 @@ func TestServeLogsItsStorePath(t *testing.T) {
 		t.Errorf("serve exit %d after SIGTERM, want 0:\n%s", code, r.errText())
 	}
 }
+
+func TestRetryLine(t *testing.T) {
+	t.Parallel()
+	m := captchaq.Metrics{RetriesByReason: map[string]int64{"ERROR_NO_SLOT_AVAILABLE": 9, "NETWORK": 5}}
+	if line, ok := retryLine(2, 10, m, map[string]int64{"NETWORK": 5}, 3*time.Second); ok {
+		t.Errorf("only no-slot retries: %q, want no notice", line)
+	}
+	m.RetriesByReason["NETWORK"] = 8
+	m.RetriesByReason["ERROR_BAD_DUPLICATES"] = 1
+	line, ok := retryLine(2, 10, m, map[string]int64{"NETWORK": 5}, 3*time.Second)
+	if want := "captchaq batch: 2 of 10 done; 4 attempts retried in the last 3s (ERROR_BAD_DUPLICATES 1, NETWORK 3); still trying"; !ok || line != want {
+		t.Errorf("notice %q, want %q", line, want)
+	}
+}
