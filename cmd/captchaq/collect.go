@@ -46,6 +46,7 @@ func runCollect(ctx context.Context, env *environment, args []string) error {
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
+	fmt.Fprintf(env.stderr, "captchaq collect: reading results from %s\n", c.Names().Results)
 	w := bufio.NewWriter(env.stdout)
 	enc := json.NewEncoder(w)
 	n, err := c.Collect(ctx, *count, func(r captchaq.Result) error {

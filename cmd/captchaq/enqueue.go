@@ -27,7 +27,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {

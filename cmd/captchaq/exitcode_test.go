@@ -220,3 +220,59 @@ func TestEveryCommandHelp(t *testing.T) {
 		})
 	}
 }
+
+// TestExitCodesFleet runs the fleet's commands into their codes against
+// the test broker.
+func TestExitCodesFleet(t *testing.T) {
+	cfg, _ := cliTopology(t)
+	_, base := startFastSim(t, sim.Config{Key: batchKey})
+	fleet := []string{"--amqp", cfg.URL, "--prefix", cfg.Prefix}
+	cat := func(a []string, b ...string) []string { return append(append([]string{}, a...), b...) }
+	good := `{"id":"f-1","method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/"}}` + "\n"
+	bad := `{"id":"f-2","method":"turnstile","params":{"pageurl":"https://a.example/"}}` + "\n"
+	db := filepath.Join(t.TempDir(), "dlq.db")
+	if r := runWith(t, "", keyEnv, "batch", writeFile(t, "t.jsonl", good), "--store", db, "--api-url", base, "--poll-interval", "10ms"); r.code != 0 {
+		t.Fatalf("batch for the store = %+v", r)
+	}
+	for _, c := range []struct {
+		name  string
+		vars  map[string]string
+		stdin string
+		args  []string
+		code  int
+		say   string
+	}{
+		{"enqueue", nil, good, cat([]string{"enqueue", "-"}, fleet...), 0, "enqueued 1 tasks"},
+		{"enqueue invalid line", nil, good + bad, cat([]string{"enqueue", "-"}, fleet...), 2, "1 invalid lines"},
+		{"enqueue missing file", nil, "", cat([]string{"enqueue", filepath.Join(t.TempDir(), "none.jsonl")}, fleet...), 2, "no such file"},
+		{"stats", nil, "", cat([]string{"stats", "--window", "100ms"}, fleet...), 0, "sampling for 100ms"},
+		{"dlq list fleet", nil, "", cat([]string{"dlq", "list"}, fleet...), 0, "0 dead letters"},
+		{"dlq replay without which", nil, "", cat([]string{"dlq", "replay"}, fleet...), 2, "say which"},
+		{"dlq list store", nil, "", []string{"dlq", "list", "--store", db}, 0, "0 dead letters"},
+		{"results", nil, "", []string{"results", "--store", db}, 0, ""},
+		{"collect short", nil, "", cat([]string{"collect", "--count", "5", "--timeout", "300ms"}, fleet...), 4, "collected"},
+	} {
+		r := startBinary(t, c.vars, c.stdin, c.args...)
+		if code := r.wait(t); code != c.code || !strings.Contains(r.errText(), c.say) {
+			t.Errorf("%s: captchaq %v: exit %d, stderr:\n%s\nwant exit %d saying %q", c.name, c.args, code, r.errText(), c.code, c.say)
+		}
+	}
+	// The fleet's long-running commands exit 130 on SIGINT.
+	for _, c := range []struct {
+		name  string
+		args  []string
+		ready string
+	}{
+		{"worker", cat([]string{"worker", "--api-url", base, "--owner", "exit-test"}, fleet...), "msg="},
+		{"collect", cat([]string{"collect"}, fleet...), "reading results from"},
+	} {
+		r := startBinary(t, keyEnv, "", c.args...)
+		waitFor(t, c.name+" to start", func() bool { return strings.Contains(r.errText(), c.ready) })
+		if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		if code := r.wait(t); code != exitInterrupted {
+			t.Errorf("%s after SIGINT: exit %d, want %d; stderr:\n%s", c.name, code, exitInterrupted, r.errText())
+		}
+	}
+}
