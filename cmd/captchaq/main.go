@@ -103,15 +103,15 @@ func run(ctx context.Context, env *environment, args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(env.stderr)
 		if len(args) == 0 {
-			return 2
+			return exitUsage
 		}
-		return 0
+		return exitOK
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(env.stderr, "captchaq: unknown command %q\n\n", args[0])
 		usage(env.stderr)
-		return 2
+		return exitUsage
 	}
 	err := cmd.run(ctx, env, args[1:])
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
