@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/captchaq/captchaq/provider"
 )
 
 // Sentinel errors. Test them with errors.Is.
@@ -30,8 +32,8 @@ var (
 const (
 	CodeExpired         = "EXPIRED"
 	CodeCanceled        = "CANCELED"
-	CodeInvalidTask     = "INVALID_TASK"
-	CodeUnsupportedType = "UNSUPPORTED_TYPE"
+	CodeInvalidTask     = provider.CodeInvalidTask     // a field missing, malformed or out of range
+	CodeUnsupportedType = provider.CodeUnsupportedType // a captcha type the provider does not solve
 )
 
 // TaskError says why a task was refused before anything was sent. Msg

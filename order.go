@@ -25,8 +25,9 @@ func (t Task) ExpectedSolveTime() time.Duration {
 // tasks, so the batch ends sooner: in input order, the whole batch can
 // wait for a reCAPTCHA submitted near the end.
 //
-// The queue itself stays FIFO within a priority; this is for callers
-// that hold a whole batch and care only when all of it is done.
+// The queue itself stays FIFO within a priority and serves lower priority
+// numbers first, so this order matters among tasks of one priority. It is
+// for callers that hold a whole batch and care only when all of it is done.
 func LongestFirst(tasks []Task) {
 	SortLongestFirst(tasks, func(t Task) Task { return t })
 }

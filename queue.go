@@ -217,27 +217,6 @@ func (q *Queue) maxAttempts(t Task) int {
 	return q.cfg.MaxAttempts
 }
 
-// Validate checks t as Submit does before accepting it: the queue's fields,
-// then the provider's (type supported, fields present and well formed). The
-// error is a *TaskError naming the field and the fix.
-func (t Task) Validate() error { return validate(t) }
-
-// validate checks a task before it is accepted: the queue's fields, then
-// the provider's (type supported, fields present and well formed).
-func validate(t Task) error {
-	if err := t.check(); err != nil {
-		return err
-	}
-	if err := t.ProviderTask().Validate(); err != nil {
-		code := CodeInvalidTask
-		if errors.Is(err, provider.ErrUnsupportedType) {
-			code = CodeUnsupportedType
-		}
-		return &TaskError{ID: t.ID, Code: code, Msg: err.Error(), Err: err}
-	}
-	return nil
-}
-
 // Submit accepts a task: it validates it, makes it durable in the Store
 // and returns a Future for its result. A known id with the same task
 // returns a Future for the existing task (resolved at once when it is
@@ -369,7 +348,7 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 		f.resolve(*r.Result, nil)
 		return f, nil
 	}
-	if err := validate(t); err != nil {
+	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	if q.attach(t.ID, f.resolve) {

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -165,32 +163,4 @@ func ParseTask(line []byte) (Task, error) {
 		return Task{}, err
 	}
 	return t, t.check()
-}
-
-// check validates the queue's own fields.
-func (t Task) check() error {
-	var errs []string
-	if t.ID == "" {
-		errs = append(errs, "id: required (a unique key for the task)")
-	}
-	if t.Method == "" {
-		errs = append(errs, "method: required (e.g. \"turnstile\", \"userrecaptcha\")")
-	}
-	if t.Priority < 0 {
-		errs = append(errs, "priority: must be 0 or more (lower is more urgent), got "+strconv.Itoa(t.Priority))
-	}
-	if t.MaxAttempts < 0 {
-		errs = append(errs, "max_attempts: must be 0 (queue default) or more, got "+strconv.Itoa(t.MaxAttempts))
-	}
-	if t.TTL < 0 {
-		errs = append(errs, "ttl: must be positive")
-	}
-	if !t.Deadline.IsZero() && t.TTL > 0 {
-		errs = append(errs, "deadline, ttl: set one or the other")
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	sort.Strings(errs)
-	return &TaskError{ID: t.ID, Code: "INVALID_TASK", Msg: strings.Join(errs, "; ")}
 }

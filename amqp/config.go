@@ -25,6 +25,10 @@ const (
 	InflightLeaseDefault     = time.Minute
 	InflightRefreshDefault   = 10 * time.Minute
 	InflightQueueIdleDefault = time.Hour
+	// ReplyQueueIdle is how long a gateway's reply queue outlives its last
+	// use (x-expires): a gateway down for less keeps every result waiting;
+	// a retired gateway name leaves nothing behind after it.
+	ReplyQueueIdle = 7 * 24 * time.Hour
 )
 
 // RetryDelaysDefault are the delay tiers a transient failure waits in

@@ -56,6 +56,9 @@ func cmpOr(a, b string) string {
 	return b
 }
 
+// matches tells whether f selects dl. On the fleet f.ErrorCode also names
+// a dead letter's reason (permanent, exhausted, invalid, expired), so
+// `dlq replay --reason` selects by either.
 func matches(f captchaq.DeadLetterFilter, dl DeadLetter) bool {
 	switch {
 	case f.All:
@@ -63,7 +66,7 @@ func matches(f captchaq.DeadLetterFilter, dl DeadLetter) bool {
 	case len(f.IDs) > 0:
 		return dl.Task.Task.ID != "" && slices.Contains(f.IDs, dl.Task.Task.ID)
 	case f.ErrorCode != "":
-		return dl.ErrorCode == f.ErrorCode
+		return dl.ErrorCode == f.ErrorCode || dl.Reason == f.ErrorCode
 	}
 	return false
 }

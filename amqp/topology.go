@@ -247,7 +247,11 @@ func declareReplies(conn *amqp091.Connection, c Config, gateway string) error {
 	defer d.close()
 	q := n.ReplyQueue(gateway)
 	ok := d.do("queue", q, func(ch *amqp091.Channel) error {
-		_, err := ch.QueueDeclare(q, true, false, false, false, amqp091.Table{"x-queue-type": "classic"})
+		_, err := ch.QueueDeclare(q, true, false, false, false, replyQueueArgs())
+		var ce *ConflictError
+		if errors.As(conflict("queue", q, err), &ce) && ce.Arg == "x-expires" {
+			return fmt.Errorf("%w; a reply queue from before reply queues expired after %v unused: once its results are collected, delete it and start the gateway again, or start it with another --gateway NAME", ce, ReplyQueueIdle)
+		}
 		return err
 	})
 	if ok {
@@ -256,6 +260,14 @@ func declareReplies(conn *amqp091.Connection, c Config, gateway string) error {
 		})
 	}
 	return errors.Join(d.errs...)
+}
+
+// replyQueueArgs are a gateway reply queue's arguments. A reply queue
+// declared before it had an expiry is a *ConflictError on x-expires: delete
+// it once drained (its gateway stopped, its results collected) and the
+// gateway declares it again.
+func replyQueueArgs() amqp091.Table {
+	return amqp091.Table{"x-queue-type": "classic", "x-expires": int32(ReplyQueueIdle.Milliseconds())}
 }
 
 // DeleteTopology deletes every queue and exchange of c (and the checkpoint

@@ -19,10 +19,11 @@ import (
 // apiError is the JSON API's error body. Field names the input at fault.
 type apiError struct {
 	Error string `json:"error"`
+	// Code is a machine-readable reason where one applies: INVALID_TASK or
+	// UNSUPPORTED_TYPE for a refused task, ID_CONFLICT.
+	Code  string `json:"code,omitempty"`
 	Field string `json:"field,omitempty"`
 	Index *int   `json:"index,omitempty"`
-	// Code is a machine-readable reason where one applies (ID_CONFLICT).
-	Code string `json:"code,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -186,7 +187,9 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		fixed, _ := json.Marshal(obj)
 		t, err := captchaq.ParseTask(fixed)
 		if err != nil {
-			return nil, bad(fieldOf(err), err.Error())
+			e := bad(fieldOf(err), err.Error())
+			e.Code = captchaq.RefusalCode(err)
+			return nil, e
 		}
 		if strings.Contains(t.ID, "/") || len(t.ID) > 200 {
 			return nil, bad("id", "id: must be at most 200 characters without '/'")
@@ -199,8 +202,15 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		if t.Priority < 0 {
 			return nil, bad("priority", "priority: must be 0 or more (lower is more urgent)")
 		}
-		if err := t.ProviderTask().Validate(); err != nil {
-			return nil, bad(fieldOf(err), err.Error())
+		if err := t.Validate(); err != nil {
+			msg := err.Error()
+			var te *captchaq.TaskError
+			if errors.As(err, &te) {
+				msg = te.Msg
+			}
+			e := bad(fieldOf(err), msg)
+			e.Code = captchaq.RefusalCode(err)
+			return nil, e
 		}
 		if j, dup := seen[t.ID]; dup {
 			return nil, bad("id", fmt.Sprintf("id: %q appears twice (tasks %d and %d)", t.ID, j, i))

@@ -45,7 +45,9 @@
 //     task) and recorded in the captchaq_reports_total metric; they are not
 //     forwarded, since the provider's id is gone once a task is final.
 //   - Protocol errors on the front are HTTP 200 with the provider's codes,
-//     as the provider does; the JSON API uses HTTP status codes.
+//     as the provider does; the JSON API uses HTTP status codes. A task
+//     refused by captchaq.Task.Validate is 400 with {"error", "code",
+//     "field"}: code INVALID_TASK or UNSUPPORTED_TYPE, as in a Result.
 //   - Request bodies are limited to Config.MaxBodyBytes (8 MiB by default):
 //     in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE, the API 413.
 //   - A client's rate (tasks per second) and max_inflight (unfinished

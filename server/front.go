@@ -191,8 +191,8 @@ func (s *Server) frontTask(cs *clientState, form url.Values, file []byte) (captc
 		}
 		t.Pingback = formPingback + pb
 	}
-	if err := t.ProviderTask().Validate(); err != nil {
-		code, text := submitErrorCode(&captchaq.TaskError{Msg: err.Error(), Err: err})
+	if err := t.Validate(); err != nil {
+		code, text := submitErrorCode(err)
 		return t, code, text
 	}
 	return t, "", ""

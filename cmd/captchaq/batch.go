@@ -46,12 +46,12 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	out := fs.String("out", "", "write result JSONL to `FILE` (default: stdout)")
 	qf := addQueueFlags(fs)
 	progress := fs.Bool("progress", true, "show a progress bar when stderr is a terminal")
-	order := fs.String("order", "input", "submit order: input, or longest-first (reads the whole input, then submits the slowest kinds first so the batch ends sooner)")
+	order := fs.String("order", "input", "submit order: input, or longest-first (reads the whole input, then submits the slowest kinds first so the batch ends sooner; the queue still serves lower priority numbers first)")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
-		return fmt.Errorf("one input file at most, got %d (%v)", fs.NArg(), fs.Args())
+		return usageError(fmt.Errorf("one input file at most, got %d (%v)", fs.NArg(), fs.Args()))
 	}
 	if *order != "input" && *order != "longest-first" {
 		return &exitError{code: 2, err: fmt.Errorf("--order %q: use input or longest-first", *order)}
@@ -105,7 +105,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	var wg sync.WaitGroup
 	var invalid, refused atomic.Int64
 	reject := func(task captchaq.Task, raw []byte, line int, err error) {
-		code := captchaq.CodeInvalidTask
+		code := captchaq.RefusalCode(err)
 		if errors.Is(err, captchaq.ErrIDConflict) {
 			code = captchaq.CodeIDConflict
 			refused.Add(1)
@@ -249,14 +249,24 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		if rt.storePath != "" {
 			where = rt.storePath
 		}
-		return &exitError{code: exitSomeFailed, err: fmt.Errorf("%d tasks refused (%s): their ids already name other tasks in %s; give them ids of their own, or use a store of their own (--store PATH)", nRefused, captchaq.CodeIDConflict, where)}
+		return &exitError{code: exitTasksFailed, err: fmt.Errorf("%d tasks refused (%s): their ids already name other tasks in %s; give them ids of their own, or use a store of their own (--store PATH)", nRefused, captchaq.CodeIDConflict, where)}
+	}
+	return batchOutcome(solved, failed, int(invalid.Load())+nRefused)
+}
+
+// batchOutcome is the error for a finished batch's exit code: bad input when
+// no line held a task, some tasks failed when any got no answer.
+func batchOutcome(solved, failed, invalid int) error {
+	switch {
+	case solved+failed == 0:
+		return usageError(errors.New("the input holds no tasks"))
+	case invalid == solved+failed:
+		return usageError(fmt.Errorf("none of the %d lines is a valid task (see above)", invalid))
+	case failed > 0:
+		return &exitError{code: exitTasksFailed, err: fmt.Errorf("%d of %d tasks failed (see the result lines)", failed, solved+failed)}
 	}
 	return nil
 }
-
-// exitSomeFailed is the exit code of a batch that ran to its end but left
-// some lines without an answer (refused as ID_CONFLICT).
-const exitSomeFailed = 1
 
 // accountStop says why a batch stopped on an account error and what to do.
 func accountStop(err error) error {
@@ -318,7 +328,7 @@ func openInput(env *environment, name string) (io.Reader, int, func(), error) {
 	}
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("tasks file: %w", err)
+		return nil, 0, nil, usageError(fmt.Errorf("tasks file: %w", err))
 	}
 	total, err := countLines(f)
 	if err != nil {

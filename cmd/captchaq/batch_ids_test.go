@@ -134,7 +134,7 @@ func TestBatchSharedStoreRefusesOtherTaskUnderKnownID(t *testing.T) {
 	}
 	gotA := readResults(t, out)
 	r := batch(inB)
-	if r.code != exitSomeFailed || !strings.Contains(r.stderr, "3 refused: their ids name other tasks (ID_CONFLICT)") {
+	if r.code != exitTasksFailed || !strings.Contains(r.stderr, "3 refused: their ids name other tasks (ID_CONFLICT)") {
 		t.Fatalf("batch B on A's store = %+v", r)
 	}
 	for id, res := range readResults(t, out) {

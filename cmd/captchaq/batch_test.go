@@ -258,8 +258,8 @@ func TestBatchReportsInvalidLines(t *testing.T) {
 	}
 	in := writeFile(t, "tasks.jsonl", strings.Join(lines, ""))
 	r := runWith(t, "", keyEnv, append([]string{"batch", in, "--store", "memory", "--api-url", base}, fastQueue...)...)
-	if r.code != 0 {
-		t.Fatalf("batch = %+v", r)
+	if r.code != exitTasksFailed || !strings.Contains(r.stderr, "4 of 7 tasks failed") {
+		t.Fatalf("batch = %+v; want exit %d saying 4 of 7 tasks failed", r, exitTasksFailed)
 	}
 	got := parseResults(t, r.stdout)
 	if len(got) != 7 {
@@ -271,18 +271,18 @@ func TestBatchReportsInvalidLines(t *testing.T) {
 		}
 	}
 	invalid := []struct {
-		id, line, reason string
+		id, line, reason, code string
 	}{
-		{"line-2", "line 2", "invalid JSON"},
-		{"extra", "line 3", "colour"},
-		{"nourl", "line 6", "pageurl"},
-		{"hc", "line 7", "hcaptcha"},
+		{"line-2", "line 2", "invalid JSON", "INVALID_TASK"},
+		{"extra", "line 3", "colour", "INVALID_TASK"},
+		{"nourl", "line 6", "pageurl", "INVALID_TASK"},
+		{"hc", "line 7", "hcaptcha", "UNSUPPORTED_TYPE"},
 	}
 	for _, c := range invalid {
 		g, ok := got[c.id]
-		if !ok || g.Status != captchaq.StatusFailed || g.ErrorCode != "INVALID_TASK" ||
+		if !ok || g.Status != captchaq.StatusFailed || g.ErrorCode != c.code ||
 			!strings.HasPrefix(g.Error, c.line+": ") || !strings.Contains(g.Error, c.reason) {
-			t.Errorf("result %s = %+v; want failed INVALID_TASK naming %q and %q", c.id, g, c.line, c.reason)
+			t.Errorf("result %s = %+v; want failed %s naming %q and %q", c.id, g, c.code, c.line, c.reason)
 		}
 		if !strings.Contains(r.stderr, c.line+": ") {
 			t.Errorf("stderr does not name %s: %q", c.line, r.stderr)
@@ -349,8 +349,8 @@ func TestBatchNoKeyFileNamed(t *testing.T) {
 	in := writeFile(t, "tasks.jsonl", jsonl(t, turnstileTasks("nokey", 1)))
 	r := runWith(t, "", map[string]string{"CAPTCHAAI_KEY_FILE": filepath.Join(t.TempDir(), "missing")},
 		"batch", in, "--store", "memory", "--api-url", "http://127.0.0.1:1")
-	if r.code != 1 || !strings.Contains(r.stderr, "CAPTCHAAI_KEY_FILE") {
-		t.Errorf("run = %+v; want exit 1 naming CAPTCHAAI_KEY_FILE", r)
+	if r.code != 2 || !strings.Contains(r.stderr, "CAPTCHAAI_KEY_FILE") {
+		t.Errorf("run = %+v; want exit 2 naming CAPTCHAAI_KEY_FILE", r)
 	}
 }
 
@@ -378,7 +378,7 @@ func TestBatchDeadLettersReplay(t *testing.T) {
 	in := writeFile(t, "tasks.jsonl", jsonl(t, tasks))
 	db := filepath.Join(t.TempDir(), "q.db")
 	r := runWith(t, "", keyEnv, append([]string{"batch", in, "--store", db, "--api-url", badBase, "--max-attempts", "1"}, fastQueue...)...)
-	if r.code != 0 {
+	if r.code != exitTasksFailed {
 		t.Fatalf("batch = %+v", r)
 	}
 	for id, g := range parseResults(t, r.stdout) {
@@ -423,7 +423,7 @@ func TestBatchDeadLettersReplay(t *testing.T) {
 	// the two others keep their stored failure and are not sent again.
 	good, goodBase := startFastSim(t, sim.Config{Threads: 5})
 	r2 := runWith(t, "", keyEnv, append([]string{"batch", in, "--store", db, "--api-url", goodBase}, fastQueue...)...)
-	if r2.code != 0 {
+	if r2.code != exitTasksFailed {
 		t.Fatalf("rerun = %+v", r2)
 	}
 	got := parseResults(t, r2.stdout)
@@ -514,8 +514,8 @@ func TestBatchNoKeyWithURL(t *testing.T) {
 			args = append(args, "--api-url", "http://127.0.0.1:1")
 		}
 		r := runWith(t, "", vars, args...)
-		if r.code != 1 || !strings.Contains(r.stderr, "no provider key: set CAPTCHAAI_KEY") {
-			t.Errorf("%v %v: run = %+v; want exit 1 asking for CAPTCHAAI_KEY", vars, args, r)
+		if r.code != 2 || !strings.Contains(r.stderr, "no provider key: set CAPTCHAAI_KEY") {
+			t.Errorf("%v %v: run = %+v; want exit 2 asking for CAPTCHAAI_KEY", vars, args, r)
 		}
 	}
 }
@@ -528,14 +528,14 @@ func TestBatchBadArguments(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{in, in}, 1, "one input file at most, got 2"},
-		{[]string{in, "--threads", "-1"}, 1, "--threads must be at least 1, got -1"},
-		{[]string{in, "--plan", "GOLD"}, 1, "--plan: "},
-		{[]string{filepath.Join(t.TempDir(), "missing.jsonl")}, 1, "tasks file: open "},
+		{[]string{in, in}, 2, "one input file at most, got 2"},
+		{[]string{in, "--threads", "-1"}, 2, "--threads must be at least 1, got -1"},
+		{[]string{in, "--plan", "GOLD"}, 2, "--plan: "},
+		{[]string{filepath.Join(t.TempDir(), "missing.jsonl")}, 2, "tasks file: open "},
 		{[]string{in, "--out", filepath.Join(t.TempDir(), "no", "dir", "out.jsonl")}, 1, "--out: open "},
-		{[]string{in, "--bogus"}, 1, "flag provided but not defined: -bogus"},
+		{[]string{in, "--bogus"}, 2, "flag provided but not defined: -bogus"},
 		// After "--" everything is a file name, even what looks like a flag.
-		{[]string{"--", in, "--threads", "3"}, 1, "one input file at most, got 3"},
+		{[]string{"--", in, "--threads", "3"}, 2, "one input file at most, got 3"},
 	} {
 		r := runWith(t, "", keyEnv, append([]string{"batch", "--store", "memory"}, c.args...)...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
@@ -611,5 +611,61 @@ func TestBatchLongestFirst(t *testing.T) {
 	bad := runWith(t, "", keyEnv, "batch", in, "--order", "shortest", "--store", "memory", "--api-url", base)
 	if bad.code != 2 || !strings.Contains(bad.stderr, `--order "shortest": use input or longest-first`) {
 		t.Errorf("bad --order = %+v", bad)
+	}
+}
+
+// TestBatchLongestFirstExampleFile: on examples/tasks.jsonl, longest-first
+// orders by solve time within each priority: priority still comes first.
+func TestBatchLongestFirstExampleFile(t *testing.T) {
+	t.Parallel()
+	_, base := startFastSim(t, sim.Config{Threads: 1})
+	in := filepath.Join("..", "..", "examples", "tasks.jsonl")
+	r := runWith(t, "", keyEnv, append([]string{"batch", in, "--order", "longest-first", "--store", "memory", "--api-url", base, "--threads", "1"}, fastQueue...)...)
+	if r.code != exitTasksFailed { // the file's last line is an hCaptcha task, refused
+		t.Fatalf("batch = %+v", r)
+	}
+	var solved []captchaq.Result
+	for _, res := range parseResults(t, r.stdout) {
+		if res.Status == captchaq.StatusSolved {
+			solved = append(solved, res)
+		}
+	}
+	slices.SortFunc(solved, func(a, b captchaq.Result) int { return a.SubmittedAt.Compare(b.SubmittedAt) })
+	tasks := map[string]captchaq.Task{}
+	raw, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		task, err := captchaq.ParseTask([]byte(line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks[task.ID] = task
+	}
+	if len(solved) != len(tasks)-1 {
+		t.Fatalf("%d solved, want %d", len(solved), len(tasks)-1)
+	}
+	priority := func(task captchaq.Task) int {
+		if task.Priority == 0 {
+			return captchaq.PriorityDefault
+		}
+		return task.Priority
+	}
+	var order []string
+	for i, res := range solved {
+		order = append(order, res.ID)
+		if i == 0 {
+			continue
+		}
+		prev, cur := tasks[solved[i-1].ID], tasks[res.ID]
+		if pp, cp := priority(prev), priority(cur); pp > cp || pp == cp && prev.ExpectedSolveTime() < cur.ExpectedSolveTime() {
+			t.Errorf("%s (priority %d, %v) submitted before %s (priority %d, %v); want priority first, then the longest",
+				prev.ID, pp, prev.ExpectedSolveTime(), cur.ID, cp, cur.ExpectedSolveTime())
+		}
+	}
+	// Within priority 5, the reCAPTCHAs before the shorter GeeTest.
+	if i, j := slices.Index(order, "signup-recaptcha-1"), slices.Index(order, "monitor-geetest-1"); i < 0 || j < i {
+		t.Errorf("submit order %v; want the reCAPTCHAs before the GeeTest", order)
 	}
 }

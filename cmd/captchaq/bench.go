@@ -40,7 +40,7 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintln(env.stderr, "usage: captchaq bench [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

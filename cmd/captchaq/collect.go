@@ -23,7 +23,7 @@ func runCollect(ctx context.Context, env *environment, args []string) error {
 	af.register(fs, env.getenv)
 	count := fs.Int("count", 0, "stop after this many results (0: until --timeout or interrupted)")
 	timeout := fs.Duration("timeout", 0, "stop after this long (0: no limit)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *count < 0 {
@@ -46,6 +46,7 @@ func runCollect(ctx context.Context, env *environment, args []string) error {
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
+	fmt.Fprintf(env.stderr, "captchaq collect: reading results from %s\n", c.Names().Results)
 	w := bufio.NewWriter(env.stdout)
 	enc := json.NewEncoder(w)
 	n, err := c.Collect(ctx, *count, func(r captchaq.Result) error {
@@ -59,7 +60,7 @@ func runCollect(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	if *count > 0 && n < *count {
-		return &exitError{code: 1, err: fmt.Errorf("collected %d of %d results before %s", n, *count, stopCause(ctx, *timeout))}
+		return &exitError{code: exitTasksFailed, err: fmt.Errorf("collected %d of %d results before %s", n, *count, stopCause(ctx, *timeout))}
 	}
 	fmt.Fprintf(env.stderr, "collected %d results\n", n)
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +18,10 @@ func init() {
 
 // runDLQ dispatches on which back end the flags name.
 func runDLQ(ctx context.Context, env *environment, args []string) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintln(env.stderr, dlqHelp)
+		return nil
+	}
 	hasFlag := func(name string) bool {
 		return slices.ContainsFunc(args, func(a string) bool {
 			a = strings.TrimLeft(a, "-")
@@ -36,5 +41,28 @@ func runDLQ(ctx context.Context, env *environment, args []string) error {
 	case amqpGiven:
 		return runDLQAMQP(ctx, env, args)
 	}
-	return &exitError{code: 2, err: fmt.Errorf("usage: captchaq dlq list|replay (--amqp URL [--prefix P] | --store PATH)")}
+	return usageError(errors.New(dlqUsage))
 }
+
+const dlqUsage = "usage: captchaq dlq list|replay (TASKS.jsonl [--sim] | --store PATH | --amqp URL [--prefix P]) [--id ID ... | --reason CODE | --all]"
+
+// dlqHelp is `dlq --help`: both back ends take the same flags.
+const dlqHelp = dlqUsage + `
+
+Lists the dead letters (tasks failed for good) as JSONL, or queues them again.
+
+flags:
+  -store PATH
+    	the SQLite store of captchaq batch or serve
+  -amqp URL
+    	the RabbitMQ fleet's broker (env CAPTCHAQ_AMQP_URL)
+  -prefix P
+    	with --amqp: name prefix of every queue and exchange (default "captcha")
+  -id ID
+    	replay: this task ID (repeat, or comma-separate)
+  -reason CODE
+    	replay: dead letters with this error code (e.g. ERROR_CAPTCHA_UNSOLVABLE,
+    	EXPIRED); with --amqp also the fleet's reason: permanent, exhausted,
+    	expired or invalid
+  -all
+    	replay: every dead letter`

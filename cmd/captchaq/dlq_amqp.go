@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -25,19 +26,24 @@ type dlqLine struct {
 	Task      captchaq.Task `json:"task"`
 }
 
+// fleetReasons are the reasons the fleet gives a dead letter, which
+// `dlq replay --reason` selects as well as error codes.
+var fleetReasons = []string{amqp.ReasonPermanent, amqp.ReasonExhausted, amqp.ReasonExpired, amqp.ReasonInvalid}
+
 func runDLQAMQP(ctx context.Context, env *environment, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return &exitError{code: 2, err: fmt.Errorf("usage: captchaq dlq list|replay --amqp URL [--prefix P] [--id ID,...] [--code ERROR_…] [--all]")}
+		return usageError(errors.New(dlqUsage))
 	}
 	action := args[0]
 	fs := flag.NewFlagSet("dlq "+action, flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	var af amqpFlags
 	af.register(fs, env.getenv)
-	ids := fs.String("id", "", "replay: comma-separated task ids")
-	code := fs.String("code", "", "replay: dead letters with this error code (e.g. ERROR_CAPTCHA_UNSOLVABLE, EXPIRED)")
+	var ids idList
+	fs.Var(&ids, "id", "replay: this task `ID` (repeat, or comma-separate)")
+	reason := fs.String("reason", "", "replay: dead letters with this error `CODE` (e.g. ERROR_CAPTCHA_UNSOLVABLE, EXPIRED) or the fleet's reason: "+strings.Join(fleetReasons, ", "))
 	all := fs.Bool("all", false, "replay: every dead letter")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	cfg, err := af.config()
@@ -48,12 +54,9 @@ func runDLQAMQP(ctx context.Context, env *environment, args []string) error {
 	switch action {
 	case "list":
 	case "replay":
-		f = captchaq.DeadLetterFilter{All: *all, ErrorCode: *code}
-		if *ids != "" {
-			f.IDs = strings.Split(*ids, ",")
-		}
+		f = captchaq.DeadLetterFilter{All: *all, ErrorCode: *reason, IDs: ids}
 		if !f.All && f.ErrorCode == "" && len(f.IDs) == 0 {
-			return &exitError{code: 2, err: fmt.Errorf("dlq replay: say which: --id ID,..., --code CODE or --all")}
+			return usageError(errors.New("dlq replay: say which: --id ID, --reason CODE or --all"))
 		}
 	default:
 		return &exitError{code: 2, err: fmt.Errorf("dlq: unknown action %q: use list or replay", action)}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -32,9 +33,8 @@ func (l *idList) Set(v string) error {
 // tasks are queued again in the store; the next `captchaq batch` (or serve)
 // on that store solves them.
 func runDLQStore(ctx context.Context, env *environment, args []string) error {
-	const usage = "usage: captchaq dlq list|replay [TASKS.jsonl | --store PATH] [--sim] [--id ID ... | --reason CODE | --all]"
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return &exitError{code: 2, err: fmt.Errorf("%s", usage)}
+		return usageError(errors.New(dlqUsage))
 	}
 	action := args[0]
 	fs := flag.NewFlagSet("dlq "+action, flag.ContinueOnError)

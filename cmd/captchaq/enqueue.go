@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,7 +27,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
@@ -44,7 +42,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 	if fs.NArg() == 1 && fs.Arg(0) != "-" {
 		f, err := os.Open(fs.Arg(0))
 		if err != nil {
-			return err
+			return usageError(err)
 		}
 		defer f.Close()
 		in, name = f, fs.Arg(0)
@@ -62,7 +60,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	if invalid > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%d invalid lines in %s (see above)", invalid, name)}
+		return &exitError{code: exitUsage, err: fmt.Errorf("%d invalid lines in %s (see above)", invalid, name)}
 	}
 	return nil
 }
@@ -131,23 +129,12 @@ func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name str
 	return published, invalid, nil
 }
 
-// parseTaskLine reads one task line, with the checks the broker path needs
-// (the provider's own checks run where the task is solved).
+// parseTaskLine reads one task line and refuses what every other door
+// refuses (captchaq.Task.Validate), before anything is published.
 func parseTaskLine(b []byte) (captchaq.Task, error) {
-	var t captchaq.Task
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	if err := dec.Decode(&t); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return t, fmt.Errorf("not JSON at byte %d: %v", se.Offset, err)
-		}
-		return t, fmt.Errorf("not a task: %v", err)
+	t, err := captchaq.ParseTask(b)
+	if err != nil {
+		return t, err
 	}
-	switch {
-	case t.ID == "":
-		return t, errors.New(`field "id" is missing: every task needs an id (its idempotency key)`)
-	case t.Method == "":
-		return t, fmt.Errorf(`task %q: field "method" is missing (e.g. "turnstile", "userrecaptcha")`, t.ID)
-	}
-	return t, nil
+	return t, t.Validate()
 }

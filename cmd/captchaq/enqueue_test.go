@@ -42,10 +42,10 @@ func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
 	var out, errb bytes.Buffer
 	env := &environment{stdin: strings.NewReader(in), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 	code := run(ctx, env, []string{"enqueue", "--amqp", url, "--prefix", prefix, "-"})
-	if code != 1 {
-		t.Fatalf("exit %d, want 1; stderr:\n%s", code, errb.String())
+	if code != 2 {
+		t.Fatalf("exit %d, want 2; stderr:\n%s", code, errb.String())
 	}
-	for _, want := range []string{"stdin:2: not a task", "stdin:4: field \"id\" is missing", "enqueued 2 tasks", "2 invalid lines"} {
+	for _, want := range []string{"stdin:2: task: invalid JSON", "stdin:4: captchaq: invalid task: id: required", "enqueued 2 tasks", "2 invalid lines"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}

@@ -38,11 +38,8 @@ func runLoadtest(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintln(env.stderr, "usage: captchaq loadtest [flags]\n\nRuns a simulator and the serve front on loopback, drives the front with\nin.php submits and res.php polls, and reports requests/s, the time spent in\nthe front's handlers (its added latency) and whether every task got exactly\none result.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{code: 2, err: err}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *workers < 1 || *workers > 2000 || *duration <= 0 || *duration > 2*time.Minute || *reqRate <= 0 {
 		return &exitError{code: 2, err: errors.New("--clients 1-2000, --duration up to 2m and a positive --rate, please")}

@@ -3,80 +3,151 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
 )
 
-// progress shows done/total, threads in use, rate and ETA on a terminal, and
-// nothing elsewhere (a pipe or a file gets only the summary line).
+// progress reports a batch on stderr while it runs. On a terminal it keeps
+// one line current: done/total, threads in use, rate and ETA. Elsewhere (a
+// pipe, a file) it stays quiet while all goes well, and prints a notice when
+// attempts are being retried, so a provider that does not answer is not
+// met with silence.
 type progress struct {
-	mu   sync.Mutex
-	bar  *progressbar.ProgressBar
-	q    *captchaq.Queue
-	stop chan struct{}
-	once sync.Once
+	w       io.Writer
+	term    bool
+	total   int // -1: unknown (stdin)
+	q       *captchaq.Queue
+	start   time.Time
+	every   time.Duration
+	mu      sync.Mutex
+	done    int
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
 }
 
+// Redraw and notice intervals.
+const (
+	progressRedraw = 250 * time.Millisecond
+	retryNotice    = 3 * time.Second
+)
+
 func newProgress(w io.Writer, total int, enabled bool, q *captchaq.Queue) *progress {
-	p := &progress{q: q, stop: make(chan struct{})}
-	f, ok := w.(*os.File)
-	if !enabled || !ok || !term.IsTerminal(int(f.Fd())) {
+	p := &progress{w: w, total: total, q: q, start: time.Now(), stop: make(chan struct{}), stopped: make(chan struct{})}
+	if !enabled {
+		close(p.stopped)
 		return p
 	}
-	p.bar = progressbar.NewOptions(total,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription("solving"),
-		progressbar.OptionShowCount(),
-		progressbar.OptionShowIts(),
-		progressbar.OptionSetItsString("tasks"),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionClearOnFinish(),
-	)
-	go p.describe()
+	f, ok := w.(*os.File)
+	p.term = ok && term.IsTerminal(int(f.Fd()))
+	p.every = retryNotice
+	if p.term {
+		p.every = progressRedraw
+	}
+	go p.run()
 	return p
 }
 
-// describe keeps the bar's description (threads in use) current while no
-// result arrives, as on a run of slow reCAPTCHAs.
-func (p *progress) describe() {
-	t := time.NewTicker(500 * time.Millisecond)
+func (p *progress) run() {
+	defer close(p.stopped)
+	t := time.NewTicker(p.every)
 	defer t.Stop()
+	var lastBy map[string]int64
 	for {
 		select {
 		case <-t.C:
-			m := p.q.Metrics()
-			p.mu.Lock()
-			p.bar.Describe(fmt.Sprintf("threads %d/%d", m.ThreadsInUse, m.Threads))
-			p.mu.Unlock()
 		case <-p.stop:
+			if p.term {
+				fmt.Fprint(p.w, "\r\033[K")
+			}
 			return
 		}
+		m := p.q.Metrics()
+		p.mu.Lock()
+		done := p.done
+		p.mu.Unlock()
+		if p.term {
+			fmt.Fprint(p.w, "\r\033[K"+progressLine(done, p.total, m, time.Since(p.start)))
+			continue
+		}
+		if line, ok := retryLine(done, p.total, m, lastBy, p.every); ok {
+			fmt.Fprintln(p.w, line)
+		}
+		lastBy = maps.Clone(m.RetriesByReason)
 	}
+}
+
+// progressLine is the terminal's status line. The rate counts only tasks
+// finished by this run (results the store already held took no work) and
+// shows once a second has passed; until then, and while no task has
+// finished, rate and ETA read "-". The ETA is at least a second while tasks
+// remain.
+func progressLine(done, total int, m captchaq.Metrics, elapsed time.Duration) string {
+	count := fmt.Sprintf("%d", done)
+	if total >= 0 {
+		count = fmt.Sprintf("%d/%d", done, total)
+	}
+	rate, eta := "-", "-"
+	worked := float64(m.Solved + m.Failed)
+	if worked > 0 && elapsed >= time.Second {
+		r := worked / elapsed.Seconds()
+		rate = fmt.Sprintf("%.1f tasks/s", r)
+		if total >= 0 {
+			left := time.Duration(float64(total-done) / r * float64(time.Second))
+			if total > done && left < time.Second {
+				left = time.Second
+			}
+			eta = left.Round(time.Second).String()
+		}
+	}
+	return fmt.Sprintf("solving %s  threads %d/%d  %s  ETA %s", count, m.ThreadsInUse, m.Threads, rate, eta)
+}
+
+// retryLine is the notice, off a terminal, that attempts were retried in
+// the last interval for reasons other than a busy plan (no free thread is
+// the queue's normal pace, not trouble); ok is false when there were none.
+func retryLine(done, total int, m captchaq.Metrics, before map[string]int64, every time.Duration) (line string, ok bool) {
+	var reasons []string
+	var retried int64
+	for _, r := range slices.Sorted(maps.Keys(m.RetriesByReason)) {
+		if r == provider.ErrNoSlotAvailable.Code {
+			continue
+		}
+		if n := m.RetriesByReason[r] - before[r]; n > 0 {
+			reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
+			retried += n
+		}
+	}
+	if retried == 0 {
+		return "", false
+	}
+	count := fmt.Sprintf("%d", done)
+	if total >= 0 {
+		count = fmt.Sprintf("%d of %d", done, total)
+	}
+	return fmt.Sprintf("captchaq batch: %s done; %d attempts retried in the last %s (%s); still trying",
+		count, retried, every, strings.Join(reasons, ", ")), true
 }
 
 func (p *progress) add(captchaq.Result) {
-	if p.bar == nil {
-		return
-	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.bar.Add(1)
+	p.done++
+	p.mu.Unlock()
 }
 
+// finish stops the reports and clears the terminal's line.
 func (p *progress) finish() {
 	p.once.Do(func() {
 		close(p.stop)
-		if p.bar != nil {
-			p.mu.Lock()
-			p.bar.Exit()
-			p.mu.Unlock()
-		}
+		<-p.stopped
 	})
 }

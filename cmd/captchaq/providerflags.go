@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/captchaq/captchaq/provider"
 )
@@ -31,7 +33,7 @@ func providerKey(env *environment) (string, error) {
 	}
 	path := strings.TrimSpace(env.getenv(envKeyFile))
 	if path == "" {
-		return "", errors.New("no provider key: set " + envKey + " to the account key, or " + envKeyFile + " to a file that holds it")
+		return "", usageError(errors.New("no provider key: set " + envKey + " to the account key, or " + envKeyFile + " to a file that holds it"))
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -39,11 +41,11 @@ func providerKey(env *environment) (string, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return "", fmt.Errorf("%s: cannot read %q: %v", envKeyFile, path, err)
+		return "", usageError(fmt.Errorf("%s: cannot read %q: %v", envKeyFile, path, err))
 	}
 	k := strings.TrimSpace(string(b))
 	if k == "" {
-		return "", fmt.Errorf("%s: %q is empty; put the account key in it", envKeyFile, path)
+		return "", usageError(fmt.Errorf("%s: %q is empty; put the account key in it", envKeyFile, path))
 	}
 	return k, nil
 }
@@ -68,4 +70,24 @@ func newProviderClient(env *environment, apiURL string) (*provider.Client, error
 		return nil, err
 	}
 	return provider.NewClient(provider.ClientConfig{BaseURL: providerURL(env, apiURL), Key: key})
+}
+
+// accountCheckTimeout bounds the key check a service makes at start.
+const accountCheckTimeout = 5 * time.Second
+
+// checkAccount asks the provider for the balance once, so a service whose
+// key the provider refuses stops at start (exit code 3) instead of running
+// paused. Any other failure is only reported: the provider may come back.
+func checkAccount(ctx context.Context, pc *provider.Client, warn func(error)) error {
+	ctx, cancel := context.WithTimeout(ctx, accountCheckTimeout)
+	defer cancel()
+	_, err := pc.Balance(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case provider.ClassOf(err) == provider.ClassAccount:
+		return &exitError{code: exitAccount, err: fmt.Errorf("the provider refused the account: %w; fix the key (%s or %s), plan or IP allow-list", err, envKey, envKeyFile)}
+	}
+	warn(err)
+	return nil
 }

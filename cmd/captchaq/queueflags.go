@@ -29,7 +29,7 @@ type queueFlags struct {
 
 func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 	return &queueFlags{
-		threads:      fs.Int("threads", 0, "plan threads: tasks in progress at the provider at once (default: from --plan, else 5)"),
+		threads:      fs.Int("threads", 0, fmt.Sprintf("plan threads: tasks in progress at the provider at once (default: from --plan, else %d; %d with the built-in simulator)", captchaq.ThreadsDefault, simThreadsDefault)),
 		plan:         fs.String("plan", "", "plan `NAME` (BASIC, STANDARD, ADVANCE, PREMIUM, CORPORATE, ENTERPRISE, VIP-1, VIP-2, VIP-3) to take the thread count from"),
 		apiURL:       addAPIURLFlag(fs),
 		useSim:       fs.Bool("sim", false, "solve against the built-in simulator, started in-process (no key needed)"),
@@ -77,7 +77,7 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 		}
 	}()
 	if *qf.threads < 0 {
-		return nil, fmt.Errorf("--threads must be at least 1, got %d", *qf.threads)
+		return nil, usageError(fmt.Errorf("--threads must be at least 1, got %d", *qf.threads))
 	}
 
 	useSim := *qf.useSim
@@ -88,7 +88,7 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	threads := *qf.threads
 	if threads == 0 && *qf.plan != "" {
 		if threads, err = provider.PlanThreads(*qf.plan); err != nil {
-			return nil, fmt.Errorf("--plan: %w", err)
+			return nil, usageError(fmt.Errorf("--plan: %w", err))
 		}
 	}
 	apiURL := *qf.apiURL
@@ -209,7 +209,7 @@ func storePath(spec, defaultName string) (string, error) {
 func parseInterspersed(fs *flag.FlagSet, args []string) error {
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		rest := fs.Args()
@@ -224,5 +224,5 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 		args = rest[1:]
 	}
 	// Reparse with only the positional arguments left, so fs.Args() is right.
-	return fs.Parse(append([]string{"--"}, positional...))
+	return parseFlags(fs, append([]string{"--"}, positional...))
 }

@@ -85,11 +85,8 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 			"come back to this gateway's own queue PREFIX.replies.NAME; the gateway needs no provider key.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{code: 2, err: err}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if fs.NArg() > 0 {
@@ -173,7 +170,16 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 	if err != nil {
 		return server.Config{}, nil, nil, &exitError{code: 2, err: err}
 	}
-	store, err := openStore(ctx, *f.store, serveStoreDefault, "serve")
+	if err := checkAccount(ctx, pc, func(err error) {
+		log.Warn("cannot check the provider account now; starting anyway", "err", err)
+	}); err != nil {
+		return server.Config{}, nil, nil, err
+	}
+	path, err := storePath(*f.store, serveStoreDefault)
+	if err != nil {
+		return server.Config{}, nil, nil, err
+	}
+	store, err := openStore(ctx, path, serveStoreDefault, "serve")
 	if err != nil {
 		return server.Config{}, nil, nil, err
 	}
@@ -183,7 +189,7 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 		},
 		PublicURL: *f.publicURL, Balance: pc.Balance,
 	}
-	return cfg, []any{"store", cmpOr(*f.store, "default")}, func() { store.Close() }, nil
+	return cfg, []any{"store", path}, func() { store.Close() }, nil
 }
 
 // gatewayBackend opens the store, connects to the broker and builds the
@@ -236,11 +242,4 @@ func newHTTPServer(h http.Handler) *http.Server {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

@@ -48,7 +48,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintln(env.stderr, "usage: captchaq sim [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. Flags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -65,11 +66,8 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintln(env.stderr, "The key comes from "+envKey+" or the file named by "+envKeyFile+".\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{code: 2, err: err}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q; task fields go in --param key=value", fs.Arg(0))}
@@ -84,10 +82,15 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		return &exitError{code: 2, err: fmt.Errorf("--poll-interval %v must be above 0 and at most %v", *interval, solvePollIntervalDefault)}
 	}
 
-	task := provider.Task{Method: *method, Params: params}
-	if err := task.Validate(); err != nil {
-		return &exitError{code: 2, err: err}
+	// The same checks as every other door; the id is only for them.
+	if err := (captchaq.Task{ID: "solve", Method: *method, Params: params}).Validate(); err != nil {
+		var te *captchaq.TaskError
+		if errors.As(err, &te) {
+			err = errors.New(te.Msg)
+		}
+		return usageError(err)
 	}
+	task := provider.Task{Method: *method, Params: params}
 	kind, _ := task.Kind()
 	client, err := newProviderClient(env, *apiURL)
 	if err != nil {
@@ -147,7 +150,7 @@ func (s solver) solve(ctx context.Context, task provider.Task, first time.Durati
 			continue
 		}
 		if res.Err != nil {
-			return provider.Answer{}, fmt.Errorf("captcha %s failed: %w", id, res.Err)
+			return provider.Answer{}, taskFailed(fmt.Errorf("captcha %s failed: %w", id, res.Err))
 		}
 		if res.Ready {
 			return res.Answer, nil
@@ -177,18 +180,24 @@ func (s solver) waitAfter(ctx context.Context, err error, what, id string) error
 		return nil
 	case provider.ClassAccount:
 		return fmt.Errorf("%w (the account cannot be used: check the key, the plan and the allowed IPs)", err)
+	case provider.ClassTask:
+		return taskFailed(err)
 	}
 	return err
 }
+
+// taskFailed marks err as the task's own failure (exit code 4), not the
+// tool's.
+func taskFailed(err error) error { return &exitError{code: exitTasksFailed, err: err} }
 
 func (s solver) timedOut(ctx context.Context, id string, err error) error {
 	if errors.Is(context.Cause(ctx), context.Canceled) || errors.Is(err, context.Canceled) {
 		return errors.New("interrupted")
 	}
 	if id != "" {
-		return fmt.Errorf("no answer for captcha %s within %v; raise --timeout", id, s.timeout)
+		return taskFailed(fmt.Errorf("no answer for captcha %s within %v; raise --timeout", id, s.timeout))
 	}
-	return fmt.Errorf("no answer within %v: %w", s.timeout, err)
+	return taskFailed(fmt.Errorf("no answer within %v: %w", s.timeout, err))
 }
 
 // sleep waits d or until ctx ends.

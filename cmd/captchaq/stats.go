@@ -21,7 +21,7 @@ func runStats(ctx context.Context, env *environment, args []string) error {
 	af.register(fs, env.getenv)
 	window := fs.Duration("window", 10*time.Second, "how long to sample the failure rate and listen for status beats")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *window <= 0 {
@@ -36,6 +36,7 @@ func runStats(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer c.Close()
+	fmt.Fprintf(env.stderr, "captchaq stats: sampling for %v (--window)...\n", *window)
 	st, err := c.Stats(ctx, *window)
 	if err != nil {
 		return err

@@ -36,7 +36,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	lease := fs.Duration("inflight-lease", amqp.InflightLeaseDefault, "how soon a dead worker's checkpoints return to the fleet")
 	owner := fs.String("owner", "", "name of this worker's checkpoint queue (default host-pid-random)")
 	verbose := fs.Bool("v", false, "log every task")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -59,6 +59,11 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	client, err := newProviderClient(env, *apiURL)
 	if err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	if err := checkAccount(ctx, client, func(err error) {
+		log.Warn("cannot check the provider account now; starting anyway", "err", err)
+	}); err != nil {
+		return err
 	}
 	c, err := amqp.Dial(ctx, cfg)
 	if err != nil {

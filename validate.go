@@ -1,0 +1,78 @@
+package captchaq
+
+import (
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// What makes a task valid, in one place. Every door calls Task.Validate
+// before it accepts a task: Queue.Submit, the CLI's batch, solve and
+// enqueue, the service's in.php and JSON API, the fleet's gateway and
+// worker. A refusal is a *TaskError whose Code is one of two:
+//
+//   - CodeUnsupportedType: the provider does not solve this captcha type
+//     (hCaptcha, FunCaptcha, GeeTest v4, ...);
+//   - CodeInvalidTask: anything else: a field missing, malformed or out of
+//     range.
+//
+// A new rule goes in check (the queue's own fields) or in the provider's
+// Task.Validate (the provider's params), never in a door.
+
+// Validate checks t as every door does before accepting it: the queue's
+// fields, then the provider's (type supported, fields present and well
+// formed). The error is a *TaskError naming the field and the fix.
+func (t Task) Validate() error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	if err := t.ProviderTask().Validate(); err != nil {
+		code := CodeInvalidTask
+		if errors.Is(err, provider.ErrUnsupportedType) {
+			code = CodeUnsupportedType
+		}
+		return &TaskError{ID: t.ID, Code: code, Msg: err.Error(), Err: err}
+	}
+	return nil
+}
+
+// RefusalCode is the Result.ErrorCode for a task a door refused with err:
+// the *TaskError's code, else CodeInvalidTask (a line that is not a task).
+func RefusalCode(err error) string {
+	var te *TaskError
+	if errors.As(err, &te) && te.Code != "" {
+		return te.Code
+	}
+	return CodeInvalidTask
+}
+
+// check validates the queue's own fields.
+func (t Task) check() error {
+	var errs []string
+	if t.ID == "" {
+		errs = append(errs, "id: required (a unique key for the task)")
+	}
+	if t.Method == "" {
+		errs = append(errs, "method: required (e.g. \"turnstile\", \"userrecaptcha\")")
+	}
+	if t.Priority < 0 {
+		errs = append(errs, "priority: must be 0 or more (lower is more urgent), got "+strconv.Itoa(t.Priority))
+	}
+	if t.MaxAttempts < 0 {
+		errs = append(errs, "max_attempts: must be 0 (queue default) or more, got "+strconv.Itoa(t.MaxAttempts))
+	}
+	if t.TTL < 0 {
+		errs = append(errs, "ttl: must be positive")
+	}
+	if !t.Deadline.IsZero() && t.TTL > 0 {
+		errs = append(errs, "deadline, ttl: set one or the other")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	sort.Strings(errs)
+	return &TaskError{ID: t.ID, Code: CodeInvalidTask, Msg: strings.Join(errs, "; ")}
+}
