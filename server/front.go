@@ -265,6 +265,18 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 			reply.fail("ERROR_WRONG_CAPTCHA_ID", "only a solved task can be reported")
 			return
 		}
+		if s.cfg.Report != nil && rec.Result.CaptchaID != "" {
+			if err := s.cfg.Report(r.Context(), rec.Result.CaptchaID, action == "reportgood"); err != nil {
+				var pe *provider.Error
+				if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "ERROR_") {
+					reply.fail(pe.Code, pe.Text)
+					return
+				}
+				s.log.Warn("report not forwarded to the provider", "action", action, "err", err)
+				reply.fail("ERROR_INTERNAL_SERVER_ERROR", "the report could not reach the provider; try again")
+				return
+			}
+		}
 		s.metrics.reports.WithLabelValues(strings.TrimPrefix(action, "report")).Inc()
 		reply.plain(1, "OK_REPORT_RECORDED")
 	case "":

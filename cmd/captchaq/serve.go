@@ -182,6 +182,12 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 			Provider: pc, Store: store, Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log,
 		},
 		PublicURL: *f.publicURL, Balance: pc.Balance,
+		Report: func(ctx context.Context, captchaID string, good bool) error {
+			if good {
+				return pc.ReportGood(ctx, captchaID)
+			}
+			return pc.ReportBad(ctx, captchaID)
+		},
 	}
 	return cfg, []any{"store", cmpOr(*f.store, "default")}, func() { store.Close() }, nil
 }
