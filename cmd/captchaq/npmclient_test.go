@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,5 +190,24 @@ func TestNPMClientAgainstGateway(t *testing.T) {
 			t.Errorf("DeleteTopology: %v", err)
 		}
 	})
-	checkNPMCases(t, runNPMClient(t, node, "http://"+m[1], "npm-client-key"), 3.5)
+	// The gateway hears the balance with the worker's next status beat
+	// (every 5 s): wait for that event before the client asks.
+	base := "http://" + m[1]
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(base + "/res.php?key=npm-client-key&action=getbalance")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) == "3.5" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("getbalance through the gateway: %q a minute after the start, want 3.5", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	checkNPMCases(t, runNPMClient(t, node, base, "npm-client-key"), 3.5)
 }
