@@ -22,7 +22,7 @@ func (q *Queue) failure(st *taskState, attempts int, code, text string) Result {
 func (q *Queue) success(st *taskState, a provider.Answer, ready, lower time.Time) Result {
 	r := Result{
 		ID: st.rec.Task.ID, Status: StatusSolved, Method: st.rec.Task.Method, Kind: st.kind,
-		Token: a.Token, Attempts: st.rec.Attempts,
+		Token: a.Token, Attempts: st.rec.Attempts, CaptchaID: st.rec.CaptchaID,
 		SolveSeconds: ready.Sub(st.rec.SubmittedAt).Seconds(),
 		AcceptedAt:   st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
 	}

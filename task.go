@@ -91,6 +91,9 @@ type Result struct {
 	Error     string `json:"error,omitempty"`
 	ErrorCode string `json:"error_code,omitempty"`
 	Attempts  int    `json:"attempts"`
+	// CaptchaID is the provider's id of the attempt that solved the task,
+	// kept so that reportbad/reportgood can reach the provider.
+	CaptchaID string `json:"captcha_id,omitempty"`
 	// SolveSeconds is from the accepting submit to the answer being ready.
 	SolveSeconds float64 `json:"solve_seconds"`
 	// ExpiresAt is when the token stops being accepted by the target site,

@@ -13,6 +13,7 @@ type beater struct {
 	s     *WorkerStore
 	p     *Publisher
 	every time.Duration
+	bal   *balanceReader
 	log   *slog.Logger
 }
 
@@ -21,7 +22,9 @@ func (b *beater) run(ctx context.Context, wg *sync.WaitGroup) {
 	t := time.NewTicker(b.every)
 	defer t.Stop()
 	for {
-		if err := b.p.Beat(ctx, b.s.beat(time.Now())); err != nil && ctx.Err() == nil {
+		beat := b.s.beat(time.Now())
+		b.bal.stamp(ctx, &beat)
+		if err := b.p.Beat(ctx, beat); err != nil && ctx.Err() == nil {
 			b.log.Debug("status beat not sent", "err", err)
 		}
 		select {

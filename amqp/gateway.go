@@ -132,6 +132,7 @@ type Gateway struct {
 	counts        GatewayCounts
 	tally         tally.Results
 	results       *Consumer
+	balances      *balanceListener
 	quit          chan struct{}
 	receiving     sync.WaitGroup
 	depthMu       sync.Mutex
@@ -183,6 +184,7 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(),
 		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
 		pending: map[string]pendingTask{}, byTenant: map[string]int{}, quit: make(chan struct{}),
+		balances: &balanceListener{c: c},
 	}, nil
 }
 
@@ -297,8 +299,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	g.results = k
 	unfinished := len(g.pending)
 	g.mu.Unlock()
-	g.receiving.Add(1)
+	g.receiving.Add(2)
 	go g.receive(k)
+	go g.balances.run(g.quit, &g.receiving)
 	g.log.Info("gateway started", "reply_queue", g.reply, "unfinished", unfinished, "republished", len(unmarked))
 	return nil
 }

@@ -19,6 +19,10 @@ type StatusBeat struct {
 	Held       int       `json:"held"`
 	OldestHeld time.Time `json:"oldest_held,omitzero"`
 	At         time.Time `json:"at"`
+	// Balance is the provider's balance as the owner last read it, at
+	// BalanceAt; nil when it reads none (see Gateway.Balance).
+	Balance   *float64  `json:"balance,omitempty"`
+	BalanceAt time.Time `json:"balance_at,omitzero"`
 }
 
 // Beat publishes b on the status exchange: transient and unconfirmed, as

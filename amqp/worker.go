@@ -43,6 +43,12 @@ type WorkerConfig struct {
 	// BeatInterval is how often the worker publishes its status beat.
 	// Default 5 s.
 	BeatInterval time.Duration
+	// Balance, when set, reads the provider's balance (provider.Client's
+	// Balance) every BalanceEvery; the reading goes out in the status
+	// beats, from which a Gateway answers getbalance.
+	Balance func(ctx context.Context) (float64, error)
+	// BalanceEvery: default BalanceEveryDefault (60 s).
+	BalanceEvery time.Duration
 	// Logger. Default the Conn's.
 	Logger *slog.Logger
 }
@@ -80,6 +86,7 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	}
 	cfg.Grace = cmp.Or(cfg.Grace, GraceDefault)
 	cfg.BeatInterval = cmp.Or(cfg.BeatInterval, BeatIntervalDefault)
+	cfg.BalanceEvery = cmp.Or(cfg.BalanceEvery, BalanceEveryDefault)
 	if cfg.Logger == nil {
 		cfg.Logger = c.cfg.Logger
 	}
@@ -170,7 +177,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 	go (&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run(bg, &wg)
-	go (&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log}).run(bg, &wg)
+	go (&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log,
+		bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}}).run(bg, &wg)
 	go (&staleSweeper{s: w.store, q: w.q, every: sweepInterval}).run(bg, &wg)
 
 	w.log.Info("worker started", "queues", queues, "prefetch", w.cfg.Prefetch)

@@ -112,6 +112,10 @@ type Config struct {
 	PublicURL string
 	// Balance answers getbalance. Default: ERROR_BAD_PARAMETERS.
 	Balance func(ctx context.Context) (float64, error)
+	// Report forwards a client's reportbad (good false) or reportgood to
+	// the provider, by the provider's captcha id (Result.CaptchaID).
+	// Default: the report is recorded in the metrics only.
+	Report func(ctx context.Context, captchaID string, good bool) error
 	// MaxBodyBytes bounds a request body. Default MaxBodyBytesDefault.
 	MaxBodyBytes int64
 	// SubmitWait is how long a submit waits for room in a full queue

@@ -41,9 +41,16 @@
 //     POST answers 400 asking for a new id.
 //   - getbalance answers the provider account's balance (cached for
 //     BalanceCacheDefault); the provider key itself never leaves the server.
-//   - reportbad/reportgood are checked (the id must be the caller's finished
-//     task) and recorded in the captchaq_reports_total metric; they are not
-//     forwarded, since the provider's id is gone once a task is final.
+//   - reportbad/reportgood are checked (the id must be the caller's solved
+//     task), forwarded to the provider by its captcha id (Result.CaptchaID,
+//     through Config.Report) and recorded in the captchaq_reports_total
+//     metric; a provider's refusal (ERROR_DUPLICATE_REPORT, …) is answered
+//     as it came.
+//   - in.php and res.php read the query string, urlencoded, multipart and
+//     JSON-object bodies alike (internal/apiform, shared with the
+//     simulator); a key in the query string is checked before the body is
+//     read; header_acao=1 adds Access-Control-Allow-Origin: *, and OPTIONS
+//     is answered as a CORS preflight.
 //   - Protocol errors on the front are HTTP 200 with the provider's codes,
 //     as the provider does; the JSON API uses HTTP status codes. A task
 //     refused by captchaq.Task.Validate is 400 with {"error", "code",
@@ -73,8 +80,13 @@
 //   - DELETE answers every unfinished task CANCELED at once, but the
 //     message cannot be taken back: a worker may still solve it (the
 //     thread is billed) and that answer is dropped.
-//   - getbalance answers ERROR_BAD_PARAMETERS: the provider key is the
-//     workers', the gateway has none.
+//   - getbalance answers the freshest balance a worker read and sent in
+//     its status beat (amqp.Gateway.Balance): read once a minute, beaten
+//     every 5 s, so normally under 65 s old; none younger than 5 minutes
+//     (no worker running) answers ERROR_BAD_PARAMETERS with the reason.
+//   - reportbad/reportgood are recorded (OK_REPORT_RECORDED and the
+//     metric) but not forwarded: the gateway holds no provider key, and no
+//     fleet message carries a report yet.
 //   - /v1/stats and /metrics count what this gateway accepted and
 //     received; threads are the workers' (zero here); "broker" and
 //     captchaq_broker_queue_ready add the broker's queue depths.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/apiform"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -72,66 +72,56 @@ func (f frontReply) text(s string) {
 	io.WriteString(f.w, s)
 }
 
-// frontForm reads the query, an urlencoded or a multipart body. It
-// returns the image of a multipart "file" part, if any.
-func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (url.Values, []byte, error) {
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == "multipart/form-data" {
-		if err := r.ParseMultipartForm(s.cfg.MaxBodyBytes); err != nil {
-			return nil, nil, err
-		}
-		form := url.Values{}
-		for k, v := range r.URL.Query() {
-			form[k] = v
-		}
-		for k, v := range r.MultipartForm.Value {
-			form[k] = v
-		}
-		var file []byte
-		if fhs := r.MultipartForm.File["file"]; len(fhs) > 0 {
-			f, err := fhs[0].Open()
-			if err != nil {
-				return nil, nil, err
-			}
-			defer f.Close()
-			if file, err = io.ReadAll(f); err != nil {
-				return nil, nil, err
-			}
-		}
-		r.MultipartForm.RemoveAll()
-		return form, file, nil
+// frontForm reads an in.php/res.php request through the parser the
+// simulator shares: a key in the query string is checked before the body
+// is read, and the body is capped at Config.MaxBodyBytes.
+func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (*apiform.Request, error) {
+	return apiform.Parse(w, r, apiform.Options{
+		MaxBody: s.cfg.MaxBodyBytes,
+		KeyOK:   func(key string) bool { return s.client(key) != nil },
+	})
+}
+
+// replyFor is the answer form the request asked for, with
+// Access-Control-Allow-Origin: * when it asked for that too.
+func replyFor(w http.ResponseWriter, form *apiform.Request) frontReply {
+	if form.ACAO {
+		w.Header().Set("Access-Control-Allow-Origin", "*")
 	}
-	if err := r.ParseForm(); err != nil {
-		return nil, nil, err
+	return frontReply{w: w, json: form.JSON}
+}
+
+// formError answers a request the parser refused.
+func formError(reply frontReply, err error) {
+	switch {
+	case errors.Is(err, apiform.ErrWrongKey):
+		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
+	case errors.Is(err, apiform.ErrTooBig):
+		reply.fail("ERROR_TOO_BIG_CAPTCHA_FILESIZE", "request body "+strings.TrimPrefix(err.Error(), "apiform: request body too large: ")+", the server's limit")
+	default:
+		reply.fail("ERROR_BAD_PARAMETERS", "the request could not be read: "+err.Error())
 	}
-	return r.Form, nil, nil
 }
 
 // frontKeys are in.php fields that are the front's, not the task's.
 var frontKeys = map[string]bool{"key": true, "method": true, "json": true, "soft_id": true, "pingback": true, "priority": true, "header_acao": true, "file": true}
 
 func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
-	form, file, err := s.frontForm(w, r)
-	reply := frontReply{w: w, json: form.Get("json") == "1" || r.URL.Query().Get("json") == "1"}
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			reply.fail("ERROR_TOO_BIG_CAPTCHA_FILESIZE", "request body over the server's limit of "+strconv.FormatInt(mbe.Limit, 10)+" bytes")
-			return
-		}
-		reply.fail("ERROR_BAD_PARAMETERS", "the request could not be read: "+err.Error())
+	if apiform.Preflight(w, r) {
 		return
 	}
-	if form.Get("header_acao") == "1" {
-		w.Header().Set("Access-Control-Allow-Origin", "*")
+	form, err := s.frontForm(w, r)
+	reply := replyFor(w, form)
+	if err != nil {
+		formError(reply, err)
+		return
 	}
 	cs := s.client(form.Get("key"))
 	if cs == nil {
 		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
 		return
 	}
-	t, code, text := s.frontTask(cs, form, file)
+	t, code, text := s.frontTask(cs, form)
 	if code != "" {
 		reply.fail(code, text)
 		return
@@ -158,20 +148,21 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 }
 
 // frontTask turns an in.php form into a Task, or a protocol error.
-func (s *Server) frontTask(cs *clientState, form url.Values, file []byte) (captchaq.Task, string, string) {
+func (s *Server) frontTask(cs *clientState, form *apiform.Request) (captchaq.Task, string, string) {
 	method := strings.TrimSpace(form.Get("method"))
 	if method == "" {
 		return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "method: required (e.g. userrecaptcha, turnstile, base64, post)"
 	}
 	t := captchaq.Task{ID: storeID(cs.Name, s.newID()), Method: method, Params: map[string]string{}, Tenant: cs.Name}
-	for k, v := range form {
-		if frontKeys[k] || len(v) == 0 {
+	for k, v := range form.Named() {
+		if frontKeys[strings.ToLower(k)] {
 			continue
 		}
-		t.Params[k] = v[0]
+		t.Params[k] = v
 	}
 	if method == "post" {
 		// The image travels inside the task (the Store keeps it), as base64.
+		file := form.File
 		if len(file) == 0 {
 			return t, "ERROR_ZERO_CAPTCHA_FILESIZE", "method post needs a multipart part named file with the image"
 		}
@@ -237,14 +228,14 @@ func submitErrorCode(err error) (string, string) {
 }
 
 func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
-	form, _, err := s.frontForm(w, r)
-	reply := frontReply{w: w, json: form.Get("json") == "1"}
-	if err != nil {
-		reply.fail("ERROR_BAD_PARAMETERS", "the request could not be read: "+err.Error())
+	if apiform.Preflight(w, r) {
 		return
 	}
-	if form.Get("header_acao") == "1" {
-		w.Header().Set("Access-Control-Allow-Origin", "*")
+	form, err := s.frontForm(w, r)
+	reply := replyFor(w, form)
+	if err != nil {
+		formError(reply, err)
+		return
 	}
 	cs := s.client(form.Get("key"))
 	if cs == nil {
@@ -274,6 +265,18 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 		if rec.Status != captchaq.StatusSolved {
 			reply.fail("ERROR_WRONG_CAPTCHA_ID", "only a solved task can be reported")
 			return
+		}
+		if s.cfg.Report != nil && rec.Result.CaptchaID != "" {
+			if err := s.cfg.Report(r.Context(), rec.Result.CaptchaID, action == "reportgood"); err != nil {
+				var pe *provider.Error
+				if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "ERROR_") {
+					reply.fail(pe.Code, pe.Text)
+					return
+				}
+				s.log.Warn("report not forwarded to the provider", "action", action, "err", err)
+				reply.fail("ERROR_INTERNAL_SERVER_ERROR", "the report could not reach the provider; try again")
+				return
+			}
 		}
 		s.metrics.reports.WithLabelValues(strings.TrimPrefix(action, "report")).Inc()
 		reply.plain(1, "OK_REPORT_RECORDED")

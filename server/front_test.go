@@ -53,6 +53,17 @@ func TestFrontForms(t *testing.T) {
 			req.Header.Set("Content-Type", mw.FormDataContentType())
 			return b.do(t, req, http.StatusOK)
 		}, false},
+		{"POST JSON object base64 image json", func(t *testing.T) string {
+			body := `{"key":"` + keyQA + `","method":"base64","body":"` + base64.StdEncoding.EncodeToString(png) + `","json":1,"header_acao":1,"soft_id":4587}`
+			req, _ := http.NewRequest(http.MethodPost, b.url+"/in.php", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			return b.do(t, req, http.StatusOK)
+		}, true},
+		{"POST JSON object turnstile, key in the query plain", func(t *testing.T) string {
+			req, _ := http.NewRequest(http.MethodPost, b.url+"/in.php?key="+keyQA, strings.NewReader(`{"method":"turnstile","sitekey":"0x4AAAAAAAC3DHQFLr1GavRN","pageurl":"https://example.com/login","json":false}`))
+			req.Header.Set("Content-Type", "application/json; charset=utf-8")
+			return b.do(t, req, http.StatusOK)
+		}, false},
 	}
 	for _, s := range submitters {
 		t.Run(s.name, func(t *testing.T) {

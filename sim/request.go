@@ -1,16 +1,17 @@
 package sim
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
-	"strings"
+
+	"github.com/captchaq/captchaq/internal/apiform"
 )
 
 // maxBody bounds a request body; an image is far smaller.
-const maxBody = 4 << 20
+const maxBody = apiform.DefaultMaxBody
 
 // maxImage is the largest image accepted, as providers limit it.
 const maxImage = 600 << 10
@@ -29,53 +30,30 @@ type request struct {
 func (q *request) get(name string) string { return q.params[name] }
 
 // errTooBig marks a body over maxBody.
-var errTooBig = errors.New("request body too large")
+var errTooBig = apiform.ErrTooBig
 
-// parseRequest reads the query and the body, urlencoded or multipart.
-func parseRequest(w http.ResponseWriter, r *http.Request) (*request, error) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-	q := &request{params: make(map[string]string)}
-	var err error
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if ct == "multipart/form-data" {
-		err = r.ParseMultipartForm(maxBody)
-	} else {
-		err = r.ParseForm()
+// parseRequest reads the query and the body (urlencoded, multipart or
+// JSON) through the parser the HTTP front shares. A wrong key in the query
+// string is found before the body is read: the answer is the gate's.
+func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (*request, error) {
+	f, err := apiform.Parse(w, r, apiform.Options{MaxBody: maxBody, KeyOK: s.keyOK})
+	q := &request{params: f.Fields(), file: f.File, hasFile: f.HasFile, json: f.JSON, acao: f.ACAO}
+	switch {
+	case errors.Is(err, apiform.ErrWrongKey):
+		return q, nil // gateLocked answers it, after the bans
+	case errors.Is(err, apiform.ErrTooBig):
+		return q, errTooBig
 	}
-	for name, vs := range r.Form {
-		ln := strings.ToLower(name)
-		if _, dup := q.params[ln]; !dup && len(vs) > 0 {
-			q.params[ln] = vs[0]
-		}
+	return q, err
+}
+
+// keyOK checks a key against the configured one (any non-empty key when
+// none is configured).
+func (s *Server) keyOK(key string) bool {
+	if key == "" {
+		return false
 	}
-	q.json = q.params["json"] == "1" || strings.EqualFold(q.params["json"], "true")
-	q.acao = q.params["header_acao"] == "1"
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return q, errTooBig
-		}
-		return q, err
-	}
-	if r.MultipartForm != nil {
-		for name, fhs := range r.MultipartForm.File {
-			if !strings.EqualFold(name, "file") || len(fhs) == 0 {
-				continue
-			}
-			f, err := fhs[0].Open()
-			if err != nil {
-				return q, err
-			}
-			q.file, err = io.ReadAll(f)
-			f.Close()
-			if err != nil {
-				return q, err
-			}
-			q.hasFile = true
-			break
-		}
-	}
-	return q, nil
+	return s.cfg.Key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.Key)) == 1
 }
 
 // Answers that are not errors.

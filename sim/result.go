@@ -11,7 +11,7 @@ import (
 // serveResult answers res.php: get (one id or ids=), getbalance,
 // reportbad, reportgood and threadsinfo.
 func (s *Server) serveResult(w http.ResponseWriter, r *http.Request) {
-	q, perr := parseRequest(w, r)
+	q, perr := s.parseRequest(w, r)
 	ip := clientIP(r)
 	action := strings.ToLower(q.get("action"))
 	_, hasIDs := q.params["ids"]

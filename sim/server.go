@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/apiform"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -179,6 +180,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/sim/"):
 		s.serveAdmin(w, r)
+	case (strings.HasSuffix(r.URL.Path, "/in.php") || strings.HasSuffix(r.URL.Path, "/res.php")) && apiform.Preflight(w, r):
 	case strings.HasSuffix(r.URL.Path, "/in.php"):
 		s.serveSubmit(w, r)
 	case strings.HasSuffix(r.URL.Path, "/res.php"):

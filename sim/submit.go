@@ -2,7 +2,6 @@ package sim
 
 import (
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"math"
@@ -257,7 +256,7 @@ func Fingerprint(method string, params map[string]string, file []byte) string {
 
 // serveSubmit answers in.php.
 func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
-	q, perr := parseRequest(w, r)
+	q, perr := s.parseRequest(w, r)
 	ip := clientIP(r)
 
 	s.mu.Lock()
@@ -320,11 +319,7 @@ func (s *Server) gateLocked(q *request, ip string, now time.Time) string {
 		}
 		delete(s.bans, ip)
 	}
-	key := q.get("key")
-	if key == "" || s.account.BadKey {
-		return "ERROR_WRONG_USER_KEY"
-	}
-	if s.cfg.Key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.Key)) != 1 {
+	if s.account.BadKey || !s.keyOK(q.get("key")) {
 		return "ERROR_WRONG_USER_KEY"
 	}
 	return ""

@@ -755,6 +755,7 @@ func testResultRoundTrip(t *testing.T, s captchaq.Store) {
 		Token:        "tok \"quoted\" ü",
 		Answer:       json.RawMessage(`{"captcha_id":"e392e1d7","lot_number":"7bb9","pass_token":"a5b2","gen_time":"1726","captcha_output":"x=="}`),
 		Attempts:     2,
+		CaptchaID:    "c1", // kept with the result, for reportbad/reportgood
 		SolveSeconds: 12.345678,
 		ExpiresAt:    time.Date(2026, 3, 1, 12, 5, 0, 1000000, time.UTC),
 		AcceptedAt:   t0,
@@ -779,6 +780,9 @@ func testResultRoundTrip(t *testing.T, s captchaq.Store) {
 		}
 		if rec.Status != r.Status {
 			t.Errorf("Get(%s).Status = %q, want %q", r.ID, rec.Status, r.Status)
+		}
+		if rec.CaptchaID != "" {
+			t.Errorf("Get(%s).CaptchaID = %q on a final record, want it only on the Result", r.ID, rec.CaptchaID)
 		}
 	}
 	if d := diff([]captchaq.Result{ok, bad}, results(t, s)); d != "" {

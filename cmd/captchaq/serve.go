@@ -188,6 +188,12 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 			Provider: pc, Store: store, Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log,
 		},
 		PublicURL: *f.publicURL, Balance: pc.Balance,
+		Report: func(ctx context.Context, captchaID string, good bool) error {
+			if good {
+				return pc.ReportGood(ctx, captchaID)
+			}
+			return pc.ReportBad(ctx, captchaID)
+		},
 	}
 	return cfg, []any{"store", path}, func() { store.Close() }, nil
 }
@@ -228,7 +234,9 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 		return server.Config{}, nil, nil, &exitError{code: 2, err: fmt.Errorf("--gateway: %w", err)}
 	}
 	attrs := []any{"mode", "gateway", "gateway", gw.Name(), "reply_queue", gw.ReplyQueue(), "store", path}
-	return server.Config{Backend: gw}, attrs, stop, nil
+	// getbalance: the freshest balance a worker read (at most about a
+	// minute old; see amqp.BalanceEveryDefault).
+	return server.Config{Backend: gw, Balance: gw.Balance}, attrs, stop, nil
 }
 
 // newHTTPServer sets the timeouts; event streams and long polls lift the

@@ -70,7 +70,7 @@
 //	  priority, tenant, method,
 //	  params       TEXT              -- JSON object, {} when none
 //	  deadline, max_attempts, proxy, proxy_type, pingback
-//	  captcha_id   TEXT              -- '' unless inflight
+//	  captcha_id   TEXT              -- the attempt in flight; on a final task, the one that ended it (Result.CaptchaID)
 //	  attempts     INTEGER
 //	  not_before, last_error, last_error_code,
 //	  accepted_at, submitted_at

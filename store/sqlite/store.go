@@ -462,7 +462,7 @@ func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 	args := []any{
 		string(r.Status), r.Attempts, r.Method, string(r.Kind), r.Token, answer, r.Error, r.ErrorCode,
 		r.Attempts, r.SolveSeconds, timeArg(r.ExpiresAt), timeArg(r.AcceptedAt), timeArg(r.SubmittedAt),
-		timeText(r.FinishedAt), r.ID,
+		timeText(r.FinishedAt), r.ID, r.CaptchaID,
 	}
 	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
 		return affected(r.ID)(st.finish.ExecContext(ctx, args...))
@@ -777,6 +777,9 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 			ID: t.ID, Status: rec.Status, Method: rMethod.String, Token: rToken.String,
 			Error: rErr.String, ErrorCode: rCode.String, Attempts: int(rAttempts.Int64), SolveSeconds: rSolve.Float64,
 		}
+		// A final record's captcha_id is its Result's (the Record's is
+		// only for a task in flight).
+		r.CaptchaID, rec.CaptchaID = rec.CaptchaID, ""
 		r.Kind = provider.Kind(rKind.String)
 		if rAnswer.Valid {
 			r.Answer = json.RawMessage(rAnswer.String)
@@ -819,7 +822,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			not_before = NULL WHERE id = ?4 AND status IN ('queued', 'inflight')`},
 		{&st.retry, `UPDATE tasks SET status = 'queued', captcha_id = '', attempts = ?1, not_before = ?2,
 			last_error = ?3, last_error_code = ?4 WHERE id = ?5 AND status IN ('queued', 'inflight')`},
-		{&st.finish, `UPDATE tasks SET status = ?1, captcha_id = '', attempts = ?2,
+		{&st.finish, `UPDATE tasks SET status = ?1, captcha_id = ?16, attempts = ?2,
 			last_error = iif(?1 = 'failed', ?7, last_error), last_error_code = iif(?1 = 'failed', ?8, last_error_code),
 			result_method = ?3, result_kind = ?4,
 			result_token = ?5, result_answer = ?6, result_error = ?7, result_error_code = ?8, result_attempts = ?9,

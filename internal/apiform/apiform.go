@@ -1,0 +1,266 @@
+// Package apiform reads one in.php or res.php request of the
+// 2captcha-style protocol into a field set, whichever form carries it: the
+// query string, an urlencoded body, a multipart body (with an optional
+// "file" upload) or a JSON object body. captchaq's HTTP front and its
+// provider simulator both read requests through Parse, so the two cannot
+// drift apart.
+//
+// Field names are matched without regard to case ("userAgent" and
+// "useragent" are one field), as clients differ. When a field comes twice,
+// the body's value wins over the query's, and the first of several values
+// is taken.
+//
+// Reading is bounded: a key in the query string is checked (Options.KeyOK)
+// before any byte of the body is read, and the body is read through
+// http.MaxBytesReader, so neither a wrong key nor a huge body costs more
+// than Options.MaxBody bytes.
+package apiform
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Errors Parse returns; the Request returned with them holds the fields
+// read so far (the query's at least), so the answer can still honour
+// json=1 and header_acao=1.
+var (
+	// ErrWrongKey: Options.KeyOK refused the key given in the query
+	// string. The body was not read.
+	ErrWrongKey = errors.New("apiform: wrong key")
+	// ErrTooBig: the body is over Options.MaxBody bytes.
+	ErrTooBig = errors.New("apiform: request body too large")
+)
+
+// Options bound and guard the reading.
+type Options struct {
+	// MaxBody is the most body bytes read; a larger body is ErrTooBig.
+	// Zero means DefaultMaxBody.
+	MaxBody int64
+	// KeyOK, when set, is asked about a key found in the query string
+	// before the body is read; false ends the reading with ErrWrongKey.
+	// A key given only in the body is the caller's to check.
+	KeyOK func(key string) bool
+}
+
+// DefaultMaxBody is Options.MaxBody's default: far above any captcha image.
+const DefaultMaxBody = 4 << 20
+
+// Request is one call's fields.
+type Request struct {
+	fields map[string]string // lower-cased name → value
+	names  map[string]string // lower-cased name → the name as given
+	// File is the multipart part named "file" (method=post's image), read
+	// whole; HasFile says there was one, even empty.
+	File    []byte
+	HasFile bool
+	// JSON: json=1 (or true) asked for JSON answers.
+	JSON bool
+	// ACAO: header_acao=1 asked for Access-Control-Allow-Origin: * on the
+	// answer.
+	ACAO bool
+}
+
+// Get returns a field's value by its name in any case, "" when absent.
+func (q *Request) Get(name string) string { return q.fields[strings.ToLower(name)] }
+
+// Has says whether the field was given (even empty).
+func (q *Request) Has(name string) bool {
+	_, ok := q.fields[strings.ToLower(name)]
+	return ok
+}
+
+// Fields returns the fields by lower-cased name (the caller may keep it;
+// it is a copy).
+func (q *Request) Fields() map[string]string {
+	out := make(map[string]string, len(q.fields))
+	for k, v := range q.fields {
+		out[k] = v
+	}
+	return out
+}
+
+// Named returns the fields under the names the client gave them (the
+// first spelling seen for each), for passing them on unchanged.
+func (q *Request) Named() map[string]string {
+	out := make(map[string]string, len(q.fields))
+	for k, v := range q.fields {
+		out[q.names[k]] = v
+	}
+	return out
+}
+
+// set records a field unless one of that name (in any case) is already
+// there: the first value wins.
+func (q *Request) set(name, value string) {
+	ln := strings.ToLower(name)
+	if _, dup := q.fields[ln]; dup {
+		return
+	}
+	q.fields[ln] = value
+	q.names[ln] = name
+}
+
+// Parse reads r's fields. See the package doc for the order and the
+// bounds. The Request is never nil.
+func Parse(w http.ResponseWriter, r *http.Request, o Options) (*Request, error) {
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	q := &Request{fields: map[string]string{}, names: map[string]string{}}
+	query := r.URL.Query()
+	if o.KeyOK != nil {
+		if key := firstFold(query, "key"); key != nil && !o.KeyOK(*key) {
+			q.addValues(query)
+			q.flags()
+			return q, ErrWrongKey
+		}
+	}
+	err := q.readBody(w, r, o.MaxBody)
+	q.addValues(query)
+	q.flags()
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return q, fmt.Errorf("%w: over %d bytes", ErrTooBig, mbe.Limit)
+	}
+	return q, err
+}
+
+func (q *Request) flags() {
+	q.JSON = q.fields["json"] == "1" || strings.EqualFold(q.fields["json"], "true")
+	q.ACAO = q.fields["header_acao"] == "1" || strings.EqualFold(q.fields["header_acao"], "true")
+}
+
+// firstFold finds a query field by name in any case.
+func firstFold(v map[string][]string, name string) *string {
+	for k, vs := range v {
+		if strings.EqualFold(k, name) && len(vs) > 0 {
+			return &vs[0]
+		}
+	}
+	return nil
+}
+
+func (q *Request) addValues(v map[string][]string) {
+	// Sorted for a stable choice between spellings of one name.
+	for _, k := range sortedKeys(v) {
+		if vs := v[k]; len(vs) > 0 {
+			q.set(k, vs[0])
+		}
+	}
+}
+
+// readBody reads an urlencoded, multipart or JSON body, at most max bytes.
+func (q *Request) readBody(w http.ResponseWriter, r *http.Request, max int64) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, max)
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch ct {
+	case "application/json":
+		return q.readJSON(r.Body)
+	case "multipart/form-data":
+		if err := r.ParseMultipartForm(max); err != nil {
+			return err
+		}
+		defer r.MultipartForm.RemoveAll()
+		q.addValues(r.MultipartForm.Value)
+		for name, fhs := range r.MultipartForm.File {
+			if !strings.EqualFold(name, "file") || len(fhs) == 0 {
+				continue
+			}
+			f, err := fhs[0].Open()
+			if err != nil {
+				return err
+			}
+			q.File, err = io.ReadAll(f)
+			f.Close()
+			if err != nil {
+				return err
+			}
+			q.HasFile = true
+			break
+		}
+		return nil
+	case "application/x-www-form-urlencoded":
+		if err := r.ParseForm(); err != nil {
+			return err
+		}
+		q.addValues(r.PostForm)
+	}
+	// Another type's body carries no fields: the query alone counts.
+	return nil
+}
+
+// readJSON reads a JSON object: strings as they are, numbers as written,
+// booleans as 1 or 0 (the protocol's flags), null as absent, and arrays or
+// objects as their JSON text.
+func (q *Request) readJSON(body io.Reader) error {
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return fmt.Errorf("body: not a JSON object of fields (%v); send {\"key\":\"…\",\"method\":\"…\",…}", err)
+	}
+	for _, k := range sortedKeys(obj) {
+		v := bytes.TrimSpace(obj[k])
+		switch {
+		case len(v) == 0 || string(v) == "null":
+		case v[0] == '"':
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return fmt.Errorf("body: field %s: %v", strconv.Quote(k), err)
+			}
+			q.set(k, s)
+		case string(v) == "true":
+			q.set(k, "1")
+		case string(v) == "false":
+			q.set(k, "0")
+		case v[0] == '{' || v[0] == '[':
+			var b bytes.Buffer
+			if err := json.Compact(&b, v); err != nil {
+				return fmt.Errorf("body: field %s: %v", strconv.Quote(k), err)
+			}
+			q.set(k, b.String())
+		default: // a number, as written
+			q.set(k, string(v))
+		}
+	}
+	return nil
+}
+
+// Preflight answers a CORS preflight (OPTIONS) for in.php and res.php, as
+// browser clients send before a JSON POST, and reports whether it did.
+func Preflight(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodOptions {
+		return false
+	}
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+	h.Set("Access-Control-Allow-Headers", "Content-Type")
+	h.Set("Access-Control-Max-Age", "86400")
+	w.WriteHeader(http.StatusNoContent)
+	return true
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
