@@ -169,6 +169,9 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		if err := json.Unmarshal(raw, &obj); err != nil {
 			return nil, bad("", "task: not a JSON object: "+err.Error())
 		}
+		if obj == nil {
+			return nil, bad("", "task: null is not a task; send a JSON object such as {\"method\":\"turnstile\",\"params\":{...}}")
+		}
 		if _, ok := obj["id"]; !ok {
 			obj["id"], _ = json.Marshal(s.newID())
 		}

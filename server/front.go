@@ -219,6 +219,9 @@ func submitErrorCode(err error) (string, string) {
 		case "proxy":
 			return "ERROR_BAD_PROXY", ve.Error()
 		case "body", "file":
+			if strings.Contains(ve.Reason, "the provider takes at most") {
+				return "ERROR_TOO_BIG_CAPTCHA_FILESIZE", ve.Error()
+			}
 			if strings.Contains(ve.Reason, "required") || strings.Contains(ve.Reason, "empty") {
 				return "ERROR_ZERO_CAPTCHA_FILESIZE", ve.Error()
 			}

@@ -149,5 +149,8 @@ func parseTaskLine(b []byte) (captchaq.Task, error) {
 	case t.Method == "":
 		return t, fmt.Errorf(`task %q: field "method" is missing (e.g. "turnstile", "userrecaptcha")`, t.ID)
 	}
+	if err := readLocalImage(t.Method, t.Params); err != nil {
+		return t, fmt.Errorf("task %q: %v", t.ID, err)
+	}
 	return t, nil
 }

@@ -85,6 +85,9 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	}
 
 	task := provider.Task{Method: *method, Params: params}
+	if err := readLocalImage(task.Method, task.Params); err != nil {
+		return &exitError{code: 2, err: err}
+	}
 	if err := task.Validate(); err != nil {
 		return &exitError{code: 2, err: err}
 	}

@@ -1,0 +1,84 @@
+package server_test
+
+import (
+	"encoding/base64"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+type apiErr struct {
+	Error string `json:"error"`
+	Field string `json:"field"`
+}
+
+// A JSON API post task names no path: the server opens none, and the
+// answer is the same whether the path exists or not.
+func TestAPIPostFileIsNotAPath(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	real := filepath.Join(t.TempDir(), "secret.png")
+	if err := os.WriteFile(real, []byte("GIF89a-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	for _, path := range []string{"/etc/hostname", "/dev/zero", real, real + ".missing"} {
+		var e apiErr
+		b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"post","params":{"file":"`+path+`"}}`, http.StatusBadRequest, &e)
+		if e.Field != "params.file" || strings.Contains(e.Error, path) || !strings.Contains(e.Error, "a path is not read here") {
+			t.Errorf("%s: %+v", path, e)
+		}
+		if first == "" {
+			first = e.Error
+		} else if e.Error != first {
+			t.Errorf("answers differ by path: %q vs %q", e.Error, first)
+		}
+	}
+	// The image's bytes, base64-encoded, are an upload: solved.
+	img := base64.StdEncoding.EncodeToString([]byte("GIF89a-captcha"))
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"id":"up","method":"post","params":{"file":"`+img+`"}}`, http.StatusAccepted, nil)
+	if v := b.waitFinal(t, keyQA, "up"); v.Status != "solved" {
+		t.Errorf("upload: %+v", v)
+	}
+}
+
+func TestAPIReservedParamsAndImageCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for _, name := range []string{"Key", "KEY", "key", "pingback", "SOFT_ID", "header_acao", "Method", "JSON"} {
+		var e apiErr
+		b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/","`+name+`":"x"}}`, http.StatusBadRequest, &e)
+		if e.Field != "params."+name || !strings.Contains(e.Error, "reserved in any letter case") {
+			t.Errorf("%s: %+v", name, e)
+		}
+	}
+	big := base64.StdEncoding.EncodeToString(make([]byte, provider.MaxImageBytes+1))
+	var e apiErr
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"base64","params":{"body":"`+big+`"}}`, http.StatusBadRequest, &e)
+	if e.Field != "params.body" || !strings.Contains(e.Error, "the provider takes at most 614400") {
+		t.Errorf("big image: %+v", e)
+	}
+	// in.php: a Key param beside the real key is refused too.
+	v := turnstile()
+	v.Set("key", keyQA)
+	v.Set("KEY", "smuggled")
+	if got := b.form(t, "POST", "/in.php", v); !strings.Contains(got, "ERROR_BAD_PARAMETERS") {
+		t.Errorf("in.php KEY: %s", got)
+	}
+}
+
+func TestAPINullTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for _, body := range []string{"null", "[null]", " null ", `[{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/"}},null]`} {
+		var e apiErr
+		b.api(t, "POST", "/v1/tasks", keyQA, body, http.StatusBadRequest, &e)
+		if !strings.Contains(e.Error, "null is not a task") {
+			t.Errorf("%s: %+v", body, e)
+		}
+	}
+}
