@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"regexp"
 	"time"
@@ -122,6 +123,11 @@ type Config struct {
 	PingbackTimeout  time.Duration
 	PingbackAttempts int
 	PingbackParallel int
+	// PingbackAllow lets clients' pingbacks reach these internal networks
+	// (loopback, private, link-local, CGNAT, metadata addresses are refused
+	// otherwise, checked on every connect). Default none; for tests and an
+	// operator's own receivers.
+	PingbackAllow []netip.Prefix
 	// ObserveRequest, when set, is called with each front or API request's
 	// route and the time spent in its handler (for load tests).
 	ObserveRequest func(route string, d time.Duration)

@@ -202,6 +202,9 @@ func checkURL(v string) string {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "must be a full http(s) URL such as https://example.com/hook"
 	}
+	if u.User != nil {
+		return "must not carry a user or password (user:pass@); put a secret in the path instead"
+	}
 	return ""
 }
 

@@ -157,7 +157,7 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log})
+	srv, err := server.New(server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow})
 	if err != nil {
 		f.t.Fatal(err)
 	}

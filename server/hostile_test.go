@@ -82,3 +82,19 @@ func TestAPINullTasks(t *testing.T) {
 		}
 	}
 }
+
+func TestPingbackUserInfoRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	var e apiErr
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/"},"pingback":"http://guest:guest@hooks.example/x"}`, http.StatusBadRequest, &e)
+	if e.Field != "pingback" || !strings.Contains(e.Error, "must not carry a user or password") {
+		t.Errorf("%+v", e)
+	}
+	v := turnstile()
+	v.Set("key", keyQA)
+	v.Set("pingback", "http://u:p@hooks.example/x")
+	if got := b.form(t, "POST", "/in.php", v); !strings.Contains(got, "ERROR_BAD_PARAMETERS") {
+		t.Errorf("in.php: %s", got)
+	}
+}

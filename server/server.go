@@ -111,7 +111,7 @@ func New(cfg Config) (*Server, error) {
 	// server never meet the ones already in the Store.
 	s.ids.Store(uint64(time.Now().UnixMicro()))
 	s.pingbacks = newPingbackSender(pingbackParams{
-		timeout: cfg.PingbackTimeout, attempts: cfg.PingbackAttempts, parallel: cfg.PingbackParallel, log: s.log,
+		timeout: cfg.PingbackTimeout, attempts: cfg.PingbackAttempts, parallel: cfg.PingbackParallel, allow: cfg.PingbackAllow, log: s.log,
 	})
 	s.registry = prometheus.NewRegistry()
 	s.metrics = newHTTPMetrics()
