@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,8 +42,10 @@ func retryAfter(w http.ResponseWriter, d time.Duration) {
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *clientState)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			key = r.URL.Query().Get("key") // EventSource cannot set headers
+		if !ok && r.URL.Path == "/v1/events" {
+			// EventSource cannot set headers; everywhere else a key in the
+			// URL would end up in logs and histories, so it is not read.
+			key = r.URL.Query().Get("key")
 		}
 		cs := s.client(strings.TrimSpace(key))
 		if cs == nil {
@@ -80,13 +83,13 @@ func view(rec captchaq.Record, cs *clientState) TaskView {
 	v := TaskView{
 		ID: id, Client: client, Status: rec.Status, Method: rec.Task.Method,
 		Priority: rec.Task.Priority, Attempts: rec.Attempts, AcceptedAt: rec.AcceptedAt,
-		LastError: rec.LastError, LastErrorCode: rec.LastErrorCode,
+		LastError: scrubURLs(rec.LastError), LastErrorCode: rec.LastErrorCode,
 	}
 	if v.Priority == 0 {
 		v.Priority = captchaq.PriorityDefault
 	}
 	if rec.Result != nil {
-		res := *rec.Result
+		res := scrubResult(*rec.Result)
 		res.ID = id
 		v.Result = &res
 	}
@@ -404,18 +407,24 @@ type ClientStats struct {
 
 // Stats is GET /v1/stats.
 type Stats struct {
-	Metrics     captchaq.Metrics `json:"metrics"`
-	Clients     []ClientStats    `json:"clients"`
-	DeadLetters int              `json:"dead_letters"`
-	Ready       bool             `json:"ready"`
+	// Metrics is the whole queue's: admin clients only.
+	Metrics     *captchaq.Metrics `json:"metrics,omitempty"`
+	Clients     []ClientStats     `json:"clients"`
+	DeadLetters int               `json:"dead_letters"`
+	Ready       bool              `json:"ready"`
 	// Broker is the messages ready in each broker queue, for a Backend
 	// that is a QueueDepther (a gateway); absent otherwise.
 	Broker map[string]int `json:"broker,omitempty"`
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientState) {
-	st := Stats{Metrics: s.backend.Metrics(), Ready: s.ready(r.Context()) == nil}
-	if qd, ok := s.backend.(QueueDepther); ok {
+	st := Stats{Ready: s.ready(r.Context()) == nil}
+	if cs.Admin {
+		// Whole-queue numbers are the operator's; a client sees its own.
+		m := s.backend.Metrics()
+		st.Metrics = &m
+	}
+	if qd, ok := s.backend.(QueueDepther); ok && cs.Admin {
 		// Best effort: a broker that does not answer soon leaves it out.
 		ctx, cancel := context.WithTimeout(r.Context(), depthWait)
 		st.Broker, _ = qd.QueueDepths(ctx)
@@ -560,4 +569,22 @@ func (s *Server) Replay(ctx context.Context, ids []string) ([]string, error) {
 		return nil, err
 	}
 	return replayed, nil
+}
+
+// providerURL matches a URL inside an error text: the provider's base URL
+// (or any other) is the operator's business, not a client's.
+var providerURL = regexp.MustCompile(`(?i)\b(?:https?|amqps?)://[^\s"'<>]+|\b(?:dial|read|write) (?:tcp|udp)[46]? \S+`)
+
+// scrubURLs hides the URLs in a client-visible error text.
+func scrubURLs(s string) string {
+	if !strings.Contains(s, "://") && !strings.Contains(s, " tcp") {
+		return s
+	}
+	return providerURL.ReplaceAllString(s, "(the provider)")
+}
+
+// scrubResult is r as a client may see it.
+func scrubResult(r captchaq.Result) captchaq.Result {
+	r.Error = scrubURLs(r.Error)
+	return r
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,7 +92,9 @@ func waitCount(t *testing.T, ps *pingbackSender, outcome string, n float64) {
 	}
 }
 
-func itoa(n int) string { return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(n)).String()[len("0.0.0.0:"):] }
+func itoa(n int) string {
+	return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(n)).String()[len("0.0.0.0:"):]
+}
 
 func TestPingbackLoopbackRefusedByDefault(t *testing.T) {
 	t.Parallel()
@@ -156,5 +159,18 @@ func TestPingbackQueuesPerClient(t *testing.T) {
 	case <-fastHit:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the fast client's pingback waited behind the slow client's")
+	}
+}
+
+func TestScrubURLs(t *testing.T) {
+	t.Parallel()
+	in := `submit: Post "http://10.0.0.5:8080/in.php": dial tcp 10.0.0.5:8080: connect: connection refused (see https://api.example/res.php?key=x)`
+	got := scrubURLs(in)
+	if strings.Contains(got, "10.0.0.5") || strings.Contains(got, "api.example") || !strings.Contains(got, "(the provider)") {
+		t.Errorf("scrubbed: %q", got)
+	}
+	r := scrubResult(captchaq.Result{Error: in, ErrorCode: "NETWORK"})
+	if r.Error != got || r.ErrorCode != "NETWORK" {
+		t.Errorf("result: %+v", r)
 	}
 }

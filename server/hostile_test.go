@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/base64"
 	"net/http"
 	"os"
@@ -96,5 +97,62 @@ func TestPingbackUserInfoRefused(t *testing.T) {
 	v.Set("pingback", "http://u:p@hooks.example/x")
 	if got := b.form(t, "POST", "/in.php", v); !strings.Contains(got, "ERROR_BAD_PARAMETERS") {
 		t.Errorf("in.php: %s", got)
+	}
+}
+
+// /metrics on the main listener needs an admin key; non-admin stats show
+// the client's own numbers only; no page may be framed; ?key= works on
+// the event stream only.
+func TestOperatorSurfaces(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.inOK(t, keyQA, turnstile())
+	req := func(path, key string) *http.Request {
+		r := mustReq("GET", b.url+path)
+		if key != "" {
+			r.Header.Set("Authorization", "Bearer "+key)
+		}
+		return r
+	}
+	b.do(t, req("/metrics", ""), http.StatusUnauthorized)
+	b.do(t, req("/metrics", keyQA), http.StatusUnauthorized)
+	if got := b.do(t, req("/metrics", keyAdmin), http.StatusOK); !strings.Contains(got, "captchaq_tasks_submitted_total") {
+		t.Errorf("admin /metrics: %.200s", got)
+	}
+
+	var mine, all struct {
+		Metrics map[string]any   `json:"metrics"`
+		Clients []map[string]any `json:"clients"`
+		Broker  map[string]int   `json:"broker"`
+	}
+	b.api(t, "GET", "/v1/stats", keyQA, "", http.StatusOK, &mine)
+	b.api(t, "GET", "/v1/stats", keyAdmin, "", http.StatusOK, &all)
+	if len(mine.Clients) != 1 || mine.Clients[0]["name"] != "qa" || mine.Metrics != nil || mine.Broker != nil {
+		t.Errorf("client stats show more than its own: %+v", mine)
+	}
+	if len(all.Clients) != 3 || all.Metrics == nil {
+		t.Errorf("admin stats: %+v", all)
+	}
+
+	resp, err := b.http.Do(req("/", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("Content-Security-Policy") != "frame-ancestors 'none'" {
+		t.Errorf("framing headers: %v", resp.Header)
+	}
+
+	b.do(t, req("/v1/stats?key="+keyQA, ""), http.StatusUnauthorized)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ev, _ := http.NewRequestWithContext(ctx, "GET", b.url+"/v1/events?key="+keyQA, nil)
+	resp, err = b.http.Do(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("event stream with ?key=: HTTP %d", resp.StatusCode)
 	}
 }

@@ -183,6 +183,7 @@ func (s *Server) result(r captchaq.Result) {
 		}
 		cs.mu.Unlock()
 	}
+	r = scrubResult(r)
 	s.events.publish(tenant, r)
 	s.pingbacks.enqueue(s.backend, r, local)
 }

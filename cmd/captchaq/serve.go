@@ -44,6 +44,7 @@ type serveFlags struct {
 	fairBurst                       *int
 
 	pingbackAllow *string
+	metricsListen *string
 
 	set map[string]bool // flags given
 }
@@ -75,6 +76,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		taskTTL:       fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
 		fairBurst:     fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
 		pingbackAllow: fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
+		metricsListen: fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
 		set:           map[string]bool{},
 	}
 	fs.Usage = func() {
@@ -154,8 +156,22 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		return fmt.Errorf("--listen %s: %w", *f.listen, err)
 	}
 	hs := newHTTPServer(srv.Handler())
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
+	if *f.metricsListen != "" {
+		mln, err := net.Listen("tcp", *f.metricsListen)
+		if err != nil {
+			hs.Close()
+			srv.Shutdown(context.Background())
+			return fmt.Errorf("--metrics-listen %s: %w", *f.metricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", srv.MetricsHandler())
+		ms := newHTTPServer(mux)
+		go func() { errc <- ms.Serve(mln) }()
+		defer ms.Close()
+		log.Info("serving metrics", "addr", mln.Addr().String())
+	}
 	log.Info("serving", append([]any{"addr", ln.Addr().String(), "clients", len(clients)}, attrs...)...)
 	select {
 	case err := <-errc:
