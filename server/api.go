@@ -22,6 +22,8 @@ type apiError struct {
 	Error string `json:"error"`
 	Field string `json:"field,omitempty"`
 	Index *int   `json:"index,omitempty"`
+
+	tooMany bool // answered 413, not 400
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -151,6 +153,9 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		if err := json.Unmarshal(body, &raws); err != nil {
 			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
 		}
+		if len(raws) > s.cfg.MaxTasksPerRequest {
+			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", len(raws), s.cfg.MaxTasksPerRequest), tooMany: true}
+		}
 		if len(raws) == 0 {
 			return nil, &apiError{Error: "body: the array is empty"}
 		}
@@ -210,7 +215,24 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 }
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	// Cheap refusals before the body is read: a client at its max_inflight
+	// gets nothing parsed, and bodies being read are bounded overall.
+	if cs.MaxInflight > 0 {
+		cs.mu.Lock()
+		n := len(cs.inflight)
+		cs.mu.Unlock()
+		if n >= cs.MaxInflight {
+			retryAfter(w, time.Second)
+			apiFail(w, http.StatusTooManyRequests, "", fmt.Sprintf("client %q has %d unfinished tasks; its max_inflight is %d", cs.Name, n, cs.MaxInflight))
+			return
+		}
+	}
+	room, ok := s.bodyRoom(w, r)
+	if !ok {
+		return
+	}
 	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	s.bodies.give(room)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -222,7 +244,11 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 	}
 	tasks, aerr := s.parseAPITasks(body, cs)
 	if aerr != nil {
-		writeJSON(w, http.StatusBadRequest, aerr)
+		status := http.StatusBadRequest
+		if aerr.tooMany {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, status, aerr)
 		return
 	}
 	ids := make([]string, len(tasks))
@@ -327,6 +353,10 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, cs *clientSta
 	}
 	var sub *subscription
 	if wait > 0 {
+		if !slot(w, &cs.waits, &s.waits, s.cfg.MaxWaitsPerClient, s.cfg.MaxWaits, "long polls (?wait=)") {
+			return
+		}
+		defer func() { cs.waits.give(1); s.waits.give(1) }()
 		// Subscribe before reading, so a result between the read and the
 		// wait is not missed.
 		sub = s.events.subscribeID(id)

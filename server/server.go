@@ -32,6 +32,9 @@ type Server struct {
 	local   *localBackend           // nil with Config.Backend
 	clients map[string]*clientState // by key
 	byName  map[string]*clientState
+	// bodies, streams and waits count request bodies being read (bytes),
+	// open event streams and long polls, against the Config caps.
+	bodies, streams, waits gauge
 
 	ids       atomic.Uint64 // the last numeric id handed out
 	events    *broker
@@ -53,6 +56,8 @@ type Server struct {
 type clientState struct {
 	Client
 	limiter *rate.Limiter
+
+	streams, waits gauge // open event streams and long polls
 
 	mu       sync.Mutex
 	inflight map[string]struct{} // unfinished task ids (store ids)
