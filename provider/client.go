@@ -11,8 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -225,7 +223,7 @@ func (c *Client) Submit(ctx context.Context, t Task, pingback string) (string, e
 	if pingback != "" {
 		form.Set("pingback", pingback)
 	}
-	var file string
+	var file []byte
 	for k, v := range t.Params {
 		if strings.TrimSpace(v) == "" {
 			continue
@@ -235,7 +233,7 @@ func (c *Client) Submit(ctx context.Context, t Task, pingback string) (string, e
 			continue // ours to set
 		case "file":
 			if t.Method == "post" {
-				file = v
+				file, _ = decodeBase64(v) // Validate checked it
 				continue
 			}
 		case "proxytype":
@@ -252,7 +250,7 @@ func (c *Client) Submit(ctx context.Context, t Task, pingback string) (string, e
 
 	var req *http.Request
 	var err error
-	if file != "" {
+	if len(file) > 0 {
 		body, ctype, ferr := multipartBody(form, file)
 		if ferr != nil {
 			return "", ferr
@@ -292,20 +290,9 @@ func invalid(op string, err error) error {
 	return &Error{Op: op, Code: CodeInvalidTask, Class: ClassTask, Text: err.Error(), Err: err}
 }
 
-// multipartBody reads the image file now (not at validation) and builds the
-// upload with the other fields.
-func multipartBody(form url.Values, path string) (io.Reader, string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		ve := &ValidationError{Field: "params.file", Reason: fmt.Sprintf("cannot read the image %q: %v", path, errors.Unwrap(err))}
-		if errors.Unwrap(err) == nil {
-			ve.Reason = fmt.Sprintf("cannot read the image %q: %v", path, err)
-		}
-		return nil, "", invalid("submit", ve)
-	}
-	if len(data) == 0 {
-		return nil, "", invalid("submit", &ValidationError{Field: "params.file", Reason: fmt.Sprintf("the image %q is empty", path)})
-	}
+// multipartBody builds the upload of the image bytes with the other
+// fields. No path is ever opened here: the bytes travel in the task.
+func multipartBody(form url.Values, data []byte) (io.Reader, string, error) {
 	var buf bytes.Buffer
 	w := multipart.NewWriter(&buf)
 	for k, vs := range form {
@@ -315,7 +302,7 @@ func multipartBody(form url.Values, path string) (io.Reader, string, error) {
 			}
 		}
 	}
-	fw, err := w.CreateFormFile("file", filepath.Base(path))
+	fw, err := w.CreateFormFile("file", "captcha")
 	if err != nil {
 		return nil, "", err
 	}

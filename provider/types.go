@@ -2,7 +2,10 @@ package provider
 
 import (
 	"encoding/base64"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strconv"
 )
 
@@ -126,8 +129,9 @@ func (g GeeTest) Task() Task {
 }
 
 // Image is a text (OCR) captcha. Set Body (sent as method base64) or File
-// (a local path, read when submitted and uploaded as multipart "file" with
-// method post); Body wins when both are set.
+// (a local path, read by Task, at most MaxImageBytes, and uploaded as
+// multipart "file" with method post); Body wins when both are set. A File
+// that cannot be read gives a task that fails validation.
 type Image struct {
 	Body             []byte
 	File             string
@@ -179,7 +183,41 @@ func imageTask(body []byte, file string) Task {
 	if len(body) > 0 || file == "" {
 		return Task{Method: "base64", Params: params{"body": base64.StdEncoding.EncodeToString(body)}}
 	}
-	return Task{Method: "post", Params: params{"file": file}}
+	data, err := ReadImageFile(file)
+	if err != nil {
+		return Task{Method: "post", Params: params{}}
+	}
+	return Task{Method: "post", Params: params{"file": base64.StdEncoding.EncodeToString(data)}}
+}
+
+// ReadImageFile reads a local image for a task, once, at intake: at most
+// MaxImageBytes (so /dev/zero or a huge file is refused, not read whole),
+// and only a regular file. Only local callers (the command line, library
+// users) call it; nothing a remote client sends is read as a path.
+func ReadImageFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxImageBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxImageBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes, the provider's limit for an image", path, MaxImageBytes)
+	}
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%s: empty", path)
+	}
+	return data, nil
 }
 
 // BLS is a BLS grid: up to nine images and a numeric instruction code. The

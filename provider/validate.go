@@ -218,6 +218,9 @@ func (t Task) Validate() error {
 	if err != nil {
 		return err
 	}
+	if err := checkReserved(t); err != nil {
+		return err
+	}
 	spec := specs[k]
 	for _, f := range spec.required {
 		v, ok := t.Params[f.name]
@@ -262,14 +265,59 @@ func validateImage(t Task) error {
 		}
 		b, err := decodeBase64(body)
 		if err != nil {
-			return &ValidationError{Field: "params.body", Reason: "not valid base64 (" + err.Error() + "); send the image bytes base64-encoded, or use method post with a file"}
+			return &ValidationError{Field: "params.body", Reason: "not valid base64 (" + err.Error() + "); send the image bytes base64-encoded"}
 		}
-		if len(b) == 0 {
-			return &ValidationError{Field: "params.body", Reason: "decodes to an empty image"}
-		}
+		return checkImageSize("params.body", len(b))
 	case "post":
-		if strings.TrimSpace(t.Params["file"]) == "" {
-			return &ValidationError{Field: "params.file", Reason: "required for method post; the path of a local image file to upload"}
+		file := t.Params["file"]
+		if strings.TrimSpace(file) == "" {
+			return &ValidationError{Field: "params.file", Reason: "required for method post; the image's bytes, base64-encoded (the command line reads a local path at intake)"}
+		}
+		b, err := decodeBase64(file)
+		if err != nil {
+			// The value is never opened as a path: a task may come from a
+			// remote client, and what exists on this machine is not theirs
+			// to learn.
+			return &ValidationError{Field: "params.file", Reason: "must be the image's bytes, base64-encoded; a path is not read here (send method base64 with body, or let the command line read a local file at intake)"}
+		}
+		return checkImageSize("params.file", len(b))
+	}
+	return nil
+}
+
+// MaxImageBytes is the largest image taken, the provider's own limit: its
+// in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE above 600 kB, and a bigger
+// upload is cut short, which the provider may read as a bad request.
+const MaxImageBytes = 600 << 10
+
+func checkImageSize(field string, n int) error {
+	if n == 0 {
+		return &ValidationError{Field: field, Reason: "decodes to an empty image"}
+	}
+	if n > MaxImageBytes {
+		return &ValidationError{Field: field, Reason: fmt.Sprintf("the image is %d bytes; the provider takes at most %d (600 KiB): scale it down or crop it", n, MaxImageBytes)}
+	}
+	return nil
+}
+
+// ReservedParams are the names in.php reads as the request's own, not the
+// task's: a param with one of these names (in any letter case, as the
+// provider reads names) would override the key, the method or where
+// answers go. action, id and ids are res.php's and pass: tasks use action
+// (reCAPTCHA v3, Turnstile).
+var ReservedParams = []string{"key", "method", "json", "soft_id", "pingback", "header_acao"}
+
+// checkReserved refuses params that name a protocol field, in any case,
+// and case variants of file and body (which only their lower-case form may
+// carry).
+func checkReserved(t Task) error {
+	for k := range t.Params {
+		lk := strings.ToLower(strings.TrimSpace(k))
+		if slices.Contains(ReservedParams, lk) {
+			return &ValidationError{Field: "params." + k, Reason: fmt.Sprintf("%q is the protocol's own field, not a task param (reserved in any letter case: %s); remove it", k, strings.Join(ReservedParams, ", "))}
+		}
+		if (lk == "file" || lk == "body") && k != lk {
+			return &ValidationError{Field: "params." + k, Reason: fmt.Sprintf("write %q in lower case: %q", k, lk)}
 		}
 	}
 	return nil
@@ -383,8 +431,12 @@ func checkBLSImage(v string) string {
 	if strings.TrimSpace(v) == "" {
 		return ""
 	}
-	if _, err := decodeBase64(v); err != nil {
+	b, err := decodeBase64(v)
+	if err != nil {
 		return "not valid base64; send each grid image as base64 or a data: URI"
+	}
+	if len(b) > MaxImageBytes {
+		return fmt.Sprintf("the image is %d bytes; the provider takes at most %d (600 KiB)", len(b), MaxImageBytes)
 	}
 	return ""
 }

@@ -1,8 +1,13 @@
 package provider
 
 import (
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -26,8 +31,8 @@ var goodTasks = []struct {
 		Task{Method: "geetest", Params: map[string]string{"gt": "gt1", "challenge": "ch1", "pageurl": "https://shop.example/", "api_server": "api-na.geetest.com"}}},
 	{KindImage, Image{Body: []byte("GIF89a"), Phrase: true, RegSense: true, Numeric: 1, Calc: true, MinLen: 4, MaxLen: 6, Lang: "en", TextInstructions: "type the letters"}.Task(),
 		Task{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "phrase": "1", "regsense": "1", "numeric": "1", "calc": "1", "min_len": "4", "max_len": "6", "lang": "en", "textinstructions": "type the letters"}}},
-	{KindImage, Image{File: "/tmp/captcha.png"}.Task(),
-		Task{Method: "post", Params: map[string]string{"file": "/tmp/captcha.png"}}},
+	{KindImage, Task{Method: "post", Params: map[string]string{"file": "R0lGODlh"}},
+		Task{Method: "post", Params: map[string]string{"file": "R0lGODlh"}}},
 	{KindGrid, Grid{Body: []byte("GIF89a"), TextInstructions: "select all buses", Rows: 4, Cols: 4}.Task(),
 		Task{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "recaptcha": "1", "textinstructions": "select all buses", "recaptcharows": "4", "recaptchacols": "4"}}},
 	{KindBLS, BLS{Instructions: "664", Images: [][]byte{[]byte("GIF89a"), []byte("GIF89a")}}.Task(),
@@ -155,9 +160,9 @@ func TestValidateBadValues(t *testing.T) {
 		{"bad min_score", Task{Method: "userrecaptcha", Params: map[string]string{"googlekey": "k", "pageurl": "https://a.example/", "version": "v3", "min_score": "3"}},
 			`params.min_score: "3" is not a score between 0.1 and 0.9 (0.3 is realistic)`},
 		{"bad base64", Task{Method: "base64", Params: map[string]string{"body": "not base64!!"}},
-			`params.body: not valid base64 (bad base64 data); send the image bytes base64-encoded, or use method post with a file`},
+			`params.body: not valid base64 (bad base64 data); send the image bytes base64-encoded`},
 		{"empty body", Task{Method: "base64", Params: map[string]string{}}, `params.body: required for method base64; the image encoded as base64`},
-		{"post without file", Task{Method: "post", Params: map[string]string{"numeric": "1"}}, `params.file: required for method post; the path of a local image file to upload`},
+		{"post without file", Task{Method: "post", Params: map[string]string{"numeric": "1"}}, `params.file: required for method post; the image's bytes, base64-encoded (the command line reads a local path at intake)`},
 		{"bad numeric", Task{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "numeric": "7"}}, `params.numeric: "7" is not a whole number from 0 to 4`},
 		{"empty method", Task{}, `method: required; one of base64, bls, captchafox, cloudflare_challenge, friendly_captcha, geetest, lemin, post, turnstile, userrecaptcha`},
 		{"unknown method", Task{Method: "recaptcha"}, `method: unknown method "recaptcha"; supported: base64, bls, captchafox, cloudflare_challenge, friendly_captcha, geetest, lemin, post, turnstile, userrecaptcha`},
@@ -229,5 +234,89 @@ func TestUnsupportedTypes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A post task's file is the image's bytes: a path (existing or not) is
+// never opened, and the error is the same whether it exists or not.
+func TestPostFileIsNeverAPath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real.png")
+	if err := os.WriteFile(real, []byte("GIF89a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, path := range []string{"/etc/hostname", "/dev/zero", real, filepath.Join(dir, "missing.png")} {
+		err := Task{Method: "post", Params: map[string]string{"file": path}}.Validate()
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Field != "params.file" {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if strings.Contains(err.Error(), path) {
+			t.Errorf("%s: the error names the path: %v", path, err)
+		}
+		msgs = append(msgs, err.Error())
+	}
+	for _, m := range msgs[1:] {
+		if m != msgs[0] {
+			t.Errorf("errors differ by path: %q vs %q", m, msgs[0])
+		}
+	}
+}
+
+func TestReservedParamsInAnyCase(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"sitekey": "s", "pageurl": "https://a.example/"}
+	for _, name := range []string{"key", "Key", "KEY", "method", "Json", "pingback", "PingBack", "soft_id", "SOFT_ID", "header_acao", " key"} {
+		p := maps.Clone(base)
+		p[name] = "x"
+		err := Task{Method: "turnstile", Params: p}.Validate()
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Field != "params."+name || !strings.Contains(ve.Reason, "reserved in any letter case") {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+	p := maps.Clone(base)
+	p["action"] = "login" // a task field (Turnstile, reCAPTCHA v3), not res.php's
+	if err := (Task{Method: "turnstile", Params: p}).Validate(); err != nil {
+		t.Errorf("action: %v", err)
+	}
+	err := Task{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "BODY": "R0lGODlh"}}.Validate()
+	if err == nil || !strings.Contains(err.Error(), `write "BODY" in lower case`) {
+		t.Errorf("BODY: %v", err)
+	}
+}
+
+func TestImageCappedAtProviderLimit(t *testing.T) {
+	t.Parallel()
+	ok := base64.StdEncoding.EncodeToString(make([]byte, MaxImageBytes))
+	big := base64.StdEncoding.EncodeToString(make([]byte, MaxImageBytes+1))
+	if err := (Task{Method: "base64", Params: map[string]string{"body": ok}}).Validate(); err != nil {
+		t.Errorf("at the limit: %v", err)
+	}
+	for _, tk := range []Task{
+		{Method: "base64", Params: map[string]string{"body": big}},
+		{Method: "post", Params: map[string]string{"file": big}},
+		{Method: "bls", Params: map[string]string{"instructions": "664", "image_base64_1": big}},
+	} {
+		err := tk.Validate()
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("the image is %d bytes; the provider takes at most %d", MaxImageBytes+1, MaxImageBytes)) {
+			t.Errorf("%s: %v", tk.Method, err)
+		}
+	}
+}
+
+func TestReadImageFileCapped(t *testing.T) {
+	t.Parallel()
+	if _, err := ReadImageFile("/dev/zero"); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("/dev/zero: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "big.png")
+	if err := os.WriteFile(p, make([]byte, MaxImageBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadImageFile(p); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("big: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,8 @@ type apiError struct {
 	Code  string `json:"code,omitempty"`
 	Field string `json:"field,omitempty"`
 	Index *int   `json:"index,omitempty"`
+
+	tooMany bool // answered 413, not 400
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -44,8 +47,10 @@ func retryAfter(w http.ResponseWriter, d time.Duration) {
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *clientState)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			key = r.URL.Query().Get("key") // EventSource cannot set headers
+		if !ok && r.URL.Path == "/v1/events" {
+			// EventSource cannot set headers; everywhere else a key in the
+			// URL would end up in logs and histories, so it is not read.
+			key = r.URL.Query().Get("key")
 		}
 		cs := s.client(strings.TrimSpace(key))
 		if cs == nil {
@@ -87,13 +92,13 @@ func view(rec captchaq.Record, cs *clientState) TaskView {
 	v := TaskView{
 		ID: id, Client: client, Status: rec.Status, Method: rec.Task.Method,
 		Priority: rec.Task.Priority, Attempts: rec.Attempts, AcceptedAt: rec.AcceptedAt,
-		LastError: rec.LastError, LastErrorCode: rec.LastErrorCode,
+		LastError: scrubURLs(rec.LastError), LastErrorCode: rec.LastErrorCode,
 	}
 	if v.Priority == 0 {
 		v.Priority = captchaq.PriorityDefault
 	}
 	if rec.Result != nil {
-		res := *rec.Result
+		res := scrubResult(*rec.Result)
 		res.ID = id
 		if res.Expired(time.Now()) {
 			v.Expired = true
@@ -159,6 +164,9 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		if err := json.Unmarshal(body, &raws); err != nil {
 			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
 		}
+		if len(raws) > s.cfg.MaxTasksPerRequest {
+			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", len(raws), s.cfg.MaxTasksPerRequest), tooMany: true}
+		}
 		if len(raws) == 0 {
 			return nil, &apiError{Error: "body: the array is empty"}
 		}
@@ -179,6 +187,9 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil {
 			return nil, bad("", "task: not a JSON object: "+err.Error())
+		}
+		if obj == nil {
+			return nil, bad("", "task: null is not a task; send a JSON object such as {\"method\":\"turnstile\",\"params\":{...}}")
 		}
 		if _, ok := obj["id"]; !ok {
 			obj["id"], _ = json.Marshal(s.newID())
@@ -224,7 +235,24 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 }
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	// Cheap refusals before the body is read: a client at its max_inflight
+	// gets nothing parsed, and bodies being read are bounded overall.
+	if cs.MaxInflight > 0 {
+		cs.mu.Lock()
+		n := len(cs.inflight)
+		cs.mu.Unlock()
+		if n >= cs.MaxInflight {
+			retryAfter(w, time.Second)
+			apiFail(w, http.StatusTooManyRequests, "", fmt.Sprintf("client %q has %d unfinished tasks; its max_inflight is %d", cs.Name, n, cs.MaxInflight))
+			return
+		}
+	}
+	room, ok := s.bodyRoom(w, r)
+	if !ok {
+		return
+	}
 	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	s.bodies.give(room)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -236,7 +264,11 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 	}
 	tasks, aerr := s.parseAPITasks(body, cs)
 	if aerr != nil {
-		writeJSON(w, http.StatusBadRequest, aerr)
+		status := http.StatusBadRequest
+		if aerr.tooMany {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, status, aerr)
 		return
 	}
 	ids := make([]string, len(tasks))
@@ -362,6 +394,10 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, cs *clientSta
 	}
 	var sub *subscription
 	if wait > 0 {
+		if !slot(w, &cs.waits, &s.waits, s.cfg.MaxWaitsPerClient, s.cfg.MaxWaits, "long polls (?wait=)") {
+			return
+		}
+		defer func() { cs.waits.give(1); s.waits.give(1) }()
 		// Subscribe before reading, so a result between the read and the
 		// wait is not missed.
 		sub = s.events.subscribeID(id)
@@ -442,18 +478,24 @@ type ClientStats struct {
 
 // Stats is GET /v1/stats.
 type Stats struct {
-	Metrics     captchaq.Metrics `json:"metrics"`
-	Clients     []ClientStats    `json:"clients"`
-	DeadLetters int              `json:"dead_letters"`
-	Ready       bool             `json:"ready"`
+	// Metrics is the whole queue's: admin clients only.
+	Metrics     *captchaq.Metrics `json:"metrics,omitempty"`
+	Clients     []ClientStats     `json:"clients"`
+	DeadLetters int               `json:"dead_letters"`
+	Ready       bool              `json:"ready"`
 	// Broker is the messages ready in each broker queue, for a Backend
 	// that is a QueueDepther (a gateway); absent otherwise.
 	Broker map[string]int `json:"broker,omitempty"`
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientState) {
-	st := Stats{Metrics: s.backend.Metrics(), Ready: s.ready(r.Context()) == nil}
-	if qd, ok := s.backend.(QueueDepther); ok {
+	st := Stats{Ready: s.ready(r.Context()) == nil}
+	if cs.Admin {
+		// Whole-queue numbers are the operator's; a client sees its own.
+		m := s.backend.Metrics()
+		st.Metrics = &m
+	}
+	if qd, ok := s.backend.(QueueDepther); ok && cs.Admin {
 		// Best effort: a broker that does not answer soon leaves it out.
 		ctx, cancel := context.WithTimeout(r.Context(), depthWait)
 		st.Broker, _ = qd.QueueDepths(ctx)
@@ -598,4 +640,22 @@ func (s *Server) Replay(ctx context.Context, ids []string) ([]string, error) {
 		return nil, err
 	}
 	return replayed, nil
+}
+
+// providerURL matches a URL inside an error text: the provider's base URL
+// (or any other) is the operator's business, not a client's.
+var providerURL = regexp.MustCompile(`(?i)\b(?:https?|amqps?)://[^\s"'<>]+|\b(?:dial|read|write) (?:tcp|udp)[46]? \S+`)
+
+// scrubURLs hides the URLs in a client-visible error text.
+func scrubURLs(s string) string {
+	if !strings.Contains(s, "://") && !strings.Contains(s, " tcp") {
+		return s
+	}
+	return providerURL.ReplaceAllString(s, "(the provider)")
+}
+
+// scrubResult is r as a client may see it.
+func scrubResult(r captchaq.Result) captchaq.Result {
+	r.Error = scrubURLs(r.Error)
+	return r
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"regexp"
 	"time"
@@ -126,6 +127,23 @@ type Config struct {
 	PingbackTimeout  time.Duration
 	PingbackAttempts int
 	PingbackParallel int
+	// MaxTasksPerRequest bounds the tasks of one POST /v1/tasks (413
+	// past it). MaxBodyInflight bounds the request bodies being read at
+	// once, in bytes (429 past it). MaxStreamsPerClient and MaxStreams
+	// bound open event streams, MaxWaitsPerClient and MaxWaits long polls
+	// (?wait=), per client and overall (429 past them). Defaults: the
+	// *Default constants.
+	MaxTasksPerRequest  int
+	MaxBodyInflight     int64
+	MaxStreamsPerClient int
+	MaxStreams          int
+	MaxWaitsPerClient   int
+	MaxWaits            int
+	// PingbackAllow lets clients' pingbacks reach these internal networks
+	// (loopback, private, link-local, CGNAT, metadata addresses are refused
+	// otherwise, checked on every connect). Default none; for tests and an
+	// operator's own receivers.
+	PingbackAllow []netip.Prefix
 	// ObserveRequest, when set, is called with each front or API request's
 	// route and the time spent in its handler (for load tests).
 	ObserveRequest func(route string, d time.Duration)
@@ -152,7 +170,21 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PingbackParallel == 0 {
 		c.PingbackParallel = PingbackParallelDefault
 	}
-	if c.MaxBodyBytes < 0 || c.SubmitWait < 0 || c.PingbackTimeout < 0 || c.PingbackAttempts < 0 || c.PingbackParallel < 0 {
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&c.MaxTasksPerRequest, MaxTasksPerRequestDefault}, {&c.MaxStreamsPerClient, MaxStreamsPerClientDefault}, {&c.MaxStreams, MaxStreamsDefault}, {&c.MaxWaitsPerClient, MaxWaitsPerClientDefault}, {&c.MaxWaits, MaxWaitsDefault}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return c, errors.New("server: the Max* caps must not be negative")
+		}
+	}
+	if c.MaxBodyInflight == 0 {
+		c.MaxBodyInflight = max(MaxBodyInflightDefault, c.MaxBodyBytes)
+	}
+	if c.MaxBodyBytes < 0 || c.MaxBodyInflight < 0 || c.SubmitWait < 0 || c.PingbackTimeout < 0 || c.PingbackAttempts < 0 || c.PingbackParallel < 0 {
 		return c, errors.New("server: MaxBodyBytes, SubmitWait and the Pingback settings must not be negative")
 	}
 	if c.Backend != nil {

@@ -90,4 +90,33 @@
 //   - /v1/stats and /metrics count what this gateway accepted and
 //     received; threads are the workers' (zero here); "broker" and
 //     captchaq_broker_queue_ready add the broker's queue depths.
+//
+// # Threat model
+//
+// Who is trusted with what:
+//   - The operator runs serve, worker and enqueue, holds the provider key,
+//     the clients file and the machine: trusted with everything. Only the
+//     operator's command line reads local files (a post task's image,
+//     once, at intake, at most provider.MaxImageBytes).
+//   - An admin client sees every client's tasks, the whole-queue numbers,
+//     /metrics and the dashboard; it cannot read files or reach the
+//     network through the server.
+//   - A client is untrusted: its tasks are data. No param names a path
+//     (post tasks carry the image's bytes); protocol names (key, method,
+//     json, soft_id, pingback, header_acao) are refused in params in any
+//     letter case; images are capped at the provider's 600 KiB; tasks per
+//     request, bodies being read, event streams and long polls are capped
+//     (413/429); it sees only its own tasks and numbers, and errors
+//     without the provider's address. Its pingback may not reach
+//     loopback, private, link-local, CGNAT or metadata addresses (checked
+//     on each connect, so DNS rebinding is covered; Config.PingbackAllow
+//     and serve --pingback-allow name exceptions), carry user info or
+//     follow redirects, and each client's pingbacks queue apart.
+//   - The provider is trusted with the answers and the provider key, not
+//     with the server's files or clients' keys.
+//   - The broker is trusted like the operator's machine: its messages are
+//     still validated as client input (a post task with a path fails
+//     alone, it is never opened).
+//   - Pingback receivers are the clients': they get their own results
+//     only, and nothing they answer is followed.
 package server

@@ -194,6 +194,9 @@ func checkURL(v string) string {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "must be a full http(s) URL such as https://example.com/hook"
 	}
+	if u.User != nil {
+		return "must not carry a user or password (user:pass@); put a secret in the path instead"
+	}
 	return ""
 }
 
@@ -211,6 +214,9 @@ func submitErrorCode(err error) (string, string) {
 		case "proxy":
 			return "ERROR_BAD_PROXY", ve.Error()
 		case "body", "file":
+			if strings.Contains(ve.Reason, "the provider takes at most") {
+				return "ERROR_TOO_BIG_CAPTCHA_FILESIZE", ve.Error()
+			}
 			if strings.Contains(ve.Reason, "required") || strings.Contains(ve.Reason, "empty") {
 				return "ERROR_ZERO_CAPTCHA_FILESIZE", ve.Error()
 			}

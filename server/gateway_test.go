@@ -157,7 +157,7 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log})
+	srv, err := server.New(server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -331,7 +331,9 @@ func TestGatewayEndToEnd(t *testing.T) {
 	if _, ok := st.Broker[replyQueue]; !ok {
 		t.Errorf("broker depths %v lack %s", st.Broker, replyQueue)
 	}
-	metrics := g.do(t, mustRequest(t, "GET", g.url+"/metrics"), http.StatusOK)
+	mreq := mustRequest(t, "GET", g.url+"/metrics")
+	mreq.Header.Set("Authorization", "Bearer "+keyAdmin)
+	metrics := g.do(t, mreq, http.StatusOK)
 	for _, want := range []string{
 		"captchaq_tasks_submitted_total 8", "captchaq_tasks_solved_total 6", "captchaq_tasks_failed_total 1",
 		`captchaq_broker_queue_ready{queue="` + tasksQueue + `"} 0`, `captchaq_client_tasks_inflight{client="slow"} 1`,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -20,12 +21,16 @@ import (
 // pingbackSender POSTs results to the pingback URLs clients gave with
 // their tasks: urlencoded id=…&code=… (as 2captcha does) for tasks from
 // in.php, JSON (the Result) for tasks from the API. Each call has a
-// timeout and a few attempts with backoff; at most parallel calls run at
-// once, and results past a bounded backlog are dropped (and counted).
+// timeout and a few attempts with backoff. Each client has its own queue
+// and senders (at most parallel calls at once), so a slow receiver of one
+// client delays only that client's pingbacks; results past a client's
+// bounded backlog are dropped (and counted). Connections go through the
+// egress guard: no internal addresses, no redirects.
 type pingbackSender struct {
 	p       pingbackParams
 	client  *http.Client
-	jobs    chan pingbackJob
+	mu      sync.Mutex
+	queues  map[string]chan pingbackJob // by client name
 	wg      sync.WaitGroup
 	stop    chan struct{}
 	once    sync.Once
@@ -36,6 +41,7 @@ type pingbackParams struct {
 	timeout  time.Duration
 	attempts int
 	parallel int
+	allow    []netip.Prefix // internal addresses let through (tests, operators' own receivers)
 	log      *slog.Logger
 }
 
@@ -50,39 +56,60 @@ type pingbackJob struct {
 	local string
 }
 
-const pingbackBacklog = 4096
+// pingbackBacklog bounds one client's queued pingbacks.
+const pingbackBacklog = 1024
 
 func newPingbackSender(p pingbackParams) *pingbackSender {
 	ps := &pingbackSender{
 		p:      p,
-		client: &http.Client{Timeout: p.timeout},
-		jobs:   make(chan pingbackJob, pingbackBacklog),
+		client: newEgressClient(p.timeout, p.allow),
+		queues: map[string]chan pingbackJob{},
 		stop:   make(chan struct{}),
 		metrics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "captchaq_client_pingbacks_total", Help: "Calls to clients' pingback URLs by outcome (sent, failed, dropped).",
 		}, []string{"outcome"}),
 	}
-	for range p.parallel {
-		ps.wg.Add(1)
-		go ps.run()
-	}
 	return ps
+}
+
+// queue returns client's queue, starting its senders on first use; nil
+// once the sender is closed.
+func (ps *pingbackSender) queue(client string) chan pingbackJob {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if q, ok := ps.queues[client]; ok {
+		return q
+	}
+	select {
+	case <-ps.stop:
+		return nil
+	default:
+	}
+	q := make(chan pingbackJob, pingbackBacklog)
+	ps.queues[client] = q
+	for range ps.p.parallel {
+		ps.wg.Add(1)
+		go ps.run(q)
+	}
+	return q
 }
 
 // enqueue never blocks the queue's goroutine.
 func (ps *pingbackSender) enqueue(store recordGetter, r captchaq.Result, local string) {
+	client, _ := splitID(r.ID)
+	q := ps.queue(client)
 	select {
-	case ps.jobs <- pingbackJob{store: store, res: r, local: local}:
+	case q <- pingbackJob{store: store, res: r, local: local}:
 	default:
 		ps.metrics.WithLabelValues("dropped").Inc()
 	}
 }
 
-func (ps *pingbackSender) run() {
+func (ps *pingbackSender) run(jobs chan pingbackJob) {
 	defer ps.wg.Done()
 	for {
 		select {
-		case j := <-ps.jobs:
+		case j := <-jobs:
 			ps.send(j)
 		case <-ps.stop:
 			return
@@ -107,6 +134,10 @@ func (ps *pingbackSender) send(j pingbackJob) {
 	var body []byte
 	var ctype string
 	target, form := strings.CutPrefix(rec.Task.Pingback, formPingback)
+	if checkURL(target) != "" {
+		ps.metrics.WithLabelValues("failed").Inc()
+		return // stored before the checks of today
+	}
 	if form {
 		code := j.res.Token
 		if j.res.Status != captchaq.StatusSolved {
@@ -163,15 +194,27 @@ func (ps *pingbackSender) close(ctx context.Context) {
 		done := make(chan struct{})
 		go func() {
 			// Let queued jobs finish until ctx ends.
-			for len(ps.jobs) > 0 && ctx.Err() == nil {
+			for ps.backlog() > 0 && ctx.Err() == nil {
 				time.Sleep(10 * time.Millisecond)
 			}
+			ps.mu.Lock()
 			close(ps.stop)
+			ps.mu.Unlock()
 			ps.wg.Wait()
 			close(done)
 		}()
 		<-done
 	})
+}
+
+func (ps *pingbackSender) backlog() int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	n := 0
+	for _, q := range ps.queues {
+		n += len(q)
+	}
+	return n
 }
 
 // formPingback marks, in the stored Task.Pingback, a URL that gets the

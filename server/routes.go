@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"net/http"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -30,7 +31,7 @@ func (s *Server) routes() http.Handler {
 	if s.pbPath != "" {
 		handle(s.pbPath, "pingback", true, s.local.pingbackHandler())
 	}
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", s.adminOnly(s.MetricsHandler()))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -43,7 +44,41 @@ func (s *Server) routes() http.Handler {
 	})
 	sub, _ := fs.Sub(dashboardFiles, "dashboard")
 	mux.Handle("/", http.FileServerFS(sub))
-	return mux
+	return noFraming(mux)
+}
+
+// MetricsHandler serves the Prometheus metrics without a key check, for an
+// operator-only listener (serve --metrics-listen); on the main listener
+// /metrics needs an admin client's key.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
+}
+
+// adminOnly lets through requests with an admin client's key as
+// Authorization: Bearer (Prometheus: authorization: {type: Bearer,
+// credentials: KEY}).
+func (s *Server) adminOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		cs := s.client(strings.TrimSpace(key))
+		if cs == nil || !cs.Admin {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="captchaq"`)
+			apiFail(w, http.StatusUnauthorized, "Authorization", "the metrics need an admin client's key: send Authorization: Bearer <admin key>, or scrape serve's --metrics-listen address")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// noFraming refuses to let any page of the server be framed (clickjacking
+// of the dashboard).
+func noFraming(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
+	})
 }
 
 // ready says why the server cannot take work: not started, or what the

@@ -32,6 +32,9 @@ type Server struct {
 	local   *localBackend           // nil with Config.Backend
 	clients map[string]*clientState // by key
 	byName  map[string]*clientState
+	// bodies, streams and waits count request bodies being read (bytes),
+	// open event streams and long polls, against the Config caps.
+	bodies, streams, waits gauge
 
 	ids       atomic.Uint64 // the last numeric id handed out
 	events    *broker
@@ -53,6 +56,8 @@ type Server struct {
 type clientState struct {
 	Client
 	limiter *rate.Limiter
+
+	streams, waits gauge // open event streams and long polls
 
 	mu       sync.Mutex
 	inflight map[string]struct{} // unfinished task ids (store ids)
@@ -111,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 	// server never meet the ones already in the Store.
 	s.ids.Store(uint64(time.Now().UnixMicro()))
 	s.pingbacks = newPingbackSender(pingbackParams{
-		timeout: cfg.PingbackTimeout, attempts: cfg.PingbackAttempts, parallel: cfg.PingbackParallel, log: s.log,
+		timeout: cfg.PingbackTimeout, attempts: cfg.PingbackAttempts, parallel: cfg.PingbackParallel, allow: cfg.PingbackAllow, log: s.log,
 	})
 	s.registry = prometheus.NewRegistry()
 	s.metrics = newHTTPMetrics()
@@ -183,6 +188,7 @@ func (s *Server) result(r captchaq.Result) {
 		}
 		cs.mu.Unlock()
 	}
+	r = scrubResult(r)
 	s.events.publish(tenant, r)
 	s.pingbacks.enqueue(s.backend, r, local)
 }

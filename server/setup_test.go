@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -69,6 +70,8 @@ func setup(t *testing.T, o options) *bundle {
 		},
 		Clients: clients,
 		Balance: pc.Balance,
+		// The tests' pingback receivers listen on loopback.
+		PingbackAllow: testAllow,
 	}
 	if o.server != nil {
 		o.server(&cfg)
@@ -198,3 +201,5 @@ func apiTurnstile(id string) string {
 func simBadKey() sim.Account { return sim.Account{BadKey: true} }
 
 func simGoodKey() sim.Account { return sim.Account{} }
+
+var testAllow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}

@@ -203,6 +203,11 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 			continue
 		}
 		task, err := captchaq.ParseTask(raw)
+		if err == nil {
+			if ferr := readLocalImage(task.Method, task.Params); ferr != nil {
+				err = &captchaq.TaskError{ID: task.ID, Code: captchaq.CodeInvalidTask, Msg: ferr.Error(), Err: ferr}
+			}
+		}
 		if err != nil {
 			reject(task, raw, line, err)
 			continue

@@ -136,5 +136,10 @@ func parseTaskLine(b []byte) (captchaq.Task, error) {
 	if err != nil {
 		return t, err
 	}
+	if t.ID != "" && t.Method != "" {
+		if err := readLocalImage(t.Method, t.Params); err != nil {
+			return t, fmt.Errorf("task %q: %v", t.ID, err)
+		}
+	}
 	return t, t.Validate()
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -42,6 +43,9 @@ type serveFlags struct {
 	taskTTL                         *time.Duration
 	fairBurst                       *int
 
+	pingbackAllow *string
+	metricsListen *string
+
 	set map[string]bool // flags given
 }
 
@@ -55,23 +59,25 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	f := serveFlags{
-		listen:       fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)"),
-		clients:      fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
-		apiURL:       addAPIURLFlag(fs),
-		store:        fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
-		publicURL:    fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
-		threads:      fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
-		plan:         fs.String("plan", "", "plan name (BASIC … VIP-3) when --threads is not given"),
-		pollInterval: fs.Duration("poll-interval", captchaq.PollIntervalDefault, "shortest time between two polls of a task"),
-		maxBody:      fs.Int64("max-body", server.MaxBodyBytesDefault, "largest request body in bytes (images are sent in the body)"),
-		shutdown:     fs.Duration("shutdown-timeout", serveShutdownDefault, "on SIGTERM, how long to wait for accepted tasks (with --amqp: for results being recorded)"),
-		amqpURL:      fs.String("amqp", "", "run as a gateway to the RabbitMQ fleet at `URL` (amqp://user:pass@host:5672/): tasks go to 'captchaq worker' processes, which hold the provider key"),
-		prefix:       fs.String("prefix", amqp.PrefixDefault, "with --amqp: name prefix of the fleet's queues and exchanges"),
-		gateway:      fs.String("gateway", "", "with --amqp: this gateway's `NAME`; results come to PREFIX.replies.NAME, so keep it with the store (default: host name and a hash of the store's path)"),
-		lanes:        fs.String("lanes", "", "with --amqp: comma-separated task kinds that have their own queue (as the workers' --lanes)"),
-		taskTTL:      fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
-		fairBurst:    fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
-		set:          map[string]bool{},
+		listen:        fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)"),
+		clients:       fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
+		apiURL:        addAPIURLFlag(fs),
+		store:         fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
+		publicURL:     fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
+		threads:       fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
+		plan:          fs.String("plan", "", "plan name (BASIC … VIP-3) when --threads is not given"),
+		pollInterval:  fs.Duration("poll-interval", captchaq.PollIntervalDefault, "shortest time between two polls of a task"),
+		maxBody:       fs.Int64("max-body", server.MaxBodyBytesDefault, "largest request body in bytes (images are sent in the body)"),
+		shutdown:      fs.Duration("shutdown-timeout", serveShutdownDefault, "on SIGTERM, how long to wait for accepted tasks (with --amqp: for results being recorded)"),
+		amqpURL:       fs.String("amqp", "", "run as a gateway to the RabbitMQ fleet at `URL` (amqp://user:pass@host:5672/): tasks go to 'captchaq worker' processes, which hold the provider key"),
+		prefix:        fs.String("prefix", amqp.PrefixDefault, "with --amqp: name prefix of the fleet's queues and exchanges"),
+		gateway:       fs.String("gateway", "", "with --amqp: this gateway's `NAME`; results come to PREFIX.replies.NAME, so keep it with the store (default: host name and a hash of the store's path)"),
+		lanes:         fs.String("lanes", "", "with --amqp: comma-separated task kinds that have their own queue (as the workers' --lanes)"),
+		taskTTL:       fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
+		fairBurst:     fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
+		pingbackAllow: fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
+		metricsListen: fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
+		set:           map[string]bool{},
 	}
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: captchaq serve --clients FILE [--store PATH | --amqp URL] [flags]\n\n"+
@@ -113,6 +119,10 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	allow, err := parsePrefixes(*f.pingbackAllow)
+	if err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--pingback-allow: %v", err)}
+	}
 	log := slog.New(slog.NewTextHandler(env.stderr, nil))
 	var (
 		cfg   server.Config
@@ -129,6 +139,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	}
 	defer stop()
 	cfg.Clients, cfg.MaxBodyBytes, cfg.Logger = clients, *f.maxBody, log
+	cfg.PingbackAllow = allow
 	srv, err := server.New(cfg)
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -142,8 +153,22 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		return fmt.Errorf("--listen %s: %w", *f.listen, err)
 	}
 	hs := newHTTPServer(srv.Handler())
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
+	if *f.metricsListen != "" {
+		mln, err := net.Listen("tcp", *f.metricsListen)
+		if err != nil {
+			hs.Close()
+			srv.Shutdown(context.Background())
+			return fmt.Errorf("--metrics-listen %s: %w", *f.metricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", srv.MetricsHandler())
+		ms := newHTTPServer(mux)
+		go func() { errc <- ms.Serve(mln) }()
+		defer ms.Close()
+		log.Info("serving metrics", "addr", mln.Addr().String())
+	}
 	log.Info("serving", append([]any{"addr", ln.Addr().String(), "clients", len(clients)}, attrs...)...)
 	select {
 	case err := <-errc:
@@ -250,4 +275,33 @@ func newHTTPServer(h http.Handler) *http.Server {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// parsePrefixes reads a comma-separated list of CIDRs (a bare address is
+// taken as a single-address prefix).
+func parsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f); err == nil {
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an address or CIDR such as 10.1.2.0/24", f)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

@@ -82,6 +82,9 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		return &exitError{code: 2, err: fmt.Errorf("--poll-interval %v must be above 0 and at most %v", *interval, solvePollIntervalDefault)}
 	}
 
+	if err := readLocalImage(*method, params); err != nil {
+		return usageError(err)
+	}
 	// The same checks as every other door; the id is only for them.
 	if err := (captchaq.Task{ID: "solve", Method: *method, Params: params}).Validate(); err != nil {
 		var te *captchaq.TaskError

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/captchaq/captchaq/sim"
+)
+
+// serve --metrics-listen: /metrics without a key on the operator's
+// address; on --listen it needs an admin key.
+func TestServeMetricsListen(t *testing.T) {
+	ss, apiURL, err := sim.Start(sim.Config{LatencyScale: 0.01, Seed: 3}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"client-key-1"},{"name":"ops","key":"admin-key-1","admin":true}]`)
+	p, m := startProcess(t, captchaqBinary(t), []string{"CAPTCHAAI_KEY=metrics-test-key"}, regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+)`),
+		"serve", "--store", "memory", "--clients", clients, "--api-url", apiURL, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	defer p.stop(t)
+	mm := regexp.MustCompile(`msg="serving metrics" addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(p.output())
+	if mm == nil {
+		t.Fatalf("no metrics address logged:\n%s", p.output())
+	}
+	get := func(u, key string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", u, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("http://"+mm[1]+"/metrics", ""); code != 200 || !strings.Contains(body, "captchaq_tasks_submitted_total") {
+		t.Errorf("operator address: %d %.200s", code, body)
+	}
+	for key, want := range map[string]int{"": 401, "client-key-1": 401, "admin-key-1": 200} {
+		if code, _ := get("http://"+m[1]+"/metrics", key); code != want {
+			t.Errorf("main /metrics with key %q: %d, want %d", key, code, want)
+		}
+	}
+}

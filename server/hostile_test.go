@@ -1,0 +1,158 @@
+package server_test
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+type apiErr struct {
+	Error string `json:"error"`
+	Field string `json:"field"`
+}
+
+// A JSON API post task names no path: the server opens none, and the
+// answer is the same whether the path exists or not.
+func TestAPIPostFileIsNotAPath(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	real := filepath.Join(t.TempDir(), "secret.png")
+	if err := os.WriteFile(real, []byte("GIF89a-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	for _, path := range []string{"/etc/hostname", "/dev/zero", real, real + ".missing"} {
+		var e apiErr
+		b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"post","params":{"file":"`+path+`"}}`, http.StatusBadRequest, &e)
+		if e.Field != "params.file" || strings.Contains(e.Error, path) || !strings.Contains(e.Error, "a path is not read here") {
+			t.Errorf("%s: %+v", path, e)
+		}
+		if first == "" {
+			first = e.Error
+		} else if e.Error != first {
+			t.Errorf("answers differ by path: %q vs %q", e.Error, first)
+		}
+	}
+	// The image's bytes, base64-encoded, are an upload: solved.
+	img := base64.StdEncoding.EncodeToString([]byte("GIF89a-captcha"))
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"id":"up","method":"post","params":{"file":"`+img+`"}}`, http.StatusAccepted, nil)
+	if v := b.waitFinal(t, keyQA, "up"); v.Status != "solved" {
+		t.Errorf("upload: %+v", v)
+	}
+}
+
+func TestAPIReservedParamsAndImageCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for _, name := range []string{"Key", "KEY", "key", "pingback", "SOFT_ID", "header_acao", "Method", "JSON"} {
+		var e apiErr
+		b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/","`+name+`":"x"}}`, http.StatusBadRequest, &e)
+		if e.Field != "params."+name || !strings.Contains(e.Error, "reserved in any letter case") {
+			t.Errorf("%s: %+v", name, e)
+		}
+	}
+	big := base64.StdEncoding.EncodeToString(make([]byte, provider.MaxImageBytes+1))
+	var e apiErr
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"base64","params":{"body":"`+big+`"}}`, http.StatusBadRequest, &e)
+	if e.Field != "params.body" || !strings.Contains(e.Error, "the provider takes at most 614400") {
+		t.Errorf("big image: %+v", e)
+	}
+	// in.php: a Key param beside the real key is refused too.
+	v := turnstile()
+	v.Set("key", keyQA)
+	v.Set("KEY", "smuggled")
+	if got := b.form(t, "POST", "/in.php", v); !strings.Contains(got, "ERROR_BAD_PARAMETERS") {
+		t.Errorf("in.php KEY: %s", got)
+	}
+}
+
+func TestAPINullTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for _, body := range []string{"null", "[null]", " null ", `[{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/"}},null]`} {
+		var e apiErr
+		b.api(t, "POST", "/v1/tasks", keyQA, body, http.StatusBadRequest, &e)
+		if !strings.Contains(e.Error, "null is not a task") {
+			t.Errorf("%s: %+v", body, e)
+		}
+	}
+}
+
+func TestPingbackUserInfoRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	var e apiErr
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/"},"pingback":"http://guest:guest@hooks.example/x"}`, http.StatusBadRequest, &e)
+	if e.Field != "pingback" || !strings.Contains(e.Error, "must not carry a user or password") {
+		t.Errorf("%+v", e)
+	}
+	v := turnstile()
+	v.Set("key", keyQA)
+	v.Set("pingback", "http://u:p@hooks.example/x")
+	if got := b.form(t, "POST", "/in.php", v); !strings.Contains(got, "ERROR_BAD_PARAMETERS") {
+		t.Errorf("in.php: %s", got)
+	}
+}
+
+// /metrics on the main listener needs an admin key; non-admin stats show
+// the client's own numbers only; no page may be framed; ?key= works on
+// the event stream only.
+func TestOperatorSurfaces(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.inOK(t, keyQA, turnstile())
+	req := func(path, key string) *http.Request {
+		r := mustReq("GET", b.url+path)
+		if key != "" {
+			r.Header.Set("Authorization", "Bearer "+key)
+		}
+		return r
+	}
+	b.do(t, req("/metrics", ""), http.StatusUnauthorized)
+	b.do(t, req("/metrics", keyQA), http.StatusUnauthorized)
+	if got := b.do(t, req("/metrics", keyAdmin), http.StatusOK); !strings.Contains(got, "captchaq_tasks_submitted_total") {
+		t.Errorf("admin /metrics: %.200s", got)
+	}
+
+	var mine, all struct {
+		Metrics map[string]any   `json:"metrics"`
+		Clients []map[string]any `json:"clients"`
+		Broker  map[string]int   `json:"broker"`
+	}
+	b.api(t, "GET", "/v1/stats", keyQA, "", http.StatusOK, &mine)
+	b.api(t, "GET", "/v1/stats", keyAdmin, "", http.StatusOK, &all)
+	if len(mine.Clients) != 1 || mine.Clients[0]["name"] != "qa" || mine.Metrics != nil || mine.Broker != nil {
+		t.Errorf("client stats show more than its own: %+v", mine)
+	}
+	if len(all.Clients) != 3 || all.Metrics == nil {
+		t.Errorf("admin stats: %+v", all)
+	}
+
+	resp, err := b.http.Do(req("/", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("Content-Security-Policy") != "frame-ancestors 'none'" {
+		t.Errorf("framing headers: %v", resp.Header)
+	}
+
+	b.do(t, req("/v1/stats?key="+keyQA, ""), http.StatusUnauthorized)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ev, _ := http.NewRequestWithContext(ctx, "GET", b.url+"/v1/events?key="+keyQA, nil)
+	resp, err = b.http.Do(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("event stream with ?key=: HTTP %d", resp.StatusCode)
+	}
+}
