@@ -31,7 +31,7 @@ var demoPages = template.Must(template.New("index").Parse(`<!doctype html>
 <div class="cf-turnstile" data-sitekey="{{.SiteKey}}" data-action="login">
 <input type="hidden" name="cf-turnstile-response" id="cf-chl-widget-demo_response">
 </div>
-<p><button type="submit" id="submit">Sign in</button></p>
+<p><button type="submit" id="send">Sign in</button></p>
 </form></body></html>
 {{end}}
 {{define "recaptcha"}}<!doctype html>
@@ -42,7 +42,7 @@ var demoPages = template.Must(template.New("index").Parse(`<!doctype html>
 <div class="g-recaptcha" data-sitekey="{{.SiteKey}}">
 <textarea id="g-recaptcha-response" name="g-recaptcha-response" class="g-recaptcha-response" style="display:none"></textarea>
 </div>
-<p><button type="submit" id="submit">Pay</button></p>
+<p><button type="submit" id="send">Pay</button></p>
 </form></body></html>
 {{end}}
 {{define "verdict"}}<!doctype html>
