@@ -85,6 +85,9 @@ type Config struct {
 	// Default FetchedRetentionDefault (30 s).
 	FetchedRetention time.Duration
 
+	// Siteverify sets the token lifetimes of the siteverify endpoints.
+	Siteverify Siteverify
+
 	// Seed seeds the random source. The same seed and the same sequence of
 	// requests give the same latencies, outcomes, faults, ids and tokens.
 	Seed uint64
@@ -178,6 +181,7 @@ func (c Config) WithDefaults() Config {
 	c.Pingback.Parallel = cmp.Or(c.Pingback.Parallel, PingbackParallelDefault)
 	c.ResultTTL = cmp.Or(c.ResultTTL, ResultTTLDefault)
 	c.FetchedRetention = cmp.Or(c.FetchedRetention, FetchedRetentionDefault)
+	c.Siteverify = c.Siteverify.withDefaults()
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -229,6 +233,9 @@ func (c Config) validate() error {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("sim: %s is %v: give a positive duration", d.name, d.v))
 		}
+	}
+	if err := c.Siteverify.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.PollBan.Max < 0 || c.Pingback.Parallel < 0 || c.BulkMaxIDs < 0 {
 		errs = append(errs, errors.New("sim: PollBan.Max, Pingback.Parallel and BulkMaxIDs must not be negative"))

@@ -33,6 +33,15 @@
 // document), POST /sim/stats/reset, GET or POST /sim/account (switch the bad
 // key, zero balance and IP banned states), POST /sim/unban (lift poll bans).
 //
+// The simulator is also the site side of a token CAPTCHA: under /demo/ a
+// sign-in page carries a Turnstile-like widget and a checkout page a
+// reCAPTCHA-v2-like one (sitekey in the DOM, hidden response field), and
+// their forms are checked at /turnstile/v0/siteverify and
+// /recaptcha/api/siteverify, which answer as Cloudflare's and Google's do
+// (success, challenge_ts, hostname, error-codes). They accept a token only
+// if this simulator issued it, for that page's sitekey, within its lifetime
+// (Config.Siteverify: 300 s Turnstile, 120 s reCAPTCHA) and only once.
+//
 // Memory stays flat: a task is forgotten Config.FetchedRetention after its
 // final answer was first delivered, or Config.ResultTTL after it was solved
 // if nobody asks. Solving runs on one timer over a heap of due times, so

@@ -66,6 +66,7 @@ type Server struct {
 	account Account
 	bans    map[string]time.Time // client IP → end of its poll ban
 	st      statsState
+	tokens  tokenBook
 
 	pingbacks *pingbackSender
 	httpSrv   *http.Server
@@ -175,7 +176,8 @@ func (s *Server) Unban() {
 	clear(s.bans)
 }
 
-// ServeHTTP serves /in.php, /res.php (under any path prefix) and /sim/….
+// ServeHTTP serves /in.php, /res.php (under any path prefix), /sim/…, the
+// demo site under /demo/ and the two siteverify endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/sim/"):
@@ -185,6 +187,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveSubmit(w, r)
 	case strings.HasSuffix(r.URL.Path, "/res.php"):
 		s.serveResult(w, r)
+	case r.URL.Path == "/turnstile/v0/siteverify":
+		s.serveSiteverify(w, r, familyTurnstile)
+	case r.URL.Path == "/recaptcha/api/siteverify":
+		s.serveSiteverify(w, r, familyRecaptcha)
+	case r.URL.Path == "/demo" || strings.HasPrefix(r.URL.Path, "/demo/"):
+		s.serveDemo(w, r)
 	default:
 		s.mu.Lock()
 		s.st.calls.Other++

@@ -293,6 +293,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	var id uint64
 	if code == "" {
 		id = s.acceptLocked(spec, now)
+		s.noteSiteLocked(id, spec.kind, q)
 	}
 	s.mu.Unlock()
 
@@ -375,6 +376,7 @@ func (s *Server) solveLocked(t *task, at time.Time) {
 		t.state = stateSolved
 		s.st.solved++
 	}
+	s.issueLocked(t, at)
 	t.forgetAt = at.Add(s.cfg.ResultTTL)
 	s.scheduleLocked(event{at: t.forgetAt, id: t.id, kind: eventForget})
 	if t.pingback != "" {

@@ -1,0 +1,299 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// Token lifetimes of the real services: a Turnstile token is good for
+// 300 s after it was issued, a reCAPTCHA token for 120 s.
+const (
+	TurnstileLifetimeDefault = 300 * time.Second
+	RecaptchaLifetimeDefault = 120 * time.Second
+)
+
+// Siteverify shapes the checks of /turnstile/v0/siteverify and
+// /recaptcha/api/siteverify. A token is accepted once, for the sitekey it
+// was solved for, until its lifetime after it was solved has passed.
+// Tokens are remembered for twice the longer lifetime: an expired or used
+// token is answered timeout-or-duplicate within that time, and
+// invalid-input-response after it.
+type Siteverify struct {
+	// TurnstileLifetime default TurnstileLifetimeDefault (300 s).
+	TurnstileLifetime time.Duration
+	// RecaptchaLifetime default RecaptchaLifetimeDefault (120 s).
+	RecaptchaLifetime time.Duration
+}
+
+func (v Siteverify) withDefaults() Siteverify {
+	if v.TurnstileLifetime == 0 {
+		v.TurnstileLifetime = TurnstileLifetimeDefault
+	}
+	if v.RecaptchaLifetime == 0 {
+		v.RecaptchaLifetime = RecaptchaLifetimeDefault
+	}
+	return v
+}
+
+func (v Siteverify) validate() error {
+	if v.TurnstileLifetime < 0 || v.RecaptchaLifetime < 0 {
+		return fmt.Errorf("sim: Siteverify lifetimes are %v and %v: give positive durations", v.TurnstileLifetime, v.RecaptchaLifetime)
+	}
+	return nil
+}
+
+// DemoSite is one page of the demo site under /demo/: the widget's sitekey
+// sits in the page, the secret stays with the site's server, which sends it
+// to siteverify.
+type DemoSite struct {
+	Path    string // "/demo/turnstile"
+	SiteKey string
+	Secret  string
+}
+
+// The demo site's two pages. Their secrets are the only ones siteverify
+// accepts.
+var (
+	DemoTurnstile = DemoSite{Path: "/demo/turnstile", SiteKey: "0x4AAAAAAADemoCaptchaQ01", Secret: "0x4AAAAAAADemoCaptchaQSecret00000001"}
+	DemoRecaptcha = DemoSite{Path: "/demo/recaptcha", SiteKey: "6LdDemoAAAAAAcaptchaqDemoSiteKey00000001", Secret: "6LdDemoAAAAAAcaptchaqDemoSecretKey000001"}
+)
+
+// family is a siteverify endpoint's family of token kinds.
+type family uint8
+
+const (
+	familyTurnstile family = iota + 1
+	familyRecaptcha
+)
+
+func familyOf(k provider.Kind) family {
+	switch k {
+	case provider.KindTurnstile:
+		return familyTurnstile
+	case provider.KindRecaptchaV2, provider.KindRecaptchaV3:
+		return familyRecaptcha
+	}
+	return 0
+}
+
+// tokenSite is where a token task was submitted for.
+type tokenSite struct {
+	sitekey  string
+	hostname string
+}
+
+// issuedToken is a token this simulator handed out.
+type issuedToken struct {
+	kind     provider.Kind
+	sitekey  string
+	hostname string
+	at       time.Time // when it was solved
+	used     bool
+}
+
+type tokenKey [16]byte
+
+func keyOf(token string) tokenKey {
+	var k tokenKey
+	sum := sha256.Sum256([]byte(token))
+	copy(k[:], sum[:])
+	return k
+}
+
+// tokenBook remembers issued tokens by their hash (a token is hundreds of
+// bytes), in issue order so that old ones are forgotten cheaply.
+type tokenBook struct {
+	pending map[uint64]tokenSite // accepted token tasks not solved yet
+	issued  map[tokenKey]*issuedToken
+	order   []tokenKey
+}
+
+// noteSiteLocked records the sitekey and page host of an accepted token
+// task, so that its token can be checked against them.
+func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
+	if familyOf(kind) == 0 {
+		return
+	}
+	if s.tokens.pending == nil {
+		s.tokens.pending = make(map[uint64]tokenSite)
+	}
+	site := tokenSite{sitekey: q.get("sitekey")}
+	if kind != provider.KindTurnstile {
+		site.sitekey = q.get("googlekey")
+	}
+	if u, err := url.Parse(q.get("pageurl")); err == nil {
+		site.hostname = u.Hostname()
+	}
+	s.tokens.pending[id] = site
+}
+
+// issueLocked records the token of a token task that was just solved.
+func (s *Server) issueLocked(t *task, at time.Time) {
+	site, ok := s.tokens.pending[t.id]
+	if !ok {
+		return
+	}
+	delete(s.tokens.pending, t.id)
+	if t.state != stateSolved {
+		return
+	}
+	if s.tokens.issued == nil {
+		s.tokens.issued = make(map[tokenKey]*issuedToken)
+	}
+	s.forgetTokensLocked(at)
+	k := keyOf(s.answerFor(t).raw)
+	s.tokens.issued[k] = &issuedToken{kind: t.kind, sitekey: site.sitekey, hostname: site.hostname, at: at}
+	s.tokens.order = append(s.tokens.order, k)
+}
+
+// forgetTokensLocked drops tokens issued more than twice the longer
+// lifetime ago.
+func (s *Server) forgetTokensLocked(now time.Time) {
+	keep := 2 * max(s.cfg.Siteverify.TurnstileLifetime, s.cfg.Siteverify.RecaptchaLifetime)
+	n := 0
+	for _, k := range s.tokens.order {
+		if it := s.tokens.issued[k]; it != nil && now.Sub(it.at) < keep {
+			break
+		}
+		delete(s.tokens.issued, k)
+		n++
+	}
+	s.tokens.order = s.tokens.order[n:]
+}
+
+// verdict is one siteverify answer before it is written in a service's shape.
+type verdict struct {
+	success  bool
+	codes    []string
+	issued   issuedToken
+	hostname string
+}
+
+// verifyLocked checks secret and response as the service of family f does.
+// Google lists every missing field; Cloudflare stops at the secret.
+func (s *Server) verifyLocked(f family, secret, response string, now time.Time) verdict {
+	site := DemoTurnstile
+	if f == familyRecaptcha {
+		site = DemoRecaptcha
+	}
+	var codes []string
+	switch {
+	case secret == "":
+		codes = append(codes, "missing-input-secret")
+	case secret != site.Secret:
+		codes = append(codes, "invalid-input-secret")
+	}
+	if len(codes) > 0 && f == familyTurnstile {
+		return verdict{codes: codes}
+	}
+	if response == "" {
+		codes = append([]string{"missing-input-response"}, codes...)
+	}
+	if len(codes) > 0 {
+		return verdict{codes: codes}
+	}
+	s.forgetTokensLocked(now)
+	it := s.tokens.issued[keyOf(response)]
+	if it == nil || familyOf(it.kind) != f || it.sitekey != site.SiteKey {
+		return verdict{codes: []string{"invalid-input-response"}}
+	}
+	life := s.cfg.Siteverify.TurnstileLifetime
+	if f == familyRecaptcha {
+		life = s.cfg.Siteverify.RecaptchaLifetime
+	}
+	if it.used || now.Sub(it.at) > life {
+		return verdict{codes: []string{"timeout-or-duplicate"}}
+	}
+	it.used = true
+	return verdict{success: true, issued: *it}
+}
+
+// maxVerifyBody bounds a siteverify request body.
+const maxVerifyBody = 64 << 10
+
+// serveSiteverify answers /turnstile/v0/siteverify (POST, form or JSON)
+// and /recaptcha/api/siteverify (POST or GET, form) in the services' shapes.
+func (s *Server) serveSiteverify(w http.ResponseWriter, r *http.Request, f family) {
+	w.Header().Set("Content-Type", "application/json")
+	if r.Method != http.MethodPost && !(f == familyRecaptcha && r.Method == http.MethodGet) {
+		w.Header().Set("Allow", http.MethodPost)
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		_ = json.NewEncoder(w).Encode(map[string]any{"success": false, "error-codes": []string{"bad-request"}})
+		return
+	}
+	secret, response, err := readVerifyRequest(w, r, f)
+	var v verdict
+	if err != nil {
+		v.codes = []string{"bad-request"}
+	} else {
+		s.mu.Lock()
+		now := s.cfg.Now()
+		s.runDueLocked(now)
+		v = s.verifyLocked(f, secret, response, now)
+		s.mu.Unlock()
+	}
+	var out map[string]any
+	if f == familyTurnstile {
+		out = map[string]any{"success": v.success, "error-codes": cmpSlice(v.codes), "messages": []string{}}
+		if v.success {
+			out["challenge_ts"] = v.issued.at.UTC().Format("2006-01-02T15:04:05.000Z")
+			out["hostname"] = v.issued.hostname
+			out["action"] = ""
+			out["cdata"] = ""
+		}
+	} else {
+		out = map[string]any{"success": v.success}
+		if v.success {
+			out["challenge_ts"] = v.issued.at.UTC().Format(time.RFC3339)
+			out["hostname"] = v.issued.hostname
+			if v.issued.kind == provider.KindRecaptchaV3 {
+				out["score"] = 0.9
+				out["action"] = ""
+			}
+		} else {
+			out["error-codes"] = v.codes
+		}
+	}
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+func cmpSlice(a []string) []string {
+	if a == nil {
+		return []string{}
+	}
+	return a
+}
+
+// readVerifyRequest reads secret and response from a form or, for
+// Turnstile, a JSON body.
+func readVerifyRequest(w http.ResponseWriter, r *http.Request, f family) (secret, response string, err error) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxVerifyBody)
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/json" {
+		if f != familyTurnstile {
+			return "", "", errors.New("reCAPTCHA siteverify takes a form")
+		}
+		var body struct {
+			Secret   string `json:"secret"`
+			Response string `json:"response"`
+			RemoteIP string `json:"remoteip"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			return "", "", err
+		}
+		return body.Secret, body.Response, nil
+	}
+	if err := r.ParseForm(); err != nil {
+		return "", "", err
+	}
+	return strings.TrimSpace(r.Form.Get("secret")), strings.TrimSpace(r.Form.Get("response")), nil
+}
