@@ -128,7 +128,7 @@ func TestServeAsGatewayProcess(t *testing.T) {
 	t.Cleanup(func() { ss.Close() })
 	bin := captchaqBinary(t)
 	dir := t.TempDir()
-	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+clientKey+`"}]`)
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+clientKey+`","admin":true}]`)
 	db := filepath.Join(dir, "gateway.db")
 
 	worker, _ := startProcess(t, bin, []string{"CAPTCHAAI_KEY=" + workerKey}, regexp.MustCompile(`msg="worker started"`),
@@ -199,7 +199,7 @@ func TestServeAsGatewayProcess(t *testing.T) {
 		Broker map[string]int `json:"broker"`
 	}
 	req, _ := http.NewRequest("GET", base2+"/v1/stats", nil)
-	req.Header.Set("Authorization", "Bearer "+clientKey)
+	req.Header.Set("Authorization", "Bearer "+clientKey) // an admin: broker depths are whole-fleet numbers
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
