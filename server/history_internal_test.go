@@ -30,7 +30,7 @@ func TestHistoryView(t *testing.T) {
 			s.depth["5"] = 2
 		}
 		if i != 3 {
-			s.broker = map[string]int{"captchaq.tasks": 7 * i}
+			s.broker = map[string]int{"captcha.tasks": 7 * i}
 		}
 		h.add(s)
 	}
@@ -46,7 +46,7 @@ func TestHistoryView(t *testing.T) {
 		FailedPerMin: []*float64{nil, f(0), f(6), f(4)},
 		DelayP50Ms:   []float64{250, 250, 250, 250}, DelayP99Ms: []float64{1500, 1500, 1500, 1500},
 		Inflight: map[string][]*float64{"qa": {f(2), f(3), f(4), f(5)}, "ops": {f(0), f(0), f(0), f(0)}},
-		Broker:   map[string][]*float64{"captchaq.tasks": {f(14), nil, f(28), f(35)}},
+		Broker:   map[string][]*float64{"captcha.tasks": {f(14), nil, f(28), f(35)}},
 		Paused:   []bool{false, false, false, false},
 	}
 	if d := cmp.Diff(want, got); d != "" {
@@ -61,7 +61,7 @@ func TestHistoryView(t *testing.T) {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		t.Fatal(err)
 	}
-	if q := raw["broker"].(map[string]any)["captchaq.tasks"].([]any); q[1] != nil {
+	if q := raw["broker"].(map[string]any)["captcha.tasks"].([]any); q[1] != nil {
 		t.Errorf("broker column %v: want null where the broker did not answer", q)
 	}
 }

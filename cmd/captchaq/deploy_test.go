@@ -48,7 +48,7 @@ type depthBackend struct{ server.Backend }
 func (depthBackend) Attach(map[string]int, func(captchaq.Result)) error { return nil }
 func (depthBackend) Metrics() captchaq.Metrics                          { return captchaq.Metrics{} }
 func (depthBackend) QueueDepths(context.Context) (map[string]int, error) {
-	return map[string]int{"captchaq.tasks": 0}, nil
+	return map[string]int{"captcha.tasks": 0}, nil
 }
 
 type heldSource struct{}
