@@ -237,3 +237,18 @@ func TestHistoryAPI(t *testing.T) {
 		t.Errorf("broker columns without a broker: %v", h.Broker)
 	}
 }
+
+// TestHistoryConfigRefused: a sampling period below zero, or a window
+// shorter than it, is refused by New with both fields named.
+func TestHistoryConfigRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ every, window time.Duration }{{-time.Second, 0}, {time.Minute, time.Second}} {
+		_, err := server.New(server.Config{
+			Clients:      []server.Client{{Name: "qa", Key: keyQA}},
+			HistoryEvery: c.every, HistoryWindow: c.window,
+		})
+		if err == nil || !strings.Contains(err.Error(), "HistoryEvery") || !strings.Contains(err.Error(), "HistoryWindow") {
+			t.Errorf("every %v window %v: %v, want an error naming HistoryEvery and HistoryWindow", c.every, c.window, err)
+		}
+	}
+}
