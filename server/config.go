@@ -138,6 +138,11 @@ func (c Config) withDefaults() (Config, error) {
 	if err := checkClients(c.Clients); err != nil {
 		return c, fmt.Errorf("server: Clients: %w", err)
 	}
+	c.HistoryEvery = cmp.Or(c.HistoryEvery, HistoryEveryDefault)
+	c.HistoryWindow = cmp.Or(c.HistoryWindow, HistoryWindowDefault)
+	if c.HistoryEvery < 0 || c.HistoryWindow < c.HistoryEvery {
+		return c, fmt.Errorf("server: HistoryEvery %v and HistoryWindow %v: give a positive HistoryEvery and a HistoryWindow at least as long (or neither, for %v and %v)", c.HistoryEvery, c.HistoryWindow, HistoryEveryDefault, HistoryWindowDefault)
+	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = MaxBodyBytesDefault
 	}
@@ -152,11 +157,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PingbackParallel == 0 {
 		c.PingbackParallel = PingbackParallelDefault
-	}
-	c.HistoryEvery = cmp.Or(c.HistoryEvery, HistoryEveryDefault)
-	c.HistoryWindow = cmp.Or(c.HistoryWindow, HistoryWindowDefault)
-	if c.HistoryEvery < 0 || c.HistoryWindow < c.HistoryEvery {
-		return c, fmt.Errorf("server: HistoryEvery %v and HistoryWindow %v: give a positive HistoryEvery and a HistoryWindow at least as long (or neither, for %v and %v)", c.HistoryEvery, c.HistoryWindow, HistoryEveryDefault, HistoryWindowDefault)
 	}
 	if c.MaxBodyBytes < 0 || c.SubmitWait < 0 || c.PingbackTimeout < 0 || c.PingbackAttempts < 0 || c.PingbackParallel < 0 {
 		return c, errors.New("server: MaxBodyBytes, SubmitWait and the Pingback settings must not be negative")
