@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -147,6 +148,10 @@ type Config struct {
 	// ObserveRequest, when set, is called with each front or API request's
 	// route and the time spent in its handler (for load tests).
 	ObserveRequest func(route string, d time.Duration)
+	// HistoryEvery is how often the dashboard's charts take a sample, and
+	// HistoryWindow how far back they reach (kept in memory, served at
+	// /v1/history). Defaults HistoryEveryDefault and HistoryWindowDefault.
+	HistoryEvery, HistoryWindow time.Duration
 	// Logger receives the server's logs. Default: the Queue's, else discard.
 	Logger *slog.Logger
 }
@@ -154,6 +159,11 @@ type Config struct {
 func (c Config) withDefaults() (Config, error) {
 	if err := checkClients(c.Clients); err != nil {
 		return c, fmt.Errorf("server: Clients: %w", err)
+	}
+	c.HistoryEvery = cmp.Or(c.HistoryEvery, HistoryEveryDefault)
+	c.HistoryWindow = cmp.Or(c.HistoryWindow, HistoryWindowDefault)
+	if c.HistoryEvery < 0 || c.HistoryWindow < c.HistoryEvery {
+		return c, fmt.Errorf("server: HistoryEvery %v and HistoryWindow %v: give a positive HistoryEvery and a HistoryWindow at least as long (or neither, for %v and %v)", c.HistoryEvery, c.HistoryWindow, HistoryEveryDefault, HistoryWindowDefault)
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = MaxBodyBytesDefault

@@ -14,6 +14,7 @@
 //	DELETE /v1/tasks/{id}         cancel a queued task
 //	GET    /v1/events             server-sent events: the caller's results
 //	GET    /v1/stats              queue metrics and per-client counts
+//	GET    /v1/history            the dashboard's charts: the last hour, sampled (admin)
 //	GET    /v1/deadletters        failed tasks
 //	POST   /v1/deadletters/replay {"ids":[…]} or {"all":true}: queue them again
 //	/pingback                     the provider's pingback (with Config.PublicURL)

@@ -576,4 +576,16 @@ func TestGatewayDashboard(t *testing.T) {
 	if err := chromedp.Do(ctx, waitText("#solved", "4"), waitText("#submitted", "4"), waitText("#success", "100.0%")); err != nil {
 		t.Fatalf("solved count did not reach 4: %v", err)
 	}
+	// The charts: the broker's queues instead of the threads.
+	charts, err := chromedp.Run(ctx, chromedp.Poll[string](`(() => { const c = window.captchaqCharts || {};
+	  if (!c["chart-broker"]) return false;
+	  return [document.getElementById("chart-threads").closest(".chart").hidden,
+	    c["chart-broker"].series.slice(1).map((s) => s.label).join(","),
+	    c["chart-broker"].data[0].length > 0].join(" | "); })()`, chromedp.WithPollingInterval(50*time.Millisecond)))
+	if err != nil {
+		t.Fatalf("no broker chart: %v", err)
+	}
+	if want := fmt.Sprintf("true | %s,%s,%s | true", failed, f.cfg.Prefix+".replies.dash", tasks); charts != want {
+		t.Errorf("threads chart hidden | broker chart series | has samples: %q, want %q", charts, want)
+	}
 }

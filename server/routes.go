@@ -26,6 +26,7 @@ func (s *Server) routes() http.Handler {
 	handle("DELETE /v1/tasks/{id}", "tasks_cancel", true, s.authed(s.handleCancel))
 	handle("GET /v1/events", "events", false, s.authed(s.handleEvents))
 	handle("GET /v1/stats", "stats", true, s.authed(s.handleStats))
+	handle("GET /v1/history", "history", true, s.authed(s.handleHistory))
 	handle("GET /v1/deadletters", "deadletters", true, s.authed(s.handleDeadLetters))
 	handle("POST /v1/deadletters/replay", "deadletters_replay", true, s.authed(s.handleReplay))
 	if s.pbPath != "" {

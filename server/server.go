@@ -42,6 +42,7 @@ type Server struct {
 	metrics   *httpMetrics
 	registry  *prometheus.Registry
 	pbPath    string // the provider pingback's secret path
+	history   *history
 
 	started atomic.Bool
 	paused  atomic.Bool // a permanent account error
@@ -124,6 +125,7 @@ func New(cfg Config) (*Server, error) {
 	if qd, ok := s.backend.(QueueDepther); ok {
 		s.registry.MustRegister(newBrokerCollector(qd))
 	}
+	s.history = newHistory(cfg.HistoryEvery, cfg.HistoryWindow, s.readSample)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -159,6 +161,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.started.Store(true)
+	s.history.start()
 	return nil
 }
 
@@ -167,6 +170,7 @@ func (s *Server) Start(ctx context.Context) error {
 // taking results, which wait in its reply queue), then the event streams
 // and the pingback calls in progress. Stop the http.Server first.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.history.shutdown(s.started.Load())
 	err := s.backend.Shutdown(ctx)
 	s.events.close()
 	s.pingbacks.close(ctx)
