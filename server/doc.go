@@ -65,6 +65,14 @@
 //     503 of an array says how many of its new tasks were accepted before.
 //   - The tasks of an array go to the queue in one call, stored together
 //     (one commit on the SQLite store).
+//   - A pingback is sent at most once, after its result is recorded (in
+//     front of a fleet, after the result message is acked). Shutdown
+//     lets queued and in-progress pingbacks finish until its context
+//     ends; any it then abandons, and any past a client's backlog, are
+//     counted in captchaq_client_pingbacks_total{outcome} and logged with
+//     the task id. A process that dies loses its queued pingbacks; the
+//     result stays answerable by res.php and GET /v1/tasks/{id}. Why not
+//     deliver before the ack: see pingbackSender.
 //   - The dashboard and the admin views (every client's tasks, dead
 //     letters and counts) need a client with "admin": true.
 //

@@ -26,15 +26,31 @@ import (
 // client delays only that client's pingbacks; results past a client's
 // bounded backlog are dropped (and counted). Connections go through the
 // egress guard: no internal addresses, no redirects.
+//
+// Delivery is at most once, after the result is recorded (on a gateway,
+// after the result message is acked). close lets the queued and
+// in-progress calls finish until its context ends and abandons the rest;
+// every pingback not sent is counted by outcome (failed, dropped,
+// abandoned) and logged with its task id, never lost silently. A process
+// that dies loses its queued pingbacks; the result stays in the Store,
+// where res.php and GET /v1/tasks/{id} answer it. Sending before the ack
+// would let one client's slow or hostile receiver hold the fleet's reply
+// queue for every client (attempts × timeout per result), which the
+// per-client queues exist to prevent; persisting unsent pingbacks would
+// need a field in every Store and the storetest contract.
 type pingbackSender struct {
 	p       pingbackParams
 	client  *http.Client
 	mu      sync.Mutex
-	queues  map[string]chan pingbackJob // by client name
+	queues  map[string]chan pingbackJob // by client name; closed by close
+	closed  bool
 	wg      sync.WaitGroup
-	stop    chan struct{}
-	once    sync.Once
-	metrics *prometheus.CounterVec
+	closing chan struct{} // closed when close begins
+	// abandon ends the calls still running when close's context ends.
+	abandon       context.Context
+	cancelAbandon context.CancelFunc
+	once          sync.Once
+	metrics       *prometheus.CounterVec
 }
 
 type pingbackParams struct {
@@ -59,83 +75,93 @@ type pingbackJob struct {
 // pingbackBacklog bounds one client's queued pingbacks.
 const pingbackBacklog = 1024
 
+// Outcomes of captchaq_client_pingbacks_total.
+const (
+	pingbackSent      = "sent"
+	pingbackFailed    = "failed"    // refused URL, unreadable record, or every attempt failed
+	pingbackDropped   = "dropped"   // past the client's backlog, or after close
+	pingbackAbandoned = "abandoned" // still queued or being sent when close's context ended
+)
+
 func newPingbackSender(p pingbackParams) *pingbackSender {
+	abandon, cancel := context.WithCancel(context.Background())
 	ps := &pingbackSender{
-		p:      p,
-		client: newEgressClient(p.timeout, p.allow),
-		queues: map[string]chan pingbackJob{},
-		stop:   make(chan struct{}),
+		p:       p,
+		client:  newEgressClient(p.timeout, p.allow),
+		queues:  map[string]chan pingbackJob{},
+		closing: make(chan struct{}),
+		abandon: abandon, cancelAbandon: cancel,
 		metrics: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "captchaq_client_pingbacks_total", Help: "Calls to clients' pingback URLs by outcome (sent, failed, dropped).",
+			Name: "captchaq_client_pingbacks_total", Help: "Calls to clients' pingback URLs by outcome (sent, failed, dropped, abandoned at shutdown).",
 		}, []string{"outcome"}),
 	}
 	return ps
 }
 
-// queue returns client's queue, starting its senders on first use; nil
-// once the sender is closed.
-func (ps *pingbackSender) queue(client string) chan pingbackJob {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if q, ok := ps.queues[client]; ok {
-		return q
-	}
-	select {
-	case <-ps.stop:
-		return nil
-	default:
-	}
-	q := make(chan pingbackJob, pingbackBacklog)
-	ps.queues[client] = q
-	for range ps.p.parallel {
-		ps.wg.Add(1)
-		go ps.run(q)
-	}
-	return q
-}
-
-// enqueue never blocks the queue's goroutine.
+// enqueue hands r's pingback to its client's queue, starting the client's
+// senders on first use. It never blocks the caller (a queue's goroutine).
 func (ps *pingbackSender) enqueue(store recordGetter, r captchaq.Result, local string) {
 	client, _ := splitID(r.ID)
-	q := ps.queue(client)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		ps.notSent(pingbackDropped, r.ID, "the server is stopping")
+		return
+	}
+	q, ok := ps.queues[client]
+	if !ok {
+		q = make(chan pingbackJob, pingbackBacklog)
+		ps.queues[client] = q
+		for range ps.p.parallel {
+			ps.wg.Add(1)
+			go ps.run(q)
+		}
+	}
 	select {
 	case q <- pingbackJob{store: store, res: r, local: local}:
 	default:
-		ps.metrics.WithLabelValues("dropped").Inc()
+		ps.notSent(pingbackDropped, r.ID, fmt.Sprintf("the client's backlog of %d is full", pingbackBacklog))
 	}
 }
 
+// notSent counts and logs a pingback that was not delivered.
+func (ps *pingbackSender) notSent(outcome, id, why string) {
+	ps.metrics.WithLabelValues(outcome).Inc()
+	ps.p.log.Warn("client pingback not sent", "id", id, "outcome", outcome, "reason", why)
+}
+
+// run sends one client's pingbacks until close has closed its queue and
+// the queue is empty.
 func (ps *pingbackSender) run(jobs chan pingbackJob) {
 	defer ps.wg.Done()
-	for {
-		select {
-		case j := <-jobs:
-			ps.send(j)
-		case <-ps.stop:
-			return
-		}
+	for j := range jobs {
+		ps.send(j)
 	}
 }
 
 func (ps *pingbackSender) send(j pingbackJob) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-ps.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx := ps.abandon
+	abandoned := func() { ps.notSent(pingbackAbandoned, j.res.ID, "shutdown deadline reached") }
+	if ctx.Err() != nil {
+		abandoned()
+		return
+	}
 	rec, err := j.store.Get(ctx, j.res.ID)
-	if err != nil || rec.Task.Pingback == "" {
+	switch {
+	case ctx.Err() != nil:
+		abandoned()
+		return
+	case err != nil:
+		ps.notSent(pingbackFailed, j.res.ID, "read the task: "+err.Error())
+		return
+	case rec.Task.Pingback == "":
 		return
 	}
 	var body []byte
 	var ctype string
 	target, form := strings.CutPrefix(rec.Task.Pingback, formPingback)
 	if checkURL(target) != "" {
-		ps.metrics.WithLabelValues("failed").Inc()
+		ps.metrics.WithLabelValues(pingbackFailed).Inc()
 		return // stored before the checks of today
 	}
 	if form {
@@ -155,19 +181,24 @@ func (ps *pingbackSender) send(j pingbackJob) {
 	for attempt := 1; attempt <= ps.p.attempts; attempt++ {
 		err = ps.post(ctx, target, ctype, body)
 		if err == nil {
-			ps.metrics.WithLabelValues("sent").Inc()
+			ps.metrics.WithLabelValues(pingbackSent).Inc()
+			return
+		}
+		if ctx.Err() != nil {
+			abandoned()
 			return
 		}
 		if attempt < ps.p.attempts {
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
+				abandoned()
 				return
 			}
 			backoff *= 2
 		}
 	}
-	ps.metrics.WithLabelValues("failed").Inc()
+	ps.metrics.WithLabelValues(pingbackFailed).Inc()
 	ps.p.log.Warn("client pingback failed", "id", j.res.ID, "attempts", ps.p.attempts, "err", err)
 }
 
@@ -188,33 +219,31 @@ func (ps *pingbackSender) post(ctx context.Context, u, ctype string, body []byte
 	return nil
 }
 
-// close stops the senders; calls in progress are abandoned when ctx ends.
+// close takes no more pingbacks and waits for the queued and
+// in-progress ones until ctx ends; then it abandons the rest (each counted
+// and logged) and returns once every sender has stopped.
 func (ps *pingbackSender) close(ctx context.Context) {
 	ps.once.Do(func() {
+		ps.mu.Lock()
+		ps.closed = true
+		for _, q := range ps.queues {
+			close(q)
+		}
+		ps.mu.Unlock()
+		close(ps.closing)
 		done := make(chan struct{})
 		go func() {
-			// Let queued jobs finish until ctx ends.
-			for ps.backlog() > 0 && ctx.Err() == nil {
-				time.Sleep(10 * time.Millisecond)
-			}
-			ps.mu.Lock()
-			close(ps.stop)
-			ps.mu.Unlock()
 			ps.wg.Wait()
 			close(done)
 		}()
-		<-done
+		select {
+		case <-done:
+		case <-ctx.Done():
+			ps.cancelAbandon()
+			<-done
+		}
+		ps.cancelAbandon()
 	})
-}
-
-func (ps *pingbackSender) backlog() int {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	n := 0
-	for _, q := range ps.queues {
-		n += len(q)
-	}
-	return n
 }
 
 // formPingback marks, in the stored Task.Pingback, a URL that gets the
