@@ -33,10 +33,10 @@ func (b *bundle) status(t *testing.T, method, path, key, body string) int {
 // directly (a request of another goroutine being held by the server).
 func until(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for !f() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
+			t.Fatalf("%s: not within 90s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
