@@ -121,7 +121,9 @@ type Config struct {
 	// MaxBodyBytes bounds a request body. Default MaxBodyBytesDefault.
 	MaxBodyBytes int64
 	// SubmitWait is how long a submit waits for room in a full queue
-	// before it is refused. Default SubmitWaitDefault.
+	// before it is refused. Default SubmitWaitDefault. It applies to the
+	// server's own queue; a Config.Backend's submit (publish, confirm,
+	// record) is bounded by 30 s instead.
 	SubmitWait time.Duration
 	// PingbackTimeout, PingbackAttempts and PingbackParallel shape the
 	// calls to clients' pingback URLs.

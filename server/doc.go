@@ -82,7 +82,9 @@
 //   - A task is published to the fleet and recorded before in.php answers
 //     OK|id or the API 202 (status "queued": accepted); GET shows it
 //     "inflight" from then on (at the fleet, waiting for a worker or being
-//     solved).
+//     solved). SubmitWait does not apply (there is no queue to wait for
+//     room in); a submit the broker or the store does not finish within
+//     30 s answers ERROR_NO_SLOT_AVAILABLE / 503.
 //   - Priorities go to the broker as AMQP priorities. Fair share among
 //     clients is by demotion: a client past its share of unfinished tasks
 //     has its next ones published one level lower (see amqp.Gateway).

@@ -285,11 +285,24 @@ func (s *Server) submit(ctx context.Context, t captchaq.Task) error {
 	return s.submitBatch(ctx, []captchaq.Task{t})[0]
 }
 
+// backendSubmitTimeout bounds a submit to a Config.Backend. Its submit is
+// work, not a wait for room (a gateway publishes each task, waits for the
+// broker's confirm and records it), so SubmitWait does not apply: cut
+// short, a task may be published and then refused to its client, its
+// result dropped as unknown. This bound fires only on a stuck broker or
+// store.
+const backendSubmitTimeout = 30 * time.Second
+
 // submitBatch hands tasks to the Backend together (in one call when it is
-// a BatchSubmitter), waiting at most SubmitWait for room, and returns each
+// a BatchSubmitter), waiting at most SubmitWait for room in the server's
+// own queue (backendSubmitTimeout for a Config.Backend), and returns each
 // task's error.
 func (s *Server) submitBatch(ctx context.Context, tasks []captchaq.Task) []error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.SubmitWait)
+	wait := s.cfg.SubmitWait
+	if s.local == nil {
+		wait = backendSubmitTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if bs, ok := s.backend.(BatchSubmitter); ok {
 		return bs.SubmitBatch(ctx, tasks)
