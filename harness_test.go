@@ -173,10 +173,11 @@ func waitAll(t *testing.T, fs []*captchaq.Future) []captchaq.Result {
 }
 
 // eventually waits for cond, checking every few milliseconds, for up to
-// 10 s: for states that have no signal of their own.
+// 60 s (a bound that only a hang reaches): for states that have no
+// signal of their own.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -40,8 +40,15 @@ func TestFleetKill9(t *testing.T) {
 	if err := f.wait("k9-a", 10*time.Second); err == nil {
 		t.Fatal("k9-a exited cleanly after SIGKILL")
 	}
-	// Moment 2: right after a checkpoint.
+	// Moment 2: right after a checkpoint. The first tasks may all be
+	// taken before k9-d starts (it starts slowly on a loaded machine), so
+	// a second batch comes once it consumes: the broker hands deliveries
+	// round robin, and k9-d gets one task in each of the batch's rounds
+	// (about 2.5 of 2 s each), holding its checkpoint meanwhile.
 	f.start("k9-d", func(c *childConfig) { c.Threads, c.Prefetch = 1, 1 })
+	f.waitConsumers(ctx, 3)
+	const more = 100
+	ids = append(ids, f.enqueue(ctx, "k9-more", more, 0)...)
 	f.until(ctx, "k9-d holding a checkpoint", func() bool { return unacked(t, f.c.Names().InflightQueue("k9-d")) >= 1 })
 	f.signal("k9-d", syscall.SIGKILL)
 	if err := f.wait("k9-d", 10*time.Second); err == nil {
@@ -49,7 +56,7 @@ func TestFleetKill9(t *testing.T) {
 	}
 
 	res := f.collect(ctx, ids)
-	f.ledger(res, n)
+	f.ledger(res, n+more)
 }
 
 // unacked is how many messages of queue are delivered and not acked; -1

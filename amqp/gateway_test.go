@@ -393,7 +393,7 @@ func TestGatewayOutcomes(t *testing.T) {
 	// x1's second copy, x3's answer and x3's own expiry (its message is
 	// still in the task queue) are dropped.
 	want := GatewayCounts{Accepted: 3, Results: 5, Duplicates: 3}
-	for deadline := time.Now().Add(10 * time.Second); g.Counts() != want && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(60 * time.Second); g.Counts() != want && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if c := g.Counts(); c != want {

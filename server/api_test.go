@@ -372,10 +372,7 @@ captchaq_http_requests_total{code="200",route="tasks_get"} 3
 	// A bad provider key pauses all sending: not ready.
 	b.sim.SetAccount(simBadKey())
 	b.inOK(t, keyQA, turnstile())
-	deadline := time.Now().Add(10 * time.Second)
-	for b.srv.Queue().Paused() == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	until(t, "sending paused by the bad key", func() bool { return b.srv.Queue().Paused() != nil })
 	body := b.do(t, mustReq("GET", b.url+"/readyz"), http.StatusServiceUnavailable)
 	if !strings.Contains(body, "ERROR_WRONG_USER_KEY") {
 		t.Errorf("readyz while paused: %q", body)

@@ -191,7 +191,7 @@ func TestDashboardChartsInBrowser(t *testing.T) {
 	}
 	fits := `document.documentElement.scrollWidth <= window.innerWidth &&
 	  [...document.querySelectorAll(".chart canvas")].every((c) => c.getBoundingClientRect().right <= window.innerWidth)`
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fits, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](fits, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second))); err != nil {
 		w, _ := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[document.documentElement.scrollWidth, window.innerWidth]`))
 		t.Errorf("at 390 px the page is wider than the screen (scroll width, screen): %v: %v", w, err)
 	}
@@ -211,14 +211,14 @@ func TestHistoryAPI(t *testing.T) {
 		b.waitFinal(t, keyQA, fmt.Sprint("h", i))
 	}
 	var h server.History
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		b.api(t, "GET", "/v1/history", keyAdmin, "", http.StatusOK, &h)
 		if n := len(h.T); n > 1 && h.SolvedPerMin[n-1] != nil && *h.SolvedPerMin[n-1] > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no solved per minute after 30 s: %+v", h)
+			t.Fatalf("no solved per minute after 90 s: %+v", h)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

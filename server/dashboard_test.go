@@ -76,10 +76,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// A dead letter: a task canceled while sending is paused.
 	b.sim.SetAccount(simBadKey())
 	b.api(t, "POST", "/v1/tasks", keyQA, apiTurnstile("dl"), http.StatusAccepted, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for b.srv.Queue().Paused() == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	until(t, "sending paused by the bad key", func() bool { return b.srv.Queue().Paused() != nil })
 	b.api(t, "DELETE", "/v1/tasks/dl", keyQA, "", http.StatusOK, nil)
 	b.sim.SetAccount(simGoodKey())
 	b.srv.Queue().Resume()

@@ -381,10 +381,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	// other and burst, and two reCAPTCHAs (the replay of the first is a
 	// copy of a task the worker holds at the provider: it is not sent
 	// again).
-	deadline := time.Now().Add(10 * time.Second)
-	for f.sim.Stats().Accepted < 9 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	until(t, "nine tasks at the simulator", func() bool { return f.sim.Stats().Accepted >= 9 })
 	time.Sleep(100 * time.Millisecond)
 	if s := f.sim.Stats(); s.Accepted != 9 || s.Duplicates != 0 {
 		t.Errorf("simulator accepted %d (duplicates %d), want 9 and 0", s.Accepted, s.Duplicates)
