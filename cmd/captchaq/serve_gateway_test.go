@@ -185,7 +185,7 @@ func TestServeAsGatewayProcess(t *testing.T) {
 		t.Fatalf("the restarted gateway is %q, want %q", name2, name)
 	}
 	for _, id := range ids {
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(90 * time.Second)
 		ans := get(base2, url.Values{"key": {clientKey}, "action": {"get"}, "id": {id}})
 		for ans == "CAPCHA_NOT_READY" && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
