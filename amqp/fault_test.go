@@ -16,15 +16,17 @@ import (
 // TestFleetKill9: a worker killed while its tasks are at the provider, and
 // another killed right after a checkpoint, lose nothing and cost no second
 // solve: their checkpoints come back when the lease runs out and are
-// polled. Every solve takes exactly 2 s, so the moments are exact: at the
+// polled. Every solve takes exactly 5 s, so the moments are exact: at the
 // first, every thread of the victim is in flight and checkpointed and none
 // is being submitted; at the second, the victim (one thread) has just
-// checkpointed its one task.
+// checkpointed its task. Each moment lasts seconds (two or more rounds of
+// 5 s), longer than a rabbitmqctl call that sees it on a loaded machine
+// (1-5 s): with 2 s solves a loaded run missed moment 1.
 func TestFleetKill9(t *testing.T) {
 	cfg := fleetConfig(t)
-	two := sim.Latency{Median: 2 * time.Second, Min: 2 * time.Second, Max: 2 * time.Second}
+	solve := sim.Latency{Median: 5 * time.Second, Min: 5 * time.Second, Max: 5 * time.Second}
 	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 60, Seed: 3,
-		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: two}},
+		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: solve}},
 		childConfig{Threads: 20, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 120*time.Second)
 	for _, o := range []string{"k9-a", "k9-b", "k9-c"} {
@@ -44,7 +46,7 @@ func TestFleetKill9(t *testing.T) {
 	// taken before k9-d starts (it starts slowly on a loaded machine), so
 	// a second batch comes once it consumes: the broker hands deliveries
 	// round robin, and k9-d gets one task in each of the batch's rounds
-	// (about 2.5 of 2 s each), holding its checkpoint meanwhile.
+	// (about 2.5), holding its checkpoint meanwhile.
 	f.start("k9-d", func(c *childConfig) { c.Threads, c.Prefetch = 1, 1 })
 	f.waitConsumers(ctx, 3)
 	const more = 100
@@ -309,9 +311,9 @@ func TestFleetFailures(t *testing.T) {
 func TestFleetKill9RestartSameOwner(t *testing.T) {
 	cfg := fleetConfig(t)
 	cfg.InflightLease = time.Minute // the old checkpoints must not come back by their lease
-	two := sim.Latency{Median: 2 * time.Second, Min: 2 * time.Second, Max: 2 * time.Second}
+	solve := sim.Latency{Median: 5 * time.Second, Min: 5 * time.Second, Max: 5 * time.Second}
 	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 10, Seed: 9,
-		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: two}},
+		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: solve}},
 		childConfig{Threads: 5, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 60*time.Second)
 	f.start("same", nil)
