@@ -45,6 +45,8 @@ type fleetRig struct {
 	sim    *sim.Server
 	apiURL string
 	log    *slog.Logger
+	// config, when set, changes each gateway server's Config.
+	config func(*server.Config)
 
 	mu       sync.Mutex
 	owners   []string
@@ -163,8 +165,12 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow,
-		PingbackTimeout: time.Minute})
+	scfg := server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow,
+		PingbackTimeout: time.Minute}
+	if f.config != nil {
+		f.config(&scfg)
+	}
+	srv, err := server.New(scfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -477,6 +483,38 @@ func TestGatewaysShareFleet(t *testing.T) {
 	}
 	if s := f.sim.Stats(); s.Accepted != 2*n || s.Duplicates != 0 {
 		t.Errorf("simulator accepted %d (duplicates %d), want %d and 0", s.Accepted, s.Duplicates, 2*n)
+	}
+}
+
+// slowSubmit is a gateway whose submits take longer than SubmitWait.
+type slowSubmit struct {
+	*amqp.Gateway
+	took time.Duration
+}
+
+func (s slowSubmit) Submit(ctx context.Context, t captchaq.Task) error {
+	time.Sleep(s.took)
+	return s.Gateway.Submit(ctx, t)
+}
+
+// TestGatewaySubmitNotBoundBySubmitWait: SubmitWait is the wait for room
+// in the server's own queue; a gateway's submit (publish, confirm, record)
+// that takes longer is not refused (nor published and then refused).
+func TestGatewaySubmitNotBoundBySubmitWait(t *testing.T) {
+	t.Parallel()
+	f := newFleetRig(t, sim.Config{Threads: 5, LatencyScale: 0.01, Seed: 15, PollBan: sim.PollBan{Disabled: true}})
+	f.config = func(c *server.Config) {
+		c.SubmitWait = time.Millisecond
+		c.Backend = slowSubmit{Gateway: c.Backend.(*amqp.Gateway), took: 20 * time.Millisecond}
+	}
+	g := f.serve("slow-submit", filepath.Join(t.TempDir(), "gateway.db"), nil)
+	var c created
+	g.api(t, "POST", "/v1/tasks", keyQA, "["+apiTurnstileOwn("s1")+","+apiTurnstileOwn("s2")+"]", http.StatusAccepted, &c)
+	if len(c.Tasks) != 2 || c.Tasks[0].ID != "s1" || c.Tasks[1].ID != "s2" {
+		t.Fatalf("created %+v, want s1 and s2", c)
+	}
+	if got := g.gw.Counts().Accepted; got != 2 {
+		t.Errorf("gateway accepted %d, want 2", got)
 	}
 }
 
