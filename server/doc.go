@@ -63,6 +63,15 @@
 //     ERROR_NO_SLOT_AVAILABLE, the API 429 with Retry-After. A queue full
 //     past Config.SubmitWait answers ERROR_NO_SLOT_AVAILABLE / 503; the
 //     503 of an array says how many of its new tasks were accepted before.
+//   - Client values are clamped to the operator's limits, never refused:
+//     a task's priority (5 when it names none) is moved into its client's
+//     [priority_min, priority_max], and max_attempts lowered to
+//     Config.MaxAttempts (a task naming none gets it). Priority is global
+//     across clients; weights share threads among clients of one priority
+//     only, so priority_min is how one client is kept from going before
+//     the others. A dead-letter replay counts against its owner's
+//     max_inflight and rate like a submit: what does not fit stays a dead
+//     letter ("held" in the answer; 429 when none fit).
 //   - The tasks of an array go to the queue in one call, stored together
 //     (one commit on the SQLite store).
 //   - The dashboard and the admin views (every client's tasks, dead

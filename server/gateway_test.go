@@ -346,18 +346,18 @@ func TestGatewayEndToEnd(t *testing.T) {
 		t.Errorf("/readyz: %q", got)
 	}
 
-	// Replay the canceled task: published again, unfinished again.
-	var rep struct {
-		Replayed int      `json:"replayed"`
-		IDs      []string `json:"ids"`
+	// Replaying the canceled task counts against slow's max_inflight of 1,
+	// which the second task fills: refused, still a dead letter.
+	var e struct {
+		Error string `json:"error"`
 	}
-	g.api(t, "POST", "/v1/deadletters/replay", keyAdmin, `{"ids":["slow/`+first+`"]}`, http.StatusOK, &rep)
-	if rep.Replayed != 1 || rep.IDs[0] != "slow/"+first {
-		t.Fatalf("replay: %+v", rep)
+	g.api(t, "POST", "/v1/deadletters/replay", keyAdmin, `{"ids":["slow/`+first+`"]}`, http.StatusTooManyRequests, &e)
+	if !strings.Contains(e.Error, `client "slow" has 1 unfinished tasks; its max_inflight is 1`) {
+		t.Fatalf("replay over max_inflight: %+v", e)
 	}
 	g.api(t, "GET", "/v1/tasks/"+first, slowKey, "", http.StatusOK, &v)
-	if v.Status != captchaq.StatusInFlight {
-		t.Errorf("replayed: %s, want inflight", v.Status)
+	if v.Status != captchaq.StatusFailed {
+		t.Errorf("not replayed: %s, want failed", v.Status)
 	}
 	// A rate of one task a second: the second at once is refused. The
 	// priority parameter is the task's.
@@ -371,9 +371,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 
 	// Every task reached the provider once: 5 + 1 + 1 Turnstile for qa,
-	// other and burst, and two reCAPTCHAs (the replay of the first is a
-	// copy of a task the worker holds at the provider: it is not sent
-	// again).
+	// other and burst, and two reCAPTCHAs.
 	deadline := time.Now().Add(10 * time.Second)
 	for f.sim.Stats().Accepted < 9 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

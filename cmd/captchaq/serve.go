@@ -45,6 +45,7 @@ type serveFlags struct {
 
 	pingbackAllow *string
 	metricsListen *string
+	maxAttempts   *int
 
 	set map[string]bool // flags given
 }
@@ -76,6 +77,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		taskTTL:       fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
 		fairBurst:     fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
 		pingbackAllow: fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
+		maxAttempts:   fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good, and the most a client's max_attempts may ask for (default %d)", captchaq.MaxAttemptsDefault)),
 		metricsListen: fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
 		set:           map[string]bool{},
 	}
@@ -140,6 +142,10 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	defer stop()
 	cfg.Clients, cfg.MaxBodyBytes, cfg.Logger = clients, *f.maxBody, log
 	cfg.PingbackAllow = allow
+	cfg.MaxAttempts, cfg.Queue.MaxAttempts = *f.maxAttempts, *f.maxAttempts
+	if cfg.Backend != nil {
+		cfg.Queue.MaxAttempts = 0 // the workers' business
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		return &exitError{code: 2, err: err}
