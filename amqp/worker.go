@@ -211,7 +211,7 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 	}
 	// An id names one task: another task under an id this worker holds or
 	// has finished is dead-lettered, never answered with the first one's
-	// result (the worker remembers the ids its MemoryStore keeps).
+	// result (the worker remembers its last idMemoryDefault finished ids).
 	if err := w.store.conflict(ctx, m.Task); err != nil {
 		w.log.Warn("dead-lettering a task whose id names another task", "id", m.Task.ID, "err", err)
 		w.deadLetterWith(ctx, d, map[string]any{HeaderReason: ReasonInvalid, HeaderError: err.Error(), HeaderErrorCode: captchaq.CodeIDConflict})
