@@ -37,9 +37,10 @@
 //   - A dead token is never handed out. Once a solved result has passed
 //     its result.expires_at, GET /v1/tasks/{id} answers it with
 //     "expired": true and no token or answer, and res.php answers
-//     ERROR_TOKEN_EXPIRED. POST the same task again and it is solved again;
-//     in front of a fleet (amqp.Gateway), which solves an id once, that
-//     POST answers 400 asking for a new id.
+//     ERROR_TOKEN_EXPIRED. POST the same task again and it is solved again,
+//     in front of a fleet (amqp.Gateway) too: the gateway publishes it
+//     under a wire id of a new generation, as workers answer a message id
+//     once.
 //   - getbalance answers the provider account's balance (cached for
 //     BalanceCacheDefault); the provider key itself never leaves the server.
 //   - reportbad/reportgood are checked (the id must be the caller's solved
