@@ -88,6 +88,13 @@
 // (EXPIRED) from that copy; it ignores the other dead letters (a worker
 // reports its own, and other gateways' are theirs).
 //
+// A client's reportbad or reportgood reaches a gateway, which holds no
+// provider key: Gateway.Report publishes it (the result's provider captcha
+// id) on captcha.reports, and a worker with WorkerConfig.Report forwards
+// it to the provider. A report the provider refuses is dropped with a log
+// line; one that could not reach it goes back to the queue; one nobody
+// forwards expires after an hour.
+//
 // # Ids
 //
 // An id names one task. The producers check their own ids: a Gateway

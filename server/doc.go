@@ -95,9 +95,11 @@
 //     its status beat (amqp.Gateway.Balance): read once a minute, beaten
 //     every 5 s, so normally under 65 s old; none younger than 5 minutes
 //     (no worker running) answers ERROR_BAD_PARAMETERS with the reason.
-//   - reportbad/reportgood are recorded (OK_REPORT_RECORDED and the
-//     metric) but not forwarded: the gateway holds no provider key, and no
-//     fleet message carries a report yet.
+//   - reportbad/reportgood are answered OK_REPORT_RECORDED once the
+//     report is on the broker (amqp.Gateway.Report publishes it on
+//     PREFIX.reports, confirmed); a worker forwards it to the provider
+//     with the key. The provider's own answer (a refusal such as
+//     ERROR_DUPLICATE_REPORT) is in the worker's log, not the client's.
 //   - /v1/stats and /metrics count what this gateway accepted and
 //     received; threads are the workers' (zero here); "broker" and
 //     captchaq_broker_queue_ready add the broker's queue depths.

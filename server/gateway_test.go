@@ -101,6 +101,12 @@ func (f *fleetRig) worker(owner string, threads int) {
 		Queue: captchaq.Config{Provider: pc, Threads: threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: f.log},
 		Owner: owner, Grace: 200 * time.Millisecond, BeatInterval: time.Second, Logger: f.log,
+		Report: func(ctx context.Context, captchaID string, good bool) error {
+			if good {
+				return pc.ReportGood(ctx, captchaID)
+			}
+			return pc.ReportBad(ctx, captchaID)
+		},
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -157,7 +163,7 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow})
+	srv, err := server.New(server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow, Report: gw.Report})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -218,15 +219,20 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 		Queue: captchaq.Config{
 			Provider: pc, Store: store, Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log,
 		},
-		PublicURL: *f.publicURL, Balance: pc.Balance,
-		Report: func(ctx context.Context, captchaID string, good bool) error {
-			if good {
-				return pc.ReportGood(ctx, captchaID)
-			}
-			return pc.ReportBad(ctx, captchaID)
-		},
+		PublicURL: *f.publicURL, Balance: pc.Balance, Report: providerReport(pc),
 	}
 	return cfg, []any{"store", path}, func() { store.Close() }, nil
+}
+
+// providerReport forwards a client's reportbad (good false) or reportgood
+// to the provider.
+func providerReport(pc *provider.Client) func(ctx context.Context, captchaID string, good bool) error {
+	return func(ctx context.Context, captchaID string, good bool) error {
+		if good {
+			return pc.ReportGood(ctx, captchaID)
+		}
+		return pc.ReportBad(ctx, captchaID)
+	}
 }
 
 // gatewayBackend opens the store, connects to the broker and builds the
@@ -267,7 +273,7 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 	attrs := []any{"mode", "gateway", "gateway", gw.Name(), "reply_queue", gw.ReplyQueue(), "store", path}
 	// getbalance: the freshest balance a worker read (at most about a
 	// minute old; see amqp.BalanceEveryDefault).
-	return server.Config{Backend: gw, Balance: gw.Balance}, attrs, stop, nil
+	return server.Config{Backend: gw, Balance: gw.Balance, Report: gw.Report}, attrs, stop, nil
 }
 
 // newHTTPServer sets the timeouts; event streams and long polls lift the
