@@ -50,15 +50,7 @@ func TestGatewaySolvesAnExpiredTaskAgain(t *testing.T) {
 	if first.Status != captchaq.StatusSolved || first.Result.Token == "" {
 		t.Fatalf("a: %+v", first)
 	}
-	rec, err := mem.Get(context.Background(), "qa/a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := *rec.Result
-	dead.ExpiresAt = time.Now().Add(-time.Second)
-	if err := mem.Finish(context.Background(), dead); err != nil {
-		t.Fatal(err)
-	}
+	expire(t, mem, "qa/a")
 	var v server.TaskView
 	b.api(t, "GET", "/v1/tasks/a", keyQA, "", http.StatusOK, &v)
 	if !v.Expired || v.Result == nil || v.Result.Token != "" {
@@ -75,5 +67,19 @@ func TestGatewaySolvesAnExpiredTaskAgain(t *testing.T) {
 	}
 	if n := f.sim.Stats().Accepted; n != 2 {
 		t.Fatalf("the provider accepted %d tasks, want 2", n)
+	}
+}
+
+// expire makes the stored result of id a second past its expires_at.
+func expire(t *testing.T, store captchaq.Store, id string) {
+	t.Helper()
+	rec, err := store.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := *rec.Result
+	dead.ExpiresAt = time.Now().Add(-time.Second)
+	if err := store.Finish(context.Background(), dead); err != nil {
+		t.Fatal(err)
 	}
 }
