@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
@@ -96,5 +97,32 @@ func TestTaskThatKeepsDrawingAccountErrorsFailsAlone(t *testing.T) {
 	}
 	if err := b.q.Paused(); err != nil {
 		t.Fatalf("still paused: %v", err)
+	}
+}
+
+// A streak of ERROR_ZERO_BALANCE answers pauses sending only when
+// getbalance confirms an empty balance: with funds it is a busy thread
+// plan, and the task is retried until a thread is free.
+func TestZeroBalanceStreakWithFundsDoesNotPause(t *testing.T) {
+	t.Parallel()
+	var pauses atomic.Int32
+	b := setup(t, sim.Config{}, captchaq.Config{Threads: 1, OnPause: func(error, bool) { pauses.Add(1) }})
+	busy := &provider.Error{Op: "submit", Code: "ERROR_ZERO_BALANCE", Class: provider.ClassNoSlot, RetryAfter: time.Millisecond, Text: "no free thread"}
+	b.prov.inject = func(n int) error {
+		if n <= 25 {
+			return busy
+		}
+		return nil
+	}
+	b.start(t)
+	r := waitAll(t, submitAll(t, b.q, task("a", 5)))[0]
+	if r.Status != captchaq.StatusSolved || r.Attempts != 1 {
+		t.Fatalf("a: %+v", r)
+	}
+	if pauses.Load() != 0 || b.q.Paused() != nil {
+		t.Fatalf("paused %d times", pauses.Load())
+	}
+	if m := b.q.Metrics(); m.RetriesByReason["ERROR_ZERO_BALANCE"] != 25 {
+		t.Fatalf("retries %v, want 25 ERROR_ZERO_BALANCE", m.RetriesByReason)
 	}
 }

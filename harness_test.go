@@ -59,7 +59,11 @@ func (r *recorder) Balance(ctx context.Context) (float64, error) {
 	if balance != nil {
 		return 0, balance()
 	}
-	return r.Provider.(captchaq.BalanceChecker).Balance(ctx)
+	bc, ok := r.Provider.(captchaq.BalanceChecker)
+	if !ok {
+		return 0, provider.ErrNetwork
+	}
+	return bc.Balance(ctx)
 }
 
 func (r *recorder) Submit(ctx context.Context, t provider.Task, pingback string) (string, error) {

@@ -121,8 +121,11 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		q.requeue(st, attempts, time.Time{}, code, err)
 		if q.zeroBalanceRun(code) {
 			// On a pay-per-solve service this is an empty balance, not a
-			// busy plan: say so instead of retrying silently forever.
-			q.pauseFor(err, epoch, zeroBalancePause)
+			// busy plan: say so instead of retrying silently forever,
+			// unless getbalance shows funds (then it is a busy plan).
+			if state, funds := q.checkAccount(); state != accountFine || funds <= 0 {
+				q.pauseFor(err, epoch, zeroBalancePause)
+			}
 		}
 	case provider.ClassRateLimit:
 		wait = max(wait, q.cfg.RetryBackoff)
@@ -154,7 +157,7 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 // Resume.
 func (q *Queue) accountRefused(st *taskState, err error, code string, epoch int) {
 	attempts := st.rec.Attempts
-	switch q.checkAccount() {
+	switch state, _ := q.checkAccount(); state {
 	case accountFine:
 		q.log.Warn("account error on one task's submit while the account checks fine: the task fails alone", "id", st.rec.Task.ID, "code", code)
 		q.finish(st, q.failure(st, attempts+1, CodeAccountErrorTask, fmt.Sprintf(
@@ -188,24 +191,25 @@ const (
 )
 
 // checkAccount asks the provider for the balance with the configured key:
-// an answer means the account works; an account-class error means it does
-// not; anything else (no Balance method, network) cannot tell.
-func (q *Queue) checkAccount() accountState {
+// an answer means the account works (and says its funds); an
+// account-class error means it does not; anything else (no Balance
+// method, network) cannot tell.
+func (q *Queue) checkAccount() (accountState, float64) {
 	b, ok := q.cfg.Provider.(BalanceChecker)
 	if !ok {
-		return accountUnknown
+		return accountUnknown, 0
 	}
 	ctx, cancel := context.WithTimeout(q.runCtx, accountCheckTimeout)
 	defer cancel()
-	_, err := b.Balance(ctx)
+	funds, err := b.Balance(ctx)
 	switch {
 	case err == nil:
-		return accountFine
+		return accountFine, funds
 	case provider.ClassOf(err) == provider.ClassAccount:
-		return accountRefused
+		return accountRefused, 0
 	default:
-		q.log.Warn("account check after an account error failed; pausing as if confirmed", "err", err)
-		return accountUnknown
+		q.log.Warn("account check failed; pausing as if the error were confirmed", "err", err)
+		return accountUnknown, 0
 	}
 }
 
