@@ -34,6 +34,12 @@ const (
 	CodeCanceled        = "CANCELED"
 	CodeInvalidTask     = provider.CodeInvalidTask     // a field missing, malformed or out of range
 	CodeUnsupportedType = provider.CodeUnsupportedType // a captcha type the provider does not solve
+
+	// CodeAccountErrorTask: the provider answered an account error (bad
+	// key, IP refused) to this task's submit while the account itself
+	// checked fine, or the task drew one again and again: the task fails
+	// alone instead of pausing every client's sending.
+	CodeAccountErrorTask = "TASK_CAUSED_ACCOUNT_ERROR"
 )
 
 // TaskError says why a task was refused before anything was sent. Msg

@@ -46,6 +46,24 @@ type recorder struct {
 	submitted []string          // task pageurls, in submit order
 	inject    func(n int) error // called with the submit's number (1-based); non-nil fails it
 	n         int
+	// balance, when set, answers Balance in place of the simulator.
+	balance func() error
+}
+
+// Balance is the account check after an account error: the simulator's
+// getbalance unless balance is set.
+func (r *recorder) Balance(ctx context.Context) (float64, error) {
+	r.mu.Lock()
+	balance := r.balance
+	r.mu.Unlock()
+	if balance != nil {
+		return 0, balance()
+	}
+	bc, ok := r.Provider.(captchaq.BalanceChecker)
+	if !ok {
+		return 0, provider.ErrNetwork
+	}
+	return bc.Balance(ctx)
 }
 
 func (r *recorder) Submit(ctx context.Context, t provider.Task, pingback string) (string, error) {

@@ -19,3 +19,11 @@ type Provider interface {
 	// key); per-id failures are in PollResult.Err.
 	PollMany(ctx context.Context, ids []string) ([]provider.PollResult, error)
 }
+
+// BalanceChecker is a Provider that can read the account's balance
+// (getbalance). *provider.Client implements it. The queue uses it to tell an
+// account error drawn by one task's content from a refused account: only a
+// refused account pauses all sending.
+type BalanceChecker interface {
+	Balance(ctx context.Context) (float64, error)
+}

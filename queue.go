@@ -65,9 +65,10 @@ type taskState struct {
 	kind    provider.Kind
 	waiters []func(Result, error)
 
-	transient int  // consecutive transient submit failures (backoff)
-	slot      bool // holds a limiter slot
-	done      bool // finishing or finished
+	transient   int  // consecutive transient submit failures (backoff)
+	accountErrs int  // account errors its submits drew that no check told apart
+	slot        bool // holds a limiter slot
+	done        bool // finishing or finished
 
 	// While in flight:
 	due      time.Time // next poll

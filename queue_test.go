@@ -260,12 +260,15 @@ func TestBadKeyPausesEverythingAndKeepsTasks(t *testing.T) {
 func TestTemporaryBanResumesByItself(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{})
+	ban := &provider.Error{Op: "submit", Code: "IP_BANNED", Class: provider.ClassAccount, RetryAfter: 30 * time.Millisecond, Text: "banned"}
 	b.prov.inject = func(n int) error {
 		if n == 1 {
-			return &provider.Error{Op: "submit", Code: "IP_BANNED", Class: provider.ClassAccount, RetryAfter: 30 * time.Millisecond, Text: "banned"}
+			return ban
 		}
 		return nil
 	}
+	// The account check sees the ban too: it is the account's, not the task's.
+	b.prov.balance = func() error { return ban }
 	b.start(t)
 	r := waitAll(t, submitAll(t, b.q, task("a", 5)))[0]
 	if r.Status != captchaq.StatusSolved || r.Attempts != 1 {

@@ -1,7 +1,9 @@
 package captchaq
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -119,8 +121,11 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		q.requeue(st, attempts, time.Time{}, code, err)
 		if q.zeroBalanceRun(code) {
 			// On a pay-per-solve service this is an empty balance, not a
-			// busy plan: say so instead of retrying silently forever.
-			q.pauseFor(err, epoch, zeroBalancePause)
+			// busy plan: say so instead of retrying silently forever,
+			// unless getbalance shows funds (then it is a busy plan).
+			if state, funds := q.checkAccount(); state != accountFine || funds <= 0 {
+				q.pauseFor(err, epoch, zeroBalancePause)
+			}
 		}
 	case provider.ClassRateLimit:
 		wait = max(wait, q.cfg.RetryBackoff)
@@ -130,13 +135,81 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		q.log.Warn("provider rate limit: submits held", "for", wait)
 		q.requeue(st, attempts, time.Time{}, code, err)
 	case provider.ClassAccount:
-		q.pauseAll(err, epoch)
-		q.requeue(st, attempts, time.Time{}, code, err)
+		q.accountRefused(st, err, code, epoch)
 	default:
 		// Transient: never an attempt, never a failure; back off and retry.
 		st.transient++
 		q.log.Warn("submit failed; retrying", "id", st.rec.Task.ID, "code", code, "retry", st.transient)
 		q.requeue(st, attempts, now.Add(q.backoff(st.transient)), code, err)
+	}
+}
+
+// accountRefused acts on an account error (bad key, IP not allowed or
+// banned) answered to one task's submit. One task's content can draw it (an
+// image the provider truncates, a param it misreads as the key), so the
+// account is checked on its own (getbalance) before everyone's sending
+// pauses: when the account answers fine, the task is at fault and fails
+// alone with CodeAccountErrorTask. When the account is refused too, all
+// sending pauses and the task waits with the others. When the check cannot
+// tell (the provider has no Balance, or it could not be reached), sending
+// pauses as before, but a task that draws the error accountErrorRepeats
+// times fails alone rather than pausing the service again after each
+// Resume.
+func (q *Queue) accountRefused(st *taskState, err error, code string, epoch int) {
+	attempts := st.rec.Attempts
+	switch state, _ := q.checkAccount(); state {
+	case accountFine:
+		q.log.Warn("account error on one task's submit while the account checks fine: the task fails alone", "id", st.rec.Task.ID, "code", code)
+		q.finish(st, q.failure(st, attempts+1, CodeAccountErrorTask, fmt.Sprintf(
+			"the provider answered %s to this task's submit while the account checked fine (getbalance): the task itself draws the refusal (an oversized image, a parameter the provider misreads); it failed alone and sending goes on for every other task", code)))
+		return
+	case accountUnknown:
+		st.accountErrs++
+		if st.accountErrs >= accountErrorRepeats {
+			q.finish(st, q.failure(st, attempts+1, CodeAccountErrorTask, fmt.Sprintf(
+				"the provider answered %s to this task's submit %d times and the account could not be checked apart from it; the task failed alone so it cannot pause sending again", code, st.accountErrs)))
+			return
+		}
+	}
+	q.pauseAll(err, epoch)
+	q.requeue(st, attempts, time.Time{}, code, err)
+}
+
+// accountErrorRepeats account errors drawn by the same task, with no check
+// of the account that tells them apart, fail it alone.
+const accountErrorRepeats = 3
+
+// accountCheckTimeout bounds the getbalance that confirms an account error.
+const accountCheckTimeout = 30 * time.Second
+
+type accountState int
+
+const (
+	accountUnknown accountState = iota
+	accountFine
+	accountRefused
+)
+
+// checkAccount asks the provider for the balance with the configured key:
+// an answer means the account works (and says its funds); an
+// account-class error means it does not; anything else (no Balance
+// method, network) cannot tell.
+func (q *Queue) checkAccount() (accountState, float64) {
+	b, ok := q.cfg.Provider.(BalanceChecker)
+	if !ok {
+		return accountUnknown, 0
+	}
+	ctx, cancel := context.WithTimeout(q.runCtx, accountCheckTimeout)
+	defer cancel()
+	funds, err := b.Balance(ctx)
+	switch {
+	case err == nil:
+		return accountFine, funds
+	case provider.ClassOf(err) == provider.ClassAccount:
+		return accountRefused, 0
+	default:
+		q.log.Warn("account check failed; pausing as if the error were confirmed", "err", err)
+		return accountUnknown, 0
 	}
 }
 

@@ -154,6 +154,7 @@ type Names struct {
 	Inflight string // headers exchange in front of the checkpoint queues
 	Status   string // fanout exchange for consumer status beats
 	Replies  string // Replies+"."+gateway: a gateway's reply queue
+	Reports  string // clients' reportbad/reportgood, for a worker to forward
 }
 
 // FailedRoutingKey is the routing key of every dead letter.
@@ -173,6 +174,7 @@ func NamesFor(prefix string) Names {
 		Inflight: p + ".inflight",
 		Status:   p + ".status",
 		Replies:  p + ".replies",
+		Reports:  p + ".reports",
 	}
 }
 

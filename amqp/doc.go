@@ -88,6 +88,23 @@
 // (EXPIRED) from that copy; it ignores the other dead letters (a worker
 // reports its own, and other gateways' are theirs).
 //
+// A client's reportbad or reportgood reaches a gateway, which holds no
+// provider key: Gateway.Report publishes it (the result's provider captcha
+// id) on captcha.reports, and a worker with WorkerConfig.Report forwards
+// it to the provider. A report the provider refuses is dropped with a log
+// line; one that could not reach it goes back to the queue; one nobody
+// forwards expires after an hour.
+//
+// # Ids
+//
+// An id names one task. The producers check their own ids: a Gateway
+// against its Store, captchaq enqueue within its input. A worker refuses
+// (dead-letters as ID_CONFLICT) another task under an id it holds or has
+// finished; it remembers the fingerprints of its last idMemoryDefault
+// (200,000) finished ids in a fixed ring, so the check costs bounded
+// memory however long it runs, and an id older than that is not checked
+// at the worker.
+//
 // # Broker work per task
 //
 // A task solved at its first submit costs the broker the publish (with a

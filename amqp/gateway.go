@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -159,6 +160,9 @@ type GatewayCounts struct {
 	// Republished counts tasks Start found recorded but not marked
 	// published, and published again.
 	Republished int64 `json:"republished"`
+	// Renewed counts tasks submitted again after their token expired, and
+	// published again to be solved again.
+	Renewed int64 `json:"renewed"`
 }
 
 // NewGateway checks cfg and builds a Gateway on c; Start starts it.
@@ -260,11 +264,12 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	others := map[string]int{}
 	solving := 0
 	err = g.store.Pending(ctx, func(r captchaq.Record) error {
+		name, _, marked := parseMark(r.CaptchaID)
 		switch {
-		case r.Status == captchaq.StatusInFlight && r.CaptchaID == g.mark:
+		case r.Status == captchaq.StatusInFlight && marked && name == g.cfg.Name:
 			g.track(r)
-		case r.Status == captchaq.StatusInFlight && strings.HasPrefix(r.CaptchaID, gatewayMark):
-			others[strings.TrimPrefix(r.CaptchaID, gatewayMark)]++
+		case r.Status == captchaq.StatusInFlight && marked:
+			others[name]++
 		case r.Status == captchaq.StatusInFlight:
 			solving++
 		default:
@@ -327,12 +332,48 @@ func (g *Gateway) open() error {
 	return nil
 }
 
-func (g *Gateway) wireID(id string) string { return g.cfg.Name + "/" + id }
+// wireID is a task's id on the wire: NAME/ID, or NAME@GEN/ID for a task
+// solved again after its token expired (workers answer a message id once,
+// so each solve of an id needs an id of its own on the wire). Names hold
+// no '@' or '/', so the parts read back unambiguously.
+func (g *Gateway) wireID(id, gen string) string {
+	if gen == "" {
+		return g.cfg.Name + "/" + id
+	}
+	return g.cfg.Name + "@" + gen + "/" + id
+}
 
-// storeID is the Store's id of a task id on the wire, if the task is this
-// gateway's.
-func (g *Gateway) storeID(wire string) (string, bool) {
-	return strings.CutPrefix(wire, g.cfg.Name+"/")
+// storeID is the Store's id of a task id on the wire and its generation,
+// if the task is this gateway's.
+func (g *Gateway) storeID(wire string) (id, gen string, ours bool) {
+	if id, ok := strings.CutPrefix(wire, g.cfg.Name+"/"); ok {
+		return id, "", true
+	}
+	rest, ok := strings.CutPrefix(wire, g.cfg.Name+"@")
+	if !ok {
+		return "", "", false
+	}
+	gen, id, ok = strings.Cut(rest, "/")
+	return id, gen, ok && gen != ""
+}
+
+// markFor is the captcha id recorded for a task published in generation
+// gen: gateway:NAME, or gateway:NAME@GEN.
+func (g *Gateway) markFor(gen string) string {
+	if gen == "" {
+		return g.mark
+	}
+	return g.mark + "@" + gen
+}
+
+// parseMark reads a gateway's mark: its name and the task's generation.
+func parseMark(captchaID string) (name, gen string, ok bool) {
+	rest, ok := strings.CutPrefix(captchaID, gatewayMark)
+	if !ok {
+		return "", "", false
+	}
+	name, gen, _ = strings.Cut(rest, "@")
+	return name, gen, true
 }
 
 // track counts r as unfinished.
@@ -371,27 +412,30 @@ func (g *Gateway) demotion(tenant string) int {
 	return 0
 }
 
-// publish sends t to the fleet with this gateway's reply-to, confirmed.
-func (g *Gateway) publish(ctx context.Context, t captchaq.Task, now time.Time) error {
+// publish sends t to the fleet with this gateway's reply-to, confirmed,
+// under its wire id of generation gen.
+func (g *Gateway) publish(ctx context.Context, t captchaq.Task, now time.Time, gen string) error {
 	wire := t
-	wire.ID = g.wireID(t.ID)
+	wire.ID = g.wireID(t.ID, gen)
 	wire.Pingback = "" // the client's callback is the front's business
 	return g.pub.PublishTask(ctx, TaskMessage{Task: wire, Accepted: now, ReplyTo: g.reply, Demoted: g.demotion(t.Tenant)})
 }
 
-// markPublished records a published task as in flight at the fleet.
-func (g *Gateway) markPublished(ctx context.Context, id string, attempts int, now time.Time) error {
-	return g.store.Checkpoint(ctx, id, g.mark, attempts, now)
+// markPublished records a published task as in flight at the fleet, in
+// generation gen.
+func (g *Gateway) markPublished(ctx context.Context, id, gen string, attempts int, now time.Time) error {
+	return g.store.Checkpoint(ctx, id, g.markFor(gen), attempts, now)
 }
 
 // Submit publishes t to the fleet and records it; see Gateway. A known id
-// is left as it is. The record is written even when ctx ends after the
+// is left as it is, unless it names a solved task whose token expired:
+// then the task is solved again (renew). The record is written even when ctx ends after the
 // publish was confirmed.
 func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	if n := len(g.wireID(t.ID)); n > maxWireID {
+	if n := len(g.wireID(t.ID, renewGen(time.Now()))); n > maxWireID {
 		return &captchaq.TaskError{ID: t.ID, Code: captchaq.CodeInvalidTask,
 			Msg: fmt.Sprintf("id: %d characters with the gateway's name and the client's; a message id holds at most %d: use a shorter id", n, maxWireID)}
 	}
@@ -411,24 +455,23 @@ func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 		if err := rec.Conflict(t); err != nil {
 			return err
 		}
-		if rec.Result != nil && rec.Result.Expired(now) {
-			// Workers answer a message id once, so the fleet cannot solve
-			// this id again.
-			return &captchaq.TaskError{ID: t.ID, Code: captchaq.CodeInvalidTask,
-				Msg: "id: its token expired at " + rec.Result.ExpiresAt.UTC().Format(time.RFC3339) + " and the fleet solves an id once: submit the task under a new id"}
+		if rec.Status == captchaq.StatusSolved && rec.Result != nil && rec.Result.Expired(now) {
+			// The same task, its token dead: solved again, as the local
+			// queue does.
+			return g.renew(ctx, t, now)
 		}
 		return nil
 	case !errors.Is(err, captchaq.ErrNotFound):
 		return err
 	}
-	if err := g.publish(ctx, t, now); err != nil {
+	if err := g.publish(ctx, t, now, ""); err != nil {
 		return fmt.Errorf("amqp: gateway: publish %q: %w", t.ID, err)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	recs, _, err := g.store.Enqueue(sctx, []captchaq.Task{t}, now)
 	if err == nil {
-		err = g.markPublished(sctx, t.ID, 0, now)
+		err = g.markPublished(sctx, t.ID, "", 0, now)
 	}
 	if err != nil {
 		g.log.Error("task published but not recorded: its result will be dropped", "id", t.ID, "err", err)
@@ -441,15 +484,49 @@ func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 	return nil
 }
 
+// renewGen is the generation of a solve that starts at now.
+func renewGen(now time.Time) string { return strconv.FormatInt(now.UnixMilli(), 36) }
+
+// renew solves again a task whose token expired: the task is published
+// under a wire id of a new generation, which no worker has answered, then
+// the record goes back to queued (Store.Renew) and is marked with that
+// generation, the two writes together with no network call between. Until
+// they are done a result of the new generation finds the task solved and
+// is dropped (the client's next submit renews again); a result of an
+// earlier generation that comes late is not this solve's (see record).
+// Called with the id's lock held, which record takes too.
+func (g *Gateway) renew(ctx context.Context, t captchaq.Task, now time.Time) error {
+	gen := renewGen(now)
+	if err := g.publish(ctx, t, now, gen); err != nil {
+		return fmt.Errorf("amqp: gateway: publish %q again: %w", t.ID, err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	rec, err := g.store.Renew(sctx, t, now)
+	if err == nil {
+		err = g.markPublished(sctx, t.ID, gen, 0, now)
+	}
+	if err != nil {
+		return fmt.Errorf("amqp: gateway: record %q solved again: %w", t.ID, err)
+	}
+	g.track(rec)
+	g.mu.Lock()
+	g.counts.Accepted++
+	g.counts.Renewed++
+	g.mu.Unlock()
+	g.log.Info("token expired: solving the task again", "id", t.ID, "generation", gen)
+	return nil
+}
+
 // republish publishes a task recorded but not marked published.
 func (g *Gateway) republish(ctx context.Context, r captchaq.Record) error {
 	unlock := g.locks.lock(r.Task.ID)
 	defer unlock()
 	now := time.Now()
-	if err := g.publish(ctx, r.Task, now); err != nil {
+	if err := g.publish(ctx, r.Task, now, ""); err != nil {
 		return err
 	}
-	if err := g.markPublished(context.WithoutCancel(ctx), r.Task.ID, r.Attempts, now); err != nil {
+	if err := g.markPublished(context.WithoutCancel(ctx), r.Task.ID, "", r.Attempts, now); err != nil {
 		return err
 	}
 	g.track(r)
@@ -558,7 +635,7 @@ func (g *Gateway) Replay(ctx context.Context, ids []string) ([]string, error) {
 		return err
 	}
 	err = g.c.drainFailed(ctx, func(ch *amqp091.Channel, m amqp091.Delivery) error {
-		id, ours := g.storeID(m.MessageId)
+		id, _, ours := g.storeID(m.MessageId)
 		if m.ReplyTo != g.reply || !ours {
 			return nil
 		}
@@ -601,7 +678,7 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	if err := g.publish(ctx, cur.Task, now); err != nil {
+	if err := g.publish(ctx, cur.Task, now, ""); err != nil {
 		// Not at the fleet: it stays the dead letter it was.
 		if cur.Result != nil {
 			if ferr := g.store.Finish(sctx, *cur.Result); ferr != nil {
@@ -610,7 +687,7 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 		}
 		return false, fmt.Errorf("amqp: gateway: replay %q: %w", id, err)
 	}
-	if err := g.markPublished(sctx, id, 0, now); err != nil {
+	if err := g.markPublished(sctx, id, "", 0, now); err != nil {
 		return true, fmt.Errorf("amqp: gateway: replay %q: published, not marked (the next Start publishes it again): %w", id, err)
 	}
 	cur.AcceptedAt = now

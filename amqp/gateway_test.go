@@ -68,6 +68,12 @@ func (r *gatewayRig) worker(owner string, sc sim.Config, threads, prefetch int) 
 		Queue: captchaq.Config{Provider: cl, Threads: threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: quiet},
 		Owner: owner, Prefetch: prefetch, Grace: time.Second, BeatInterval: time.Second, Logger: quiet,
+		Report: func(ctx context.Context, captchaID string, good bool) error {
+			if good {
+				return cl.ReportGood(ctx, captchaID)
+			}
+			return cl.ReportBad(ctx, captchaID)
+		},
 	})
 	if err != nil {
 		r.t.Fatal(err)

@@ -45,18 +45,6 @@ func TestGatewayAndFleetRefuseAnotherTaskUnderAKnownID(t *testing.T) {
 	if n := srv.Stats().Accepted; n != 1 {
 		t.Fatalf("the provider accepted %d tasks, want 1", n)
 	}
-	// An expired token is not answered as fresh: the fleet solves an id
-	// once, so the gateway asks for a new id.
-	rec, _ := g.store.Get(ctx, "a")
-	stale := *rec.Result
-	stale.ExpiresAt = time.Now().Add(-time.Second)
-	if err := g.store.Finish(ctx, stale); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Submit(ctx, task("a", 0)); !errors.Is(err, captchaq.ErrInvalidTask) || !strings.Contains(err.Error(), "submit the task under a new id") {
-		t.Fatalf("the same task after its token expired: %v", err)
-	}
-
 	// Fleet: a task published straight to the fleet under an id the
 	// worker has solved is dead-lettered as ID_CONFLICT, never answered.
 	pub := r.c.NewPublisher()
@@ -80,5 +68,77 @@ func TestGatewayAndFleetRefuseAnotherTaskUnderAKnownID(t *testing.T) {
 	if n := srv.Stats().Accepted; n != 1 {
 		t.Fatalf("the provider accepted %d tasks, want 1", n)
 	}
+
+	// An expired token is not answered as fresh: the same task submitted
+	// again is solved again, under a wire id of a new generation (workers
+	// answer a message id once), and answered under its own id.
+	rec, _ := g.store.Get(ctx, "a")
+	stale := *rec.Result
+	stale.ExpiresAt = time.Now().Add(-time.Second)
+	if err := g.store.Finish(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Submit(ctx, task("a", 0)); err != nil {
+		t.Fatalf("the same task after its token expired: %v", err)
+	}
+	again := await(t, ctx, results, 1)[0]
+	if again.ID != "a" || again.Status != captchaq.StatusSolved || again.Token == "" || again.Token == first.Token {
+		t.Fatalf("a solved again: %+v (first token %q)", again, first.Token)
+	}
+	if rec, err := g.Get(ctx, "a"); err != nil || rec.Result == nil || rec.Result.Token != again.Token {
+		t.Fatalf("a after solving again: %+v, %v", rec, err)
+	}
+	if n := srv.Stats().Accepted; n != 2 {
+		t.Fatalf("the provider accepted %d tasks, want 2", n)
+	}
+	if c := g.Counts(); c.Renewed != 1 || c.Accepted != 2 || c.Results != 2 {
+		t.Fatalf("gateway counts %+v, want 1 renewed, 2 accepted, 2 results", c)
+	}
 	quietFor(t, results, 200*time.Millisecond)
+}
+
+// Wire ids and marks carry a solve's generation and read back; a result
+// of another generation than the solve in flight does not answer it.
+func TestGatewayGenerations(t *testing.T) {
+	t.Parallel()
+	g := &Gateway{cfg: GatewayConfig{Name: "gw-1.a"}, mark: gatewayMark + "gw-1.a"}
+	for _, c := range []struct{ id, gen, wire string }{
+		{"a", "", "gw-1.a/a"},
+		{"x/y@z", "", "gw-1.a/x/y@z"},
+		{"a", "mi8k2x", "gw-1.a@mi8k2x/a"},
+		{"x/y@z", "mi8k2x", "gw-1.a@mi8k2x/x/y@z"},
+	} {
+		wire := g.wireID(c.id, c.gen)
+		id, gen, ours := g.storeID(wire)
+		if wire != c.wire || id != c.id || gen != c.gen || !ours {
+			t.Errorf("%q gen %q: wire %q → %q %q %v", c.id, c.gen, wire, id, gen, ours)
+		}
+	}
+	for _, wire := range []string{"gw-1/a", "gw-1.a@/a", "gw-1.a@g", "other/gw-1.a/a"} {
+		if id, gen, ours := g.storeID(wire); ours {
+			t.Errorf("%q read as ours: %q %q", wire, id, gen)
+		}
+	}
+	inflight := func(mark string) captchaq.Record {
+		return captchaq.Record{Status: captchaq.StatusInFlight, CaptchaID: mark}
+	}
+	if name, gen, ok := parseMark(g.markFor("g2")); name != "gw-1.a" || gen != "g2" || !ok {
+		t.Errorf("mark %q reads %q %q %v", g.markFor("g2"), name, gen, ok)
+	}
+	for _, c := range []struct {
+		rec  captchaq.Record
+		gen  string
+		want bool
+	}{
+		{inflight(g.markFor("")), "", true},
+		{inflight(g.markFor("")), "g2", false},
+		{inflight(g.markFor("g2")), "", false},
+		{inflight(g.markFor("g2")), "g2", true},
+		{inflight(""), "g2", true},
+		{captchaq.Record{Status: captchaq.StatusQueued}, "g2", true},
+	} {
+		if got := g.sameGeneration(c.rec, c.gen); got != c.want {
+			t.Errorf("record %s %q, result of %q: %v, want %v", c.rec.Status, c.rec.CaptchaID, c.gen, got, c.want)
+		}
+	}
 }

@@ -41,12 +41,12 @@ func (g *Gateway) receive(k *Consumer) {
 // is not for this gateway, or that answers nothing new, is only acked. A
 // store failure sends the reply back to the queue after a pause.
 func (g *Gateway) handle(d *Delivery) {
-	r, ok := g.outcome(d)
+	r, gen, ok := g.outcome(d)
 	if !ok {
 		ackAll(g.log, d)
 		return
 	}
-	fresh, err := g.record(r)
+	fresh, err := g.record(r, gen)
 	if err != nil {
 		g.log.Error("recording a result failed; it goes back to the reply queue", "id", r.ID, "err", err)
 		select {
@@ -68,35 +68,36 @@ func (g *Gateway) handle(d *Delivery) {
 // the Store's id: a worker's result, or a task the broker dead-lettered
 // (its TTL ran out in a task queue) turned into a failure. Dead letters of
 // other gateways and those a worker made (a worker sends their result
-// itself) are not outcomes.
-func (g *Gateway) outcome(d *Delivery) (captchaq.Result, bool) {
+// itself) are not outcomes. gen is the generation of the solve it answers
+// (see Gateway.wireID).
+func (g *Gateway) outcome(d *Delivery) (r captchaq.Result, gen string, ok bool) {
 	if d.Type == messageTypeResul {
 		r, err := DecodeResult(d.Body)
 		if err != nil {
 			g.log.Warn("dropping a reply that is not a result", "message_id", d.MessageID, "err", err)
-			return r, false
+			return r, "", false
 		}
-		id, ours := g.storeID(r.ID)
+		id, gen, ours := g.storeID(r.ID)
 		if !ours {
 			g.log.Warn("dropping a result for another gateway's task", "id", r.ID)
-			return r, false
+			return r, "", false
 		}
 		r.ID = id
-		return r, true
+		return r, gen, true
 	}
 	if d.ReplyTo != g.reply || headerString(d.Headers, HeaderReason) != "" {
-		return captchaq.Result{}, false
+		return captchaq.Result{}, "", false
 	}
 	m, err := d.Task()
 	if err != nil {
-		return captchaq.Result{}, false
+		return captchaq.Result{}, "", false
 	}
-	id, ours := g.storeID(m.Task.ID)
+	id, gen, ours := g.storeID(m.Task.ID)
 	death, dead := LastDeath(d.Headers)
 	if !ours || !dead {
-		return captchaq.Result{}, false
+		return captchaq.Result{}, "", false
 	}
-	r := captchaq.Result{
+	r = captchaq.Result{
 		ID: id, Status: captchaq.StatusFailed, Method: m.Task.Method, Attempts: m.Attempts,
 		AcceptedAt: m.Accepted, FinishedAt: time.Now(),
 	}
@@ -110,14 +111,15 @@ func (g *Gateway) outcome(d *Delivery) (captchaq.Result, bool) {
 	if m.LastError != "" {
 		r.Error += "; last error: " + m.LastError
 	}
-	return r, true
+	return r, gen, true
 }
 
 // record stores r unless its task is already answered; fresh is true when
 // it did. A record already final stays, except a failure (other than a
 // cancel) that a solved result replaces: the task was replayed from the
-// fleet's dead letters.
-func (g *Gateway) record(r captchaq.Result) (fresh bool, err error) {
+// fleet's dead letters. A result of another generation than the task's
+// solve in progress (an expired solve's copy coming late) is a duplicate.
+func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) {
 	unlock := g.locks.lock(r.ID)
 	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
@@ -132,7 +134,7 @@ func (g *Gateway) record(r captchaq.Result) (fresh bool, err error) {
 		return false, nil
 	case err != nil:
 		return false, err
-	case !answers(rec, r):
+	case !answers(rec, r) || !g.sameGeneration(rec, gen):
 		g.mu.Lock()
 		g.counts.Duplicates++
 		g.mu.Unlock()
@@ -146,6 +148,16 @@ func (g *Gateway) record(r captchaq.Result) (fresh bool, err error) {
 	g.countLocked(r, time.Now())
 	g.mu.Unlock()
 	return true, nil
+}
+
+// sameGeneration reports whether a result of generation gen may answer
+// rec: a task in flight at the fleet takes only its own generation's.
+func (g *Gateway) sameGeneration(rec captchaq.Record, gen string) bool {
+	if rec.Status != captchaq.StatusInFlight {
+		return true
+	}
+	_, want, marked := parseMark(rec.CaptchaID)
+	return !marked || want == gen
 }
 
 // answers reports whether r is the answer to record now.

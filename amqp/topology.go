@@ -177,6 +177,7 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 		func() bool { return queue(n.Tasks, c.taskQueueArgs(n)) },
 		func() bool { return bind(n.Tasks, "", n.TasksAll, nil) },
 		func() bool { return queue(n.Results, amqp091.Table{"x-queue-type": "classic"}) },
+		func() bool { return queue(n.Reports, amqp091.Table{"x-queue-type": "classic"}) },
 		func() bool { return exchange(n.Delay, amqp091.ExchangeHeaders, nil) },
 		func() bool { return exchange(n.Inflight, amqp091.ExchangeHeaders, nil) },
 		func() bool { return exchange(n.Status, amqp091.ExchangeFanout, nil) },
@@ -276,7 +277,7 @@ func replyQueueArgs() amqp091.Table {
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
 	n := NamesFor(c.Prefix)
-	queues := []string{n.Tasks, n.Results, n.Failed}
+	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports}
 	for _, k := range c.Lanes {
 		queues = append(queues, n.Lane(k))
 	}

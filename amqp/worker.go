@@ -49,6 +49,10 @@ type WorkerConfig struct {
 	Balance func(ctx context.Context) (float64, error)
 	// BalanceEvery: default BalanceEveryDefault (60 s).
 	BalanceEvery time.Duration
+	// Report, when set, forwards clients' reportbad (good false) and
+	// reportgood that gateways publish on Names.Reports to the provider
+	// (provider.Client's ReportBad and ReportGood).
+	Report func(ctx context.Context, captchaID string, good bool) error
 	// Logger. Default the Conn's.
 	Logger *slog.Logger
 }
@@ -180,6 +184,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	go (&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log,
 		bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}}).run(bg, &wg)
 	go (&staleSweeper{s: w.store, q: w.q, every: sweepInterval}).run(bg, &wg)
+	var reports *Consumer
+	if w.cfg.Report != nil {
+		if reports, err = w.c.Consume(bg, []string{w.c.Names().Reports}, 4); err != nil {
+			w.log.Warn("not forwarding clients' reports: the reports queue cannot be consumed", "err", err)
+		} else {
+			wg.Add(1)
+			go (&reportForwarder{k: reports, forward: w.cfg.Report, log: w.log}).run(bg, &wg)
+		}
+	}
 
 	w.log.Info("worker started", "queues", queues, "prefetch", w.cfg.Prefetch)
 	stopping := false
@@ -198,6 +211,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.shutdown(tasks)
 	stopBg()
 	parked.Close()
+	if reports != nil {
+		reports.Close()
+	}
 	wg.Wait()
 	return nil
 }
@@ -211,7 +227,7 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 	}
 	// An id names one task: another task under an id this worker holds or
 	// has finished is dead-lettered, never answered with the first one's
-	// result (the worker remembers the ids its MemoryStore keeps).
+	// result (the worker remembers its last idMemoryDefault finished ids).
 	if err := w.store.conflict(ctx, m.Task); err != nil {
 		w.log.Warn("dead-lettering a task whose id names another task", "id", m.Task.ID, "err", err)
 		w.deadLetterWith(ctx, d, map[string]any{HeaderReason: ReasonInvalid, HeaderError: err.Error(), HeaderErrorCode: captchaq.CodeIDConflict})

@@ -41,6 +41,10 @@ type WorkerStore struct {
 
 	mu      sync.Mutex
 	entries map[string]*entry
+
+	// finished remembers the tasks of finished ids, past what mem keeps.
+	finished     *idMemory
+	finishedSize int
 }
 
 // entry is what the worker holds of one unfinished task on the broker.
@@ -68,6 +72,9 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 		run:     hex.EncodeToString(b[:]),
 		log:     log,
 		entries: map[string]*entry{},
+
+		finished:     newIDMemory(idMemoryDefault),
+		finishedSize: idMemoryDefault,
 	}
 }
 
@@ -93,7 +100,9 @@ func (s *WorkerStore) hold(d *Delivery, m TaskMessage) (fresh bool) {
 }
 
 // conflict returns an *captchaq.IDConflictError when t's id names another
-// task this worker holds or has finished.
+// task this worker holds or has finished: the finished ones from mem (its
+// last captchaq.MaxFinishedDefault results), then from the fingerprints
+// of its last idMemoryDefault finished ids.
 func (s *WorkerStore) conflict(ctx context.Context, t captchaq.Task) error {
 	s.mu.Lock()
 	e, ok := s.entries[t.ID]
@@ -108,7 +117,7 @@ func (s *WorkerStore) conflict(ctx context.Context, t captchaq.Task) error {
 	if rec, err := s.mem.Get(ctx, t.ID); err == nil {
 		return rec.Conflict(t)
 	}
-	return nil
+	return s.finished.conflict(t)
 }
 
 // holdCheckpoint takes a delivery from the worker's own checkpoint queue:
@@ -281,6 +290,9 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 		if err := s.pub.DeadLetter(ctx, m, deadReason(r)); err != nil {
 			return err
 		}
+	}
+	if ok {
+		s.finished.add(e.msg.Task, s.finishedSize)
 	}
 	if err := s.mem.Finish(ctx, r); err != nil && !errors.Is(err, captchaq.ErrNotFound) {
 		s.log.Warn("local finish failed", "id", r.ID, "err", err)

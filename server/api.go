@@ -229,6 +229,7 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		seen[t.ID] = i
 		t.ID = storeID(cs.Name, t.ID)
 		t.Tenant = cs.Name
+		cs.clamp(&t, s.cfg.MaxAttempts)
 		tasks = append(tasks, t)
 	}
 	return tasks, nil
@@ -587,9 +588,14 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 			ids = append(ids, sid)
 		}
 	}
-	replayed, err := s.Replay(r.Context(), ids)
+	replayed, held, err := s.replay(r.Context(), ids)
 	if err != nil {
 		apiFail(w, http.StatusInternalServerError, "", err.Error())
+		return
+	}
+	if held != nil && len(replayed) == 0 {
+		retryAfter(w, held.retry)
+		apiFail(w, http.StatusTooManyRequests, "", "no dead letter replayed: "+held.msg)
 		return
 	}
 	views := make([]string, len(replayed))
@@ -600,46 +606,82 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 			views[i] = id
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"replayed": len(replayed), "ids": views})
+	out := map[string]any{"replayed": len(replayed), "ids": views}
+	if held != nil {
+		// Some were left as dead letters: replay counts against the
+		// owner's max_inflight and rate like a new submit.
+		out["held"] = held.n
+		out["held_reason"] = held.msg
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // Replay puts the dead letters with the given Store ids back to work
 // (Backend.Replay: the local queue requeues them in the Store, attempts
 // reset, and adopts each record). It returns the ids replayed.
+//
+// A replay counts against its owner's max_inflight and rate as a submit
+// does: the dead letters past them stay dead letters, and Replay returns
+// the ids it did replay.
 func (s *Server) Replay(ctx context.Context, ids []string) ([]string, error) {
+	replayed, _, err := s.replay(ctx, ids)
+	return replayed, err
+}
+
+// replayHeld says how many dead letters a replay left over their owners'
+// limits, and the first limit met.
+type replayHeld struct {
+	n     int
+	msg   string
+	retry time.Duration
+}
+
+func (s *Server) replay(ctx context.Context, ids []string) ([]string, *replayHeld, error) {
 	if len(ids) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	// Only ids that are dead letters now are replayed; they count as the
 	// client's unfinished tasks before they run, so a quick result finds
 	// them counted.
 	var dead []string
+	var held *replayHeld
 	err := s.backend.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
-		dead = append(dead, r.Task.ID)
 		if cs := s.byName[r.Task.Tenant]; cs != nil {
-			cs.mu.Lock()
-			cs.inflight[r.Task.ID] = struct{}{}
-			cs.mu.Unlock()
+			if lerr := cs.reserve([]string{r.Task.ID}); lerr != nil {
+				if held == nil {
+					held = &replayHeld{msg: lerr.msg, retry: lerr.retry}
+				}
+				held.n++
+				return nil
+			}
 		}
+		dead = append(dead, r.Task.ID)
 		return nil
 	})
 	if err != nil || len(dead) == 0 {
-		return nil, err
+		for _, id := range dead {
+			s.releaseID(id)
+		}
+		return nil, held, err
 	}
 	replayed, err := s.backend.Replay(ctx, dead)
 	for _, id := range dead {
-		if slices.Contains(replayed, id) {
-			continue
-		}
-		client, _ := splitID(id)
-		if cs := s.byName[client]; cs != nil {
-			cs.release(id)
+		if !slices.Contains(replayed, id) {
+			s.releaseID(id)
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, held, err
 	}
-	return replayed, nil
+	return replayed, held, nil
+}
+
+// releaseID gives back the room a Store id took in its client's limits.
+func (s *Server) releaseID(id string) {
+	client, _ := splitID(id)
+	if cs := s.byName[client]; cs != nil {
+		cs.release(id)
+	}
 }
 
 // providerURL matches a URL inside an error text: the provider's base URL

@@ -44,6 +44,28 @@ type Client struct {
 	Rate float64 `json:"rate,omitempty"`
 	// Admin may see every client's tasks and use the dashboard.
 	Admin bool `json:"admin,omitempty"`
+	// PriorityMin and PriorityMax are the range of priorities the client
+	// may ask for: a task's priority (PriorityDefault when it names none)
+	// is moved into [PriorityMin, PriorityMax], never refused. Priority is
+	// global across clients, so an operator keeps a client from outranking
+	// the others with PriorityMin (e.g. 5: its tasks never go before the
+	// default). Defaults 0 and no upper bound.
+	PriorityMin int `json:"priority_min,omitempty"`
+	PriorityMax int `json:"priority_max,omitempty"`
+}
+
+// clamp moves a client's task into the operator's limits: its priority
+// into the client's range, its max_attempts down to maxAttempts.
+func (c Client) clamp(t *captchaq.Task, maxAttempts int) {
+	p := cmp.Or(t.Priority, captchaq.PriorityDefault)
+	p = max(p, c.PriorityMin)
+	if c.PriorityMax > 0 {
+		p = min(p, c.PriorityMax)
+	}
+	t.Priority = p
+	if maxAttempts > 0 {
+		t.MaxAttempts = min(cmp.Or(t.MaxAttempts, maxAttempts), maxAttempts)
+	}
 }
 
 var clientName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
@@ -88,6 +110,9 @@ func checkClients(cs []Client) error {
 		if c.Weight < 0 || c.MaxInflight < 0 || c.Rate < 0 {
 			errs = append(errs, fmt.Errorf("[%d]: client %q: weight, max_inflight and rate must not be negative", i, c.Name))
 		}
+		if c.PriorityMin < 0 || c.PriorityMax < 0 || (c.PriorityMax > 0 && c.PriorityMax < c.PriorityMin) {
+			errs = append(errs, fmt.Errorf("[%d]: client %q: priority_min %d and priority_max %d: give 0 or more, priority_max at least priority_min (or 0: no upper bound)", i, c.Name, c.PriorityMin, c.PriorityMax))
+		}
 		names[c.Name], keys[c.Key] = true, true
 	}
 	return errors.Join(errs...)
@@ -118,6 +143,10 @@ type Config struct {
 	// the provider, by the provider's captcha id (Result.CaptchaID).
 	// Default: the report is recorded in the metrics only.
 	Report func(ctx context.Context, captchaID string, good bool) error
+	// MaxAttempts is the most submissions a client's task may ask for: a
+	// larger max_attempts is lowered to it, and a task that names none gets
+	// it. Default: Queue.MaxAttempts, else captchaq.MaxAttemptsDefault.
+	MaxAttempts int
 	// MaxBodyBytes bounds a request body. Default MaxBodyBytesDefault.
 	MaxBodyBytes int64
 	// SubmitWait is how long a submit waits for room in a full queue
@@ -166,6 +195,10 @@ func (c Config) withDefaults() (Config, error) {
 	c.HistoryWindow = cmp.Or(c.HistoryWindow, HistoryWindowDefault)
 	if c.HistoryEvery < 0 || c.HistoryWindow < c.HistoryEvery {
 		return c, fmt.Errorf("server: HistoryEvery %v and HistoryWindow %v: give a positive HistoryEvery and a HistoryWindow at least as long (or neither, for %v and %v)", c.HistoryEvery, c.HistoryWindow, HistoryEveryDefault, HistoryWindowDefault)
+	}
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, c.Queue.MaxAttempts, captchaq.MaxAttemptsDefault)
+	if c.MaxAttempts < 0 {
+		return c, fmt.Errorf("server: MaxAttempts: must be positive, got %d", c.MaxAttempts)
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = MaxBodyBytesDefault

@@ -37,9 +37,10 @@
 //   - A dead token is never handed out. Once a solved result has passed
 //     its result.expires_at, GET /v1/tasks/{id} answers it with
 //     "expired": true and no token or answer, and res.php answers
-//     ERROR_TOKEN_EXPIRED. POST the same task again and it is solved again;
-//     in front of a fleet (amqp.Gateway), which solves an id once, that
-//     POST answers 400 asking for a new id.
+//     ERROR_TOKEN_EXPIRED. POST the same task again and it is solved again,
+//     in front of a fleet (amqp.Gateway) too: the gateway publishes it
+//     under a wire id of a new generation, as workers answer a message id
+//     once.
 //   - getbalance answers the provider account's balance (cached for
 //     BalanceCacheDefault); the provider key itself never leaves the server.
 //   - reportbad/reportgood are checked (the id must be the caller's solved
@@ -63,6 +64,15 @@
 //     ERROR_NO_SLOT_AVAILABLE, the API 429 with Retry-After. A queue full
 //     past Config.SubmitWait answers ERROR_NO_SLOT_AVAILABLE / 503; the
 //     503 of an array says how many of its new tasks were accepted before.
+//   - Client values are clamped to the operator's limits, never refused:
+//     a task's priority (5 when it names none) is moved into its client's
+//     [priority_min, priority_max], and max_attempts lowered to
+//     Config.MaxAttempts (a task naming none gets it). Priority is global
+//     across clients; weights share threads among clients of one priority
+//     only, so priority_min is how one client is kept from going before
+//     the others. A dead-letter replay counts against its owner's
+//     max_inflight and rate like a submit: what does not fit stays a dead
+//     letter ("held" in the answer; 429 when none fit).
 //   - The tasks of an array go to the queue in one call, stored together
 //     (one commit on the SQLite store).
 //   - A pingback is sent at most once, after its result is recorded (in
@@ -95,9 +105,11 @@
 //     its status beat (amqp.Gateway.Balance): read once a minute, beaten
 //     every 5 s, so normally under 65 s old; none younger than 5 minutes
 //     (no worker running) answers ERROR_BAD_PARAMETERS with the reason.
-//   - reportbad/reportgood are recorded (OK_REPORT_RECORDED and the
-//     metric) but not forwarded: the gateway holds no provider key, and no
-//     fleet message carries a report yet.
+//   - reportbad/reportgood are answered OK_REPORT_RECORDED once the
+//     report is on the broker (amqp.Gateway.Report publishes it on
+//     PREFIX.reports, confirmed); a worker forwards it to the provider
+//     with the key. The provider's own answer (a refusal such as
+//     ERROR_DUPLICATE_REPORT) is in the worker's log, not the client's.
 //   - /v1/stats and /metrics count what this gateway accepted and
 //     received; threads are the workers' (zero here); "broker" and
 //     captchaq_broker_queue_ready add the broker's queue depths.

@@ -186,6 +186,7 @@ func (s *Server) frontTask(cs *clientState, form *apiform.Request) (captchaq.Tas
 		code, text := submitErrorCode(err)
 		return t, code, text
 	}
+	cs.clamp(&t, s.cfg.MaxAttempts)
 	return t, "", ""
 }
 

@@ -104,6 +104,12 @@ func (f *fleetRig) worker(owner string, threads int) (stop func()) {
 		Queue: captchaq.Config{Provider: pc, Threads: threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: f.log},
 		Owner: owner, Grace: 200 * time.Millisecond, BeatInterval: time.Second, Logger: f.log,
+		Report: func(ctx context.Context, captchaID string, good bool) error {
+			if good {
+				return pc.ReportGood(ctx, captchaID)
+			}
+			return pc.ReportBad(ctx, captchaID)
+		},
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -166,7 +172,7 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 		f.t.Fatal(err)
 	}
 	scfg := server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow,
-		PingbackTimeout: time.Minute}
+		PingbackTimeout: time.Minute, Report: gw.Report}
 	if f.config != nil {
 		f.config(&scfg)
 	}
@@ -359,18 +365,18 @@ func TestGatewayEndToEnd(t *testing.T) {
 		t.Errorf("/readyz: %q", got)
 	}
 
-	// Replay the canceled task: published again, unfinished again.
-	var rep struct {
-		Replayed int      `json:"replayed"`
-		IDs      []string `json:"ids"`
+	// Replaying the canceled task counts against slow's max_inflight of 1,
+	// which the second task fills: refused, still a dead letter.
+	var e struct {
+		Error string `json:"error"`
 	}
-	g.api(t, "POST", "/v1/deadletters/replay", keyAdmin, `{"ids":["slow/`+first+`"]}`, http.StatusOK, &rep)
-	if rep.Replayed != 1 || rep.IDs[0] != "slow/"+first {
-		t.Fatalf("replay: %+v", rep)
+	g.api(t, "POST", "/v1/deadletters/replay", keyAdmin, `{"ids":["slow/`+first+`"]}`, http.StatusTooManyRequests, &e)
+	if !strings.Contains(e.Error, `client "slow" has 1 unfinished tasks; its max_inflight is 1`) {
+		t.Fatalf("replay over max_inflight: %+v", e)
 	}
 	g.api(t, "GET", "/v1/tasks/"+first, slowKey, "", http.StatusOK, &v)
-	if v.Status != captchaq.StatusInFlight {
-		t.Errorf("replayed: %s, want inflight", v.Status)
+	if v.Status != captchaq.StatusFailed {
+		t.Errorf("not replayed: %s, want failed", v.Status)
 	}
 	// A rate of one task a second: the second at once is refused. The
 	// priority parameter is the task's.
@@ -384,9 +390,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 
 	// Every task reached the provider once: 5 + 1 + 1 Turnstile for qa,
-	// other and burst, and two reCAPTCHAs (the replay of the first is a
-	// copy of a task the worker holds at the provider: it is not sent
-	// again).
+	// other and burst, and two reCAPTCHAs.
 	until(t, "nine tasks at the simulator", func() bool { return f.sim.Stats().Accepted >= 9 })
 	time.Sleep(100 * time.Millisecond)
 	if s := f.sim.Stats(); s.Accepted != 9 || s.Duplicates != 0 {

@@ -42,15 +42,7 @@ func TestAPIKnownIDWithOtherTaskIs409AndExpiredTokensAreWithheld(t *testing.T) {
 	}
 
 	// The token expires: GET and res.php withhold it, a POST solves it again.
-	rec, err := mem.Get(context.Background(), "qa/a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := *rec.Result
-	dead.ExpiresAt = time.Now().Add(-time.Second)
-	if err := mem.Finish(context.Background(), dead); err != nil {
-		t.Fatal(err)
-	}
+	expire(t, mem, "qa/a")
 	var v, solved server.TaskView
 	b.api(t, "GET", "/v1/tasks/a", keyQA, "", http.StatusOK, &v)
 	if !v.Expired || v.Result == nil || v.Result.Token != "" {

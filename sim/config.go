@@ -95,6 +95,13 @@ type Config struct {
 	// due work is also done at the start of every request and of Stats, so
 	// moving the clock and then calling the server is deterministic.
 	Now func() time.Time
+	// RefuseSubmit, when set, is called with each submit's parameters
+	// (lower-case names) that passed the key and ban checks; a non-empty
+	// answer (an error code such as ERROR_WRONG_USER_KEY) is given instead
+	// of accepting the task. Tests use it to make one task draw an error the
+	// real provider answers to some inputs (a truncated image read as a bad
+	// key). It must not call the Server.
+	RefuseSubmit func(params map[string]string) string
 }
 
 // Latency is a solve time distribution: log-normal around Median with

@@ -284,6 +284,8 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	s.runDueLocked(now)
 	if gate := s.gateLocked(q, ip, now); gate != "" {
 		code, text = gate, ""
+	} else if refuse := s.refuseLocked(q); refuse != "" {
+		code, text = refuse, ""
 	} else if s.account.ZeroBalance {
 		code, text = "ERROR_ZERO_BALANCE", ""
 	} else if code == "" && s.inUse >= s.cfg.Threads {
@@ -324,6 +326,14 @@ func (s *Server) gateLocked(q *request, ip string, now time.Time) string {
 		return "ERROR_WRONG_USER_KEY"
 	}
 	return ""
+}
+
+// refuseLocked is the test hook Config.RefuseSubmit's answer, if any.
+func (s *Server) refuseLocked(q *request) string {
+	if s.cfg.RefuseSubmit == nil || q == nil {
+		return ""
+	}
+	return s.cfg.RefuseSubmit(q.params)
 }
 
 // acceptLocked takes a thread for a valid submit and schedules its solve.

@@ -95,6 +95,7 @@ func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name str
 			published++
 		}
 	}()
+	ids := enqueuedIDs{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
 	for line := 1; !failed.Load() && sc.Scan(); line++ {
@@ -103,6 +104,12 @@ func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name str
 			continue
 		}
 		t, perr := parseTaskLine([]byte(text))
+		if perr == nil {
+			var again bool
+			if again, perr = ids.check(t, line); again {
+				continue
+			}
+		}
 		if perr != nil {
 			fmt.Fprintf(errw, "%s:%d: %v\n", name, line, perr)
 			invalid++
@@ -127,6 +134,34 @@ func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name str
 		return published, invalid, fmt.Errorf("read %s: %w", name, sc.Err())
 	}
 	return published, invalid, nil
+}
+
+// enqueuedIDs is what enqueue knows of the ids it published in this run:
+// each id's first line and the task's fingerprint (some 100 bytes an id).
+// The fleet's workers check the ids they hold and remember; enqueue, which
+// publishes with no store of its own, checks its input: an id that comes
+// again with another task is refused before it is published, and with the
+// same task it is published once.
+type enqueuedIDs map[string]enqueuedID
+
+type enqueuedID struct {
+	line        int
+	fingerprint string
+}
+
+// check records t's id at line. again is true when the id came before
+// with the same task (skip it); the error is an *captchaq.IDConflictError
+// when it came with another one.
+func (m enqueuedIDs) check(t captchaq.Task, line int) (again bool, err error) {
+	fp := t.Fingerprint()
+	if first, ok := m[t.ID]; ok {
+		if first.fingerprint == fp {
+			return true, nil
+		}
+		return false, &captchaq.IDConflictError{ID: t.ID, Differs: fmt.Sprintf("line %d has it with another method, params or proxy", first.line)}
+	}
+	m[t.ID] = enqueuedID{line: line, fingerprint: fp}
+	return false, nil
 }
 
 // parseTaskLine reads one task line and refuses what every other door

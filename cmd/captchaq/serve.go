@@ -14,6 +14,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -45,6 +46,7 @@ type serveFlags struct {
 
 	pingbackAllow *string
 	metricsListen *string
+	maxAttempts   *int
 
 	set map[string]bool // flags given
 }
@@ -76,6 +78,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		taskTTL:       fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
 		fairBurst:     fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
 		pingbackAllow: fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
+		maxAttempts:   fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good, and the most a client's max_attempts may ask for (default %d)", captchaq.MaxAttemptsDefault)),
 		metricsListen: fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
 		set:           map[string]bool{},
 	}
@@ -140,6 +143,10 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	defer stop()
 	cfg.Clients, cfg.MaxBodyBytes, cfg.Logger = clients, *f.maxBody, log
 	cfg.PingbackAllow = allow
+	cfg.MaxAttempts, cfg.Queue.MaxAttempts = *f.maxAttempts, *f.maxAttempts
+	if cfg.Backend != nil {
+		cfg.Queue.MaxAttempts = 0 // the workers' business
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -212,15 +219,20 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 		Queue: captchaq.Config{
 			Provider: pc, Store: store, Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log,
 		},
-		PublicURL: *f.publicURL, Balance: pc.Balance,
-		Report: func(ctx context.Context, captchaID string, good bool) error {
-			if good {
-				return pc.ReportGood(ctx, captchaID)
-			}
-			return pc.ReportBad(ctx, captchaID)
-		},
+		PublicURL: *f.publicURL, Balance: pc.Balance, Report: providerReport(pc),
 	}
 	return cfg, []any{"store", path}, func() { store.Close() }, nil
+}
+
+// providerReport forwards a client's reportbad (good false) or reportgood
+// to the provider.
+func providerReport(pc *provider.Client) func(ctx context.Context, captchaID string, good bool) error {
+	return func(ctx context.Context, captchaID string, good bool) error {
+		if good {
+			return pc.ReportGood(ctx, captchaID)
+		}
+		return pc.ReportBad(ctx, captchaID)
+	}
 }
 
 // gatewayBackend opens the store, connects to the broker and builds the
@@ -261,7 +273,7 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 	attrs := []any{"mode", "gateway", "gateway", gw.Name(), "reply_queue", gw.ReplyQueue(), "store", path}
 	// getbalance: the freshest balance a worker read (at most about a
 	// minute old; see amqp.BalanceEveryDefault).
-	return server.Config{Backend: gw, Balance: gw.Balance}, attrs, stop, nil
+	return server.Config{Backend: gw, Balance: gw.Balance, Report: gw.Report}, attrs, stop, nil
 }
 
 // newHTTPServer sets the timeouts; event streams and long polls lift the

@@ -75,7 +75,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 			Provider: client, Threads: *threads, Plan: *plan, PollInterval: *poll, Logger: log,
 		},
 		Owner: *owner, Prefetch: *prefetch, Grace: *grace, Logger: log,
-		Balance: client.Balance,
+		Balance: client.Balance, Report: providerReport(client),
 	})
 	if err != nil {
 		return &exitError{code: 2, err: err}

@@ -1,0 +1,71 @@
+package amqp
+
+import (
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// Clients' reportbad and reportgood through a gateway reach the provider:
+// the gateway publishes them on the reports queue by the result's
+// provider captcha id, and a worker forwards them with the key. A report
+// the provider refuses is dropped, not retried forever.
+func TestGatewayReportsReachTheProviderThroughAWorker(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	srv := r.worker("rep-w1", sim.Config{LatencyScale: 0.005, PollBan: sim.PollBan{Disabled: true}}, 4, 4)
+	g, results := r.gateway("rep", nil, nil)
+	for _, id := range []string{"bad", "good"} {
+		if err := g.Submit(ctx, task(id, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	byID := map[string]captchaq.Result{}
+	for _, res := range await(t, ctx, results, 2) {
+		if res.Status != captchaq.StatusSolved || res.CaptchaID == "" {
+			t.Fatalf("%s: %+v", res.ID, res)
+		}
+		byID[res.ID] = res
+	}
+	if err := g.Report(ctx, "999", false); err != nil {
+		t.Fatalf("report of an unknown captcha id: %v", err)
+	}
+	if err := g.Report(ctx, byID["bad"].CaptchaID, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Report(ctx, byID["good"].CaptchaID, true); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st := srv.Stats()
+		if st.ReportsBad == 1 && st.ReportsGood == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the provider recorded %d bad and %d good reports, want 1 and 1", st.ReportsBad, st.ReportsGood)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The refused report is gone from the queue too.
+	for {
+		d, err := r.c.Depths(ctx, r.c.Names().Reports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := d[0].Ready
+		if n == 0 && srv.Stats().Calls.Report >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reports left in the queue", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := srv.Stats(); st.ReportsBad != 1 || st.ReportsGood != 1 || st.Calls.Report != 3 {
+		t.Fatalf("provider: %d bad, %d good reports, %d report calls; want 1, 1, 3", st.ReportsBad, st.ReportsGood, st.Calls.Report)
+	}
+}

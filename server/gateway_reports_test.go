@@ -1,0 +1,46 @@
+package server_test
+
+import (
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq/sim"
+)
+
+// reportbad and reportgood on res.php in front of a fleet reach the
+// provider: the gateway publishes them by the result's captcha id and a
+// worker forwards them with the provider key.
+func TestGatewayForwardsReportsToTheProvider(t *testing.T) {
+	t.Parallel()
+	f := newFleetRig(t, sim.Config{LatencyScale: 0.005, PollBan: sim.PollBan{Disabled: true}})
+	f.worker("rep-w", 4)
+	g := f.serve("rep", filepath.Join(t.TempDir(), "gw.db"), nil)
+	var ids []string
+	for _, n := range []string{"1", "2"} {
+		id := g.inOK(t, keyQA, distinct(turnstile(), n))
+		if got := g.resFinal(t, keyQA, id); !strings.HasPrefix(got, "OK|") {
+			t.Fatalf("task %s: %q", id, got)
+		}
+		ids = append(ids, id)
+	}
+	for i, action := range []string{"reportbad", "reportgood"} {
+		if got := g.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {action}, "id": {ids[i]}}); got != "OK_REPORT_RECORDED" {
+			t.Fatalf("%s: %q", action, got)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st := f.sim.Stats()
+		if st.ReportsBad == 1 && st.ReportsGood == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the provider recorded %d bad and %d good reports, want 1 and 1", st.ReportsBad, st.ReportsGood)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
