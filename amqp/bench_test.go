@@ -18,9 +18,10 @@ import (
 )
 
 // benchFleet runs tasks through three in-process workers (each with its
-// own connection) and reports end-to-end throughput, thread utilization
-// and provider requests per task.
-func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Duration) {
+// own connection; shared: one pool of the plan's threads, see
+// WorkerConfig.SharedThreads) and reports end-to-end throughput, thread
+// utilization, "no free thread" answers and provider requests per task.
+func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Duration, shared bool) {
 	b.Helper()
 	cfg := Config{URL: brokertest.Use(b), Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), InflightLease: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
 	sc.PollBan.Disabled = true
@@ -40,6 +41,7 @@ func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Durat
 	}
 	defer pc.Close()
 	var clients []*provider.Client
+	var workers []*Worker
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -56,10 +58,12 @@ func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Durat
 		owner := fmt.Sprintf("bench-w%d", i)
 		owners = append(owners, owner)
 		w, err := NewWorker(c, WorkerConfig{Queue: captchaq.Config{Provider: cl, Threads: threads, PollInterval: poll,
-			RetryBackoff: 20 * time.Millisecond, RetryBackoffMax: 500 * time.Millisecond}, Owner: owner, Prefetch: 200})
+			RetryBackoff: 20 * time.Millisecond, RetryBackoffMax: 500 * time.Millisecond}, Owner: owner, Prefetch: 200,
+			SharedThreads: shared})
 		if err != nil {
 			b.Fatal(err)
 		}
+		workers = append(workers, w)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = w.Run(runCtx) }()
 	}
@@ -117,6 +121,15 @@ func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Durat
 	b.ReportMetric(st.Utilization, "utilization")
 	b.ReportMetric(float64(reqs)/float64(tasks), "requests/task")
 	b.ReportMetric(float64(st.Duplicates), "duplicates")
+	b.ReportMetric(float64(st.NoSlot), "no-slot")
+	if shared {
+		var taken, returned int64
+		for _, w := range workers {
+			taken, returned = taken+w.pool.taken.Load(), returned+w.pool.returned.Load()
+		}
+		b.ReportMetric(float64(taken)/float64(tasks), "tokens/task")
+		b.Logf("thread tokens: %d delivered, %d given back (%.3f deliveries per task)", taken, returned, float64(taken)/float64(tasks))
+	}
 	b.Logf("%d tasks in %v: %.0f tasks/s, utilization %.2f, peak threads %d/%d, no-slot %d, %d requests (%.2f/task), duplicates %d",
 		tasks, elapsed.Round(time.Millisecond), float64(tasks)/elapsed.Seconds(), st.Utilization, st.PeakThreadsInUse, threads, st.NoSlot, reqs, float64(reqs)/float64(tasks), st.Duplicates)
 }
@@ -124,16 +137,31 @@ func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Durat
 // BenchmarkFleetInstant: an instant provider, three workers; the broker
 // path is the bottleneck.
 func BenchmarkFleetInstant(b *testing.B) {
-	for range b.N {
-		benchFleet(b, 5000, 200, sim.Config{Instant: true, Seed: 11}, 10*time.Millisecond)
+	for _, shared := range []bool{false, true} {
+		b.Run(sharedName(shared), func(b *testing.B) {
+			for range b.N {
+				benchFleet(b, 5000, 200, sim.Config{Instant: true, Seed: 11}, 10*time.Millisecond, shared)
+			}
+		})
 	}
+}
+
+func sharedName(shared bool) string {
+	if shared {
+		return "shared"
+	}
+	return "own"
 }
 
 // BenchmarkFleetRealistic: published solve times scaled by 0.05 (turnstile
 // ≈ 0.4 s), a 50-thread plan shared by three workers.
 func BenchmarkFleetRealistic(b *testing.B) {
-	for range b.N {
-		benchFleet(b, 1000, 50, sim.Config{LatencyScale: 0.05, Seed: 12}, 100*time.Millisecond)
+	for _, shared := range []bool{false, true} {
+		b.Run(sharedName(shared), func(b *testing.B) {
+			for range b.N {
+				benchFleet(b, 1000, 50, sim.Config{LatencyScale: 0.05, Seed: 12}, 100*time.Millisecond, shared)
+			}
+		})
 	}
 }
 

@@ -154,6 +154,10 @@ type Names struct {
 	Inflight string // headers exchange in front of the checkpoint queues
 	Status   string // fanout exchange for consumer status beats
 	Replies  string // Replies+"."+gateway: a gateway's reply queue
+	// The fleet's thread pool (WorkerConfig.SharedThreads): Threads holds
+	// one token per plan thread; ThreadsFilled exists once it was filled;
+	// ThreadsLock is the exclusive queue the filling worker holds.
+	Threads, ThreadsFilled, ThreadsLock string
 }
 
 // FailedRoutingKey is the routing key of every dead letter.
@@ -173,6 +177,10 @@ func NamesFor(prefix string) Names {
 		Inflight: p + ".inflight",
 		Status:   p + ".status",
 		Replies:  p + ".replies",
+
+		Threads:       p + ".threads",
+		ThreadsFilled: p + ".threads.filled",
+		ThreadsLock:   p + ".threads.lock",
 	}
 }
 

@@ -29,6 +29,7 @@ type childConfig struct {
 	Grace                      time.Duration
 	Threads, Prefetch          int
 	RetryDelays                []time.Duration
+	SharedThreads              bool
 }
 
 func TestMain(m *testing.M) {
@@ -65,6 +66,7 @@ func runChild(raw string) int {
 		Queue: captchaq.Config{Provider: client, Threads: cc.Threads, PollInterval: cc.Poll,
 			RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: time.Second, Logger: log},
 		Owner: cc.Owner, Prefetch: cc.Prefetch, Grace: cc.Grace, BeatInterval: time.Second, Logger: log,
+		SharedThreads: cc.SharedThreads,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
