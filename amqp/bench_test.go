@@ -17,11 +17,11 @@ import (
 	"github.com/captchaq/captchaq/store/sqlite"
 )
 
-// benchFleet runs tasks through three in-process workers (each with its
-// own connection; shared: one pool of the plan's threads, see
+// benchFleet runs tasks through in-process workers (each with its own
+// connection; shared: one pool of the plan's threads, see
 // WorkerConfig.SharedThreads) and reports end-to-end throughput, thread
 // utilization, "no free thread" answers and provider requests per task.
-func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Duration, shared bool) {
+func benchFleet(b *testing.B, nWorkers, tasks, threads int, sc sim.Config, poll time.Duration, shared bool) {
 	b.Helper()
 	cfg := Config{URL: brokertest.Use(b), Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), InflightLease: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
 	sc.PollBan.Disabled = true
@@ -44,7 +44,7 @@ func benchFleet(b *testing.B, tasks, threads int, sc sim.Config, poll time.Durat
 	var workers []*Worker
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for i := range 3 {
+	for i := range nWorkers {
 		c, err := Dial(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -140,7 +140,7 @@ func BenchmarkFleetInstant(b *testing.B) {
 	for _, shared := range []bool{false, true} {
 		b.Run(sharedName(shared), func(b *testing.B) {
 			for range b.N {
-				benchFleet(b, 5000, 200, sim.Config{Instant: true, Seed: 11}, 10*time.Millisecond, shared)
+				benchFleet(b, 3, 5000, 200, sim.Config{Instant: true, Seed: 11}, 10*time.Millisecond, shared)
 			}
 		})
 	}
@@ -154,12 +154,17 @@ func sharedName(shared bool) string {
 }
 
 // BenchmarkFleetRealistic: published solve times scaled by 0.05 (turnstile
-// ≈ 0.4 s), a 50-thread plan shared by three workers.
+// ≈ 0.4 s), a 50-thread plan shared by three workers; one-process is the
+// same plan in one worker, the ceiling the fleet is measured against.
 func BenchmarkFleetRealistic(b *testing.B) {
-	for _, shared := range []bool{false, true} {
-		b.Run(sharedName(shared), func(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		workers int
+		shared  bool
+	}{{"own", 3, false}, {"shared", 3, true}, {"one-process", 1, false}} {
+		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
-				benchFleet(b, 1000, 50, sim.Config{LatencyScale: 0.05, Seed: 12}, 100*time.Millisecond, shared)
+				benchFleet(b, c.workers, 1000, 50, sim.Config{LatencyScale: 0.05, Seed: 12}, 100*time.Millisecond, c.shared)
 			}
 		})
 	}

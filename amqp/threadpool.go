@@ -330,13 +330,14 @@ func (s *poolSession) adjust(now time.Time) error {
 		p.mu.Unlock()
 	}
 	want, floor := p.demand(len(s.tokens))
-	target := min(want, p.n)
-	others := s.holders
+	want = min(want, p.n)
+	hungry := s.holders // other workers that want more tokens
 	if s.consuming {
-		others--
+		hungry--
 	}
-	if s.ready == 0 && others > 0 {
-		target = min(target, (p.n+others)/(others+1)) // ceil(n / (others+1))
+	target := want
+	if s.ready == 0 && hungry > 0 {
+		target = min(want, (p.n+hungry)/(hungry+1)) // ceil(n / (hungry+1))
 	}
 	keep := max(target, floor)
 	if len(s.tokens) > keep {
@@ -352,9 +353,11 @@ func (s *poolSession) adjust(now time.Time) error {
 		s.surplusSince = time.Time{}
 	}
 	switch {
-	case target > 0:
-		s.idleSince = time.Time{}
-		if err := s.setQos(target); err != nil {
+	case want > len(s.tokens):
+		// Hungry: consume, so the others see it, and take tokens up to
+		// the target and one more: a token nobody else takes at once
+		// goes to a hungry worker instead of waiting for a refresh.
+		if err := s.setQos(min(want, target+1)); err != nil {
 			return err
 		}
 		if !s.consuming {
@@ -364,18 +367,11 @@ func (s *poolSession) adjust(now time.Time) error {
 			}
 			s.deliveries, s.consuming = ds, true
 		}
-	case s.consuming && len(s.tokens) == 0:
-		// A worker with no work holds nothing and does not count in the
-		// others' fair share.
-		if s.idleSince.IsZero() {
-			s.idleSince = now
-		}
-		if now.Sub(s.idleSince) >= threadsLinger {
-			if err := s.cancel(); err != nil {
-				return err
-			}
-			return s.giveBack(0) // tokens that came before the cancel
-		}
+	case s.consuming:
+		// Satisfied: only hungry workers consume, so the consumer count
+		// says who needs tokens given back, and a worker with no work
+		// holds none.
+		return s.cancel()
 	}
 	return nil
 }
@@ -394,7 +390,7 @@ func (s *poolSession) cancel() error {
 		s.tokens = append(s.tokens, d.DeliveryTag)
 		s.p.taken.Add(1)
 	}
-	s.deliveries, s.consuming, s.idleSince = nil, false, time.Time{}
+	s.deliveries, s.consuming = nil, false
 	return nil
 }
 
