@@ -81,7 +81,7 @@ func runChild(raw string) int {
 
 // fleet is one test's broker topology, simulator and worker processes.
 type fleet struct {
-	t      *testing.T
+	t      testing.TB
 	cfg    Config
 	c      *Conn
 	pub    *Publisher
@@ -95,7 +95,7 @@ type fleet struct {
 	owners []string
 }
 
-func newFleet(t *testing.T, cfg Config, sc sim.Config, base childConfig) *fleet {
+func newFleet(t testing.TB, cfg Config, sc sim.Config, base childConfig) *fleet {
 	t.Helper()
 	srv, apiURL, err := sim.Start(sc, "127.0.0.1:0")
 	if err != nil {
@@ -315,7 +315,7 @@ func (f *fleet) depth(q string) int {
 
 // prefixWriter sends a child's log lines to the test log.
 type prefixWriter struct {
-	t      *testing.T
+	t      testing.TB
 	prefix string
 }
 
@@ -336,7 +336,7 @@ func fleetSettings(cfg Config) Config {
 	return cfg
 }
 
-func longCtx(t *testing.T, d time.Duration) context.Context {
+func longCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

@@ -29,7 +29,8 @@ const (
 type WorkerConfig struct {
 	// Queue configures the local queue that solves the tasks (Provider is
 	// required; Threads is the plan's, shared by every worker on the key:
-	// the queue's window shrinks when the provider says no free thread).
+	// through the broker with SharedThreads, else by the queue's window
+	// shrinking when the provider says no free thread).
 	// Its Store is the worker's own and must be nil.
 	Queue captchaq.Config
 	// Owner names this worker's checkpoint queue; unique per process.
@@ -65,7 +66,9 @@ type WorkerConfig struct {
 
 // Worker takes tasks from the broker and solves them with a captchaq.Queue
 // whose Store is the broker (see WorkerStore). Many workers on many
-// machines can share one key: each backs off on "no free thread".
+// machines can share one key: they share its plan's threads through the
+// broker (WorkerConfig.SharedThreads), and each backs off on "no free
+// thread".
 type Worker struct {
 	c     *Conn
 	cfg   WorkerConfig
