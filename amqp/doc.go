@@ -103,7 +103,8 @@
 // ceil(N / (hungry others + 1)), and it gives back tokens above it. A
 // hungry worker takes up to its target and one more, so a token given
 // back goes at once to a worker that needs it rather than waiting for a
-// refresh. Tokens above the demand go back after 200 ms, so a task that
+// refresh. The queue may use only its target (Held), so a worker over its
+// share submits nothing new and gives back each token its tasks free. Tokens above the demand go back after 200 ms, so a task that
 // arrives just after another finished reuses the thread with no broker
 // traffic; tokens of tasks at the provider are never given back. The
 // "no free thread" window (AIMD) stays on top, as the guard against other
@@ -113,7 +114,7 @@
 // pool costs nothing per task while the fleet is saturated; tokens move
 // only when demand moves between workers (a delivery and a nack each). In
 // BenchmarkFleetRealistic/shared (1,000 tasks, 50 threads, three workers)
-// 0.10–0.13 token deliveries per task, against three messages per task
+// 0.08–0.13 token deliveries per task, against three messages per task
 // for the task itself (below); in BenchmarkFleetInstant 0.06. Plus, per
 // worker, a passive declare a second and a consume or cancel when it
 // turns hungry or satisfied. Alternatives: splitting the plan (each worker
@@ -128,16 +129,16 @@
 // loaded 2-core machine), saturated utilization and "no free thread"
 // answers per run:
 //
-//	shared, 4 runs                        0.95–0.98, none
-//	shared, one SIGKILLed and replaced    0.96 0.97 0.96 0.92 0.88 0.75;
-//	                                      0, 0, 0, 2, 10, 10 of 150–162 submits
+//	shared, 6 runs                        0.95–0.98, none
+//	shared, one SIGKILLed and replaced    0.96 0.97 0.96 0.92 0.89 0.89 0.88 0.75;
+//	                                      0, 0, 0, 2, 6, 4, 10, 10 of 150–162 submits
 //	own --threads each, SIGKILL+replace   0.64–0.91 (median 0.72);
 //	                                      24–49 of 174–199 submits
 //	one process with the plan             0.96
 //
 // The SIGKILL runs' refusals are the dead worker's tasks (below). At
 // shorter solves (BenchmarkFleetRealistic, 0.4 s, 100 ms polls) shared is
-// 0.79–0.87 against 0.88–0.89 for one process with the same plan and
+// 0.87–0.89, as one process with the same plan (0.88–0.89), against
 // 0.45–0.62 with own windows, with no "no free thread" answer: what is
 // left below one process there is the poll interval against the solve
 // time, not the sharing.

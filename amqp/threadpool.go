@@ -168,20 +168,22 @@ type threadPool struct {
 
 	mu            sync.Mutex
 	busy, waiting int
-	pinned        bool // Held was read since the last Want: give nothing back
-	held          int
+	pinned        int // what Held returned since the last Want, -1 if not read: give nothing back below it
+	held          int // tokens held
+	limit         int // tokens the queue may use: the target (a fair share may be below held)
 	fleetInUse    int // plan minus ready tokens at the last refresh; -1 unknown
 }
 
 func newThreadPool(c *Conn, n int, log *slog.Logger) *threadPool {
-	return &threadPool{c: c, n: n, log: log, ready: make(chan struct{}, 1), wake: make(chan struct{}, 1), fleetInUse: -1}
+	return &threadPool{c: c, n: n, log: log, ready: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		pinned: -1, limit: n, fleetInUse: -1}
 }
 
 // Want implements captchaq.ThreadPool.
 func (p *threadPool) Want(busy, waiting int) {
 	p.mu.Lock()
 	changed := busy != p.busy || waiting != p.waiting
-	p.busy, p.waiting, p.pinned = busy, waiting, false
+	p.busy, p.waiting, p.pinned = busy, waiting, -1
 	p.mu.Unlock()
 	if changed {
 		wakeUp(p.wake)
@@ -192,8 +194,9 @@ func (p *threadPool) Want(busy, waiting int) {
 func (p *threadPool) Held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.pinned = true
-	return p.held
+	h := min(p.held, p.limit)
+	p.pinned = max(p.pinned, h)
+	return h
 }
 
 // Ready implements captchaq.ThreadPool.
@@ -215,10 +218,11 @@ func wakeUp(ch chan struct{}) {
 	}
 }
 
-func (p *threadPool) setHeld(n int) {
+// setHeld records the tokens held and the queue's limit on them.
+func (p *threadPool) setHeld(n, limit int) {
 	p.mu.Lock()
-	grew := n > p.held
-	p.held = n
+	grew := min(n, limit) > min(p.held, p.limit)
+	p.held, p.limit = n, limit
 	p.mu.Unlock()
 	if grew {
 		wakeUp(p.ready)
@@ -226,15 +230,11 @@ func (p *threadPool) setHeld(n int) {
 }
 
 // demand is the last Want, and the least number of tokens the pool may
-// keep: the busy ones, or all while Held is pinned.
+// keep: the busy ones, and at least what Held returned since.
 func (p *threadPool) demand(held int) (want, floor int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	floor = min(p.busy, held)
-	if p.pinned {
-		floor = held
-	}
-	return p.busy + p.waiting, floor
+	return p.busy + p.waiting, min(max(p.busy, p.pinned), held)
 }
 
 // run holds tokens until ctx ends, on one channel at a time; when a
@@ -271,6 +271,7 @@ type poolSession struct {
 	consuming  bool
 	qos        int
 	tokens     []uint64 // delivery tags of the held tokens
+	limit      int      // the target: tokens the queue may use
 
 	refreshed      time.Time
 	ready, holders int       // of the token queue at the last refresh
@@ -283,9 +284,9 @@ func (p *threadPool) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &poolSession{p: p, ch: ch, tag: fmt.Sprintf("captchaq-threads-%d", gen)}
+	s := &poolSession{p: p, ch: ch, tag: fmt.Sprintf("captchaq-threads-%d", gen), limit: p.n}
 	defer func() {
-		p.setHeld(0)
+		p.setHeld(0, p.n)
 		_ = ch.Close() // the broker requeues every token
 	}()
 	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
@@ -309,7 +310,7 @@ func (p *threadPool) session(ctx context.Context) error {
 			}
 			s.tokens = append(s.tokens, d.DeliveryTag)
 			p.taken.Add(1)
-			p.setHeld(len(s.tokens))
+			p.setHeld(len(s.tokens), s.limit)
 		}
 	}
 }
@@ -339,12 +340,18 @@ func (s *poolSession) adjust(now time.Time) error {
 	if s.ready == 0 && hungry > 0 {
 		target = min(want, (p.n+hungry)/(hungry+1)) // ceil(n / (hungry+1))
 	}
+	if target != s.limit {
+		s.limit = target
+		p.setHeld(len(s.tokens), target)
+	}
 	keep := max(target, floor)
 	if len(s.tokens) > keep {
 		if s.surplusSince.IsZero() {
 			s.surplusSince = now
 		}
-		if now.Sub(s.surplusSince) >= threadsLinger {
+		// Over a fair share, at once: another worker waits for it. Over
+		// the demand, after the linger.
+		if want > keep || now.Sub(s.surplusSince) >= threadsLinger {
 			if err := s.giveBack(keep); err != nil {
 				return err
 			}
@@ -390,6 +397,7 @@ func (s *poolSession) cancel() error {
 		s.tokens = append(s.tokens, d.DeliveryTag)
 		s.p.taken.Add(1)
 	}
+	s.p.setHeld(len(s.tokens), s.limit)
 	s.deliveries, s.consuming = nil, false
 	return nil
 }
@@ -428,7 +436,7 @@ func (s *poolSession) giveBack(keep int) error {
 		s.p.returned.Add(1)
 	}
 	s.tokens = s.tokens[:keep]
-	s.p.setHeld(keep)
+	s.p.setHeld(keep, s.limit)
 	s.surplusSince = time.Time{}
 	return nil
 }

@@ -69,9 +69,12 @@ func TestFleetSharesOnePlan(t *testing.T) {
 		t.Fatal("pool-a exited cleanly after SIGKILL")
 	}
 	f.start("pool-d", nil)
+	f.waitConsumers(ctx, 3)
+	// More tasks than the others prefetch, so pool-d has work.
+	ids = append(ids, f.enqueue(ctx, "three", 60, 0)...)
 	f.until(ctx, "pool-d taking its share", func() bool { b, _ := beats.latest("pool-d"); return b.ThreadsHeld > 0 })
 	res = f.collect(ctx, ids)
-	st = f.ledger(res, n)
+	st = f.ledger(res, int64(len(ids)))
 	// pool-a's tasks at the provider run on until solved while its threads
 	// are back in the pool at once: the fleet may briefly run those extra.
 	t.Logf("kill and join: peak %d of %d threads", st.PeakThreadsInUse, plan)
@@ -79,6 +82,16 @@ func TestFleetSharesOnePlan(t *testing.T) {
 		t.Errorf("the fleet ran %d tasks at once, want at most the plan (%d) plus the dead worker's", st.PeakThreadsInUse, plan)
 	}
 	idle("pool-b", "pool-c", "pool-d")
+
+	// Stats reports the pool against the plan, from the beats and the
+	// token queue.
+	stats, err := f.c.Stats(ctx, 2500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (FleetThreads{Plan: plan}); stats.Threads != want {
+		t.Errorf("Stats.Threads %+v of an idle fleet, want %+v", stats.Threads, want)
+	}
 }
 
 // inspect reads a queue's depth and consumers.
