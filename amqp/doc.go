@@ -115,7 +115,7 @@
 // only when demand moves between workers (a delivery and a nack each). In
 // BenchmarkFleetRealistic/shared (1,000 tasks, 50 threads, three workers)
 // 0.08–0.13 token deliveries per task, against three messages per task
-// for the task itself (below); in BenchmarkFleetInstant 0.06. Plus, per
+// for the task itself (below); in BenchmarkFleetInstant 0.06–0.07. Plus, per
 // worker, a passive declare a second and a consume or cancel when it
 // turns hungry or satisfied. Alternatives: splitting the plan (each worker
 // --threads N/k) needs k and idles the threads of a worker with no work;
