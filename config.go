@@ -74,6 +74,11 @@ type Config struct {
 	// will not lift by itself (bad key, no plan: fix it and call Resume).
 	// It runs on the queue's goroutines: keep it short.
 	OnPause func(err error, permanent bool)
+	// ThreadPool, when set, shares the plan's Threads with other processes
+	// on the same key: the queue submits only on threads the pool holds for
+	// it (see ThreadPool). Default nil: this process has all Threads to
+	// itself, bounded only by the AIMD window.
+	ThreadPool ThreadPool
 	// Logger receives the queue's logs. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock, for tests. Default time.Now.

@@ -46,6 +46,10 @@ func (d *dispatcher) run(wg *sync.WaitGroup) {
 	defer wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var poolReady <-chan struct{}
+	if p := d.q.cfg.ThreadPool; p != nil {
+		poolReady = p.Ready()
+	}
 	for {
 		next := d.pass()
 		wait := time.Hour
@@ -55,6 +59,7 @@ func (d *dispatcher) run(wg *sync.WaitGroup) {
 		timer.Reset(wait)
 		select {
 		case <-d.wakeCh:
+		case <-poolReady:
 		case <-timer.C:
 		case <-d.q.runCtx.Done():
 			return
@@ -68,17 +73,23 @@ func (d *dispatcher) pass() time.Time {
 	q := d.q
 	now := q.now()
 	concurrency := submitConcurrency(q.cfg.Threads)
+	pool := q.cfg.ThreadPool
 	var launch []*taskState
 	q.mu.Lock()
 	expired := q.queue.Expired(now)
 	var next time.Time
+	waiting := 0 // tasks that could use a thread now, for the pool
 	switch p := q.pausedLocked(now); {
 	case p != nil:
 		next = p.Until
 	case now.Before(q.hold):
 		next = q.hold
 	default:
+		waiting = q.queue.Len()
 		for q.submits < concurrency {
+			if pool != nil && q.limiter.InUse() >= pool.Held() {
+				break
+			}
 			if !q.limiter.TryAcquire(now) {
 				if h := q.limiter.HoldUntil(); h.After(now) {
 					next = h
@@ -99,7 +110,12 @@ func (d *dispatcher) pass() time.Time {
 	if w := q.queue.NextWake(); !w.IsZero() && (next.IsZero() || w.Before(next)) {
 		next = w
 	}
+	busy := q.limiter.InUse()
+	waiting = max(waiting-len(launch), 0)
 	q.mu.Unlock()
+	if pool != nil {
+		pool.Want(busy, waiting)
+	}
 	for _, it := range expired {
 		st := it.Value
 		q.finish(st, q.failure(st, st.rec.Attempts, CodeExpired, ErrExpired.Error()))

@@ -484,6 +484,7 @@ func TestStatsCountsAndBeats(t *testing.T) {
 	oldest := time.Now().Add(-90 * time.Second)
 	listening := make(chan struct{})
 	statsListening = func() { close(listening) }
+	t.Cleanup(func() { statsListening = nil })
 	go func() {
 		<-listening
 		_ = p.Beat(ctx, StatusBeat{Owner: "w-a", Held: 2, OldestHeld: oldest, At: time.Now()})

@@ -14,6 +14,7 @@ type beater struct {
 	p     *Publisher
 	every time.Duration
 	bal   *balanceReader
+	pool  *threadPool // nil without SharedThreads
 	log   *slog.Logger
 }
 
@@ -24,6 +25,9 @@ func (b *beater) run(ctx context.Context, wg *sync.WaitGroup) {
 	for {
 		beat := b.s.beat(time.Now())
 		b.bal.stamp(ctx, &beat)
+		if b.pool != nil {
+			beat.ThreadsHeld, beat.ThreadsPlan, _ = b.pool.Threads()
+		}
 		if err := b.p.Beat(ctx, beat); err != nil && ctx.Err() == nil {
 			b.log.Debug("status beat not sent", "err", err)
 		}

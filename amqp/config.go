@@ -155,6 +155,10 @@ type Names struct {
 	Status   string // fanout exchange for consumer status beats
 	Replies  string // Replies+"."+gateway: a gateway's reply queue
 	Reports  string // clients' reportbad/reportgood, for a worker to forward
+	// The fleet's thread pool (WorkerConfig.SharedThreads): Threads holds
+	// one token per plan thread; ThreadsFilled exists once it was filled;
+	// ThreadsLock is the exclusive queue the filling worker holds.
+	Threads, ThreadsFilled, ThreadsLock string
 }
 
 // FailedRoutingKey is the routing key of every dead letter.
@@ -175,6 +179,10 @@ func NamesFor(prefix string) Names {
 		Status:   p + ".status",
 		Replies:  p + ".replies",
 		Reports:  p + ".reports",
+
+		Threads:       p + ".threads",
+		ThreadsFilled: p + ".threads.filled",
+		ThreadsLock:   p + ".threads.lock",
 	}
 }
 

@@ -224,10 +224,7 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 		case <-ctx.Done():
 			return ctx.Err()
 		case e := <-closed:
-			if e == nil {
-				return errors.New("amqp: channel closed")
-			}
-			return e
+			return closedErr(e)
 		case tag := <-canceled:
 			return fmt.Errorf("amqp: the broker cancelled consumer %s (queue deleted?)", tag)
 		case d := <-merged:
@@ -240,6 +237,15 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 			}
 		}
 	}
+}
+
+// closedErr is why a channel closed: the broker's error, or none for a
+// close asked by this side.
+func closedErr(e *amqp091.Error) error {
+	if e == nil {
+		return errors.New("amqp: channel closed")
+	}
+	return e
 }
 
 // Stop asks the broker to send no more deliveries but keeps the channel

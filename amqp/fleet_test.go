@@ -29,6 +29,7 @@ type childConfig struct {
 	Grace                      time.Duration
 	Threads, Prefetch          int
 	RetryDelays                []time.Duration
+	SharedThreads              bool
 }
 
 func TestMain(m *testing.M) {
@@ -65,6 +66,7 @@ func runChild(raw string) int {
 		Queue: captchaq.Config{Provider: client, Threads: cc.Threads, PollInterval: cc.Poll,
 			RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: time.Second, Logger: log},
 		Owner: cc.Owner, Prefetch: cc.Prefetch, Grace: cc.Grace, BeatInterval: time.Second, Logger: log,
+		SharedThreads: cc.SharedThreads,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -79,7 +81,7 @@ func runChild(raw string) int {
 
 // fleet is one test's broker topology, simulator and worker processes.
 type fleet struct {
-	t      *testing.T
+	t      testing.TB
 	cfg    Config
 	c      *Conn
 	pub    *Publisher
@@ -93,7 +95,7 @@ type fleet struct {
 	owners []string
 }
 
-func newFleet(t *testing.T, cfg Config, sc sim.Config, base childConfig) *fleet {
+func newFleet(t testing.TB, cfg Config, sc sim.Config, base childConfig) *fleet {
 	t.Helper()
 	srv, apiURL, err := sim.Start(sc, "127.0.0.1:0")
 	if err != nil {
@@ -313,7 +315,7 @@ func (f *fleet) depth(q string) int {
 
 // prefixWriter sends a child's log lines to the test log.
 type prefixWriter struct {
-	t      *testing.T
+	t      testing.TB
 	prefix string
 }
 
@@ -334,7 +336,7 @@ func fleetSettings(cfg Config) Config {
 	return cfg
 }
 
-func longCtx(t *testing.T, d time.Duration) context.Context {
+func longCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

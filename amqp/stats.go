@@ -23,6 +23,10 @@ type StatusBeat struct {
 	// BalanceAt; nil when it reads none (see Gateway.Balance).
 	Balance   *float64  `json:"balance,omitempty"`
 	BalanceAt time.Time `json:"balance_at,omitzero"`
+	// ThreadsHeld are the fleet's threads the owner holds, of ThreadsPlan
+	// (0 for a worker without WorkerConfig.SharedThreads).
+	ThreadsHeld int `json:"threads_held,omitempty"`
+	ThreadsPlan int `json:"threads_plan,omitempty"`
 }
 
 // Beat publishes b on the status exchange: transient and unconfirmed, as
@@ -63,8 +67,23 @@ type Stats struct {
 	OldestUnacked time.Duration `json:"oldest_unacked_seconds"`
 	Holders       int           `json:"holders"`
 	Held          int           `json:"held"`
-	Window        time.Duration `json:"window_seconds"`
-	Queues        []QueueStats  `json:"queues"`
+	// Threads is the fleet's thread pool (WorkerConfig.SharedThreads);
+	// zero when no beat heard came from a worker that shares one.
+	Threads FleetThreads  `json:"threads"`
+	Window  time.Duration `json:"window_seconds"`
+	Queues  []QueueStats  `json:"queues"`
+}
+
+// FleetThreads are the fleet's shared threads against its plan.
+type FleetThreads struct {
+	// Plan is the pool's size: the plan's threads.
+	Plan int `json:"plan"`
+	// InUse are the tokens out of the pool (Plan minus ready tokens):
+	// threads some worker holds for a task at the provider, or is about
+	// to give back.
+	InUse int `json:"in_use"`
+	// Held is the sum of the threads the beats heard say their workers hold.
+	Held int `json:"held"`
 }
 
 // statsListening, when set (by tests), is called once Stats hears beats.
@@ -183,8 +202,16 @@ listen:
 	for _, b := range latest {
 		st.Holders++
 		st.Held += b.Held
+		st.Threads.Plan = max(st.Threads.Plan, b.ThreadsPlan)
+		st.Threads.Held += b.ThreadsHeld
 		if b.Held > 0 && !b.OldestHeld.IsZero() {
 			st.OldestUnacked = max(st.OldestUnacked, now.Sub(b.OldestHeld))
+		}
+	}
+	if st.Threads.Plan > 0 {
+		// Its own channel: a missing queue closes the channel it is asked on.
+		if qs, err := c.Depths(ctx, n.Threads); err == nil {
+			st.Threads.InUse = max(st.Threads.Plan-qs[0].Ready, 0)
 		}
 	}
 	return st, nil

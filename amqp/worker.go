@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
 )
 
 // Defaults of WorkerConfig.
@@ -28,7 +29,8 @@ const (
 type WorkerConfig struct {
 	// Queue configures the local queue that solves the tasks (Provider is
 	// required; Threads is the plan's, shared by every worker on the key:
-	// the queue's window shrinks when the provider says no free thread).
+	// through the broker with SharedThreads, else by the queue's window
+	// shrinking when the provider says no free thread).
 	// Its Store is the worker's own and must be nil.
 	Queue captchaq.Config
 	// Owner names this worker's checkpoint queue; unique per process.
@@ -53,13 +55,24 @@ type WorkerConfig struct {
 	// reportgood that gateways publish on Names.Reports to the provider
 	// (provider.Client's ReportBad and ReportGood).
 	Report func(ctx context.Context, captchaID string, good bool) error
+	// SharedThreads makes Queue's Threads (or Plan) one pool for every
+	// worker on the prefix, held as tokens on the broker (Names.Threads):
+	// together they never have more than Threads tasks at the provider,
+	// a dead worker's threads go back to the others, and a worker with no
+	// work holds none. Every worker on the prefix must give the same
+	// Threads. Off, each worker has its own Threads and the fleet finds
+	// the plan's edge through "no free thread" answers. captchaq worker
+	// turns it on.
+	SharedThreads bool
 	// Logger. Default the Conn's.
 	Logger *slog.Logger
 }
 
 // Worker takes tasks from the broker and solves them with a captchaq.Queue
 // whose Store is the broker (see WorkerStore). Many workers on many
-// machines can share one key: each backs off on "no free thread".
+// machines can share one key: they share its plan's threads through the
+// broker (WorkerConfig.SharedThreads), and each backs off on "no free
+// thread".
 type Worker struct {
 	c     *Conn
 	cfg   WorkerConfig
@@ -67,6 +80,7 @@ type Worker struct {
 	pub   *Publisher
 	store *WorkerStore
 	q     *captchaq.Queue
+	pool  *threadPool // nil without SharedThreads
 }
 
 // NewWorker checks cfg and builds a Worker on c; Run starts it.
@@ -84,6 +98,11 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("amqp: WorkerConfig.Owner %q: use letters, digits, '.', '_', ':' or '-'", cfg.Owner)
 	}
 	threads := cmp.Or(cfg.Queue.Threads, captchaq.ThreadsDefault)
+	if cfg.Queue.Threads == 0 && cfg.Queue.Plan != "" {
+		if n, err := provider.PlanThreads(cfg.Queue.Plan); err == nil {
+			threads = n
+		}
+	}
 	cfg.Prefetch = cmp.Or(cfg.Prefetch, threads+WorkerPrefetchExtra)
 	if cfg.Prefetch < 0 {
 		return nil, fmt.Errorf("amqp: WorkerConfig.Prefetch %d: must be positive", cfg.Prefetch)
@@ -102,12 +121,17 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	qc.Admit = store.admit
 	// A task never waits locally for longer than the broker holds it.
 	qc.MaxQueued = cmp.Or(qc.MaxQueued, cfg.Prefetch+threads)
+	var pool *threadPool
+	if cfg.SharedThreads {
+		pool = newThreadPool(c, threads, log)
+		qc.ThreadPool = pool
+	}
 	q, err := captchaq.New(qc)
 	if err != nil {
 		pub.Close()
 		return nil, err
 	}
-	return &Worker{c: c, cfg: cfg, log: log, pub: pub, store: store, q: q}, nil
+	return &Worker{c: c, cfg: cfg, log: log, pub: pub, store: store, q: q, pool: pool}, nil
 }
 
 // processName is host-pid-random: unique per process, for names of queues
@@ -142,6 +166,17 @@ func (w *Worker) Queue() *captchaq.Queue { return w.q }
 // Held counts the tasks the worker holds unfinished.
 func (w *Worker) Held() int { return len(w.store.ids()) }
 
+// Threads reports the fleet's shared threads (SharedThreads): the ones
+// this worker holds, the plan's, and the fleet's in use (-1 until first
+// read, about once a second). ok is false without SharedThreads.
+func (w *Worker) Threads() (held, plan, fleetInUse int, ok bool) {
+	if w.pool == nil {
+		return 0, 0, 0, false
+	}
+	held, plan, fleetInUse = w.pool.Threads()
+	return held, plan, fleetInUse, true
+}
+
 // Run consumes tasks until ctx ends, then stops taking tasks, hands back
 // the ones not yet at the provider, lets those at the provider finish for
 // up to Grace, and leaves any still unfinished to their checkpoints (the
@@ -152,11 +187,27 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.c.DeclareInflight(ctx, w.cfg.Owner); err != nil {
 		return err
 	}
+	if w.pool != nil {
+		// Filled before any task is taken, so no worker submits on a
+		// pool that is not there yet.
+		if err := w.c.DeclareThreads(ctx, w.pool.n); err != nil {
+			return err
+		}
+	}
 	if err := w.q.Start(ctx); err != nil {
 		return err
 	}
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBg()
+	// The pool outlives the queue's shutdown, so threads go back last,
+	// once no task of this worker is at the provider.
+	var poolWG sync.WaitGroup
+	if w.pool != nil {
+		poolCtx, stopPool := context.WithCancel(context.WithoutCancel(ctx))
+		defer func() { stopPool(); poolWG.Wait() }()
+		poolWG.Add(1)
+		go w.pool.run(poolCtx, &poolWG)
+	}
 	parked, err := w.c.consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1, gatherAcks)
 	if err != nil {
 		w.q.Close()
@@ -182,7 +233,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	go (&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run(bg, &wg)
 	go (&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log,
-		bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}}).run(bg, &wg)
+		bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}, pool: w.pool}).run(bg, &wg)
 	go (&staleSweeper{s: w.store, q: w.q, every: sweepInterval}).run(bg, &wg)
 	var reports *Consumer
 	if w.cfg.Report != nil {

@@ -76,7 +76,7 @@ func exportedSeries(t *testing.T) map[string]bool {
 	}
 	names := map[string]bool{}
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
-	for _, reg := range []*prometheus.Registry{local.Registry(), gateway.Registry(), workerRegistry(heldSource{}, func() int { return 0 })} {
+	for _, reg := range []*prometheus.Registry{local.Registry(), gateway.Registry(), workerRegistry(heldSource{}, func() int { return 0 }, func() (int, int, int, bool) { return 0, 1, 0, true })} {
 		ch := make(chan *prometheus.Desc)
 		go func() { reg.Describe(ch); close(ch) }()
 		for d := range ch {

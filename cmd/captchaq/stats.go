@@ -47,6 +47,9 @@ func runStats(ctx context.Context, env *environment, args []string) error {
 	fmt.Fprintf(env.stdout, "waiting tasks       %d\n", st.Waiting)
 	fmt.Fprintf(env.stdout, "failed per minute   %.1f (over %v)\n", st.FailedPerMinute, st.Window)
 	fmt.Fprintf(env.stdout, "oldest unacked      %v (%d held by %d consumers)\n", st.OldestUnacked.Round(time.Second), st.Held, st.Holders)
+	if th := st.Threads; th.Plan > 0 {
+		fmt.Fprintf(env.stdout, "fleet threads       %d of %d in use (%d held per the beats)\n", th.InUse, th.Plan, th.Held)
+	}
 	for _, q := range st.Queues {
 		fmt.Fprintf(env.stdout, "  %-40s ready %-6d consumers %d\n", q.Name, q.Ready, q.Consumers)
 	}

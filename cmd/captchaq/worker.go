@@ -35,6 +35,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	taskTTL := fs.Duration("task-ttl", amqp.TaskTTLDefault, "how long a task may wait in the broker before it is dead-lettered (must match enqueue's)")
 	lease := fs.Duration("inflight-lease", amqp.InflightLeaseDefault, "how soon a dead worker's checkpoints return to the fleet")
 	owner := fs.String("owner", "", "name of this worker's checkpoint queue (default host-pid-random)")
+	shared := fs.Bool("shared-threads", true, "share --threads with every worker on the prefix through a pool of thread tokens on the broker (give every worker the same --threads); false: each worker uses --threads on its own")
 	verbose := fs.Bool("v", false, "log every task")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -75,7 +76,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 			Provider: client, Threads: *threads, Plan: *plan, PollInterval: *poll, Logger: log,
 		},
 		Owner: *owner, Prefetch: *prefetch, Grace: *grace, Logger: log,
-		Balance: client.Balance, Report: providerReport(client),
+		Balance: client.Balance, Report: providerReport(client), SharedThreads: *shared,
 	})
 	if err != nil {
 		return &exitError{code: 2, err: err}

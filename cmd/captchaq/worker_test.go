@@ -172,11 +172,14 @@ captchaq_paused 0
 # HELP captchaq_worker_tasks_held Tasks this worker holds unfinished on the broker.
 # TYPE captchaq_worker_tasks_held gauge
 captchaq_worker_tasks_held 0
+# HELP captchaq_fleet_threads_plan The plan's threads, shared by every worker on the prefix.
+# TYPE captchaq_fleet_threads_plan gauge
+captchaq_fleet_threads_plan 5
 `
 	if err := testutil.ScrapeAndCompare(metricsURL, strings.NewReader(series), "captchaq_tasks_submitted_total",
 		"captchaq_tasks_solved_total", "captchaq_tasks_failed_total", "captchaq_retries_total",
 		"captchaq_threads_plan", "captchaq_threads_window", "captchaq_threads_in_use", "captchaq_queue_depth",
-		"captchaq_oldest_waiting_seconds", "captchaq_paused", "captchaq_worker_tasks_held"); err != nil {
+		"captchaq_oldest_waiting_seconds", "captchaq_paused", "captchaq_worker_tasks_held", "captchaq_fleet_threads_plan"); err != nil {
 		t.Error(err)
 	}
 	lintScrape(t, metricsURL)

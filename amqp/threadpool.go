@@ -1,0 +1,442 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+)
+
+// Timing of the thread pool (see "Threads: one plan for the fleet" in the
+// package doc).
+const (
+	// threadsLinger is how long a worker keeps threads it no longer needs
+	// before it gives them back, so a task that arrives right after
+	// another finished reuses its thread without a broker round trip.
+	threadsLinger = 200 * time.Millisecond
+	// threadsRefresh is how often a worker reads the token queue's depth
+	// and consumers, to compute its fair share.
+	threadsRefresh = time.Second
+	// threadsTick is the pool loop's clock for lingers and refreshes.
+	threadsTick = 50 * time.Millisecond
+	// threadsLockWait bounds the wait for another worker's fill.
+	threadsLockWait = 30 * time.Second
+)
+
+// threadsQueueArgs are the token queue's arguments: it never holds more
+// than n ready tokens, whoever publishes.
+func threadsQueueArgs(n int) amqp091.Table {
+	return amqp091.Table{
+		"x-queue-type": "classic",
+		"x-max-length": int32(n),
+		"x-overflow":   "reject-publish",
+	}
+}
+
+// DeclareThreads declares the fleet's thread pool of n threads (the
+// plan's), now and after every reconnect, and fills it with n tokens if
+// no worker has yet. Every worker on the prefix must give the same n: a
+// pool declared with another n is a *ConflictError naming x-max-length.
+func (c *Conn) DeclareThreads(ctx context.Context, n int) error {
+	if n < 1 {
+		return fmt.Errorf("amqp: threads %d: must be at least 1", n)
+	}
+	return c.declareQueue(ctx, c.Names().Threads, func(conn *amqp091.Connection) error {
+		return declareThreads(conn, c.cfg, n)
+	})
+}
+
+// declareThreads declares the token queue and fills it once.
+func declareThreads(conn *amqp091.Connection, c Config, n int) error {
+	names := NamesFor(c.Prefix)
+	d := &declarer{conn: conn}
+	defer d.close()
+	d.do("queue", names.Threads, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare(names.Threads, true, false, false, false, threadsQueueArgs(n))
+		return err
+	})
+	if err := errors.Join(d.errs...); err != nil {
+		if errors.Is(err, ErrTopologyConflict) {
+			return fmt.Errorf("%w; every worker on prefix %s must be started with the same --threads (the plan's)", err, c.Prefix)
+		}
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), threadsLockWait)
+	defer cancel()
+	return fillThreads(ctx, conn, names, n)
+}
+
+// fillThreads publishes the pool's tokens unless the marker queue says a
+// worker did. It runs under the lock queue (an exclusive queue: one
+// connection at a time may declare it, and the broker deletes it when
+// that connection dies), so two workers starting together do not both
+// fill; the tokens go in one transaction, so a fill is whole or absent.
+func fillThreads(ctx context.Context, conn *amqp091.Connection, names Names, n int) error {
+	lock, err := lockThreads(ctx, conn, names)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_, _ = lock.QueueDelete(names.ThreadsLock, false, false, false)
+		_ = lock.Close()
+	}()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("amqp: open channel: %w", err)
+	}
+	if _, err := ch.QueueDeclarePassive(names.ThreadsFilled, true, false, false, false, nil); err == nil {
+		_ = ch.Close()
+		return nil // filled before
+	} else if !isCode(err, amqp091.NotFound) {
+		return fmt.Errorf("amqp: inspect queue %s: %w", names.ThreadsFilled, err)
+	}
+	// The failed passive declare closed that channel.
+	if ch, err = conn.Channel(); err != nil {
+		return fmt.Errorf("amqp: open channel: %w", err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(names.Threads, true, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("amqp: inspect queue %s: %w", names.Threads, err)
+	}
+	// A fill committed by a worker that died before its marker left its
+	// tokens ready (nobody consumes before the marker): top up only.
+	if err := ch.Tx(); err != nil {
+		return fmt.Errorf("amqp: fill %s: %w", names.Threads, err)
+	}
+	for range n - q.Messages {
+		err := ch.PublishWithContext(ctx, "", names.Threads, false, false, amqp091.Publishing{
+			DeliveryMode: amqp091.Persistent, Type: "thread",
+		})
+		if err != nil {
+			return fmt.Errorf("amqp: fill %s: %w", names.Threads, err)
+		}
+	}
+	if err := ch.TxCommit(); err != nil {
+		return fmt.Errorf("amqp: fill %s: %w", names.Threads, err)
+	}
+	if _, err := ch.QueueDeclare(names.ThreadsFilled, true, false, false, false, amqp091.Table{"x-queue-type": "classic"}); err != nil {
+		return fmt.Errorf("amqp: declare queue %s: %w", names.ThreadsFilled, err)
+	}
+	return nil
+}
+
+// lockThreads declares the exclusive lock queue, waiting while another
+// connection holds it, and returns the channel that holds it.
+func lockThreads(ctx context.Context, conn *amqp091.Connection, names Names) (*amqp091.Channel, error) {
+	for {
+		ch, err := conn.Channel()
+		if err != nil {
+			return nil, fmt.Errorf("amqp: open channel: %w", err)
+		}
+		_, err = ch.QueueDeclare(names.ThreadsLock, false, true, true, false, nil)
+		if err == nil {
+			return ch, nil
+		}
+		if !isCode(err, amqp091.ResourceLocked) {
+			return nil, fmt.Errorf("amqp: declare lock queue %s: %w", names.ThreadsLock, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("amqp: another worker holds %s (filling the thread pool): %w", names.ThreadsLock, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func isCode(err error, code int) bool {
+	var ae *amqp091.Error
+	return errors.As(err, &ae) && ae.Code == code
+}
+
+// threadPool is a worker's share of the fleet's threads: the unacked
+// tokens it holds on its own channel. It implements captchaq.ThreadPool.
+type threadPool struct {
+	c     *Conn
+	n     int
+	log   *slog.Logger
+	ready chan struct{} // Held grew
+	wake  chan struct{} // demand changed
+	// taken and returned count token deliveries and requeues: the
+	// broker's work for the pool (see the package doc).
+	taken, returned atomic.Int64
+
+	mu            sync.Mutex
+	busy, waiting int
+	pinned        int // what Held returned since the last Want, -1 if not read: give nothing back below it
+	held          int // tokens held
+	limit         int // tokens the queue may use: the target (a fair share may be below held)
+	fleetInUse    int // plan minus ready tokens at the last refresh; -1 unknown
+}
+
+func newThreadPool(c *Conn, n int, log *slog.Logger) *threadPool {
+	return &threadPool{c: c, n: n, log: log, ready: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+		pinned: -1, limit: n, fleetInUse: -1}
+}
+
+// Want implements captchaq.ThreadPool.
+func (p *threadPool) Want(busy, waiting int) {
+	p.mu.Lock()
+	changed := busy != p.busy || waiting != p.waiting
+	p.busy, p.waiting, p.pinned = busy, waiting, -1
+	p.mu.Unlock()
+	if changed {
+		wakeUp(p.wake)
+	}
+}
+
+// Held implements captchaq.ThreadPool.
+func (p *threadPool) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := min(p.held, p.limit)
+	p.pinned = max(p.pinned, h)
+	return h
+}
+
+// Ready implements captchaq.ThreadPool.
+func (p *threadPool) Ready() <-chan struct{} { return p.ready }
+
+// Threads reports the worker's held tokens, the plan, and the fleet's
+// threads in use (plan minus ready tokens, as of the last refresh; -1
+// before the first).
+func (p *threadPool) Threads() (held, plan, fleetInUse int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held, p.n, p.fleetInUse
+}
+
+func wakeUp(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// setHeld records the tokens held and the queue's limit on them.
+func (p *threadPool) setHeld(n, limit int) {
+	p.mu.Lock()
+	grew := min(n, limit) > min(p.held, p.limit)
+	p.held, p.limit = n, limit
+	p.mu.Unlock()
+	if grew {
+		wakeUp(p.ready)
+	}
+}
+
+// demand is the last Want, and the least number of tokens the pool may
+// keep: the busy ones, and at least what Held returned since.
+func (p *threadPool) demand(held int) (want, floor int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.busy + p.waiting, min(max(p.busy, p.pinned), held)
+}
+
+// run holds tokens until ctx ends, on one channel at a time; when a
+// channel dies, the broker has requeued its tokens, and run opens another.
+// Closing the channel at the end returns every token at once.
+func (p *threadPool) run(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	backoff := p.c.cfg.ReconnectMin
+	for {
+		started := time.Now()
+		err := p.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Warn("thread pool channel ended; its threads went back to the fleet", "err", err)
+		if time.Since(started) > time.Minute {
+			backoff = p.c.cfg.ReconnectMin
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(backoff*2, p.c.cfg.ReconnectMax)
+	}
+}
+
+// poolSession is one channel's worth of held tokens.
+type poolSession struct {
+	p          *threadPool
+	ch         *amqp091.Channel
+	tag        string
+	deliveries <-chan amqp091.Delivery // nil while not consuming
+	consuming  bool
+	qos        int
+	tokens     []uint64 // delivery tags of the held tokens
+	limit      int      // the target: tokens the queue may use
+
+	refreshed      time.Time
+	ready, holders int       // of the token queue at the last refresh
+	surplusSince   time.Time // tokens over target since (zero: none)
+	idleSince      time.Time // target 0 since (zero: not idle)
+}
+
+func (p *threadPool) session(ctx context.Context) error {
+	ch, gen, err := p.c.channel(ctx)
+	if err != nil {
+		return err
+	}
+	s := &poolSession{p: p, ch: ch, tag: fmt.Sprintf("captchaq-threads-%d", gen), limit: p.n}
+	defer func() {
+		p.setHeld(0, p.n)
+		_ = ch.Close() // the broker requeues every token
+	}()
+	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	tick := time.NewTicker(threadsTick)
+	defer tick.Stop()
+	for {
+		if err := s.adjust(time.Now()); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e := <-closed:
+			return closedErr(e)
+		case <-p.wake:
+		case <-tick.C:
+		case d, ok := <-s.deliveries:
+			if !ok {
+				s.deliveries, s.consuming = nil, false
+				continue
+			}
+			s.tokens = append(s.tokens, d.DeliveryTag)
+			p.taken.Add(1)
+			p.setHeld(len(s.tokens), s.limit)
+		}
+	}
+}
+
+// adjust brings the held tokens toward the target: the demand, at most
+// the plan, and at most a fair share (the plan over the workers that
+// consume tokens) while no token is ready and others hold some.
+func (s *poolSession) adjust(now time.Time) error {
+	p := s.p
+	if now.Sub(s.refreshed) >= threadsRefresh {
+		q, err := s.ch.QueueDeclarePassive(p.c.Names().Threads, true, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("amqp: inspect queue %s: %w", p.c.Names().Threads, err)
+		}
+		s.ready, s.holders, s.refreshed = q.Messages, q.Consumers, now
+		p.mu.Lock()
+		p.fleetInUse = max(p.n-q.Messages, 0)
+		p.mu.Unlock()
+	}
+	want, floor := p.demand(len(s.tokens))
+	want = min(want, p.n)
+	hungry := s.holders // other workers that want more tokens
+	if s.consuming {
+		hungry--
+	}
+	target := want
+	if s.ready == 0 && hungry > 0 {
+		target = min(want, (p.n+hungry)/(hungry+1)) // ceil(n / (hungry+1))
+	}
+	if target != s.limit {
+		s.limit = target
+		p.setHeld(len(s.tokens), target)
+	}
+	keep := max(target, floor)
+	if len(s.tokens) > keep {
+		if s.surplusSince.IsZero() {
+			s.surplusSince = now
+		}
+		// Over a fair share, at once: another worker waits for it. Over
+		// the demand, after the linger.
+		if want > keep || now.Sub(s.surplusSince) >= threadsLinger {
+			if err := s.giveBack(keep); err != nil {
+				return err
+			}
+		}
+	} else {
+		s.surplusSince = time.Time{}
+	}
+	switch {
+	case want > len(s.tokens):
+		// Hungry: consume, so the others see it, and take tokens up to
+		// the target and one more: a token nobody else takes at once
+		// goes to a hungry worker instead of waiting for a refresh.
+		if err := s.setQos(min(want, target+1)); err != nil {
+			return err
+		}
+		if !s.consuming {
+			ds, err := s.ch.Consume(p.c.Names().Threads, s.tag, false, false, false, false, nil)
+			if err != nil {
+				return fmt.Errorf("amqp: consume %s: %w", p.c.Names().Threads, err)
+			}
+			s.deliveries, s.consuming = ds, true
+		}
+	case s.consuming:
+		// Satisfied: only hungry workers consume, so the consumer count
+		// says who needs tokens given back, and a worker with no work
+		// holds none.
+		return s.cancel()
+	}
+	return nil
+}
+
+// cancel stops consuming tokens. Tokens the broker sent before it
+// confirmed the cancel are held, like the others.
+func (s *poolSession) cancel() error {
+	if !s.consuming {
+		return nil
+	}
+	if err := s.ch.Cancel(s.tag, false); err != nil {
+		return fmt.Errorf("amqp: cancel %s: %w", s.tag, err)
+	}
+	// The client buffers what came before the cancel-ok, then closes.
+	for d := range s.deliveries {
+		s.tokens = append(s.tokens, d.DeliveryTag)
+		s.p.taken.Add(1)
+	}
+	s.p.setHeld(len(s.tokens), s.limit)
+	s.deliveries, s.consuming = nil, false
+	return nil
+}
+
+// setQos sets the channel's prefetch: tokens beyond it are not delivered.
+func (s *poolSession) setQos(n int) error {
+	n = max(n, 1)
+	if n == s.qos {
+		return nil
+	}
+	if err := s.ch.Qos(n, 0, true); err != nil {
+		return fmt.Errorf("amqp: qos: %w", err)
+	}
+	s.qos = n
+	return nil
+}
+
+// giveBack requeues the tokens beyond keep, after lowering the prefetch
+// so the broker does not hand them straight back.
+func (s *poolSession) giveBack(keep int) error {
+	if keep == 0 {
+		// No prefetch of 0 exists: stop consuming instead.
+		if err := s.cancel(); err != nil {
+			return err
+		}
+	} else if err := s.setQos(keep); err != nil {
+		return err
+	}
+	if len(s.tokens) <= keep {
+		return nil
+	}
+	for _, tag := range s.tokens[keep:] {
+		if err := s.ch.Nack(tag, false, true); err != nil {
+			return fmt.Errorf("amqp: give back a thread: %w", err)
+		}
+		s.p.returned.Add(1)
+	}
+	s.tokens = s.tokens[:keep]
+	s.p.setHeld(keep, s.limit)
+	s.surplusSince = time.Time{}
+	return nil
+}

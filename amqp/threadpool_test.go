@@ -1,0 +1,159 @@
+package amqp
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// TestFleetSharesOnePlan: three workers started with the plan's threads
+// share one pool of them on the broker. The simulator has three times the
+// plan, so it refuses nothing and its peak is how many tasks the fleet ran
+// at once: exactly at most the plan. Idle workers hold no thread; a
+// SIGKILLed worker's threads go back to the fleet, and a worker that joins
+// takes its share; the pool never gains or loses a token.
+func TestFleetSharesOnePlan(t *testing.T) {
+	cfg := fleetConfig(t)
+	const plan = 6
+	lat := sim.Latency{Median: 300 * time.Millisecond, Min: 150 * time.Millisecond, Max: 600 * time.Millisecond}
+	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 3 * plan, Seed: 13,
+		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: lat}},
+		childConfig{Threads: plan, Poll: 20 * time.Millisecond, Grace: 5 * time.Second, SharedThreads: true})
+	ctx := longCtx(t, 180*time.Second)
+	beats := f.listenBeats(ctx)
+	for _, o := range []string{"pool-a", "pool-b", "pool-c"} {
+		f.start(o, nil)
+	}
+	f.waitConsumers(ctx, 3)
+	pool := f.c.Names().Threads
+	idle := func(owners ...string) {
+		t.Helper()
+		f.until(ctx, "an idle fleet holding no thread", func() bool {
+			q := f.inspect(pool)
+			return q.Ready == plan && q.Consumers == 0
+		})
+		f.until(ctx, "beats of idle workers holding no thread", func() bool {
+			for _, o := range owners {
+				if b, ok := beats.latest(o); !ok || b.ThreadsHeld != 0 || b.ThreadsPlan != plan {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	idle("pool-a", "pool-b", "pool-c")
+
+	// Saturated: 90 tasks, 15 s of solving on 6 threads.
+	const n = 90
+	res := f.collect(ctx, f.enqueue(ctx, "one", n, 0))
+	st := f.ledger(res, n)
+	t.Logf("three workers: peak %d of %d threads, submits %d", st.PeakThreadsInUse, plan, st.Calls.Submit)
+	if st.PeakThreadsInUse > plan {
+		t.Errorf("the fleet ran %d tasks at once, the plan has %d threads", st.PeakThreadsInUse, plan)
+	}
+	idle("pool-a", "pool-b", "pool-c")
+
+	// A worker dies holding threads; another joins.
+	f.sim.ResetStats()
+	beats.forget()
+	ids := f.enqueue(ctx, "two", n, 0)
+	f.until(ctx, "pool-a holding threads", func() bool { b, _ := beats.latest("pool-a"); return b.ThreadsHeld > 0 })
+	f.signal("pool-a", syscall.SIGKILL)
+	if err := f.wait("pool-a", 10*time.Second); err == nil {
+		t.Fatal("pool-a exited cleanly after SIGKILL")
+	}
+	f.start("pool-d", nil)
+	f.waitConsumers(ctx, 3)
+	// More tasks than the others prefetch, so pool-d has work.
+	ids = append(ids, f.enqueue(ctx, "three", 60, 0)...)
+	f.until(ctx, "pool-d taking its share", func() bool { b, _ := beats.latest("pool-d"); return b.ThreadsHeld > 0 })
+	res = f.collect(ctx, ids)
+	st = f.ledger(res, int64(len(ids)))
+	// pool-a's tasks at the provider run on until solved while its threads
+	// are back in the pool at once: the fleet may briefly run those extra.
+	t.Logf("kill and join: peak %d of %d threads", st.PeakThreadsInUse, plan)
+	if st.PeakThreadsInUse > 2*plan {
+		t.Errorf("the fleet ran %d tasks at once, want at most the plan (%d) plus the dead worker's", st.PeakThreadsInUse, plan)
+	}
+	idle("pool-b", "pool-c", "pool-d")
+
+	// Stats reports the pool against the plan, from the beats and the
+	// token queue.
+	stats, err := f.c.Stats(ctx, 2500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (FleetThreads{Plan: plan}); stats.Threads != want {
+		t.Errorf("Stats.Threads %+v of an idle fleet, want %+v", stats.Threads, want)
+	}
+}
+
+// inspect reads a queue's depth and consumers.
+func (f *fleet) inspect(q string) QueueStats {
+	f.t.Helper()
+	qs, err := f.c.Depths(context.Background(), q)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return qs[0]
+}
+
+// beatLog keeps the latest status beat of each worker.
+type beatLog struct {
+	mu   sync.Mutex
+	last map[string]StatusBeat
+}
+
+func (l *beatLog) latest(owner string) (StatusBeat, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.last[owner]
+	return b, ok
+}
+
+// forget drops the beats heard so far.
+func (l *beatLog) forget() {
+	l.mu.Lock()
+	l.last = map[string]StatusBeat{}
+	l.mu.Unlock()
+}
+
+// listenBeats records the workers' status beats until ctx ends.
+func (f *fleet) listenBeats(ctx context.Context) *beatLog {
+	f.t.Helper()
+	ch, _, err := f.c.channel(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = ch.Close() })
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := ch.QueueBind(q.Name, "", f.c.Names().Status, false, nil); err != nil {
+		f.t.Fatal(err)
+	}
+	ds, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	l := &beatLog{last: map[string]StatusBeat{}}
+	go func() {
+		for d := range ds {
+			var b StatusBeat
+			if json.Unmarshal(d.Body, &b) != nil {
+				continue // only this test's workers beat here
+			}
+			l.mu.Lock()
+			l.last[b.Owner] = b
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
