@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/captchaq/captchaq"
 )
 
 // Defaults of the mixed scenario.
@@ -139,7 +141,9 @@ func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
 		return rep, err
 	}
 	logf("mixed: %s: makespan %v", name, rep.Script.Makespan.Round(time.Millisecond))
-	runs := []EngineRun{{Name: DefaultsRow}}
+	// The defaults row scales only the provider's per-id poll gap, from
+	// which the default scheduler derives its other times.
+	runs := []EngineRun{{Name: DefaultsRow, PollGap: scaled(captchaq.PollGapDefault, c.Scale)}}
 	for _, pi := range c.PollIntervals {
 		runs = append(runs, EngineRun{Name: fmt.Sprintf("engine, PollInterval %v", pi), PollInterval: scaled(pi, c.Scale)})
 	}

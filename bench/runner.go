@@ -183,8 +183,10 @@ func RunSeed(ctx context.Context, s Sim, tasks []captchaq.Task, r SeedRun) (Row,
 // EngineRun configures the engine's runner.
 type EngineRun struct {
 	Name string
-	// PollInterval is Config.PollInterval; zero is the engine's default.
+	// PollInterval is Config.PollInterval: zero polls by the engine's
+	// default scheduler, with Config.PollGap set to PollGap.
 	PollInterval time.Duration
+	PollGap      time.Duration
 	// Pingback serves Queue.PingbackHandler on loopback and sets
 	// Config.PingbackURL to it, so the simulator calls it.
 	Pingback bool
@@ -226,7 +228,7 @@ func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task
 		return Row{}, err
 	}
 	cfg := captchaq.Config{
-		Provider: client, Store: e.Store, Threads: s.Threads, PollInterval: e.PollInterval,
+		Provider: client, Store: e.Store, Threads: s.Threads, PollInterval: e.PollInterval, PollGap: e.PollGap,
 		RetryBackoff: e.RetryBackoff, MaxQueued: e.MaxQueued,
 	}
 	if cfg.RetryBackoff > 0 {

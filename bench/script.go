@@ -12,8 +12,8 @@ import (
 
 // ScriptRun configures the bulk-poll script: the few dozen lines a user
 // would write instead of the engine. It keeps every thread submitted and
-// asks for every id in flight with one bulk request every PollEvery,
-// submitting again right after each poll. It is the fixed-interval bulk
+// asks for every id in flight with one bulk request, submits again right
+// after each poll, and sleeps PollEvery. It is the fixed-interval bulk
 // poller that sits on the frontier (requests/task − 1) × (1 − utilization)
 // ≈ 1/(2×threads), the line the engine's defaults must beat.
 type ScriptRun struct {
@@ -53,11 +53,15 @@ func RunScript(ctx context.Context, s Sim, tasks []captchaq.Task, r ScriptRun) (
 			inflight = append(inflight, id)
 		}
 	}
-	tick := time.NewTicker(r.PollEvery)
-	defer tick.Stop()
+	// It sleeps PollEvery between rounds, as asyncio.sleep would: a ticker
+	// could fire twice in quick succession after a slow round and poll an
+	// id more often than the provider allows.
+	sleep := time.NewTimer(time.Hour)
+	defer sleep.Stop()
 	for fill(); len(inflight) > 0 || next < len(tasks); fill() {
+		sleep.Reset(r.PollEvery)
 		select {
-		case <-tick.C:
+		case <-sleep.C:
 		case <-ctx.Done():
 			return row, ctx.Err()
 		}
