@@ -35,10 +35,13 @@ type Config struct {
 	Threads int
 	// Plan is the plan's name (BASIC … VIP-3), used when Threads is 0.
 	Plan string
-	// PollInterval is the one speed knob: the shortest time between two
-	// polls of a task, and four times the shortest time between two poll
-	// requests. Smaller fetches answers sooner and makes more requests.
-	// Default PollIntervalDefault; at least PollIntervalMin.
+	// PollInterval, when set, polls on a fixed cadence: the shortest time
+	// between two polls of a task, and four times the shortest time
+	// between two poll requests. Smaller fetches answers sooner and makes
+	// more requests. Left 0, the default scheduler decides each poll from
+	// the learned solve times (see the package doc), and PollInterval
+	// takes PollIntervalDefault for the slow polls behind pingbacks and
+	// the wait of a task Admit refused. At least PollIntervalMin.
 	PollInterval time.Duration
 	// PollGap is, when PollInterval is 0, the shortest time between two
 	// polls of one id: the provider's rule (the simulator bans an id polled

@@ -2,6 +2,7 @@ package captchaq
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/captchaq/captchaq/provider"
@@ -32,10 +33,11 @@ const (
 	// nearer than urgentWithin PollGaps.
 	urgentWeight = 4.0
 	urgentWithin = 10
-	// readyFloor: a round asks for an id only if its answer is at least
-	// this likely ready. Asking for one that cannot be ready yet would
-	// spend its per-id gap and delay the poll that finds it.
-	readyFloor = 0.02
+	// readyFloor: a round asks for an id only if answers of its kind are
+	// at least this often ready at its age plus PollGap. Asking for one
+	// that cannot be ready yet would spend its per-id gap and delay the
+	// poll that finds it.
+	readyFloor = 0.01
 	// roundsPerGap: the search for the next round's time starts with
 	// steps of PollGap/roundsPerGap.
 	roundsPerGap = 4
@@ -105,7 +107,28 @@ func (p *poller) model(k provider.Kind) solveModel {
 	if d := p.dists[k]; d != nil && len(d.lo) > 0 {
 		return solveModel{d: d}
 	}
-	return solveModel{median: provider.MedianSolveTime(k).Seconds()}
+	return solveModel{median: provider.MedianSolveTime(k).Seconds() * p.pace()}
+}
+
+// pace is how fast this provider solves against the published medians:
+// the median, over the kinds learned, of a kind's learned median ÷ its
+// provider.MedianSolveTime; 1 before any answer. A provider twice as fast
+// on images is likely faster on reCAPTCHA too, so the prior of a kind not
+// yet seen follows it. Callers hold q.mu.
+func (p *poller) pace() float64 {
+	var rs []float64
+	for k, d := range p.dists {
+		if len(d.lo) == 0 {
+			continue
+		}
+		m := slices.Sorted(slices.Values(d.hi))[len(d.hi)/2]
+		rs = append(rs, m.Seconds()/provider.MedianSolveTime(k).Seconds())
+	}
+	if len(rs) == 0 {
+		return 1
+	}
+	slices.Sort(rs)
+	return min(max(rs[len(rs)/2], 0.01), 1)
 }
 
 func (m solveModel) cdf(x time.Duration) float64 {
@@ -262,15 +285,12 @@ func later(a, b time.Time) time.Time {
 }
 
 // dueAdaptive reports whether st goes into a round at now: its per-id gap
-// has ended and its answer may be ready. Callers hold q.mu.
+// has ended and its answer may be ready before the next round could
+// go. Callers hold q.mu.
 func (p *poller) dueAdaptive(st *taskState, now time.Time) bool {
-	if !st.polledAt.IsZero() && st.polledAt.Add(p.q.cfg.PollGap).After(now) {
+	gap := p.q.cfg.PollGap
+	if !st.polledAt.IsZero() && st.polledAt.Add(gap).After(now) {
 		return false
 	}
-	c := pending{m: p.model(st.kind), submit: st.rec.SubmittedAt}
-	if !st.lastPoll.IsZero() && st.lastPoll.After(c.submit) {
-		c.from = st.lastPoll.Sub(c.submit)
-	}
-	c.f0 = c.m.cdf(c.from)
-	return c.ready(now) >= readyFloor
+	return p.model(st.kind).cdf(now.Add(gap).Sub(st.rec.SubmittedAt)) >= readyFloor
 }

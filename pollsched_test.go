@@ -195,11 +195,13 @@ func runModel(t *testing.T, cfg Config, threads int, tasks []Task, seed uint64) 
 	return o
 }
 
-// At its defaults the engine keeps the threads busier per request than
-// any fixed-interval bulk poller can: (requests/task − 1) × (1 −
-// utilization) well under 1/(2×threads), where a fixed interval sits.
-// The same run with the fixed 500 ms interval lands on that line, which
-// shows the measure is sound.
+// At its defaults the engine keeps the threads busier per request than a
+// fixed-interval bulk poller: (requests/task − 1) × (1 − utilization)
+// under 1/(2×threads), where a fixed interval sits, and under the fixed
+// 500 ms interval's own product on the same run (which lands near the
+// line, showing the model measures what the simulator does). The clock
+// is synctest's, the solve times drawn per task id: the outcome does not
+// depend on the machine's speed.
 func TestDefaultPollingBeatsFixedIntervalFrontier(t *testing.T) {
 	t.Parallel()
 	const threads = 20
@@ -212,11 +214,17 @@ func TestDefaultPollingBeatsFixedIntervalFrontier(t *testing.T) {
 	if fixed.frontier() < 0.9*line {
 		t.Fatalf("the fixed interval's frontier product %.4f is far below 1/(2×threads) = %.4f: the model is off", fixed.frontier(), line)
 	}
-	if def.frontier() >= line {
-		t.Fatalf("defaults: frontier product %.4f, not below 1/(2×threads) = %.4f", def.frontier(), line)
+	// On this model the defaults measure 0.0222 against the fixed
+	// interval's 0.0236 (1.47 requests a task, utilization 0.953, p99
+	// 0.48 s): the bound leaves room for a little noise in goroutine
+	// order, none for a drift back onto the line.
+	if def.frontier() > 0.95*line || def.frontier() >= fixed.frontier() {
+		t.Fatalf("defaults: frontier product %.4f, want below 0.95 × 1/(2×threads) = %.4f and below the fixed interval's %.4f",
+			def.frontier(), 0.95*line, fixed.frontier())
 	}
-	if def.requestsPerTask > 1.5 || def.utilization < 0.94 {
-		t.Fatalf("defaults: %.3f requests a task and utilization %.3f; want at most 1.5 and at least 0.94", def.requestsPerTask, def.utilization)
+	if def.requestsPerTask > 1.48 || def.utilization < 0.95 || def.p99 > 600*time.Millisecond {
+		t.Fatalf("defaults: %.3f requests a task, utilization %.3f, p99 %v; want at most 1.48, at least 0.95, at most 600ms",
+			def.requestsPerTask, def.utilization, def.p99)
 	}
 }
 

@@ -143,7 +143,13 @@ func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
 	logf("mixed: %s: makespan %v", name, rep.Script.Makespan.Round(time.Millisecond))
 	// The defaults row scales only the provider's per-id poll gap, from
 	// which the default scheduler derives its other times.
-	runs := []EngineRun{{Name: DefaultsRow, PollGap: scaled(captchaq.PollGapDefault, c.Scale)}}
+	def := EngineRun{Name: DefaultsRow, PollGap: scaled(captchaq.PollGapDefault, c.Scale)}
+	// The same with the batch handed over longest first (the caller's
+	// captchaq.LongestFirst): the makespan's distance to the floor is
+	// the order's, not the polling's.
+	lf := def
+	lf.Name, lf.LongestFirst = DefaultsRow+", longest first", true
+	runs := []EngineRun{def, lf}
 	for _, pi := range c.PollIntervals {
 		runs = append(runs, EngineRun{Name: fmt.Sprintf("engine, PollInterval %v", pi), PollInterval: scaled(pi, c.Scale)})
 	}

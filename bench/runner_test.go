@@ -117,7 +117,7 @@ func TestMixedReportTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Seed.Solved != 20 || rep.Script.Solved != 20 || len(rep.Engine) != 4 {
+	if rep.Seed.Solved != 20 || rep.Script.Solved != 20 || len(rep.Engine) != 5 {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, row := range append([]Row{rep.Seed, rep.Script}, rep.Engine...) {
