@@ -24,8 +24,10 @@
 //     64 answers. An answer is known only to lie between the last poll that
 //     did not find it (or its submit) and the one that did; each such
 //     interval counts as spread evenly over it. Before a kind's first
-//     answer a wide log-normal prior around provider.MedianSolveTime
-//     stands in.
+//     answer a wide log-normal prior stands in, around
+//     provider.MedianSolveTime times the pace the provider showed on the
+//     kinds already learned (a provider fast on images is fast on
+//     reCAPTCHA too).
 //   - For each task in flight it knows its submit time and its last
 //     not-ready poll, so the chance its answer is ready by t, given it was
 //     not then, and the answer-seconds it has probably waited by t.
@@ -34,8 +36,11 @@
 //     answer-second). An answer's wait weighs 1 (its caller waits) and 2
 //     while tasks wait for a thread (a paid thread waits too); a task
 //     whose deadline is nearer than 10 PollGaps weighs 4 times more.
-//   - A round asks for every id whose answer is at least 2% likely ready;
-//     asking for one that cannot be ready would spend its per-id gap.
+//   - A round asks for every id past its per-id gap whose kind is solved
+//     by its age plus PollGap at least 1% of the time; asking for one that
+//     cannot be ready before the next round would spend its gap. (Judging
+//     by the chance since its last poll instead skipped ids whose answer
+//     was spread over many seconds, and let them wait several rounds.)
 //
 // The provider's rules it keeps, by Config.PollGap (default 500 ms): no id
 // is polled twice within PollGap (the simulator bans an id polled more than
@@ -72,8 +77,9 @@
 // each other (a round's answers free their threads and wake the
 // dispatcher before the round's results are stored). One id waited for a
 // late first-poll estimate (Turnstile's learned 2.5 s against a 2.0 s
-// solve), which the default scheduler no longer has: it asks for an id as
-// soon as its answer is 2% likely. The 3.73 s did not reproduce. What every
+// solve), which the default scheduler does not have: it asks for an id
+// once answers of its kind are 1% likely by the next round. The 3.73 s did
+// not reproduce. What every
 // client missed on that mix was the makespan: 1.20–1.25× the floor (drawn
 // solve times ÷ threads), because a batch in input order ends on
 // reCAPTCHAs submitted last. That is the order's, not the polling's:
