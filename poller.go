@@ -96,6 +96,11 @@ func (p *poller) nextRound(now time.Time) time.Time {
 	}
 	var due time.Time
 	if p.adaptive() {
+		// No round can go before the rate bound allows: deciding now
+		// would only be done again then (each submit wakes the loop).
+		if g := p.last.Add(p.minGap()); g.After(now) && len(q.inflight) > 0 {
+			return g
+		}
 		due = p.decide(now, p.last.Add(p.minGap()))
 	} else {
 		for _, st := range q.inflight {
