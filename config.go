@@ -14,6 +14,8 @@ const (
 	ThreadsDefault         = 5
 	PollIntervalDefault    = time.Second
 	PollIntervalMin        = 10 * time.Millisecond
+	PollGapDefault         = 500 * time.Millisecond
+	PollGapMin             = time.Millisecond // for simulators scaled down
 	MaxAttemptsDefault     = 3
 	RetryBackoffDefault    = time.Second
 	RetryBackoffMaxDefault = time.Minute
@@ -33,11 +35,20 @@ type Config struct {
 	Threads int
 	// Plan is the plan's name (BASIC … VIP-3), used when Threads is 0.
 	Plan string
-	// PollInterval is the one speed knob: the shortest time between two
-	// polls of a task, and four times the shortest time between two poll
-	// requests. Smaller fetches answers sooner and makes more requests.
-	// Default PollIntervalDefault; at least PollIntervalMin.
+	// PollInterval, when set, polls on a fixed cadence: the shortest time
+	// between two polls of a task, and four times the shortest time
+	// between two poll requests. Smaller fetches answers sooner and makes
+	// more requests. Left 0, the default scheduler decides each poll from
+	// the learned solve times (see the package doc), and PollInterval
+	// takes PollIntervalDefault for the slow polls behind pingbacks and
+	// the wait of a task Admit refused. At least PollIntervalMin.
 	PollInterval time.Duration
+	// PollGap is, when PollInterval is 0, the shortest time between two
+	// polls of one id: the provider's rule (the simulator bans an id polled
+	// more than 20 times in 10 s, CaptchaAI documents none). The default
+	// scheduler derives its request rate bound from it (see the package
+	// doc). Default PollGapDefault; at least PollGapMin.
+	PollGap time.Duration
 	// PingbackURL, when set, asks the provider to call it (served by
 	// PingbackHandler) when an answer is ready; polling becomes a slow
 	// fallback for answers overdue well past their expected time.
@@ -83,6 +94,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock, for tests. Default time.Now.
 	Now func() time.Time
+
+	// adaptive: PollInterval was left 0, so polls follow the default
+	// scheduler instead of a fixed interval.
+	adaptive bool
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -103,8 +118,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Threads == 0 {
 		c.Threads = ThreadsDefault
 	}
+	if c.PollGap == 0 {
+		c.PollGap = PollGapDefault
+	}
+	if c.PollGap < PollGapMin {
+		errs = append(errs, fmt.Errorf("PollGap: must be at least %v, got %v", PollGapMin, c.PollGap))
+	}
 	if c.PollInterval == 0 {
 		c.PollInterval = PollIntervalDefault
+		c.adaptive = true
 	}
 	if c.PollInterval < PollIntervalMin {
 		errs = append(errs, fmt.Errorf("PollInterval: must be at least %v, got %v", PollIntervalMin, c.PollInterval))

@@ -29,9 +29,18 @@ type poller struct {
 	chain    time.Time // when the tasks polled in the last round are due again; guarded by q.mu
 	hold     time.Time // no rounds before (rate limit, backoff)
 	failures int       // consecutive failed rounds
+	// dists are the learned solve time distributions by kind, for the
+	// default scheduler; guarded by q.mu.
+	dists map[provider.Kind]*solveDist
 }
 
-func newPoller(q *Queue) *poller { return &poller{q: q, wakeCh: make(chan struct{}, 1)} }
+func newPoller(q *Queue) *poller {
+	return &poller{q: q, wakeCh: make(chan struct{}, 1), dists: map[provider.Kind]*solveDist{}}
+}
+
+// adaptive: rounds follow the default scheduler (pollsched.go), not a
+// fixed interval. Pingbacks keep the fixed slow fallback.
+func (p *poller) adaptive() bool { return p.q.cfg.adaptive && p.q.cfg.PingbackURL == "" }
 
 func (p *poller) wake() {
 	select {
@@ -40,7 +49,16 @@ func (p *poller) wake() {
 	}
 }
 
-func (p *poller) minGap() time.Duration { return p.q.cfg.PollInterval / 4 }
+// minGap is the least time between two rounds: the request rate bound.
+// The default scheduler starts rounds at least PollGap apart, so every
+// round may ask for every id (none is within its per-id gap) and ids
+// polled together stay together.
+func (p *poller) minGap() time.Duration {
+	if p.adaptive() {
+		return p.q.cfg.PollGap
+	}
+	return p.q.cfg.PollInterval / 4
+}
 
 func (p *poller) run(wg *sync.WaitGroup) {
 	defer wg.Done()
@@ -77,9 +95,18 @@ func (p *poller) nextRound(now time.Time) time.Time {
 		return pause.Until
 	}
 	var due time.Time
-	for _, st := range q.inflight {
-		if at := p.pollAt(st); due.IsZero() || at.Before(due) {
-			due = at
+	if p.adaptive() {
+		// No round can go before the rate bound allows: deciding now
+		// would only be done again then (each submit wakes the loop).
+		if g := p.last.Add(p.minGap()); g.After(now) && len(q.inflight) > 0 {
+			return g
+		}
+		due = p.decide(now, p.last.Add(p.minGap()))
+	} else {
+		for _, st := range q.inflight {
+			if at := p.pollAt(st); due.IsZero() || at.Before(due) {
+				due = at
+			}
 		}
 	}
 	if due.IsZero() {
@@ -138,24 +165,32 @@ func (p *poller) round(now time.Time) {
 	slack := q.repoll()
 	q.mu.Lock()
 	var due []*taskState
+	adaptive := p.adaptive()
 	for _, st := range q.inflight {
+		switch {
+		case adaptive:
+			if p.dueAdaptive(st, now) {
+				due = append(due, st)
+			}
 		// Due before the next round joins this one, but never sooner
 		// than PollInterval after its last poll: providers ban an IP that
 		// polls one id too often.
-		if !st.due.After(now.Add(slack)) && !p.floor(st).After(now) {
+		case !st.due.After(now.Add(slack)) && !p.floor(st).After(now):
 			due = append(due, st)
 		}
 	}
 	for _, st := range due {
 		st.polledAt = now
 	}
-	p.chain = now.Add(q.repoll())
-	// Tasks polled in an earlier round that would come due before the
-	// next one wait for it instead: phases merge, and the cadence stays
-	// one request per interval however the tasks came in.
-	for _, st := range q.inflight {
-		if st.polledAt.Before(now) && !st.polledAt.IsZero() && st.due.Before(p.chain) {
-			st.due = p.chain
+	if !adaptive {
+		p.chain = now.Add(q.repoll())
+		// Tasks polled in an earlier round that would come due before
+		// the next one wait for it instead: phases merge, and the cadence
+		// stays one request per interval however the tasks came in.
+		for _, st := range q.inflight {
+			if st.polledAt.Before(now) && !st.polledAt.IsZero() && st.due.Before(p.chain) {
+				st.due = p.chain
+			}
 		}
 	}
 	ids := make([]string, len(due))
@@ -301,6 +336,9 @@ func (q *Queue) pingbackFallback() time.Duration { return 10 * q.cfg.PollInterva
 func (q *Queue) solved(st *taskState, a provider.Answer, at time.Time, pingback bool) {
 	q.mu.Lock()
 	submitted, lastPoll := st.rec.SubmittedAt, st.lastPoll
+	if !pingback && q.poller.adaptive() {
+		q.poller.learn(st.kind, submitted, lastPoll, at)
+	}
 	q.mu.Unlock()
 	lower := at
 	observed := at.Sub(submitted)

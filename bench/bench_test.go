@@ -13,11 +13,11 @@ func BenchmarkMixed(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e, p := rep.Engine[0], rep.Engine[1]
+		e, p := rep.Engine[0], rep.Engine[2] // defaults, pingback
 		b.ReportMetric(e.Utilization, "util")
 		b.ReportMetric(e.RequestsPerSolved, "req/task")
 		b.ReportMetric(e.ReadyToFetched.P50/0.05, "p50_s@scale1")
-		b.ReportMetric(float64(e.Makespan)/float64(rep.Seed.Makespan), "makespan/seed")
+		b.ReportMetric(float64(e.Makespan)/float64(e.Floor), "makespan/floor")
 		b.ReportMetric(rep.Seed.Utilization, "seed_util")
 		b.ReportMetric(p.RequestsPerSolved, "pingback_req/task")
 	}

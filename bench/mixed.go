@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/captchaq/captchaq"
 )
 
 // Defaults of the mixed scenario.
@@ -19,13 +21,19 @@ const (
 // scenario tries (at scale 1), to show the frontier.
 var PollIntervalsDefault = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second}
 
-// The engine's targets at scale 1.
+// ScriptPollDefault is the bulk-poll script's interval (at scale 1).
+const ScriptPollDefault = 500 * time.Millisecond
+
+// The engine's targets at its defaults, at scale 1: beyond the
+// fixed-interval frontier, where the script and every PollInterval row sit.
 const (
-	TargetUtilization    = 0.94
-	TargetReadyP50       = 300 * time.Millisecond
-	TargetReadyP99       = time.Second
-	TargetRequestsPerJob = 1.6
-	TargetMakespanRatio  = 0.6
+	TargetUtilization    = 0.95
+	TargetReadyP50       = 200 * time.Millisecond
+	TargetReadyP99       = 600 * time.Millisecond
+	TargetRequestsPerJob = 1.46
+	// TargetMakespanFloor bounds the makespan as a multiple of the floor
+	// (Row.Floor).
+	TargetMakespanFloor = 1.06
 )
 
 // MixedConfig configures the mixed scenario. Zero fields take defaults.
@@ -46,6 +54,9 @@ type MixedConfig struct {
 	NoPingback   bool
 	// SeedPoll is the seed model's poll before Scale (default 5 s).
 	SeedPoll time.Duration
+	// ScriptPoll is the bulk-poll script's interval before Scale
+	// (default ScriptPollDefault).
+	ScriptPoll time.Duration
 	// Log, when set, gets a line as each row starts and ends.
 	Log io.Writer
 }
@@ -75,22 +86,30 @@ func (c MixedConfig) withDefaults() MixedConfig {
 	if c.SeedPoll == 0 {
 		c.SeedPoll = SeedPollDefault
 	}
+	if c.ScriptPoll == 0 {
+		c.ScriptPoll = ScriptPollDefault
+	}
 	return c
 }
 
 func scaled(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }
 
-// MixedReport is the mixed scenario's outcome: the seed model's row first,
-// then the engine's.
+// MixedReport is the mixed scenario's outcome: the seed model's row, the
+// script's, then the engine's (its defaults first).
 type MixedReport struct {
 	Config MixedConfig
 	Seed   Row
+	Script Row
 	Engine []Row
 }
 
-// Mixed runs the mixed scenario: the seed model, then the engine at each
-// PollInterval, then the engine with pingbacks, each on its own fresh
-// simulator with the same settings and seed.
+// DefaultsRow names the engine's row at its default settings.
+const DefaultsRow = "engine, defaults"
+
+// Mixed runs the mixed scenario: the seed model, the bulk-poll script,
+// the engine at its defaults, then at each PollInterval, then with
+// pingbacks, each on its own fresh simulator with the same settings and
+// seed.
 func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
 	c = c.withDefaults()
 	if c.Tasks < 0 || c.Threads < 0 || c.Scale < 0 {
@@ -101,7 +120,7 @@ func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
 		return MixedReport{}, fmt.Errorf("bench: mix %q: use one of %s", c.Mix, strings.Join(MixNames(), ", "))
 	}
 	rep := MixedReport{Config: c}
-	s := Sim{Threads: c.Threads, Scale: c.Scale, Seed: c.Seed}
+	s := Sim{Threads: c.Threads, Scale: c.Scale, Seed: c.Seed, Latency: MixLatency[c.Mix]}
 	tasks := Tasks(c.Tasks, mix, c.Seed)
 	logf := func(format string, a ...any) {
 		if c.Log != nil {
@@ -116,7 +135,21 @@ func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
 	}
 	logf("mixed: %s: makespan %v", name, row.Makespan.Round(time.Millisecond))
 	rep.Seed = row
-	runs := make([]EngineRun, 0, len(c.PollIntervals)+1)
+	name = fmt.Sprintf("script (bulk poll every %v)", c.ScriptPoll)
+	logf("mixed: %s ...", name)
+	if rep.Script, err = RunScript(ctx, s, tasks, ScriptRun{Name: name, PollEvery: scaled(c.ScriptPoll, c.Scale)}); err != nil {
+		return rep, err
+	}
+	logf("mixed: %s: makespan %v", name, rep.Script.Makespan.Round(time.Millisecond))
+	// The defaults row scales only the provider's per-id poll gap, from
+	// which the default scheduler derives its other times.
+	def := EngineRun{Name: DefaultsRow, PollGap: scaled(captchaq.PollGapDefault, c.Scale)}
+	// The same with the batch handed over longest first (the caller's
+	// captchaq.LongestFirst): the makespan's distance to the floor is
+	// the order's, not the polling's.
+	lf := def
+	lf.Name, lf.LongestFirst = DefaultsRow+", longest first", true
+	runs := []EngineRun{def, lf}
 	for _, pi := range c.PollIntervals {
 		runs = append(runs, EngineRun{Name: fmt.Sprintf("engine, PollInterval %v", pi), PollInterval: scaled(pi, c.Scale)})
 	}
@@ -149,8 +182,8 @@ func (v Verdicts) All() bool {
 	return v.Utilization && v.ReadyP50 && v.ReadyP99 && v.Requests && v.Makespan
 }
 
-// Judge compares an engine row with the targets (latencies scaled) and
-// the seed model's makespan.
+// Judge compares a row with the targets (latencies scaled) and its
+// makespan with its floor.
 func (r MixedReport) Judge(row Row) Verdicts {
 	f := r.Config.Scale
 	return Verdicts{
@@ -158,7 +191,7 @@ func (r MixedReport) Judge(row Row) Verdicts {
 		ReadyP50:    row.ReadyToFetched.P50 <= scaled(TargetReadyP50, f).Seconds(),
 		ReadyP99:    row.ReadyToFetched.P99 <= scaled(TargetReadyP99, f).Seconds(),
 		Requests:    row.RequestsPerSolved <= TargetRequestsPerJob,
-		Makespan:    r.Seed.Makespan > 0 && float64(row.Makespan) <= TargetMakespanRatio*float64(r.Seed.Makespan),
+		Makespan:    row.Floor > 0 && float64(row.Makespan) <= TargetMakespanFloor*float64(row.Floor),
 	}
 }
 

@@ -84,7 +84,11 @@ type Row struct {
 	// ReadyToFetched is the time answers sat ready at the provider.
 	ReadyToFetched sim.Quantiles
 	// Makespan is from the first submit to the last result.
-	Makespan    time.Duration
+	Makespan time.Duration
+	// Floor is the makespan no client can beat on the solve times the
+	// simulator drew for this run: their sum ÷ threads, or the longest
+	// one if larger.
+	Floor       time.Duration
 	PeakThreads int
 	NoSlot      int64
 	Bans        int64
@@ -109,6 +113,9 @@ func (r *Row) fill(st sim.Stats) {
 	r.NoSlot = st.NoSlot
 	r.Bans = st.Bans
 	r.Pingbacks = st.PingbacksSent
+	if st.Threads > 0 {
+		r.Floor = time.Duration(max(st.SolveSecondsDrawn/float64(st.Threads), st.SolveSecondsLongest) * float64(time.Second))
+	}
 }
 
 // CPUTime is the process's user plus system CPU time so far.
@@ -175,8 +182,11 @@ func RunSeed(ctx context.Context, s Sim, tasks []captchaq.Task, r SeedRun) (Row,
 
 // EngineRun configures the engine's runner.
 type EngineRun struct {
-	Name         string
+	Name string
+	// PollInterval is Config.PollInterval: zero polls by the engine's
+	// default scheduler, with Config.PollGap set to PollGap.
 	PollInterval time.Duration
+	PollGap      time.Duration
 	// Pingback serves Queue.PingbackHandler on loopback and sets
 	// Config.PingbackURL to it, so the simulator calls it.
 	Pingback bool
@@ -218,7 +228,7 @@ func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task
 		return Row{}, err
 	}
 	cfg := captchaq.Config{
-		Provider: client, Store: e.Store, Threads: s.Threads, PollInterval: e.PollInterval,
+		Provider: client, Store: e.Store, Threads: s.Threads, PollInterval: e.PollInterval, PollGap: e.PollGap,
 		RetryBackoff: e.RetryBackoff, MaxQueued: e.MaxQueued,
 	}
 	if cfg.RetryBackoff > 0 {

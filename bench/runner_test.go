@@ -117,13 +117,18 @@ func TestMixedReportTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Seed.Solved != 20 || len(rep.Engine) != 3 || rep.Engine[0].Solved != 20 || rep.Engine[1].Solved != 20 || rep.Engine[2].Solved != 20 {
+	if rep.Seed.Solved != 20 || rep.Script.Solved != 20 || len(rep.Engine) != 5 {
 		t.Fatalf("report %+v", rep)
+	}
+	for _, row := range append([]Row{rep.Seed, rep.Script}, rep.Engine...) {
+		if row.Solved != 20 || row.Floor <= 0 || row.Makespan < row.Floor {
+			t.Fatalf("row %+v: want 20 solved and a makespan no shorter than its floor", row)
+		}
 	}
 	var b bytes.Buffer
 	rep.Markdown(&b)
 	for _, want := range []string{"## mixed, realistic mix: 20 tasks (8 image, 6 turnstile, 5 recaptcha v2, 1 recaptcha v3), 5 threads, scale 0.01",
-		"| seed model (poll every 5s) | 20 | 0 |", "| engine, PollInterval 1s | 20 | 0 |", "| engine + pingback (PollInterval 1s) | 20 | 0 |",
+		"| seed model (poll every 5s) | 20 | 0 |", "| script (bulk poll every 500ms) | 20 | 0 |", "| engine, defaults | 20 | 0 |", "| engine, PollInterval 1s | 20 | 0 |", "| engine + pingback (PollInterval 1s) | 20 | 0 |",
 		"| engine + pingback (PollInterval 1s), longest first | 20 | 0 |", "| 0.1000 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Fatalf("report lacks %q:\n%s", want, b.String())
@@ -143,28 +148,43 @@ func TestMixedShortMix(t *testing.T) {
 	if !strings.Contains(b.String(), want) {
 		t.Fatalf("report lacks %q:\n%s", want, b.String())
 	}
-	if _, err := Mixed(t.Context(), MixedConfig{Mix: "long"}); err == nil || !strings.Contains(err.Error(), `mix "long": use one of realistic, short`) {
+	if _, err := Mixed(t.Context(), MixedConfig{Mix: "long"}); err == nil || !strings.Contains(err.Error(), `mix "long": use one of fast, realistic, short`) {
 		t.Fatalf("unknown mix: err = %v", err)
 	}
 }
 
 func TestSeedsMarkdown(t *testing.T) {
-	row := func(name string, makespan time.Duration) Row { return Row{Name: name, Makespan: makespan} }
-	rep := func(seed uint64, seedModel, a, b time.Duration) MixedReport {
-		return MixedReport{Config: MixedConfig{Mix: "short", Seed: seed}, Seed: row("seed model", seedModel), Engine: []Row{row("a", a), row("b", b)}}
+	t.Parallel()
+	row := func(name string, util float64, makespan time.Duration) Row {
+		r := Row{Name: name, Utilization: util, RequestsPerSolved: 1.4, Makespan: makespan, Floor: 10 * time.Second}
+		r.ReadyToFetched.P50, r.ReadyToFetched.P99 = 0.1, 0.5
+		return r
+	}
+	rep := func(seed uint64, a, b time.Duration) MixedReport {
+		return MixedReport{Config: MixedConfig{Mix: "short", Seed: seed, Scale: 1}, Script: row("script", 0.9, 12*time.Second),
+			Engine: []Row{row("a", 0.96, a), row("b", 0.97, b)}}
 	}
 	var buf bytes.Buffer
 	SeedsMarkdown(&buf, []MixedReport{
-		rep(1, 10*time.Second, 5*time.Second, 8*time.Second),
-		rep(2, 20*time.Second, 12*time.Second, 10*time.Second),
-		rep(3, 10*time.Second, 7*time.Second, 9*time.Second),
+		rep(1, 10*time.Second, 11*time.Second),
+		rep(2, 12*time.Second, 10*time.Second),
+		rep(3, 10500*time.Millisecond, 10200*time.Millisecond),
 	})
-	want := `### short mix: makespan vs the seed model over 3 seeds
+	want := `### short mix: medians over 3 seeds
+
+| run | utilization | p50 | p99 | requests/solved | frontier | makespan vs floor | all targets |
+|---|---|---|---|---|---|---|---|
+| script | 0.900 | 0.100 s | 0.500 s | 1.40 | 0.0400 | 1.200× | FAIL |
+| a | 0.960 | 0.100 s | 0.500 s | 1.40 | 0.0160 | 1.050× | PASS |
+| b | 0.970 | 0.100 s | 0.500 s | 1.40 | 0.0120 | 1.020× | PASS |
+
+### short mix: makespan vs the floor over 3 seeds
 
 | run | sim seed 1 | sim seed 2 | sim seed 3 | median |
 |---|---|---|---|---|
-| a | 0.50× | 0.60× | 0.70× | 0.60× |
-| b | 0.80× | 0.50× | 0.90× | 0.80× |
+| script | 1.200× | 1.200× | 1.200× | 1.200× |
+| a | 1.000× | 1.200× | 1.050× | 1.050× |
+| b | 1.100× | 1.000× | 1.020× | 1.020× |
 
 `
 	if buf.String() != want {

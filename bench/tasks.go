@@ -7,8 +7,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
 )
 
 // Share is one kind's part of a task mix.
@@ -50,8 +53,27 @@ var MixShort = []Share{
 	{Name: "recaptcha v3", Weight: 0.05, task: MixRealistic[3].task},
 }
 
+// MixFast is the mix of a fast provider: 30% image, 40% Turnstile, 30%
+// reCAPTCHA v2, solved in 0.2–0.5 s, 2–6 s and 5–12 s (MixLatency["fast"]).
+// The issue that set the engine's default polling goals measured on it.
+var MixFast = []Share{
+	{Name: "image", Weight: 0.30, task: MixRealistic[0].task},
+	{Name: "turnstile", Weight: 0.40, task: MixRealistic[1].task},
+	{Name: "recaptcha v2", Weight: 0.30, task: MixRealistic[2].task},
+}
+
 // Mixes are the named mixes of the mixed scenario.
-var Mixes = map[string][]Share{"realistic": MixRealistic, "short": MixShort}
+var Mixes = map[string][]Share{"realistic": MixRealistic, "short": MixShort, "fast": MixFast}
+
+// MixLatency are the simulator's solve times of a mix that does not use
+// its defaults (at scale 1).
+var MixLatency = map[string]map[provider.Kind]sim.Latency{
+	"fast": {
+		provider.KindImage:       {Median: 320 * time.Millisecond, Spread: 0.25, Min: 200 * time.Millisecond, Max: 500 * time.Millisecond},
+		provider.KindTurnstile:   {Median: 3500 * time.Millisecond, Spread: 0.3, Min: 2 * time.Second, Max: 6 * time.Second},
+		provider.KindRecaptchaV2: {Median: 8 * time.Second, Spread: 0.25, Min: 5 * time.Second, Max: 12 * time.Second},
+	},
+}
 
 // MixNames are the keys of Mixes, sorted.
 func MixNames() []string { return slices.Sorted(maps.Keys(Mixes)) }

@@ -53,6 +53,12 @@ type Stats struct {
 	// ReadyToFetched is the time from a task's solve to the first delivery
 	// of its final answer, by a poll or by the start of its pingback call.
 	ReadyToFetched Quantiles `json:"ready_to_fetched"`
+	// SolveSecondsDrawn is the sum of the solve times drawn for accepted
+	// submits, and SolveSecondsLongest the longest of them: with Threads
+	// they give the floor of a batch's makespan, max(drawn ÷ threads,
+	// longest), which no client can beat.
+	SolveSecondsDrawn   float64 `json:"solve_seconds_drawn"`
+	SolveSecondsLongest float64 `json:"solve_seconds_longest"`
 	// Duplicates counts accepted submits whose fingerprint (see
 	// Fingerprint) equals an earlier accepted submit's.
 	Duplicates int64 `json:"duplicates"`
@@ -108,6 +114,8 @@ type statsState struct {
 	busyNanos                        int64     // ∫ threads in use dt since the stats began
 	firstAccept, lastAccept          time.Time
 	busyAtFirstAccept, busyAtLastAcc int64
+
+	drawn, longest time.Duration // solve times drawn for accepted submits
 
 	delays     []time.Duration
 	delayCount int64
@@ -200,6 +208,9 @@ func (s *Server) Stats() Stats {
 		PingbacksSent:    st.pingbacksSent,
 		PingbacksFailed:  st.pingbacksFailed,
 		TasksKept:        len(s.tasks),
+
+		SolveSecondsDrawn:   st.drawn.Seconds(),
+		SolveSecondsLongest: st.longest.Seconds(),
 	}
 	if !st.firstAccept.IsZero() {
 		window := st.lastAccept.Sub(st.firstAccept)

@@ -34,6 +34,10 @@ func TestUtilization(t *testing.T) {
 		t.Fatalf("window %v busy %v utilization %v peak %d; want 20, 28, 0.7, 2",
 			st.WindowSeconds, st.BusyThreadSeconds, st.Utilization, st.PeakThreadsInUse)
 	}
+	// Four solves of 10 s were drawn, busy or not within the window.
+	if st.SolveSecondsDrawn != 40 || st.SolveSecondsLongest != 10 {
+		t.Fatalf("drawn %v longest %v; want 40 and 10", st.SolveSecondsDrawn, st.SolveSecondsLongest)
+	}
 
 	b.srv.ResetStats()
 	if st := b.srv.Stats(); st.Accepted != 0 || st.Utilization != 0 || st.WindowSeconds != 0 || st.Calls.Submit != 0 {
@@ -141,7 +145,7 @@ func TestStatsJSON(t *testing.T) {
 	}
 	want := []string{"accepted", "bans", "busy_thread_seconds", "calls", "duplicates", "faults", "fetched", "ids_polled",
 		"no_slot", "peak_threads_in_use", "pingbacks_failed", "pingbacks_sent", "ready_to_fetched", "reports_bad",
-		"reports_good", "solved", "tasks_kept", "threads", "threads_in_use", "unsolvable", "utilization", "window_seconds"}
+		"reports_good", "solve_seconds_drawn", "solve_seconds_longest", "solved", "tasks_kept", "threads", "threads_in_use", "unsolvable", "utilization", "window_seconds"}
 	if diff := cmp.Diff(want, keys(doc)); diff != "" {
 		t.Fatalf("stats keys (-want +got):\n%s", diff)
 	}

@@ -355,6 +355,8 @@ func (s *Server) acceptLocked(spec taskSpec, now time.Time) uint64 {
 	s.tasks[id] = t
 	s.threadTakenLocked(now)
 	s.st.countSubmission(spec.fingerprint)
+	s.st.drawn += lat
+	s.st.longest = max(s.st.longest, lat)
 	s.scheduleLocked(event{at: now.Add(lat), id: id, kind: eventSolve})
 	return id
 }

@@ -30,6 +30,7 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		seed     = fs.Uint64("seed", 1, "simulator and task-order seed")
 		seeds    = fs.Int("seeds", 1, "run the mixed scenario with this many seeds (--seed, --seed+1, …): full tables for the first, makespan ratios for all")
 		polls    = fs.String("poll-intervals", "500ms,1s,2s", "engine PollInterval values of the mixed scenario, at scale 1")
+		noPB     = fs.Bool("no-pingback", false, "leave the pingback rows out of the mixed scenario")
 		mixes    = fs.String("mix", "", "task mixes of the mixed scenario, comma-separated: "+strings.Join(bench.MixNames(), ", ")+" (default: realistic, or every mix with --scenario all)")
 		sTasks   = fs.Int("scale-tasks", 100_000, "tasks of the scale scenario")
 		sThreads = fs.Int("scale-threads", 5000, "threads of the scale scenario")
@@ -101,7 +102,7 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 	out := env.stdout
 	fmt.Fprintf(out, "# captchaq bench report\n\n`captchaq bench %s`\n\n%s, %s %s/%s, %d CPUs, %s, host %s\n\n",
 		strings.Join(args, " "), time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), host)
-	mc := bench.MixedConfig{Tasks: *tasks, Threads: *threads, Scale: *scale, Seed: *seed, PollIntervals: intervals, Log: env.stderr}
+	mc := bench.MixedConfig{Tasks: *tasks, Threads: *threads, Scale: *scale, Seed: *seed, PollIntervals: intervals, NoPingback: *noPB, Log: env.stderr}
 	if run["mixed"] {
 		for _, m := range mixList {
 			var reps []bench.MixedReport

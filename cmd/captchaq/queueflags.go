@@ -34,7 +34,7 @@ func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 		apiURL:       addAPIURLFlag(fs),
 		useSim:       fs.Bool("sim", false, "solve against the built-in simulator, started in-process (no key needed)"),
 		store:        fs.String("store", "", "task store: a SQLite file `PATH` (share one on purpose), or \"memory\" (default: "+sqliteDefaultHint()+")"),
-		pollInterval: fs.Duration("poll-interval", 0, "shortest time between two poll requests: lower fetches answers sooner, higher makes fewer requests (default "+captchaq.PollIntervalDefault.String()+")"),
+		pollInterval: fs.Duration("poll-interval", 0, "poll on this fixed cadence: lower fetches answers sooner, higher makes fewer requests (default: each poll decided from the learned solve times)"),
 		maxAttempts:  fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good (default %d)", captchaq.MaxAttemptsDefault)),
 	}
 }
