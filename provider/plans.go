@@ -58,8 +58,10 @@ func TokenLifetime(k Kind) time.Duration {
 		return 30 * time.Minute // cf_clearance's default lifetime; sites may shorten it
 	case KindGeeTest:
 		return 60 * time.Second // the validate triple is checked against a challenge that expires fast
-	case KindCaptchaFox, KindLemin:
+	case KindCaptchaFox, KindLemin, KindHCaptcha:
 		return 120 * time.Second
+	case KindFunCaptcha, KindGeeTestV4:
+		return 60 * time.Second
 	case KindFriendlyCaptcha:
 		return 300 * time.Second
 	}
@@ -88,6 +90,10 @@ func MedianSolveTime(k Kind) time.Duration {
 		return 10 * time.Second
 	case KindCaptchaFox, KindFriendlyCaptcha, KindLemin:
 		return 5 * time.Second
+	case KindHCaptcha, KindFunCaptcha:
+		return 20 * time.Second
+	case KindGeeTestV4:
+		return 10 * time.Second
 	}
 	return 5 * time.Second
 }
@@ -105,8 +111,10 @@ func TypicalSolveTime(k Kind) time.Duration {
 		return 15 * time.Second // advice: 10–20 s
 	case KindRecaptchaV3, KindTurnstile, KindGeeTest:
 		return 10 * time.Second
-	case KindCloudflareChallenge, KindCaptchaFox, KindFriendlyCaptcha, KindLemin:
+	case KindCloudflareChallenge, KindCaptchaFox, KindFriendlyCaptcha, KindLemin, KindHCaptcha, KindFunCaptcha:
 		return 15 * time.Second
+	case KindGeeTestV4:
+		return 10 * time.Second
 	}
 	return 5 * time.Second
 }

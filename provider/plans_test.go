@@ -30,18 +30,21 @@ func TestLifetimesAndSolveTimes(t *testing.T) {
 		KindCloudflareChallenge: 30 * time.Minute, KindGeeTest: 60 * time.Second, KindCaptchaFox: 120 * time.Second,
 		KindLemin: 120 * time.Second, KindFriendlyCaptcha: 300 * time.Second,
 		KindImage: 0, KindGrid: 0, KindBLS: 0,
+		KindHCaptcha: 120 * time.Second, KindFunCaptcha: 60 * time.Second, KindGeeTestV4: 60 * time.Second,
 	}
 	solve := map[Kind]time.Duration{
 		KindImage: 5 * time.Second, KindBLS: 5 * time.Second, KindGrid: 10 * time.Second,
 		KindRecaptchaV2: 15 * time.Second, KindRecaptchaV3: 10 * time.Second, KindTurnstile: 10 * time.Second,
 		KindGeeTest: 10 * time.Second, KindCloudflareChallenge: 15 * time.Second, KindCaptchaFox: 15 * time.Second,
 		KindFriendlyCaptcha: 15 * time.Second, KindLemin: 15 * time.Second,
+		KindHCaptcha: 15 * time.Second, KindFunCaptcha: 15 * time.Second, KindGeeTestV4: 10 * time.Second,
 	}
 	median := map[Kind]time.Duration{
 		KindImage: 700 * time.Millisecond, KindBLS: 3 * time.Second, KindGrid: 3 * time.Second,
 		KindRecaptchaV2: 25 * time.Second, KindRecaptchaV3: 9 * time.Second, KindTurnstile: 8 * time.Second,
 		KindGeeTest: 10 * time.Second, KindCloudflareChallenge: 14 * time.Second, KindCaptchaFox: 5 * time.Second,
 		KindFriendlyCaptcha: 5 * time.Second, KindLemin: 5 * time.Second,
+		KindHCaptcha: 20 * time.Second, KindFunCaptcha: 20 * time.Second, KindGeeTestV4: 10 * time.Second,
 	}
 	for k := range specs { // every supported kind has every value
 		if got, want := TokenLifetime(k), life[k]; got != want {
@@ -54,8 +57,8 @@ func TestLifetimesAndSolveTimes(t *testing.T) {
 			t.Errorf("MedianSolveTime(%s) = %v, want %v", k, got, want)
 		}
 	}
-	if len(specs) != 11 {
-		t.Errorf("%d kinds in the spec table, want 11", len(specs))
+	if len(specs) != 14 {
+		t.Errorf("%d kinds in the spec table, want 14", len(specs))
 	}
 	if !strings.Contains(string(KindImage), "image") {
 		t.Error("kind names changed")

@@ -16,7 +16,8 @@ type Task struct {
 // for latency learning, token lifetimes and metrics.
 type Kind string
 
-// The kinds the provider supports.
+// The kinds captchaq knows. CaptchaAI solves all but the last three,
+// which other services of the protocol solve.
 const (
 	KindImage               Kind = "image"
 	KindGrid                Kind = "grid"
@@ -29,4 +30,7 @@ const (
 	KindCaptchaFox          Kind = "captchafox"
 	KindFriendlyCaptcha     Kind = "friendly_captcha"
 	KindLemin               Kind = "lemin"
+	KindHCaptcha            Kind = "hcaptcha"
+	KindFunCaptcha          Kind = "funcaptcha"
+	KindGeeTestV4           Kind = "geetest_v4"
 )

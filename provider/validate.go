@@ -102,6 +102,14 @@ var specs = map[Kind]methodSpec{
 	KindCaptchaFox: {kind: KindCaptchaFox, required: []field{fSiteKey, fPageURL},
 		optional: append([]field{fAPIServer, fUserAgent}, proxyFields...)},
 	KindFriendlyCaptcha: {kind: KindFriendlyCaptcha, required: []field{fSiteKey, fPageURL}},
+	KindHCaptcha: {kind: KindHCaptcha, required: []field{fSiteKey, fPageURL},
+		optional: append([]field{flag("invisible"), plain("data"), fUserAgent, plain("domain")}, proxyFields...)},
+	KindFunCaptcha: {kind: KindFunCaptcha,
+		required: []field{{"publickey", "the FunCaptcha public key (data-pkey in the page)", nil}, fPageURL},
+		optional: append([]field{plain("surl"), plain("data[blob]"), fUserAgent}, proxyFields...)},
+	KindGeeTestV4: {kind: KindGeeTestV4,
+		required: []field{{"captcha_id", "the GeeTest v4 captcha_id from the page", nil}, fPageURL},
+		optional: []field{fAPIServer, plain("version")}},
 	KindLemin: {kind: KindLemin,
 		required: []field{{"captcha_id", "the Lemin captcha id from the page", nil}, fPageURL},
 		optional: []field{plain("div_id"), fAPIServer}},
@@ -115,63 +123,122 @@ func blsImages() []field {
 	return fs
 }
 
-// methods is every supported method, for "unknown method" messages.
-var methods = []string{
+// CaptchaAIMethods are the methods CaptchaAI solves: what Task.Validate
+// and Task.Kind accept, and a provider lane's default at CaptchaAI's URL.
+var CaptchaAIMethods = []string{
 	"base64", "bls", "captchafox", "cloudflare_challenge", "friendly_captcha",
 	"geetest", "lemin", "post", "turnstile", "userrecaptcha",
 }
 
-// unsupported names the methods of types the provider does not solve, with
-// the type's name as users know it.
-var unsupported = map[string]string{
-	"hcaptcha":      "hCaptcha",
-	"funcaptcha":    "FunCaptcha (Arkose Labs)",
-	"arkose":        "FunCaptcha (Arkose Labs)",
-	"arkoselabs":    "FunCaptcha (Arkose Labs)",
-	"geetest_v4":    "GeeTest v4",
-	"geetestv4":     "GeeTest v4",
-	"geetest4":      "GeeTest v4",
-	"amazon_waf":    "Amazon WAF captcha",
-	"keycaptcha":    "KeyCaptcha",
-	"capy":          "Capy puzzle",
-	"mtcaptcha":     "MTCaptcha",
-	"datadome":      "DataDome",
-	"cybersiara":    "CyberSiARA",
-	"tencent":       "Tencent captcha",
-	"cutcaptcha":    "CutCaptcha",
-	"audio":         "audio captcha",
-	"rotatecaptcha": "rotate captcha",
+// CommonMethods are the types most services of the protocol solve
+// (2captcha, RuCaptcha and their kin): a provider lane's default at any
+// other URL.
+var CommonMethods = []string{
+	"base64", "funcaptcha", "geetest", "geetest_v4", "hcaptcha", "post", "turnstile", "userrecaptcha",
 }
 
-func unsupportedError(typ, method string) error {
+// KnownMethods are every method captchaq can validate, sorted: the
+// CaptchaAI methods and those only other services solve.
+var KnownMethods = []string{
+	"base64", "bls", "captchafox", "cloudflare_challenge", "friendly_captcha", "funcaptcha",
+	"geetest", "geetest_v4", "hcaptcha", "lemin", "post", "turnstile", "userrecaptcha",
+}
+
+// typeNames name each method's captcha type as users know it, for
+// "unsupported" messages; the ones with no spec are types captchaq knows
+// of but cannot validate, so no provider lane may list them.
+var typeNames = map[string]string{
+	"base64":               "image",
+	"post":                 "image",
+	"bls":                  "BLS",
+	"captchafox":           "CaptchaFox",
+	"cloudflare_challenge": "Cloudflare Challenge",
+	"friendly_captcha":     "Friendly Captcha",
+	"geetest":              "GeeTest v3",
+	"lemin":                "Lemin",
+	"turnstile":            "Cloudflare Turnstile",
+	"userrecaptcha":        "reCAPTCHA",
+	"hcaptcha":             "hCaptcha",
+	"funcaptcha":           "FunCaptcha (Arkose Labs)",
+	"geetest_v4":           "GeeTest v4",
+	"amazon_waf":           "Amazon WAF captcha",
+	"keycaptcha":           "KeyCaptcha",
+	"capy":                 "Capy puzzle",
+	"mtcaptcha":            "MTCaptcha",
+	"datadome":             "DataDome",
+	"cybersiara":           "CyberSiARA",
+	"tencent":              "Tencent captcha",
+	"cutcaptcha":           "CutCaptcha",
+	"audio":                "audio captcha",
+	"rotatecaptcha":        "rotate captcha",
+}
+
+// methodAliases are other names for a method, in lower case.
+var methodAliases = map[string]string{
+	"arkose": "funcaptcha", "arkoselabs": "funcaptcha",
+	"geetestv4": "geetest_v4", "geetest4": "geetest_v4",
+}
+
+func unsupportedError(typ, method string, supported []string) error {
 	return &Error{
 		Op:    "validate",
 		Code:  CodeUnsupportedType,
 		Class: ClassTask,
 		Text: fmt.Sprintf("unsupported captcha type %s (method %q): the provider does not support it; supported methods: %s",
-			typ, method, strings.Join(methods, ", ")),
+			typ, method, strings.Join(supported, ", ")),
 	}
 }
 
+// RouteMethod is the method that decides which providers can solve t:
+// Method in lower case with aliases resolved, and "geetest_v4" for a
+// GeeTest task of version 4. It is what a provider lane's methods list
+// names.
+func (t Task) RouteMethod() string {
+	m := strings.ToLower(strings.TrimSpace(t.Method))
+	if a, ok := methodAliases[m]; ok {
+		return a
+	}
+	if m == "geetest" {
+		switch strings.ToLower(strings.TrimSpace(t.Params["version"])) {
+		case "4", "v4":
+			return "geetest_v4"
+		}
+	}
+	return m
+}
+
+// TypeName is the captcha type of a method as users know it ("hCaptcha"
+// for "hcaptcha"), or "" for a method captchaq does not know.
+func TypeName(method string) string { return typeNames[method] }
+
 // Kind tells which kind of task t is. It fails for an unknown method and
-// for types the provider does not support (errors.Is(err,
-// ErrUnsupportedType)); it does not check the other fields (Validate does).
-func (t Task) Kind() (Kind, error) {
+// for types CaptchaAI does not solve (errors.Is(err, ErrUnsupportedType));
+// it does not check the other fields (Validate does).
+func (t Task) Kind() (Kind, error) { return t.KindFor(CaptchaAIMethods) }
+
+// KindFor is Kind for a provider that solves the given methods (names
+// as RouteMethod gives them).
+func (t Task) KindFor(supported []string) (Kind, error) {
 	m := strings.TrimSpace(t.Method)
 	if m == "" {
-		return "", &ValidationError{Field: "method", Reason: "required; one of " + strings.Join(methods, ", ")}
+		return "", &ValidationError{Field: "method", Reason: "required; one of " + strings.Join(supported, ", ")}
 	}
 	lm := strings.ToLower(m)
-	if name, ok := unsupported[lm]; ok {
-		return "", unsupportedError(name, m)
+	route := t.RouteMethod()
+	if name, known := typeNames[route]; known && !slices.Contains(supported, route) {
+		shown := m
+		if route == "geetest_v4" && lm == "geetest" {
+			shown = m + " version=" + t.Params["version"]
+		}
+		return "", unsupportedError(name, shown, supported)
 	}
 	if lm != m {
-		if slices.Contains(methods, lm) {
+		if slices.Contains(KnownMethods, lm) {
 			return "", &ValidationError{Field: "method", Reason: fmt.Sprintf("%q must be written in lower case: %q", m, lm)}
 		}
 	}
 	version := strings.ToLower(strings.TrimSpace(t.Params["version"]))
-	switch m {
+	switch route {
 	case "base64", "post":
 		if isTrue(t.Params["recaptcha"]) {
 			return KindGrid, nil
@@ -189,10 +256,14 @@ func (t Task) Kind() (Kind, error) {
 		switch version {
 		case "", "3", "v3":
 			return KindGeeTest, nil
-		case "4", "v4":
-			return "", unsupportedError("GeeTest v4", m+" version="+t.Params["version"])
 		}
-		return "", &ValidationError{Field: "params.version", Reason: fmt.Sprintf("%q is not a GeeTest version the provider solves; leave it out for GeeTest v3", t.Params["version"])}
+		return "", &ValidationError{Field: "params.version", Reason: fmt.Sprintf("%q is not a GeeTest version the provider solves; leave it out for GeeTest v3, or use 4 for GeeTest v4", t.Params["version"])}
+	case "geetest_v4":
+		return KindGeeTestV4, nil
+	case "hcaptcha":
+		return KindHCaptcha, nil
+	case "funcaptcha":
+		return KindFunCaptcha, nil
 	case "bls":
 		return KindBLS, nil
 	case "turnstile":
@@ -206,15 +277,19 @@ func (t Task) Kind() (Kind, error) {
 	case "lemin":
 		return KindLemin, nil
 	}
-	return "", &ValidationError{Field: "method", Reason: fmt.Sprintf("unknown method %q; supported: %s", m, strings.Join(methods, ", "))}
+	return "", &ValidationError{Field: "method", Reason: fmt.Sprintf("unknown method %q; supported: %s", m, strings.Join(supported, ", "))}
 }
 
-// Validate checks t against the method-spec table: a known, supported
-// method, every required field present, and each value well formed. It
+// Validate checks t against the method-spec table for CaptchaAI: a known,
+// supported method, every required field present, and each value well formed. It
 // makes no request. Errors are a *ValidationError (errors.Is
 // ErrInvalidTask) or an *Error matching ErrUnsupportedType.
-func (t Task) Validate() error {
-	k, err := t.Kind()
+func (t Task) Validate() error { return t.ValidateFor(CaptchaAIMethods) }
+
+// ValidateFor is Validate for a provider that solves the given methods
+// (names as RouteMethod gives them).
+func (t Task) ValidateFor(supported []string) error {
+	k, err := t.KindFor(supported)
 	if err != nil {
 		return err
 	}

@@ -320,3 +320,29 @@ func TestReadImageFileCapped(t *testing.T) {
 		t.Errorf("big: %v", err)
 	}
 }
+
+func TestValidateForOtherServices(t *testing.T) {
+	t.Parallel()
+	hc := Task{Method: "hcaptcha", Params: map[string]string{"sitekey": "s", "pageurl": "https://a.example/"}}
+	if err := hc.ValidateFor(CommonMethods); err != nil {
+		t.Fatalf("hcaptcha for a common provider: %v", err)
+	}
+	if k, err := hc.KindFor(CommonMethods); k != KindHCaptcha || err != nil {
+		t.Fatalf("KindFor = %q, %v", k, err)
+	}
+	err := Task{Method: "hcaptcha", Params: map[string]string{"pageurl": "https://a.example/"}}.ValidateFor(CommonMethods)
+	if err == nil || err.Error() != "params.sitekey: required for hcaptcha; the widget's site key (data-sitekey in the page)" {
+		t.Fatalf("missing sitekey: %v", err)
+	}
+	err = Task{Method: "lemin", Params: map[string]string{"captcha_id": "c", "pageurl": "https://a.example/"}}.ValidateFor([]string{"hcaptcha"})
+	if err == nil || err.Error() != `validate: unsupported captcha type Lemin (method "lemin"): the provider does not support it; supported methods: hcaptcha` {
+		t.Fatalf("lemin for an hcaptcha-only provider: %v", err)
+	}
+	gt4 := Task{Method: "geetest", Params: map[string]string{"version": "4", "captcha_id": "c", "pageurl": "https://a.example/"}}
+	if gt4.RouteMethod() != "geetest_v4" || gt4.ValidateFor(CommonMethods) != nil {
+		t.Fatalf("geetest version 4: route %q, %v", gt4.RouteMethod(), gt4.ValidateFor(CommonMethods))
+	}
+	if got := (Task{Method: "Arkose"}).RouteMethod(); got != "funcaptcha" {
+		t.Fatalf("RouteMethod(Arkose) = %q", got)
+	}
+}
