@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,6 +92,10 @@ type ClientConfig struct {
 	// PollConcurrency bounds requests in flight when polling one id per
 	// request. Default PollConcurrencyDefault.
 	PollConcurrency int
+	// Methods are the methods the service solves (RouteMethod names):
+	// Submit refuses others without a request. Default CaptchaAIMethods;
+	// CommonMethods suits 2captcha and its kin.
+	Methods []string
 }
 
 // Client speaks the in.php/res.php protocol. It is safe for concurrent use.
@@ -101,6 +106,7 @@ type Client struct {
 	softID        string
 	bulk          BulkMode
 	pollConc      int
+	methods       []string
 
 	bulkUnsupported atomic.Bool
 	requests        atomic.Int64
@@ -139,6 +145,15 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		softID:   cfg.SoftID,
 		bulk:     cfg.BulkPoll,
 		pollConc: cfg.PollConcurrency,
+		methods:  cfg.Methods,
+	}
+	if c.methods == nil {
+		c.methods = CaptchaAIMethods
+	}
+	for _, m := range c.methods {
+		if !slices.Contains(KnownMethods, m) {
+			return nil, fmt.Errorf("provider: Methods has %q: use methods of %s", m, strings.Join(KnownMethods, ", "))
+		}
 	}
 	if c.hc == nil {
 		c.hc = defaultHTTPClient()
@@ -205,7 +220,7 @@ func (c *Client) get(ctx context.Context, op string, q url.Values) (int, []byte,
 // sent for the provider to call when the task is solved.
 func (c *Client) Submit(ctx context.Context, t Task, pingback string) (string, error) {
 	const op = "submit"
-	if err := t.Validate(); err != nil {
+	if err := t.ValidateFor(c.methods); err != nil {
 		return "", invalid(op, err)
 	}
 	if pingback != "" {

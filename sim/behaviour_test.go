@@ -363,3 +363,34 @@ func TestForgetting(t *testing.T) {
 		t.Fatalf("tasks kept %d, want 0", st.TasksKept)
 	}
 }
+
+func TestPerSolveProvider(t *testing.T) {
+	t.Parallel()
+	clock := newManualClock()
+	b := setup(t, sim.Config{Threads: 5, Key: key, Latency: tenSeconds(), Now: clock.Now,
+		Methods: []string{"hcaptcha", "turnstile"}, PricePer1000: 2000, Balance: 5})
+	hc := form("key", key, "method", "hcaptcha", "sitekey", "10000000-ffff", "pageurl", "https://a.example/")
+	if a := decode(t, b.post(t, "/in.php", recaptcha())); a.Status != 0 || a.str(t) != "ERROR_BAD_PARAMETERS" || a.ErrorText != "reCAPTCHA is not supported by this service." {
+		t.Fatalf("reCAPTCHA at an hCaptcha service: %s %q", a.Request, a.ErrorText)
+	}
+	if a := decode(t, b.post(t, "/in.php", form("key", key, "method", "hcaptcha", "pageurl", "https://a.example/", "json", "1"))); a.str(t) != "ERROR_BAD_PARAMETERS" || !strings.Contains(a.ErrorText, "sitekey") {
+		t.Fatalf("hcaptcha without sitekey: %s %q", a.Request, a.ErrorText)
+	}
+	ids := []string{b.submit(t, hc), b.submit(t, hc)}
+	clock.Advance(10 * time.Second)
+	for _, id := range ids {
+		if a := b.poll(t, id); a.Status != 1 {
+			t.Fatalf("poll %s: %s", id, a.Request)
+		}
+	}
+	// Two solves at 2 each took 4 of 5: a third cannot be paid for.
+	if bal := decode(t, b.get(t, "/res.php", form("key", key, "action", "getbalance", "json", "1"))).str(t); bal != "1" {
+		t.Fatalf("balance %s after two solves, want 1", bal)
+	}
+	if a := decode(t, b.post(t, "/in.php", withJSON(hc, true))); a.str(t) != "ERROR_ZERO_BALANCE" {
+		t.Fatalf("submit past the balance: %s", a.Request)
+	}
+	if st := b.srv.Stats(); st.Spent != 4 || st.Solved != 2 {
+		t.Fatalf("stats spent %v solved %d, want 4 and 2", st.Spent, st.Solved)
+	}
+}

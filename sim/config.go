@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/captchaq/captchaq/provider"
@@ -42,8 +44,18 @@ type Config struct {
 	NoSlotAnswer string
 	// Key is the one valid account key. Empty: any non-empty key is valid.
 	Key string
-	// Balance is what getbalance answers. Default BalanceDefault.
+	// Balance is what getbalance answers. Default BalanceDefault. With
+	// PricePer1000 set, each solve takes its price from it, and submits
+	// are answered ERROR_ZERO_BALANCE once it cannot pay for one.
 	Balance float64
+	// Methods are the in.php methods served (as provider.Task.RouteMethod
+	// names them, each one of provider.KnownMethods); others are refused
+	// with ERROR_BAD_PARAMETERS, as a provider refuses a type it does not
+	// solve. Default provider.CaptchaAIMethods.
+	Methods []string
+	// PricePer1000 makes a per-solve provider: 1,000 solves cost this
+	// much of the Balance. Zero: a thread plan, solves cost nothing.
+	PricePer1000 float64
 
 	// Latency overrides the solve time distribution per kind; kinds not
 	// named keep DefaultLatency's entry.
@@ -168,6 +180,9 @@ var DefaultLatency = map[provider.Kind]Latency{
 	provider.KindCaptchaFox:          {Median: provider.MedianSolveTime(provider.KindCaptchaFox), Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
 	provider.KindFriendlyCaptcha:     {Median: provider.MedianSolveTime(provider.KindFriendlyCaptcha), Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
 	provider.KindLemin:               {Median: provider.MedianSolveTime(provider.KindLemin), Spread: 0.3, Min: 2 * time.Second, Max: 15 * time.Second},
+	provider.KindHCaptcha:            {Median: provider.MedianSolveTime(provider.KindHCaptcha), Spread: 0.35, Min: 8 * time.Second, Max: 60 * time.Second},
+	provider.KindFunCaptcha:          {Median: provider.MedianSolveTime(provider.KindFunCaptcha), Spread: 0.35, Min: 8 * time.Second, Max: 60 * time.Second},
+	provider.KindGeeTestV4:           {Median: provider.MedianSolveTime(provider.KindGeeTestV4), Spread: 0.3, Min: 5 * time.Second, Max: 25 * time.Second},
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -175,6 +190,9 @@ func (c Config) WithDefaults() Config {
 	c.Threads = cmp.Or(c.Threads, ThreadsDefault)
 	c.NoSlotAnswer = cmp.Or(c.NoSlotAnswer, NoSlotAnswerDefault)
 	c.Balance = cmp.Or(c.Balance, BalanceDefault)
+	if c.Methods == nil {
+		c.Methods = provider.CaptchaAIMethods
+	}
 	c.LatencyScale = cmp.Or(c.LatencyScale, LatencyScaleDefault)
 	lat := maps.Clone(DefaultLatency)
 	maps.Copy(lat, c.Latency)
@@ -203,6 +221,14 @@ func (c Config) validate() error {
 	}
 	if c.NoSlotAnswer != NoSlotAnswerDefault && c.NoSlotAnswer != NoSlotAnswerZeroBalance {
 		errs = append(errs, fmt.Errorf("sim: NoSlotAnswer is %q: use %q or %q", c.NoSlotAnswer, NoSlotAnswerDefault, NoSlotAnswerZeroBalance))
+	}
+	for _, m := range c.Methods {
+		if !slices.Contains(provider.KnownMethods, m) {
+			errs = append(errs, fmt.Errorf("sim: Methods has %q: use methods of %s", m, strings.Join(provider.KnownMethods, ", ")))
+		}
+	}
+	if c.PricePer1000 < 0 || math.IsNaN(c.PricePer1000) {
+		errs = append(errs, fmt.Errorf("sim: PricePer1000 is %v: give 0 (a thread plan) or a positive price", c.PricePer1000))
 	}
 	if c.LatencyScale < 0 || math.IsNaN(c.LatencyScale) || math.IsInf(c.LatencyScale, 0) {
 		errs = append(errs, fmt.Errorf("sim: LatencyScale is %v: give a positive factor", c.LatencyScale))

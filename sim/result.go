@@ -61,11 +61,7 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request) {
 			s.pollOneLocked(w, q, ip, now)
 		}
 	case "getbalance":
-		b := s.cfg.Balance
-		if s.account.ZeroBalance {
-			b = 0
-		}
-		v := strconv.FormatFloat(b, 'f', -1, 64)
+		v := strconv.FormatFloat(s.balanceLocked(), 'f', -1, 64)
 		replyOK(w, q, v, v)
 	case "reportbad", "reportgood":
 		if _, code := s.lookupLocked(q.get("id")); code != "" {

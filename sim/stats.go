@@ -35,6 +35,8 @@ type Stats struct {
 	Faults FaultCounts `json:"faults"`
 	// Bans counts poll bans imposed.
 	Bans int64 `json:"bans"`
+	// Spent is what the solves cost (Config.PricePer1000).
+	Spent float64 `json:"spent"`
 	// ReportsBad and ReportsGood count recorded reports.
 	ReportsBad  int64 `json:"reports_bad"`
 	ReportsGood int64 `json:"reports_good"`
@@ -104,6 +106,7 @@ type statsState struct {
 	calls                            Calls
 	idsPolled, noSlot, accepted      int64
 	solved, unsolvable, fetched      int64
+	spent                            float64
 	faults5xx, faultsSlow            int64
 	faultsDropped, bans              int64
 	reportsBad, reportsGood          int64
@@ -199,6 +202,7 @@ func (s *Server) Stats() Stats {
 			HTTP5xx: st.faults5xx, Slow: st.faultsSlow, Dropped: st.faultsDropped,
 		},
 		Bans:             st.bans,
+		Spent:            st.spent,
 		ReportsBad:       st.reportsBad,
 		ReportsGood:      st.reportsGood,
 		Threads:          s.cfg.Threads,

@@ -24,20 +24,15 @@ type taskSpec struct {
 	pingback    string
 }
 
-// unsupported are methods of other services that CaptchaAI does not solve.
-var unsupported = map[string]string{
-	"hcaptcha":   "hCaptcha",
-	"funcaptcha": "FunCaptcha (Arkose)",
-	"geetest_v4": "GeeTest v4",
-	"keycaptcha": "KeyCaptcha",
-	"capy":       "Capy",
-	"amazon_waf": "Amazon WAF",
-}
-
 // parseSubmit validates a submit like the provider: the first missing or
-// bad field gives its error code and a text naming the field.
-func parseSubmit(q *request) (spec taskSpec, code, text string) {
-	method := strings.ToLower(q.get("method"))
+// bad field gives its error code and a text naming the field. A method
+// not in served (RouteMethod names) is refused as one the service does
+// not solve.
+func parseSubmit(q *request, served []string) (spec taskSpec, code, text string) {
+	method := provider.Task{Method: q.get("method"), Params: map[string]string{"version": q.get("version")}}.RouteMethod()
+	if name := provider.TypeName(method); name != "" && !slices.Contains(served, method) {
+		return spec, "ERROR_BAD_PARAMETERS", name + " is not supported by this service."
+	}
 	need := func(field string) bool { return strings.TrimSpace(q.get(field)) != "" }
 	missing := func(field string) (taskSpec, string, string) {
 		return spec, "ERROR_BAD_PARAMETERS", field + " is missing or empty."
@@ -118,6 +113,21 @@ func parseSubmit(q *request) (spec taskSpec, code, text string) {
 		}
 		spec.kind = provider.KindCloudflareChallenge
 		spec.hint.text = q.get("useragent")
+	case "hcaptcha":
+		if !need("sitekey") {
+			return missing("sitekey")
+		}
+		spec.kind = provider.KindHCaptcha
+	case "funcaptcha":
+		if !need("publickey") {
+			return missing("publickey")
+		}
+		spec.kind = provider.KindFunCaptcha
+	case "geetest_v4":
+		if !need("captcha_id") {
+			return missing("captcha_id")
+		}
+		spec.kind = provider.KindGeeTestV4
 	case "geetest":
 		if !need("gt") {
 			return missing("gt")
@@ -145,9 +155,6 @@ func parseSubmit(q *request) (spec taskSpec, code, text string) {
 	case "":
 		return missing("method")
 	default:
-		if name, ok := unsupported[method]; ok {
-			return spec, "ERROR_BAD_PARAMETERS", name + " is not supported by this service."
-		}
 		return spec, "ERROR_BAD_PARAMETERS", "method " + strconv.Quote(method) + " is not supported."
 	}
 	if !validPageURL(q.get("pageurl")) && needsPageURL(method) {
@@ -166,7 +173,8 @@ func parseSubmit(q *request) (spec taskSpec, code, text string) {
 // needsPageURL says which methods require pageurl.
 func needsPageURL(method string) bool {
 	switch method {
-	case "userrecaptcha", "turnstile", "cloudflare_challenge", "geetest", "captchafox", "friendly_captcha", "lemin":
+	case "userrecaptcha", "turnstile", "cloudflare_challenge", "geetest", "captchafox", "friendly_captcha", "lemin",
+		"hcaptcha", "funcaptcha", "geetest_v4":
 		return true
 	}
 	return false
@@ -276,7 +284,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	case perr != nil:
 		code, text = "ERROR_BAD_PARAMETERS", "The request could not be read: "+perr.Error()
 	default:
-		spec, code, text = parseSubmit(q)
+		spec, code, text = parseSubmit(q, s.cfg.Methods)
 	}
 
 	s.mu.Lock()
@@ -286,7 +294,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		code, text = gate, ""
 	} else if refuse := s.refuseLocked(q); refuse != "" {
 		code, text = refuse, ""
-	} else if s.account.ZeroBalance {
+	} else if s.account.ZeroBalance || code == "" && s.balanceLocked() < s.cfg.PricePer1000/1000 {
 		code, text = "ERROR_ZERO_BALANCE", ""
 	} else if code == "" && s.inUse >= s.cfg.Threads {
 		code = s.cfg.NoSlotAnswer
@@ -376,6 +384,15 @@ func (s *Server) drawLatencyLocked(kind provider.Kind) time.Duration {
 	return time.Duration(d * s.cfg.LatencyScale)
 }
 
+// balanceLocked is what getbalance answers: the configured balance less
+// what solves cost.
+func (s *Server) balanceLocked() float64 {
+	if s.account.ZeroBalance {
+		return 0
+	}
+	return s.cfg.Balance - s.st.spent
+}
+
 // solveLocked ends a task's solving at its due time: the thread is free and
 // the answer (or ERROR_CAPTCHA_UNSOLVABLE) is ready.
 func (s *Server) solveLocked(t *task, at time.Time) {
@@ -387,6 +404,7 @@ func (s *Server) solveLocked(t *task, at time.Time) {
 	} else {
 		t.state = stateSolved
 		s.st.solved++
+		s.st.spent += s.cfg.PricePer1000 / 1000
 	}
 	s.issueLocked(t, at)
 	t.forgetAt = at.Add(s.cfg.ResultTTL)

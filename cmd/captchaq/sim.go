@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -43,6 +45,8 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		seed     = fs.Uint64("seed", 0, "seed of the random source (same seed, same requests: same run)")
 		balance  = fs.Float64("balance", sim.BalanceDefault, "what getbalance answers")
 		retained = fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept")
+		methods  = fs.String("methods", "", "comma-separated in.php `methods` served, others refused as unsupported (default: CaptchaAI's: "+strings.Join(provider.CaptchaAIMethods, ",")+"; e.g. hcaptcha,turnstile,userrecaptcha,base64 for a per-solve service)")
+		price    = fs.Float64("price", 0, "per-solve provider: 1,000 solves cost this `much` of --balance (default 0: a thread plan)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: captchaq sim [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. Flags:")
@@ -74,6 +78,12 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		Seed:           *seed,
 		Balance:        *balance,
 		ResultTTL:      *retained,
+		PricePer1000:   *price,
+	}
+	if *methods != "" {
+		for _, m := range strings.Split(*methods, ",") {
+			cfg.Methods = append(cfg.Methods, strings.TrimSpace(m))
+		}
 	}
 	srv, base, err := sim.Start(cfg, *addr)
 	if err != nil {
@@ -83,7 +93,11 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	if *key != "" {
 		keyNote = "one key (from --key)"
 	}
-	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, latency scale %v, accepts %s)\n", base, *threads, *scale, keyNote)
+	priceNote := ""
+	if *price > 0 {
+		priceNote = fmt.Sprintf(", %v per 1,000 solves", *price)
+	}
+	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, latency scale %v, accepts %s%s)\n", base, *threads, *scale, keyNote, priceNote)
 	<-ctx.Done()
 	closed := make(chan struct{})
 	go func() { srv.Close(); close(closed) }()
