@@ -23,10 +23,17 @@ const (
 	MaxQueuedMin           = 1000 // MaxQueued's default is max(MaxQueuedMin, 20×threads)
 )
 
-// Config configures a Queue. Only Provider is required.
+// Config configures a Queue. Only Provider (or Providers) is required.
 type Config struct {
-	// Provider solves the tasks. Required.
+	// Provider solves the tasks. Required unless Providers is set.
 	Provider Provider
+	// Providers, instead of Provider, Threads and Plan, puts several
+	// providers behind the queue, the first preferred: each task goes to
+	// the first that solves its type and has a free thread, spills over
+	// to a later one after its SpillAfter, and moves on when one is down
+	// (see ProviderConfig and the package doc). ParseProviders reads them
+	// from the JSON file format of `captchaq --providers`.
+	Providers []ProviderConfig
 	// Store keeps tasks durable. Default: NewMemoryStore(MemoryStoreConfig{}).
 	// The queue does not close it.
 	Store Store
@@ -102,8 +109,10 @@ type Config struct {
 
 func (c Config) withDefaults() (Config, error) {
 	var errs []error
-	if c.Provider == nil {
-		errs = append(errs, errors.New("Provider: required (e.g. a *provider.Client)"))
+	if len(c.Providers) > 0 {
+		errs = append(errs, c.providersWithDefaults()...)
+	} else if c.Provider == nil {
+		errs = append(errs, errors.New("Provider: required (e.g. a *provider.Client), or Providers"))
 	}
 	if c.Threads < 0 {
 		errs = append(errs, fmt.Errorf("Threads: must be 0 (from Plan) or more, got %d", c.Threads))

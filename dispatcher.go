@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/captchaq/captchaq/internal/sched"
 )
 
 // Submits in progress at once (the in.php request and the checkpoint after
@@ -68,50 +70,68 @@ func (d *dispatcher) run(wg *sync.WaitGroup) {
 }
 
 // pass does one round of work and returns when the next round is due
-// without a wake (zero: only on wake).
+// without a wake (zero: only on wake). Lanes are filled in order of
+// preference, so the first provider's threads are taken before any task
+// spills over to a later one (see routeDecision).
 func (d *dispatcher) pass() time.Time {
 	q := d.q
 	now := q.now()
-	concurrency := submitConcurrency(q.cfg.Threads)
 	pool := q.cfg.ThreadPool
 	var launch []*taskState
 	q.mu.Lock()
 	expired := q.queue.Expired(now)
-	var next time.Time
-	waiting := 0 // tasks that could use a thread now, for the pool
-	switch p := q.pausedLocked(now); {
-	case p != nil:
-		next = p.Until
-	case now.Before(q.hold):
-		next = q.hold
-	default:
-		waiting = q.queue.Len()
-		for q.submits < concurrency {
-			if pool != nil && q.limiter.InUse() >= pool.Held() {
+	next := q.probeLocked(now)
+	soonest := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	for _, l := range q.lanes {
+		switch p := l.pausedLocked(q, now); {
+		case p != nil:
+			soonest(p.Until)
+			continue
+		case l.down:
+			continue
+		case now.Before(l.hold):
+			soonest(l.hold)
+			continue
+		}
+		concurrency := submitConcurrency(l.threads)
+		for l.submits < concurrency {
+			if pool != nil && l.limiter.InUse() >= pool.Held() {
 				break
 			}
-			if !q.limiter.TryAcquire(now) {
-				if h := q.limiter.HoldUntil(); h.After(now) {
-					next = h
+			if !l.limiter.TryAcquire(now) {
+				if h := l.limiter.HoldUntil(); h.After(now) {
+					soonest(h)
 				}
 				break
 			}
-			it, ok := q.queue.Pop(now)
+			it, ok := q.queue.PopFunc(now, func(it sched.Item[*taskState]) bool {
+				take, retry := q.routeDecision(l, it.Value, now)
+				soonest(retry)
+				return take
+			})
 			if !ok {
-				q.limiter.Release()
+				l.limiter.Release()
 				break
 			}
 			st := it.Value
-			st.slot = true
-			q.submits++
+			st.slot, st.lane, st.price = true, l, l.priceOf(st.rec.Task)
+			l.submits++
+			l.launching += st.price
 			launch = append(launch, st)
 		}
 	}
-	if w := q.queue.NextWake(); !w.IsZero() && (next.IsZero() || w.Before(next)) {
-		next = w
+	soonest(q.queue.NextWake())
+	// For the pool (one lane only): threads in use, and tasks that could
+	// use a thread now.
+	busy := q.lanes[0].limiter.InUse()
+	waiting := q.queue.Len()
+	if q.lanes[0].pausedLocked(q, now) != nil || now.Before(q.lanes[0].hold) {
+		waiting = 0
 	}
-	busy := q.limiter.InUse()
-	waiting = max(waiting-len(launch), 0)
 	q.mu.Unlock()
 	if pool != nil {
 		pool.Want(busy, waiting)

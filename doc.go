@@ -8,6 +8,70 @@
 // every step durable in a Store so a crash loses no task and pays for no
 // second solve.
 //
+// # Several providers
+//
+// Config.Providers puts several services of the protocol behind one queue,
+// the first preferred: typically a CaptchaAI thread plan (flat price, no
+// hCaptcha) and a per-solve service that solves what it does not and
+// takes the overflow of a busy hour. A queue built with Config.Provider
+// is the same engine with one provider: everything below is per provider,
+// and with one it is exactly the queue described in the other sections.
+//
+// Each provider is a lane with its own threads (a limiter with its own
+// AIMD window on "no free thread"), its own poll loop (bulk rounds to its
+// res.php, with the default scheduler's solve time distributions learned
+// from its own answers), its own pause on account errors and rate-limit
+// hold, its own health and its own spend. One dispatcher and one
+// scheduler serve them all, so priority, FIFO, aging, fair share and
+// deadlines work across providers as they do for one.
+//
+// Routing. A task's class is the set of providers whose Methods include
+// its type (provider.Task.RouteMethod); the scheduler keeps each class in
+// FIFOs of its own, so a provider passes over what it cannot solve by
+// looking at heads only. Each dispatch pass fills the providers in order:
+// the first takes every task it solves while it has a free thread, so the
+// cheap plan stays fully busy first. A later provider takes a task that
+// an earlier routable provider also solves only once the task has waited
+// its SpillAfter since it last joined the queue, or sooner when waiting
+// that long would leave less than its kind's median solve time before its
+// deadline; tasks no earlier provider solves go to it at once. Its
+// MaxSpendPerHour is checked before each submit against the prices of the
+// submits it accepted in the last hour plus those in progress, so
+// spill-over stops at the cap and starts again as the hour rolls on.
+// Validation is per provider: Queue.Validate (and so Submit) refuses a
+// task only when no provider solves its type, and the error lists each
+// provider's methods and says which kind of provider would.
+//
+// Health. A network error, a 5xx page or an unreadable body starts a
+// provider's failing time; any answer in the protocol ends it. A provider
+// failing longer than its DownAfter, or paused by an account error (bad
+// key, IP refused, a zero balance confirmed by getbalance), is out of
+// routing: its queued tasks go to the others at once, with no SpillAfter.
+// Every DownAfter a probe asks it for its balance; an answer (with funds,
+// for a priced provider) brings it back. Tasks in flight there keep being
+// polled while its res.php answers; once its polls have failed for
+// DownAfter (or answer an account error) they cannot be fetched, and they
+// are submitted to another provider. That attempt is not counted; the
+// result names the provider in Result.Abandoned and adds its price to
+// Result.Price, since it may bill the abandoned solve too. Only a queue of
+// several providers takes one out of routing; with one, failures are
+// retried with backoff and account errors pause sending, as before.
+// OnPause and Paused speak of all sending: they fire when every provider
+// is paused.
+//
+// Cost and records. Each Result names its Provider and its Price (the
+// per-solve price of its method at that provider, 0 on a flat-rate plan).
+// The captcha id of a task in flight is checkpointed as "name:id", so a
+// restarted queue polls the right provider; an id without a known prefix
+// belongs to the first. Metrics.Providers gives each provider's threads,
+// tasks, spend, cost per 1,000 solved tasks and health.
+//
+// Known costs: a task is routed by its method alone (a provider that
+// solves hCaptcha is assumed to solve every hCaptcha); spend counted
+// against MaxSpendPerHour lives in memory, so a restart starts a fresh
+// hour; a fleet (amqp.Worker) shares one provider's threads and does not
+// take Providers.
+//
 // # Polling
 //
 // A plan is paid per thread, and a thread whose answer sits ready at the

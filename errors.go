@@ -40,6 +40,11 @@ const (
 	// checked fine, or the task drew one again and again: the task fails
 	// alone instead of pausing every client's sending.
 	CodeAccountErrorTask = "TASK_CAUSED_ACCOUNT_ERROR"
+
+	// CodeProviderDown: the provider a task was in flight at could not be
+	// polled (down, or refusing the account), so the task was submitted
+	// to another one: a task's LastErrorCode, never a final result's.
+	CodeProviderDown = "PROVIDER_DOWN"
 )
 
 // TaskError says why a task was refused before anything was sent. Msg
@@ -74,10 +79,16 @@ type AccountError struct {
 	// means it stays paused until Queue.Resume.
 	Until time.Time
 	Err   error
+	// Provider names the provider that refused, in a queue of several
+	// (Config.Providers); empty otherwise.
+	Provider string
 }
 
 func (e *AccountError) Error() string {
 	s := "captchaq: all sending paused: " + e.Err.Error()
+	if e.Provider != "" {
+		s = "captchaq: sending to provider " + e.Provider + " paused: " + e.Err.Error()
+	}
 	if !e.Until.IsZero() {
 		s += "; resuming at " + e.Until.UTC().Format(time.RFC3339)
 	} else {

@@ -25,7 +25,7 @@ func (q *Queue) acceptBatch(ctx context.Context, tasks []Task, waiter func(i int
 	ws := make([]func(Result, error), len(tasks))
 	todo := make([]int, 0, len(tasks))
 	for i, t := range tasks {
-		if errs[i] = t.Validate(); errs[i] == nil {
+		if errs[i] = q.Validate(t); errs[i] == nil {
 			ws[i] = waiter(i)
 			todo = append(todo, i)
 		}

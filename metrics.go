@@ -42,6 +42,29 @@ type Metrics struct {
 	Paused       bool
 	PausedReason string
 	StartedAt    time.Time
+	// Providers has one entry per provider, in order of preference.
+	Providers []ProviderMetrics
+}
+
+// ProviderMetrics is one provider's share of a queue's work.
+type ProviderMetrics struct {
+	// Name is ProviderConfig.Name; empty for Config.Provider.
+	Name string
+	// Threads, ThreadsInUse and Window are as in Metrics, for it alone.
+	Threads, ThreadsInUse, Window int
+	// Submitted counts submits it accepted; Solved and Failed the final
+	// results of its last attempts; Moved the tasks in flight there
+	// submitted elsewhere when it could not be polled.
+	Submitted, Solved, Failed, Moved int64
+	// Spend is the prices of its solves delivered or abandoned;
+	// SpendLastHour what it accepted in the last hour, against
+	// MaxSpendPerHour.
+	Spend, SpendLastHour, MaxSpendPerHour float64
+	// CostPer1000 is Spend per 1,000 solved tasks.
+	CostPer1000 float64
+	// Healthy: in routing (not down, not paused). Down: failing longer
+	// than its DownAfter. Paused: an account error stops sending there.
+	Healthy, Down, Paused bool
 }
 
 type counters struct {
@@ -71,8 +94,10 @@ func (c *counters) record(r Result, ready, delivered time.Time) {
 func (q *Queue) Metrics() Metrics {
 	now := q.now()
 	var reqs int64
-	if rc, ok := q.cfg.Provider.(interface{ Requests() int64 }); ok {
-		reqs = rc.Requests()
+	for _, l := range q.lanes {
+		if rc, ok := l.prov.(interface{ Requests() int64 }); ok {
+			reqs += rc.Requests()
+		}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -81,8 +106,7 @@ func (q *Queue) Metrics() Metrics {
 	m := Metrics{
 		Submitted: c.submitted, Solved: c.Solved, Failed: c.Failed, Retries: c.retries, Renewed: c.renewed,
 		RetriesByReason: maps.Clone(c.retriesBy),
-		ThreadsInUse:    q.limiter.InUse(), Window: q.limiter.Window(), Threads: q.limiter.Max(),
-		QueueDepth: q.queue.Len(), Requests: reqs, StartedAt: c.Started,
+		QueueDepth:      q.queue.Len(), Requests: reqs, StartedAt: c.Started,
 		AvgSolveSeconds: rates.AvgSolveSeconds, SuccessRate: rates.SuccessRate, ThroughputPerMin: rates.ThroughputPerMin,
 		DeliveryDelayP50: rates.DelayP50, DeliveryDelayP99: rates.DelayP99,
 	}
@@ -94,6 +118,22 @@ func (q *Queue) Metrics() Metrics {
 	m.DepthByPriority, m.OldestWaitingSeconds = waiting.ByPriority, waiting.OldestSeconds(now)
 	if p := q.pausedLocked(now); p != nil {
 		m.Paused, m.PausedReason = true, p.Error()
+	}
+	for _, l := range q.lanes {
+		pm := ProviderMetrics{
+			Name: l.name, Threads: l.limiter.Max(), ThreadsInUse: l.limiter.InUse(), Window: l.limiter.Window(),
+			Submitted: l.stats.submitted, Solved: l.stats.solved, Failed: l.stats.failed, Moved: l.stats.moved,
+			Spend: l.stats.spend, SpendLastHour: l.spentLocked(now), MaxSpendPerHour: l.maxSpendPerHour,
+			Down: l.down, Paused: l.pausedLocked(q, now) != nil,
+		}
+		pm.Healthy = !pm.Down && !pm.Paused
+		if l.stats.solved > 0 {
+			pm.CostPer1000 = l.stats.spend / float64(l.stats.solved) * 1000
+		}
+		m.ThreadsInUse += pm.ThreadsInUse
+		m.Window += pm.Window
+		m.Threads += pm.Threads
+		m.Providers = append(m.Providers, pm)
 	}
 	return m
 }

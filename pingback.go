@@ -56,7 +56,7 @@ func (q *Queue) pingbackArrived(st *taskState, code string, at time.Time) {
 		q.mu.Lock()
 		st.due = at
 		q.mu.Unlock()
-		q.poller.wake()
+		st.lane.poller.wake()
 		return
 	}
 	a := provider.Answer{Raw: code, Token: code}

@@ -24,6 +24,7 @@ const pollParallel = 4
 // request per pollChunk ids.
 type poller struct {
 	q        *Queue
+	lane     *lane // the provider it polls; it sees only the tasks there
 	wakeCh   chan struct{}
 	last     time.Time // start of the last round
 	chain    time.Time // when the tasks polled in the last round are due again; guarded by q.mu
@@ -34,9 +35,13 @@ type poller struct {
 	dists map[provider.Kind]*solveDist
 }
 
-func newPoller(q *Queue) *poller {
-	return &poller{q: q, wakeCh: make(chan struct{}, 1), dists: map[provider.Kind]*solveDist{}}
+func newPoller(q *Queue, l *lane) *poller {
+	return &poller{q: q, lane: l, wakeCh: make(chan struct{}, 1), dists: map[provider.Kind]*solveDist{}}
 }
+
+// polls reports whether st is this poller's: in flight at its provider.
+// Callers hold q.mu.
+func (p *poller) polls(st *taskState) bool { return st.lane == p.lane }
 
 // adaptive: rounds follow the default scheduler (pollsched.go), not a
 // fixed interval. Pingbacks keep the fixed slow fallback.
@@ -91,19 +96,22 @@ func (p *poller) nextRound(now time.Time) time.Time {
 	q := p.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if pause := q.pausedLocked(now); pause != nil {
+	if pause := p.lane.pausedLocked(q, now); pause != nil {
 		return pause.Until
 	}
 	var due time.Time
 	if p.adaptive() {
 		// No round can go before the rate bound allows: deciding now
 		// would only be done again then (each submit wakes the loop).
-		if g := p.last.Add(p.minGap()); g.After(now) && len(q.inflight) > 0 {
+		if g := p.last.Add(p.minGap()); g.After(now) && q.inflightAt(p.lane) > 0 {
 			return g
 		}
 		due = p.decide(now, p.last.Add(p.minGap()))
 	} else {
 		for _, st := range q.inflight {
+			if !p.polls(st) {
+				continue
+			}
 			if at := p.pollAt(st); due.IsZero() || at.Before(due) {
 				due = at
 			}
@@ -168,6 +176,7 @@ func (p *poller) round(now time.Time) {
 	adaptive := p.adaptive()
 	for _, st := range q.inflight {
 		switch {
+		case !p.polls(st):
 		case adaptive:
 			if p.dueAdaptive(st, now) {
 				due = append(due, st)
@@ -188,7 +197,7 @@ func (p *poller) round(now time.Time) {
 		// the next one wait for it instead: phases merge, and the cadence
 		// stays one request per interval however the tasks came in.
 		for _, st := range q.inflight {
-			if st.polledAt.Before(now) && !st.polledAt.IsZero() && st.due.Before(p.chain) {
+			if p.polls(st) && st.polledAt.Before(now) && !st.polledAt.IsZero() && st.due.Before(p.chain) {
 				st.due = p.chain
 			}
 		}
@@ -218,7 +227,7 @@ func (p *poller) round(now time.Time) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			epoch := q.epoch()
-			res, err := q.cfg.Provider.PollMany(q.runCtx, ids)
+			res, err := p.lane.prov.PollMany(q.runCtx, ids)
 			at := q.now()
 			if err != nil {
 				fmu.Lock()
@@ -239,6 +248,7 @@ func (p *poller) round(now time.Time) {
 	wg.Wait()
 	if ok {
 		p.failures = 0
+		q.answered(p.lane)
 	}
 	if fail != nil && !q.stopping() {
 		p.failed(fail, fAt, fEp)
@@ -252,7 +262,11 @@ func (p *poller) failed(err error, now time.Time, epoch int) {
 	errors.As(err, &pe)
 	switch provider.ClassOf(err) {
 	case provider.ClassAccount:
-		q.pauseAll(err, epoch)
+		q.pauseAll(p.lane, err, epoch)
+		if q.multi() {
+			// Its answers cannot be fetched: solve them elsewhere.
+			q.moveInflight(p.lane, CodeProviderDown, err)
+		}
 	case provider.ClassRateLimit:
 		wait := q.cfg.PollInterval
 		if pe != nil && pe.RetryAfter > 0 {
@@ -261,9 +275,12 @@ func (p *poller) failed(err error, now time.Time, epoch int) {
 		p.hold = now.Add(wait)
 		q.log.Warn("provider rate limit: polls held", "for", wait)
 	default:
+		if transportFailure(err) && q.transportFailed(p.lane, now) {
+			q.moveInflight(p.lane, CodeProviderDown, err)
+		}
 		p.failures++
 		p.hold = now.Add(q.backoff(p.failures))
-		q.log.Warn("poll failed; retrying", "err", err, "retry", p.failures)
+		q.log.Warn("poll failed; retrying", "provider", p.lane.name, "err", err, "retry", p.failures)
 	}
 }
 
@@ -302,7 +319,7 @@ func (p *poller) handle(st *taskState, r provider.PollResult, sent, at time.Time
 			}
 			q.finish(st, q.failure(st, attempts, code, r.Err.Error()))
 		case provider.ClassAccount:
-			q.pauseAll(r.Err, epoch)
+			q.pauseAll(p.lane, r.Err, epoch)
 		default:
 			q.mu.Lock()
 			st.due = at.Add(q.cfg.PollInterval)
@@ -336,8 +353,9 @@ func (q *Queue) pingbackFallback() time.Duration { return 10 * q.cfg.PollInterva
 func (q *Queue) solved(st *taskState, a provider.Answer, at time.Time, pingback bool) {
 	q.mu.Lock()
 	submitted, lastPoll := st.rec.SubmittedAt, st.lastPoll
-	if !pingback && q.poller.adaptive() {
-		q.poller.learn(st.kind, submitted, lastPoll, at)
+	l := st.lane
+	if !pingback && l.poller.adaptive() {
+		l.poller.learn(st.kind, submitted, lastPoll, at)
 	}
 	q.mu.Unlock()
 	lower := at
@@ -362,7 +380,7 @@ func (q *Queue) solved(st *taskState, a provider.Answer, at time.Time, pingback 
 	} else {
 		q.estimate.Observe(string(st.kind), ready.Sub(submitted))
 	}
-	q.limiter.Success(at)
+	l.limiter.Success(at)
 	r := q.success(st, a, ready, lower)
 	if pingback {
 		q.finishAt(st, r, ready)

@@ -39,7 +39,7 @@ func TestRoundTakesIDsDueBeforeNextRound(t *testing.T) {
 	}
 	now := time.Now()
 	add := func(id string, due, polledAt time.Time) {
-		st := &taskState{rec: Record{Task: Task{ID: id}, CaptchaID: id}, due: due, polledAt: polledAt}
+		st := &taskState{rec: Record{Task: Task{ID: id}, CaptchaID: id}, due: due, polledAt: polledAt, lane: q.lanes[0]}
 		q.inflight[id] = st
 	}
 	add("due", now, time.Time{})
@@ -47,7 +47,7 @@ func TestRoundTakesIDsDueBeforeNextRound(t *testing.T) {
 	add("next-round", now.Add(every), time.Time{})
 	add("later", now.Add(every+time.Millisecond), time.Time{})
 	add("just-polled", now, now.Add(-every/2))
-	q.poller.round(now)
+	q.lanes[0].poller.round(now)
 	if len(rec.ids) != 1 {
 		t.Fatalf("%d requests, want 1: %v", len(rec.ids), rec.ids)
 	}

@@ -214,6 +214,9 @@ func (p *poller) snapshot(now time.Time) []pending {
 	}
 	out := make([]pending, 0, len(q.inflight))
 	for _, st := range q.inflight {
+		if !p.polls(st) {
+			continue
+		}
 		c := pending{m: p.model(st.kind), submit: st.rec.SubmittedAt, weight: weight}
 		if !st.lastPoll.IsZero() && st.lastPoll.After(c.submit) {
 			c.from = st.lastPoll.Sub(c.submit)

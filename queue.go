@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq/internal/latency"
-	"github.com/captchaq/captchaq/internal/limiter"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/provider"
 )
@@ -24,8 +23,10 @@ type Queue struct {
 	cfg      Config
 	log      *slog.Logger
 	store    Store
-	limiter  *limiter.Limiter
 	estimate *latency.Estimator
+	// lanes are the providers, in order of preference; one for
+	// Config.Provider.
+	lanes []*lane
 
 	// runCtx ends on Close or at the end of Shutdown; store writes use a
 	// context without its cancellation so a checkpoint is never lost.
@@ -34,7 +35,6 @@ type Queue struct {
 	wg        sync.WaitGroup
 
 	dispatcher *dispatcher
-	poller     *poller
 
 	mu      sync.Mutex
 	started bool
@@ -50,12 +50,9 @@ type Queue struct {
 	byCaptch  map[string]*taskState // by the provider's id, for pingbacks
 	room      chan struct{}         // closed and replaced when a task finishes
 	idle      chan struct{}         // closed and replaced when tasks becomes empty
-	pause     *AccountError
-	resumes   int                 // Resume calls; answers to requests sent before one cannot re-pause
-	zeroRun   int                 // ERROR_ZERO_BALANCE refusals in a row with nothing of ours in flight
-	hold      time.Time           // no submits before (rate limited)
-	submits   int                 // submit requests in progress
-	early     map[string]pingback // pingbacks that beat their checkpoint
+	resumes   int                   // Resume calls; answers to requests sent before one cannot re-pause
+	early     map[string]pingback   // pingbacks that beat their checkpoint
+	paused    bool                  // every lane paused (OnPause was called)
 	metrics   counters
 }
 
@@ -64,6 +61,19 @@ type taskState struct {
 	rec     Record
 	kind    provider.Kind
 	waiters []func(Result, error)
+	// class is the set of lanes that solve it (bit i for lane i).
+	class uint64
+	// waitingSince is when it last joined the queue, for SpillAfter.
+	waitingSince time.Time
+
+	// lane holds it while it has a slot there; price is what the
+	// attempt there costs.
+	lane  *lane
+	price float64
+	// paid is what earlier attempts cost: the solve abandoned at each
+	// provider in abandoned, which may bill it too.
+	paid      float64
+	abandoned []string
 
 	transient   int  // consecutive transient submit failures (backoff)
 	accountErrs int  // account errors its submits drew that no check told apart
@@ -92,7 +102,6 @@ func New(cfg Config) (*Queue, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		store:     cfg.Store,
-		limiter:   limiter.New(cfg.Threads),
 		estimate:  latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
 		tasks:     map[string]*taskState{},
 		accepting: map[string]chan struct{}{},
@@ -106,7 +115,7 @@ func New(cfg Config) (*Queue, error) {
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.dispatcher = newDispatcher(q)
-	q.poller = newPoller(q)
+	q.lanes = newLanes(q, cfg)
 	return q, nil
 }
 
@@ -163,9 +172,11 @@ func (q *Queue) Start(ctx context.Context) error {
 	if resumed > 0 {
 		q.log.Info("resumed pending tasks", "tasks", resumed, "in_flight", polling)
 	}
-	q.wg.Add(2)
+	q.wg.Add(1 + len(q.lanes))
 	go q.dispatcher.run(&q.wg)
-	go q.poller.run(&q.wg)
+	for _, l := range q.lanes {
+		go l.poller.run(&q.wg)
+	}
 	return nil
 }
 
@@ -173,21 +184,25 @@ func (q *Queue) Start(ctx context.Context) error {
 // scheduler, in-flight ones to the poller with a slot taken. Callers hold
 // q.mu.
 func (q *Queue) register(r Record, w func(Result, error)) *taskState {
-	st := &taskState{rec: r}
-	st.kind, _ = r.Task.ProviderTask().Kind()
+	st := &taskState{rec: r, class: q.routeClass(r.Task)}
+	st.kind, _ = r.Task.ProviderTask().KindFor(provider.KnownMethods)
 	if w != nil {
 		st.waiters = append(st.waiters, w)
 	}
 	q.tasks[r.Task.ID] = st
 	if r.Status == StatusInFlight && r.CaptchaID != "" {
-		q.limiter.Take()
-		st.slot = true
-		st.resumed = true
-		st.due = q.now() // answers may have waited while we were away
-		q.inflight[r.Task.ID] = st
-		q.byCaptch[r.CaptchaID] = st
-		q.poller.wake()
-		return st
+		if l, id, ok := q.laneOf(r.CaptchaID); ok {
+			l.limiter.Take()
+			st.slot, st.lane, st.price = true, l, l.priceOf(r.Task)
+			st.rec.CaptchaID = id
+			st.resumed = true
+			st.due = q.now() // answers may have waited while we were away
+			q.inflight[r.Task.ID] = st
+			q.byCaptch[id] = st
+			l.poller.wake()
+			return st
+		}
+		q.log.Warn("task in flight at a provider this queue no longer has: submitting it again", "id", r.Task.ID)
 	}
 	st.rec.Status, st.rec.CaptchaID = StatusQueued, ""
 	q.push(st)
@@ -197,10 +212,12 @@ func (q *Queue) register(r Record, w func(Result, error)) *taskState {
 // push hands a queued task to the scheduler. Callers hold q.mu.
 func (q *Queue) push(st *taskState) {
 	t := st.rec.Task
+	now := q.now()
+	st.waitingSince = later(now, st.rec.NotBefore)
 	q.queue.Push(sched.Item[*taskState]{
 		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
-		Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline,
-	}, q.now())
+		Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline, Class: st.class,
+	}, now)
 	q.dispatcher.wake()
 }
 
@@ -349,7 +366,7 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 		f.resolve(*r.Result, nil)
 		return f, nil
 	}
-	if err := t.Validate(); err != nil {
+	if err := q.Validate(t); err != nil {
 		return nil, err
 	}
 	if q.attach(t.ID, f.resolve) {
@@ -442,22 +459,30 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 	return nil
 }
 
-// Resume lifts a pause caused by an account error (after the key or
+// Resume lifts every pause caused by an account error (after the key or
 // allow-list is fixed); sending starts again at once.
 func (q *Queue) Resume() {
 	q.mu.Lock()
-	was := q.pause != nil
-	q.pause = nil
+	was := false
+	for _, l := range q.lanes {
+		was = was || l.pause != nil
+		l.pause = nil
+	}
+	q.paused = false
 	q.resumes++
 	q.mu.Unlock()
 	if was {
 		q.log.Info("sending resumed")
 	}
 	q.dispatcher.wake()
-	q.poller.wake()
+	for _, l := range q.lanes {
+		l.poller.wake()
+	}
 }
 
-// Paused returns the *AccountError that paused all sending, or nil.
+// Paused returns the *AccountError that paused all sending, or nil. With
+// several providers, sending stops only when every one is paused; the
+// error is the first provider's.
 func (q *Queue) Paused() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -467,13 +492,21 @@ func (q *Queue) Paused() error {
 	return nil
 }
 
-// pausedLocked returns the pause in force at now, lifting an expired one.
+// pausedLocked returns the pause in force at now when every lane is
+// paused, lifting expired ones.
 func (q *Queue) pausedLocked(now time.Time) *AccountError {
-	if q.pause != nil && !q.pause.Until.IsZero() && !now.Before(q.pause.Until) {
-		q.log.Info("sending resumed", "after", q.pause.Code)
-		q.pause = nil
+	var first *AccountError
+	for _, l := range q.lanes {
+		p := l.pausedLocked(q, now)
+		if p == nil {
+			q.paused = false
+			return nil
+		}
+		if first == nil {
+			first = p
+		}
 	}
-	return q.pause
+	return first
 }
 
 // epoch identifies the pause state a request was sent under.
@@ -483,39 +516,53 @@ func (q *Queue) epoch() int {
 	return q.resumes
 }
 
-// pauseAll stops all sending after an account error, keeping every task.
-// An answer to a request sent before the latest Resume is stale and does
-// not pause again.
-func (q *Queue) pauseAll(err error, sentAt int) { q.pauseFor(err, sentAt, 0) }
+// pauseAll stops all sending to l after an account error, keeping every
+// task. An answer to a request sent before the latest Resume is stale and
+// does not pause again.
+func (q *Queue) pauseAll(l *lane, err error, sentAt int) { q.pauseFor(l, err, sentAt, 0) }
 
-// pauseFor is pauseAll with a pause of at least d.
-func (q *Queue) pauseFor(err error, sentAt int, d time.Duration) {
+// pauseFor is pauseAll with a pause of at least d. OnPause is called when
+// the last lane sending pauses.
+func (q *Queue) pauseFor(l *lane, err error, sentAt int, d time.Duration) {
 	var pe *provider.Error
 	errors.As(err, &pe)
-	ae := &AccountError{Err: err}
+	ae := &AccountError{Err: err, Provider: l.name}
 	if pe != nil {
 		ae.Code = pe.Code
 		d = max(d, pe.RetryAfter)
 	}
+	now := q.now()
 	if d > 0 {
-		ae.Until = q.now().Add(d)
+		ae.Until = now.Add(d)
 	}
 	q.mu.Lock()
 	if sentAt != q.resumes {
 		q.mu.Unlock()
 		return
 	}
-	first := q.pause == nil
-	q.pause = ae
-	q.mu.Unlock()
-	if first {
-		q.log.Error("ALL SENDING PAUSED: the provider refused the account; every task is kept", "code", ae.Code, "reason", ae.Error())
-		if q.cfg.OnPause != nil {
-			q.cfg.OnPause(ae, ae.Until.IsZero())
+	first := l.pause == nil
+	l.pause = ae
+	all := !q.paused && q.pausedLocked(now) != nil
+	permanent := true
+	if all {
+		q.paused = true
+		for _, o := range q.lanes {
+			permanent = permanent && o.pause.Until.IsZero()
 		}
 	}
+	q.mu.Unlock()
+	if first {
+		if q.multi() {
+			q.log.Error("PROVIDER PAUSED: it refused the account; its tasks go to the other providers", "provider", l.name, "code", ae.Code, "reason", ae.Error())
+		} else {
+			q.log.Error("ALL SENDING PAUSED: the provider refused the account; every task is kept", "code", ae.Code, "reason", ae.Error())
+		}
+	}
+	if all && q.cfg.OnPause != nil {
+		q.cfg.OnPause(ae, permanent)
+	}
 	q.dispatcher.wake()
-	q.poller.wake()
+	l.poller.wake()
 }
 
 // Shutdown stops intake (Submit and its kin return ErrClosed), then waits

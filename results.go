@@ -9,23 +9,34 @@ import (
 
 // failure builds a failed Result for st.
 func (q *Queue) failure(st *taskState, attempts int, code, text string) Result {
-	return Result{
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := Result{
 		ID: st.rec.Task.ID, Status: StatusFailed, Method: st.rec.Task.Method, Kind: st.kind,
 		Error: text, ErrorCode: code, Attempts: attempts,
 		AcceptedAt: st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
+		Price: st.paid, Abandoned: st.abandoned,
 	}
+	if st.lane != nil {
+		r.Provider = st.lane.name
+	}
+	return r
 }
 
 // success builds a solved Result for an answer judged ready at ready;
 // lower is the earliest it can have been ready, which dates the token's
 // expiry conservatively.
 func (q *Queue) success(st *taskState, a provider.Answer, ready, lower time.Time) Result {
+	q.mu.Lock()
+	l := st.lane
 	r := Result{
 		ID: st.rec.Task.ID, Status: StatusSolved, Method: st.rec.Task.Method, Kind: st.kind,
 		Token: a.Token, Attempts: st.rec.Attempts, CaptchaID: st.rec.CaptchaID,
 		SolveSeconds: ready.Sub(st.rec.SubmittedAt).Seconds(),
 		AcceptedAt:   st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
+		Provider: l.name, Price: st.paid + st.price, Abandoned: st.abandoned,
 	}
+	q.mu.Unlock()
 	if r.Token == "" {
 		r.Token = a.Raw
 	}
@@ -60,7 +71,7 @@ func (q *Queue) leaveFlightLocked(st *taskState) {
 	}
 	if st.slot {
 		st.slot = false
-		q.limiter.Release()
+		st.lane.limiter.Release()
 		q.dispatcher.wake()
 	}
 }
@@ -107,6 +118,14 @@ func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 	ws := st.waiters
 	st.waiters = nil
 	q.metrics.record(r, ready, delivered)
+	if l := st.lane; l != nil {
+		if r.Status == StatusSolved {
+			l.stats.solved++
+			l.stats.spend += st.price
+		} else {
+			l.stats.failed++
+		}
+	}
 	close(q.room)
 	q.room = make(chan struct{})
 	if len(q.tasks) == 0 {

@@ -14,13 +14,15 @@ import (
 // It runs on its own goroutine, holding a slot taken by the dispatcher.
 func (q *Queue) submit(st *taskState) {
 	defer q.wg.Done()
+	l := st.lane
 	// The cap covers the checkpoint too: a task the provider accepted is
 	// at risk of a second solve until its captcha id is durable, and while
 	// the Store cannot write (a broker outage) at most the cap of them
 	// are.
 	defer func() {
 		q.mu.Lock()
-		q.submits--
+		l.submits--
+		l.launching -= st.price
 		q.mu.Unlock()
 		q.dispatcher.wake()
 	}()
@@ -36,9 +38,10 @@ func (q *Queue) submit(st *taskState) {
 		return
 	}
 	epoch := q.epoch()
-	captchaID, err := q.cfg.Provider.Submit(q.runCtx, t.ProviderTask(), q.cfg.PingbackURL)
+	captchaID, err := l.prov.Submit(q.runCtx, t.ProviderTask(), q.cfg.PingbackURL)
 	now := q.now()
 	if err == nil {
+		q.answered(l)
 		q.accepted(st, captchaID, now)
 		return
 	}
@@ -55,8 +58,9 @@ func (q *Queue) submit(st *taskState) {
 // accepted checkpoints the provider's id before anything polls it.
 func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	t := st.rec.Task
+	l := st.lane
 	attempt := st.rec.Attempts + 1
-	if err := q.store.Checkpoint(q.storeCtx(), t.ID, captchaID, attempt, now); err != nil {
+	if err := q.store.Checkpoint(q.storeCtx(), t.ID, l.storedID(captchaID), attempt, now); err != nil {
 		// The provider is solving it now: polling it is right; only a
 		// crash before the next write would cost a second solve.
 		q.log.Error("checkpoint failed; polling anyway", "id", t.ID, "err", err)
@@ -65,20 +69,21 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
 	st.rec.NotBefore = time.Time{}
 	st.transient = 0
-	q.zeroRun = 0
+	l.zeroRun = 0
+	l.reserveLocked(now, st.price)
 	st.lastPoll, st.polledAt, st.polls = time.Time{}, time.Time{}, 0
-	st.due = q.poller.align(now, now.Add(q.firstPoll(st.kind)))
+	st.due = l.poller.align(now, now.Add(q.firstPoll(st.kind)))
 	q.inflight[t.ID] = st
 	q.byCaptch[captchaID] = st
 	early, isEarly := q.early[captchaID]
 	delete(q.early, captchaID)
 	q.mu.Unlock()
-	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt)
+	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.name)
 	if isEarly {
 		q.pingbackArrived(st, early.code, early.at)
 		return
 	}
-	q.poller.wake()
+	l.poller.wake()
 }
 
 // firstPoll is how long after submit the first poll goes out: the learned
@@ -105,7 +110,18 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		code, wait = pe.Code, pe.RetryAfter
 	}
 	attempts := st.rec.Attempts
-	switch provider.ClassOf(err) {
+	l := st.lane
+	class := provider.ClassOf(err)
+	if transportFailure(err) {
+		if q.transportFailed(l, now) {
+			// Down: the task goes to another provider at once.
+			q.requeue(st, attempts, time.Time{}, code, err)
+			return
+		}
+	} else {
+		q.answered(l)
+	}
+	switch class {
 	case provider.ClassTask:
 		if code == "" || code == "NETWORK" {
 			code = CodeInvalidTask
@@ -115,24 +131,24 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		q.retryOrFail(st, attempts+1, code, err, now)
 	case provider.ClassNoSlot:
 		wait = q.noSlotWait(st.kind, wait)
-		q.limiter.NoSlot(now, wait)
+		l.limiter.NoSlot(now, wait)
 		// The limiter's hold decides when submits go again; the task
 		// keeps its place for the first of them.
 		q.requeue(st, attempts, time.Time{}, code, err)
-		if q.zeroBalanceRun(code) {
+		if q.zeroBalanceRun(l, code) {
 			// On a pay-per-solve service this is an empty balance, not a
 			// busy plan: say so instead of retrying silently forever,
 			// unless getbalance shows funds (then it is a busy plan).
-			if state, funds := q.checkAccount(); state != accountFine || funds <= 0 {
-				q.pauseFor(err, epoch, zeroBalancePause)
+			if state, funds := q.checkAccount(l); state != accountFine || funds <= 0 {
+				q.pauseFor(l, err, epoch, zeroBalancePause)
 			}
 		}
 	case provider.ClassRateLimit:
 		wait = max(wait, q.cfg.RetryBackoff)
 		q.mu.Lock()
-		q.hold = now.Add(wait)
+		l.hold = now.Add(wait)
 		q.mu.Unlock()
-		q.log.Warn("provider rate limit: submits held", "for", wait)
+		q.log.Warn("provider rate limit: submits held", "provider", l.name, "for", wait)
 		q.requeue(st, attempts, time.Time{}, code, err)
 	case provider.ClassAccount:
 		q.accountRefused(st, err, code, epoch)
@@ -157,7 +173,8 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 // Resume.
 func (q *Queue) accountRefused(st *taskState, err error, code string, epoch int) {
 	attempts := st.rec.Attempts
-	switch state, _ := q.checkAccount(); state {
+	l := st.lane
+	switch state, _ := q.checkAccount(l); state {
 	case accountFine:
 		q.log.Warn("account error on one task's submit while the account checks fine: the task fails alone", "id", st.rec.Task.ID, "code", code)
 		q.finish(st, q.failure(st, attempts+1, CodeAccountErrorTask, fmt.Sprintf(
@@ -171,7 +188,7 @@ func (q *Queue) accountRefused(st *taskState, err error, code string, epoch int)
 			return
 		}
 	}
-	q.pauseAll(err, epoch)
+	q.pauseAll(l, err, epoch)
 	q.requeue(st, attempts, time.Time{}, code, err)
 }
 
@@ -194,8 +211,8 @@ const (
 // an answer means the account works (and says its funds); an
 // account-class error means it does not; anything else (no Balance
 // method, network) cannot tell.
-func (q *Queue) checkAccount() (accountState, float64) {
-	b, ok := q.cfg.Provider.(BalanceChecker)
+func (q *Queue) checkAccount(l *lane) (accountState, float64) {
+	b, ok := l.prov.(BalanceChecker)
 	if !ok {
 		return accountUnknown, 0
 	}
@@ -244,19 +261,33 @@ const (
 
 // zeroBalanceRun counts a refusal and reports whether the streak is long
 // enough to pause.
-func (q *Queue) zeroBalanceRun(code string) bool {
+func (q *Queue) zeroBalanceRun(l *lane, code string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if code != provider.ErrZeroBalance.Code || len(q.inflight) > 0 {
-		q.zeroRun = 0
+	if code != provider.ErrZeroBalance.Code || q.inflightAt(l) > 0 {
+		l.zeroRun = 0
 		return false
 	}
-	q.zeroRun++
-	if q.zeroRun < zeroBalanceStreak {
+	l.zeroRun++
+	if l.zeroRun < zeroBalanceStreak {
 		return false
 	}
-	q.zeroRun = 0
+	l.zeroRun = 0
 	return true
+}
+
+// inflightAt counts the tasks in flight at l. Callers hold q.mu.
+func (q *Queue) inflightAt(l *lane) int {
+	if !q.multi() {
+		return len(q.inflight)
+	}
+	n := 0
+	for _, st := range q.inflight {
+		if st.lane == l {
+			n++
+		}
+	}
+	return n
 }
 
 // retryOrFail retries an attempt the provider could not solve, up to the

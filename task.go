@@ -99,6 +99,17 @@ type Result struct {
 	// ExpiresAt is when the token stops being accepted by the target site,
 	// as far as the type's published lifetime says.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Provider names the provider of the last attempt, the one that
+	// solved it, in a queue of several (Config.Providers); empty with one.
+	Provider string `json:"provider,omitempty"`
+	// Price is what the task cost: its solve at a per-solve provider
+	// (ProviderConfig.PricePer1000 / 1000), plus the solves abandoned at
+	// the providers in Abandoned. Zero on a flat-rate plan.
+	Price float64 `json:"price,omitempty"`
+	// Abandoned names the providers the task was in flight at when they
+	// went down: it was submitted again elsewhere, and each of them may
+	// bill its solve too (the task was paid for twice).
+	Abandoned []string `json:"abandoned,omitempty"`
 	// Timings of the task's life.
 	AcceptedAt  time.Time `json:"accepted_at,omitzero"`
 	SubmittedAt time.Time `json:"submitted_at,omitzero"`

@@ -22,6 +22,10 @@ type Item[T any] struct {
 	Enqueued  time.Time // aging counts from here
 	NotBefore time.Time // not handed out before; zero: at once
 	Deadline  time.Time // not handed out at or after; zero: none
+	// Class partitions items: items of different classes wait in
+	// different FIFOs, so PopFunc can pass over a whole class by its
+	// head (which providers can take a task). Zero for one class.
+	Class uint64
 }
 
 // Config tunes a Scheduler.
@@ -65,6 +69,7 @@ func (l *lane[T]) head() *entry[T] {
 type laneKey struct {
 	priority int
 	tenant   string
+	class    uint64
 }
 
 // Scheduler holds waiting items.
@@ -111,7 +116,7 @@ func (s *Scheduler[T]) Push(it Item[T], now time.Time) {
 }
 
 func (s *Scheduler[T]) toLane(e *entry[T]) {
-	k := laneKey{e.item.Priority, e.item.Tenant}
+	k := laneKey{e.item.Priority, e.item.Tenant, e.item.Class}
 	l := s.lanes[k]
 	if l == nil {
 		l = &lane[T]{priority: k.priority, tenant: k.tenant}
@@ -197,7 +202,12 @@ func (s *Scheduler[T]) weight(tenant string) int64 {
 // with the smallest pass (weighted fair share); within a tenant, the
 // smallest Seq. Items past their deadline are never handed out: call
 // Expired first. ok is false when nothing may go now.
-func (s *Scheduler[T]) Pop(now time.Time) (it Item[T], ok bool) {
+func (s *Scheduler[T]) Pop(now time.Time) (it Item[T], ok bool) { return s.PopFunc(now, nil) }
+
+// PopFunc is Pop among the FIFOs whose head take accepts (nil accepts
+// all): the caller passes over a class, or the tasks not yet old enough,
+// by their head alone, the oldest of its FIFO.
+func (s *Scheduler[T]) PopFunc(now time.Time, take func(Item[T]) bool) (it Item[T], ok bool) {
 	s.promote(now)
 	var (
 		best     *entry[T]
@@ -209,6 +219,9 @@ func (s *Scheduler[T]) Pop(now time.Time) (it Item[T], ok bool) {
 		h := l.head()
 		if h == nil {
 			delete(s.lanes, k)
+			continue
+		}
+		if take != nil && !take(h.item) {
 			continue
 		}
 		eff := s.effective(&h.item, now)

@@ -216,3 +216,26 @@ func TestRemoveAndReplace(t *testing.T) {
 		t.Fatal("removed item still wakes")
 	}
 }
+
+func TestPopFuncPassesOverClasses(t *testing.T) {
+	t.Parallel()
+	s := New[int](Config{})
+	// Class 1: tasks only the second provider solves; class 3: both.
+	s.Push(Item[int]{ID: "h1", Priority: 1, Seq: 1, Class: 1 << 1, Enqueued: t0}, t0)
+	s.Push(Item[int]{ID: "t1", Priority: 5, Seq: 2, Class: 3, Enqueued: t0}, t0)
+	s.Push(Item[int]{ID: "t2", Priority: 5, Seq: 3, Class: 3, Enqueued: t0.Add(time.Second)}, t0)
+	first := func(it Item[int]) bool { return it.Class&1 != 0 }
+	if it, ok := s.PopFunc(t0, first); !ok || it.ID != "t1" {
+		t.Fatalf("first provider popped %q, %v; want t1 (h1 is more urgent but not its class)", it.ID, ok)
+	}
+	old := func(it Item[int]) bool { return !it.Enqueued.After(t0) }
+	if it, ok := s.PopFunc(t0, old); !ok || it.ID != "h1" {
+		t.Fatalf("popped %q, %v; want h1", it.ID, ok)
+	}
+	if it, ok := s.PopFunc(t0, old); ok {
+		t.Fatalf("popped %q: its FIFO's head is too young", it.ID)
+	}
+	if got := drain(s, t0); !slices.Equal(got, []string{"t2"}) {
+		t.Fatalf("left %v, want [t2]", got)
+	}
+}

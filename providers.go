@@ -1,0 +1,196 @@
+package captchaq
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq/internal/limiter"
+	"github.com/captchaq/captchaq/provider"
+)
+
+// ProviderConfig is one provider of a queue with several (Config.Providers).
+type ProviderConfig struct {
+	// Name names the provider in results, metrics and logs, and in the
+	// captcha ids the Store keeps for tasks in flight. Required, unique:
+	// letters, digits, '-' and '_'.
+	Name string
+	// Provider solves its tasks. Required.
+	Provider Provider
+	// Threads bounds its tasks in progress at once: the plan's threads on
+	// a thread plan, the concurrency you allow on a per-solve service.
+	// Default ThreadsDefault.
+	Threads int
+	// Methods are the in.php methods it solves, as
+	// provider.Task.RouteMethod names them ("hcaptcha", "geetest_v4", ...),
+	// each one of provider.KnownMethods. Default provider.CommonMethods
+	// (ParseProviders picks provider.CaptchaAIMethods for CaptchaAI's URL).
+	Methods []string
+	// PricePer1000 is the price of 1,000 solves by method, with "default"
+	// for the methods not named. Empty: a flat-rate plan, no cost a solve.
+	PricePer1000 map[string]float64
+	// SpillAfter: a task that an earlier provider solves comes here only
+	// after waiting this long for a thread there (or sooner when waiting
+	// would leave less than its kind's median solve time before its
+	// deadline). Zero: as soon as it waits. Tasks no earlier provider
+	// solves, or whose earlier providers are down, come at once.
+	SpillAfter time.Duration
+	// MaxSpendPerHour bounds what it is sent in any hour: the prices of
+	// the submits it accepted in the last hour. Zero: no bound.
+	MaxSpendPerHour float64
+	// DownAfter: failing this long (network errors, 5xx pages) takes it
+	// out of routing until a probe (getbalance every DownAfter) answers.
+	// Default DownAfterDefault.
+	DownAfter time.Duration
+}
+
+var laneNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func validLaneName(s string) bool { return laneNameRE.MatchString(s) }
+
+// providersWithDefaults checks Providers, fills their defaults and sets
+// Threads to their sum (for MaxQueued's default).
+func (c *Config) providersWithDefaults() []error {
+	var errs []error
+	if c.Provider != nil || c.Threads != 0 || c.Plan != "" {
+		errs = append(errs, errors.New("Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"))
+	}
+	if c.ThreadPool != nil {
+		errs = append(errs, errors.New("ThreadPool: not supported with Providers (a fleet shares one provider's threads); use Provider"))
+	}
+	if len(c.Providers) > 63 {
+		errs = append(errs, fmt.Errorf("Providers: at most 63, got %d", len(c.Providers)))
+	}
+	ps := slices.Clone(c.Providers)
+	seen := map[string]bool{}
+	total := 0
+	for i := range ps {
+		p := &ps[i]
+		at := func(field, format string, args ...any) {
+			errs = append(errs, fmt.Errorf("Providers[%d].%s: %s", i, field, fmt.Sprintf(format, args...)))
+		}
+		switch {
+		case !validLaneName(p.Name):
+			at("Name", "%q must be 1 to 64 letters, digits, '-' or '_'", p.Name)
+		case seen[p.Name]:
+			at("Name", "%q is used twice; give each provider its own name", p.Name)
+		}
+		seen[p.Name] = true
+		if p.Provider == nil {
+			at("Provider", "required (e.g. a *provider.Client)")
+		}
+		if p.Threads < 0 {
+			at("Threads", "must be 0 (default %d) or more, got %d", ThreadsDefault, p.Threads)
+		}
+		if p.Threads == 0 {
+			p.Threads = ThreadsDefault
+		}
+		total += p.Threads
+		if p.Methods == nil {
+			p.Methods = provider.CommonMethods
+		}
+		if len(p.Methods) == 0 {
+			at("Methods", "empty; name the methods it solves, or leave it out for %s", strings.Join(provider.CommonMethods, ", "))
+		}
+		for j, m := range p.Methods {
+			if !slices.Contains(provider.KnownMethods, m) {
+				at(fmt.Sprintf("Methods[%d]", j), "%q is not a method captchaq can validate; use one of %s", m, strings.Join(provider.KnownMethods, ", "))
+			}
+		}
+		for m, price := range p.PricePer1000 {
+			if m != "default" && !slices.Contains(p.Methods, m) {
+				at("PricePer1000", "%q is not one of its methods; use \"default\" or one of %s", m, strings.Join(p.Methods, ", "))
+			}
+			if price < 0 {
+				at("PricePer1000", "%q: must be 0 or more, got %v", m, price)
+			}
+		}
+		if p.SpillAfter < 0 {
+			at("SpillAfter", "must be 0 or more, got %v", p.SpillAfter)
+		}
+		if p.MaxSpendPerHour < 0 {
+			at("MaxSpendPerHour", "must be 0 (no bound) or more, got %v", p.MaxSpendPerHour)
+		}
+		if p.DownAfter == 0 {
+			p.DownAfter = DownAfterDefault
+		}
+		if p.DownAfter < 0 {
+			at("DownAfter", "must be positive, got %v", p.DownAfter)
+		}
+	}
+	c.Providers = ps
+	c.Threads = total
+	return errs
+}
+
+// newLanes builds the queue's lanes: one per Config.Providers entry, or one
+// unnamed lane for Config.Provider, solving CaptchaAI's methods.
+func newLanes(q *Queue, cfg Config) []*lane {
+	ps := cfg.Providers
+	if len(ps) == 0 {
+		ps = []ProviderConfig{{Provider: cfg.Provider, Threads: cfg.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault}}
+	}
+	lanes := make([]*lane, len(ps))
+	for i, p := range ps {
+		l := &lane{
+			idx: i, name: p.Name, prov: p.Provider, threads: p.Threads, methods: p.Methods,
+			price: p.PricePer1000, spillAfter: p.SpillAfter, maxSpendPerHour: p.MaxSpendPerHour, downAfter: p.DownAfter,
+			limiter: limiter.New(p.Threads),
+		}
+		l.poller = newPoller(q, l)
+		lanes[i] = l
+	}
+	return lanes
+}
+
+// Validate checks t as Submit does: Task.Validate's rules, with the
+// types of every configured provider supported. A type no provider
+// solves is refused with CodeUnsupportedType, and the error says which
+// provider would solve it.
+func (q *Queue) Validate(t Task) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	var methods []string
+	for _, m := range provider.KnownMethods {
+		for _, l := range q.lanes {
+			if l.solves(m) {
+				methods = append(methods, m)
+				break
+			}
+		}
+	}
+	if q.lanes[0].name == "" {
+		methods = q.lanes[0].methods // one provider: today's messages, word for word
+	}
+	pt := t.ProviderTask()
+	err := pt.ValidateFor(methods)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, provider.ErrUnsupportedType) {
+		return &TaskError{ID: t.ID, Code: CodeInvalidTask, Msg: err.Error(), Err: err}
+	}
+	msg := err.Error()
+	if q.lanes[0].name != "" {
+		m := pt.RouteMethod()
+		var each []string
+		for _, l := range q.lanes {
+			each = append(each, l.name+": "+strings.Join(l.methods, ", "))
+		}
+		would := fmt.Sprintf("a provider with %q in its methods would", m)
+		if slices.Contains(provider.CommonMethods, m) {
+			would += " (per-solve services of the protocol such as 2captcha and RuCaptcha solve it)"
+		}
+		if !slices.Contains(provider.KnownMethods, m) {
+			would = "captchaq cannot route this type to any provider"
+		}
+		msg = fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
+			cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
+	}
+	return &TaskError{ID: t.ID, Code: CodeUnsupportedType, Msg: msg, Err: err}
+}

@@ -1,0 +1,280 @@
+package captchaq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// backupMethods are those of the per-solve service in the tests: it
+// solves hCaptcha, which the main plan (CaptchaAI's methods) does not.
+var backupMethods = []string{"base64", "hcaptcha", "turnstile", "userrecaptcha"}
+
+// lanePair is a queue on two simulators: "main", a thread plan serving
+// CaptchaAI's methods, and "backup", a per-solve service.
+type lanePair struct {
+	main, backup *sim.Server
+	q            *captchaq.Queue
+	results      chan captchaq.Result
+}
+
+func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLane captchaq.ProviderConfig) *lanePair {
+	t.Helper()
+	p := &lanePair{results: make(chan captchaq.Result, 1000)}
+	start := func(c sim.Config, methods []string) (*sim.Server, captchaq.Provider) {
+		if c.Latency == nil {
+			c.Latency = fastLatency(20 * time.Millisecond)
+		}
+		c.Seed = 1
+		c.PollBan.Disabled = true
+		srv, base, err := sim.Start(c, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &http.Transport{}
+		client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "test-key", HTTPClient: &http.Client{Transport: tr, Timeout: 10 * time.Second}, Methods: methods})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			srv.Close()
+			tr.CloseIdleConnections()
+		})
+		return srv, client
+	}
+	backupSim.Methods = backupMethods
+	p.main, mainLane.Provider = start(mainSim, nil)
+	p.backup, backupLane.Provider = start(backupSim, backupMethods)
+	mainLane.Name, backupLane.Name = "main", "backup"
+	if mainLane.Methods == nil {
+		mainLane.Methods = provider.CaptchaAIMethods
+	}
+	backupLane.Methods = backupMethods
+	cfg := captchaq.Config{
+		Providers:    []captchaq.ProviderConfig{mainLane, backupLane},
+		PollInterval: 10 * time.Millisecond,
+		RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
+		OnResult: func(r captchaq.Result) { p.results <- r },
+	}
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	q, err := captchaq.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.q = q
+	t.Cleanup(func() { q.Close() })
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func hcaptchaTask(id string) captchaq.Task {
+	return captchaq.Task{ID: id, Method: "hcaptcha", Params: map[string]string{
+		"sitekey": "10000000-ffff-ffff-ffff-000000000001", "pageurl": "https://example.com/" + id,
+	}}
+}
+
+// collect waits for n results from OnResult, by id.
+func (p *lanePair) collect(t *testing.T, n int) map[string]captchaq.Result {
+	t.Helper()
+	out := map[string]captchaq.Result{}
+	timeout := time.After(60 * time.Second) // only a hang reaches it
+	for len(out) < n {
+		select {
+		case r := <-p.results:
+			out[r.ID] = r
+		case <-timeout:
+			t.Fatalf("%d of %d results after 60 s", len(out), n)
+		}
+	}
+	return out
+}
+
+func TestProvidersRouteByType(t *testing.T) {
+	t.Parallel()
+	p := setupLanes(t, sim.Config{Threads: 3}, sim.Config{Threads: 3, PricePer1000: 2.99},
+		captchaq.ProviderConfig{Threads: 3},
+		captchaq.ProviderConfig{Threads: 3, PricePer1000: map[string]float64{"default": 2.99, "hcaptcha": 1.5}, SpillAfter: time.Hour})
+	var tasks []captchaq.Task
+	for i := range 12 {
+		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), 0), hcaptchaTask(fmt.Sprintf("h%02d", i)))
+	}
+	if errs := p.q.SubmitBatchFunc(context.Background(), tasks, func(int, captchaq.Result) {}); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	got := p.collect(t, len(tasks))
+	for id, r := range got {
+		want, price := "main", 0.0
+		if id[0] == 'h' {
+			want, price = "backup", 0.0015
+		}
+		if r.Status != captchaq.StatusSolved || r.Provider != want || r.Price != price || r.Abandoned != nil {
+			t.Errorf("%s: %s at %q for %v (abandoned %v), want solved at %q for %v", id, r.Status, r.Provider, r.Price, r.Abandoned, want, price)
+		}
+	}
+	if a, b := p.main.Stats().Accepted, p.backup.Stats().Accepted; a != 12 || b != 12 {
+		t.Fatalf("main accepted %d, backup %d; want 12 each", a, b)
+	}
+	m := p.q.Metrics()
+	if len(m.Providers) != 2 || m.Providers[1].Solved != 12 || math.Abs(m.Providers[1].Spend-0.018) > 1e-9 ||
+		math.Abs(m.Providers[1].CostPer1000-1.5) > 1e-9 || m.Providers[0].Spend != 0 || !m.Providers[0].Healthy {
+		t.Fatalf("provider metrics %+v", m.Providers)
+	}
+}
+
+func TestProvidersRefuseOnlyWhatNoneSolves(t *testing.T) {
+	t.Parallel()
+	p := setupLanes(t, sim.Config{Threads: 1}, sim.Config{Threads: 1},
+		captchaq.ProviderConfig{}, captchaq.ProviderConfig{})
+	lemin := captchaq.Task{ID: "l", Method: "lemin", Params: map[string]string{"captcha_id": "c", "pageurl": "https://a.example/"}}
+	if err := p.q.Validate(lemin); err != nil {
+		t.Fatalf("lemin (main solves it): %v", err)
+	}
+	if err := p.q.Validate(hcaptchaTask("h")); err != nil {
+		t.Fatalf("hcaptcha (backup solves it): %v", err)
+	}
+	_, err := p.q.Submit(context.Background(), captchaq.Task{ID: "f", Method: "funcaptcha", Params: map[string]string{"publickey": "k", "pageurl": "https://a.example/"}})
+	var te *captchaq.TaskError
+	want := `captchaq: task "f": unsupported captcha type FunCaptcha (Arkose Labs) (method "funcaptcha"): no configured provider solves it ` +
+		`(main: base64, bls, captchafox, cloudflare_challenge, friendly_captcha, geetest, lemin, post, turnstile, userrecaptcha; ` +
+		`backup: base64, hcaptcha, turnstile, userrecaptcha); a provider with "funcaptcha" in its methods would ` +
+		`(per-solve services of the protocol such as 2captcha and RuCaptcha solve it)`
+	if !errors.As(err, &te) || te.Code != captchaq.CodeUnsupportedType || err.Error() != want {
+		t.Fatalf("funcaptcha: %v\nwant %s", err, want)
+	}
+}
+
+// A saturated main plan: backup takes tasks only once they have waited its
+// SpillAfter, and no more than its MaxSpendPerHour pays for.
+func TestProvidersSpillAfterWaitAndStopAtCap(t *testing.T) {
+	t.Parallel()
+	const (
+		spillAfter = 150 * time.Millisecond
+		price      = 2.0 // per 1000: 0.002 a solve
+		capSolves  = 5
+	)
+	p := setupLanes(t, sim.Config{Threads: 2, Latency: fastLatency(100 * time.Millisecond)}, sim.Config{Threads: 10, PricePer1000: price},
+		captchaq.ProviderConfig{Threads: 2},
+		captchaq.ProviderConfig{Threads: 10, PricePer1000: map[string]float64{"default": price}, SpillAfter: spillAfter, MaxSpendPerHour: capSolves * price / 1000})
+	var tasks []captchaq.Task
+	for i := range 30 {
+		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), 0))
+	}
+	if errs := p.q.SubmitBatchFunc(context.Background(), tasks, func(int, captchaq.Result) {}); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	got := p.collect(t, len(tasks))
+	spilled, spend := 0, 0.0
+	for id, r := range got {
+		if r.Status != captchaq.StatusSolved {
+			t.Errorf("%s: %s %s", id, r.Status, r.Error)
+		}
+		if r.Provider == "backup" {
+			spilled++
+			spend += r.Price
+			if waited := r.SubmittedAt.Sub(r.AcceptedAt); waited < spillAfter {
+				t.Errorf("%s spilled after waiting %v, before SpillAfter %v", id, waited, spillAfter)
+			}
+		}
+	}
+	// 30 tasks on 2 threads of 100 ms solves: the main plan needs 1.5 s,
+	// so far more than 5 tasks wait 150 ms; the cap stops the sixth.
+	if spilled != capSolves || p.backup.Stats().Accepted != capSolves || math.Abs(spend-capSolves*price/1000) > 1e-9 {
+		t.Fatalf("backup took %d tasks (sim accepted %d) for %v; want %d for %v", spilled, p.backup.Stats().Accepted, spend, capSolves, capSolves*price/1000)
+	}
+	if st := p.main.Stats(); st.Accepted != 30-capSolves || st.PeakThreadsInUse != 2 {
+		t.Fatalf("main accepted %d (peak %d threads), want %d on 2", st.Accepted, st.PeakThreadsInUse, 30-capSolves)
+	}
+}
+
+// Killing the main simulator mid-run: its queued tasks move to backup once
+// it is down, its tasks in flight are submitted there when they cannot be
+// polled, and every task gets its result.
+func TestProvidersMainKilledMidRun(t *testing.T) {
+	t.Parallel()
+	p := setupLanes(t, sim.Config{Threads: 4, Latency: fastLatency(300 * time.Millisecond)}, sim.Config{Threads: 20, PricePer1000: 3},
+		captchaq.ProviderConfig{Threads: 4, DownAfter: 100 * time.Millisecond},
+		captchaq.ProviderConfig{Threads: 20, PricePer1000: map[string]float64{"default": 3}, SpillAfter: time.Hour})
+	var tasks []captchaq.Task
+	for i := range 20 {
+		tasks = append(tasks, task(fmt.Sprintf("t%02d", i), 0))
+	}
+	if errs := p.q.SubmitBatchFunc(context.Background(), tasks, func(int, captchaq.Result) {}); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	first := p.collect(t, 4) // the main plan's first round is done
+	p.main.Close()
+	got := p.collect(t, len(tasks)-4)
+	for id, r := range first {
+		got[id] = r
+	}
+	var moved []string
+	for id, r := range got {
+		if r.Status != captchaq.StatusSolved {
+			t.Errorf("%s: %s %s", id, r.Status, r.Error)
+		}
+		if r.Abandoned != nil {
+			moved = append(moved, id)
+			if !slices.Equal(r.Abandoned, []string{"main"}) || r.Provider != "backup" || r.Price != 0.003 {
+				t.Errorf("%s: abandoned %v, solved at %q for %v; want abandoned at main (flat rate), solved at backup for 0.003", id, r.Abandoned, r.Provider, r.Price)
+			}
+		}
+	}
+	m := p.q.Metrics()
+	if !m.Providers[0].Down || m.Providers[0].Healthy || int(m.Providers[0].Moved) != len(moved) {
+		t.Fatalf("main's metrics %+v; want down, %d moved", m.Providers[0], len(moved))
+	}
+	if s := p.backup.Stats().Accepted; s+int64(len(first)) < 20 {
+		t.Fatalf("backup accepted %d", s)
+	}
+	t.Logf("%d tasks in flight at main when it died were submitted to backup", len(moved))
+}
+
+// A provider's account refused: it leaves routing until a probe answers,
+// and the other providers take its tasks meanwhile.
+func TestProvidersAccountErrorFailsOver(t *testing.T) {
+	t.Parallel()
+	p := setupLanes(t, sim.Config{Threads: 2}, sim.Config{Threads: 5},
+		captchaq.ProviderConfig{Threads: 2, DownAfter: 20 * time.Millisecond},
+		captchaq.ProviderConfig{Threads: 5, SpillAfter: time.Hour})
+	p.main.SetAccount(sim.Account{BadKey: true})
+	var tasks []captchaq.Task
+	for i := range 10 {
+		tasks = append(tasks, task(fmt.Sprintf("a%02d", i), 0))
+	}
+	if errs := p.q.SubmitBatchFunc(context.Background(), tasks, func(int, captchaq.Result) {}); errors.Join(errs...) != nil {
+		t.Fatal(errors.Join(errs...))
+	}
+	for id, r := range p.collect(t, 10) {
+		if r.Status != captchaq.StatusSolved || r.Provider != "backup" {
+			t.Errorf("%s: %s at %q", id, r.Status, r.Provider)
+		}
+	}
+	if p.q.Paused() != nil {
+		t.Fatalf("Paused with backup working: %v", p.q.Paused())
+	}
+	p.main.SetAccount(sim.Account{})
+	// A probe brings main back: the next task goes there.
+	eventually(t, "main back in routing", func() bool { return p.q.Metrics().Providers[0].Healthy })
+	f, err := p.q.Submit(context.Background(), task("after", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := waitAll(t, []*captchaq.Future{f})[0]; r.Provider != "main" {
+		t.Fatalf("after the probe: solved at %q, want main", r.Provider)
+	}
+}
