@@ -53,8 +53,13 @@ var laneNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 func validLaneName(s string) bool { return laneNameRE.MatchString(s) }
 
 // providersWithDefaults checks Providers, fills their defaults and sets
-// Threads to their sum (for MaxQueued's default).
+// Threads to their sum (for MaxQueued's default). Errors name fields as
+// Config does; ParseProviders names them as its file does.
 func (c *Config) providersWithDefaults() []error {
+	return c.checkProviders(func(i int, field string) string { return fmt.Sprintf("Providers[%d].%s", i, field) })
+}
+
+func (c *Config) checkProviders(fieldName func(i int, field string) string) []error {
 	var errs []error
 	if c.Provider != nil || c.Threads != 0 || c.Plan != "" {
 		errs = append(errs, errors.New("Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"))
@@ -71,7 +76,7 @@ func (c *Config) providersWithDefaults() []error {
 	for i := range ps {
 		p := &ps[i]
 		at := func(field, format string, args ...any) {
-			errs = append(errs, fmt.Errorf("Providers[%d].%s: %s", i, field, fmt.Sprintf(format, args...)))
+			errs = append(errs, fmt.Errorf("%s: %s", fieldName(i, field), fmt.Sprintf(format, args...)))
 		}
 		switch {
 		case !validLaneName(p.Name):
@@ -98,7 +103,7 @@ func (c *Config) providersWithDefaults() []error {
 		}
 		for j, m := range p.Methods {
 			if !slices.Contains(provider.KnownMethods, m) {
-				at(fmt.Sprintf("Methods[%d]", j), "%q is not a method captchaq can validate; use one of %s", m, strings.Join(provider.KnownMethods, ", "))
+				at("Methods", "[%d] %q is not a method captchaq can validate; use one of %s", j, m, strings.Join(provider.KnownMethods, ", "))
 			}
 		}
 		for m, price := range p.PricePer1000 {

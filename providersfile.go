@@ -1,0 +1,268 @@
+package captchaq
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// ProvidersEnv is where ParseProviders reads keys and how it builds
+// clients. Zero fields take the defaults.
+type ProvidersEnv struct {
+	// Getenv reads key_env variables. Default os.Getenv.
+	Getenv func(string) string
+	// ReadFile reads key_file files. Default os.ReadFile.
+	ReadFile func(string) ([]byte, error)
+	// NewClient builds a provider's client. Default a *provider.Client
+	// with the given base URL, key and methods.
+	NewClient func(cfg provider.ClientConfig) (Provider, error)
+}
+
+// providersFields are the fields of one entry of a providers file.
+var providersFields = []string{
+	"name", "url", "key_env", "key_file", "threads", "plan", "methods",
+	"price_per_1000", "spill_after", "max_spend_per_hour", "down_after",
+}
+
+// ParseProviders reads a providers file: a JSON array of providers, the
+// first preferred, as `captchaq --providers FILE` takes it:
+//
+//	[{"name": "main", "url": "https://ocr.captchaai.com", "key_env": "CAPTCHAAI_KEY", "threads": 20},
+//	 {"name": "backup", "url": "https://api.example", "key_env": "BACKUP_KEY", "threads": 100,
+//	  "methods": ["hcaptcha", "turnstile", "userrecaptcha", "base64"],
+//	  "price_per_1000": {"default": 2.99, "base64": 0.5},
+//	  "spill_after": "5s", "max_spend_per_hour": 3.00}]
+//
+// Each entry has a name and a url, and its key in the environment
+// variable key_env names or the file key_file names: never in the file
+// itself. threads (or plan, a plan's name), methods, price_per_1000,
+// spill_after, max_spend_per_hour and down_after (durations as "5s") are
+// the ProviderConfig fields of the same names; methods defaults to
+// CaptchaAI's for CaptchaAI's URL, else to provider.CommonMethods. Field
+// names are lower case; an unknown field is refused. The error lists every
+// problem at once, each naming the entry, the field and the fix, and never
+// carries a key.
+func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
+	if env.Getenv == nil {
+		env.Getenv = os.Getenv
+	}
+	if env.ReadFile == nil {
+		env.ReadFile = os.ReadFile
+	}
+	if env.NewClient == nil {
+		env.NewClient = func(cfg provider.ClientConfig) (Provider, error) { return provider.NewClient(cfg) }
+	}
+	var entries []map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&entries); err != nil {
+		return nil, fmt.Errorf("providers file: not a JSON array of provider objects (%v); see the format in the README", err)
+	}
+	if len(entries) == 0 {
+		return nil, errors.New("providers file: the array is empty; list at least one provider")
+	}
+	var errs []error
+	out := make([]ProviderConfig, 0, len(entries))
+	for i, e := range entries {
+		pc, perrs := parseProviderEntry(i, e, env)
+		errs = append(errs, perrs...)
+		out = append(out, pc)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("providers file: %w", errors.Join(errs...))
+	}
+	// The Config checks (names unique, methods known, ...) with the
+	// file's field names.
+	cfg := Config{Providers: out}
+	fileNames := map[string]string{
+		"Name": "name", "Provider": "url", "Threads": "threads", "Methods": "methods", "PricePer1000": "price_per_1000",
+		"SpillAfter": "spill_after", "MaxSpendPerHour": "max_spend_per_hour", "DownAfter": "down_after",
+	}
+	if perrs := cfg.checkProviders(func(i int, field string) string {
+		return fmt.Sprintf("providers[%d] (%s).%s", i, out[i].Name, fileNames[field])
+	}); len(perrs) > 0 {
+		return nil, fmt.Errorf("providers file: %w", errors.Join(perrs...))
+	}
+	return out, nil
+}
+
+func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (ProviderConfig, []error) {
+	var (
+		pc   ProviderConfig
+		errs []error
+	)
+	name := fmt.Sprintf("providers[%d]", i)
+	if raw, ok := e["name"]; ok {
+		var n string
+		if json.Unmarshal(raw, &n) == nil && n != "" {
+			name = fmt.Sprintf("providers[%d] (%s)", i, n)
+		}
+	}
+	fail := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: %s", name, field, fmt.Sprintf(format, args...)))
+	}
+	for k := range e {
+		if slices.Contains(providersFields, k) {
+			continue
+		}
+		lk := strings.ToLower(k)
+		switch {
+		case slices.Contains(providersFields, lk):
+			fail(k, "write the field name in lower case: %q", lk)
+		case lk == "key" || lk == "api_key" || lk == "apikey":
+			fail(k, "a key is never read from the providers file; put it in an environment variable named by \"key_env\", or a file named by \"key_file\"")
+		default:
+			fail(k, "unknown field; the fields are %s", strings.Join(providersFields, ", "))
+		}
+	}
+	str := func(field string) string {
+		raw, ok := e[field]
+		if !ok {
+			return ""
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			fail(field, "must be a string, got %s", shortJSON(raw))
+		}
+		return strings.TrimSpace(s)
+	}
+	num := func(field string) float64 {
+		raw, ok := e[field]
+		if !ok {
+			return 0
+		}
+		var f float64
+		if err := json.Unmarshal(raw, &f); err != nil {
+			fail(field, "must be a number, got %s", shortJSON(raw))
+		}
+		return f
+	}
+	dur := func(field string) time.Duration {
+		s := str(field)
+		if s == "" {
+			return 0
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			fail(field, "%q is not a duration; write it as \"5s\", \"500ms\" or \"2m\"", s)
+		}
+		return d
+	}
+
+	pc.Name = str("name")
+	if _, ok := e["name"]; !ok {
+		fail("name", "required: the provider's name in results and metrics, e.g. \"main\"")
+	}
+	base := str("url")
+	if base == "" {
+		fail("url", "required: the service's base URL, e.g. %s", provider.BaseURLDefault)
+	} else if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		fail("url", "%q is not an absolute http(s) URL; use e.g. %s", base, provider.BaseURLDefault)
+		base = ""
+	}
+	threads := num("threads")
+	if threads != float64(int(threads)) || threads < 0 {
+		fail("threads", "must be a whole number of threads, got %v", threads)
+	}
+	pc.Threads = int(threads)
+	if plan := str("plan"); plan != "" {
+		if pc.Threads != 0 {
+			fail("plan", "give threads or plan, not both")
+		} else if n, err := provider.PlanThreads(plan); err != nil {
+			fail("plan", "%v", err)
+		} else {
+			pc.Threads = n
+		}
+	}
+	if raw, ok := e["methods"]; ok {
+		if err := json.Unmarshal(raw, &pc.Methods); err != nil {
+			fail("methods", "must be an array of method names, e.g. [\"hcaptcha\", \"turnstile\"]")
+		} else if pc.Methods == nil {
+			pc.Methods = []string{}
+		}
+		for j, m := range pc.Methods {
+			if !slices.Contains(provider.KnownMethods, m) {
+				fail("methods", "[%d] %q is not a method captchaq can validate; use one of %s", j, m, strings.Join(provider.KnownMethods, ", "))
+			}
+		}
+	} else if isCaptchaAI(base) {
+		pc.Methods = provider.CaptchaAIMethods
+	}
+	if raw, ok := e["price_per_1000"]; ok {
+		if err := json.Unmarshal(raw, &pc.PricePer1000); err != nil {
+			fail("price_per_1000", "must be an object of prices by method, e.g. {\"default\": 2.99, \"base64\": 0.5}")
+		}
+	}
+	pc.SpillAfter = dur("spill_after")
+	pc.MaxSpendPerHour = num("max_spend_per_hour")
+	pc.DownAfter = dur("down_after")
+
+	key := providerKey(fail, str("key_env"), str("key_file"), env)
+	if key != "" && base != "" && len(errs) == 0 {
+		methods := pc.Methods
+		if methods == nil {
+			methods = provider.CommonMethods
+		}
+		cl, err := env.NewClient(provider.ClientConfig{BaseURL: base, Key: key, Methods: methods})
+		if err != nil {
+			fail("url", "%v", err)
+		}
+		pc.Provider = cl
+	}
+	return pc, errs
+}
+
+// providerKey reads an entry's key from its key_env variable or key_file.
+func providerKey(fail func(field, format string, args ...any), keyEnv, keyFile string, env ProvidersEnv) string {
+	switch {
+	case keyEnv != "" && keyFile != "":
+		fail("key_env", "give key_env or key_file, not both")
+	case keyEnv != "":
+		if k := strings.TrimSpace(env.Getenv(keyEnv)); k != "" {
+			return k
+		}
+		fail("key_env", "the environment variable %s is not set; export it with the provider's account key", keyEnv)
+	case keyFile != "":
+		b, err := env.ReadFile(keyFile)
+		if err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			fail("key_file", "cannot read %q: %v", keyFile, err)
+			return ""
+		}
+		if k := strings.TrimSpace(string(b)); k != "" {
+			return k
+		}
+		fail("key_file", "%q is empty; put the provider's account key in it", keyFile)
+	default:
+		fail("key_env", "required: the environment variable that holds the account key (or key_file, a file that does)")
+	}
+	return ""
+}
+
+// isCaptchaAI reports whether base is CaptchaAI's service.
+func isCaptchaAI(base string) bool {
+	u, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
+	h := strings.ToLower(u.Hostname())
+	return h == "captchaai.com" || strings.HasSuffix(h, ".captchaai.com")
+}
+
+func shortJSON(raw json.RawMessage) string {
+	s := string(raw)
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return s
+}

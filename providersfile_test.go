@@ -1,0 +1,101 @@
+package captchaq_test
+
+import (
+	"io/fs"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
+)
+
+// The issue's example file, word for word.
+const exampleProviders = `[{"name": "main", "url": "https://ocr.captchaai.com", "key_env": "CAPTCHAAI_KEY", "threads": 20},
+ {"name": "backup", "url": "https://api.example", "key_env": "BACKUP_KEY", "threads": 100,
+  "methods": ["hcaptcha", "turnstile", "userrecaptcha", "base64"],
+  "price_per_1000": {"default": 2.99, "base64": 0.5},
+  "spill_after": "5s", "max_spend_per_hour": 3.00}]`
+
+func providersEnv(vars map[string]string) captchaq.ProvidersEnv {
+	return captchaq.ProvidersEnv{
+		Getenv:   func(k string) string { return vars[k] },
+		ReadFile: func(string) ([]byte, error) { return nil, fs.ErrNotExist },
+	}
+}
+
+func TestParseProvidersExample(t *testing.T) {
+	t.Parallel()
+	ps, err := captchaq.ParseProviders([]byte(exampleProviders), providersEnv(map[string]string{"CAPTCHAAI_KEY": "k1", "BACKUP_KEY": "k2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 2 {
+		t.Fatalf("%d providers", len(ps))
+	}
+	m, b := ps[0], ps[1]
+	if m.Name != "main" || m.Threads != 20 || !slices.Equal(m.Methods, provider.CaptchaAIMethods) || m.PricePer1000 != nil || m.Provider == nil {
+		t.Fatalf("main: %+v", m)
+	}
+	if b.Name != "backup" || b.Threads != 100 || !slices.Equal(b.Methods, []string{"hcaptcha", "turnstile", "userrecaptcha", "base64"}) ||
+		b.PricePer1000["default"] != 2.99 || b.PricePer1000["base64"] != 0.5 || b.SpillAfter != 5*time.Second || b.MaxSpendPerHour != 3 {
+		t.Fatalf("backup: %+v", b)
+	}
+	if _, err := captchaq.New(captchaq.Config{Providers: ps}); err != nil {
+		t.Fatalf("New with the parsed providers: %v", err)
+	}
+}
+
+func TestParseProvidersErrors(t *testing.T) {
+	t.Parallel()
+	file := `[{"name": "main", "URL": "https://ocr.captchaai.com", "key": "secret-in-file", "key_env": "NOPE", "thread": 5},
+	 {"name": "main", "url": "ftp://x", "key_file": "/nonexistent", "spill_after": "5 seconds", "methods": ["hcaptcha", "keycaptcha"]}]`
+	_, err := captchaq.ParseProviders([]byte(file), providersEnv(nil))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	want := []string{
+		`providers[0] (main).URL: write the field name in lower case: "url"`,
+		`providers[0] (main).key: a key is never read from the providers file; put it in an environment variable named by "key_env", or a file named by "key_file"`,
+		`providers[0] (main).thread: unknown field; the fields are name, url, key_env, key_file, threads, plan, methods, price_per_1000, spill_after, max_spend_per_hour, down_after`,
+		`providers[0] (main).url: required: the service's base URL, e.g. https://ocr.captchaai.com`,
+		`providers[0] (main).key_env: the environment variable NOPE is not set; export it with the provider's account key`,
+		`providers[1] (main).url: "ftp://x" is not an absolute http(s) URL; use e.g. https://ocr.captchaai.com`,
+		`providers[1] (main).spill_after: "5 seconds" is not a duration; write it as "5s", "500ms" or "2m"`,
+		`providers[1] (main).key_file: cannot read "/nonexistent": file does not exist`,
+	}
+	msg := err.Error()
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("error lacks %q", w)
+		}
+	}
+	if strings.Contains(msg, "secret-in-file") {
+		t.Error("the error carries the key")
+	}
+	if t.Failed() {
+		t.Logf("error:\n%s", msg)
+	}
+
+	// Entries that parse, then fail the Config's checks, are named as in
+	// the file.
+	_, err = captchaq.ParseProviders([]byte(`[{"name": "a", "url": "https://x.example", "key_env": "K"},
+		{"name": "a", "url": "https://y.example", "key_env": "K", "methods": ["hcaptcha"], "price_per_1000": {"turnstile": 1}}]`),
+		providersEnv(map[string]string{"K": "k"}))
+	for _, w := range []string{
+		`providers[1] (a).name: "a" is used twice; give each provider its own name`,
+		`providers[1] (a).price_per_1000: "turnstile" is not one of its methods; use "default" or one of hcaptcha`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("error %v lacks %q", err, w)
+		}
+	}
+	_, err = captchaq.ParseProviders([]byte(`[{"name": "a", "url": "https://x.example", "key_env": "K", "methods": ["keycaptcha"]}]`), providersEnv(map[string]string{"K": "k"}))
+	if err == nil || !strings.Contains(err.Error(), `providers[0] (a).methods: [0] "keycaptcha" is not a method captchaq can validate; use one of base64, bls,`) {
+		t.Errorf("unknown method: %v", err)
+	}
+	if _, err := captchaq.ParseProviders([]byte(`{}`), providersEnv(nil)); err == nil || !strings.HasPrefix(err.Error(), "providers file: not a JSON array") {
+		t.Errorf("an object: %v", err)
+	}
+}
