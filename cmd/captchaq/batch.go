@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,7 +307,31 @@ func summary(solved, failed, invalid, refused int, elapsed time.Duration, m capt
 		rate = fmt.Sprintf("%.1f", float64(worked)/elapsed.Minutes())
 	}
 	return s + fmt.Sprintf("; %d finished in this run at %s tasks/min; %.2f requests per solved task; threads %d",
-		worked, rate, m.RequestsPerSolved, m.Threads)
+		worked, rate, m.RequestsPerSolved, m.Threads) + providerSpend(m.Providers)
+}
+
+// providerSpend is the summary's part for a run on several providers
+// (--providers): each one's tasks and spend.
+func providerSpend(ps []captchaq.ProviderMetrics) string {
+	if len(ps) == 0 || ps[0].Name == "" {
+		return ""
+	}
+	var total float64
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = fmt.Sprintf("%s %d solved, %d failed, spent %.4f", p.Name, p.Solved, p.Failed, p.Spend)
+		if p.Solved > 0 && p.Spend > 0 {
+			parts[i] += fmt.Sprintf(" (%.2f per 1,000)", p.CostPer1000)
+		}
+		if p.Moved > 0 {
+			parts[i] += fmt.Sprintf(", %d moved away when it went down", p.Moved)
+		}
+		if !p.Healthy {
+			parts[i] += " [out of routing]"
+		}
+		total += p.Spend
+	}
+	return fmt.Sprintf("; spend by provider: %s; total %.4f", strings.Join(parts, "; "), total)
 }
 
 // lineID names the result of a line that did not parse: its "id" when the

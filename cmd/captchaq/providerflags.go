@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -90,4 +91,27 @@ func checkAccount(ctx context.Context, pc *provider.Client, warn func(error)) er
 	}
 	warn(err)
 	return nil
+}
+
+// addProvidersFlag registers --providers on fs.
+func addProvidersFlag(fs *flag.FlagSet) *string {
+	return fs.String("providers", "", "JSON `FILE` of several providers, the first preferred (replaces --api-url, --threads and --plan; see the README's \"Several providers\")")
+}
+
+// loadProviders reads a --providers file; keys come from the environment
+// variables (or key files) the file names.
+func loadProviders(env *environment, path string) ([]captchaq.ProviderConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, usageError(fmt.Errorf("--providers: cannot read %q: %v", path, err))
+	}
+	ps, err := captchaq.ParseProviders(b, captchaq.ProvidersEnv{Getenv: env.getenv})
+	if err != nil {
+		return nil, usageError(fmt.Errorf("--providers %s: %w", path, err))
+	}
+	return ps, nil
 }

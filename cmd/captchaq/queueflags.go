@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -22,6 +23,7 @@ type queueFlags struct {
 	store        *string
 	pollInterval *time.Duration
 	maxAttempts  *int
+	providers    *string
 	// defaultStore names the store file used without --store, given whether
 	// the run is on the simulator; "" means a memory store.
 	defaultStore func(useSim bool) (string, error)
@@ -36,6 +38,7 @@ func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 		store:        fs.String("store", "", "task store: a SQLite file `PATH` (share one on purpose), or \"memory\" (default: "+sqliteDefaultHint()+")"),
 		pollInterval: fs.Duration("poll-interval", 0, "poll on this fixed cadence: lower fetches answers sooner, higher makes fewer requests (default: each poll decided from the learned solve times)"),
 		maxAttempts:  fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good (default %d)", captchaq.MaxAttemptsDefault)),
+		providers:    addProvidersFlag(fs),
 	}
 }
 
@@ -79,9 +82,18 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	if *qf.threads < 0 {
 		return nil, usageError(fmt.Errorf("--threads must be at least 1, got %d", *qf.threads))
 	}
+	var lanes []captchaq.ProviderConfig
+	if *qf.providers != "" {
+		if *qf.useSim || *qf.apiURL != "" || *qf.threads != 0 || *qf.plan != "" {
+			return nil, usageError(errors.New("--providers: replaces --api-url, --threads, --plan and --sim (each provider in the file has its url and threads)"))
+		}
+		if lanes, err = loadProviders(env, *qf.providers); err != nil {
+			return nil, err
+		}
+	}
 
-	useSim := *qf.useSim
-	if !useSim && *qf.apiURL == "" && env.getenv("CAPTCHAAI_URL") == "" && !haveKey(env) {
+	useSim := *qf.useSim && lanes == nil
+	if !useSim && lanes == nil && *qf.apiURL == "" && env.getenv("CAPTCHAAI_URL") == "" && !haveKey(env) {
 		useSim = true
 		fmt.Fprintln(env.stderr, "captchaq: no CAPTCHAAI_KEY set: solving against the built-in simulator (set CAPTCHAAI_KEY to use CaptchaAI)")
 	}
@@ -110,9 +122,11 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 			return ""
 		}}
 	}
-	client, err := newProviderClient(clientEnv, apiURL)
-	if err != nil {
-		return nil, err
+	var client *provider.Client
+	if lanes == nil {
+		if client, err = newProviderClient(clientEnv, apiURL); err != nil {
+			return nil, err
+		}
 	}
 
 	// Runs against the simulator have a default file of their own, so
@@ -140,8 +154,8 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	}
 	rt.closers = append(rt.closers, func() { st.Close() })
 
-	q, err := captchaq.New(captchaq.Config{
-		Provider:     client,
+	cfg := captchaq.Config{
+		Providers:    lanes,
 		Store:        st,
 		Threads:      threads,
 		PollInterval: *qf.pollInterval,
@@ -157,7 +171,11 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 			default:
 			}
 		},
-	})
+	}
+	if lanes == nil {
+		cfg.Provider = client
+	}
+	q, err := captchaq.New(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// A batch on two simulators through --providers: Turnstile on the main
+// plan, hCaptcha (which the main plan does not solve) on the per-solve
+// backup; each result names its provider and price, and the summary
+// gives the spend by provider.
+func TestBatchProviders(t *testing.T) {
+	t.Parallel()
+	mainSim, mainURL := startFastSim(t, sim.Config{Threads: 5})
+	backupSim, backupURL := startFastSim(t, sim.Config{Threads: 5, PricePer1000: 2.5,
+		Methods: []string{"hcaptcha", "turnstile", "userrecaptcha", "base64"}})
+	file := writeFile(t, "providers.json", fmt.Sprintf(`[
+ {"name": "main", "url": %q, "key_env": "CAPTCHAAI_KEY", "threads": 5, "methods": ["base64", "turnstile", "userrecaptcha"]},
+ {"name": "backup", "url": %q, "key_env": "BACKUP_KEY", "threads": 5,
+  "methods": ["hcaptcha", "turnstile", "userrecaptcha", "base64"],
+  "price_per_1000": {"default": 2.5}, "spill_after": "1h", "max_spend_per_hour": 3.00}]`, mainURL, backupURL))
+	tasks := turnstileTasks("ts", 6)
+	for i := range 4 {
+		tasks = append(tasks, captchaq.Task{ID: fmt.Sprintf("hc-%d", i), Method: "hcaptcha",
+			Params: map[string]string{"sitekey": "10000000-ffff-ffff-ffff-000000000001", "pageurl": fmt.Sprintf("https://shop.example/hc/%d", i)}})
+	}
+	in := writeFile(t, "tasks.jsonl", jsonl(t, tasks))
+	outPath := filepath.Join(t.TempDir(), "out.jsonl")
+	vars := map[string]string{"CAPTCHAAI_KEY": batchKey, "BACKUP_KEY": "backup-Secret-Key-123"}
+	r := runWith(t, "", vars, append([]string{"batch", in, "--out", outPath, "--store", "memory", "--providers", file}, fastQueue...)...)
+	if r.code != 0 {
+		t.Fatalf("batch = %+v", r)
+	}
+	if strings.Contains(r.stderr, "backup-Secret-Key-123") {
+		t.Fatal("the backup key is in the output")
+	}
+	out, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := parseResults(t, string(out))
+	if len(got) != 10 {
+		t.Fatalf("%d results", len(got))
+	}
+	for id, res := range got {
+		want, price := "main", 0.0
+		if strings.HasPrefix(id, "hc-") {
+			want, price = "backup", 0.0025
+		}
+		if res.Status != captchaq.StatusSolved || res.Provider != want || res.Price != price {
+			t.Errorf("%s: %s at %q for %v, want solved at %q for %v", id, res.Status, res.Provider, res.Price, want, price)
+		}
+	}
+	if a, b := mainSim.Stats().Accepted, backupSim.Stats().Accepted; a != 6 || b != 4 {
+		t.Errorf("main accepted %d, backup %d; want 6 and 4", a, b)
+	}
+	want := "; spend by provider: main 6 solved, 0 failed, spent 0.0000; backup 4 solved, 0 failed, spent 0.0100 (2.50 per 1,000); total 0.0100"
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("summary lacks %q:\n%s", want, r.stderr)
+	}
+}
+
+func TestBatchProvidersRefusesBadFile(t *testing.T) {
+	t.Parallel()
+	file := writeFile(t, "providers.json", `[{"name": "main", "url": "https://ocr.captchaai.com", "key": "inline-Secret"}]`)
+	r := runWith(t, "", nil, "batch", "--providers", file, "--store", "memory")
+	if r.code != 2 || !strings.Contains(r.stderr, `providers[0] (main).key: a key is never read from the providers file`) ||
+		!strings.Contains(r.stderr, `providers[0] (main).key_env: required`) || strings.Contains(r.stderr, "inline-Secret") {
+		t.Fatalf("batch = %+v", r)
+	}
+	r = runWith(t, "", nil, "batch", "--providers", file, "--threads", "5")
+	if r.code != 2 || !strings.Contains(r.stderr, "--providers: replaces --api-url, --threads, --plan and --sim") {
+		t.Fatalf("batch with --threads = %+v", r)
+	}
+}
