@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ var backupMethods = []string{"base64", "hcaptcha", "turnstile", "userrecaptcha"}
 type lanePair struct {
 	main, backup *sim.Server
 	q            *captchaq.Queue
+	cfg          captchaq.Config
 	results      chan captchaq.Result
 }
 
@@ -62,6 +64,7 @@ func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLan
 	}
 	backupLane.Methods = backupMethods
 	cfg := captchaq.Config{
+		Store:        captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}),
 		Providers:    []captchaq.ProviderConfig{mainLane, backupLane},
 		PollInterval: 10 * time.Millisecond,
 		RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
@@ -74,7 +77,7 @@ func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLan
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.q = q
+	p.q, p.cfg = q, cfg
 	t.Cleanup(func() { q.Close() })
 	if err := q.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -276,5 +279,38 @@ func TestProvidersAccountErrorFailsOver(t *testing.T) {
 	}
 	if r := waitAll(t, []*captchaq.Future{f})[0]; r.Provider != "main" {
 		t.Fatalf("after the probe: solved at %q, want main", r.Provider)
+	}
+}
+
+// A task in flight at the second provider is checkpointed under its
+// name: a restarted queue polls it there and pays for no second solve.
+func TestProvidersResumeInFlightAtItsProvider(t *testing.T) {
+	t.Parallel()
+	p := setupLanes(t, sim.Config{Threads: 1}, sim.Config{Threads: 1, Latency: fastLatency(300 * time.Millisecond)},
+		captchaq.ProviderConfig{Threads: 1}, captchaq.ProviderConfig{Threads: 1})
+	if _, err := p.q.Submit(context.Background(), hcaptchaTask("h")); err != nil {
+		t.Fatal(err)
+	}
+	var rec captchaq.Record
+	eventually(t, "the task in flight", func() bool {
+		rec, _ = p.q.Get(context.Background(), "h")
+		return rec.Status == captchaq.StatusInFlight
+	})
+	id, ok := strings.CutPrefix(rec.CaptchaID, "backup:")
+	if !ok || id == "" {
+		t.Fatalf("checkpointed captcha id %q, want backup:ID", rec.CaptchaID)
+	}
+	p.q.Close()
+	q2, err := captchaq.New(p.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Close()
+	if err := q2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := p.collect(t, 1)["h"]
+	if r.Status != captchaq.StatusSolved || r.Provider != "backup" || r.CaptchaID != id || p.backup.Stats().Accepted != 1 {
+		t.Fatalf("after restart: %+v; backup accepted %d, want 1", r, p.backup.Stats().Accepted)
 	}
 }

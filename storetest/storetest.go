@@ -757,6 +757,9 @@ func testResultRoundTrip(t *testing.T, s captchaq.Store) {
 		Attempts:     2,
 		CaptchaID:    "c1", // kept with the result, for reportbad/reportgood
 		SolveSeconds: 12.345678,
+		Provider:     "backup", // several providers: where it was solved, its price, where it was abandoned
+		Price:        0.00299,
+		Abandoned:    []string{"main"},
 		ExpiresAt:    time.Date(2026, 3, 1, 12, 5, 0, 1000000, time.UTC),
 		AcceptedAt:   t0,
 		SubmittedAt:  at(1500 * time.Millisecond),
@@ -765,9 +768,9 @@ func testResultRoundTrip(t *testing.T, s captchaq.Store) {
 	bad := captchaq.Result{
 		ID: "fail", Status: captchaq.StatusFailed, Method: "turnstile",
 		Error: "task expired before it was submitted", ErrorCode: "EXPIRED",
-		AcceptedAt: t0, FinishedAt: at(time.Minute),
+		AcceptedAt: t0, FinishedAt: at(time.Minute), Provider: "main",
 	}
-	checkpoint(t, s, "geetest", "c1", 2, at(1500*time.Millisecond))
+	checkpoint(t, s, "geetest", "backup:c1", 2, at(1500*time.Millisecond))
 	finish(t, s, ok)
 	finish(t, s, bad) // straight from the queue: never submitted
 	for _, r := range []captchaq.Result{ok, bad} {

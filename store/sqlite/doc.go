@@ -47,7 +47,8 @@
 // directory, a file it cannot read and write, a file that is not SQLite, an
 // SQLite database that is not a captchaq store, and a store with a newer
 // schema. An older schema is migrated in one transaction (version 1 files,
-// before fingerprints, keep their tasks; those are compared by their task).
+// before fingerprints, keep their tasks; those are compared by their task;
+// results stored before version 3 name no provider and no price).
 // A store records its owner (Options.Owner: "batch", "serve", "gateway
 // NAME"); Open with another owner is refused with an *OwnerError.
 //
@@ -80,6 +81,9 @@
 //	  result_expires_at, result_accepted_at, result_submitted_at,
 //	  finished_at  TEXT              -- Result.FinishedAt; NULL until final
 //	  fingerprint  TEXT              -- Task.Fingerprint(); '' for tasks stored at version 1
+//	  result_provider TEXT           -- Result.Provider (version 3)
+//	  result_price    REAL           -- Result.Price (version 3)
+//	  result_abandoned TEXT          -- Result.Abandoned, a JSON array; NULL when none (version 3)
 //	)
 //	store_owner(owner TEXT)           at most one row: Options.Owner of the first opener
 //	INDEX tasks_status_seq ON tasks(status, seq)       -- Pending, Results, dead letters

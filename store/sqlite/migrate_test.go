@@ -33,7 +33,8 @@ func TestOpenMigratesVersion1Store(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if old.Status != captchaq.StatusSolved || old.Result == nil || old.Result.Token != "0.old-token" || old.Fingerprint != "" {
+	if old.Status != captchaq.StatusSolved || old.Result == nil || old.Result.Token != "0.old-token" || old.Fingerprint != "" ||
+		old.Result.Provider != "" || old.Result.Price != 0 || old.Result.Abandoned != nil {
 		t.Fatalf("job-0 after migration: %+v", old)
 	}
 	same := captchaq.Task{ID: "job-0", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAold", "pageurl": "https://old.example/a"}}
@@ -66,7 +67,7 @@ func TestOpenMigratesVersion1Store(t *testing.T) {
 	}
 	defer db.Close()
 	var v int
-	if err := db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != 2 {
-		t.Fatalf("schema version after Open: %d, %v; want 2", v, err)
+	if err := db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != 3 {
+		t.Fatalf("schema version after Open: %d, %v; want 3", v, err)
 	}
 }

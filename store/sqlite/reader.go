@@ -74,9 +74,13 @@ func OpenReader(ctx context.Context, path string) (*Reader, error) {
 		return nil, err
 	}
 	r := &Reader{path: abs, db: db, selectRec: selectRecord}
+	if version < 3 {
+		// Before providers: results name none.
+		r.selectRec = strings.Replace(r.selectRec, "result_provider, result_price, result_abandoned FROM", "NULL, NULL, NULL FROM", 1)
+	}
 	if version < 2 {
 		// Before fingerprints: records read with none (compared by task).
-		r.selectRec = strings.Replace(selectRecord, "finished_at, fingerprint FROM", "finished_at, '' FROM", 1)
+		r.selectRec = strings.Replace(r.selectRec, "finished_at, fingerprint,", "finished_at, '',", 1)
 	}
 	return r, nil
 }

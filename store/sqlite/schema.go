@@ -49,6 +49,11 @@ var migrations = []string{
 	// and are compared by their task), and the store's owner.
 	`ALTER TABLE tasks ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
 	CREATE TABLE store_owner (owner TEXT NOT NULL);`,
+	// Version 3: which provider a result came from, its price, and the
+	// providers that went down with the task in flight (several providers).
+	`ALTER TABLE tasks ADD COLUMN result_provider TEXT;
+	ALTER TABLE tasks ADD COLUMN result_price REAL;
+	ALTER TABLE tasks ADD COLUMN result_abandoned TEXT;`,
 }
 
 // schemaVersion is the version this code writes and reads.

@@ -459,10 +459,18 @@ func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 	if len(r.Answer) > 0 {
 		answer = string(r.Answer)
 	}
+	var abandoned any
+	if len(r.Abandoned) > 0 {
+		b, err := json.Marshal(r.Abandoned)
+		if err != nil {
+			return fmt.Errorf("sqlite: Finish %q: abandoned: %w", r.ID, err)
+		}
+		abandoned = string(b)
+	}
 	args := []any{
 		string(r.Status), r.Attempts, r.Method, string(r.Kind), r.Token, answer, r.Error, r.ErrorCode,
 		r.Attempts, r.SolveSeconds, timeArg(r.ExpiresAt), timeArg(r.AcceptedAt), timeArg(r.SubmittedAt),
-		timeText(r.FinishedAt), r.ID, r.CaptchaID,
+		timeText(r.FinishedAt), r.ID, r.CaptchaID, r.Provider, r.Price, abandoned,
 	}
 	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
 		return affected(r.ID)(st.finish.ExecContext(ctx, args...))
@@ -737,7 +745,7 @@ const selectRecord = `SELECT seq, id, status, priority, tenant, method, params, 
 	proxy, proxy_type, pingback, captcha_id, attempts, not_before, last_error, last_error_code,
 	accepted_at, submitted_at, result_method, result_kind, result_token, result_answer, result_error,
 	result_error_code, result_attempts, result_solve_seconds, result_expires_at, result_accepted_at,
-	result_submitted_at, finished_at, fingerprint FROM tasks`
+	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned FROM tasks`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -749,14 +757,15 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 		rMethod, rKind, rToken, rAnswer, rErr   sql.NullString
 		rCode, rExpires, rAccepted, rSub, finAt sql.NullString
 		rAttempts                               sql.NullInt64
-		rSolve                                  sql.NullFloat64
+		rSolve, rPrice                          sql.NullFloat64
+		rProvider, rAbandoned                   sql.NullString
 	)
 	t := &rec.Task
 	err := sc.Scan(&rec.Seq, &t.ID, &status, &t.Priority, &t.Tenant, &t.Method, &params, &deadline, &t.MaxAttempts,
 		&t.Proxy, &t.ProxyType, &t.Pingback, &rec.CaptchaID, &rec.Attempts, &notBefore, &rec.LastError, &rec.LastErrorCode,
 		&acceptedAt, &subAt, &rMethod, &rKind, &rToken, &rAnswer, &rErr,
 		&rCode, &rAttempts, &rSolve, &rExpires, &rAccepted,
-		&rSub, &finAt, &rec.Fingerprint)
+		&rSub, &finAt, &rec.Fingerprint, &rProvider, &rPrice, &rAbandoned)
 	if err != nil {
 		return captchaq.Record{}, err
 	}
@@ -776,6 +785,12 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 		r := &captchaq.Result{
 			ID: t.ID, Status: rec.Status, Method: rMethod.String, Token: rToken.String,
 			Error: rErr.String, ErrorCode: rCode.String, Attempts: int(rAttempts.Int64), SolveSeconds: rSolve.Float64,
+			Provider: rProvider.String, Price: rPrice.Float64,
+		}
+		if rAbandoned.Valid {
+			if err := json.Unmarshal([]byte(rAbandoned.String), &r.Abandoned); err != nil {
+				return captchaq.Record{}, fmt.Errorf("task %q: bad result_abandoned JSON in store: %w", t.ID, err)
+			}
 		}
 		// A final record's captcha_id is its Result's (the Record's is
 		// only for a task in flight).
@@ -827,12 +842,13 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			result_method = ?3, result_kind = ?4,
 			result_token = ?5, result_answer = ?6, result_error = ?7, result_error_code = ?8, result_attempts = ?9,
 			result_solve_seconds = ?10, result_expires_at = ?11, result_accepted_at = ?12, result_submitted_at = ?13,
-			finished_at = ?14 WHERE id = ?15`},
+			finished_at = ?14, result_provider = ?17, result_price = ?18, result_abandoned = ?19 WHERE id = ?15`},
 		{&st.replay, `UPDATE tasks SET status = 'queued', attempts = 0, captcha_id = '', not_before = NULL,
 			accepted_at = ?4, submitted_at = NULL,
 			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
 			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
-			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL
+			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL,
+			result_provider = NULL, result_price = NULL, result_abandoned = NULL
 			WHERE status = 'failed' AND ` + filterWhere},
 		{&st.renew, `UPDATE tasks SET status = 'queued', priority = ?2, tenant = ?3, method = ?4, params = ?5,
 			deadline = ?6, max_attempts = ?7, proxy = ?8, proxy_type = ?9, pingback = ?10, accepted_at = ?11,
@@ -840,7 +856,8 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			submitted_at = NULL,
 			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
 			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
-			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL
+			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL,
+			result_provider = NULL, result_price = NULL, result_abandoned = NULL
 			WHERE id = ?1 AND status = 'solved'`},
 		{&st.prune, `DELETE FROM tasks WHERE status IN ('solved', 'failed') AND finished_at < ?`},
 	} {
