@@ -25,6 +25,9 @@ type Collector struct {
 	submitted, solved, failed, retries, requests                   *prometheus.Desc
 	plan, window, inUse, depth, oldest, delayP50, delayP99, paused *prometheus.Desc
 
+	// Per provider, for a queue of several (Config.Providers).
+	pvSolved, pvFailed, pvMoved, pvSpend, pvSpendHour, pvCost, pvHealthy, pvThreads, pvInUse *prometheus.Desc
+
 	mu         sync.Mutex
 	priorities map[int]struct{} // every priority seen waiting
 }
@@ -50,13 +53,24 @@ func NewCollector(src Source) *Collector {
 		delayP99:   d("delivery_delay_p99_seconds", "How long answers sat ready at the provider before delivery, 99th percentile of the last 1024."),
 		paused:     d("paused", "1 while an account error stops all sending."),
 		priorities: map[int]struct{}{captchaq.PriorityDefault: {}},
+
+		pvSolved:    d("provider_tasks_solved_total", "Tasks solved, by provider.", "provider"),
+		pvFailed:    d("provider_tasks_failed_total", "Tasks failed for good, by the provider of their last attempt.", "provider"),
+		pvMoved:     d("provider_tasks_moved_total", "Tasks in flight at a provider that could not be polled, submitted to another.", "provider"),
+		pvSpend:     d("provider_spend_total", "What the provider's solves cost (delivered or abandoned), in its price's currency.", "provider"),
+		pvSpendHour: d("provider_spend_last_hour", "What the provider accepted in the last hour, against its max_spend_per_hour.", "provider"),
+		pvCost:      d("provider_cost_per_1000", "Spend per 1,000 tokens solved by the provider.", "provider"),
+		pvHealthy:   d("provider_healthy", "1 while the provider is in routing (not down, not paused).", "provider"),
+		pvThreads:   d("provider_threads", "The provider's threads.", "provider"),
+		pvInUse:     d("provider_threads_in_use", "The provider's threads taken.", "provider"),
 	}
 }
 
 // Describe sends every series' description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.submitted, c.solved, c.failed, c.retries, c.requests,
-		c.plan, c.window, c.inUse, c.depth, c.oldest, c.delayP50, c.delayP99, c.paused} {
+		c.plan, c.window, c.inUse, c.depth, c.oldest, c.delayP50, c.delayP99, c.paused,
+		c.pvSolved, c.pvFailed, c.pvMoved, c.pvSpend, c.pvSpendHour, c.pvCost, c.pvHealthy, c.pvThreads, c.pvInUse} {
 		ch <- d
 	}
 }
@@ -91,6 +105,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		paused = 1
 	}
 	gauge(c.paused, paused)
+	for _, p := range m.Providers {
+		if p.Name == "" {
+			continue // one provider: the series above are its own
+		}
+		counter(c.pvSolved, p.Solved, p.Name)
+		counter(c.pvFailed, p.Failed, p.Name)
+		counter(c.pvMoved, p.Moved, p.Name)
+		ch <- prometheus.MustNewConstMetric(c.pvSpend, prometheus.CounterValue, p.Spend, p.Name)
+		gauge(c.pvSpendHour, p.SpendLastHour, p.Name)
+		gauge(c.pvCost, p.CostPer1000, p.Name)
+		healthy := 0.0
+		if p.Healthy {
+			healthy = 1
+		}
+		gauge(c.pvHealthy, healthy, p.Name)
+		gauge(c.pvThreads, float64(p.Threads), p.Name)
+		gauge(c.pvInUse, float64(p.ThreadsInUse), p.Name)
+	}
 }
 
 // seen adds depth's priorities to the ones seen before and returns them all.

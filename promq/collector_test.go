@@ -274,3 +274,49 @@ captchaq_provider_requests_total %d
 		t.Error(err)
 	}
 }
+
+// A queue of several providers adds each one's series.
+func TestCollectorProviders(t *testing.T) {
+	t.Parallel()
+	src := &snapshots{}
+	src.set(captchaq.Metrics{Providers: []captchaq.ProviderMetrics{
+		{Name: "main", Threads: 20, ThreadsInUse: 20, Solved: 900, Failed: 3, Healthy: true},
+		{Name: "backup", Threads: 100, ThreadsInUse: 4, Solved: 100, Moved: 2, Spend: 0.299, SpendLastHour: 0.15, CostPer1000: 2.99, Down: true},
+	}})
+	c := promq.NewCollector(src)
+	want := `
+# HELP captchaq_provider_cost_per_1000 Spend per 1,000 tokens solved by the provider.
+# TYPE captchaq_provider_cost_per_1000 gauge
+captchaq_provider_cost_per_1000{provider="backup"} 2.99
+captchaq_provider_cost_per_1000{provider="main"} 0
+# HELP captchaq_provider_healthy 1 while the provider is in routing (not down, not paused).
+# TYPE captchaq_provider_healthy gauge
+captchaq_provider_healthy{provider="backup"} 0
+captchaq_provider_healthy{provider="main"} 1
+# HELP captchaq_provider_spend_total What the provider's solves cost (delivered or abandoned), in its price's currency.
+# TYPE captchaq_provider_spend_total counter
+captchaq_provider_spend_total{provider="backup"} 0.299
+captchaq_provider_spend_total{provider="main"} 0
+# HELP captchaq_provider_tasks_moved_total Tasks in flight at a provider that could not be polled, submitted to another.
+# TYPE captchaq_provider_tasks_moved_total counter
+captchaq_provider_tasks_moved_total{provider="backup"} 2
+captchaq_provider_tasks_moved_total{provider="main"} 0
+# HELP captchaq_provider_tasks_solved_total Tasks solved, by provider.
+# TYPE captchaq_provider_tasks_solved_total counter
+captchaq_provider_tasks_solved_total{provider="backup"} 100
+captchaq_provider_tasks_solved_total{provider="main"} 900
+# HELP captchaq_provider_threads_in_use The provider's threads taken.
+# TYPE captchaq_provider_threads_in_use gauge
+captchaq_provider_threads_in_use{provider="backup"} 4
+captchaq_provider_threads_in_use{provider="main"} 20
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"captchaq_provider_cost_per_1000", "captchaq_provider_healthy", "captchaq_provider_spend_total",
+		"captchaq_provider_tasks_moved_total", "captchaq_provider_tasks_solved_total", "captchaq_provider_threads_in_use"); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("promlint: %v %v", problems, err)
+	}
+}

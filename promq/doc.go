@@ -24,6 +24,18 @@
 //	captchaq_delivery_delay_p99_seconds        gauge    the same, 99th percentile
 //	captchaq_paused                            gauge    1 while an account error stops all sending
 //
+// A queue of several providers (Config.Providers) adds, per provider:
+//
+//	captchaq_provider_tasks_solved_total{provider}  counter  tasks solved there
+//	captchaq_provider_tasks_failed_total{provider}  counter  tasks failed for good, by their last attempt's provider
+//	captchaq_provider_tasks_moved_total{provider}   counter  tasks in flight there when it could not be polled, sent elsewhere
+//	captchaq_provider_spend_total{provider}         counter  what its solves cost (delivered or abandoned)
+//	captchaq_provider_spend_last_hour{provider}     gauge    what it accepted in the last hour (against max_spend_per_hour)
+//	captchaq_provider_cost_per_1000{provider}       gauge    spend per 1,000 tokens solved there
+//	captchaq_provider_healthy{provider}             gauge    1 while it is in routing (not down, not paused)
+//	captchaq_provider_threads{provider}             gauge    its threads
+//	captchaq_provider_threads_in_use{provider}      gauge    its threads taken
+//
 // Ratios are left to PromQL, where they can take a window: success is
 // solved / (solved + failed), throughput rate(captchaq_tasks_solved_total[5m]),
 // requests per solved task the ratio of the two counters' rates.
