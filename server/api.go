@@ -213,7 +213,7 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 		if t.Priority < 0 {
 			return nil, bad("priority", "priority: must be 0 or more (lower is more urgent)")
 		}
-		if err := t.Validate(); err != nil {
+		if err := s.validate(t); err != nil {
 			msg := err.Error()
 			var te *captchaq.TaskError
 			if errors.As(err, &te) {

@@ -108,6 +108,17 @@ func (b *localBackend) Attach(weights map[string]int, onResult func(captchaq.Res
 
 func (b *localBackend) Start(ctx context.Context) error { return b.queue.Start(ctx) }
 
+// validate checks a task as the server's doors do before accepting it:
+// the local queue's rules (every configured provider's types), or
+// Task.Validate's when the tasks are solved elsewhere (a gateway's
+// workers).
+func (s *Server) validate(t captchaq.Task) error {
+	if s.local != nil {
+		return s.local.queue.Validate(t)
+	}
+	return t.Validate()
+}
+
 func (b *localBackend) Submit(ctx context.Context, t captchaq.Task) error {
 	return b.queue.SubmitFunc(ctx, t, func(captchaq.Result) {})
 }

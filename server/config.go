@@ -140,9 +140,10 @@ type Config struct {
 	// Balance answers getbalance. Default: ERROR_BAD_PARAMETERS.
 	Balance func(ctx context.Context) (float64, error)
 	// Report forwards a client's reportbad (good false) or reportgood to
-	// the provider, by the provider's captcha id (Result.CaptchaID).
+	// the provider of the solved result r, by the provider's captcha id
+	// (r.CaptchaID; r.Provider names the provider in a queue of several).
 	// Default: the report is recorded in the metrics only.
-	Report func(ctx context.Context, captchaID string, good bool) error
+	Report func(ctx context.Context, r captchaq.Result, good bool) error
 	// MaxAttempts is the most submissions a client's task may ask for: a
 	// larger max_attempts is lowered to it, and a task that names none gets
 	// it. Default: Queue.MaxAttempts, else captchaq.MaxAttemptsDefault.

@@ -182,7 +182,7 @@ func (s *Server) frontTask(cs *clientState, form *apiform.Request) (captchaq.Tas
 		}
 		t.Pingback = formPingback + pb
 	}
-	if err := t.Validate(); err != nil {
+	if err := s.validate(t); err != nil {
 		code, text := submitErrorCode(err)
 		return t, code, text
 	}
@@ -274,7 +274,7 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if s.cfg.Report != nil && rec.Result.CaptchaID != "" {
-			if err := s.cfg.Report(r.Context(), rec.Result.CaptchaID, action == "reportgood"); err != nil {
+			if err := s.cfg.Report(r.Context(), *rec.Result, action == "reportgood"); err != nil {
 				var pe *provider.Error
 				if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "ERROR_") {
 					reply.fail(pe.Code, pe.Text)

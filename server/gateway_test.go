@@ -172,7 +172,9 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 		f.t.Fatal(err)
 	}
 	scfg := server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow,
-		PingbackTimeout: time.Minute, Report: gw.Report}
+		PingbackTimeout: time.Minute, Report: func(ctx context.Context, r captchaq.Result, good bool) error {
+			return gw.Report(ctx, r.CaptchaID, good)
+		}}
 	if f.config != nil {
 		f.config(&scfg)
 	}

@@ -2,10 +2,15 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/sim"
@@ -77,5 +82,76 @@ func TestBatchProvidersRefusesBadFile(t *testing.T) {
 	r = runWith(t, "", nil, "batch", "--providers", file, "--threads", "5")
 	if r.code != 2 || !strings.Contains(r.stderr, "--providers: replaces --api-url, --threads, --plan and --sim") {
 		t.Fatalf("batch with --threads = %+v", r)
+	}
+}
+
+// serve --providers: in.php takes a type only the backup solves, the
+// answer comes back through res.php, and /metrics has each provider's
+// series.
+func TestServeProviders(t *testing.T) {
+	_, mainURL := startFastSim(t, sim.Config{Threads: 5})
+	_, backupURL := startFastSim(t, sim.Config{Threads: 5, PricePer1000: 2, Methods: []string{"hcaptcha", "turnstile"}})
+	file := writeFile(t, "providers.json", fmt.Sprintf(`[
+ {"name": "main", "url": %q, "key_env": "MAIN_KEY", "methods": ["turnstile", "userrecaptcha"]},
+ {"name": "backup", "url": %q, "key_file": %q, "methods": ["hcaptcha", "turnstile"], "price_per_1000": {"default": 2}, "spill_after": "1h"}]`,
+		mainURL, backupURL, writeFile(t, "backup.key", "backup-file-key\n")))
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"client-key-1"},{"name":"ops","key":"admin-key-1","admin":true}]`)
+	p, m := startProcess(t, captchaqBinary(t), []string{"MAIN_KEY=main-env-key"}, regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+)`),
+		"serve", "--store", "memory", "--clients", clients, "--providers", file, "--listen", "127.0.0.1:0", "--poll-interval", "10ms")
+	defer p.stop(t)
+	base := "http://" + m[1]
+	call := func(path string, v url.Values) string {
+		t.Helper()
+		resp, err := http.PostForm(base+path, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	id, ok := strings.CutPrefix(call("/in.php", url.Values{"key": {"client-key-1"}, "method": {"hcaptcha"},
+		"sitekey": {"10000000-ffff-ffff-ffff-000000000001"}, "pageurl": {"https://shop.example/signup"}}), "OK|")
+	if !ok {
+		t.Fatalf("in.php refused hcaptcha: %s", id)
+	}
+	var answer string
+	for range 600 { // event: the answer; the bound only stops a hang
+		answer = call("/res.php", url.Values{"key": {"client-key-1"}, "action": {"get"}, "id": {id}})
+		if answer != "CAPCHA_NOT_READY" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.HasPrefix(answer, "OK|") {
+		t.Fatalf("res.php: %s", answer)
+	}
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer admin-key-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`captchaq_provider_tasks_solved_total{provider="backup"} 1`,
+		`captchaq_provider_spend_total{provider="backup"} 0.002`,
+		`captchaq_provider_healthy{provider="main"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if out := p.output(); strings.Contains(out, "backup-file-key") || strings.Contains(out, "main-env-key") {
+		t.Errorf("a key is in the output:\n%s", out)
+	}
+}
+
+func TestWorkerRefusesProviders(t *testing.T) {
+	t.Parallel()
+	r := runWith(t, "", nil, "worker", "--providers", "p.json")
+	if r.code != 2 || !strings.Contains(r.stderr, "--providers: the worker fleet runs on one provider") {
+		t.Fatalf("worker --providers = %+v", r)
 	}
 }

@@ -36,6 +36,7 @@ const (
 // against the mode.
 type serveFlags struct {
 	listen, clients, store, publicURL, plan, apiURL *string
+	providers                                       *string
 	threads                                         *int
 	pollInterval, shutdown                          *time.Duration
 	maxBody                                         *int64
@@ -53,7 +54,7 @@ type serveFlags struct {
 
 // localOnly and gatewayOnly are the flags of one mode.
 var (
-	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url"}
+	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url", "providers"}
 	gatewayOnly = []string{"prefix", "gateway", "lanes", "task-ttl", "fair-burst"}
 )
 
@@ -64,6 +65,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		listen:        fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)"),
 		clients:       fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
 		apiURL:        addAPIURLFlag(fs),
+		providers:     addProvidersFlag(fs),
 		store:         fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
 		publicURL:     fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
 		threads:       fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
@@ -198,14 +200,33 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 // localBackend opens the store and the provider client for a server that
 // solves tasks itself.
 func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *slog.Logger) (server.Config, []any, func(), error) {
-	pc, err := newProviderClient(env, *f.apiURL)
-	if err != nil {
-		return server.Config{}, nil, nil, &exitError{code: 2, err: err}
-	}
-	if err := checkAccount(ctx, pc, func(err error) {
-		log.Warn("cannot check the provider account now; starting anyway", "err", err)
-	}); err != nil {
-		return server.Config{}, nil, nil, err
+	qc := captchaq.Config{Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log}
+	var pc *provider.Client
+	if *f.providers != "" {
+		if f.set["api-url"] || f.set["threads"] || f.set["plan"] {
+			return server.Config{}, nil, nil, usageError(errors.New("--providers: replaces --api-url, --threads and --plan (each provider in the file has its url and threads)"))
+		}
+		lanes, err := loadProviders(env, *f.providers)
+		if err != nil {
+			return server.Config{}, nil, nil, err
+		}
+		if err := checkAccounts(ctx, lanes, log); err != nil {
+			return server.Config{}, nil, nil, err
+		}
+		qc.Providers, qc.Threads = lanes, 0
+		// getbalance answers the first (preferred) provider's balance.
+		pc, _ = lanes[0].Provider.(*provider.Client)
+	} else {
+		var err error
+		if pc, err = newProviderClient(env, *f.apiURL); err != nil {
+			return server.Config{}, nil, nil, &exitError{code: 2, err: err}
+		}
+		if err := checkAccount(ctx, pc, func(err error) {
+			log.Warn("cannot check the provider account now; starting anyway", "err", err)
+		}); err != nil {
+			return server.Config{}, nil, nil, err
+		}
+		qc.Provider = pc
 	}
 	path, err := storePath(*f.store, serveStoreDefault)
 	if err != nil {
@@ -215,18 +236,63 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 	if err != nil {
 		return server.Config{}, nil, nil, err
 	}
-	cfg := server.Config{
-		Queue: captchaq.Config{
-			Provider: pc, Store: store, Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log,
-		},
-		PublicURL: *f.publicURL, Balance: pc.Balance, Report: providerReport(pc),
+	qc.Store = store
+	cfg := server.Config{Queue: qc, PublicURL: *f.publicURL, Report: resultReport(qc)}
+	if pc != nil {
+		cfg.Balance = pc.Balance
 	}
 	return cfg, []any{"store", path}, func() { store.Close() }, nil
 }
 
+// checkAccounts checks each provider's account at start: the service
+// stops (exit code 3) only when every provider refuses its key; one that
+// refuses is reported and stays out of routing until a probe answers.
+func checkAccounts(ctx context.Context, lanes []captchaq.ProviderConfig, log *slog.Logger) error {
+	var refused []error
+	for _, l := range lanes {
+		pc, ok := l.Provider.(*provider.Client)
+		if !ok {
+			continue
+		}
+		err := checkAccount(ctx, pc, func(err error) {
+			log.Warn("cannot check a provider's account now; starting anyway", "provider", l.Name, "err", err)
+		})
+		if err != nil {
+			log.Error("a provider refused the account; its tasks go to the others", "provider", l.Name, "err", err)
+			refused = append(refused, err)
+		}
+	}
+	if len(refused) == len(lanes) {
+		return refused[0]
+	}
+	return nil
+}
+
+// reporter is a Provider that forwards reportgood and reportbad.
+type reporter interface {
+	ReportGood(ctx context.Context, captchaID string) error
+	ReportBad(ctx context.Context, captchaID string) error
+}
+
+// resultReport forwards a client's report to the provider that solved the
+// result: the only one, or the one r.Provider names.
+func resultReport(qc captchaq.Config) func(ctx context.Context, r captchaq.Result, good bool) error {
+	byName := map[string]captchaq.Provider{"": qc.Provider}
+	for _, l := range qc.Providers {
+		byName[l.Name] = l.Provider
+	}
+	return func(ctx context.Context, r captchaq.Result, good bool) error {
+		rp, ok := byName[r.Provider].(reporter)
+		if !ok {
+			return fmt.Errorf("no provider %q to report task %s to", r.Provider, r.ID)
+		}
+		return providerReport(rp)(ctx, r.CaptchaID, good)
+	}
+}
+
 // providerReport forwards a client's reportbad (good false) or reportgood
 // to the provider.
-func providerReport(pc *provider.Client) func(ctx context.Context, captchaID string, good bool) error {
+func providerReport(pc reporter) func(ctx context.Context, captchaID string, good bool) error {
 	return func(ctx context.Context, captchaID string, good bool) error {
 		if good {
 			return pc.ReportGood(ctx, captchaID)
@@ -273,7 +339,10 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 	attrs := []any{"mode", "gateway", "gateway", gw.Name(), "reply_queue", gw.ReplyQueue(), "store", path}
 	// getbalance: the freshest balance a worker read (at most about a
 	// minute old; see amqp.BalanceEveryDefault).
-	return server.Config{Backend: gw, Balance: gw.Balance, Report: gw.Report}, attrs, stop, nil
+	report := func(ctx context.Context, r captchaq.Result, good bool) error {
+		return gw.Report(ctx, r.CaptchaID, good)
+	}
+	return server.Config{Backend: gw, Balance: gw.Balance, Report: report}, attrs, stop, nil
 }
 
 // newHTTPServer sets the timeouts; event streams and long polls lift the

@@ -37,8 +37,16 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	owner := fs.String("owner", "", "name of this worker's checkpoint queue (default host-pid-random)")
 	shared := fs.Bool("shared-threads", true, "share --threads with every worker on the prefix through a pool of thread tokens on the broker (give every worker the same --threads); false: each worker uses --threads on its own")
 	verbose := fs.Bool("v", false, "log every task")
+	providers := fs.String("providers", "", "not supported by the fleet yet: refused (see below)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *providers != "" {
+		// The fleet shares one provider's threads through its token pool,
+		// its gateway and enqueue validate tasks for that provider, and
+		// reports reach it by captcha id alone: several providers would
+		// route, validate and report wrongly, so the flag is refused.
+		return usageError(errors.New("--providers: the worker fleet runs on one provider (--api-url and the key); several providers work with captchaq batch and captchaq serve without --amqp"))
 	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q; the worker takes only flags", fs.Arg(0))}

@@ -51,6 +51,12 @@
     const state = $("state");
     state.textContent = m.Paused ? "paused: " + m.PausedReason : (st.ready ? "ready" : "not ready");
     state.className = "badge " + (m.Paused || !st.ready ? "bad" : "ok");
+    // Several providers (--providers): each one's health, tasks and spend.
+    const ps = (m.Providers || []).filter((p) => p.Name);
+    $("providers-section").hidden = ps.length === 0;
+    $("providers").replaceChildren(...ps.map((p) => row([p.Name, p.Healthy ? "in routing" : (p.Down ? "down" : "paused"),
+      p.ThreadsInUse + " / " + p.Threads, p.Solved, p.Failed, p.Moved, p.Spend.toFixed(4),
+      p.SpendLastHour.toFixed(4) + (p.MaxSpendPerHour ? " / " + p.MaxSpendPerHour.toFixed(2) : ""), p.CostPer1000.toFixed(2)])));
     $("clients").replaceChildren(...(st.clients || []).map((c) => row([c.name, c.weight, c.inflight, c.accepted, c.solved, c.failed])));
     set("dead-count", st.dead_letters);
   }
