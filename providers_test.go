@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -313,4 +314,122 @@ func TestProvidersResumeInFlightAtItsProvider(t *testing.T) {
 	if r.Status != captchaq.StatusSolved || r.Provider != "backup" || r.CaptchaID != id || p.backup.Stats().Accepted != 1 {
 		t.Fatalf("after restart: %+v; backup accepted %d, want 1", r, p.backup.Stats().Accepted)
 	}
+}
+
+// BenchmarkSpillOverMainUtilization runs one batch on the main plan alone
+// and the same batch with a spill-over provider behind it, side by side,
+// and reports the main plan's utilization in each: its threads busy at
+// the simulator (accepted, not yet solved) over its threads, sampled every
+// 5 ms while tasks wait in the queue, which is when an idle main thread
+// would be a loss; also the simulator's own figure over the whole run
+// (from its first to its last accepted submit, so edges weigh more in
+// the shorter run), the share of tasks that spilled, and the makespan.
+//
+//	go test -run '^$' -bench SpillOverMainUtilization -benchtime 1x .
+//	LATENCY_SCALE=0.05 go test -run '^$' -bench SpillOverMainUtilization -benchtime 3x .
+//
+// At scale 0.2 the main plan was as busy with spill-over as alone (0.972
+// and 0.973); at 0.05, where each task's poll and submit take a larger
+// share of its 0.4 s solve and the spill-over run makes four times the
+// requests on the same two cores, 0.858 against 0.908; with the second
+// provider configured but never taking a task, 0.904 against 0.906.
+func BenchmarkSpillOverMainUtilization(b *testing.B) {
+	// LATENCY_SCALE scales the simulators' solve times (Turnstile's
+	// median is 8 s at 1); spill_after is five of those medians.
+	scale := 0.2
+	if v, err := strconv.ParseFloat(os.Getenv("LATENCY_SCALE"), 64); err == nil {
+		scale = v
+	}
+	spillAfter := time.Duration(scale * float64(40*time.Second))
+	const (
+		tasks   = 300
+		threads = 10
+	)
+	run := func(b *testing.B, spill bool) (util, whole, spilled, seconds float64) {
+		lat := sim.Config{Threads: threads, LatencyScale: scale, Seed: 11, PollBan: sim.PollBan{Disabled: true}}
+		mainSrv, mainURL, err := sim.Start(lat, "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer mainSrv.Close()
+		mainClient, _ := provider.NewClient(provider.ClientConfig{BaseURL: mainURL, Key: "k"})
+		cfg := captchaq.Config{}
+		if spill {
+			bl := lat
+			bl.Threads, bl.Methods, bl.PricePer1000, bl.Balance = 30, backupMethods, 1, 1000
+			backupSrv, backupURL, err := sim.Start(bl, "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer backupSrv.Close()
+			backupClient, _ := provider.NewClient(provider.ClientConfig{BaseURL: backupURL, Key: "k", Methods: backupMethods})
+			cfg.Providers = []captchaq.ProviderConfig{
+				{Name: "main", Provider: mainClient, Threads: threads, Methods: provider.CaptchaAIMethods},
+				{Name: "backup", Provider: backupClient, Threads: 30, Methods: backupMethods, PricePer1000: map[string]float64{"default": 1}, SpillAfter: spillAfter},
+			}
+		} else {
+			cfg.Provider, cfg.Threads = mainClient, threads
+		}
+		cfg.PollGap = 50 * time.Millisecond
+		q, err := captchaq.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := q.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		defer q.Close()
+		var in []captchaq.Task
+		for i := range tasks {
+			in = append(in, task(fmt.Sprintf("u%03d", i), 0))
+		}
+		start := time.Now()
+		var busy, samples float64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				if q.Metrics().QueueDepth > 0 {
+					busy += float64(mainSrv.Stats().ThreadsInUse) / threads
+					samples++
+				}
+			}
+		}()
+		done := make(chan captchaq.Result, tasks)
+		if errs := q.SubmitBatchFunc(context.Background(), in, func(_ int, r captchaq.Result) { done <- r }); errors.Join(errs...) != nil {
+			b.Fatal(errors.Join(errs...))
+		}
+		n := 0
+		for range tasks {
+			if r := <-done; r.Provider == "backup" {
+				n++
+			}
+		}
+		close(stop)
+		<-sampled
+		return busy / samples, mainSrv.Stats().Utilization, float64(n) / tasks, time.Since(start).Seconds()
+	}
+	var alone, with, wholeAlone, wholeWith, spilled, tAlone, tWith float64
+	for range b.N {
+		u, w, _, s := run(b, false)
+		alone, wholeAlone, tAlone = alone+u, wholeAlone+w, tAlone+s
+		u, w, f, s := run(b, true)
+		with, wholeWith, spilled, tWith = with+u, wholeWith+w, spilled+f, tWith+s
+	}
+	n := float64(b.N)
+	b.ReportMetric(alone/n, "main-util-alone")
+	b.ReportMetric(with/n, "main-util-with-spill")
+	b.ReportMetric(wholeAlone/n, "sim-util-alone")
+	b.ReportMetric(wholeWith/n, "sim-util-with-spill")
+	b.ReportMetric(spilled/n, "spilled-share")
+	b.ReportMetric(tAlone/n, "s-alone")
+	b.ReportMetric(tWith/n, "s-with-spill")
 }
