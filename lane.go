@@ -1,6 +1,7 @@
 package captchaq
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"time"
@@ -281,11 +282,21 @@ func (q *Queue) probeLocked(now time.Time) time.Time {
 	return next
 }
 
-// probe asks l's account for its balance and brings l back on an answer.
+// probe asks l's account for its balance (a provider with no Balance: for
+// an id, any answer in the protocol will do) and brings l back on an
+// answer.
 func (q *Queue) probe(l *lane) {
 	defer q.wg.Done()
-	state, funds := q.checkAccount(l)
-	up := state == accountFine && (len(l.price) == 0 || funds > 0)
+	var up bool
+	if _, ok := l.prov.(BalanceChecker); ok {
+		state, funds := q.checkAccount(l)
+		up = state == accountFine && (len(l.price) == 0 || funds > 0)
+	} else {
+		ctx, cancel := context.WithTimeout(q.runCtx, accountCheckTimeout)
+		_, err := l.prov.PollMany(ctx, []string{"0"})
+		cancel()
+		up = err == nil
+	}
 	now := q.now()
 	q.mu.Lock()
 	l.probing = false

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -432,4 +433,80 @@ func BenchmarkSpillOverMainUtilization(b *testing.B) {
 	b.ReportMetric(spilled/n, "spilled-share")
 	b.ReportMetric(tAlone/n, "s-alone")
 	b.ReportMetric(tWith/n, "s-with-spill")
+}
+
+// noBalance hides a provider's Balance: the probe of a provider that has
+// none asks for an id instead.
+type noBalance struct{ captchaq.Provider }
+
+// A provider down on the network leaves routing, and comes back once a
+// probe gets an answer from it again.
+func TestProvidersDownThenBackAfterProbe(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	mainCfg := sim.Config{Threads: 2, Latency: fastLatency(20 * time.Millisecond), PollBan: sim.PollBan{Disabled: true}}
+	mainSrv, base, err := sim.Start(mainCfg, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backupSrv, backupBase, err := sim.Start(sim.Config{Threads: 2, Methods: backupMethods, Latency: fastLatency(20 * time.Millisecond)}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backupSrv.Close()
+	backup, err := provider.NewClient(provider.ClientConfig{BaseURL: backupBase, Key: "k", Methods: backupMethods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := captchaq.New(captchaq.Config{
+		Providers: []captchaq.ProviderConfig{
+			{Name: "main", Provider: noBalance{client}, Threads: 2, Methods: provider.CaptchaAIMethods, DownAfter: 50 * time.Millisecond},
+			{Name: "backup", Provider: backup, Threads: 2, Methods: backupMethods, SpillAfter: time.Hour},
+		},
+		PollInterval: 10 * time.Millisecond, RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	solveAt := func(id string) string {
+		t.Helper()
+		f, err := q.Submit(context.Background(), task(id, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waitAll(t, []*captchaq.Future{f})[0].Provider
+	}
+	if p := solveAt("before"); p != "main" {
+		t.Fatalf("before: solved at %q", p)
+	}
+	mainSrv.Close()
+	// Failing submits take main down; the task goes to backup.
+	if p := solveAt("while-down"); p != "backup" {
+		t.Fatalf("while main is down: solved at %q", p)
+	}
+	if m := q.Metrics().Providers[0]; !m.Down || m.Healthy {
+		t.Fatalf("main after failing: %+v", m)
+	}
+	mainSrv, _, err = sim.Start(mainCfg, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mainSrv.Close()
+	eventually(t, "a probe bringing main back", func() bool { return q.Metrics().Providers[0].Healthy })
+	if p := solveAt("after"); p != "main" {
+		t.Fatalf("after the probe: solved at %q", p)
+	}
 }

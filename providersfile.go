@@ -65,6 +65,9 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 	if err := dec.Decode(&entries); err != nil {
 		return nil, fmt.Errorf("providers file: not a JSON array of provider objects (%v); see the format in the README", err)
 	}
+	if dec.More() {
+		return nil, errors.New("providers file: text after the array; the file is one JSON array")
+	}
 	if len(entries) == 0 {
 		return nil, errors.New("providers file: the array is empty; list at least one provider")
 	}

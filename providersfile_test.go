@@ -98,4 +98,7 @@ func TestParseProvidersErrors(t *testing.T) {
 	if _, err := captchaq.ParseProviders([]byte(`{}`), providersEnv(nil)); err == nil || !strings.HasPrefix(err.Error(), "providers file: not a JSON array") {
 		t.Errorf("an object: %v", err)
 	}
+	if _, err := captchaq.ParseProviders([]byte(`[] []`), providersEnv(nil)); err == nil || err.Error() != "providers file: text after the array; the file is one JSON array" {
+		t.Errorf("two arrays: %v", err)
+	}
 }
