@@ -14,7 +14,9 @@ import (
 // It runs on its own goroutine, holding a slot taken by the dispatcher.
 func (q *Queue) submit(st *taskState) {
 	defer q.wg.Done()
-	l := st.lane
+	// Captured now: a failed submit puts st back in the queue, where the
+	// dispatcher may give it another lane before the deferred count below.
+	l, price := st.lane, st.price
 	// The cap covers the checkpoint too: a task the provider accepted is
 	// at risk of a second solve until its captcha id is durable, and while
 	// the Store cannot write (a broker outage) at most the cap of them
@@ -22,7 +24,7 @@ func (q *Queue) submit(st *taskState) {
 	defer func() {
 		q.mu.Lock()
 		l.submits--
-		l.launching -= st.price
+		l.launching -= price
 		q.mu.Unlock()
 		q.dispatcher.wake()
 	}()
