@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,4 +156,70 @@ func TestWorkerRefusesProviders(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "--providers: the worker fleet runs on one provider") {
 		t.Fatalf("worker --providers = %+v", r)
 	}
+}
+
+// A batch on two providers whose main simulator, a process of its own, is
+// killed with SIGKILL mid-run: every task still gets its answer, the ones
+// in flight there from backup with "abandoned": ["main"].
+func TestBatchProvidersMainKilled(t *testing.T) {
+	mainProc, m := startProcess(t, captchaqBinary(t), nil, regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`),
+		"sim", "--addr", "127.0.0.1:0", "--threads", "4", "--latency-scale", "0.05", "--no-poll-ban")
+	_, backupURL := startFastSim(t, sim.Config{Threads: 20, PricePer1000: 1, Methods: []string{"turnstile"}})
+	file := writeFile(t, "providers.json", fmt.Sprintf(`[
+ {"name": "main", "url": %q, "key_env": "CAPTCHAAI_KEY", "threads": 4, "methods": ["turnstile"], "down_after": "300ms"},
+ {"name": "backup", "url": %q, "key_env": "BACKUP_KEY", "threads": 20, "methods": ["turnstile"], "price_per_1000": {"default": 1}, "spill_after": "1h"}]`,
+		m[1], backupURL))
+	tasks := turnstileTasks("kill", 24)
+	in := writeFile(t, "tasks.jsonl", jsonl(t, tasks))
+	outPath := filepath.Join(t.TempDir(), "out.jsonl")
+	done := make(chan cliRun, 1)
+	go func() {
+		done <- runWith(t, "", map[string]string{"CAPTCHAAI_KEY": batchKey, "BACKUP_KEY": "backup-key-1"},
+			append([]string{"batch", in, "--out", outPath, "--store", filepath.Join(t.TempDir(), "q.db"), "--providers", file}, fastQueue...)...)
+	}()
+	// Mid-run: once main has accepted its first tasks.
+	for accepted := 0; accepted < 6; {
+		resp, err := http.Get(m[1] + "/sim/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st sim.Stats
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted = int(st.Accepted)
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := mainProc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.code != 0 {
+		t.Fatalf("batch = %+v", r)
+	}
+	out, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := parseResults(t, string(out))
+	wantAllSolved(t, got, tasks)
+	moved := 0
+	for id, res := range got {
+		if res.Abandoned != nil {
+			moved++
+			if len(res.Abandoned) != 1 || res.Abandoned[0] != "main" || res.Provider != "backup" {
+				t.Errorf("%s: abandoned %v, solved at %q", id, res.Abandoned, res.Provider)
+			}
+		}
+	}
+	want := "[out of routing]"
+	if moved > 0 {
+		want = fmt.Sprintf("%d moved away when it went down [out of routing]", moved)
+	}
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("summary lacks %q:\n%s", want, r.stderr)
+	}
+	t.Logf("%d tasks in flight at main when it was killed were solved by backup", moved)
 }
