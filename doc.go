@@ -44,11 +44,13 @@
 //
 // Health. A network error, a 5xx page or an unreadable body starts a
 // provider's failing time; any answer in the protocol ends it. A provider
-// failing longer than its DownAfter, or paused by an account error (bad
-// key, IP refused, a zero balance confirmed by getbalance), is out of
-// routing: its queued tasks go to the others at once, with no SpillAfter.
-// Every DownAfter a probe asks it for its balance; an answer (with funds,
-// for a priced provider) brings it back. Tasks in flight there keep being
+// failing longer than its DownAfter, or paused by an account error, is
+// out of routing: its queued tasks go to the others at once, with no
+// SpillAfter. A bad key or a refused IP pauses it until a probe (every
+// DownAfter, getbalance; a poll for a provider with no Balance) gets an
+// answer, with funds for a priced provider; a temporary ban or a zero
+// balance that getbalance confirms pauses it for the time the pause
+// states (a minute for the balance), after which submits try it again. Tasks in flight there keep being
 // polled while its res.php answers; once its polls have failed for
 // DownAfter (or answer an account error) they cannot be fetched, and they
 // are submitted to another provider. That attempt is not counted; the
