@@ -40,7 +40,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL] [--sim] [--store PATH|memory] [--order input|longest-first]")
+		fmt.Fprintln(env.stderr, "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--sim] [--store PATH|memory] [--order input|longest-first]")
 		fmt.Fprintln(env.stderr, "\nReads task JSONL (one task a line), solves every task through the queue and writes one result line per task.")
 		fs.PrintDefaults()
 	}
