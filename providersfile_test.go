@@ -1,6 +1,7 @@
 package captchaq_test
 
 import (
+	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
@@ -101,4 +102,30 @@ func TestParseProvidersErrors(t *testing.T) {
 	if _, err := captchaq.ParseProviders([]byte(`[] []`), providersEnv(nil)); err == nil || err.Error() != "providers file: text after the array; the file is one JSON array" {
 		t.Errorf("two arrays: %v", err)
 	}
+}
+
+// Two providers from a providers file: keys from the environment, methods
+// by URL, then a queue on them.
+func ExampleParseProviders() {
+	file := []byte(exampleProviders)
+	getenv := map[string]string{"CAPTCHAAI_KEY": "key-one", "BACKUP_KEY": "key-two"}
+	ps, err := captchaq.ParseProviders(file, captchaq.ProvidersEnv{Getenv: func(k string) string { return getenv[k] }})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, p := range ps {
+		fmt.Printf("%s: %d threads, %d methods, %v per 1,000, spill after %v, at most %v an hour\n",
+			p.Name, p.Threads, len(p.Methods), p.PricePer1000, p.SpillAfter, p.MaxSpendPerHour)
+	}
+	q, err := captchaq.New(captchaq.Config{Providers: ps})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(q.Validate(captchaq.Task{ID: "h", Method: "hcaptcha", Params: map[string]string{"sitekey": "s", "pageurl": "https://a.example/"}}))
+	// Output:
+	// main: 20 threads, 10 methods, map[] per 1,000, spill after 0s, at most 0 an hour
+	// backup: 100 threads, 4 methods, map[base64:0.5 default:2.99] per 1,000, spill after 5s, at most 3 an hour
+	// <nil>
 }
