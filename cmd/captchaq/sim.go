@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,8 +83,15 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	}
 	if *methods != "" {
 		for _, m := range strings.Split(*methods, ",") {
-			cfg.Methods = append(cfg.Methods, strings.TrimSpace(m))
+			m = strings.TrimSpace(m)
+			if !slices.Contains(provider.KnownMethods, m) {
+				return &exitError{code: 2, err: fmt.Errorf("--methods: %q is not a method the simulator knows; use some of %s", m, strings.Join(provider.KnownMethods, ","))}
+			}
+			cfg.Methods = append(cfg.Methods, m)
 		}
+	}
+	if *price < 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--price is %v: give 0 (a thread plan) or the price of 1,000 solves", *price)}
 	}
 	srv, base, err := sim.Start(cfg, *addr)
 	if err != nil {

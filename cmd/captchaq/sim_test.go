@@ -87,7 +87,7 @@ func TestSimHelpAndBadFlags(t *testing.T) {
 	if c := run(context.Background(), env, []string{"sim", "--help"}); c != 0 {
 		t.Fatalf("--help exit code %d", c)
 	}
-	for _, flag := range []string{"-no-slot-answer", "-latency-scale", "-unsolvable-rate", "-fault-5xx", "-fault-drop", "-fault-slow", "-no-bulk", "-poll-ban-max", "-seed", "-threads", "-key", "-addr"} {
+	for _, flag := range []string{"-no-slot-answer", "-latency-scale", "-unsolvable-rate", "-fault-5xx", "-fault-drop", "-fault-slow", "-no-bulk", "-poll-ban-max", "-seed", "-threads", "-key", "-addr", "-methods", "-price"} {
 		if !strings.Contains(stderr.String(), flag) {
 			t.Errorf("--help does not list %s", flag)
 		}
@@ -100,6 +100,8 @@ func TestSimHelpAndBadFlags(t *testing.T) {
 		{[]string{"sim", "--unsolvable-rate", "2"}, "UnsolvableRate"},
 		{[]string{"sim", "--no-slot-answer", "NOPE"}, "NoSlotAnswer"},
 		{[]string{"sim", "extra"}, "unexpected argument"},
+		{[]string{"sim", "--methods", "hcaptcha,keycaptcha"}, `--methods: "keycaptcha" is not a method the simulator knows`},
+		{[]string{"sim", "--price", "-1"}, "--price is -1"},
 	}
 	for _, tt := range tests {
 		stderr.Reset()
