@@ -42,6 +42,18 @@ func newPoller(q *Queue) *poller {
 // fixed interval. Pingbacks keep the fixed slow fallback.
 func (p *poller) adaptive() bool { return p.q.cfg.adaptive && p.q.cfg.PingbackURL == "" }
 
+// logPolling says, once at Start, which cadence polls follow.
+func (q *Queue) logPolling() {
+	switch {
+	case q.poller.adaptive():
+		q.log.Info("polling", "schedule", "default", "poll_gap", q.cfg.PollGap)
+	case q.cfg.PingbackURL != "":
+		q.log.Info("polling", "schedule", "pingback", "fallback_every", q.repoll())
+	default:
+		q.log.Info("polling", "schedule", "fixed", "poll_interval", q.cfg.PollInterval)
+	}
+}
+
 func (p *poller) wake() {
 	select {
 	case p.wakeCh <- struct{}{}:

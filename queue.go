@@ -163,6 +163,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	if resumed > 0 {
 		q.log.Info("resumed pending tasks", "tasks", resumed, "in_flight", polling)
 	}
+	q.logPolling()
 	q.wg.Add(2)
 	go q.dispatcher.run(&q.wg)
 	go q.poller.run(&q.wg)
