@@ -56,6 +56,7 @@ type Queue struct {
 	hold      time.Time           // no submits before (rate limited)
 	submits   int                 // submit requests in progress
 	early     map[string]pingback // pingbacks that beat their checkpoint
+	bursts    bursts
 	metrics   counters
 }
 
@@ -63,6 +64,7 @@ type Queue struct {
 type taskState struct {
 	rec     Record
 	kind    provider.Kind
+	burst   int64 // the burst it was accepted in (order.go)
 	waiters []func(Result, error)
 
 	transient   int  // consecutive transient submit failures (backoff)
@@ -174,7 +176,7 @@ func (q *Queue) Start(ctx context.Context) error {
 // scheduler, in-flight ones to the poller with a slot taken. Callers hold
 // q.mu.
 func (q *Queue) register(r Record, w func(Result, error)) *taskState {
-	st := &taskState{rec: r}
+	st := &taskState{rec: r, burst: q.bursts.of(r.AcceptedAt)}
 	st.kind, _ = r.Task.ProviderTask().Kind()
 	if w != nil {
 		st.waiters = append(st.waiters, w)
@@ -200,7 +202,7 @@ func (q *Queue) push(st *taskState) {
 	t := st.rec.Task
 	q.queue.Push(sched.Item[*taskState]{
 		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
-		Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline,
+		Burst: st.burst, Expected: provider.MedianSolveTime(st.kind), Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline,
 	}, q.now())
 	q.dispatcher.wake()
 }
