@@ -175,22 +175,30 @@ func fastMixTasks(n int) []Task {
 	return tasks
 }
 
-// runModel solves tasks through a Queue with cfg on a modelProvider, in a
-// synctest bubble: the clock is fake, so the outcome does not depend on
-// the machine's speed.
-func runModel(t *testing.T, cfg Config, threads int, tasks []Task, seed uint64) (o outcome) {
+// startModel starts a Queue with cfg on m, with m's threads; call it in
+// a synctest bubble. The queue closes when t ends.
+func startModel(t *testing.T, cfg Config, m *modelProvider) *Queue {
+	t.Helper()
+	cfg.Provider, cfg.Threads = m, m.threads
+	q, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+// runModel solves tasks through a Queue with cfg on a modelProvider with
+// the solve times of lat, in a synctest bubble: the clock is fake, so
+// the outcome does not depend on the machine's speed.
+func runModel(t *testing.T, cfg Config, threads int, lat map[provider.Kind][2]time.Duration, tasks []Task, seed uint64) (o outcome) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
-		m := &modelProvider{threads: threads, seed: seed, lat: fastMix, tasks: map[string]*modelTask{}}
-		cfg.Provider, cfg.Threads = m, threads
-		q, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
+		m := &modelProvider{threads: threads, seed: seed, lat: lat, tasks: map[string]*modelTask{}}
+		q := startModel(t, cfg, m)
 		start := time.Now()
 		rs, err := q.SolveBatch(t.Context(), tasks)
 		if err != nil {
@@ -222,8 +230,8 @@ func TestDefaultPollingBeatsFixedIntervalFrontier(t *testing.T) {
 	const threads = 20
 	tasks := fastMixTasks(200)
 	line := 1 / (2 * float64(threads))
-	def := runModel(t, Config{}, threads, tasks, 1)
-	fixed := runModel(t, Config{PollInterval: 500 * time.Millisecond}, threads, tasks, 1)
+	def := runModel(t, Config{}, threads, fastMix, tasks, 1)
+	fixed := runModel(t, Config{PollInterval: 500 * time.Millisecond}, threads, fastMix, tasks, 1)
 	t.Logf("defaults: %+v frontier %.4f", def, def.frontier())
 	t.Logf("fixed 500ms: %+v frontier %.4f", fixed, fixed.frontier())
 	// Longest first within a burst (the queue's order) saves a fixed
@@ -253,14 +261,7 @@ func TestDefaultPollingLoneTask(t *testing.T) {
 	// Teach the kind's distribution first: the lone task is the last one.
 	synctest.Test(t, func(t *testing.T) {
 		m := &modelProvider{threads: 5, seed: 2, lat: fastMix, tasks: map[string]*modelTask{}}
-		q, err := New(Config{Provider: m, Threads: 5})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
+		q := startModel(t, Config{}, m)
 		for _, task := range tasks {
 			m.mu.Lock()
 			polls := m.polls
@@ -297,14 +298,7 @@ func TestQueueOrdersBurstLongestFirst(t *testing.T) {
 	second := []Task{image("img-c", 0), web("rc-c", "userrecaptcha")}
 	synctest.Test(t, func(t *testing.T) {
 		m := &modelProvider{threads: 1, seed: 1, lat: fastMix, tasks: map[string]*modelTask{}}
-		q, err := New(Config{Provider: m, Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
+		q := startModel(t, Config{}, m)
 		var wg sync.WaitGroup
 		for _, batch := range [][]Task{first, second} {
 			wg.Add(len(batch))
@@ -373,28 +367,10 @@ func TestDefaultPollingSmallBatch(t *testing.T) {
 		t.Fatalf("%d tasks in examples/tasks.jsonl, want 23", len(tasks))
 	}
 	for seed := uint64(1); seed <= 5; seed++ {
-		synctest.Test(t, func(t *testing.T) {
-			m := &modelProvider{threads: 20, seed: seed, lat: readmeMix, tasks: map[string]*modelTask{}}
-			q, err := New(Config{Provider: m, Threads: 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := q.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			defer q.Close()
-			start := time.Now()
-			if _, err := q.SolveBatch(t.Context(), tasks); err != nil {
-				t.Fatal(err)
-			}
-			if err := q.Close(); err != nil {
-				t.Fatal(err)
-			}
-			o := m.outcome(len(tasks), time.Since(start))
-			t.Logf("seed %d: %.2f requests a task, ready to fetched p99 %v", seed, o.requestsPerTask, o.p99)
-			if o.requestsPerTask > 2 {
-				t.Errorf("seed %d: %.2f requests a task, want at most 2", seed, o.requestsPerTask)
-			}
-		})
+		o := runModel(t, Config{}, 20, readmeMix, tasks, seed)
+		t.Logf("seed %d: %.2f requests a task, ready to fetched p99 %v", seed, o.requestsPerTask, o.p99)
+		if o.requestsPerTask > 2 {
+			t.Errorf("seed %d: %.2f requests a task, want at most 2", seed, o.requestsPerTask)
+		}
 	}
 }
