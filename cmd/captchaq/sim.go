@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/captchaq/captchaq/bench"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -43,6 +45,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		seed     = fs.Uint64("seed", 0, "seed of the random source (same seed, same requests: same run)")
 		balance  = fs.Float64("balance", sim.BalanceDefault, "what getbalance answers")
 		retained = fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept")
+		mix      = fs.String("mix", "", "solve times of a `NAME`d task mix of captchaq bench ("+strings.Join(bench.MixNames(), ", ")+"; default: the simulator's own, which the realistic and short mixes use)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: captchaq sim [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. Flags:")
@@ -60,7 +63,12 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	if *scale <= 0 && !*instant {
 		return &exitError{code: 2, err: fmt.Errorf("--latency-scale is %v: give a positive factor, or use --instant", *scale)}
 	}
+	latency, ok := bench.MixLatency[*mix]
+	if _, known := bench.Mixes[*mix]; *mix != "" && !known {
+		return &exitError{code: 2, err: fmt.Errorf("--mix %q: use one of %s", *mix, strings.Join(bench.MixNames(), ", "))}
+	}
 	cfg = sim.Config{
+		Latency:        latency,
 		Threads:        *threads,
 		Key:            *key,
 		NoSlotAnswer:   *noSlot,
@@ -83,7 +91,11 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	if *key != "" {
 		keyNote = "one key (from --key)"
 	}
-	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, latency scale %v, accepts %s)\n", base, *threads, *scale, keyNote)
+	times := "the simulator's own solve times"
+	if ok {
+		times = "the " + *mix + " mix's solve times"
+	}
+	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, %s, latency scale %v, accepts %s)\n", base, *threads, times, *scale, keyNote)
 	<-ctx.Done()
 	closed := make(chan struct{})
 	go func() { srv.Close(); close(closed) }()
