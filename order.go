@@ -25,9 +25,12 @@ func (t Task) ExpectedSolveTime() time.Duration {
 // tasks, so the batch ends sooner: in input order, the whole batch can
 // wait for a reCAPTCHA submitted near the end.
 //
-// The queue itself stays FIFO within a priority and serves lower priority
-// numbers first, so this order matters among tasks of one priority. It is
-// for callers that hold a whole batch and care only when all of it is done.
+// The queue itself orders this way the tasks of one burst (accepted
+// within a second of each other, see bursts) and keeps lower priority
+// numbers first, so this order matters among tasks of one priority that
+// reach the queue over more than a second: a batch larger than
+// Config.MaxQueued, or one fed slowly. It is for callers that hold a
+// whole batch and care only when all of it is done.
 func LongestFirst(tasks []Task) {
 	SortLongestFirst(tasks, func(t Task) Task { return t })
 }
@@ -47,4 +50,31 @@ func SortLongestFirst[E any](s []E, task func(E) Task) {
 	for i, k := range ks {
 		s[i] = k.e
 	}
+}
+
+// burstWindow is how close tasks' acceptances must be for them to count
+// as arrived together: a task accepted within burstWindow of the first
+// task of the current burst joins it, a later one starts the next.
+const burstWindow = time.Second
+
+// bursts numbers the bursts of accepted tasks, for the queue's order:
+// within a priority and tenant, bursts go in arrival order, and within a
+// burst the kinds that take longest (provider.MedianSolveTime) go first,
+// FIFO among equals. A batch handed over at once is a burst, so its last
+// answers come from short tasks instead of a long one started last;
+// tasks that stream in are reordered only among those accepted within
+// burstWindow of each other, so none is passed by a task accepted later
+// than that. Guarded by q.mu.
+type bursts struct {
+	n     int64
+	start time.Time // acceptance of the current burst's first task
+}
+
+// of is the burst of a task accepted at accepted.
+func (b *bursts) of(accepted time.Time) int64 {
+	if b.n == 0 || accepted.Sub(b.start) > burstWindow {
+		b.n++
+		b.start = accepted
+	}
+	return b.n
 }

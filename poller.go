@@ -47,6 +47,18 @@ func (p *poller) polls(st *taskState) bool { return st.lane == p.lane }
 // fixed interval. Pingbacks keep the fixed slow fallback.
 func (p *poller) adaptive() bool { return p.q.cfg.adaptive && p.q.cfg.PingbackURL == "" }
 
+// logPolling says, once at Start, which cadence polls follow.
+func (q *Queue) logPolling() {
+	switch {
+	case q.lanes[0].poller.adaptive():
+		q.log.Info("polling", "schedule", "default", "poll_gap", q.cfg.PollGap)
+	case q.cfg.PingbackURL != "":
+		q.log.Info("polling", "schedule", "pingback", "fallback_every", q.repoll())
+	default:
+		q.log.Info("polling", "schedule", "fixed", "poll_interval", q.cfg.PollInterval)
+	}
+}
+
 func (p *poller) wake() {
 	select {
 	case p.wakeCh <- struct{}{}:

@@ -3,6 +3,8 @@ package captchaq_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +71,49 @@ func TestPollCadence(t *testing.T) {
 	// the first round set the cadence.
 	if limit := int64(elapsed/every) + 4; st.Calls.PollBulk > limit {
 		t.Fatalf("%d poll requests in %v: want at most %d (one per PollInterval)", st.Calls.PollBulk, elapsed, limit)
+	}
+}
+
+// Start says which cadence polls follow: the default scheduler unless
+// PollInterval is given, and the slow fallback behind pingbacks.
+func TestStartLogsPollingCadence(t *testing.T) {
+	t.Parallel()
+	client, err := provider.NewClient(provider.ClientConfig{BaseURL: "http://127.0.0.1:1", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		cfg  captchaq.Config
+		want string
+	}{
+		{"default", captchaq.Config{}, "level=INFO msg=polling schedule=default poll_gap=500ms\n"},
+		{"poll gap", captchaq.Config{PollGap: 2 * time.Second}, "level=INFO msg=polling schedule=default poll_gap=2s\n"},
+		{"fixed", captchaq.Config{PollInterval: 250 * time.Millisecond}, "level=INFO msg=polling schedule=fixed poll_interval=250ms\n"},
+		{"pingback", captchaq.Config{PingbackURL: "https://cb.example/pingback/s"}, "level=INFO msg=polling schedule=pingback fallback_every=10s\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var logs strings.Builder
+			c.cfg.Provider = client
+			c.cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{
+				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+					if a.Key == slog.TimeKey {
+						return slog.Attr{}
+					}
+					return a
+				}}))
+			q, err := captchaq.New(c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			q.Close()
+			if got := logs.String(); got != c.want {
+				t.Errorf("logs %q, want %q", got, c.want)
+			}
+		})
 	}
 }

@@ -96,18 +96,48 @@ func (d *solveDist) integral(x time.Duration) float64 {
 	return s / float64(len(d.lo))
 }
 
-// solveModel is the solve time distribution of one kind: learned, or the
-// log-normal prior before any answer.
+// solveModel is the solve time distribution of one kind: the learned
+// samples, the log-normal prior before any answer, or, with tail set, the
+// learned samples blended with the prior as priorSamples more samples.
+//
+// The blend keeps a tail past the longest answer learned. A kind's first
+// answers are its fastest, so on the learned samples alone a task older
+// than all of them looks certainly ready and is polled every PollGap
+// until its answer comes: worth it while tasks wait for a thread (that
+// thread is likely free), a waste on an idle queue, where the end of a
+// small batch spent a request every PollGap on its last reCAPTCHAs
+// (README's first command: 3 to 4 requests a task). So the blend is used
+// on an idle queue only.
 type solveModel struct {
-	d      *solveDist
-	median float64 // prior, seconds
+	d      *solveDist // nil before any answer
+	median float64    // prior, seconds
+	tail   bool
 }
 
-func (p *poller) model(k provider.Kind) solveModel {
+// priorSamples is the prior's weight in the blend, in samples.
+const priorSamples = 1
+
+// model is kind k's distribution; tail: blend in the prior (idle queue).
+// Callers hold q.mu.
+func (p *poller) model(k provider.Kind, tail bool) solveModel {
+	m := solveModel{median: provider.MedianSolveTime(k).Seconds() * p.pace(), tail: tail}
 	if d := p.dists[k]; d != nil && len(d.lo) > 0 {
-		return solveModel{d: d}
+		m.d = d
 	}
-	return solveModel{median: provider.MedianSolveTime(k).Seconds() * p.pace()}
+	return m
+}
+
+// blend is the model's value of a measure, from its learned and prior
+// values.
+func (m solveModel) blend(learned, prior func() float64) float64 {
+	switch {
+	case m.d == nil:
+		return prior()
+	case !m.tail:
+		return learned()
+	}
+	n := float64(len(m.d.lo))
+	return (n*learned() + priorSamples*prior()) / (n + priorSamples)
 }
 
 // pace is how fast this provider solves against the published medians:
@@ -132,19 +162,21 @@ func (p *poller) pace() float64 {
 }
 
 func (m solveModel) cdf(x time.Duration) float64 {
-	if m.d != nil {
-		return m.d.cdf(x)
-	}
+	return m.blend(func() float64 { return m.d.cdf(x) }, func() float64 { return m.priorCDF(x) })
+}
+
+func (m solveModel) integral(x time.Duration) float64 {
+	return m.blend(func() float64 { return m.d.integral(x) }, func() float64 { return m.priorIntegral(x) })
+}
+
+func (m solveModel) priorCDF(x time.Duration) float64 {
 	if x <= 0 {
 		return 0
 	}
 	return normCDF(math.Log(x.Seconds()/m.median) / priorSpread)
 }
 
-func (m solveModel) integral(x time.Duration) float64 {
-	if m.d != nil {
-		return m.d.integral(x)
-	}
+func (m solveModel) priorIntegral(x time.Duration) float64 {
 	if x <= 0 {
 		return 0
 	}
@@ -208,16 +240,17 @@ func (c pending) waited(t time.Time) float64 {
 func (p *poller) snapshot(now time.Time) []pending {
 	q := p.q
 	gap := q.cfg.PollGap
-	weight := idleWeight
-	if q.queue.Len() > 0 {
-		weight = busyWeight
+	idle := q.queue.Len() == 0
+	weight := busyWeight
+	if idle {
+		weight = idleWeight
 	}
 	out := make([]pending, 0, len(q.inflight))
 	for _, st := range q.inflight {
 		if !p.polls(st) {
 			continue
 		}
-		c := pending{m: p.model(st.kind), submit: st.rec.SubmittedAt, weight: weight}
+		c := pending{m: p.model(st.kind, idle), submit: st.rec.SubmittedAt, weight: weight}
 		if !st.lastPoll.IsZero() && st.lastPoll.After(c.submit) {
 			c.from = st.lastPoll.Sub(c.submit)
 		}
@@ -295,5 +328,5 @@ func (p *poller) dueAdaptive(st *taskState, now time.Time) bool {
 	if !st.polledAt.IsZero() && st.polledAt.Add(gap).After(now) {
 		return false
 	}
-	return p.model(st.kind).cdf(now.Add(gap).Sub(st.rec.SubmittedAt)) >= readyFloor
+	return p.model(st.kind, p.q.queue.Len() == 0).cdf(now.Add(gap).Sub(st.rec.SubmittedAt)) >= readyFloor
 }

@@ -1,14 +1,17 @@
 package captchaq
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -36,6 +39,8 @@ type modelProvider struct {
 	polls    int
 	delays   []time.Duration
 	accepted []*modelTask
+	drawn    []time.Duration // solve times, in accepted order
+	order    []string        // pageurl or body of each task accepted, in order
 }
 
 type modelTask struct {
@@ -66,6 +71,8 @@ func (m *modelProvider) Submit(_ context.Context, t provider.Task, _ string) (st
 	mt := &modelTask{accepted: now, ready: now.Add(d)}
 	m.tasks[id] = mt
 	m.accepted = append(m.accepted, mt)
+	m.drawn = append(m.drawn, d)
+	m.order = append(m.order, t.Params["pageurl"]+t.Params["body"])
 	m.inUse++
 	return id, nil
 }
@@ -108,6 +115,9 @@ type outcome struct {
 	requestsPerTask, utilization float64
 	p50, p99                     time.Duration
 	makespan                     time.Duration
+	// floor is the makespan no client can beat: the drawn solve times
+	// summed ÷ threads, or the longest one if larger.
+	floor time.Duration
 }
 
 func (o outcome) frontier() float64 { return (o.requestsPerTask - 1) * (1 - o.utilization) }
@@ -129,7 +139,12 @@ func (m *modelProvider) outcome(n int, makespan time.Duration) outcome {
 	d := slices.Clone(m.delays)
 	slices.Sort(d)
 	at := func(p float64) time.Duration { return d[max(int(math.Ceil(p*float64(len(d))))-1, 0)] }
+	var sum time.Duration
+	for _, d := range m.drawn {
+		sum += d
+	}
 	return outcome{
+		floor:           max(sum/time.Duration(m.threads), slices.Max(m.drawn)),
 		requestsPerTask: float64(m.submits+m.polls) / float64(n),
 		utilization:     float64(busy) / (float64(m.threads) * float64(last.Sub(first))),
 		p50:             at(0.5), p99: at(0.99), makespan: makespan,
@@ -160,22 +175,30 @@ func fastMixTasks(n int) []Task {
 	return tasks
 }
 
-// runModel solves tasks through a Queue with cfg on a modelProvider, in a
-// synctest bubble: the clock is fake, so the outcome does not depend on
-// the machine's speed.
-func runModel(t *testing.T, cfg Config, threads int, tasks []Task, seed uint64) (o outcome) {
+// startModel starts a Queue with cfg on m, with m's threads; call it in
+// a synctest bubble. The queue closes when t ends.
+func startModel(t *testing.T, cfg Config, m *modelProvider) *Queue {
+	t.Helper()
+	cfg.Provider, cfg.Threads = m, m.threads
+	q, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+// runModel solves tasks through a Queue with cfg on a modelProvider with
+// the solve times of lat, in a synctest bubble: the clock is fake, so
+// the outcome does not depend on the machine's speed.
+func runModel(t *testing.T, cfg Config, threads int, lat map[provider.Kind][2]time.Duration, tasks []Task, seed uint64) (o outcome) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
-		m := &modelProvider{threads: threads, seed: seed, lat: fastMix, tasks: map[string]*modelTask{}}
-		cfg.Provider, cfg.Threads = m, threads
-		q, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
+		m := &modelProvider{threads: threads, seed: seed, lat: lat, tasks: map[string]*modelTask{}}
+		q := startModel(t, cfg, m)
 		start := time.Now()
 		rs, err := q.SolveBatch(t.Context(), tasks)
 		if err != nil {
@@ -207,11 +230,13 @@ func TestDefaultPollingBeatsFixedIntervalFrontier(t *testing.T) {
 	const threads = 20
 	tasks := fastMixTasks(200)
 	line := 1 / (2 * float64(threads))
-	def := runModel(t, Config{}, threads, tasks, 1)
-	fixed := runModel(t, Config{PollInterval: 500 * time.Millisecond}, threads, tasks, 1)
+	def := runModel(t, Config{}, threads, fastMix, tasks, 1)
+	fixed := runModel(t, Config{PollInterval: 500 * time.Millisecond}, threads, fastMix, tasks, 1)
 	t.Logf("defaults: %+v frontier %.4f", def, def.frontier())
 	t.Logf("fixed 500ms: %+v frontier %.4f", fixed, fixed.frontier())
-	if fixed.frontier() < 0.9*line {
+	// Longest first within a burst (the queue's order) saves a fixed
+	// interval some requests too, so it lands a little under the line.
+	if fixed.frontier() < 0.8*line {
 		t.Fatalf("the fixed interval's frontier product %.4f is far below 1/(2×threads) = %.4f: the model is off", fixed.frontier(), line)
 	}
 	// On this model the defaults measure 0.0222 against the fixed
@@ -236,14 +261,7 @@ func TestDefaultPollingLoneTask(t *testing.T) {
 	// Teach the kind's distribution first: the lone task is the last one.
 	synctest.Test(t, func(t *testing.T) {
 		m := &modelProvider{threads: 5, seed: 2, lat: fastMix, tasks: map[string]*modelTask{}}
-		q, err := New(Config{Provider: m, Threads: 5})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := q.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
+		q := startModel(t, Config{}, m)
 		for _, task := range tasks {
 			m.mu.Lock()
 			polls := m.polls
@@ -261,4 +279,98 @@ func TestDefaultPollingLoneTask(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A batch handed over at once is one burst: its tasks go by priority,
+// then longest expected solve time first (FIFO among equals), and a
+// burst accepted later waits behind it whatever its kinds. One thread, so
+// the provider sees the queue's order exactly.
+func TestQueueOrdersBurstLongestFirst(t *testing.T) {
+	t.Parallel()
+	image := func(id string, pri int) Task {
+		return Task{ID: id, Priority: pri, Method: "base64", Params: map[string]string{"body": base64.StdEncoding.EncodeToString([]byte(id))}}
+	}
+	web := func(id, method string) Task {
+		key := map[string]string{"turnstile": "sitekey", "userrecaptcha": "googlekey"}[method]
+		return Task{ID: id, Method: method, Params: map[string]string{key: "0x4AAAAAAAC3DHQFLr1GavRN", "pageurl": "https://x.example/" + id}}
+	}
+	first := []Task{image("img-a", 0), web("ts-a", "turnstile"), web("rc-a", "userrecaptcha"), image("img-b", 1), web("rc-b", "userrecaptcha"), web("ts-b", "turnstile")}
+	second := []Task{image("img-c", 0), web("rc-c", "userrecaptcha")}
+	synctest.Test(t, func(t *testing.T) {
+		m := &modelProvider{threads: 1, seed: 1, lat: fastMix, tasks: map[string]*modelTask{}}
+		q := startModel(t, Config{}, m)
+		var wg sync.WaitGroup
+		for _, batch := range [][]Task{first, second} {
+			wg.Add(len(batch))
+			for i, err := range q.SubmitBatchFunc(t.Context(), batch, func(i int, r Result) {
+				if r.Status != StatusSolved {
+					t.Errorf("%+v", r)
+				}
+				wg.Done()
+			}) {
+				if err != nil {
+					t.Fatalf("%s: %v", batch[i].ID, err)
+				}
+			}
+			time.Sleep(2 * burstWindow)
+		}
+		wg.Wait()
+		want := []string{"img-b", "rc-a", "rc-b", "ts-a", "ts-b", "img-a", "rc-c", "img-c"}
+		got := make([]string, len(m.order))
+		for i, o := range m.order {
+			got[i] = strings.TrimPrefix(o, "https://x.example/")
+			if b, err := base64.StdEncoding.DecodeString(o); err == nil {
+				got[i] = string(b)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("submit order %v, want %v", got, want)
+		}
+	})
+}
+
+// readmeMix approximates the simulator's default solve times (around
+// provider.MedianSolveTime) for the kinds of examples/tasks.jsonl.
+var readmeMix = map[provider.Kind][2]time.Duration{
+	provider.KindImage:       {400 * time.Millisecond, 1200 * time.Millisecond},
+	provider.KindTurnstile:   {5 * time.Second, 12 * time.Second},
+	provider.KindRecaptchaV2: {15 * time.Second, 40 * time.Second},
+	provider.KindRecaptchaV3: {6 * time.Second, 13 * time.Second},
+	provider.KindGeeTest:     {7 * time.Second, 15 * time.Second},
+}
+
+// A small first batch (README's first command: the 23 tasks of
+// examples/tasks.jsonl on 20 threads) costs under 2 requests a task. Its
+// last reCAPTCHAs outlive every answer of their kind learned so far; on
+// the learned samples alone they looked certainly ready and were polled
+// every PollGap to the end (2.7 to 3.9 requests a task on these seeds).
+func TestDefaultPollingSmallBatch(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open("examples/tasks.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var tasks []Task
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		task, err := ParseTask(sc.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := task.ProviderTask().Kind(); err == nil && task.Method != "hcaptcha" {
+			tasks = append(tasks, task)
+		}
+	}
+	if len(tasks) != 23 {
+		t.Fatalf("%d tasks in examples/tasks.jsonl, want 23", len(tasks))
+	}
+	for seed := uint64(1); seed <= 5; seed++ {
+		o := runModel(t, Config{}, 20, readmeMix, tasks, seed)
+		t.Logf("seed %d: %.2f requests a task, ready to fetched p99 %v", seed, o.requestsPerTask, o.p99)
+		if o.requestsPerTask > 2 {
+			t.Errorf("seed %d: %.2f requests a task, want at most 2", seed, o.requestsPerTask)
+		}
+	}
 }

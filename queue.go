@@ -53,6 +53,7 @@ type Queue struct {
 	resumes   int                   // Resume calls; answers to requests sent before one cannot re-pause
 	early     map[string]pingback   // pingbacks that beat their checkpoint
 	paused    bool                  // every lane paused (OnPause was called)
+	bursts    bursts
 	metrics   counters
 }
 
@@ -60,6 +61,7 @@ type Queue struct {
 type taskState struct {
 	rec     Record
 	kind    provider.Kind
+	burst   int64 // the burst it was accepted in (order.go)
 	waiters []func(Result, error)
 	// class is the set of lanes that solve it (bit i for lane i).
 	class uint64
@@ -172,6 +174,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	if resumed > 0 {
 		q.log.Info("resumed pending tasks", "tasks", resumed, "in_flight", polling)
 	}
+	q.logPolling()
 	q.wg.Add(1 + len(q.lanes))
 	go q.dispatcher.run(&q.wg)
 	for _, l := range q.lanes {
@@ -184,7 +187,7 @@ func (q *Queue) Start(ctx context.Context) error {
 // scheduler, in-flight ones to the poller with a slot taken. Callers hold
 // q.mu.
 func (q *Queue) register(r Record, w func(Result, error)) *taskState {
-	st := &taskState{rec: r, class: q.routeClass(r.Task)}
+	st := &taskState{rec: r, class: q.routeClass(r.Task), burst: q.bursts.of(r.AcceptedAt)}
 	st.kind, _ = r.Task.ProviderTask().KindFor(provider.KnownMethods)
 	if w != nil {
 		st.waiters = append(st.waiters, w)
@@ -216,7 +219,7 @@ func (q *Queue) push(st *taskState) {
 	st.waitingSince = later(now, st.rec.NotBefore)
 	q.queue.Push(sched.Item[*taskState]{
 		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
-		Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline, Class: st.class,
+		Burst: st.burst, Expected: provider.MedianSolveTime(st.kind), Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline, Class: st.class,
 	}, now)
 	q.dispatcher.wake()
 }

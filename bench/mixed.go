@@ -143,21 +143,14 @@ func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
 	logf("mixed: %s: makespan %v", name, rep.Script.Makespan.Round(time.Millisecond))
 	// The defaults row scales only the provider's per-id poll gap, from
 	// which the default scheduler derives its other times.
-	def := EngineRun{Name: DefaultsRow, PollGap: scaled(captchaq.PollGapDefault, c.Scale)}
-	// The same with the batch handed over longest first (the caller's
-	// captchaq.LongestFirst): the makespan's distance to the floor is
-	// the order's, not the polling's.
-	lf := def
-	lf.Name, lf.LongestFirst = DefaultsRow+", longest first", true
-	runs := []EngineRun{def, lf}
+	// (The queue itself starts the longest kinds of a batch handed over
+	// at once first, so a LongestFirst row would measure the same.)
+	runs := []EngineRun{{Name: DefaultsRow, PollGap: scaled(captchaq.PollGapDefault, c.Scale)}}
 	for _, pi := range c.PollIntervals {
 		runs = append(runs, EngineRun{Name: fmt.Sprintf("engine, PollInterval %v", pi), PollInterval: scaled(pi, c.Scale)})
 	}
 	if !c.NoPingback {
-		pb := EngineRun{Name: fmt.Sprintf("engine + pingback (PollInterval %v)", c.PingbackPoll), PollInterval: scaled(c.PingbackPoll, c.Scale), Pingback: true}
-		lf := pb
-		lf.Name, lf.LongestFirst = pb.Name+", longest first", true
-		runs = append(runs, pb, lf)
+		runs = append(runs, EngineRun{Name: fmt.Sprintf("engine + pingback (PollInterval %v)", c.PingbackPoll), PollInterval: scaled(c.PingbackPoll, c.Scale), Pingback: true})
 	}
 	for _, e := range runs {
 		e.RetryBackoff = scaled(time.Second, c.Scale)

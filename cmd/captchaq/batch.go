@@ -47,7 +47,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	out := fs.String("out", "", "write result JSONL to `FILE` (default: stdout)")
 	qf := addQueueFlags(fs)
 	progress := fs.Bool("progress", true, "show a progress bar when stderr is a terminal")
-	order := fs.String("order", "input", "submit order: input, or longest-first (reads the whole input, then submits the slowest kinds first so the batch ends sooner; the queue still serves lower priority numbers first)")
+	order := fs.String("order", "input", "submit order: input, or longest-first (reads the whole input, then submits the slowest kinds first so the batch ends sooner; the queue does this by itself among tasks it accepts within a second of each other, and still serves lower priority numbers first)")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}

@@ -36,10 +36,16 @@ func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 		apiURL:       addAPIURLFlag(fs),
 		useSim:       fs.Bool("sim", false, "solve against the built-in simulator, started in-process (no key needed)"),
 		store:        fs.String("store", "", "task store: a SQLite file `PATH` (share one on purpose), or \"memory\" (default: "+sqliteDefaultHint()+")"),
-		pollInterval: fs.Duration("poll-interval", 0, "poll on this fixed cadence: lower fetches answers sooner, higher makes fewer requests (default: each poll decided from the learned solve times)"),
+		pollInterval: addPollIntervalFlag(fs),
 		maxAttempts:  fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good (default %d)", captchaq.MaxAttemptsDefault)),
 		providers:    addProvidersFlag(fs),
 	}
+}
+
+// addPollIntervalFlag is --poll-interval of every command that runs a
+// queue: left 0, the queue's default poll scheduler decides each poll.
+func addPollIntervalFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("poll-interval", 0, "poll on this fixed cadence: lower fetches answers sooner, higher makes fewer requests (default: each poll decided from the learned solve times)")
 }
 
 func sqliteDefaultHint() string {

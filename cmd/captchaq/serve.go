@@ -70,7 +70,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		publicURL:     fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
 		threads:       fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
 		plan:          fs.String("plan", "", "plan name (BASIC … VIP-3) when --threads is not given"),
-		pollInterval:  fs.Duration("poll-interval", captchaq.PollIntervalDefault, "shortest time between two polls of a task"),
+		pollInterval:  addPollIntervalFlag(fs),
 		maxBody:       fs.Int64("max-body", server.MaxBodyBytesDefault, "largest request body in bytes (images are sent in the body)"),
 		shutdown:      fs.Duration("shutdown-timeout", serveShutdownDefault, "on SIGTERM, how long to wait for accepted tasks (with --amqp: for results being recorded)"),
 		amqpURL:       fs.String("amqp", "", "run as a gateway to the RabbitMQ fleet at `URL` (amqp://user:pass@host:5672/): tasks go to 'captchaq worker' processes, which hold the provider key"),

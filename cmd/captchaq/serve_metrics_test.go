@@ -49,3 +49,29 @@ func TestServeMetricsListen(t *testing.T) {
 		}
 	}
 }
+
+// serve polls with the queue's default scheduler unless --poll-interval
+// is given: the queue says which cadence it follows as it starts.
+func TestServePollCadence(t *testing.T) {
+	t.Parallel()
+	ss, apiURL, err := sim.Start(sim.Config{LatencyScale: 0.01, Seed: 3}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"client-key-1"}]`)
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, "schedule=default poll_gap=500ms"},
+		{[]string{"--poll-interval", "250ms"}, "schedule=fixed poll_interval=250ms"},
+	} {
+		args := append([]string{"serve", "--store", "memory", "--clients", clients, "--api-url", apiURL, "--listen", "127.0.0.1:0"}, c.flags...)
+		p, m := startProcess(t, captchaqBinary(t), []string{"CAPTCHAAI_KEY=cadence-test-key"}, regexp.MustCompile(`msg=polling (.*)`), args...)
+		p.stop(t)
+		if m[1] != c.want {
+			t.Errorf("serve %v: polling %q, want %q", c.flags, m[1], c.want)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/captchaq/captchaq/bench"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -48,6 +49,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		retained = fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept")
 		methods  = fs.String("methods", "", "comma-separated in.php `methods` served, others refused as unsupported (default: CaptchaAI's: "+strings.Join(provider.CaptchaAIMethods, ",")+"; e.g. hcaptcha,turnstile,userrecaptcha,base64 for a per-solve service)")
 		price    = fs.Float64("price", 0, "per-solve provider: 1,000 solves cost this `much` of --balance (default 0: a thread plan)")
+		mix      = fs.String("mix", "", "solve times of a `NAME`d task mix of captchaq bench ("+strings.Join(bench.MixNames(), ", ")+"; default: the simulator's own, which the realistic and short mixes use)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: captchaq sim [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. Flags:")
@@ -65,7 +67,12 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	if *scale <= 0 && !*instant {
 		return &exitError{code: 2, err: fmt.Errorf("--latency-scale is %v: give a positive factor, or use --instant", *scale)}
 	}
+	latency, ok := bench.MixLatency[*mix]
+	if _, known := bench.Mixes[*mix]; *mix != "" && !known {
+		return &exitError{code: 2, err: fmt.Errorf("--mix %q: use one of %s", *mix, strings.Join(bench.MixNames(), ", "))}
+	}
 	cfg = sim.Config{
+		Latency:        latency,
 		Threads:        *threads,
 		Key:            *key,
 		NoSlotAnswer:   *noSlot,
@@ -105,7 +112,11 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	if *price > 0 {
 		priceNote = fmt.Sprintf(", %v per 1,000 solves", *price)
 	}
-	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, latency scale %v, accepts %s%s)\n", base, *threads, *scale, keyNote, priceNote)
+	times := "the simulator's own solve times"
+	if ok {
+		times = "the " + *mix + " mix's solve times"
+	}
+	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, %s, latency scale %v, accepts %s%s)\n", base, *threads, times, *scale, keyNote, priceNote)
 	<-ctx.Done()
 	closed := make(chan struct{})
 	go func() { srv.Close(); close(closed) }()

@@ -25,7 +25,7 @@ func TestSimServesUntilCancelled(t *testing.T) {
 	env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, getenv: func(string) string { return "" }}
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, env, []string{"sim", "--addr", "127.0.0.1:0", "--threads", "7", "--key", "k1", "--instant"})
+		code <- run(ctx, env, []string{"sim", "--addr", "127.0.0.1:0", "--threads", "7", "--key", "k1", "--instant", "--mix", "fast"})
 		pw.Close()
 	}()
 	lines := bufio.NewScanner(pr)
@@ -44,6 +44,9 @@ func TestSimServesUntilCancelled(t *testing.T) {
 	base := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(first)
 	if base == "" {
 		t.Fatalf("first line %q carries no base URL", first)
+	}
+	if !strings.Contains(first, "(threads 7, the fast mix's solve times, latency scale 1,") {
+		t.Fatalf("first line %q does not give the threads and the mix", first)
 	}
 	if strings.Contains(first, "k1") {
 		t.Fatalf("the key shows in the output: %q", first)
@@ -102,6 +105,7 @@ func TestSimHelpAndBadFlags(t *testing.T) {
 		{[]string{"sim", "extra"}, "unexpected argument"},
 		{[]string{"sim", "--methods", "hcaptcha,keycaptcha"}, `--methods: "keycaptcha" is not a method the simulator knows`},
 		{[]string{"sim", "--price", "-1"}, "--price is -1"},
+		{[]string{"sim", "--mix", "slow"}, `--mix "slow": use one of fast, realistic, short`},
 	}
 	for _, tt := range tests {
 		stderr.Reset()

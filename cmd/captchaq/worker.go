@@ -27,7 +27,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	apiURL := addAPIURLFlag(fs)
 	threads := fs.Int("threads", 0, "the plan's thread count, shared by every worker on the key (default from --plan, else 5)")
 	plan := fs.String("plan", "", "the plan's name (BASIC … VIP-3), when --threads is not given")
-	poll := fs.Duration("poll-interval", captchaq.PollIntervalDefault, "shortest time between two polls of a task")
+	poll := addPollIntervalFlag(fs)
 	prefetch := fs.Int("prefetch", 0, "task deliveries held at once (default threads + 4)")
 	grace := fs.Duration("grace", amqp.GraceDefault, "on SIGTERM, how long tasks at the provider may take to finish")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")

@@ -259,3 +259,60 @@ func TestWorkerBadInvocations(t *testing.T) {
 		})
 	}
 }
+
+// worker polls with the queue's default scheduler unless --poll-interval
+// is given: the queue says which cadence it follows as it starts.
+func TestWorkerPollCadence(t *testing.T) {
+	url := brokertest.Use(t)
+	srv, apiURL, err := sim.Start(sim.Config{LatencyScale: 0.01, Seed: 21}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	getenv := func(k string) string {
+		if k == envKey {
+			return "worker-cadence-secret-key"
+		}
+		return ""
+	}
+	pollingRE := regexp.MustCompile(`msg=polling (.*)`)
+	for i, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, "schedule=default poll_gap=500ms"},
+		{[]string{"--poll-interval", "250ms"}, "schedule=fixed poll_interval=250ms"},
+	} {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		prefix := "test-cli-cadence-" + hex.EncodeToString(b[:])
+		owner := fmt.Sprint("cadence-", i)
+		t.Cleanup(func() { _ = amqp.DeleteTopology(context.Background(), amqp.Config{URL: url, Prefix: prefix}, owner) })
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		pr, pw := io.Pipe()
+		env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, getenv: getenv}
+		exit := make(chan int, 1)
+		go func() {
+			exit <- run(ctx, env, append([]string{"worker", "--amqp", url, "--prefix", prefix, "--api-url", apiURL,
+				"--threads", "2", "--owner", owner}, c.flags...))
+			pw.Close()
+		}()
+		var got string
+		var all strings.Builder
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if m := pollingRE.FindStringSubmatch(sc.Text()); m != nil && got == "" {
+				got = m[1]
+				cancel()
+			}
+		}
+		cancel()
+		if code := <-exit; code != 0 {
+			t.Errorf("worker %v exited %d:\n%s", c.flags, code, all.String())
+		}
+		if got != c.want {
+			t.Errorf("worker %v: polling %q, want %q:\n%s", c.flags, got, c.want, all.String())
+		}
+	}
+}

@@ -1,5 +1,6 @@
 // Package sched orders waiting tasks: lower priority number first, FIFO
-// (by sequence number) within a priority, aging so that no task starves,
+// (by burst, then sequence number) within a priority, longest expected
+// first among the items of one burst, aging so that no task starves,
 // weighted fair share among tenants within a level, delayed items held
 // until their NotBefore, and items past their deadline reported as expired
 // instead of handed out.
@@ -14,10 +15,17 @@ import (
 
 // Item is one waiting entry. ID must be unique among waiting items.
 type Item[T any] struct {
-	ID        string
-	Value     T
-	Priority  int       // lower first
-	Seq       int64     // FIFO order within a priority and tenant
+	ID       string
+	Value    T
+	Priority int   // lower first
+	Seq      int64 // FIFO order within a priority and tenant
+	// Burst groups items that arrived together (numbered in arrival
+	// order; the owner decides what together means). Within a priority
+	// and tenant items go by Burst, then longest Expected first, then Seq:
+	// a burst ends sooner when its long items start first, and an item
+	// is never passed by one of a later burst.
+	Burst     int64
+	Expected  time.Duration
 	Tenant    string    // fair share among tenants
 	Enqueued  time.Time // aging counts from here
 	NotBefore time.Time // not handed out before; zero: at once
@@ -52,7 +60,7 @@ type entry[T any] struct {
 type lane[T any] struct {
 	priority int
 	tenant   string
-	fifo     []*entry[T] // sorted by Seq; removed entries skipped lazily
+	fifo     []*entry[T] // sorted by before; removed entries skipped lazily
 }
 
 func (l *lane[T]) head() *entry[T] {
@@ -127,15 +135,27 @@ func (s *Scheduler[T]) toLane(e *entry[T]) {
 		// time: idling earns no credit to hog the threads later.
 		s.pass[k.tenant] = s.vtime
 	}
-	// Keep Seq order; appends are the common case.
+	// Keep the lane's order; appends are the common case.
 	i := len(l.fifo)
-	for i > 0 && l.fifo[i-1].item.Seq > e.item.Seq {
+	for i > 0 && before(&e.item, &l.fifo[i-1].item) {
 		i--
 	}
 	l.fifo = append(l.fifo, nil)
 	copy(l.fifo[i+1:], l.fifo[i:])
 	l.fifo[i] = e
 	s.ready++
+}
+
+// before reports whether a goes before b among items of one effective
+// priority: earlier Burst, then longer Expected, then smaller Seq.
+func before[T any](a, b *Item[T]) bool {
+	if a.Burst != b.Burst {
+		return a.Burst < b.Burst
+	}
+	if a.Expected != b.Expected {
+		return a.Expected > b.Expected
+	}
+	return a.Seq < b.Seq
 }
 
 // Remove takes a waiting item out; it reports whether it was there.
@@ -200,7 +220,7 @@ func (s *Scheduler[T]) weight(tenant string) int64 {
 // Pop hands out the next item that may go at now: the most urgent
 // effective priority; among tenants with a head at that level, the one
 // with the smallest pass (weighted fair share); within a tenant, the
-// smallest Seq. Items past their deadline are never handed out: call
+// earliest Burst, then the longest Expected, then the smallest Seq. Items past their deadline are never handed out: call
 // Expired first. ok is false when nothing may go now.
 func (s *Scheduler[T]) Pop(now time.Time) (it Item[T], ok bool) { return s.PopFunc(now, nil) }
 
@@ -228,7 +248,7 @@ func (s *Scheduler[T]) PopFunc(now time.Time, take func(Item[T]) bool) (it Item[
 		pass := s.pass[l.tenant]
 		better := best == nil || eff < bestEff ||
 			(eff == bestEff && (pass < bestPass ||
-				(pass == bestPass && h.item.Seq < best.item.Seq)))
+				(pass == bestPass && before(&h.item, &best.item))))
 		if better {
 			best, bestLane, bestEff, bestPass = h, l, eff, pass
 		}

@@ -239,3 +239,60 @@ func TestPopFuncPassesOverClasses(t *testing.T) {
 		t.Fatalf("left %v, want [t2]", got)
 	}
 }
+
+// Within a priority and tenant, a burst's items go longest Expected
+// first (Seq among equals); a later burst never passes an earlier one;
+// priority still comes first.
+func TestLongestFirstWithinBurst(t *testing.T) {
+	t.Parallel()
+	s := New[int](Config{})
+	in := []struct {
+		id       string
+		pri      int
+		burst    int64
+		expected time.Duration
+	}{
+		{"img1", 5, 1, time.Second},
+		{"rc1", 5, 1, 25 * time.Second},
+		{"ts1", 5, 1, 8 * time.Second},
+		{"rc2", 5, 1, 25 * time.Second},
+		{"urgent-img", 1, 1, time.Second},
+		{"late-rc", 5, 2, 25 * time.Second},
+		{"img2", 5, 1, time.Second},
+		{"late-img", 5, 2, time.Second},
+		{"urgent-rc", 1, 2, 25 * time.Second},
+	}
+	for i, x := range in {
+		s.Push(Item[int]{ID: x.id, Priority: x.pri, Seq: int64(i + 1), Burst: x.burst, Expected: x.expected, Enqueued: t0}, t0)
+	}
+	want := []string{"urgent-img", "urgent-rc", "rc1", "rc2", "ts1", "img1", "img2", "late-rc", "late-img"}
+	if got := drain(s, t0); !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}
+
+// Ordering within a burst changes neither aging (an old burst's short
+// item ages past a newer, more urgent long one) nor the tenants' shares.
+func TestBurstOrderKeepsAgingAndFairShare(t *testing.T) {
+	t.Parallel()
+	s := New[int](Config{AgingInterval: time.Minute})
+	s.Push(Item[int]{ID: "old-img", Priority: 5, Seq: 1, Burst: 1, Expected: time.Second, Enqueued: t0}, t0)
+	now := t0.Add(4 * time.Minute)
+	s.Push(Item[int]{ID: "new-rc", Priority: 2, Seq: 2, Burst: 2, Expected: 25 * time.Second, Enqueued: now}, now)
+	if got := drain(s, now); !slices.Equal(got, []string{"old-img", "new-rc"}) {
+		t.Fatalf("aging: order %v", got)
+	}
+
+	s = New[int](Config{})
+	seq := int64(0)
+	for _, tenant := range []string{"a", "b"} {
+		for i, exp := range []time.Duration{time.Second, 25 * time.Second, 8 * time.Second} {
+			seq++
+			s.Push(Item[int]{ID: fmt.Sprint(tenant, i), Tenant: tenant, Priority: 5, Seq: seq, Burst: 1, Expected: exp, Enqueued: t0}, t0)
+		}
+	}
+	want := []string{"a1", "b1", "a2", "b2", "a0", "b0"}
+	if got := drain(s, t0); !slices.Equal(got, want) {
+		t.Fatalf("fair share: order %v, want %v", got, want)
+	}
+}
