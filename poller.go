@@ -186,11 +186,12 @@ func (p *poller) round(now time.Time) {
 	q.mu.Lock()
 	var due []*taskState
 	adaptive := p.adaptive()
+	model := p.models(q.queue.Len() == 0)
 	for _, st := range q.inflight {
 		switch {
 		case !p.polls(st):
 		case adaptive:
-			if p.dueAdaptive(st, now) {
+			if p.dueAdaptive(st, now, model) {
 				due = append(due, st)
 			}
 		// Due before the next round joins this one, but never sooner

@@ -117,14 +117,25 @@ type solveModel struct {
 // priorSamples is the prior's weight in the blend, in samples.
 const priorSamples = 1
 
-// model is kind k's distribution; tail: blend in the prior (idle queue).
-// Callers hold q.mu.
-func (p *poller) model(k provider.Kind, tail bool) solveModel {
-	m := solveModel{median: provider.MedianSolveTime(k).Seconds() * p.pace(), tail: tail}
-	if d := p.dists[k]; d != nil && len(d.lo) > 0 {
-		m.d = d
+// models gives the distribution of each kind for one decision, made once
+// per kind (pace reads every kind's samples); tail: blend in the prior
+// (idle queue). Callers hold q.mu while they use it.
+func (p *poller) models(tail bool) func(provider.Kind) solveModel {
+	made := map[provider.Kind]solveModel{}
+	return func(k provider.Kind) solveModel {
+		if m, ok := made[k]; ok {
+			return m
+		}
+		m := solveModel{tail: tail}
+		if d := p.dists[k]; d != nil && len(d.lo) > 0 {
+			m.d = d
+		}
+		if m.d == nil || tail {
+			m.median = provider.MedianSolveTime(k).Seconds() * p.pace()
+		}
+		made[k] = m
+		return m
 	}
-	return m
 }
 
 // blend is the model's value of a measure, from its learned and prior
@@ -245,12 +256,13 @@ func (p *poller) snapshot(now time.Time) []pending {
 	if idle {
 		weight = idleWeight
 	}
+	model := p.models(idle)
 	out := make([]pending, 0, len(q.inflight))
 	for _, st := range q.inflight {
 		if !p.polls(st) {
 			continue
 		}
-		c := pending{m: p.model(st.kind, idle), submit: st.rec.SubmittedAt, weight: weight}
+		c := pending{m: model(st.kind), submit: st.rec.SubmittedAt, weight: weight}
 		if !st.lastPoll.IsZero() && st.lastPoll.After(c.submit) {
 			c.from = st.lastPoll.Sub(c.submit)
 		}
@@ -323,10 +335,10 @@ func later(a, b time.Time) time.Time {
 // dueAdaptive reports whether st goes into a round at now: its per-id gap
 // has ended and its answer may be ready before the next round could
 // go. Callers hold q.mu.
-func (p *poller) dueAdaptive(st *taskState, now time.Time) bool {
+func (p *poller) dueAdaptive(st *taskState, now time.Time, model func(provider.Kind) solveModel) bool {
 	gap := p.q.cfg.PollGap
 	if !st.polledAt.IsZero() && st.polledAt.Add(gap).After(now) {
 		return false
 	}
-	return p.model(st.kind, p.q.queue.Len() == 0).cdf(now.Add(gap).Sub(st.rec.SubmittedAt)) >= readyFloor
+	return model(st.kind).cdf(now.Add(gap).Sub(st.rec.SubmittedAt)) >= readyFloor
 }
