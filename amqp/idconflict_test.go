@@ -39,15 +39,12 @@ func TestGatewayAndFleetRefuseAnotherTaskUnderAKnownID(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dead []DeadLetter
-	for deadline := time.Now().Add(30 * time.Second); len(dead) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the conflicting task was not dead-lettered")
-		}
+	until(t, ctx, "the conflicting task dead-lettered", func() bool {
 		if err := r.c.DeadLetters(ctx, func(dl DeadLetter) error { dead = append(dead, dl); return nil }); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(dead) > 0
+	})
 	if len(dead) != 1 || dead[0].Task.Task.ID != "ids/a" || dead[0].ErrorCode != captchaq.CodeIDConflict || dead[0].Reason != ReasonInvalid {
 		t.Fatalf("dead letters %+v", dead)
 	}

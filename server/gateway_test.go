@@ -147,8 +147,9 @@ func (f *fleetRig) worker(owner string, threads int) (stop func()) {
 // server, on its own connection and store file.
 type gatewayBundle struct {
 	*bundle
-	gw   *amqp.Gateway
-	stop func()
+	gw    *amqp.Gateway
+	store captchaq.Store // the gateway's
+	stop  func()
 }
 
 var gatewayClients = []server.Client{
@@ -212,7 +213,7 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 	if err := srv.Start(ctx); err != nil {
 		f.t.Fatal(err)
 	}
-	return &gatewayBundle{bundle: b, gw: gw, stop: stop}
+	return &gatewayBundle{bundle: b, gw: gw, store: st, stop: stop}
 }
 
 // resOK polls res.php until the task is final and returns the answer.
