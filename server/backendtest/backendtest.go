@@ -42,9 +42,9 @@ type Env struct {
 	Store captchaq.Store
 }
 
-// Tenant is the client of every task the suite submits; ids are
-// "<Tenant>/<name>".
-const Tenant = "qa"
+// tenant is the client of every task the suite submits; ids are
+// "<tenant>/<name>".
+const tenant = "qa"
 
 // resultWait bounds the wait for one result: a deadline for a hung
 // backend, never a measure of speed.
@@ -62,9 +62,9 @@ const unsolved = time.Hour
 const refusedCode = "ERROR_DOMAIN_NOT_ALLOWED"
 
 // Run runs the suite. newBackend must return a new Backend, not attached
-// and not started, on env's store whose tasks are solved at env's provider;
-// Run attaches, starts and shuts it down, and checks that its subtest ends
-// with the backend shut down.
+// and not started, on env's store, whose tasks are solved at env's
+// provider. Run attaches and starts it, and shuts it down when the subtest
+// ends; newBackend's own cleanups run after that.
 func Run(t *testing.T, newBackend func(t *testing.T, env Env) server.Backend) {
 	tests := []struct {
 		name string
@@ -144,7 +144,7 @@ func start(t *testing.T, simConfig func(*simSwitch) sim.Config, newBackend func(
 	r := &rig{t: t, ctx: ctx, sim: srv, sw: sw, store: captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}),
 		results: make(chan captchaq.Result, 100)}
 	r.b = newBackend(t, Env{ProviderURL: apiURL, Store: r.store})
-	err = r.b.Attach(map[string]int{Tenant: 1}, func(res captchaq.Result) {
+	err = r.b.Attach(map[string]int{tenant: 1}, func(res captchaq.Result) {
 		// The promise: a result is durable before it is told.
 		rec, err := r.store.Get(context.Background(), res.ID)
 		switch {
@@ -185,7 +185,7 @@ func start(t *testing.T, simConfig func(*simSwitch) sim.Config, newBackend func(
 
 // task is a valid turnstile task of the suite's tenant.
 func task(name string) captchaq.Task {
-	return captchaq.Task{ID: Tenant + "/" + name, Tenant: Tenant, Method: "turnstile",
+	return captchaq.Task{ID: tenant + "/" + name, Tenant: tenant, Method: "turnstile",
 		Params: map[string]string{"sitekey": "0x4AAAAAAAB", "pageurl": "https://shop.example/" + name}}
 }
 
@@ -215,9 +215,9 @@ func (r *rig) next() captchaq.Result {
 	case res := <-r.results:
 		return res
 	case <-time.After(resultWait):
-		r.t.Fatalf("no result within %v", resultWait)
 	}
-	panic("unreachable")
+	r.t.Fatalf("no result within %v", resultWait)
+	return captchaq.Result{}
 }
 
 // none fails if the backend tells a result within quiet.
@@ -276,7 +276,7 @@ func unfinished(s captchaq.Status) bool {
 func testSubmitSolvedOnce(t *testing.T, r *rig) {
 	tk := task("a")
 	r.submit(tk)
-	if rec := r.get(tk.ID); rec.Task.ID != tk.ID || rec.Task.Tenant != Tenant || rec.Task.Params["pageurl"] != tk.Params["pageurl"] {
+	if rec := r.get(tk.ID); rec.Task.ID != tk.ID || rec.Task.Tenant != tenant || rec.Task.Params["pageurl"] != tk.Params["pageurl"] {
 		t.Fatalf("record after Submit: %+v", rec)
 	}
 	res := r.next()
@@ -361,7 +361,7 @@ func testBadTask(t *testing.T, r *rig) {
 // testUnknownIDs: ids the backend never took are ErrNotFound to Get and
 // Cancel, and nothing to DeadLetters and Replay.
 func testUnknownIDs(t *testing.T, r *rig) {
-	const id = Tenant + "/never"
+	const id = tenant + "/never"
 	if _, err := r.b.Get(r.ctx, id); !errors.Is(err, captchaq.ErrNotFound) {
 		t.Errorf("Get: %v, want ErrNotFound", err)
 	}
@@ -473,7 +473,7 @@ func testDeadLetters(t *testing.T, r *rig) {
 	if got := r.deadLetters(good.ID); len(got) != 0 {
 		t.Fatalf("DeadLetters of a solved id: %v, want none", got)
 	}
-	ids, err := r.b.Replay(r.ctx, []string{bad.ID, good.ID, Tenant + "/never"})
+	ids, err := r.b.Replay(r.ctx, []string{bad.ID, good.ID, tenant + "/never"})
 	if err != nil || !slices.Equal(ids, []string{bad.ID}) {
 		t.Fatalf("Replay: %v, %v; want [%s], nil", ids, err, bad.ID)
 	}
