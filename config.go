@@ -99,7 +99,9 @@ type Config struct {
 	ThreadPool ThreadPool
 	// Logger receives the queue's logs. Default: discard.
 	Logger *slog.Logger
-	// Now is the clock, for tests. Default time.Now.
+	// Now is the clock the queue reads for every time it records and every
+	// decision its loops take (their timers wait out the difference on the
+	// runtime's clock, which synctest fakes). Default time.Now.
 	Now func() time.Time
 
 	// adaptive: PollInterval was left 0, so polls follow the default

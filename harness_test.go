@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"sync"
@@ -104,18 +105,59 @@ func (r *recorder) order() []string {
 // simCfg and cfg get test-friendly values: 20ms solves, 10ms polls.
 func setup(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundle {
 	t.Helper()
+	srv, base, err := sim.Start(simDefaults(simCfg), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections) // runs after the queue and simulator close
+	return newBundle(t, srv, base, &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg)
+}
+
+// setupInProcess is setup with no sockets: the queue's requests are served
+// by the simulator's handler in the calling goroutine. Inside a synctest
+// bubble (call it there) the clock is fake and moves only when every
+// goroutine waits, so what a test counts does not depend on the machine's
+// speed.
+func setupInProcess(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundle {
+	t.Helper()
+	srv, err := sim.New(simDefaults(simCfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newBundle(t, srv, "http://sim.invalid", &http.Client{Transport: handlerTransport{srv}, Timeout: 10 * time.Second}, cfg)
+}
+
+// handlerTransport answers each request with a handler, as if it came
+// from 127.0.0.1.
+type handlerTransport struct{ h http.Handler }
+
+func (ht handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	in := r.Clone(r.Context())
+	in.RemoteAddr, in.RequestURI = "127.0.0.1:40000", r.URL.RequestURI()
+	if in.Body == nil {
+		in.Body = http.NoBody
+	}
+	rec := httptest.NewRecorder()
+	ht.h.ServeHTTP(rec, in)
+	return rec.Result(), nil
+}
+
+// simDefaults gives the zero fields of simCfg test-friendly values.
+func simDefaults(simCfg sim.Config) sim.Config {
 	if simCfg.Latency == nil && !simCfg.Instant && simCfg.LatencyScale == 0 {
 		simCfg.Latency = fastLatency(20 * time.Millisecond)
 	}
 	simCfg.Seed = 1
 	// Tests poll every 10ms; the ban is tested where it matters.
 	simCfg.PollBan.Disabled = true
-	srv, base, err := sim.Start(simCfg, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{}
-	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "test-key", HTTPClient: &http.Client{Transport: tr, Timeout: 10 * time.Second}})
+	return simCfg
+}
+
+// newBundle builds a queue (not started) on srv, reached at base with hc.
+func newBundle(t *testing.T, srv *sim.Server, base string, hc *http.Client, cfg captchaq.Config) *bundle {
+	t.Helper()
+	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "test-key", HTTPClient: hc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +184,6 @@ func setup(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundle {
 	t.Cleanup(func() {
 		q.Close()
 		srv.Close()
-		tr.CloseIdleConnections()
 	})
 	return b
 }

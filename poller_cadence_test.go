@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -17,61 +19,67 @@ import (
 // polled twice within PollInterval (the simulator bans an IP that does),
 // and one bulk request per interval covers them all instead of one per
 // task phase.
+//
+// The clock is synctest's and the simulator is served in process: the
+// submits' spacing and the poll rounds are exact, whatever the machine.
 func TestPollCadence(t *testing.T) {
 	t.Parallel()
 	const (
 		every = 100 * time.Millisecond
 		tasks = 12
 	)
-	srv, base, err := sim.Start(sim.Config{
-		Threads: tasks, Latency: fastLatency(time.Second), Seed: 3,
-		PollBan: sim.PollBan{Max: 1, Window: every * 9 / 10, Duration: time.Hour},
-	}, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "k"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := captchaq.New(captchaq.Config{Provider: client, Threads: tasks, PollInterval: every})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { q.Close() })
-	start := time.Now()
-	futures := make([]*captchaq.Future, tasks)
-	for i := range futures {
-		f, err := q.Submit(t.Context(), captchaq.Task{ID: fmt.Sprint("t", i), Method: "turnstile",
-			Params: map[string]string{"sitekey": "0x4AAAAAAAC3DHQFLr1GavRN", "pageurl": fmt.Sprint("https://a.example/", i)}})
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := sim.New(sim.Config{
+			Threads: tasks, Latency: fastLatency(time.Second), Seed: 3,
+			PollBan: sim.PollBan{Max: 1, Window: every * 9 / 10, Duration: time.Hour},
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		futures[i] = f
-		// Scatter the submits across the interval so each task starts in
-		// its own phase.
-		time.Sleep(every / 7)
-	}
-	for i, f := range futures {
-		r, err := f.Wait(context.Background())
-		if err != nil || r.Status != captchaq.StatusSolved {
-			t.Fatalf("task %d: %+v, %v", i, r, err)
+		t.Cleanup(func() { srv.Close() })
+		client, err := provider.NewClient(provider.ClientConfig{BaseURL: "http://sim.invalid", Key: "k",
+			HTTPClient: &http.Client{Transport: handlerTransport{srv}}})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	elapsed := time.Since(start)
-	st := srv.Stats()
-	if st.Bans != 0 {
-		t.Fatalf("an id was polled twice within PollInterval: %d bans", st.Bans)
-	}
-	// One round per interval, plus a few for the tasks accepted before
-	// the first round set the cadence.
-	if limit := int64(elapsed/every) + 4; st.Calls.PollBulk > limit {
-		t.Fatalf("%d poll requests in %v: want at most %d (one per PollInterval)", st.Calls.PollBulk, elapsed, limit)
-	}
+		q, err := captchaq.New(captchaq.Config{Provider: client, Threads: tasks, PollInterval: every})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { q.Close() })
+		start := time.Now()
+		futures := make([]*captchaq.Future, tasks)
+		for i := range futures {
+			f, err := q.Submit(t.Context(), captchaq.Task{ID: fmt.Sprint("t", i), Method: "turnstile",
+				Params: map[string]string{"sitekey": "0x4AAAAAAAC3DHQFLr1GavRN", "pageurl": fmt.Sprint("https://a.example/", i)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			futures[i] = f
+			// Scatter the submits across the interval so each task starts in
+			// its own phase.
+			time.Sleep(every / 7)
+		}
+		for i, f := range futures {
+			r, err := f.Wait(context.Background())
+			if err != nil || r.Status != captchaq.StatusSolved {
+				t.Fatalf("task %d: %+v, %v", i, r, err)
+			}
+		}
+		elapsed := time.Since(start)
+		st := srv.Stats()
+		if st.Bans != 0 {
+			t.Fatalf("an id was polled twice within PollInterval: %d bans", st.Bans)
+		}
+		// One round per interval, plus a few for the tasks accepted before
+		// the first round set the cadence.
+		if limit := int64(elapsed/every) + 4; st.Calls.PollBulk > limit {
+			t.Fatalf("%d poll requests in %v: want at most %d (one per PollInterval)", st.Calls.PollBulk, elapsed, limit)
+		}
+	})
 }
 
 // Start says which cadence polls follow: the default scheduler unless

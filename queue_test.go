@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -340,60 +341,67 @@ func (s shortNoSlot) Submit(ctx context.Context, t provider.Task, pb string) (st
 
 func (s shortNoSlot) Requests() int64 { return s.Provider.(interface{ Requests() int64 }).Requests() }
 
+// The clock is synctest's: the count of poll requests does not depend on
+// how fast the machine submits.
 func TestInFlightTasksShareBulkPolls(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Threads: 20, Latency: fastLatency(100 * time.Millisecond)}, captchaq.Config{Threads: 20, PollInterval: 40 * time.Millisecond})
-	var tasks []captchaq.Task
-	for _, id := range ids("b", 20) {
-		tasks = append(tasks, task(id, 5))
-	}
-	fs := submitAll(t, b.q, tasks...)
-	b.start(t)
-	if got := statuses(waitAll(t, fs)); got[captchaq.StatusSolved] != 20 {
-		t.Fatalf("statuses %v", got)
-	}
-	st := b.srv.Stats()
-	polls := st.Calls.PollBulk + st.Calls.PollSingle
-	// Each task is polled at least once, yet the polls are shared: fewer
-	// poll requests than tasks.
-	if st.Fetched != 20 || st.IDsPolled < 20 || polls >= 20 || st.Calls.PollBulk == 0 {
-		t.Fatalf("fetched %d, ids polled %d in %d bulk + %d single requests", st.Fetched, st.IDsPolled, st.Calls.PollBulk, st.Calls.PollSingle)
-	}
-	m := b.q.Metrics()
-	if m.Solved != 20 || m.Failed != 0 || m.SuccessRate != 1 || m.QueueDepth != 0 || m.ThreadsInUse != 0 || m.Threads != 20 {
-		t.Fatalf("metrics %+v", m)
-	}
-	if m.Requests != st.Calls.Submit+polls {
-		t.Fatalf("queue counted %d requests, simulator saw %d", m.Requests, st.Calls.Submit+polls)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := setupInProcess(t, sim.Config{Threads: 20, Latency: fastLatency(100 * time.Millisecond)}, captchaq.Config{Threads: 20, PollInterval: 40 * time.Millisecond})
+		var tasks []captchaq.Task
+		for _, id := range ids("b", 20) {
+			tasks = append(tasks, task(id, 5))
+		}
+		fs := submitAll(t, b.q, tasks...)
+		b.start(t)
+		if got := statuses(waitAll(t, fs)); got[captchaq.StatusSolved] != 20 {
+			t.Fatalf("statuses %v", got)
+		}
+		st := b.srv.Stats()
+		polls := st.Calls.PollBulk + st.Calls.PollSingle
+		// Each task is polled at least once, yet the polls are shared: fewer
+		// poll requests than tasks.
+		if st.Fetched != 20 || st.IDsPolled < 20 || polls >= 20 || st.Calls.PollBulk == 0 {
+			t.Fatalf("fetched %d, ids polled %d in %d bulk + %d single requests", st.Fetched, st.IDsPolled, st.Calls.PollBulk, st.Calls.PollSingle)
+		}
+		m := b.q.Metrics()
+		if m.Solved != 20 || m.Failed != 0 || m.SuccessRate != 1 || m.QueueDepth != 0 || m.ThreadsInUse != 0 || m.Threads != 20 {
+			t.Fatalf("metrics %+v", m)
+		}
+		if m.Requests != st.Calls.Submit+polls {
+			t.Fatalf("queue counted %d requests, simulator saw %d", m.Requests, st.Calls.Submit+polls)
+		}
+	})
 }
 
+// The clock is synctest's: rounds are counted against fake time.
 func TestPollRequestRateBounded(t *testing.T) {
 	t.Parallel()
-	spread := map[provider.Kind]sim.Latency{provider.KindTurnstile: {Median: 100 * time.Millisecond, Spread: 0.8, Min: 20 * time.Millisecond, Max: 400 * time.Millisecond}}
-	const interval = 40 * time.Millisecond
-	b := setup(t, sim.Config{Threads: 30, Latency: spread}, captchaq.Config{Threads: 30, PollInterval: interval})
-	var tasks []captchaq.Task
-	for _, id := range ids("r", 30) {
-		tasks = append(tasks, task(id, 5))
-	}
-	fs := submitAll(t, b.q, tasks...)
-	start := time.Now()
-	b.start(t)
-	if got := statuses(waitAll(t, fs)); got[captchaq.StatusSolved] != 30 {
-		t.Fatalf("statuses %v", got)
-	}
-	elapsed := time.Since(start)
-	st := b.srv.Stats()
-	polls := st.Calls.PollBulk + st.Calls.PollSingle
-	// Rounds start at least interval/4 apart and each is one request here
-	// (fewer than 100 ids).
-	if limit := int64(elapsed/(interval/4)) + 1; polls > limit {
-		t.Fatalf("%d poll requests in %v, more than one per %v (%d)", polls, elapsed, interval/4, limit)
-	}
-	if st.Fetched != 30 {
-		t.Fatalf("fetched %d", st.Fetched)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		spread := map[provider.Kind]sim.Latency{provider.KindTurnstile: {Median: 100 * time.Millisecond, Spread: 0.8, Min: 20 * time.Millisecond, Max: 400 * time.Millisecond}}
+		const interval = 40 * time.Millisecond
+		b := setupInProcess(t, sim.Config{Threads: 30, Latency: spread}, captchaq.Config{Threads: 30, PollInterval: interval})
+		var tasks []captchaq.Task
+		for _, id := range ids("r", 30) {
+			tasks = append(tasks, task(id, 5))
+		}
+		fs := submitAll(t, b.q, tasks...)
+		start := time.Now()
+		b.start(t)
+		if got := statuses(waitAll(t, fs)); got[captchaq.StatusSolved] != 30 {
+			t.Fatalf("statuses %v", got)
+		}
+		elapsed := time.Since(start)
+		st := b.srv.Stats()
+		polls := st.Calls.PollBulk + st.Calls.PollSingle
+		// Rounds start at least interval/4 apart and each is one request here
+		// (fewer than 100 ids).
+		if limit := int64(elapsed/(interval/4)) + 1; polls > limit {
+			t.Fatalf("%d poll requests in %v, more than one per %v (%d)", polls, elapsed, interval/4, limit)
+		}
+		if st.Fetched != 30 {
+			t.Fatalf("fetched %d", st.Fetched)
+		}
+	})
 }
 
 func TestZeroBalanceStreakPauses(t *testing.T) {

@@ -104,7 +104,9 @@ type GatewayConfig struct {
 //
 // Dead letters are the gateway's failed tasks as it recorded them. Replay
 // takes their copies out of the fleet's dead-letter queue and publishes
-// them again with the same reply-to. A task replayed from the fleet's side
+// them again with the same reply-to, under a wire id of a new generation
+// (as for a renew: a worker that failed the task answers its first wire id
+// only once). A task replayed from the fleet's side
 // (captchaq dlq replay --amqp) comes back too: a solved result replaces a
 // failure, unless the failure was a cancel.
 //
@@ -678,7 +680,10 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	if err := g.publish(ctx, cur.Task, now, ""); err != nil {
+	// A new generation: a worker that failed the task answers its wire id
+	// once, and would drop a copy under the same one.
+	gen := renewGen(now)
+	if err := g.publish(ctx, cur.Task, now, gen); err != nil {
 		// Not at the fleet: it stays the dead letter it was.
 		if cur.Result != nil {
 			if ferr := g.store.Finish(sctx, *cur.Result); ferr != nil {
@@ -687,7 +692,7 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 		}
 		return false, fmt.Errorf("amqp: gateway: replay %q: %w", id, err)
 	}
-	if err := g.markPublished(sctx, id, "", 0, now); err != nil {
+	if err := g.markPublished(sctx, id, gen, 0, now); err != nil {
 		return true, fmt.Errorf("amqp: gateway: replay %q: published, not marked (the next Start publishes it again): %w", id, err)
 	}
 	cur.AcceptedAt = now

@@ -2,7 +2,6 @@ package amqp
 
 import (
 	"testing"
-	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/sim"
@@ -39,32 +38,18 @@ func TestGatewayReportsReachTheProviderThroughAWorker(t *testing.T) {
 	if err := g.Report(ctx, byID["good"].CaptchaID, true); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	until(t, ctx, "one bad and one good report at the provider", func() bool {
 		st := srv.Stats()
-		if st.ReportsBad == 1 && st.ReportsGood == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the provider recorded %d bad and %d good reports, want 1 and 1", st.ReportsBad, st.ReportsGood)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st.ReportsBad == 1 && st.ReportsGood == 1
+	})
 	// The refused report is gone from the queue too.
-	for {
+	until(t, ctx, "the reports queue empty after three report calls", func() bool {
 		d, err := r.c.Depths(ctx, r.c.Names().Reports)
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := d[0].Ready
-		if n == 0 && srv.Stats().Calls.Report >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d reports left in the queue", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return d[0].Ready == 0 && srv.Stats().Calls.Report >= 3
+	})
 	if st := srv.Stats(); st.ReportsBad != 1 || st.ReportsGood != 1 || st.Calls.Report != 3 {
 		t.Fatalf("provider: %d bad, %d good reports, %d report calls; want 1, 1, 3", st.ReportsBad, st.ReportsGood, st.Calls.Report)
 	}

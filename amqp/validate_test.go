@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/tasktest"
@@ -63,8 +62,7 @@ func TestValidateTableWorker(t *testing.T) {
 	}
 	s := r.worker("validate-worker", sim.Config{LatencyScale: 0.01}, 2, 4)
 	got := map[string]string{}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(got) < len(want) && time.Now().Before(deadline) {
+	until(t, ctx, fmt.Sprintf("%d dead letters", len(want)), func() bool {
 		got = map[string]string{}
 		if err := r.c.DeadLetters(ctx, func(dl DeadLetter) error {
 			got[dl.Task.Task.ID] = dl.ErrorCode
@@ -72,8 +70,8 @@ func TestValidateTableWorker(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(got) >= len(want)
+	})
 	for id, code := range want {
 		if got[id] != code {
 			t.Errorf("dead letter %s: code %q, want %q (all: %v)", id, got[id], code, got)

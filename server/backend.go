@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -18,6 +19,9 @@ import (
 // for concurrent use.
 //
 // Ids are the Store's ("<client>/<id>"); Task.Tenant is the client.
+//
+// The conformance suite in server/backendtest checks every promise below;
+// a new implementation runs it from its tests.
 type Backend interface {
 	// Attach is called once, by New, before any other method: weights are
 	// the clients' fair-share weights by tenant, and onResult must be
@@ -27,9 +31,12 @@ type Backend interface {
 	// Start begins work (ctx bounds the start only).
 	Start(ctx context.Context) error
 	// Submit accepts one task: when it returns nil the task is durable and
-	// on its way. A known id is left as it is. Errors: *captchaq.TaskError
-	// for a bad task, captchaq.ErrClosed after Shutdown, anything else
-	// (ctx's included) when there is no room or no way now.
+	// on its way. The same task under a known id is left as it is, unless
+	// it was solved and its token expired: then it is solved again under
+	// its id. Errors: *captchaq.TaskError for a bad task (nothing is
+	// recorded), *captchaq.IDConflictError for another task under a known
+	// id, captchaq.ErrClosed after Shutdown, anything else (ctx's included)
+	// when there is no room or no way now.
 	Submit(ctx context.Context, t captchaq.Task) error
 	// Get returns a task's record, or captchaq.ErrNotFound.
 	Get(ctx context.Context, id string) (captchaq.Record, error)
@@ -46,10 +53,12 @@ type Backend interface {
 	Replay(ctx context.Context, ids []string) ([]string, error)
 	// Metrics is a snapshot of the counts the dashboard and /metrics show.
 	Metrics() captchaq.Metrics
-	// Ready says why no work can be taken now, or nil.
+	// Ready says why no work can be taken now (captchaq.ErrClosed after
+	// Shutdown), or nil.
 	Ready(ctx context.Context) error
 	// Shutdown stops intake and work (see each implementation for what
-	// it waits for until ctx ends).
+	// it waits for until ctx ends). Records stay readable with Get; a
+	// second call returns nil.
 	Shutdown(ctx context.Context) error
 }
 
@@ -63,18 +72,19 @@ type QueueDepther interface {
 	QueueDepths(ctx context.Context) (map[string]int, error)
 }
 
-// localBackend is a captchaq.Queue the server owns: tasks are solved here.
 // BatchSubmitter is a Backend that takes many tasks in one call (one Store
 // write for all of them) and returns each task's error, as Submit would.
 type BatchSubmitter interface {
 	SubmitBatch(ctx context.Context, tasks []captchaq.Task) []error
 }
 
+// localBackend is a captchaq.Queue the server owns: tasks are solved here.
 type localBackend struct {
 	cfg        captchaq.Config
 	submitWait time.Duration
 	queue      *captchaq.Queue
 	store      captchaq.Store
+	closed     atomic.Bool // Shutdown was called
 }
 
 func newLocalBackend(cfg captchaq.Config, submitWait time.Duration) *localBackend {
@@ -173,9 +183,12 @@ func (b *localBackend) Replay(ctx context.Context, ids []string) ([]string, erro
 
 func (b *localBackend) Metrics() captchaq.Metrics { return b.queue.Metrics() }
 
-// Ready: the store answers, and sending is not paused by an account error
-// that will not lift by itself.
+// Ready: not shut down (captchaq.ErrClosed), the store answers, and
+// sending is not paused by an account error that will not lift by itself.
 func (b *localBackend) Ready(ctx context.Context) error {
+	if b.closed.Load() {
+		return captchaq.ErrClosed
+	}
 	if err := storeReady(ctx, b.store); err != nil {
 		return err
 	}
@@ -189,7 +202,10 @@ func (b *localBackend) Ready(ctx context.Context) error {
 }
 
 // Shutdown waits for accepted tasks until ctx ends (captchaq.Queue.Shutdown).
-func (b *localBackend) Shutdown(ctx context.Context) error { return b.queue.Shutdown(ctx) }
+func (b *localBackend) Shutdown(ctx context.Context) error {
+	b.closed.Store(true)
+	return b.queue.Shutdown(ctx)
+}
 
 func (b *localBackend) pingbackHandler() http.Handler { return b.queue.PingbackHandler() }
 

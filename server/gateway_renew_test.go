@@ -3,12 +3,11 @@ package server_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/captchaq/captchaq"
-	"github.com/captchaq/captchaq/amqp"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -19,38 +18,14 @@ func TestGatewaySolvesAnExpiredTaskAgain(t *testing.T) {
 	t.Parallel()
 	f := newFleetRig(t, sim.Config{LatencyScale: 0.005, PollBan: sim.PollBan{Disabled: true}})
 	f.worker("renew-w", 4)
-	mem := captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
-	c := f.dial()
-	t.Cleanup(func() { c.Close() })
-	f.mu.Lock()
-	f.gateways = append(f.gateways, "renew")
-	f.mu.Unlock()
-	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: mem, Name: "renew", Logger: f.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	b := &bundle{sim: f.sim, srv: srv, url: hs.URL, http: hs.Client()}
+	b := f.serve("renew", filepath.Join(t.TempDir(), "gw.db"), nil)
 
 	b.api(t, "POST", "/v1/tasks", keyQA, apiTurnstile("a"), http.StatusAccepted, nil)
 	first := b.waitFinal(t, keyQA, "a")
 	if first.Status != captchaq.StatusSolved || first.Result.Token == "" {
 		t.Fatalf("a: %+v", first)
 	}
-	expire(t, mem, "qa/a")
+	expire(t, b.store, "qa/a")
 	var v server.TaskView
 	b.api(t, "GET", "/v1/tasks/a", keyQA, "", http.StatusOK, &v)
 	if !v.Expired || v.Result == nil || v.Result.Token != "" {

@@ -55,19 +55,28 @@ type fleetRig struct {
 
 func newFleetRig(t *testing.T, sc sim.Config) *fleetRig {
 	t.Helper()
-	var b [4]byte
-	rand.Read(b[:])
-	f := &fleetRig{t: t, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	f.cfg = amqp.Config{URL: brokertest.Use(t), Prefix: "test-gw-" + hex.EncodeToString(b[:]),
-		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, Logger: f.log}
 	ss, apiURL, err := sim.Start(sc, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.sim, f.apiURL = ss, apiURL
 	// Registered first, so it runs last: after workers and gateways stop.
+	t.Cleanup(func() { ss.Close() })
+	f := newFleetAt(t, apiURL)
+	f.sim = ss
+	return f
+}
+
+// newFleetAt is a fleetRig whose workers solve at the provider at apiURL,
+// which the caller runs and stops; sim is nil.
+func newFleetAt(t *testing.T, apiURL string) *fleetRig {
+	t.Helper()
+	var b [4]byte
+	rand.Read(b[:])
+	f := &fleetRig{t: t, apiURL: apiURL, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f.cfg = amqp.Config{URL: brokertest.Use(t), Prefix: "test-gw-" + hex.EncodeToString(b[:]),
+		ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second, Logger: f.log}
+	// Registered before any worker or gateway, so it runs after they stop.
 	t.Cleanup(func() {
-		ss.Close()
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if err := amqp.DeleteReplies(context.Background(), f.cfg, f.gateways...); err != nil {
@@ -138,8 +147,9 @@ func (f *fleetRig) worker(owner string, threads int) (stop func()) {
 // server, on its own connection and store file.
 type gatewayBundle struct {
 	*bundle
-	gw   *amqp.Gateway
-	stop func()
+	gw    *amqp.Gateway
+	store captchaq.Store // the gateway's
+	stop  func()
 }
 
 var gatewayClients = []server.Client{
@@ -205,7 +215,7 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 	if err := srv.Start(ctx); err != nil {
 		f.t.Fatal(err)
 	}
-	return &gatewayBundle{bundle: b, gw: gw, stop: stop}
+	return &gatewayBundle{bundle: b, gw: gw, store: st, stop: stop}
 }
 
 // resOK polls res.php until the task is final and returns the answer.

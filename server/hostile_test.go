@@ -17,6 +17,29 @@ type apiErr struct {
 	Field string `json:"field"`
 }
 
+// apiRefuses posts body to /v1/tasks and checks that it is refused with a
+// 400 naming field, with an error that says text.
+func (b *bundle) apiRefuses(t *testing.T, body, field, text string) {
+	t.Helper()
+	var e apiErr
+	b.api(t, "POST", "/v1/tasks", keyQA, body, http.StatusBadRequest, &e)
+	if e.Field != field || !strings.Contains(e.Error, text) {
+		t.Errorf("%.80s: %+v, want field %s and %q", body, e, field, text)
+	}
+}
+
+// inRefuses posts a Turnstile task to in.php with the client's key, then
+// name=value, and checks that the answer is want.
+func (b *bundle) inRefuses(t *testing.T, name, value, want string) {
+	t.Helper()
+	v := turnstile()
+	v.Set("key", keyQA)
+	v.Set(name, value)
+	if got := b.form(t, "POST", "/in.php", v); got != want {
+		t.Errorf("in.php with %s: %q, want %q", name, got, want)
+	}
+}
+
 // A JSON API post task names no path: the server opens none, and the
 // answer is the same whether the path exists or not.
 func TestAPIPostFileIsNotAPath(t *testing.T) {
@@ -51,27 +74,14 @@ func TestAPIReservedParamsAndImageCap(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	for _, name := range []string{"Key", "KEY", "key", "pingback", "SOFT_ID", "header_acao", "Method", "JSON"} {
-		var e apiErr
-		b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/","`+name+`":"x"}}`, http.StatusBadRequest, &e)
-		if e.Field != "params."+name || !strings.Contains(e.Error, "reserved in any letter case") {
-			t.Errorf("%s: %+v", name, e)
-		}
+		b.apiRefuses(t, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/","`+name+`":"x"}}`, "params."+name, "reserved in any letter case")
 	}
 	big := base64.StdEncoding.EncodeToString(make([]byte, provider.MaxImageBytes+1))
-	var e apiErr
-	b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"base64","params":{"body":"`+big+`"}}`, http.StatusBadRequest, &e)
-	if e.Field != "params.body" || !strings.Contains(e.Error, "the provider takes at most 614400") {
-		t.Errorf("big image: %+v", e)
-	}
+	b.apiRefuses(t, `{"method":"base64","params":{"body":"`+big+`"}}`, "params.body", "the provider takes at most 614400")
 	// in.php: field names are read in any letter case, so a KEY beside
 	// the real key is the key field itself, never a param passed on: the
 	// request is refused and nothing reaches the provider.
-	v := turnstile()
-	v.Set("key", keyQA)
-	v.Set("KEY", "smuggled")
-	if got := b.form(t, "POST", "/in.php", v); !strings.HasPrefix(got, "ERROR_") {
-		t.Errorf("in.php KEY: %s, want a refusal", got)
-	}
+	b.inRefuses(t, "KEY", "smuggled", "ERROR_WRONG_USER_KEY")
 }
 
 func TestAPINullTasks(t *testing.T) {
@@ -89,17 +99,8 @@ func TestAPINullTasks(t *testing.T) {
 func TestPingbackUserInfoRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	var e apiErr
-	b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/"},"pingback":"http://guest:guest@hooks.example/x"}`, http.StatusBadRequest, &e)
-	if e.Field != "pingback" || !strings.Contains(e.Error, "must not carry a user or password") {
-		t.Errorf("%+v", e)
-	}
-	v := turnstile()
-	v.Set("key", keyQA)
-	v.Set("pingback", "http://u:p@hooks.example/x")
-	if got := b.form(t, "POST", "/in.php", v); !strings.Contains(got, "ERROR_BAD_PARAMETERS") {
-		t.Errorf("in.php: %s", got)
-	}
+	b.apiRefuses(t, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/"},"pingback":"http://guest:guest@hooks.example/x"}`, "pingback", "must not carry a user or password")
+	b.inRefuses(t, "pingback", "http://u:p@hooks.example/x", "ERROR_BAD_PARAMETERS")
 }
 
 // /metrics on the main listener needs an admin key; non-admin stats show

@@ -28,6 +28,55 @@ func cliTopology(t *testing.T) (amqp.Config, context.Context) {
 	return cfg, ctx
 }
 
+// enqueueInput runs `captchaq enqueue` on cfg's topology with in as its
+// standard input and returns the exit code and what it wrote to stderr.
+func enqueueInput(ctx context.Context, cfg amqp.Config, in string) (int, string) {
+	var out, errb bytes.Buffer
+	env := &environment{stdin: strings.NewReader(in), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	code := run(ctx, env, []string{"enqueue", "--amqp", cfg.URL, "--prefix", cfg.Prefix, "-"})
+	return code, errb.String()
+}
+
+// queuedTasks checks that cfg's task queue holds exactly n messages and
+// takes them, in queue order.
+func queuedTasks(t *testing.T, ctx context.Context, cfg amqp.Config, n int) []amqp.TaskMessage {
+	t.Helper()
+	c, err := amqp.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Depths(ctx, c.Names().Tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d[0].Ready != n {
+		t.Fatalf("the task queue holds %d messages, want %d", d[0].Ready, n)
+	}
+	k, err := c.Consume(ctx, []string{c.Names().Tasks}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	got := make([]amqp.TaskMessage, 0, n)
+	for len(got) < n {
+		select {
+		case d := <-k.Deliveries():
+			m, err := d.Task()
+			if err != nil || m.Task.ID != d.MessageID {
+				t.Fatalf("message %s in the task queue: %+v, %v", d.MessageID, m, err)
+			}
+			if err := d.Ack(); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, m)
+		case <-ctx.Done():
+			t.Fatalf("only %d of %d tasks taken from the queue", len(got), n)
+		}
+	}
+	return got
+}
+
 func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
 	cfg, ctx := cliTopology(t)
 	url, prefix := cfg.URL, cfg.Prefix
@@ -80,43 +129,22 @@ func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
 // and still reach the queue in the order of their lines.
 func TestEnqueueKeepsFileOrder(t *testing.T) {
 	cfg, ctx := cliTopology(t)
-	url, prefix := cfg.URL, cfg.Prefix
 
 	const n = 3 * enqueueWindow
 	var in strings.Builder
 	for i := range n {
 		fmt.Fprintf(&in, `{"id":"o-%04d","method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://x.example/"}}`+"\n", i)
 	}
-	var out, errb bytes.Buffer
-	env := &environment{stdin: strings.NewReader(in.String()), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	if code := run(ctx, env, []string{"enqueue", "--amqp", url, "--prefix", prefix, "-"}); code != 0 {
-		t.Fatalf("exit %d; stderr:\n%s", code, errb.String())
+	code, stderr := enqueueInput(ctx, cfg, in.String())
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
-	if want := fmt.Sprintf("enqueued %d tasks", n); !strings.Contains(errb.String(), want) {
-		t.Fatalf("stderr lacks %q:\n%s", want, errb.String())
+	if want := fmt.Sprintf("enqueued %d tasks", n); !strings.Contains(stderr, want) {
+		t.Fatalf("stderr lacks %q:\n%s", want, stderr)
 	}
-	c, err := amqp.Dial(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	k, err := c.Consume(ctx, []string{c.Names().Tasks}, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	for i := range n {
-		var d *amqp.Delivery
-		select {
-		case d = <-k.Deliveries():
-		case <-ctx.Done():
-			t.Fatalf("only %d of %d tasks in the queue", i, n)
-		}
-		if want := fmt.Sprintf("o-%04d", i); d.MessageID != want {
-			t.Fatalf("task %d in the queue is %s, want %s", i, d.MessageID, want)
-		}
-		if err := d.Ack(); err != nil {
-			t.Fatal(err)
+	for i, m := range queuedTasks(t, ctx, cfg, n) {
+		if want := fmt.Sprintf("o-%04d", i); m.Task.ID != want {
+			t.Fatalf("task %d in the queue is %s, want %s", i, m.Task.ID, want)
 		}
 	}
 }

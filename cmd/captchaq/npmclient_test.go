@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -18,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/captchaq/captchaq/amqp"
-	"github.com/captchaq/captchaq/internal/brokertest"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -165,34 +161,12 @@ func TestNPMClientAgainstServe(t *testing.T) {
 // balance the worker read and sent in its status beat.
 func TestNPMClientAgainstGateway(t *testing.T) {
 	node := npmClient(t)
-	brokerURL := brokertest.Use(t)
-	var b [4]byte
-	rand.Read(b[:])
-	prefix := "test-npm-gw-" + hex.EncodeToString(b[:])
-	const owner = "npm-gw-worker"
-	ss, apiURL, err := sim.Start(sim.Config{Key: "npm-provider-key", LatencyScale: 0.01, Balance: 3.5, PollBan: sim.PollBan{Disabled: true}}, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	bin := captchaqBinary(t)
+	f := newProcessFleet(t, "test-npm-gw-", sim.Config{Key: "npm-provider-key", LatencyScale: 0.01, Balance: 3.5, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"npm","key":"npm-client-key"}]`)
-	startProcess(t, bin, []string{"CAPTCHAAI_KEY=npm-provider-key"}, regexp.MustCompile(`msg="worker started"`),
-		"worker", "--amqp", brokerURL, "--prefix", prefix, "--api-url", apiURL, "--threads", "5", "--poll-interval", "50ms", "--owner", owner)
-	_, m := startProcess(t, bin, nil, regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+) .*mode=gateway gateway=(\S+)`),
-		"serve", "--amqp", brokerURL, "--prefix", prefix, "--store", filepath.Join(t.TempDir(), "gw.db"), "--clients", clients, "--listen", "127.0.0.1:0")
-	t.Cleanup(func() {
-		cfg := amqp.Config{URL: brokerURL, Prefix: prefix}
-		if err := amqp.DeleteReplies(context.Background(), cfg, m[2]); err != nil {
-			t.Errorf("DeleteReplies: %v", err)
-		}
-		if err := amqp.DeleteTopology(context.Background(), cfg, owner); err != nil {
-			t.Errorf("DeleteTopology: %v", err)
-		}
-	})
+	f.worker("npm-gw-worker", "npm-provider-key", regexp.MustCompile(`msg="worker started"`), "--poll-interval", "50ms")
+	_, base, _ := f.serve(filepath.Join(t.TempDir(), "gw.db"), clients)
 	// The gateway hears the balance with the worker's next status beat
 	// (every 5 s): wait for that event before the client asks.
-	base := "http://" + m[1]
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(base + "/res.php?key=npm-client-key&action=getbalance")

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/captchaq/captchaq/amqp"
-	"github.com/captchaq/captchaq/internal/brokertest"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -112,35 +107,14 @@ func freeAddr(t *testing.T) string {
 // scrape, and every alert rule loaded and evaluated without error.
 func TestPrometheusScrapesServeAndWorker(t *testing.T) {
 	promBin := needTool(t, "prometheus", "prometheus")
-	brokerURL := brokertest.Use(t)
-	var b [4]byte
-	rand.Read(b[:])
-	prefix := "test-prom-" + hex.EncodeToString(b[:])
 	const owner, workerKey, clientKey, adminKey = "prom-worker", "prom-test-provider-key", "prom-client-key-1", "prom-admin-key-01"
-	ss, apiURL, err := sim.Start(sim.Config{Threads: 10, LatencyScale: 0.2, Seed: 41, PollBan: sim.PollBan{Disabled: true}}, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	bin := captchaqBinary(t)
-	dir := t.TempDir()
+	f := newProcessFleet(t, "test-prom-", sim.Config{Threads: 10, LatencyScale: 0.2, Seed: 41, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+clientKey+`"},{"name":"ops","key":"`+adminKey+`","admin":true}]`)
 
-	worker, wm := startProcess(t, bin, []string{"CAPTCHAAI_KEY=" + workerKey}, regexp.MustCompile(`msg="serving metrics" addr=(127\.0\.0\.1:\d+)`),
-		"worker", "--amqp", brokerURL, "--prefix", prefix, "--api-url", apiURL, "--threads", "5", "--poll-interval", "50ms",
-		"--owner", owner, "--metrics-addr", "127.0.0.1:0")
-	serve, sm := startProcess(t, bin, nil, regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+) .*gateway=(\S+)`),
-		"serve", "--amqp", brokerURL, "--prefix", prefix, "--store", filepath.Join(dir, "gateway.db"), "--clients", clients, "--listen", "127.0.0.1:0")
-	serveAddr, workerAddr, gateway := sm[1], wm[1], sm[2]
-	t.Cleanup(func() {
-		cfg := amqp.Config{URL: brokerURL, Prefix: prefix}
-		if err := amqp.DeleteReplies(context.Background(), cfg, gateway); err != nil {
-			t.Errorf("DeleteReplies: %v", err)
-		}
-		if err := amqp.DeleteTopology(context.Background(), cfg, owner); err != nil {
-			t.Errorf("DeleteTopology: %v", err)
-		}
-	})
+	worker, wm := f.worker(owner, workerKey, regexp.MustCompile(`msg="serving metrics" addr=(127\.0\.0\.1:\d+)`),
+		"--poll-interval", "50ms", "--metrics-addr", "127.0.0.1:0")
+	serve, base, _ := f.serve(filepath.Join(t.TempDir(), "gateway.db"), clients)
+	serveAddr, workerAddr := strings.TrimPrefix(base, "http://"), wm[1]
 
 	rules, err := filepath.Abs(filepath.Join(deployDir, "prometheus", "alerts.yml"))
 	if err != nil {
@@ -160,7 +134,7 @@ scrape_configs:
 `, rules, adminKey, serveAddr, workerAddr)
 	promAddr := freeAddr(t)
 	prom, _ := startProcess(t, promBin, nil, regexp.MustCompile(`Server is ready to receive web requests`),
-		"--config.file="+writeFile(t, "prometheus.yml", config), "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
+		"--config.file="+writeFile(t, "prometheus.yml", config), "--storage.tsdb.path="+filepath.Join(t.TempDir(), "tsdb"),
 		"--web.listen-address="+promAddr, "--log.level=info")
 	api := promAPI{t: t, base: "http://" + promAddr}
 
@@ -204,8 +178,8 @@ scrape_configs:
 	if r := api.query(`captchaq_threads_plan{job="captchaq-worker"}`); len(r) != 1 || r[0].float(t) != 5 {
 		t.Errorf("worker's plan %+v, want 5", r)
 	}
-	if r := api.query(`captchaq_broker_queue_ready{job="captchaq-serve",queue="` + prefix + `.tasks"}`); len(r) != 1 {
-		t.Errorf("serve's broker series for %s.tasks: %+v", prefix, r)
+	if r := api.query(`captchaq_broker_queue_ready{job="captchaq-serve",queue="` + f.prefix + `.tasks"}`); len(r) != 1 {
+		t.Errorf("serve's broker series for %s.tasks: %+v", f.prefix, r)
 	}
 	if r := api.query(`sum(captchaq_http_requests_total{job="captchaq-serve",route="tasks_create",code="202"})`); len(r) != 1 || r[0].float(t) != 1 {
 		t.Errorf("serve counted %+v task creations with 202, want 1", r)
@@ -247,7 +221,7 @@ scrape_configs:
 	prom.stop(t)
 	serve.stop(t)
 	worker.stop(t)
-	if s := ss.Stats(); s.Accepted != 20 || s.Duplicates != 0 {
+	if s := f.sim.Stats(); s.Accepted != 20 || s.Duplicates != 0 {
 		t.Errorf("simulator accepted %d (duplicates %d), want 20 and 0", s.Accepted, s.Duplicates)
 	}
 	for _, p := range []*process{serve, worker, prom} {

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,6 +108,82 @@ func (p *process) stop(t *testing.T) {
 	}
 }
 
+// processFleet is a fleet of captchaq processes: a topology of the test's
+// own on the real broker and a simulator, on which workers and gateway
+// servers start as child processes. The topology and every gateway's reply
+// queue are deleted when the test ends, after the processes stop.
+type processFleet struct {
+	t         *testing.T
+	bin       string
+	brokerURL string
+	prefix    string
+	sim       *sim.Server
+	apiURL    string // sim's
+
+	mu       sync.Mutex
+	owners   []string
+	gateways []string
+}
+
+// newProcessFleet starts a simulator with sc; prefixStart begins the
+// topology's random prefix.
+func newProcessFleet(t *testing.T, prefixStart string, sc sim.Config) *processFleet {
+	t.Helper()
+	brokerURL := brokertest.Use(t)
+	var b [4]byte
+	rand.Read(b[:])
+	f := &processFleet{t: t, brokerURL: brokerURL, prefix: prefixStart + hex.EncodeToString(b[:])}
+	ss, apiURL, err := sim.Start(sc, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.sim, f.apiURL = ss, apiURL
+	// Registered before any process starts, so it runs after they stop.
+	t.Cleanup(func() {
+		ss.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		cfg := amqp.Config{URL: f.brokerURL, Prefix: f.prefix}
+		if err := amqp.DeleteReplies(context.Background(), cfg, f.gateways...); err != nil {
+			t.Errorf("DeleteReplies: %v", err)
+		}
+		if err := amqp.DeleteTopology(context.Background(), cfg, f.owners...); err != nil {
+			t.Errorf("DeleteTopology: %v", err)
+		}
+	})
+	f.bin = captchaqBinary(t)
+	return f
+}
+
+// worker starts `captchaq worker` as owner with the provider key in its
+// environment, 5 threads and more args, ready when a log line matches.
+func (f *processFleet) worker(owner, providerKey string, ready *regexp.Regexp, more ...string) (*process, []string) {
+	f.t.Helper()
+	f.mu.Lock()
+	f.owners = append(f.owners, owner)
+	f.mu.Unlock()
+	args := append([]string{"worker", "--amqp", f.brokerURL, "--prefix", f.prefix, "--api-url", f.apiURL, "--threads", "5", "--owner", owner}, more...)
+	return startProcess(f.t, f.bin, []string{"CAPTCHAAI_KEY=" + providerKey}, ready, args...)
+}
+
+// gatewayServingRE matches serve's start line in gateway mode: its
+// address, then its gateway name.
+var gatewayServingRE = regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+) .*mode=gateway gateway=(\S+)`)
+
+// serve starts `captchaq serve --amqp` on the store file db with the
+// clients file, and returns it, its base URL and its gateway name.
+func (f *processFleet) serve(db, clients string) (*process, string, string) {
+	f.t.Helper()
+	p, m := startProcess(f.t, f.bin, nil, gatewayServingRE,
+		"serve", "--amqp", f.brokerURL, "--prefix", f.prefix, "--store", db, "--clients", clients, "--listen", "127.0.0.1:0")
+	f.mu.Lock()
+	if !slices.Contains(f.gateways, m[2]) {
+		f.gateways = append(f.gateways, m[2])
+	}
+	f.mu.Unlock()
+	return p, "http://" + m[1], m[2]
+}
+
 // TestServeAsGatewayProcess runs `captchaq serve --amqp` and `captchaq
 // worker` as real processes on the real broker: the gateway has no
 // provider key, answers in.php/res.php from the worker's results, and,
@@ -114,41 +191,15 @@ func (p *process) stop(t *testing.T) {
 // the same store (its default name comes from the store's path), answers
 // every task, each solved once.
 func TestServeAsGatewayProcess(t *testing.T) {
-	brokerURL := brokertest.Use(t)
-	var b [4]byte
-	rand.Read(b[:])
-	prefix := "test-cli-gw-" + hex.EncodeToString(b[:])
 	const owner, workerKey, clientKey = "cli-gw-worker", "gateway-test-provider-key", "cli-client-key-1"
 	// Turnstile in about 0.8 s: tasks are still at the worker when the
 	// gateway stops.
-	ss, apiURL, err := sim.Start(sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 31, PollBan: sim.PollBan{Disabled: true}}, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	bin := captchaqBinary(t)
-	dir := t.TempDir()
+	f := newProcessFleet(t, "test-cli-gw-", sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 31, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+clientKey+`","admin":true}]`)
-	db := filepath.Join(dir, "gateway.db")
+	db := filepath.Join(t.TempDir(), "gateway.db")
 
-	worker, _ := startProcess(t, bin, []string{"CAPTCHAAI_KEY=" + workerKey}, regexp.MustCompile(`msg="worker started"`),
-		"worker", "--amqp", brokerURL, "--prefix", prefix, "--api-url", apiURL, "--threads", "5", "--poll-interval", "20ms", "--owner", owner)
-	servingRE := regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+) .*mode=gateway gateway=(\S+) reply_queue=(\S+)`)
-	serve := func() (*process, string, string) {
-		p, m := startProcess(t, bin, nil, servingRE,
-			"serve", "--amqp", brokerURL, "--prefix", prefix, "--store", db, "--clients", clients, "--listen", "127.0.0.1:0")
-		return p, "http://" + m[1], m[2]
-	}
-	gw1, base, name := serve()
-	t.Cleanup(func() {
-		cfg := amqp.Config{URL: brokerURL, Prefix: prefix}
-		if err := amqp.DeleteReplies(context.Background(), cfg, name); err != nil {
-			t.Errorf("DeleteReplies: %v", err)
-		}
-		if err := amqp.DeleteTopology(context.Background(), cfg, owner); err != nil {
-			t.Errorf("DeleteTopology: %v", err)
-		}
-	})
+	worker, _ := f.worker(owner, workerKey, regexp.MustCompile(`msg="worker started"`), "--poll-interval", "20ms")
+	gw1, base, name := f.serve(db, clients)
 	if want, _ := amqp.GatewayNameFor(db); name != want {
 		t.Errorf("gateway name %q, want %q from the store's path", name, want)
 	}
@@ -180,7 +231,7 @@ func TestServeAsGatewayProcess(t *testing.T) {
 	// getbalance through the gateway: TestNPMClientAgainstGateway.
 	gw1.stop(t)
 
-	gw2, base2, name2 := serve()
+	gw2, base2, name2 := f.serve(db, clients)
 	if name2 != name {
 		t.Fatalf("the restarted gateway is %q, want %q", name2, name)
 	}
@@ -206,12 +257,12 @@ func TestServeAsGatewayProcess(t *testing.T) {
 	}
 	json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
-	if _, ok := st.Broker[prefix+".replies."+name]; !ok {
-		t.Errorf("stats broker %v: no reply queue %s.replies.%s", st.Broker, prefix, name)
+	if _, ok := st.Broker[f.prefix+".replies."+name]; !ok {
+		t.Errorf("stats broker %v: no reply queue %s.replies.%s", st.Broker, f.prefix, name)
 	}
 	gw2.stop(t)
 	worker.stop(t)
-	if s := ss.Stats(); s.Accepted != 3 || s.Duplicates != 0 {
+	if s := f.sim.Stats(); s.Accepted != 3 || s.Duplicates != 0 {
 		t.Errorf("simulator accepted %d (duplicates %d), want 3 and 0", s.Accepted, s.Duplicates)
 	}
 	for _, p := range []*process{gw1, gw2, worker} {

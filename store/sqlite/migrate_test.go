@@ -12,10 +12,11 @@ import (
 	"github.com/captchaq/captchaq/store/sqlite"
 )
 
-// testdata/v1.db was written by captchaq's store at schema version 1 (before
-// fingerprints): job-0 solved with token 0.old-token, job-1 queued.
-func TestOpenMigratesVersion1Store(t *testing.T) {
-	t.Parallel()
+// copyV1Store copies testdata/v1.db, written by captchaq's store at schema
+// version 1 (before fingerprints): job-0 solved with token 0.old-token,
+// job-1 queued. It returns the copy's path.
+func copyV1Store(t *testing.T) string {
+	t.Helper()
 	raw, err := os.ReadFile("testdata/v1.db")
 	if err != nil {
 		t.Fatal(err)
@@ -24,6 +25,12 @@ func TestOpenMigratesVersion1Store(t *testing.T) {
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestOpenMigratesVersion1Store(t *testing.T) {
+	t.Parallel()
+	path := copyV1Store(t)
 	s, err := sqlite.Open(t.Context(), path, sqlite.Options{Retention: sqlite.RetentionOff})
 	if err != nil {
 		t.Fatalf("Open of a version 1 store: %v", err)

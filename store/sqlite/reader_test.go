@@ -60,14 +60,7 @@ func TestReaderReadsWhileAQueueHoldsTheStore(t *testing.T) {
 
 func TestReaderReadsVersion1WithoutMigrating(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("testdata/v1.db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "v1.db")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := copyV1Store(t)
 	r, err := sqlite.OpenReader(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
