@@ -156,9 +156,11 @@ type Names struct {
 	Replies  string // Replies+"."+gateway: a gateway's reply queue
 	Reports  string // clients' reportbad/reportgood, for a worker to forward
 	// The fleet's thread pool (WorkerConfig.SharedThreads): Threads holds
-	// one token per plan thread; ThreadsFilled exists once it was filled;
-	// ThreadsLock is the exclusive queue the filling worker holds.
-	Threads, ThreadsFilled, ThreadsLock string
+	// one token per plan thread; ThreadsReturning holds the tokens of a
+	// holder that died until its tasks at the provider are done;
+	// ThreadsFilled exists once it was filled; ThreadsLock is the exclusive
+	// queue the filling worker holds.
+	Threads, ThreadsReturning, ThreadsFilled, ThreadsLock string
 }
 
 // FailedRoutingKey is the routing key of every dead letter.
@@ -180,9 +182,10 @@ func NamesFor(prefix string) Names {
 		Replies:  p + ".replies",
 		Reports:  p + ".reports",
 
-		Threads:       p + ".threads",
-		ThreadsFilled: p + ".threads.filled",
-		ThreadsLock:   p + ".threads.lock",
+		Threads:          p + ".threads",
+		ThreadsReturning: p + ".threads.returning",
+		ThreadsFilled:    p + ".threads.filled",
+		ThreadsLock:      p + ".threads.lock",
 	}
 }
 

@@ -19,7 +19,8 @@
 //	captcha.replies.G  gateway G's reply queue: the results of the tasks it
 //	                   published, and a copy of every dead letter (see Gateway)
 //	captcha.threads    the plan's thread tokens (WorkerConfig.SharedThreads),
-//	                   with captcha.threads.filled and captcha.threads.lock
+//	                   with captcha.threads.returning (a dead holder's tokens
+//	                   waiting), captcha.threads.filled and captcha.threads.lock
 //
 // Task queues dead-letter to captcha.dlx, so a task that waits longer than
 // Config.TaskTTL (5 minutes) lands in captcha.failed with x-death reason
@@ -76,10 +77,12 @@
 // reject-publish; a worker started with another N gets a *ConflictError).
 // A worker holds an unacknowledged token for each task it has at the
 // provider or is submitting, and its queue submits only while it holds
-// more tokens than that (captchaq.ThreadPool). Tokens are never acked. A
-// worker gives one back by requeueing it (nack), and when a worker dies or
-// loses its connection the broker requeues what it held by itself: no
-// coordinator, no lease to renew.
+// more tokens than that (captchaq.ThreadPool). When a worker dies or loses
+// its connection the broker requeues what it held by itself: no
+// coordinator, no lease to renew. A worker gives a token back by acking it
+// and publishing a fresh one, in one transaction (the pool's channel is
+// transactional), never by requeueing it: so a token the broker delivers
+// marked redelivered is always one a holder died with (see Returning).
 //
 // Filling. Before it takes any task, a worker declares captcha.threads
 // and, holding captcha.threads.lock, looks for captcha.threads.filled. The
@@ -146,12 +149,24 @@
 // thread" answer: what keeps both below 0.92 there is the poll interval
 // against the solve time, not the sharing.
 //
-// Limits. A worker killed with tasks at the provider hands its tokens back
-// at once while those tasks run on there until solved (its checkpoints
-// then send them to be polled): for up to one solve time the fleet may run
-// up to that worker's threads over N, and the provider's "no free thread"
-// answers, which AIMD absorbs, are the cost. A worker whose connection
-// drops likewise; it submits nothing until its pool's channel is back.
+// Returning. A worker killed with tasks at the provider loses its tokens
+// at once, while those tasks run on there until solved. A worker that
+// receives a redelivered token therefore does not use it: in one
+// transaction it acks it and publishes a token to
+// captcha.threads.returning with an expiration, and that queue
+// dead-letters it back into captcha.threads when it expires. The
+// expiration is the longest of the receiving worker's last 64 solve
+// times, which bounds how long a task submitted before the death can
+// still hold a provider thread, and at most Config.InflightLease: once
+// the dead worker's checkpoints expire, the workers that poll its tasks
+// take a token of their own for each. A transaction's ack and publish take
+// effect together at commit, and a channel that dies before the commit
+// leaves the token unacked, so the broker requeues it again: a token is
+// never lost or doubled. A worker whose connection drops parks its own
+// tokens the same way and takes fresh ones for its tasks when its channel
+// is back; a clean stop gives back at once the tokens of no task at the
+// provider. Stats counts parked tokens as in use: they are, at the
+// provider.
 //
 // # Gateways: results by reply-to
 //

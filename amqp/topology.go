@@ -277,7 +277,7 @@ func replyQueueArgs() amqp091.Table {
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
 	n := NamesFor(c.Prefix)
-	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsFilled}
+	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled}
 	for _, k := range c.Lanes {
 		queues = append(queues, n.Lane(k))
 	}

@@ -125,6 +125,13 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	if cfg.SharedThreads {
 		pool = newThreadPool(c, threads, log)
 		qc.ThreadPool = pool
+		onResult := qc.OnResult
+		qc.OnResult = func(r captchaq.Result) {
+			pool.observe(r)
+			if onResult != nil {
+				onResult(r)
+			}
+		}
 	}
 	q, err := captchaq.New(qc)
 	if err != nil {
