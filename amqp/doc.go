@@ -156,10 +156,11 @@
 // captcha.threads.returning with an expiration, and that queue
 // dead-letters it back into captcha.threads when it expires. The
 // expiration is the longest of the receiving worker's last 64 solve
-// times, which bounds how long a task submitted before the death can
-// still hold a provider thread, and at most Config.InflightLease: once
-// the dead worker's checkpoints expire, the workers that poll its tasks
-// take a token of their own for each. A transaction's ack and publish take
+// times (Config.InflightLease before its first), which bounds how long a
+// task submitted before the death can still hold a provider thread. The
+// lease is no bound: a dead worker's checkpoint that expires goes to the
+// tail of the task queue, and takes a token again only once a worker
+// adopts it, which with a backlog is long after. A transaction's ack and publish take
 // effect together at commit, and a channel that dies before the commit
 // leaves the token unacked, so the broker requeues it again: a token is
 // never lost or doubled. A worker whose connection drops parks its own

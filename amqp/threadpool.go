@@ -236,19 +236,19 @@ func (p *threadPool) observe(r captchaq.Result) {
 }
 
 // returnDelay is how long a dead holder's token waits before the fleet
-// may use it again: until the tasks it held at the provider are probably
-// done. Those tasks were submitted before the holder died, so the longest
-// of this worker's recent solves bounds them; and once the lease of their
-// checkpoints runs out they come back to be polled by a worker that takes
-// a token of its own for each, so the lease bounds the wait.
+// may use it again: until the tasks it held at the provider are done.
+// Those tasks were submitted before the holder died, so the longest of
+// this worker's recent solves bounds them. (Their checkpoints come back to
+// be polled, and take tokens again, only once their lease runs out and
+// they reach the head of the task queue, which may be much later: the
+// lease is no bound.) Before any solve, the checkpoint lease.
 func (p *threadPool) returnDelay() time.Duration {
-	lease := p.c.cfg.InflightLease
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.solvesSeen == 0 {
-		return lease
+		return p.c.cfg.InflightLease
 	}
-	return min(lease, slices.Max(p.solves[:min(p.solvesSeen, threadsSolveSamples)]))
+	return slices.Max(p.solves[:min(p.solvesSeen, threadsSolveSamples)])
 }
 
 // Ready implements captchaq.ThreadPool.
