@@ -62,11 +62,25 @@
 // A worker submits a task only while it holds it: its delivery's channel
 // is alive, or its checkpoint is confirmed (captchaq.Config.Admit). A task
 // whose channel died is back in its queue for the fleet, so the worker
-// hands its copy back instead of paying for a second solve. One window
-// stays: a connection lost between the provider's answer to a submit and
-// its checkpoint's confirm puts the task back for the fleet while its
-// captcha id is not yet durable, and another worker may solve it again.
-// The submit cap bounds how many tasks are in that window at once.
+// hands its copy back instead of paying for a second solve.
+//
+// A connection lost between the provider's answer to a submit and its
+// checkpoint's confirm puts the task back for the fleet while its captcha
+// id is not yet durable. A worker that lives through it reconnects and
+// checkpoints the task all the same, then, seeing that every delivery of
+// it died first, claims it: it publishes the task id on captcha.claims, a
+// fanout every worker hears on its own queue captcha.claims.<owner>. A
+// worker that receives a redelivered task without a captcha id waits
+// 5 seconds (redeliveredWait) before it submits it, and drops (acks) its
+// copy when the claim comes, or came lately: one paid solve
+// (TestLostDeliveryIsClaimed). The cost: nothing per task; a claim per
+// such task; and every redelivered task, after a worker's death, a
+// dropped connection or a hand-back, waits those 5 seconds. Windows
+// stay: a worker killed in that window (nobody is left to claim), a
+// reconnect slower than the wait, and a connection that dies right after
+// the confirm, taking the task's ack with it (its delivery was alive at
+// the confirm, so no claim). The submit cap bounds how many tasks are in
+// the window at once.
 //
 // # Threads: one plan for the fleet
 //
@@ -155,9 +169,11 @@
 // transaction it acks it and publishes a token to
 // captcha.threads.returning with an expiration, and that queue
 // dead-letters it back into captcha.threads when it expires. The
-// expiration is the longest of the receiving worker's last 64 solve
-// times (Config.InflightLease before its first), which bounds how long a
-// task submitted before the death can still hold a provider thread. The
+// expiration estimates the longest solve time, which bounds how long a
+// task submitted before the death can still hold a provider thread: the
+// longest of the receiving worker's last k ≤ 64 solves plus their range
+// over k, since the longest of k samples falls short of the bound by
+// about that (Config.InflightLease before its first solve). The
 // lease is no bound: a dead worker's checkpoint that expires goes to the
 // tail of the task queue, and takes a token again only once a worker
 // adopts it, which with a backlog is long after. A transaction's ack and publish take

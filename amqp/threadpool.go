@@ -237,18 +237,22 @@ func (p *threadPool) observe(r captchaq.Result) {
 
 // returnDelay is how long a dead holder's token waits before the fleet
 // may use it again: until the tasks it held at the provider are done.
-// Those tasks were submitted before the holder died, so the longest of
-// this worker's recent solves bounds them. (Their checkpoints come back to
-// be polled, and take tokens again, only once their lease runs out and
-// they reach the head of the task queue, which may be much later: the
-// lease is no bound.) Before any solve, the checkpoint lease.
+// Those tasks were submitted before the holder died, so the longest solve
+// time bounds them, estimated from this worker's last k solves as the
+// longest plus the range over k (the longest of k samples falls short of
+// the true bound by about that). Their checkpoints are no bound: one
+// whose lease runs out takes a token again only once a worker adopts it,
+// behind whatever waits in the task queue. Before any solve, the
+// checkpoint lease.
 func (p *threadPool) returnDelay() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.solvesSeen == 0 {
 		return p.c.cfg.InflightLease
 	}
-	return slices.Max(p.solves[:min(p.solvesSeen, threadsSolveSamples)])
+	seen := p.solves[:min(p.solvesSeen, threadsSolveSamples)]
+	longest := slices.Max(seen)
+	return longest + (longest-slices.Min(seen))/time.Duration(len(seen))
 }
 
 // Ready implements captchaq.ThreadPool.

@@ -152,11 +152,12 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 	_ = dead.Close()
 
 	p := newThreadPool(c, plan, slog.New(slog.DiscardHandler))
-	const solve = 3 * time.Second
-	p.observe(captchaq.Result{Status: captchaq.StatusSolved, SolveSeconds: solve.Seconds()})
-	p.observe(captchaq.Result{Status: captchaq.StatusSolved, SolveSeconds: 1})
-	if got := p.returnDelay(); got != solve {
-		t.Fatalf("returnDelay %v, want the longest recent solve %v", got, solve)
+	p.observe(captchaq.Result{Status: captchaq.StatusSolved, SolveSeconds: 2.5})
+	p.observe(captchaq.Result{Status: captchaq.StatusSolved, SolveSeconds: 1.5})
+	p.observe(captchaq.Result{Status: captchaq.StatusFailed, SolveSeconds: 9})
+	// The longest solve, 2.5 s, plus the range (1 s) over 2 samples.
+	if got, want := p.returnDelay(), 3*time.Second; got != want {
+		t.Fatalf("returnDelay %v, want %v", got, want)
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -194,6 +194,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.c.DeclareInflight(ctx, w.cfg.Owner); err != nil {
 		return err
 	}
+	if err := w.c.DeclareClaims(ctx, w.cfg.Owner); err != nil {
+		return err
+	}
 	if w.pool != nil {
 		// Filled before any task is taken, so no worker submits on a
 		// pool that is not there yet.
@@ -220,6 +223,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.q.Close()
 		return err
 	}
+	claims, err := w.c.consume(bg, []string{w.c.Names().ClaimQueue(w.cfg.Owner)}, -1, gatherAcks)
+	if err != nil {
+		w.q.Close()
+		parked.Close()
+		return err
+	}
 	queues := []string{w.c.Names().Tasks}
 	for _, l := range w.c.cfg.Lanes {
 		queues = append(queues, w.c.Names().Lane(l))
@@ -228,14 +237,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		w.q.Close()
 		parked.Close()
+		claims.Close()
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() {
 		defer wg.Done()
 		for d := range parked.Deliveries() {
 			w.store.holdCheckpoint(d)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for d := range claims.Deliveries() {
+			w.claimed(bg, d.MessageID)
+			w.store.settle(d)
 		}
 	}()
 	go (&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run(bg, &wg)
@@ -269,6 +286,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.shutdown(tasks)
 	stopBg()
 	parked.Close()
+	claims.Close()
 	if reports != nil {
 		reports.Close()
 	}
@@ -328,6 +346,19 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		w.store.markHandBack(m.Task.ID, false)
 		_ = w.store.handBack(context.WithoutCancel(ctx), m.Task.ID)
 	}
+}
+
+// claimed drops this worker's copy of a task another worker has
+// checkpointed, unless it is already at the provider.
+func (w *Worker) claimed(ctx context.Context, id string) {
+	if !w.store.claimed(id) {
+		return
+	}
+	if err := w.q.Cancel(ctx, id); err != nil {
+		w.store.unmarkClaimed(id)
+		return
+	}
+	w.log.Info("dropped a redelivered task another worker checkpointed", "id", id)
 }
 
 // deadLetterRaw moves a message that is not a task to the dead letters.
