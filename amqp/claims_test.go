@@ -1,11 +1,13 @@
 package amqp
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,8 +53,8 @@ func TestLostDeliveryIsClaimed(t *testing.T) {
 	clientB, _ := provider.NewClient(provider.ClientConfig{BaseURL: apiURL, Key: "test-key"})
 	submitted, proceed := make(chan struct{}), make(chan struct{})
 	cut := &cutAfterSubmit{Client: clientA, submitted: submitted, proceed: proceed}
-	log := slog.New(slog.DiscardHandler)
-	worker := func(conn *Conn, p captchaq.Provider, owner string) *Worker {
+	var logB lockedBuffer
+	worker := func(conn *Conn, p captchaq.Provider, owner string, log *slog.Logger) *Worker {
 		w, err := NewWorker(conn, WorkerConfig{Queue: captchaq.Config{Provider: p, Threads: 2, PollInterval: 50 * time.Millisecond, Logger: log},
 			Owner: owner, Grace: 5 * time.Second, Logger: log})
 		if err != nil {
@@ -88,7 +90,7 @@ func TestLostDeliveryIsClaimed(t *testing.T) {
 			}
 		}
 	}
-	a := worker(cA, cut, "claim-a")
+	a := worker(cA, cut, "claim-a", slog.New(slog.DiscardHandler))
 	run(a)
 	consumers(1)
 	pub := c.NewPublisher()
@@ -102,7 +104,7 @@ func TestLostDeliveryIsClaimed(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("worker a never submitted")
 	}
-	b := worker(cB, clientB, "claim-b")
+	b := worker(cB, clientB, "claim-b", slog.New(slog.NewTextHandler(&logB, nil)))
 	run(b)
 	consumers(2)
 	proxy.cut() // a's connection drops with the captcha id not yet checkpointed
@@ -121,8 +123,11 @@ func TestLostDeliveryIsClaimed(t *testing.T) {
 	if st.Accepted != 1 || st.Duplicates != 0 {
 		t.Errorf("the provider accepted %d submits (%d duplicates), want one paid solve", st.Accepted, st.Duplicates)
 	}
-	if m := b.Queue().Metrics(); m.Submitted != 1 || m.Solved != 0 {
-		t.Errorf("worker b took %d tasks and solved %d; want it to have held the redelivered copy (1) and solved none", m.Submitted, m.Solved)
+	if m := b.Queue().Metrics(); m.Submitted != 0 || m.Solved != 0 {
+		t.Errorf("worker b's queue took %d tasks and solved %d, want none", m.Submitted, m.Solved)
+	}
+	if want := `msg="dropping a redelivered task another worker checkpointed" owner=claim-b id=` + id; !strings.Contains(logB.String(), want) {
+		t.Errorf("worker b's log lacks %q (it never held the redelivered copy):\n%s", want, logB.String())
 	}
 	if cA.Reconnects() == 0 {
 		t.Error("worker a's connection never dropped")
@@ -137,6 +142,24 @@ func TestLostDeliveryIsClaimed(t *testing.T) {
 			t.Errorf("%s holds %d messages after the run, want 0", q.Name, q.Ready)
 		}
 	}
+}
+
+// lockedBuffer is a log sink safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // cutAfterSubmit holds the first submit's answer until proceed closes.

@@ -70,9 +70,9 @@
 // checkpoints the task all the same, then, seeing that every delivery of
 // it died first, claims it: it publishes the task id on captcha.claims, a
 // fanout every worker hears on its own queue captcha.claims.<owner>. A
-// worker that receives a redelivered task without a captcha id waits
-// 5 seconds (redeliveredWait) before it submits it, and drops (acks) its
-// copy when the claim comes, or came lately: one paid solve
+// worker that receives a redelivered task without a captcha id holds it
+// 5 seconds (redeliveredWait) before its queue takes it, and drops (acks)
+// its copy when the claim comes, or came lately: one paid solve
 // (TestLostDeliveryIsClaimed). The cost: nothing per task; a claim per
 // such task; and every redelivered task, after a worker's death, a
 // dropped connection or a hand-back, waits those 5 seconds. Windows

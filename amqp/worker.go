@@ -317,6 +317,20 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		w.store.release(m.Task.ID)
 		return
 	}
+	if w.store.waits(m.Task.ID) {
+		// A redelivered copy: its worker may claim it (redeliveredWait).
+		time.AfterFunc(redeliveredWait, func() {
+			if w.store.endWait(m.Task.ID) {
+				w.adopt(ctx, m)
+			}
+		})
+		return
+	}
+	w.adopt(ctx, m)
+}
+
+// adopt hands a task the worker holds to the queue.
+func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 	rec := captchaq.Record{
 		Task: m.Task, Status: captchaq.StatusQueued, Attempts: m.Attempts,
 		LastError: m.LastError, LastErrorCode: m.LastErrorCode,
@@ -327,7 +341,7 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		// solve again.
 		rec.Status, rec.CaptchaID = captchaq.StatusInFlight, m.CaptchaID
 	}
-	_, err = w.q.Adopt(ctx, rec)
+	_, err := w.q.Adopt(ctx, rec)
 	switch {
 	case err == nil:
 	case errors.Is(err, captchaq.ErrInvalidTask):
@@ -395,6 +409,13 @@ func (w *Worker) shutdown(tasks *Consumer) {
 	}()
 	handed := 0
 	for _, id := range w.store.ids() {
+		if w.store.endWait(id) {
+			// Redelivered and held waiting: never in the queue.
+			w.store.markHandBack(id, false)
+			_ = w.store.handBack(context.Background(), id)
+			handed++
+			continue
+		}
 		if !w.store.markHandBack(id, false) {
 			continue
 		}

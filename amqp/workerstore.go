@@ -49,10 +49,10 @@ type WorkerStore struct {
 	claims map[string]time.Time
 }
 
-// redeliveredWait is how long a worker waits before it submits a task
-// redelivered without a captcha id: the worker that lost its delivery may
-// have submitted it and still be reconnecting to checkpoint it; once it
-// has, its claim (Publisher.Claim) makes this worker drop its copy.
+// redeliveredWait is how long a worker holds a task redelivered without a
+// captcha id before its queue takes it: the worker that lost its delivery
+// may have submitted it and still be reconnecting to checkpoint it; once
+// it has, its claim (Publisher.Claim) makes this worker drop its copy.
 const redeliveredWait = 5 * time.Second
 
 // entry is what the worker holds of one unfinished task on the broker.
@@ -67,7 +67,7 @@ type entry struct {
 	checkpoints    map[int]*Delivery // checkpoint-queue deliveries held, by seq
 	handback       bool              // being handed back, not finished
 	claimed        bool              // another worker checkpointed it: dropped, not finished
-	submitAfter    time.Time         // a redelivered copy: not submitted before (see redeliveredWait)
+	waiting        bool              // a redelivered copy, not yet given to the queue (see redeliveredWait)
 }
 
 var _ captchaq.Store = (*WorkerStore)(nil)
@@ -94,8 +94,8 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 // the copy has been acked and there is nothing to do.
 //
 // A redelivered copy without a captcha id may be of a task another worker
-// submitted and then lost its connection: it waits redeliveredWait before
-// it is submitted, and a copy of a task claimed lately is dropped (acked).
+// submitted and then lost its connection: it is held waiting (see
+// endWait), and a copy of a task claimed lately is dropped (acked).
 func (s *WorkerStore) hold(d *Delivery, m TaskMessage) (fresh bool) {
 	s.mu.Lock()
 	e, ok := s.entries[m.Task.ID]
@@ -108,9 +108,7 @@ func (s *WorkerStore) hold(d *Delivery, m TaskMessage) (fresh bool) {
 			return false
 		}
 		e := &entry{msg: m, deliveries: []*Delivery{d}, checkpoints: map[int]*Delivery{}}
-		if suspect {
-			e.submitAfter = time.Now().Add(redeliveredWait)
-		}
+		e.waiting = suspect
 		s.entries[m.Task.ID] = e
 		s.mu.Unlock()
 		return true
@@ -186,9 +184,6 @@ func (s *WorkerStore) admit(id string) bool {
 	if e.confirmed > 0 {
 		return true
 	}
-	if time.Now().Before(e.submitAfter) {
-		return false
-	}
 	for _, d := range e.deliveries {
 		if d.live() {
 			return true
@@ -197,12 +192,32 @@ func (s *WorkerStore) admit(id string) bool {
 	return false
 }
 
-// claimed records another worker's claim on id. It returns true when this
-// worker holds a copy it has not checkpointed: the copy is marked so that
-// its coming Finish (the caller cancels it) acks it and reports nothing.
-func (s *WorkerStore) claimed(id string) bool {
+// waits reports whether id is held waiting, not yet given to the queue.
+func (s *WorkerStore) waits(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	e, ok := s.entries[id]
+	return ok && e.waiting
+}
+
+// endWait ends the wait of id; false when a claim dropped it meanwhile.
+func (s *WorkerStore) endWait(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[id]
+	if !ok || !e.waiting {
+		return false
+	}
+	e.waiting = false
+	return true
+}
+
+// claimed records another worker's claim on id. A copy held waiting is
+// dropped (acked) at once. It returns true when the queue has a copy not
+// checkpointed: that one is marked so that its coming Finish (the caller
+// cancels it) acks it and reports nothing.
+func (s *WorkerStore) claimed(id string) bool {
+	s.mu.Lock()
 	now := time.Now()
 	for k, at := range s.claims {
 		if now.Sub(at) > 2*redeliveredWait {
@@ -211,10 +226,20 @@ func (s *WorkerStore) claimed(id string) bool {
 	}
 	s.claims[id] = now
 	e, ok := s.entries[id]
-	if !ok || e.handback || e.confirmed > 0 {
+	switch {
+	case ok && e.waiting:
+		delete(s.entries, id)
+		tasks, parked := e.takeHeld()
+		s.mu.Unlock()
+		s.log.Info("dropping a redelivered task another worker checkpointed", "id", id)
+		s.settle(append(tasks, parked...)...)
+		return false
+	case !ok || e.handback || e.confirmed > 0:
+		s.mu.Unlock()
 		return false
 	}
 	e.handback, e.claimed = true, true
+	s.mu.Unlock()
 	return true
 }
 
