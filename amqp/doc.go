@@ -137,7 +137,8 @@
 // BenchmarkFleetRealistic/shared (1,000 tasks, 50 threads, three workers)
 // 0.08–0.16 token deliveries and 0.08–0.16 give-backs per task (6 runs),
 // against three messages per task for the task itself (below); in
-// BenchmarkFleetInstant 0.07 deliveries and 0.04–0.06 give-backs. A
+// BenchmarkFleetInstant 0.06–0.07 deliveries and 0.03–0.06 give-backs
+// (12 runs). A
 // dead holder's token costs once an ack, a publish and a commit, then an
 // expiry and a delivery. Plus, per worker, a passive declare a second and
 // a consume or cancel when it turns hungry or satisfied. Alternatives:
@@ -175,8 +176,8 @@
 // kills right after an accepted submit, so often inside the window of a
 // killed worker between the provider's answer and the checkpoint (see
 // Checkpoints). At shorter solves (BenchmarkFleetRealistic, 0.4 s, 100 ms
-// polls) shared is 0.86–0.89, as one process with the same plan
-// (0.85–0.88), against 0.48–0.75 with own windows, with no "no free
+// polls) shared is 0.86–0.89 (6 runs), as one process with the same plan
+// (0.76–0.88), against 0.48–0.75 with own windows, with no "no free
 // thread" answer: what keeps both below 0.92 there is the poll interval
 // against the solve time, not the sharing.
 //
