@@ -163,8 +163,9 @@
 //	short, shared, SIGKILL and replace     0.93 / 0.95 / 0.96; none
 //	short, one process with the plan       0.93 / 0.94 / 0.95; none
 //	realistic, shared                      0.98 / 0.98 / 0.99; none
-//	realistic, shared, SIGKILL and replace 0.97 / 0.98 / 0.98;
-//	                                       1 of 95 submits, 0, 0
+//	realistic, shared, SIGKILL and replace 0.97 / 0.98 / 0.99 (6 runs);
+//	                                       1 of 95 submits in one, none
+//	                                       in five (1 of 551 in all)
 //	before parking: short, SIGKILL         0.89–0.91 (6 runs);
 //	                                       3–6 of 153–156 submits (2–4%)
 //	own --threads each, short, SIGKILL     0.64–0.91 (8 runs, median 0.73);
