@@ -228,10 +228,12 @@ func BenchmarkGatewaySubmit(b *testing.B) {
 // a third of the tasks are accepted and another starts in its place. It
 // reports the simulator's saturated utilization and "no free thread"
 // answers; one-process is the same plan in one worker. The realistic-
-// runs take Turnstile's published times (2–6 s, 90 tasks).
+// runs take Turnstile's published times (2–6 s, 90 tasks), the slow- runs
+// reCAPTCHA v2's (5–12 s, 60 tasks).
 func BenchmarkFleetKill9(b *testing.B) {
 	short := sim.Latency{Median: time.Second, Min: 500 * time.Millisecond, Max: 2 * time.Second}
 	realistic := sim.Latency{Median: 3500 * time.Millisecond, Min: 2 * time.Second, Max: 6 * time.Second}
+	slow := sim.Latency{Median: 8 * time.Second, Min: 5 * time.Second, Max: 12 * time.Second}
 	for _, c := range []struct {
 		name         string
 		workers      int
@@ -242,6 +244,7 @@ func BenchmarkFleetKill9(b *testing.B) {
 		{"own-kill", 3, false, true, short, 150}, {"shared-kill", 3, true, true, short, 150},
 		{"shared", 3, true, false, short, 150}, {"one-process", 1, false, false, short, 150},
 		{"realistic-shared-kill", 3, true, true, realistic, 90}, {"realistic-shared", 3, true, false, realistic, 90},
+		{"slow-shared-kill", 3, true, true, slow, 60}, {"slow-shared", 3, true, false, slow, 60},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {

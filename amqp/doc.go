@@ -154,10 +154,11 @@
 //
 // Measured (BenchmarkFleetKill9: a 10-thread plan, three worker processes
 // each with --threads 10, 100 ms polls, on a shared 2-core machine;
-// short: 150 Turnstile tasks of 0.5–2 s; realistic: 90 of 2–6 s; in the
-// SIGKILL runs one worker is killed once a third of the tasks are
-// accepted and another starts in its place), saturated utilization
-// min/median/max of 3 runs and "no free thread" answers:
+// short: 150 Turnstile tasks of 0.5–2 s; realistic: 90 of 2–6 s; slow: 60
+// of 5–12 s, reCAPTCHA v2's published times; in the SIGKILL runs one
+// worker is killed once a third of the tasks are accepted and another
+// starts in its place), saturated utilization min/median/max of 3 runs
+// and "no free thread" answers:
 //
 //	short, shared                          0.95 / 0.96 / 0.98; none
 //	short, shared, SIGKILL and replace     0.93 / 0.95 / 0.96; none
@@ -166,6 +167,8 @@
 //	realistic, shared, SIGKILL and replace 0.97 / 0.98 / 0.99 (6 runs);
 //	                                       1 of 95 submits in one, none
 //	                                       in five (1 of 551 in all)
+//	slow, shared                           0.98 / 0.99 / 0.99; none
+//	slow, shared, SIGKILL and replace      0.99 / 0.99 / 0.99; none
 //	before parking: short, SIGKILL         0.89–0.91 (6 runs);
 //	                                       3–6 of 153–156 submits (2–4%)
 //	own --threads each, short, SIGKILL     0.64–0.91 (8 runs, median 0.73);
