@@ -80,7 +80,9 @@ func TestFleetSharesOnePlan(t *testing.T) {
 	ids = append(ids, f.enqueue(ctx, "three", 60, 0)...)
 	f.until(ctx, "pool-d taking its share", func() bool { b, _ := beats.latest("pool-d"); return b.ThreadsHeld > 0 })
 	res = f.collect(ctx, ids)
-	st = f.ledger(res, int64(len(ids)))
+	// pool-a dies at any moment, maybe with submits answered and not yet
+	// checkpointed: at most one per thread it held.
+	st = f.ledgerAfterKill(res, int64(len(ids)), plan)
 	// pool-a's tasks at the provider run on until solved; its threads
 	// wait for them in ThreadsReturning.
 	t.Logf("kill and join: peak %d of %d threads", st.PeakThreadsInUse, plan)
@@ -178,13 +180,21 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 		t.Errorf("%d deliveries, %d parked; want %d and %d", taken, parked, 2*plan, plan)
 	}
 
-	// Given back, then taken again: never parked.
+	// Given back, then taken again: never parked. (How many times a token
+	// moves on the way depends on when the pool last read the queue's
+	// consumers, which may say another worker is hungry.)
 	p.Want(0, 0)
 	until("both tokens given back", func() bool { return depth(names.Threads) == plan })
+	if returned := p.returned.Load(); returned < plan {
+		t.Errorf("%d tokens given back, want at least %d", returned, plan)
+	}
 	p.Want(0, plan)
 	until("both tokens held again", func() bool { return p.Held() == plan })
-	if taken, parked, returned := p.taken.Load(), p.parked.Load(), p.returned.Load(); taken != 3*plan || parked != plan || returned != plan {
-		t.Errorf("%d deliveries, %d parked, %d given back; want %d, %d, %d", taken, parked, returned, 3*plan, plan, plan)
+	if r, q := depth(names.ThreadsReturning), depth(names.Threads); r != 0 || q != 0 {
+		t.Errorf("holding %d tokens of %d again, yet %d parked and %d ready", plan, plan, r, q)
+	}
+	if parked := p.parked.Load(); parked != plan {
+		t.Errorf("%d tokens parked, want %d: a token given back was parked", parked, plan)
 	}
 
 	// A clean stop gives back the tokens of no task at the provider.
