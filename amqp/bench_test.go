@@ -124,12 +124,14 @@ func benchFleet(b *testing.B, nWorkers, tasks, threads int, sc sim.Config, poll 
 	b.ReportMetric(float64(st.Duplicates), "duplicates")
 	b.ReportMetric(float64(st.NoSlot), "no-slot")
 	if shared {
-		var taken, returned int64
+		var taken, returned, parked int64
 		for _, w := range workers {
-			taken, returned = taken+w.pool.taken.Load(), returned+w.pool.returned.Load()
+			taken, returned, parked = taken+w.pool.taken.Load(), returned+w.pool.returned.Load(), parked+w.pool.parked.Load()
 		}
 		b.ReportMetric(float64(taken)/float64(tasks), "tokens/task")
-		b.Logf("thread tokens: %d delivered, %d given back (%.3f deliveries per task)", taken, returned, float64(taken)/float64(tasks))
+		b.ReportMetric(float64(returned)/float64(tasks), "given-back/task")
+		b.Logf("thread tokens: %d delivered, %d given back, %d parked (%.3f deliveries, %.3f give-backs per task)",
+			taken, returned, parked, float64(taken)/float64(tasks), float64(returned)/float64(tasks))
 	}
 	b.Logf("%d tasks in %v: %.0f tasks/s, utilization %.2f, peak threads %d/%d, no-slot %d, %d requests (%.2f/task), duplicates %d",
 		tasks, elapsed.Round(time.Millisecond), float64(tasks)/elapsed.Seconds(), st.Utilization, st.PeakThreadsInUse, threads, st.NoSlot, reqs, float64(reqs)/float64(tasks), st.Duplicates)
@@ -225,25 +227,36 @@ func BenchmarkGatewaySubmit(b *testing.B) {
 // each started with --threads 10; in the -kill runs one is SIGKILLed once
 // a third of the tasks are accepted and another starts in its place. It
 // reports the simulator's saturated utilization and "no free thread"
-// answers; one-process is the same plan in one worker.
+// answers; one-process is the same plan in one worker. The realistic-
+// runs take Turnstile's published times (2–6 s, 90 tasks), the slow- runs
+// reCAPTCHA v2's (5–12 s, 60 tasks).
 func BenchmarkFleetKill9(b *testing.B) {
+	short := sim.Latency{Median: time.Second, Min: 500 * time.Millisecond, Max: 2 * time.Second}
+	realistic := sim.Latency{Median: 3500 * time.Millisecond, Min: 2 * time.Second, Max: 6 * time.Second}
+	slow := sim.Latency{Median: 8 * time.Second, Min: 5 * time.Second, Max: 12 * time.Second}
 	for _, c := range []struct {
 		name         string
 		workers      int
 		shared, kill bool
-	}{{"own-kill", 3, false, true}, {"shared-kill", 3, true, true}, {"shared", 3, true, false}, {"one-process", 1, false, false}} {
+		lat          sim.Latency
+		tasks        int
+	}{
+		{"own-kill", 3, false, true, short, 150}, {"shared-kill", 3, true, true, short, 150},
+		{"shared", 3, true, false, short, 150}, {"one-process", 1, false, false, short, 150},
+		{"realistic-shared-kill", 3, true, true, realistic, 90}, {"realistic-shared", 3, true, false, realistic, 90},
+		{"slow-shared-kill", 3, true, true, slow, 60}, {"slow-shared", 3, true, false, slow, 60},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
-				benchKill9(b, c.workers, c.shared, c.kill)
+				benchKill9(b, c.workers, c.shared, c.kill, c.lat, c.tasks)
 			}
 		})
 	}
 }
 
-func benchKill9(b *testing.B, workers int, shared, kill bool) {
-	const plan, tasks = 10, 150
+func benchKill9(b *testing.B, workers int, shared, kill bool, lat sim.Latency, tasks int) {
+	const plan = 10
 	cfg := fleetSettings(configFor(brokertest.Use(b)))
-	lat := sim.Latency{Median: time.Second, Min: 500 * time.Millisecond, Max: 2 * time.Second}
 	f := newFleet(b, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: plan, Seed: 14,
 		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: lat}},
 		childConfig{Threads: plan, Poll: 100 * time.Millisecond, Grace: 5 * time.Second, SharedThreads: shared})
@@ -256,7 +269,7 @@ func benchKill9(b *testing.B, workers int, shared, kill bool) {
 	b.ResetTimer()
 	ids := f.enqueue(ctx, "k", tasks, 0)
 	if kill {
-		f.until(ctx, "a third of the tasks accepted", func() bool { return f.accepted() >= tasks/3 })
+		f.until(ctx, "a third of the tasks accepted", func() bool { return f.accepted() >= int64(tasks/3) })
 		f.signal("k-a", syscall.SIGKILL)
 		if err := f.wait("k-a", 10*time.Second); err == nil {
 			b.Fatal("k-a exited cleanly after SIGKILL")

@@ -155,10 +155,13 @@ type Names struct {
 	Status   string // fanout exchange for consumer status beats
 	Replies  string // Replies+"."+gateway: a gateway's reply queue
 	Reports  string // clients' reportbad/reportgood, for a worker to forward
+	Claims   string // fanout exchange: ids of tasks a worker checkpointed after losing their delivery
 	// The fleet's thread pool (WorkerConfig.SharedThreads): Threads holds
-	// one token per plan thread; ThreadsFilled exists once it was filled;
-	// ThreadsLock is the exclusive queue the filling worker holds.
-	Threads, ThreadsFilled, ThreadsLock string
+	// one token per plan thread; ThreadsReturning holds the tokens of a
+	// holder that died until its tasks at the provider are done;
+	// ThreadsFilled exists once it was filled; ThreadsLock is the exclusive
+	// queue the filling worker holds.
+	Threads, ThreadsReturning, ThreadsFilled, ThreadsLock string
 }
 
 // FailedRoutingKey is the routing key of every dead letter.
@@ -179,10 +182,12 @@ func NamesFor(prefix string) Names {
 		Status:   p + ".status",
 		Replies:  p + ".replies",
 		Reports:  p + ".reports",
+		Claims:   p + ".claims",
 
-		Threads:       p + ".threads",
-		ThreadsFilled: p + ".threads.filled",
-		ThreadsLock:   p + ".threads.lock",
+		Threads:          p + ".threads",
+		ThreadsReturning: p + ".threads.returning",
+		ThreadsFilled:    p + ".threads.filled",
+		ThreadsLock:      p + ".threads.lock",
 	}
 }
 
@@ -193,6 +198,9 @@ func (n Names) Lane(kind string) string { return n.Tasks + "." + kind }
 func (n Names) DelayQueue(d time.Duration) string {
 	return fmt.Sprintf("%s.%d", n.Delay, d.Milliseconds())
 }
+
+// ClaimQueue is the queue where one worker hears the fleet's claims.
+func (n Names) ClaimQueue(owner string) string { return n.Claims + "." + owner }
 
 // InflightQueue is the checkpoint queue of one consumer.
 func (n Names) InflightQueue(owner string) string { return n.Inflight + "." + owner }

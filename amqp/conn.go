@@ -319,6 +319,17 @@ func (c *Conn) DeclareInflight(ctx context.Context, owner string) error {
 	})
 }
 
+// DeclareClaims declares the claim queue of owner (Names.ClaimQueue), now
+// and after every reconnect.
+func (c *Conn) DeclareClaims(ctx context.Context, owner string) error {
+	if !prefixRE.MatchString(owner) {
+		return fmt.Errorf("amqp: owner %q: use letters, digits, '.', '_', ':' or '-'", owner)
+	}
+	return c.declareQueue(ctx, c.Names().ClaimQueue(owner), func(conn *amqp091.Connection) error {
+		return declareClaims(conn, c.cfg, owner)
+	})
+}
+
 // DeclareReplies declares the reply queue of gateway (Names.ReplyQueue),
 // now and after every reconnect: durable, and bound to the dead-letter
 // exchange too, so the gateway hears of its tasks that die in the broker

@@ -322,6 +322,13 @@ func (p *Publisher) park(ctx context.Context, owner, run string, m TaskMessage, 
 	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), msg)
 }
 
+// Claim tells every worker that this one holds a confirmed checkpoint of
+// task id, though the task's delivery went back to the fleet (see
+// redeliveredWait).
+func (p *Publisher) Claim(ctx context.Context, id string) error {
+	return p.Publish(ctx, p.c.Names().Claims, "", amqp091.Publishing{MessageId: id, Type: "claim", Timestamp: time.Now()})
+}
+
 // Retry publishes a task that failed transiently to the delay tier of its
 // attempt count; after the tier's delay it goes back to the task exchange.
 // It returns the delay. Transient failures never reach the dead letters.

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/captchaq/captchaq"
 )
 
 // Timing of the thread pool (see "Threads: one plan for the fleet" in the
@@ -26,6 +30,9 @@ const (
 	threadsTick = 50 * time.Millisecond
 	// threadsLockWait bounds the wait for another worker's fill.
 	threadsLockWait = 30 * time.Second
+	// threadsSolveSamples is how many recent solves bound the time a dead
+	// holder's tasks may still run at the provider.
+	threadsSolveSamples = 64
 )
 
 // threadsQueueArgs are the token queue's arguments: it never holds more
@@ -35,6 +42,17 @@ func threadsQueueArgs(n int) amqp091.Table {
 		"x-queue-type": "classic",
 		"x-max-length": int32(n),
 		"x-overflow":   "reject-publish",
+	}
+}
+
+// threadsReturningArgs are the arguments of the queue where a dead
+// holder's tokens wait (each with its own expiration) before they go back
+// to the token queue.
+func threadsReturningArgs(names Names) amqp091.Table {
+	return amqp091.Table{
+		"x-queue-type":              "classic",
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": names.Threads,
 	}
 }
 
@@ -58,6 +76,10 @@ func declareThreads(conn *amqp091.Connection, c Config, n int) error {
 	defer d.close()
 	d.do("queue", names.Threads, func(ch *amqp091.Channel) error {
 		_, err := ch.QueueDeclare(names.Threads, true, false, false, false, threadsQueueArgs(n))
+		return err
+	})
+	d.do("queue", names.ThreadsReturning, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare(names.ThreadsReturning, true, false, false, false, threadsReturningArgs(names))
 		return err
 	})
 	if err := errors.Join(d.errs...); err != nil {
@@ -162,16 +184,19 @@ type threadPool struct {
 	log   *slog.Logger
 	ready chan struct{} // Held grew
 	wake  chan struct{} // demand changed
-	// taken and returned count token deliveries and requeues: the
-	// broker's work for the pool (see the package doc).
-	taken, returned atomic.Int64
+	// taken counts token deliveries, returned the tokens given back,
+	// parked the tokens of a dead holder sent to wait in ThreadsReturning:
+	// the broker's work for the pool (see the package doc).
+	taken, returned, parked atomic.Int64
 
 	mu            sync.Mutex
 	busy, waiting int
-	pinned        int // what Held returned since the last Want, -1 if not read: give nothing back below it
-	held          int // tokens held
-	limit         int // tokens the queue may use: the target (a fair share may be below held)
-	fleetInUse    int // plan minus ready tokens at the last refresh; -1 unknown
+	pinned        int                                // what Held returned since the last Want, -1 if not read: give nothing back below it
+	held          int                                // tokens held
+	limit         int                                // tokens the queue may use: the target (a fair share may be below held)
+	fleetInUse    int                                // plan minus ready tokens at the last refresh; -1 unknown
+	solves        [threadsSolveSamples]time.Duration // recent solve times, a ring
+	solvesSeen    int
 }
 
 func newThreadPool(c *Conn, n int, log *slog.Logger) *threadPool {
@@ -197,6 +222,37 @@ func (p *threadPool) Held() int {
 	h := min(p.held, p.limit)
 	p.pinned = max(p.pinned, h)
 	return h
+}
+
+// observe records a result's solve time (captchaq.Config.OnResult).
+func (p *threadPool) observe(r captchaq.Result) {
+	if r.Status != captchaq.StatusSolved || r.SolveSeconds <= 0 {
+		return
+	}
+	p.mu.Lock()
+	p.solves[p.solvesSeen%threadsSolveSamples] = time.Duration(r.SolveSeconds * float64(time.Second))
+	p.solvesSeen++
+	p.mu.Unlock()
+}
+
+// returnDelay is how long a dead holder's token waits before the fleet
+// may use it again: until the tasks it held at the provider are done.
+// Those tasks were submitted before the holder died, so the longest solve
+// time bounds them, estimated from this worker's last k solves as the
+// longest plus the range over k (the longest of k samples falls short of
+// the true bound by about that). Their checkpoints are no bound: one
+// whose lease runs out takes a token again only once a worker adopts it,
+// behind whatever waits in the task queue. Before any solve, the
+// checkpoint lease.
+func (p *threadPool) returnDelay() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.solvesSeen == 0 {
+		return p.c.cfg.InflightLease
+	}
+	seen := p.solves[:min(p.solvesSeen, threadsSolveSamples)]
+	longest := slices.Max(seen)
+	return longest + (longest-slices.Min(seen))/time.Duration(len(seen))
 }
 
 // Ready implements captchaq.ThreadPool.
@@ -287,9 +343,14 @@ func (p *threadPool) session(ctx context.Context) error {
 	s := &poolSession{p: p, ch: ch, tag: fmt.Sprintf("captchaq-threads-%d", gen), limit: p.n}
 	defer func() {
 		p.setHeld(0, p.n)
-		_ = ch.Close() // the broker requeues every token
+		_ = ch.Close() // the broker requeues every token, as redelivered
 	}()
 	closed := ch.NotifyClose(make(chan *amqp091.Error, 1))
+	// Acks and publishes take effect together at each commit, so a token
+	// moved from one queue to another is never lost or doubled.
+	if err := ch.Tx(); err != nil {
+		return fmt.Errorf("amqp: thread pool transactions: %w", err)
+	}
 	tick := time.NewTicker(threadsTick)
 	defer tick.Stop()
 	for {
@@ -298,6 +359,13 @@ func (p *threadPool) session(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			// A clean stop: tokens of no task at the provider go back
+			// at once; those of tasks left to their checkpoints come
+			// back redelivered when the channel closes, and wait.
+			_, floor := p.demand(len(s.tokens))
+			if err := s.giveBack(floor); err != nil {
+				p.log.Warn("giving threads back at stop", "err", err)
+			}
 			return ctx.Err()
 		case e := <-closed:
 			return closedErr(e)
@@ -308,11 +376,43 @@ func (p *threadPool) session(ctx context.Context) error {
 				s.deliveries, s.consuming = nil, false
 				continue
 			}
-			s.tokens = append(s.tokens, d.DeliveryTag)
-			p.taken.Add(1)
+			if err := s.receive(d); err != nil {
+				return err
+			}
 			p.setHeld(len(s.tokens), s.limit)
 		}
 	}
+}
+
+// receive holds a delivered token, or parks it if the broker requeued it
+// from a holder whose channel died.
+func (s *poolSession) receive(d amqp091.Delivery) error {
+	s.p.taken.Add(1)
+	if !d.Redelivered {
+		s.tokens = append(s.tokens, d.DeliveryTag)
+		return nil
+	}
+	return s.park(d.DeliveryTag)
+}
+
+// park moves a dead holder's token to ThreadsReturning, from which it
+// expires back into the token queue after returnDelay: the holder's tasks
+// may still run at the provider, and the plan's threads with them. Only
+// a holder's death requeues a token (one given back is acked and
+// published again), so a redelivered token is always such a token.
+func (s *poolSession) park(tag uint64) error {
+	if err := s.ch.Ack(tag, false); err != nil {
+		return fmt.Errorf("amqp: park a thread: %w", err)
+	}
+	expiration := strconv.FormatInt(max(s.p.returnDelay().Milliseconds(), 1), 10)
+	if err := s.publish(s.p.c.Names().ThreadsReturning, expiration); err != nil {
+		return fmt.Errorf("amqp: park a thread: %w", err)
+	}
+	if err := s.ch.TxCommit(); err != nil {
+		return fmt.Errorf("amqp: park a thread: %w", err)
+	}
+	s.p.parked.Add(1)
+	return nil
 }
 
 // adjust brings the held tokens toward the target: the demand, at most
@@ -394,12 +494,20 @@ func (s *poolSession) cancel() error {
 	}
 	// The client buffers what came before the cancel-ok, then closes.
 	for d := range s.deliveries {
-		s.tokens = append(s.tokens, d.DeliveryTag)
-		s.p.taken.Add(1)
+		if err := s.receive(d); err != nil {
+			return err
+		}
 	}
 	s.p.setHeld(len(s.tokens), s.limit)
 	s.deliveries, s.consuming = nil, false
 	return nil
+}
+
+// publish sends a token to queue, within the channel's transaction.
+func (s *poolSession) publish(queue, expiration string) error {
+	return s.ch.PublishWithContext(context.Background(), "", queue, false, false, amqp091.Publishing{
+		DeliveryMode: amqp091.Persistent, Type: "thread", Expiration: expiration,
+	})
 }
 
 // setQos sets the channel's prefetch: tokens beyond it are not delivered.
@@ -415,8 +523,10 @@ func (s *poolSession) setQos(n int) error {
 	return nil
 }
 
-// giveBack requeues the tokens beyond keep, after lowering the prefetch
-// so the broker does not hand them straight back.
+// giveBack returns the tokens beyond keep to the token queue, after
+// lowering the prefetch so the broker does not hand them straight back.
+// Each is acked and published again, not requeued: the broker marks a
+// requeued token redelivered, which would park it (see park).
 func (s *poolSession) giveBack(keep int) error {
 	if keep == 0 {
 		// No prefetch of 0 exists: stop consuming instead.
@@ -430,11 +540,17 @@ func (s *poolSession) giveBack(keep int) error {
 		return nil
 	}
 	for _, tag := range s.tokens[keep:] {
-		if err := s.ch.Nack(tag, false, true); err != nil {
+		if err := s.ch.Ack(tag, false); err != nil {
 			return fmt.Errorf("amqp: give back a thread: %w", err)
 		}
-		s.p.returned.Add(1)
+		if err := s.publish(s.p.c.Names().Threads, ""); err != nil {
+			return fmt.Errorf("amqp: give back a thread: %w", err)
+		}
 	}
+	if err := s.ch.TxCommit(); err != nil {
+		return fmt.Errorf("amqp: give back threads: %w", err)
+	}
+	s.p.returned.Add(int64(len(s.tokens) - keep))
 	s.tokens = s.tokens[:keep]
 	s.p.setHeld(keep, s.limit)
 	s.surplusSince = time.Time{}

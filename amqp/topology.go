@@ -181,6 +181,7 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 		func() bool { return exchange(n.Delay, amqp091.ExchangeHeaders, nil) },
 		func() bool { return exchange(n.Inflight, amqp091.ExchangeHeaders, nil) },
 		func() bool { return exchange(n.Status, amqp091.ExchangeFanout, nil) },
+		func() bool { return exchange(n.Claims, amqp091.ExchangeFanout, nil) },
 	}
 	for _, kind := range c.Lanes {
 		lane := n.Lane(kind)
@@ -219,20 +220,35 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 // kind, still carrying the captcha id.
 func declareInflight(conn *amqp091.Connection, c Config, owner string) error {
 	n := NamesFor(c.Prefix)
+	return declareBound(conn, n.InflightQueue(owner), amqp091.Table{
+		"x-queue-type":           "classic",
+		"x-dead-letter-exchange": n.Types,
+		"x-expires":              int32(InflightQueueIdleDefault.Milliseconds()),
+	}, n.Inflight, amqp091.Table{"x-match": "all", HeaderOwner: owner})
+}
+
+// declareClaims declares the claim queue of one worker, bound to the
+// claims exchange. It deletes itself once idle, as a checkpoint queue.
+func declareClaims(conn *amqp091.Connection, c Config, owner string) error {
+	n := NamesFor(c.Prefix)
+	return declareBound(conn, n.ClaimQueue(owner), amqp091.Table{
+		"x-queue-type": "classic",
+		"x-expires":    int32(InflightQueueIdleDefault.Milliseconds()),
+	}, n.Claims, nil)
+}
+
+// declareBound declares durable queue q with args, bound to exchange with
+// bindArgs and no routing key.
+func declareBound(conn *amqp091.Connection, q string, args amqp091.Table, exchange string, bindArgs amqp091.Table) error {
 	d := &declarer{conn: conn}
 	defer d.close()
-	q := n.InflightQueue(owner)
 	ok := d.do("queue", q, func(ch *amqp091.Channel) error {
-		_, err := ch.QueueDeclare(q, true, false, false, false, amqp091.Table{
-			"x-queue-type":           "classic",
-			"x-dead-letter-exchange": n.Types,
-			"x-expires":              int32(InflightQueueIdleDefault.Milliseconds()),
-		})
+		_, err := ch.QueueDeclare(q, true, false, false, false, args)
 		return err
 	})
 	if ok {
 		d.do("binding", q, func(ch *amqp091.Channel) error {
-			return ch.QueueBind(q, "", n.Inflight, false, amqp091.Table{"x-match": "all", HeaderOwner: owner})
+			return ch.QueueBind(q, "", exchange, false, bindArgs)
 		})
 	}
 	return errors.Join(d.errs...)
@@ -277,7 +293,7 @@ func replyQueueArgs() amqp091.Table {
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
 	n := NamesFor(c.Prefix)
-	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsFilled}
+	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled}
 	for _, k := range c.Lanes {
 		queues = append(queues, n.Lane(k))
 	}
@@ -285,9 +301,9 @@ func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 		queues = append(queues, n.DelayQueue(d))
 	}
 	for _, o := range owners {
-		queues = append(queues, n.InflightQueue(o))
+		queues = append(queues, n.InflightQueue(o), n.ClaimQueue(o))
 	}
-	return deleteAll(ctx, c, queues, []string{n.Types, n.TasksAll, n.DLX, n.Delay, n.Inflight, n.Status})
+	return deleteAll(ctx, c, queues, []string{n.Types, n.TasksAll, n.DLX, n.Delay, n.Inflight, n.Status, n.Claims})
 }
 
 // DeleteReplies deletes the reply queues of gateways, messages included:

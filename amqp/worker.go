@@ -125,6 +125,13 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	if cfg.SharedThreads {
 		pool = newThreadPool(c, threads, log)
 		qc.ThreadPool = pool
+		onResult := qc.OnResult
+		qc.OnResult = func(r captchaq.Result) {
+			pool.observe(r)
+			if onResult != nil {
+				onResult(r)
+			}
+		}
 	}
 	q, err := captchaq.New(qc)
 	if err != nil {
@@ -187,6 +194,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.c.DeclareInflight(ctx, w.cfg.Owner); err != nil {
 		return err
 	}
+	if err := w.c.DeclareClaims(ctx, w.cfg.Owner); err != nil {
+		return err
+	}
 	if w.pool != nil {
 		// Filled before any task is taken, so no worker submits on a
 		// pool that is not there yet.
@@ -213,6 +223,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.q.Close()
 		return err
 	}
+	claims, err := w.c.consume(bg, []string{w.c.Names().ClaimQueue(w.cfg.Owner)}, -1, gatherAcks)
+	if err != nil {
+		w.q.Close()
+		parked.Close()
+		return err
+	}
 	queues := []string{w.c.Names().Tasks}
 	for _, l := range w.c.cfg.Lanes {
 		queues = append(queues, w.c.Names().Lane(l))
@@ -221,14 +237,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		w.q.Close()
 		parked.Close()
+		claims.Close()
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() {
 		defer wg.Done()
 		for d := range parked.Deliveries() {
 			w.store.holdCheckpoint(d)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for d := range claims.Deliveries() {
+			w.claimed(bg, d.MessageID)
+			w.store.settle(d)
 		}
 	}()
 	go (&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run(bg, &wg)
@@ -262,6 +286,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.shutdown(tasks)
 	stopBg()
 	parked.Close()
+	claims.Close()
 	if reports != nil {
 		reports.Close()
 	}
@@ -292,6 +317,20 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		w.store.release(m.Task.ID)
 		return
 	}
+	if w.store.waits(m.Task.ID) {
+		// A redelivered copy: its worker may claim it (redeliveredWait).
+		time.AfterFunc(redeliveredWait, func() {
+			if w.store.endWait(m.Task.ID) {
+				w.adopt(ctx, m)
+			}
+		})
+		return
+	}
+	w.adopt(ctx, m)
+}
+
+// adopt hands a task the worker holds to the queue.
+func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 	rec := captchaq.Record{
 		Task: m.Task, Status: captchaq.StatusQueued, Attempts: m.Attempts,
 		LastError: m.LastError, LastErrorCode: m.LastErrorCode,
@@ -302,7 +341,7 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		// solve again.
 		rec.Status, rec.CaptchaID = captchaq.StatusInFlight, m.CaptchaID
 	}
-	_, err = w.q.Adopt(ctx, rec)
+	_, err := w.q.Adopt(ctx, rec)
 	switch {
 	case err == nil:
 	case errors.Is(err, captchaq.ErrInvalidTask):
@@ -321,6 +360,19 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		w.store.markHandBack(m.Task.ID, false)
 		_ = w.store.handBack(context.WithoutCancel(ctx), m.Task.ID)
 	}
+}
+
+// claimed drops this worker's copy of a task another worker has
+// checkpointed, unless it is already at the provider.
+func (w *Worker) claimed(ctx context.Context, id string) {
+	if !w.store.claimed(id) {
+		return
+	}
+	if err := w.q.Cancel(ctx, id); err != nil {
+		w.store.unmarkClaimed(id)
+		return
+	}
+	w.log.Info("dropped a redelivered task another worker checkpointed", "id", id)
 }
 
 // deadLetterRaw moves a message that is not a task to the dead letters.
@@ -357,6 +409,13 @@ func (w *Worker) shutdown(tasks *Consumer) {
 	}()
 	handed := 0
 	for _, id := range w.store.ids() {
+		if w.store.endWait(id) {
+			// Redelivered and held waiting: never in the queue.
+			w.store.markHandBack(id, false)
+			_ = w.store.handBack(context.Background(), id)
+			handed++
+			continue
+		}
 		if !w.store.markHandBack(id, false) {
 			continue
 		}

@@ -45,7 +45,15 @@ type WorkerStore struct {
 	// finished remembers the tasks of finished ids, past what mem keeps.
 	finished     *idMemory
 	finishedSize int
+	// claims are the ids other workers claimed lately, by when heard.
+	claims map[string]time.Time
 }
+
+// redeliveredWait is how long a worker holds a task redelivered without a
+// captcha id before its queue takes it: the worker that lost its delivery
+// may have submitted it and still be reconnecting to checkpoint it; once
+// it has, its claim (Publisher.Claim) makes this worker drop its copy.
+const redeliveredWait = 5 * time.Second
 
 // entry is what the worker holds of one unfinished task on the broker.
 type entry struct {
@@ -58,6 +66,8 @@ type entry struct {
 	parkedAt       time.Time
 	checkpoints    map[int]*Delivery // checkpoint-queue deliveries held, by seq
 	handback       bool              // being handed back, not finished
+	claimed        bool              // another worker checkpointed it: dropped, not finished
+	waiting        bool              // a redelivered copy, not yet given to the queue (see redeliveredWait)
 }
 
 var _ captchaq.Store = (*WorkerStore)(nil)
@@ -72,6 +82,7 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 		run:     hex.EncodeToString(b[:]),
 		log:     log,
 		entries: map[string]*entry{},
+		claims:  map[string]time.Time{},
 
 		finished:     newIDMemory(idMemoryDefault),
 		finishedSize: idMemoryDefault,
@@ -81,11 +92,24 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 // hold registers a task delivery. It returns false when the delivery is a
 // copy of a task this worker already holds a confirmed checkpoint of: then
 // the copy has been acked and there is nothing to do.
+//
+// A redelivered copy without a captcha id may be of a task another worker
+// submitted and then lost its connection: it is held waiting (see
+// endWait), and a copy of a task claimed lately is dropped (acked).
 func (s *WorkerStore) hold(d *Delivery, m TaskMessage) (fresh bool) {
 	s.mu.Lock()
 	e, ok := s.entries[m.Task.ID]
 	if !ok {
-		s.entries[m.Task.ID] = &entry{msg: m, deliveries: []*Delivery{d}, checkpoints: map[int]*Delivery{}}
+		suspect := d.Redelivered && m.CaptchaID == ""
+		if _, claimed := s.claims[m.Task.ID]; suspect && claimed {
+			s.mu.Unlock()
+			s.log.Info("dropping a redelivered task another worker checkpointed", "id", m.Task.ID)
+			s.settle(d)
+			return false
+		}
+		e := &entry{msg: m, deliveries: []*Delivery{d}, checkpoints: map[int]*Delivery{}}
+		e.waiting = suspect
+		s.entries[m.Task.ID] = e
 		s.mu.Unlock()
 		return true
 	}
@@ -168,6 +192,65 @@ func (s *WorkerStore) admit(id string) bool {
 	return false
 }
 
+// waits reports whether id is held waiting, not yet given to the queue.
+func (s *WorkerStore) waits(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[id]
+	return ok && e.waiting
+}
+
+// endWait ends the wait of id; false when a claim dropped it meanwhile.
+func (s *WorkerStore) endWait(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[id]
+	if !ok || !e.waiting {
+		return false
+	}
+	e.waiting = false
+	return true
+}
+
+// claimed records another worker's claim on id. A copy held waiting is
+// dropped (acked) at once. It returns true when the queue has a copy not
+// checkpointed: that one is marked so that its coming Finish (the caller
+// cancels it) acks it and reports nothing.
+func (s *WorkerStore) claimed(id string) bool {
+	s.mu.Lock()
+	now := time.Now()
+	for k, at := range s.claims {
+		if now.Sub(at) > 2*redeliveredWait {
+			delete(s.claims, k)
+		}
+	}
+	s.claims[id] = now
+	e, ok := s.entries[id]
+	switch {
+	case ok && e.waiting:
+		delete(s.entries, id)
+		tasks, parked := e.takeHeld()
+		s.mu.Unlock()
+		s.log.Info("dropping a redelivered task another worker checkpointed", "id", id)
+		s.settle(append(tasks, parked...)...)
+		return false
+	case !ok || e.handback || e.confirmed > 0:
+		s.mu.Unlock()
+		return false
+	}
+	e.handback, e.claimed = true, true
+	s.mu.Unlock()
+	return true
+}
+
+func (s *WorkerStore) unmarkClaimed(id string) {
+	s.mu.Lock()
+	if e, ok := s.entries[id]; ok && e.claimed {
+		e.handback, e.claimed = false, false
+	}
+	s.mu.Unlock()
+}
+
 // drop forgets an entry whose task never reached the queue.
 func (s *WorkerStore) drop(id string) {
 	s.mu.Lock()
@@ -188,24 +271,28 @@ func ackAll(log *slog.Logger, ds ...*Delivery) {
 }
 
 // park publishes m as the task's newest copy in the checkpoint queue and,
-// once confirmed, acks every older copy held.
-func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMessage)) error {
+// once confirmed, acks every older copy held. lost is true when the task's
+// deliveries had all gone back to the fleet before the confirm.
+func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMessage)) (lost bool, err error) {
 	s.mu.Lock()
 	e, ok := s.entries[id]
 	if !ok {
 		s.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	e.seq++
 	seq, m := e.seq, e.msg
 	update(&m)
 	s.mu.Unlock()
 	if err := s.pub.park(ctx, s.owner, s.run, m, seq); err != nil {
-		return err
+		return false, err
 	}
 	s.mu.Lock()
 	var old []*Delivery
 	if seq > e.confirmed {
+		if e.confirmed == 0 && len(e.deliveries) > 0 {
+			lost = !slices.ContainsFunc(e.deliveries, (*Delivery).live)
+		}
 		e.confirmed, e.msg, e.parkedAt = seq, m, time.Now()
 		old = e.deliveries
 		e.deliveries = nil
@@ -218,7 +305,7 @@ func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMess
 	}
 	s.mu.Unlock()
 	s.settle(old...)
-	return nil
+	return lost, nil
 }
 
 // Enqueue implements captchaq.Store.
@@ -238,9 +325,17 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	if err := s.mem.Checkpoint(ctx, id, captchaID, attempt, at); err != nil {
 		return err
 	}
-	return s.park(ctx, id, func(m *TaskMessage) {
+	lost, err := s.park(ctx, id, func(m *TaskMessage) {
 		m.CaptchaID, m.Attempts, m.Submitted = captchaID, attempt, at
 	})
+	if lost {
+		// Another worker may hold the copy the broker gave back: it
+		// waits before submitting, and drops it on this claim.
+		if err := s.pub.Claim(ctx, id); err != nil {
+			s.log.Warn("claiming a task whose delivery was lost failed; another worker may solve it again", "id", id, "err", err)
+		}
+	}
+	return err
 }
 
 // Retry implements captchaq.Store. The queue keeps the task and retries it
@@ -258,10 +353,11 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 	if !stale {
 		return nil
 	}
-	return s.park(ctx, id, func(m *TaskMessage) {
+	_, err := s.park(ctx, id, func(m *TaskMessage) {
 		m.CaptchaID, m.Submitted, m.Attempts = "", time.Time{}, attempts
 		m.LastError, m.LastErrorCode = errText, errCode
 	})
+	return err
 }
 
 // Finish implements captchaq.Store: the result (and for a failure the dead
@@ -269,7 +365,12 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	s.mu.Lock()
 	e, ok := s.entries[r.ID]
+	claimed := ok && e.claimed
 	s.mu.Unlock()
+	if claimed {
+		s.release(r.ID) // another worker's checkpoint carries the task
+		return nil
+	}
 	if ok && e.handback {
 		return s.handBack(ctx, r.ID)
 	}
@@ -426,7 +527,7 @@ func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
 	s.mu.Unlock()
 	n := 0
 	for _, id := range due {
-		if err := s.park(ctx, id, func(*TaskMessage) {}); err != nil {
+		if _, err := s.park(ctx, id, func(*TaskMessage) {}); err != nil {
 			s.log.Warn("refreshing a checkpoint failed", "id", id, "err", err)
 			continue
 		}
