@@ -84,8 +84,8 @@ type taskState struct {
 
 // New checks cfg and returns a Queue that is not yet started.
 func New(cfg Config) (*Queue, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	q := &Queue{

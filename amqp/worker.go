@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
-	"github.com/captchaq/captchaq/provider"
 )
 
 // Defaults of WorkerConfig.
@@ -85,34 +84,11 @@ type Worker struct {
 
 // NewWorker checks cfg and builds a Worker on c; Run starts it.
 func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
-	if cfg.Queue.Store != nil {
-		return nil, errors.New("amqp: WorkerConfig.Queue.Store: leave it nil; the worker's store is the broker")
+	cfg = cfg.withDefaults(c.cfg.Logger)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Queue.Admit != nil {
-		return nil, errors.New("amqp: WorkerConfig.Queue.Admit: leave it nil; the worker admits the tasks it holds on a live channel")
-	}
-	if cfg.Owner == "" {
-		cfg.Owner = processName()
-	}
-	if !prefixRE.MatchString(cfg.Owner) {
-		return nil, fmt.Errorf("amqp: WorkerConfig.Owner %q: use letters, digits, '.', '_', ':' or '-'", cfg.Owner)
-	}
-	threads := cmp.Or(cfg.Queue.Threads, captchaq.ThreadsDefault)
-	if cfg.Queue.Threads == 0 && cfg.Queue.Plan != "" {
-		if n, err := provider.PlanThreads(cfg.Queue.Plan); err == nil {
-			threads = n
-		}
-	}
-	cfg.Prefetch = cmp.Or(cfg.Prefetch, threads+WorkerPrefetchExtra)
-	if cfg.Prefetch < 0 {
-		return nil, fmt.Errorf("amqp: WorkerConfig.Prefetch %d: must be positive", cfg.Prefetch)
-	}
-	cfg.Grace = cmp.Or(cfg.Grace, GraceDefault)
-	cfg.BeatInterval = cmp.Or(cfg.BeatInterval, BeatIntervalDefault)
-	cfg.BalanceEvery = cmp.Or(cfg.BalanceEvery, BalanceEveryDefault)
-	if cfg.Logger == nil {
-		cfg.Logger = c.cfg.Logger
-	}
+	threads := cfg.threads()
 	log := cfg.Logger.With("owner", cfg.Owner)
 	pub := c.NewPublisher()
 	store := newWorkerStore(pub, cfg.Owner, log)

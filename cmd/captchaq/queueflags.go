@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -184,7 +185,7 @@ func openStore(ctx context.Context, spec, defaultName, owner string) (captchaq.S
 	if path == "memory" {
 		return captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), nil
 	}
-	st, err := sqlite.Open(ctx, path, sqlite.Options{Owner: owner})
+	st, err := sqlite.Open(ctx, path, sqlite.Config{Owner: owner, Logger: slog.Default()})
 	if err != nil {
 		return nil, fmt.Errorf("--store: %w", err)
 	}

@@ -2,7 +2,7 @@
 // result and dead letter in one SQLite file, through the pure-Go
 // modernc.org/sqlite driver (no cgo).
 //
-//	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+//	s, err := sqlite.Open(ctx, path, sqlite.Config{})
 //
 // # Durability and speed
 //
@@ -10,7 +10,7 @@
 // takes all the writes waiting when it is free, commits them in one
 // transaction, and only then answers each caller (group commit). An
 // acknowledged Enqueue, Checkpoint or Finish is therefore committed; how
-// far it is pushed to the disk is Options.Synchronous:
+// far it is pushed to the disk is Config.Synchronous:
 //
 //   - SynchronousNormal (default): survives the process dying in any way,
 //     kill -9 included; a power loss may lose the latest commits (the file
@@ -48,7 +48,7 @@
 // SQLite database that is not a captchaq store, and a store with a newer
 // schema. An older schema is migrated in one transaction (version 1 files,
 // before fingerprints, keep their tasks; those are compared by their task).
-// A store records its owner (Options.Owner: "batch", "serve", "gateway
+// A store records its owner (Config.Owner: "batch", "serve", "gateway
 // NAME"); Open with another owner is refused with an *OwnerError.
 //
 // OpenReader opens an existing store for reading only: no file is created,
@@ -81,7 +81,7 @@
 //	  finished_at  TEXT              -- Result.FinishedAt; NULL until final
 //	  fingerprint  TEXT              -- Task.Fingerprint(); '' for tasks stored at version 1
 //	)
-//	store_owner(owner TEXT)           at most one row: Options.Owner of the first opener
+//	store_owner(owner TEXT)           at most one row: Config.Owner of the first opener
 //	INDEX tasks_status_seq ON tasks(status, seq)       -- Pending, Results, dead letters
 //	INDEX tasks_finished_at ON tasks(finished_at)      -- pruning
 //
@@ -92,7 +92,8 @@
 //
 // # Retention
 //
-// Final tasks are deleted Options.Retention (default 7 days) after they
-// finished, by a loop that runs at Open and every Options.PruneInterval
+// Final tasks are deleted Config.Retention (default 7 days) after they
+// finished, by a loop that runs at Open and every Config.PruneInterval
 // (default 1h). RetentionOff keeps them until Prune is called.
+
 package sqlite

@@ -24,7 +24,7 @@ func TestOpenMigratesVersion1Store(t *testing.T) {
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{Retention: sqlite.RetentionOff})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{Retention: sqlite.RetentionOff})
 	if err != nil {
 		t.Fatalf("Open of a version 1 store: %v", err)
 	}
