@@ -1,8 +1,8 @@
 package captchaq
 
 import (
+	"context"
 	"math/rand/v2"
-	"sync"
 	"time"
 )
 
@@ -42,8 +42,7 @@ func (d *dispatcher) wake() {
 	}
 }
 
-func (d *dispatcher) run(wg *sync.WaitGroup) {
-	defer wg.Done()
+func (d *dispatcher) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var poolReady <-chan struct{}
@@ -61,7 +60,7 @@ func (d *dispatcher) run(wg *sync.WaitGroup) {
 		case <-d.wakeCh:
 		case <-poolReady:
 		case <-timer.C:
-		case <-d.q.runCtx.Done():
+		case <-ctx.Done():
 			return
 		}
 	}

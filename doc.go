@@ -95,4 +95,17 @@
 // faster than published waits for it (ready-to-delivered p99 of 0.12 to
 // 0.42 s on the default-latency mixes at scale 0.1, 1.2 to 4.2 s in
 // scale-1 terms, against 0.05 s for a fixed 500 ms interval).
+//
+// # Loops and shutdown
+//
+// A started Queue runs two loops, each an internal/startstop Loop on the
+// queue's run context: the dispatcher (dispatcher.go), which starts
+// submits, and the poller (poller.go), which polls the tasks in flight.
+// Shutdown stops intake, waits for every accepted task (or ctx), then
+// stops as Close does: it ends the run context, waits for the dispatcher
+// and the poller to return, then for the submits they started (a submit
+// under way finishes its store write, which outlives the run context), and
+// last answers the Futures still waiting with ErrClosed. The Store is the
+// caller's and stays open; store/sqlite and amqp document their own
+// loops and order the same way.
 package captchaq

@@ -11,6 +11,7 @@ import (
 	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/limiter"
 	"github.com/captchaq/captchaq/internal/sched"
+	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -35,6 +36,7 @@ type Queue struct {
 
 	dispatcher *dispatcher
 	poller     *poller
+	loops      []*startstop.Loop // the dispatcher's and the poller's run
 
 	mu      sync.Mutex
 	started bool
@@ -107,6 +109,7 @@ func New(cfg Config) (*Queue, error) {
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.dispatcher = newDispatcher(q)
 	q.poller = newPoller(q)
+	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.run), startstop.New(q.poller.run)}
 	return q, nil
 }
 
@@ -163,9 +166,9 @@ func (q *Queue) Start(ctx context.Context) error {
 	if resumed > 0 {
 		q.log.Info("resumed pending tasks", "tasks", resumed, "in_flight", polling)
 	}
-	q.wg.Add(2)
-	go q.dispatcher.run(&q.wg)
-	go q.poller.run(&q.wg)
+	for _, l := range q.loops {
+		_ = l.Start(q.runCtx)
+	}
 	return nil
 }
 
@@ -571,13 +574,13 @@ func (q *Queue) stop() {
 	q.mu.Lock()
 	if q.stopped {
 		q.mu.Unlock()
-		q.wg.Wait()
+		q.stopLoops()
 		return
 	}
 	q.stopped, q.closed = true, true
 	q.mu.Unlock()
 	q.runCancel()
-	q.wg.Wait()
+	q.stopLoops()
 	q.mu.Lock()
 	var ws []func(Result, error)
 	for _, st := range q.tasks {
@@ -588,6 +591,14 @@ func (q *Queue) stop() {
 	for _, w := range ws {
 		w(Result{}, ErrClosed)
 	}
+}
+
+// stopLoops waits for the loops, then for the submits they started.
+func (q *Queue) stopLoops() {
+	for _, l := range q.loops {
+		l.Stop()
+	}
+	q.wg.Wait()
 }
 
 func (q *Queue) wakeRoom() {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // Defaults of WorkerConfig.
@@ -200,17 +201,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for d := range parked.Deliveries() {
 			w.store.holdCheckpoint(d)
 		}
 	}()
-	go (&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run(bg, &wg)
-	go (&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log,
-		bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}, pool: w.pool}).run(bg, &wg)
-	go (&staleSweeper{s: w.store, q: w.q, every: sweepInterval}).run(bg, &wg)
+	loops := []*startstop.Loop{
+		startstop.New((&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run),
+		startstop.New((&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log,
+			bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}, pool: w.pool}).run),
+		startstop.New((&staleSweeper{s: w.store, q: w.q, every: sweepInterval}).run),
+	}
+	for _, l := range loops {
+		_ = l.Start(bg)
+	}
 	var reports *Consumer
 	if w.cfg.Report != nil {
 		if reports, err = w.c.Consume(bg, []string{w.c.Names().Reports}, 4); err != nil {
@@ -240,6 +246,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	parked.Close()
 	if reports != nil {
 		reports.Close()
+	}
+	for _, l := range loops {
+		l.Stop()
 	}
 	wg.Wait()
 	return nil

@@ -95,5 +95,15 @@
 // Final tasks are deleted Config.Retention (default 7 days) after they
 // finished, by a loop that runs at Open and every Config.PruneInterval
 // (default 1h). RetentionOff keeps them until Prune is called.
-
+//
+// # Background loops and Close
+//
+// Open starts three loops, each an internal/startstop Loop: the writer
+// (writer.go), the checkpointer (checkpointer.go) and, unless Retention is
+// RetentionOff, the pruner (pruner.go). Close stops them in this order,
+// each waited for before the next: the pruner, whose deletes go through
+// the writer; the writer, which commits and answers every write it took
+// while later writes fail with ErrClosed; the checkpointer, which the
+// writer kicks. Only then are the connections closed and the lock file
+// released.
 package sqlite

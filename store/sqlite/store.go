@@ -219,12 +219,12 @@ func open(ctx context.Context, path string, cfg Config, lock *fileLock) (*Store,
 		return nil, err
 	}
 	s.ckpt = newCheckpointer(ckptConn, path, cfg.Logger, cfg.checkpointed)
-	s.ckpt.start()
+	_ = s.ckpt.Start(context.Background())
 	s.w = newWriter(s.conn, s.st, cfg.MaxBatch, s.ckpt)
 	s.w.start()
 	if cfg.Retention != RetentionOff {
 		s.pruner = newPruner(s, cfg.Retention, cfg.PruneInterval, cfg.Logger, cfg.pruned)
-		s.pruner.start()
+		_ = s.pruner.Start(context.Background())
 	}
 	return s, nil
 }
@@ -359,10 +359,10 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	if s.pruner != nil {
-		s.pruner.stop()
+		s.pruner.Stop()
 	}
 	s.w.stop()
-	s.ckpt.stop()
+	s.ckpt.Stop()
 	s.st.close()
 	err := errors.Join(s.conn.Close(), s.ckpt.conn.Close())
 	err = errors.Join(err, s.db.Close())
