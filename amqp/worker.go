@@ -291,13 +291,8 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 	switch {
 	case err == nil:
 	case errors.Is(err, captchaq.ErrInvalidTask):
-		var te *captchaq.TaskError
-		code := captchaq.CodeInvalidTask
-		if errors.As(err, &te) {
-			code = te.Code
-		}
 		r := captchaq.Result{ID: m.Task.ID, Status: captchaq.StatusFailed, Method: m.Task.Method,
-			Error: err.Error(), ErrorCode: code, Attempts: m.Attempts, AcceptedAt: m.Accepted, FinishedAt: time.Now()}
+			Error: err.Error(), ErrorCode: captchaq.RefusalCode(err), Attempts: m.Attempts, AcceptedAt: m.Accepted, FinishedAt: time.Now()}
 		if err := w.store.Finish(context.WithoutCancel(ctx), r); err != nil {
 			w.log.Error("dead-lettering an invalid task failed; it stays queued", "id", m.Task.ID, "err", err)
 		}

@@ -202,12 +202,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		if len(trimSpace(raw)) == 0 {
 			continue
 		}
-		task, err := captchaq.ParseTask(raw)
-		if err == nil {
-			if ferr := readLocalImage(task.Method, task.Params); ferr != nil {
-				err = &captchaq.TaskError{ID: task.ID, Code: captchaq.CodeInvalidTask, Msg: ferr.Error(), Err: ferr}
-			}
-		}
+		task, err := readTask(raw)
 		if err != nil {
 			reject(task, raw, line, err)
 			continue
