@@ -1,9 +1,11 @@
 package captchaq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 // SolveBatch submits tasks and waits for all their results, returned in
@@ -99,6 +101,78 @@ func (q *Queue) Stream(ctx context.Context, in <-chan Task) <-chan Result {
 		}
 	}()
 	return out
+}
+
+// StreamFuncParallelDefault is how many chunks StreamFunc stores at once
+// when its parallel is 0.
+const StreamFuncParallelDefault = 16
+
+// StreamFunc submits the items read from in, each carrying a task
+// (task(item)), and calls fn exactly once for every item it reads: with
+// the task's result once it is accepted (later, on the queue's goroutines,
+// as SubmitFunc does), or with the error that refused it (a *TaskError,
+// an *IDConflictError, or ctx's error or ErrClosed once the intake
+// stopped). Each of parallel goroutines (StreamFuncParallelDefault when
+// 0) takes the items waiting in in, up to 256, and stores them in one
+// SubmitBatchFunc call, so the tasks read meanwhile share one Store
+// write; parallel 1 submits in in's order exactly. Submitting blocks past
+// MaxQueued, so in is read no faster than the queue takes tasks.
+//
+// StreamFunc returns once in is closed and every item read is accepted or
+// refused; the results of accepted tasks keep coming to fn after it
+// returns. Once ctx ends or the queue closes, the items still read are
+// refused with that error, not submitted; in is still read to its end, so
+// its sender never blocks.
+func StreamFunc[T any](ctx context.Context, q *Queue, in <-chan T, parallel int, task func(T) Task, fn func(item T, r Result, err error)) {
+	var stopped atomic.Bool
+	submit := func(chunk []T) {
+		if stopped.Load() || ctx.Err() != nil {
+			err := ctx.Err()
+			if err == nil {
+				err = ErrClosed
+			}
+			for _, item := range chunk {
+				fn(item, Result{}, err)
+			}
+			return
+		}
+		tasks := make([]Task, len(chunk))
+		for i, item := range chunk {
+			tasks[i] = task(item)
+		}
+		errs := q.SubmitBatchFunc(ctx, tasks, func(i int, r Result) { fn(chunk[i], r, nil) })
+		for i, err := range errs {
+			if err == nil {
+				continue
+			}
+			if errors.Is(err, ErrClosed) {
+				stopped.Store(true)
+			}
+			fn(chunk[i], Result{}, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for range cmp.Or(max(parallel, 0), StreamFuncParallelDefault) {
+		wg.Go(func() {
+			for item := range in {
+				chunk := []T{item}
+			gather:
+				for len(chunk) < streamBatch {
+					select {
+					case item, ok := <-in:
+						if !ok {
+							break gather
+						}
+						chunk = append(chunk, item)
+					default:
+						break gather
+					}
+				}
+				submit(chunk)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // stream buffers results between the queue's goroutines (which must never

@@ -1,6 +1,7 @@
 package captchaq
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -109,7 +110,42 @@ type Config struct {
 	adaptive bool
 }
 
-func (c Config) withDefaults() (Config, error) {
+// withDefaults returns c with its zero fields filled in. It checks
+// nothing: validate does, on its result.
+func (c Config) withDefaults() Config {
+	if c.Threads == 0 && c.Plan != "" {
+		// An unknown Plan leaves Threads 0, for validate to report.
+		c.Threads, _ = provider.PlanThreads(c.Plan)
+	} else {
+		c.Threads = cmp.Or(c.Threads, ThreadsDefault)
+	}
+	c.PollGap = cmp.Or(c.PollGap, PollGapDefault)
+	if c.PollInterval == 0 {
+		c.PollInterval = PollIntervalDefault
+		c.adaptive = true
+	}
+	c.MaxQueued = cmp.Or(c.MaxQueued, max(MaxQueuedMin, 20*c.Threads))
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, RetryBackoffMaxDefault)
+	c.AgingInterval = max(cmp.Or(c.AgingInterval, AgingIntervalDefault), 0)
+	if c.Store == nil {
+		c.Store = NewMemoryStore(MemoryStoreConfig{})
+	}
+	c.Logger = cmp.Or(c.Logger, discardLogger)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// discardLogger is every package's default Logger: captchaq logs nothing
+// unless it is given a Logger.
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// validate reports every problem of a Config that went through
+// withDefaults at once, each naming the field and the fix.
+func (c Config) validate() error {
 	var errs []error
 	if len(c.Providers) > 0 {
 		errs = append(errs, c.providersWithDefaults()...)
@@ -119,72 +155,33 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Threads < 0 {
 		errs = append(errs, fmt.Errorf("Threads: must be 0 (from Plan) or more, got %d", c.Threads))
 	}
-	if c.Threads == 0 && c.Plan != "" {
-		n, err := provider.PlanThreads(c.Plan)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("Plan: %w", err))
-		}
-		c.Threads = n
-	}
 	if c.Threads == 0 {
-		c.Threads = ThreadsDefault
-	}
-	if c.PollGap == 0 {
-		c.PollGap = PollGapDefault
+		// withDefaults leaves Threads 0 only for a Plan it does not know.
+		_, err := provider.PlanThreads(c.Plan)
+		errs = append(errs, fmt.Errorf("Plan: %w", err))
 	}
 	if c.PollGap < PollGapMin {
 		errs = append(errs, fmt.Errorf("PollGap: must be at least %v, got %v", PollGapMin, c.PollGap))
 	}
-	if c.PollInterval == 0 {
-		c.PollInterval = PollIntervalDefault
-		c.adaptive = true
-	}
 	if c.PollInterval < PollIntervalMin {
 		errs = append(errs, fmt.Errorf("PollInterval: must be at least %v, got %v", PollIntervalMin, c.PollInterval))
-	}
-	if c.MaxQueued == 0 {
-		c.MaxQueued = max(MaxQueuedMin, 20*c.Threads)
 	}
 	if c.MaxQueued < 0 {
 		errs = append(errs, fmt.Errorf("MaxQueued: must be positive, got %d", c.MaxQueued))
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = MaxAttemptsDefault
-	}
 	if c.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("MaxAttempts: must be positive, got %d", c.MaxAttempts))
 	}
-	if c.RetryBackoff == 0 {
-		c.RetryBackoff = RetryBackoffDefault
-	}
-	if c.RetryBackoffMax == 0 {
-		c.RetryBackoffMax = RetryBackoffMaxDefault
-	}
 	if c.RetryBackoff < 0 || c.RetryBackoffMax < c.RetryBackoff {
 		errs = append(errs, fmt.Errorf("RetryBackoff, RetryBackoffMax: need 0 < RetryBackoff <= RetryBackoffMax, got %v and %v", c.RetryBackoff, c.RetryBackoffMax))
-	}
-	if c.AgingInterval == 0 {
-		c.AgingInterval = AgingIntervalDefault
-	}
-	if c.AgingInterval < 0 {
-		c.AgingInterval = 0
 	}
 	for k, w := range c.TenantWeights {
 		if w <= 0 {
 			errs = append(errs, fmt.Errorf("TenantWeights[%q]: must be positive, got %d", k, w))
 		}
 	}
-	if c.Store == nil {
-		c.Store = NewMemoryStore(MemoryStoreConfig{})
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	if len(errs) > 0 {
-		return c, fmt.Errorf("captchaq: invalid Config: %w", errors.Join(errs...))
+		return fmt.Errorf("captchaq: invalid Config: %w", errors.Join(errs...))
 	}
-	return c, nil
+	return nil
 }

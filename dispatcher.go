@@ -1,8 +1,8 @@
 package captchaq
 
 import (
+	"context"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/sched"
@@ -44,8 +44,7 @@ func (d *dispatcher) wake() {
 	}
 }
 
-func (d *dispatcher) run(wg *sync.WaitGroup) {
-	defer wg.Done()
+func (d *dispatcher) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var poolReady <-chan struct{}
@@ -63,7 +62,7 @@ func (d *dispatcher) run(wg *sync.WaitGroup) {
 		case <-d.wakeCh:
 		case <-poolReady:
 		case <-timer.C:
-		case <-d.q.runCtx.Done():
+		case <-ctx.Done():
 			return
 		}
 	}

@@ -235,4 +235,18 @@
 // reCAPTCHAs take 5–12 s against a published 25 s, the first answers wait
 // up to about 1 s for a round: with the last answers of a batch, on an
 // idle queue, its largest waits (the model's five largest on 7 seeds).
+//
+// # Loops and shutdown
+//
+// A started Queue runs its loops, each an internal/startstop Loop on the
+// queue's run context: the dispatcher (dispatcher.go), which starts
+// submits, and one poller per provider (poller.go), which polls the tasks
+// in flight there.
+// Shutdown stops intake, waits for every accepted task (or ctx), then
+// stops as Close does: it ends the run context, waits for the dispatcher
+// and the poller to return, then for the submits they started (a submit
+// under way finishes its store write, which outlives the run context), and
+// last answers the Futures still waiting with ErrClosed. The Store is the
+// caller's and stays open; store/sqlite and amqp document their own
+// loops and order the same way.
 package captchaq

@@ -102,6 +102,56 @@ func ExampleQueue_Stream() {
 	// Output: [task-0 solved task-1 solved task-2 solved task-3 solved task-4 solved]
 }
 
+// StreamFunc reads items that carry tasks (here, a task and its input line)
+// and calls back once per item: with its result, or with why it was
+// refused. Parallel 1 hands the tasks to the queue in the input's order.
+func ExampleStreamFunc() {
+	client, stop := demo()
+	defer stop()
+	ctx := context.Background()
+
+	q, err := captchaq.New(captchaq.Config{Provider: client, Threads: 3, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	if err := q.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer q.Shutdown(ctx)
+
+	type line struct {
+		n    int
+		task captchaq.Task
+	}
+	in := make(chan line)
+	go func() {
+		defer close(in)
+		for i := range 3 {
+			in <- line{i + 1, captchaq.Task{ID: fmt.Sprint("task-", i), Method: "turnstile", Params: map[string]string{
+				"sitekey": "0x4AAAAAAAB", "pageurl": fmt.Sprint("https://shop.example/", i)}}}
+		}
+		in <- line{4, captchaq.Task{ID: "task-3", Method: "turnstile"}} // no sitekey
+	}()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var outcomes []string
+	wg.Add(4)
+	captchaq.StreamFunc(ctx, q, in, 1, func(l line) captchaq.Task { return l.task }, func(l line, r captchaq.Result, err error) {
+		defer wg.Done()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			outcomes = append(outcomes, fmt.Sprintf("line %d: %s", l.n, captchaq.RefusalCode(err)))
+			return
+		}
+		outcomes = append(outcomes, fmt.Sprintf("line %d: %s", l.n, r.Status))
+	})
+	wg.Wait()
+	sort.Strings(outcomes)
+	fmt.Println(outcomes)
+	// Output: [line 1: solved line 2: solved line 3: solved line 4: INVALID_TASK]
+}
+
 // SubmitBatchFunc hands many tasks over in one call, stored together; each
 // accepted task's result comes to the callback, with its index.
 func ExampleQueue_SubmitBatchFunc() {

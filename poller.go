@@ -1,6 +1,7 @@
 package captchaq
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -77,8 +78,7 @@ func (p *poller) minGap() time.Duration {
 	return p.q.cfg.PollInterval / 4
 }
 
-func (p *poller) run(wg *sync.WaitGroup) {
-	defer wg.Done()
+func (p *poller) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -96,7 +96,7 @@ func (p *poller) run(wg *sync.WaitGroup) {
 		select {
 		case <-p.wakeCh:
 		case <-timer.C:
-		case <-p.q.runCtx.Done():
+		case <-ctx.Done():
 			return
 		}
 	}

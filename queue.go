@@ -10,6 +10,7 @@ import (
 
 	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/sched"
+	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -35,6 +36,7 @@ type Queue struct {
 	wg        sync.WaitGroup
 
 	dispatcher *dispatcher
+	loops      []*startstop.Loop // the dispatcher's and each lane poller's run
 
 	mu      sync.Mutex
 	started bool
@@ -96,8 +98,8 @@ type taskState struct {
 
 // New checks cfg and returns a Queue that is not yet started.
 func New(cfg Config) (*Queue, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	q := &Queue{
@@ -118,6 +120,10 @@ func New(cfg Config) (*Queue, error) {
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.dispatcher = newDispatcher(q)
 	q.lanes = newLanes(q, cfg)
+	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.run)}
+	for _, l := range q.lanes {
+		q.loops = append(q.loops, startstop.New(l.poller.run))
+	}
 	return q, nil
 }
 
@@ -175,10 +181,8 @@ func (q *Queue) Start(ctx context.Context) error {
 		q.log.Info("resumed pending tasks", "tasks", resumed, "in_flight", polling)
 	}
 	q.logPolling()
-	q.wg.Add(1 + len(q.lanes))
-	go q.dispatcher.run(&q.wg)
-	for _, l := range q.lanes {
-		go l.poller.run(&q.wg)
+	for _, l := range q.loops {
+		_ = l.Start(q.runCtx)
 	}
 	return nil
 }
@@ -621,13 +625,13 @@ func (q *Queue) stop() {
 	q.mu.Lock()
 	if q.stopped {
 		q.mu.Unlock()
-		q.wg.Wait()
+		q.stopLoops()
 		return
 	}
 	q.stopped, q.closed = true, true
 	q.mu.Unlock()
 	q.runCancel()
-	q.wg.Wait()
+	q.stopLoops()
 	q.mu.Lock()
 	var ws []func(Result, error)
 	for _, st := range q.tasks {
@@ -638,6 +642,14 @@ func (q *Queue) stop() {
 	for _, w := range ws {
 		w(Result{}, ErrClosed)
 	}
+}
+
+// stopLoops waits for the loops, then for the submits they started.
+func (q *Queue) stopLoops() {
+	for _, l := range q.loops {
+		l.Stop()
+	}
+	q.wg.Wait()
 }
 
 func (q *Queue) wakeRoom() {

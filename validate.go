@@ -20,7 +20,15 @@ import (
 //     range.
 //
 // A new rule goes in check (the queue's own fields) or in the provider's
-// Task.Validate (the provider's params), never in a door.
+// Task.Validate (the provider's params), never in a door. ParseTask runs
+// check alone, so a line is refused for its queue fields as it is read.
+//
+// What a door adds is about the door, not the task, and is refused with
+// the same codes: the service's ids (at most 200 characters, no '/') and
+// pingback URLs, the gateway's message id length, the CLI's local image
+// file (an unreadable one is CodeInvalidTask). Each door turns a refusal
+// into its answer with RefusalCode; the service's in.php maps it to the
+// 2captcha codes its clients know (ERROR_BAD_PARAMETERS, ...).
 
 // Validate checks t as every door does before accepting it: the queue's
 // fields, then the provider's (type supported, fields present and well

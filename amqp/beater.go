@@ -3,7 +3,6 @@ package amqp
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -18,8 +17,7 @@ type beater struct {
 	log   *slog.Logger
 }
 
-func (b *beater) run(ctx context.Context, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (b *beater) run(ctx context.Context) {
 	t := time.NewTicker(b.every)
 	defer t.Stop()
 	for {

@@ -190,7 +190,7 @@ func BenchmarkGatewaySubmit(b *testing.B) {
 		_ = DeleteReplies(context.Background(), cfg, "bench")
 		_ = DeleteTopology(context.Background(), cfg)
 	}()
-	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "gateway.db"), sqlite.Options{Logger: slog.New(slog.DiscardHandler)})
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "gateway.db"), sqlite.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}

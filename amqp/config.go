@@ -8,6 +8,9 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
 )
 
 // Defaults of Config. A zero field takes its default.
@@ -80,13 +83,15 @@ type Config struct {
 	// it is republished and the old delivery acked, so the broker's
 	// consumer_timeout (30 min by default) never fires. Default 10 minutes.
 	InflightRefresh time.Duration
-	// Logger receives connection events. Default slog.Default().
+	// Logger receives connection events. Default: discard (captchaq logs
+	// nothing unless it is given a Logger).
 	Logger *slog.Logger
 }
 
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,100}$`)
 
-// withDefaults returns c with zero fields filled in.
+// withDefaults returns c with its zero fields filled in. It checks
+// nothing: validate does, on its result.
 func (c Config) withDefaults() Config {
 	c.URL = cmp.Or(c.URL, URLDefault)
 	c.Prefix = cmp.Or(c.Prefix, PrefixDefault)
@@ -103,12 +108,17 @@ func (c Config) withDefaults() Config {
 	c.ReconnectMax = cmp.Or(c.ReconnectMax, ReconnectMaxDefault)
 	c.InflightLease = cmp.Or(c.InflightLease, InflightLeaseDefault)
 	c.InflightRefresh = cmp.Or(c.InflightRefresh, InflightRefreshDefault)
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, discardLogger)
 	return c
 }
 
+// discardLogger is the default Logger of Config: the package logs nothing
+// unless it is given a Logger. A WorkerConfig's and a GatewayConfig's
+// default to their Conn's.
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// validate reports every problem of a Config that went through
+// withDefaults at once, each naming the field and the fix.
 func (c Config) validate() error {
 	var errs []error
 	if !strings.HasPrefix(c.URL, "amqp://") && !strings.HasPrefix(c.URL, "amqps://") {
@@ -138,6 +148,79 @@ func (c Config) validate() error {
 	}
 	if c.ReconnectMin > c.ReconnectMax {
 		errs = append(errs, fmt.Errorf("amqp: ReconnectMin %v exceeds ReconnectMax %v", c.ReconnectMin, c.ReconnectMax))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns c with its zero fields filled in, the Logger
+// from the Conn's (connLog). It checks nothing: validate does.
+func (c WorkerConfig) withDefaults(connLog *slog.Logger) WorkerConfig {
+	if c.Owner == "" {
+		c.Owner = processName()
+	}
+	c.Prefetch = cmp.Or(c.Prefetch, c.threads()+WorkerPrefetchExtra)
+	c.Grace = cmp.Or(c.Grace, GraceDefault)
+	c.BeatInterval = cmp.Or(c.BeatInterval, BeatIntervalDefault)
+	c.BalanceEvery = cmp.Or(c.BalanceEvery, BalanceEveryDefault)
+	c.Logger = cmp.Or(c.Logger, connLog)
+	return c
+}
+
+// threads is the plan's thread count the worker's queue will have (its
+// own Config checks Threads and Plan).
+func (c WorkerConfig) threads() int {
+	if c.Queue.Threads == 0 && c.Queue.Plan != "" {
+		if n, err := provider.PlanThreads(c.Queue.Plan); err == nil {
+			return n
+		}
+	}
+	return cmp.Or(c.Queue.Threads, captchaq.ThreadsDefault)
+}
+
+// validate reports every problem of a WorkerConfig that went through
+// withDefaults at once, each naming the field and the fix. The Queue's
+// own problems are captchaq.New's to report.
+func (c WorkerConfig) validate() error {
+	var errs []error
+	if c.Queue.Store != nil {
+		errs = append(errs, errors.New("amqp: WorkerConfig.Queue.Store: leave it nil; the worker's store is the broker"))
+	}
+	if c.Queue.Admit != nil {
+		errs = append(errs, errors.New("amqp: WorkerConfig.Queue.Admit: leave it nil; the worker admits the tasks it holds on a live channel"))
+	}
+	if !prefixRE.MatchString(c.Owner) {
+		errs = append(errs, fmt.Errorf("amqp: WorkerConfig.Owner %q: use letters, digits, '.', '_', ':' or '-'", c.Owner))
+	}
+	if c.Prefetch < 0 {
+		errs = append(errs, fmt.Errorf("amqp: WorkerConfig.Prefetch %d: must be positive", c.Prefetch))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns c with its zero fields filled in, the Logger
+// from the Conn's (connLog). It checks nothing: validate does.
+func (c GatewayConfig) withDefaults(connLog *slog.Logger) GatewayConfig {
+	if c.Name == "" {
+		c.Name = processName()
+	}
+	c.FairBurst = cmp.Or(c.FairBurst, FairBurstDefault)
+	c.Prefetch = cmp.Or(c.Prefetch, GatewayPrefetchDefault)
+	c.Logger = cmp.Or(c.Logger, connLog)
+	return c
+}
+
+// validate reports every problem of a GatewayConfig that went through
+// withDefaults at once, each naming the field and the fix.
+func (c GatewayConfig) validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("amqp: GatewayConfig.Store: required: the gateway records there the tasks it accepts and their results"))
+	}
+	if !prefixRE.MatchString(c.Name) {
+		errs = append(errs, fmt.Errorf("amqp: GatewayConfig.Name %q: use letters, digits, '.', '_', ':' or '-' (at most 101)", c.Name))
+	}
+	if c.Prefetch < 0 {
+		errs = append(errs, fmt.Errorf("amqp: GatewayConfig.Prefetch %d: must be positive", c.Prefetch))
 	}
 	return errors.Join(errs...)
 }

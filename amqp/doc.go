@@ -290,4 +290,19 @@
 //
 // Message bodies are the user's Task or Result JSON; the provider key is
 // never in a message.
+//
+// # A worker's loops and its shutdown
+//
+// Beside its queue, a running Worker has three background loops, each an
+// internal/startstop Loop on the same background context: the refresher
+// (refresher.go: republishes checkpoints before consumer_timeout), the
+// beater (beater.go: status beats) and the stale sweeper (sweeper.go:
+// hands back tasks held on a dead channel). When Run's ctx ends, the
+// worker stops in this order: it stops taking tasks and hands back those
+// not yet at the provider; lets the queue finish those at the provider for
+// up to Grace (captchaq's Queue.Shutdown); ends the background context and
+// closes the checkpoint and reports consumers; stops the three loops and
+// waits for them and the report forwarder; gives its shared threads back
+// (SharedThreads), once no task of its own is at the provider; and closes
+// its publisher last.
 package amqp

@@ -169,22 +169,9 @@ type GatewayCounts struct {
 
 // NewGateway checks cfg and builds a Gateway on c; Start starts it.
 func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("amqp: GatewayConfig.Store: required: the gateway records there the tasks it accepts and their results")
-	}
-	if cfg.Name == "" {
-		cfg.Name = processName()
-	}
-	if !prefixRE.MatchString(cfg.Name) {
-		return nil, fmt.Errorf("amqp: GatewayConfig.Name %q: use letters, digits, '.', '_', ':' or '-' (at most 101)", cfg.Name)
-	}
-	cfg.FairBurst = cmp.Or(cfg.FairBurst, FairBurstDefault)
-	cfg.Prefetch = cmp.Or(cfg.Prefetch, GatewayPrefetchDefault)
-	if cfg.Prefetch < 0 {
-		return nil, fmt.Errorf("amqp: GatewayConfig.Prefetch %d: must be positive", cfg.Prefetch)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = c.cfg.Logger
+	cfg = cfg.withDefaults(c.cfg.Logger)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	return &Gateway{
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(),

@@ -2,7 +2,6 @@ package amqp
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
@@ -13,8 +12,7 @@ type refresher struct {
 	every time.Duration
 }
 
-func (r *refresher) run(ctx context.Context, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (r *refresher) run(ctx context.Context) {
 	t := time.NewTicker(max(r.every/4, 10*time.Millisecond))
 	defer t.Stop()
 	for {

@@ -2,7 +2,6 @@ package amqp
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -18,8 +17,7 @@ type staleSweeper struct {
 	every time.Duration
 }
 
-func (w *staleSweeper) run(ctx context.Context, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (w *staleSweeper) run(ctx context.Context) {
 	t := time.NewTicker(w.every)
 	defer t.Stop()
 	for {

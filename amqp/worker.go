@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
-	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // Defaults of WorkerConfig.
@@ -85,34 +85,11 @@ type Worker struct {
 
 // NewWorker checks cfg and builds a Worker on c; Run starts it.
 func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
-	if cfg.Queue.Store != nil {
-		return nil, errors.New("amqp: WorkerConfig.Queue.Store: leave it nil; the worker's store is the broker")
+	cfg = cfg.withDefaults(c.cfg.Logger)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Queue.Admit != nil {
-		return nil, errors.New("amqp: WorkerConfig.Queue.Admit: leave it nil; the worker admits the tasks it holds on a live channel")
-	}
-	if cfg.Owner == "" {
-		cfg.Owner = processName()
-	}
-	if !prefixRE.MatchString(cfg.Owner) {
-		return nil, fmt.Errorf("amqp: WorkerConfig.Owner %q: use letters, digits, '.', '_', ':' or '-'", cfg.Owner)
-	}
-	threads := cmp.Or(cfg.Queue.Threads, captchaq.ThreadsDefault)
-	if cfg.Queue.Threads == 0 && cfg.Queue.Plan != "" {
-		if n, err := provider.PlanThreads(cfg.Queue.Plan); err == nil {
-			threads = n
-		}
-	}
-	cfg.Prefetch = cmp.Or(cfg.Prefetch, threads+WorkerPrefetchExtra)
-	if cfg.Prefetch < 0 {
-		return nil, fmt.Errorf("amqp: WorkerConfig.Prefetch %d: must be positive", cfg.Prefetch)
-	}
-	cfg.Grace = cmp.Or(cfg.Grace, GraceDefault)
-	cfg.BeatInterval = cmp.Or(cfg.BeatInterval, BeatIntervalDefault)
-	cfg.BalanceEvery = cmp.Or(cfg.BalanceEvery, BalanceEveryDefault)
-	if cfg.Logger == nil {
-		cfg.Logger = c.cfg.Logger
-	}
+	threads := cfg.threads()
 	log := cfg.Logger.With("owner", cfg.Owner)
 	pub := c.NewPublisher()
 	store := newWorkerStore(pub, cfg.Owner, log)
@@ -241,7 +218,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		for d := range parked.Deliveries() {
@@ -255,10 +232,15 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.store.settle(d)
 		}
 	}()
-	go (&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run(bg, &wg)
-	go (&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log,
-		bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}, pool: w.pool}).run(bg, &wg)
-	go (&staleSweeper{s: w.store, q: w.q, every: sweepInterval}).run(bg, &wg)
+	loops := []*startstop.Loop{
+		startstop.New((&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run),
+		startstop.New((&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log,
+			bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}, pool: w.pool}).run),
+		startstop.New((&staleSweeper{s: w.store, q: w.q, every: sweepInterval}).run),
+	}
+	for _, l := range loops {
+		_ = l.Start(bg)
+	}
 	var reports *Consumer
 	if w.cfg.Report != nil {
 		if reports, err = w.c.Consume(bg, []string{w.c.Names().Reports}, 4); err != nil {
@@ -289,6 +271,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	claims.Close()
 	if reports != nil {
 		reports.Close()
+	}
+	for _, l := range loops {
+		l.Stop()
 	}
 	wg.Wait()
 	return nil
@@ -345,13 +330,8 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 	switch {
 	case err == nil:
 	case errors.Is(err, captchaq.ErrInvalidTask):
-		var te *captchaq.TaskError
-		code := captchaq.CodeInvalidTask
-		if errors.As(err, &te) {
-			code = te.Code
-		}
 		r := captchaq.Result{ID: m.Task.ID, Status: captchaq.StatusFailed, Method: m.Task.Method,
-			Error: err.Error(), ErrorCode: code, Attempts: m.Attempts, AcceptedAt: m.Accepted, FinishedAt: time.Now()}
+			Error: err.Error(), ErrorCode: captchaq.RefusalCode(err), Attempts: m.Attempts, AcceptedAt: m.Accepted, FinishedAt: time.Now()}
 		if err := w.store.Finish(context.WithoutCancel(ctx), r); err != nil {
 			w.log.Error("dead-lettering an invalid task failed; it stays queued", "id", m.Task.ID, "err", err)
 		}

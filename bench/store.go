@@ -40,7 +40,7 @@ type StoreReport struct {
 }
 
 func openSQLite(ctx context.Context, dir string) (*sqlite.Store, error) {
-	return sqlite.Open(ctx, filepath.Join(dir, "bench.db"), sqlite.Options{})
+	return sqlite.Open(ctx, filepath.Join(dir, "bench.db"), sqlite.Config{})
 }
 
 // Store compares the engine on the SQLite store (a file in a temporary

@@ -210,9 +210,6 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 				return nil, bad("pingback", "pingback: "+reason)
 			}
 		}
-		if t.Priority < 0 {
-			return nil, bad("priority", "priority: must be 0 or more (lower is more urgent)")
-		}
 		if err := s.validate(t); err != nil {
 			msg := err.Error()
 			var te *captchaq.TaskError

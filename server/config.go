@@ -188,64 +188,65 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c Config) withDefaults() (Config, error) {
-	if err := checkClients(c.Clients); err != nil {
-		return c, fmt.Errorf("server: Clients: %w", err)
-	}
+// withDefaults returns c with its zero fields filled in. It checks
+// nothing: validate does, on its result.
+func (c Config) withDefaults() Config {
 	c.HistoryEvery = cmp.Or(c.HistoryEvery, HistoryEveryDefault)
 	c.HistoryWindow = cmp.Or(c.HistoryWindow, HistoryWindowDefault)
-	if c.HistoryEvery < 0 || c.HistoryWindow < c.HistoryEvery {
-		return c, fmt.Errorf("server: HistoryEvery %v and HistoryWindow %v: give a positive HistoryEvery and a HistoryWindow at least as long (or neither, for %v and %v)", c.HistoryEvery, c.HistoryWindow, HistoryEveryDefault, HistoryWindowDefault)
-	}
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, c.Queue.MaxAttempts, captchaq.MaxAttemptsDefault)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
+	c.SubmitWait = cmp.Or(c.SubmitWait, SubmitWaitDefault)
+	c.PingbackTimeout = cmp.Or(c.PingbackTimeout, PingbackTimeoutDefault)
+	c.PingbackAttempts = cmp.Or(c.PingbackAttempts, PingbackAttemptsDefault)
+	c.PingbackParallel = cmp.Or(c.PingbackParallel, PingbackParallelDefault)
+	c.MaxTasksPerRequest = cmp.Or(c.MaxTasksPerRequest, MaxTasksPerRequestDefault)
+	c.MaxStreamsPerClient = cmp.Or(c.MaxStreamsPerClient, MaxStreamsPerClientDefault)
+	c.MaxStreams = cmp.Or(c.MaxStreams, MaxStreamsDefault)
+	c.MaxWaitsPerClient = cmp.Or(c.MaxWaitsPerClient, MaxWaitsPerClientDefault)
+	c.MaxWaits = cmp.Or(c.MaxWaits, MaxWaitsDefault)
+	c.MaxBodyInflight = cmp.Or(c.MaxBodyInflight, max(MaxBodyInflightDefault, c.MaxBodyBytes))
+	c.Logger = cmp.Or(c.Logger, c.Queue.Logger, discardLogger)
+	return c
+}
+
+// discardLogger is the default Logger: the server logs nothing unless it
+// is given a Logger (here or in Queue).
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// validate reports every problem of a Config that went through
+// withDefaults at once, each naming the field and the fix.
+func (c Config) validate() error {
+	var errs []error
+	if err := checkClients(c.Clients); err != nil {
+		errs = append(errs, fmt.Errorf("server: Clients: %w", err))
+	}
+	if c.HistoryEvery < 0 || c.HistoryWindow < c.HistoryEvery {
+		errs = append(errs, fmt.Errorf("server: HistoryEvery %v and HistoryWindow %v: give a positive HistoryEvery and a HistoryWindow at least as long (or neither, for %v and %v)", c.HistoryEvery, c.HistoryWindow, HistoryEveryDefault, HistoryWindowDefault))
+	}
 	if c.MaxAttempts < 0 {
-		return c, fmt.Errorf("server: MaxAttempts: must be positive, got %d", c.MaxAttempts)
+		errs = append(errs, fmt.Errorf("server: MaxAttempts: must be positive, got %d", c.MaxAttempts))
 	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = MaxBodyBytesDefault
-	}
-	if c.SubmitWait == 0 {
-		c.SubmitWait = SubmitWaitDefault
-	}
-	if c.PingbackTimeout == 0 {
-		c.PingbackTimeout = PingbackTimeoutDefault
-	}
-	if c.PingbackAttempts == 0 {
-		c.PingbackAttempts = PingbackAttemptsDefault
-	}
-	if c.PingbackParallel == 0 {
-		c.PingbackParallel = PingbackParallelDefault
-	}
-	for _, d := range []struct {
-		v   *int
-		def int
-	}{{&c.MaxTasksPerRequest, MaxTasksPerRequestDefault}, {&c.MaxStreamsPerClient, MaxStreamsPerClientDefault}, {&c.MaxStreams, MaxStreamsDefault}, {&c.MaxWaitsPerClient, MaxWaitsPerClientDefault}, {&c.MaxWaits, MaxWaitsDefault}} {
-		if *d.v == 0 {
-			*d.v = d.def
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxTasksPerRequest", int64(c.MaxTasksPerRequest)}, {"MaxStreamsPerClient", int64(c.MaxStreamsPerClient)},
+		{"MaxStreams", int64(c.MaxStreams)}, {"MaxWaitsPerClient", int64(c.MaxWaitsPerClient)}, {"MaxWaits", int64(c.MaxWaits)},
+		{"MaxBodyBytes", c.MaxBodyBytes}, {"MaxBodyInflight", c.MaxBodyInflight}, {"SubmitWait", int64(c.SubmitWait)},
+		{"PingbackTimeout", int64(c.PingbackTimeout)}, {"PingbackAttempts", int64(c.PingbackAttempts)},
+		{"PingbackParallel", int64(c.PingbackParallel)},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("server: %s: must not be negative (0 for the default)", f.name))
 		}
-		if *d.v < 0 {
-			return c, errors.New("server: the Max* caps must not be negative")
-		}
-	}
-	if c.MaxBodyInflight == 0 {
-		c.MaxBodyInflight = max(MaxBodyInflightDefault, c.MaxBodyBytes)
-	}
-	if c.MaxBodyBytes < 0 || c.MaxBodyInflight < 0 || c.SubmitWait < 0 || c.PingbackTimeout < 0 || c.PingbackAttempts < 0 || c.PingbackParallel < 0 {
-		return c, errors.New("server: MaxBodyBytes, SubmitWait and the Pingback settings must not be negative")
 	}
 	if c.Backend != nil {
-		switch {
-		case c.Queue.Provider != nil || c.Queue.Store != nil:
-			return c, errors.New("server: Config.Queue and Config.Backend: set one, not both (Queue builds a local queue; Backend replaces it)")
-		case c.PublicURL != "":
-			return c, errors.New("server: Config.PublicURL: provider pingbacks need the local queue; with a Backend the provider is the Backend's business")
+		if c.Queue.Provider != nil || c.Queue.Store != nil {
+			errs = append(errs, errors.New("server: Config.Queue and Config.Backend: set one, not both (Queue builds a local queue; Backend replaces it)"))
+		}
+		if c.PublicURL != "" {
+			errs = append(errs, errors.New("server: Config.PublicURL: provider pingbacks need the local queue; with a Backend the provider is the Backend's business"))
 		}
 	}
-	if c.Logger == nil {
-		c.Logger = c.Queue.Logger
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c, nil
+	return errors.Join(errs...)
 }

@@ -172,7 +172,7 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := sqlite.Open(ctx, path, sqlite.Options{Logger: f.log})
+	st, err := sqlite.Open(ctx, path, sqlite.Config{Logger: f.log})
 	if err != nil {
 		f.t.Fatal(err)
 	}

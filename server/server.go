@@ -70,8 +70,8 @@ type clientState struct {
 // New builds the Queue from cfg.Queue (not started), or attaches to
 // cfg.Backend, and the server around it.
 func New(cfg Config) (*Server, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	s := &Server{

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 
 	"github.com/captchaq/captchaq/amqp"
 )
@@ -23,5 +24,5 @@ func (f *amqpFlags) config() (amqp.Config, error) {
 	if f.url == "" {
 		return amqp.Config{}, fmt.Errorf("--amqp: give the broker URL, e.g. --amqp amqp://guest:guest@127.0.0.1:5672/")
 	}
-	return amqp.Config{URL: f.url, Prefix: f.prefix}, nil
+	return amqp.Config{URL: f.url, Prefix: f.prefix, Logger: slog.Default()}, nil
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,14 +23,6 @@ func init() {
 		run:     runBatch,
 	}
 }
-
-// batchSubmitters is how many goroutines hand tasks to the queue at once;
-// each hands over the lines read meanwhile, up to batchChunk, in one call
-// (one Store write for all of them).
-const (
-	batchSubmitters = 16
-	batchChunk      = 256
-)
 
 // maxLineBytes bounds one task line: base64 images make long lines.
 const maxLineBytes = 16 << 20
@@ -123,74 +114,48 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		bar.add(r)
 	}
 
-	// Several submitters store lines at once, each the lines read while it
-	// waited, so the store commits many in one transaction instead of one
-	// commit per line.
+	// The library stores the lines read meanwhile together, several
+	// Store writes at once (captchaq.StreamFunc); longest-first holds every
+	// valid line until the input ends, then hands them over on one
+	// goroutine, so the queue takes them in exactly the sorted order.
 	type job struct {
 		task captchaq.Task
 		raw  []byte
 		line int
 	}
-	// submitChunk stores chunk's tasks in one call, in order, and rejects
-	// those the queue refuses.
-	submitChunk := func(chunk []job) {
-		tasks := make([]captchaq.Task, len(chunk))
-		for i, j := range chunk {
-			tasks[i] = j.task
-		}
-		wg.Add(len(chunk))
-		errs := rt.queue.SubmitBatchFunc(readCtx, tasks, func(_ int, r captchaq.Result) {
-			results.write(r)
-			bar.add(r)
-			wg.Done()
-		})
-		for i, err := range errs {
-			if err == nil {
-				continue
-			}
-			wg.Done()
-			if readCtx.Err() != nil || errors.Is(err, captchaq.ErrClosed) {
+	parallel := 0 // captchaq.StreamFuncParallelDefault
+	if *order == "longest-first" {
+		parallel = 1
+	}
+	jobs := make(chan job, 256)
+	intakeDone := make(chan struct{})
+	go func() {
+		defer close(intakeDone)
+		captchaq.StreamFunc(readCtx, rt.queue, jobs, parallel, func(j job) captchaq.Task { return j.task }, func(j job, r captchaq.Result, err error) {
+			defer wg.Done()
+			switch {
+			case err == nil:
+				results.write(r)
+				bar.add(r)
+			case readCtx.Err() != nil || errors.Is(err, captchaq.ErrClosed):
 				stopReading()
-				continue
+			default:
+				reject(j.task, j.raw, j.line, err)
 			}
-			reject(chunk[i].task, chunk[i].raw, chunk[i].line, err)
-		}
-	}
-	jobs := make(chan job, batchChunk)
-	var submitters sync.WaitGroup
-	for range batchSubmitters {
-		submitters.Add(1)
-		go func() {
-			defer submitters.Done()
-			for j := range jobs {
-				chunk := []job{j}
-			gather:
-				for len(chunk) < batchChunk {
-					select {
-					case j, ok := <-jobs:
-						if !ok {
-							break gather
-						}
-						chunk = append(chunk, j)
-					default:
-						break gather
-					}
-				}
-				submitChunk(chunk)
-			}
-		}()
-	}
-
-	// Longest-first holds every valid line until the input ends.
-	var held []job
-	send := func(j job) bool {
+		})
+	}()
+	put := func(j job) bool {
+		wg.Add(1)
 		select {
 		case jobs <- j:
 			return true
 		case <-readCtx.Done():
+			wg.Done()
 			return false
 		}
 	}
+	var held []job
+	send := put
 	if *order == "longest-first" {
 		send = func(j job) bool { held = append(held, j); return true }
 	}
@@ -203,12 +168,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		if len(trimSpace(raw)) == 0 {
 			continue
 		}
-		task, err := captchaq.ParseTask(raw)
-		if err == nil {
-			if ferr := readLocalImage(task.Method, task.Params); ferr != nil {
-				err = &captchaq.TaskError{ID: task.ID, Code: captchaq.CodeInvalidTask, Msg: ferr.Error(), Err: ferr}
-			}
-		}
+		task, err := readTask(raw)
 		if err != nil {
 			reject(task, raw, line, err)
 			continue
@@ -217,17 +177,14 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 			break
 		}
 	}
-	// Held lines go in from here, one chunk after another, so the queue
-	// takes them in exactly the sorted order.
 	captchaq.SortLongestFirst(held, func(j job) captchaq.Task { return j.task })
-	for c := range slices.Chunk(held, batchChunk) {
-		if readCtx.Err() != nil {
+	for _, j := range held {
+		if !put(j) {
 			break
 		}
-		submitChunk(c)
 	}
 	close(jobs)
-	submitters.Wait()
+	<-intakeDone
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("reading tasks (line %d): %w", line+1, err)
 	}

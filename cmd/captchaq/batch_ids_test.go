@@ -79,7 +79,7 @@ func TestBatchDefaultStoreIsPerInputFile(t *testing.T) {
 		t.Fatalf("rerun of A = %+v", r)
 	}
 	// results reads the store batch used for a file, while a queue holds it.
-	held, err := sqlite.Open(t.Context(), filepath.Join(data, "captchaq", mustStoreName(t, inA)), sqlite.Options{})
+	held, err := sqlite.Open(t.Context(), filepath.Join(data, "captchaq", mustStoreName(t, inA)), sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

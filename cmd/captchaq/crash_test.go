@@ -165,7 +165,7 @@ func (r *crashRig) killWhen(what string, cond func(sim.Stats, int) bool) {
 func (r *crashRig) inspect(what string) {
 	r.t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, r.db, sqlite.Options{})
+	st, err := sqlite.Open(ctx, r.db, sqlite.Config{})
 	if err != nil {
 		r.t.Fatalf("%s: opening the store after the kill: %v", what, err)
 	}

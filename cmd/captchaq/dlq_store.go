@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -71,7 +72,7 @@ func runDLQStore(ctx context.Context, env *environment, args []string) error {
 		if _, err := os.Stat(*path); err != nil {
 			return fmt.Errorf("--store: %w (nothing was created)", err)
 		}
-		st, err := sqlite.Open(ctx, *path, sqlite.Options{})
+		st, err := sqlite.Open(ctx, *path, sqlite.Config{Logger: slog.Default()})
 		if err != nil {
 			return fmt.Errorf("--store: %w", err)
 		}

@@ -167,14 +167,9 @@ func (m enqueuedIDs) check(t captchaq.Task, line int) (again bool, err error) {
 // parseTaskLine reads one task line and refuses what every other door
 // refuses (captchaq.Task.Validate), before anything is published.
 func parseTaskLine(b []byte) (captchaq.Task, error) {
-	t, err := captchaq.ParseTask(b)
+	t, err := readTask(b)
 	if err != nil {
 		return t, err
-	}
-	if t.ID != "" && t.Method != "" {
-		if err := readLocalImage(t.Method, t.Params); err != nil {
-			return t, fmt.Errorf("task %q: %v", t.ID, err)
-		}
 	}
 	return t, t.Validate()
 }

@@ -4,8 +4,23 @@ import (
 	"encoding/base64"
 	"fmt"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
 )
+
+// readTask parses one task line and reads the local image a post task
+// names: what batch and enqueue take from every line. An unreadable image
+// is refused like any invalid task (a *captchaq.TaskError, INVALID_TASK).
+func readTask(raw []byte) (captchaq.Task, error) {
+	t, err := captchaq.ParseTask(raw)
+	if err != nil {
+		return t, err
+	}
+	if ferr := readLocalImage(t.Method, t.Params); ferr != nil {
+		return t, &captchaq.TaskError{ID: t.ID, Code: captchaq.CodeInvalidTask, Msg: ferr.Error(), Err: ferr}
+	}
+	return t, nil
+}
 
 // readLocalImage reads the image a post task names by path, once, here at
 // intake and under the provider's size limit, and puts its bytes in the

@@ -2,11 +2,13 @@ package main
 
 import (
 	"encoding/base64"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -39,6 +41,22 @@ func TestIntakeReadsLocalImageOnce(t *testing.T) {
 		_, err := parseTaskLine([]byte(`{"id":"a","method":"post","params":{"file":"` + path + `"}}`))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", path, err, want)
+		}
+	}
+}
+
+// batch and enqueue refuse an unreadable image alike: a *TaskError with
+// INVALID_TASK naming params.file.
+func TestUnreadableImageRefusedAsInvalidTask(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "gone.png")
+	line := []byte(`{"id":"a","method":"post","params":{"file":"` + missing + `"}}`)
+	_, readErr := readTask(line)
+	_, enqueueErr := parseTaskLine(line)
+	for _, err := range []error{readErr, enqueueErr} {
+		var te *captchaq.TaskError
+		if !errors.As(err, &te) || te.Code != captchaq.CodeInvalidTask || te.ID != "a" || !strings.HasPrefix(te.Msg, "params.file: cannot read the image: ") {
+			t.Errorf("%v: want a *TaskError %s for a naming params.file", err, captchaq.CodeInvalidTask)
 		}
 	}
 }

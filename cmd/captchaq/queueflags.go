@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -208,7 +209,7 @@ func openStore(ctx context.Context, spec, defaultName, owner string) (captchaq.S
 	if path == "memory" {
 		return captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), nil
 	}
-	st, err := sqlite.Open(ctx, path, sqlite.Options{Owner: owner})
+	st, err := sqlite.Open(ctx, path, sqlite.Config{Owner: owner, Logger: slog.Default()})
 	if err != nil {
 		return nil, fmt.Errorf("--store: %w", err)
 	}

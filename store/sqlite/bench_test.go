@@ -26,7 +26,7 @@ func BenchmarkLifecycle(b *testing.B) {
 }
 
 func benchLifecycle(b *testing.B, sync sqlite.Synchronous, callers int) {
-	s, err := sqlite.Open(b.Context(), b.TempDir()+"/bench.db", sqlite.Options{Synchronous: sync, Retention: sqlite.RetentionOff})
+	s, err := sqlite.Open(b.Context(), b.TempDir()+"/bench.db", sqlite.Config{Synchronous: sync, Retention: sqlite.RetentionOff})
 	if err != nil {
 		b.Fatal(err)
 	}

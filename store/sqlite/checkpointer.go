@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"log/slog"
 	"sync/atomic"
+
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // checkpointer copies committed pages from the WAL into the database file
@@ -20,6 +22,7 @@ import (
 // frames added since, between two transactions, while the loop is idle:
 // its next write then starts the WAL over.
 type checkpointer struct {
+	*startstop.Loop
 	conn   *sql.Conn
 	logger *slog.Logger
 	path   string
@@ -29,10 +32,8 @@ type checkpointer struct {
 	restart atomic.Bool
 	// pages counts the pages written since the last kick. Only the writer
 	// touches it.
-	pages   int
-	kickCh  chan struct{}
-	closing chan struct{}
-	done    chan struct{}
+	pages  int
+	kickCh chan struct{}
 	// ran, when set, is told of each checkpoint (tests).
 	ran func(walPages, copied int, err error)
 }
@@ -46,26 +47,18 @@ const (
 	walRestartPages = 4096
 )
 
+// newCheckpointer returns the loop; Stop waits for a checkpoint under way
+// to return.
 func newCheckpointer(conn *sql.Conn, path string, logger *slog.Logger, ran func(int, int, error)) *checkpointer {
-	return &checkpointer{
-		conn: conn, logger: logger, path: path, ran: ran,
-		kickCh: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{}),
-	}
+	c := &checkpointer{conn: conn, logger: logger, path: path, ran: ran, kickCh: make(chan struct{}, 1)}
+	c.Loop = startstop.New(c.run)
+	return c
 }
 
-func (c *checkpointer) start() { go c.run() }
-
-// stop ends the loop and waits for a checkpoint under way to return.
-func (c *checkpointer) stop() {
-	close(c.closing)
-	<-c.done
-}
-
-func (c *checkpointer) run() {
-	defer close(c.done)
+func (c *checkpointer) run(ctx context.Context) {
 	for {
 		select {
-		case <-c.closing:
+		case <-ctx.Done():
 			return
 		case <-c.kickCh:
 		}

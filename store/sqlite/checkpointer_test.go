@@ -25,7 +25,7 @@ func TestCheckpointerCopiesTheWAL(t *testing.T) {
 		mu   sync.Mutex
 		runs []run
 	)
-	s, err := Open(t.Context(), path, Options{Retention: RetentionOff, checkpointed: func(walPages, copied int, err error) {
+	s, err := Open(t.Context(), path, Config{Retention: RetentionOff, checkpointed: func(walPages, copied int, err error) {
 		mu.Lock()
 		runs = append(runs, run{walPages, copied, err})
 		mu.Unlock()

@@ -2,7 +2,7 @@
 // result and dead letter in one SQLite file, through the pure-Go
 // modernc.org/sqlite driver (no cgo).
 //
-//	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+//	s, err := sqlite.Open(ctx, path, sqlite.Config{})
 //
 // # Durability and speed
 //
@@ -10,7 +10,7 @@
 // takes all the writes waiting when it is free, commits them in one
 // transaction, and only then answers each caller (group commit). An
 // acknowledged Enqueue, Checkpoint or Finish is therefore committed; how
-// far it is pushed to the disk is Options.Synchronous:
+// far it is pushed to the disk is Config.Synchronous:
 //
 //   - SynchronousNormal (default): survives the process dying in any way,
 //     kill -9 included; a power loss may lose the latest commits (the file
@@ -49,7 +49,7 @@
 // schema. An older schema is migrated in one transaction (version 1 files,
 // before fingerprints, keep their tasks; those are compared by their task;
 // results stored before version 3 name no provider and no price).
-// A store records its owner (Options.Owner: "batch", "serve", "gateway
+// A store records its owner (Config.Owner: "batch", "serve", "gateway
 // NAME"); Open with another owner is refused with an *OwnerError.
 //
 // OpenReader opens an existing store for reading only: no file is created,
@@ -85,7 +85,7 @@
 //	  result_price    REAL           -- Result.Price (version 3)
 //	  result_abandoned TEXT          -- Result.Abandoned, a JSON array; NULL when none (version 3)
 //	)
-//	store_owner(owner TEXT)           at most one row: Options.Owner of the first opener
+//	store_owner(owner TEXT)           at most one row: Config.Owner of the first opener
 //	INDEX tasks_status_seq ON tasks(status, seq)       -- Pending, Results, dead letters
 //	INDEX tasks_finished_at ON tasks(finished_at)      -- pruning
 //
@@ -96,7 +96,18 @@
 //
 // # Retention
 //
-// Final tasks are deleted Options.Retention (default 7 days) after they
-// finished, by a loop that runs at Open and every Options.PruneInterval
+// Final tasks are deleted Config.Retention (default 7 days) after they
+// finished, by a loop that runs at Open and every Config.PruneInterval
 // (default 1h). RetentionOff keeps them until Prune is called.
+//
+// # Background loops and Close
+//
+// Open starts three loops, each an internal/startstop Loop: the writer
+// (writer.go), the checkpointer (checkpointer.go) and, unless Retention is
+// RetentionOff, the pruner (pruner.go). Close stops them in this order,
+// each waited for before the next: the pruner, whose deletes go through
+// the writer; the writer, which commits and answers every write it took
+// while later writes fail with ErrClosed; the checkpointer, which the
+// writer kicks. Only then are the connections closed and the lock file
+// released.
 package sqlite

@@ -16,7 +16,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
 
-	s, err := sqlite.Open(ctx, filepath.Join(dir, "captchaq.db"), sqlite.Options{})
+	s, err := sqlite.Open(ctx, filepath.Join(dir, "captchaq.db"), sqlite.Config{})
 	if err != nil {
 		fmt.Println(err)
 		return

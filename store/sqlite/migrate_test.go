@@ -31,7 +31,7 @@ func copyV1Store(t *testing.T) string {
 func TestOpenMigratesVersion1Store(t *testing.T) {
 	t.Parallel()
 	path := copyV1Store(t)
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{Retention: sqlite.RetentionOff})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{Retention: sqlite.RetentionOff})
 	if err != nil {
 		t.Fatalf("Open of a version 1 store: %v", err)
 	}

@@ -44,7 +44,7 @@ func writeForeignDB(t *testing.T, path string) {
 // writeStoreWithVersion makes a captchaq store whose schema version is v.
 func writeStoreWithVersion(t *testing.T, path string, v int) {
 	t.Helper()
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 			tc.make(t, path)
 			before := snapshot(t, path)
 
-			s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+			s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 			if err == nil {
 				s.Close()
 				t.Fatal("Open succeeded")
@@ -108,7 +108,7 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 			}
 			// A refused Open releases its lock.
 			if _, err := os.Stat(path + ".lock"); err == nil {
-				_, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+				_, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 				if errors.Is(err, sqlite.ErrInUse) {
 					t.Errorf("second Open after a refused one: %v", err)
 				}
@@ -144,7 +144,7 @@ func must(t *testing.T, err error) {
 func TestOpenMissingDirectory(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "no", "such", "captchaq.db")
-	_, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	_, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	if err == nil || !strings.HasPrefix(err.Error(), "store "+path+": ") || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Open in a missing directory: %v; want an error naming %s and wrapping ErrNotExist", err, path)
 	}
@@ -163,7 +163,7 @@ func TestOpenWithoutPermission(t *testing.T) {
 	want := fmt.Sprintf("store %s cannot be opened for reading and writing: open %s: permission denied", path, path)
 
 	if os.Geteuid() != 0 {
-		_, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+		_, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 		if err == nil || err.Error() != want {
 			t.Errorf("Open of a read-only file: %v\nwant: %s", err, want)
 		}
@@ -203,7 +203,7 @@ func TestOpenEmptyFileMakesAStore(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "captchaq.db")
 	must(t, os.WriteFile(path, nil, 0o600))
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,14 +217,14 @@ func TestReopenKeepsEverything(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "captchaq.db")
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	must(t, err)
 	recs, _, err := s.Enqueue(t.Context(), []captchaq.Task{{ID: "a", Method: "turnstile"}, {ID: "b", Method: "turnstile"}}, now)
 	must(t, err)
 	must(t, s.Checkpoint(t.Context(), "b", "42", 1, now))
 	must(t, s.Close())
 
-	s, err = sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err = sqlite.Open(t.Context(), path, sqlite.Config{})
 	must(t, err)
 	defer s.Close()
 	var got []string
@@ -244,29 +244,38 @@ func TestReopenKeepsEverything(t *testing.T) {
 	}
 }
 
-func TestOptionsValidate(t *testing.T) {
+func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		opts sqlite.Options
+		cfg  sqlite.Config
 		want string
 	}{
-		{sqlite.Options{Synchronous: "OFF"}, `sqlite: Options.Synchronous "OFF" is not valid: use SynchronousNormal or SynchronousFull`},
-		{sqlite.Options{BusyTimeout: -time.Second}, "sqlite: Options.BusyTimeout -1s is negative: use 0 for the default (5s) or a positive duration"},
-		{sqlite.Options{Retention: -time.Hour}, "sqlite: Options.Retention -1h0m0s is negative: use RetentionOff to keep results, 0 for the default (168h0m0s) or a positive duration"},
-		{sqlite.Options{PruneInterval: -time.Hour}, "sqlite: Options.PruneInterval -1h0m0s is negative: use 0 for the default (1h0m0s) or a positive duration"},
-		{sqlite.Options{MaxBatch: -1}, "sqlite: Options.MaxBatch -1 is negative: use 0 for the default (512) or a positive number"},
+		{sqlite.Config{Synchronous: "OFF"}, `sqlite: Config.Synchronous "OFF" is not valid: use SynchronousNormal or SynchronousFull`},
+		{sqlite.Config{BusyTimeout: -time.Second}, "sqlite: Config.BusyTimeout -1s is negative: use 0 for the default (5s) or a positive duration"},
+		{sqlite.Config{Retention: -time.Hour}, "sqlite: Config.Retention -1h0m0s is negative: use RetentionOff to keep results, 0 for the default (168h0m0s) or a positive duration"},
+		{sqlite.Config{PruneInterval: -time.Hour}, "sqlite: Config.PruneInterval -1h0m0s is negative: use 0 for the default (1h0m0s) or a positive duration"},
+		{sqlite.Config{MaxBatch: -1}, "sqlite: Config.MaxBatch -1 is negative: use 0 for the default (512) or a positive number"},
 	}
 	for _, tc := range tests {
 		path := filepath.Join(t.TempDir(), "captchaq.db")
-		_, err := sqlite.Open(t.Context(), path, tc.opts)
+		_, err := sqlite.Open(t.Context(), path, tc.cfg)
 		if err == nil || err.Error() != tc.want {
-			t.Errorf("Open(%+v): %v\nwant: %s", tc.opts, err, tc.want)
+			t.Errorf("Open(%+v): %v\nwant: %s", tc.cfg, err, tc.want)
 		}
 		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("Open with bad options created %s", path)
+			t.Errorf("Open with a bad Config created %s", path)
 		}
 	}
-	if _, err := sqlite.Open(t.Context(), "", sqlite.Options{}); err == nil || !strings.Contains(err.Error(), "store path is empty") {
+	// Every problem at once, one a line.
+	all := sqlite.Config{Synchronous: "OFF", BusyTimeout: -time.Second, Retention: -time.Hour, PruneInterval: -time.Hour, MaxBatch: -1}
+	want := make([]string, len(tests))
+	for i, tc := range tests {
+		want[i] = tc.want
+	}
+	if _, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), all); err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("Open(%+v): %v\nwant: %s", all, err, strings.Join(want, "\n"))
+	}
+	if _, err := sqlite.Open(t.Context(), "", sqlite.Config{}); err == nil || !strings.Contains(err.Error(), "store path is empty") {
 		t.Errorf("Open(\"\"): %v", err)
 	}
 }
@@ -303,7 +312,7 @@ func TestDefaultPath(t *testing.T) {
 func TestSchemaReadsPlainly(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "captchaq.db")
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{Retention: sqlite.RetentionOff})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{Retention: sqlite.RetentionOff})
 	must(t, err)
 	defer s.Close()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 5e6, time.FixedZone("UTC+1", 3600))

@@ -13,7 +13,7 @@ func TestStoreRefusesAnotherOwner(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
 	open := func(owner string) error {
-		s, err := sqlite.Open(t.Context(), path, sqlite.Options{Owner: owner})
+		s, err := sqlite.Open(t.Context(), path, sqlite.Config{Owner: owner})
 		if err == nil {
 			s.Close()
 		}
@@ -34,7 +34,7 @@ func TestStoreRefusesAnotherOwner(t *testing.T) {
 			t.Errorf("Open as %q: %v", same, err)
 		}
 	}
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

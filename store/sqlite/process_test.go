@@ -37,7 +37,7 @@ func TestChildProcess(t *testing.T) {
 	switch mode {
 	case "open":
 		// Try to open, say how it went, and close.
-		s, err := sqlite.Open(ctx, path, sqlite.Options{})
+		s, err := sqlite.Open(ctx, path, sqlite.Config{})
 		if err != nil {
 			fmt.Printf("error: %v\n", err)
 			os.Exit(3)
@@ -46,7 +46,7 @@ func TestChildProcess(t *testing.T) {
 		_ = s.Close()
 	case "hold":
 		// Open, write one task, say so, and hold the store until stdin closes.
-		s, err := sqlite.Open(ctx, path, sqlite.Options{})
+		s, err := sqlite.Open(ctx, path, sqlite.Config{})
 		if err != nil {
 			fmt.Printf("error: %v\n", err)
 			os.Exit(3)
@@ -113,7 +113,7 @@ func TestSecondProcessIsRefused(t *testing.T) {
 	path := t.TempDir() + "/captchaq.db"
 
 	// This process holds the store; a second process must give up at once.
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestStoreHeldByKilledProcessIsFreed(t *testing.T) {
 		t.Fatalf("child said %q, want opened", got)
 	}
 
-	_, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	_, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	var inUse *sqlite.InUseError
 	if !errors.As(err, &inUse) || !errors.Is(err, sqlite.ErrInUse) {
 		t.Fatalf("Open while another process holds the store: %v, want *InUseError", err)
@@ -159,7 +159,7 @@ func TestStoreHeldByKilledProcessIsFreed(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.cmd.Wait()
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	if err != nil {
 		t.Fatalf("Open after the holder was killed: %v", err)
 	}
@@ -172,12 +172,12 @@ func TestStoreHeldByKilledProcessIsFreed(t *testing.T) {
 func TestSecondOpenInProcessIsRefused(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/captchaq.db"
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	_, err = sqlite.Open(t.Context(), path, sqlite.Options{})
+	_, err = sqlite.Open(t.Context(), path, sqlite.Config{})
 	want := fmt.Sprintf("store %s is in use by another captchaq process (pid %d); stop it or choose another path", path, os.Getpid())
 	if !errors.Is(err, sqlite.ErrInUse) || err.Error() != want {
 		t.Errorf("second Open: %v\nwant: %s", err, want)
@@ -188,7 +188,7 @@ func TestSecondOpenInProcessIsRefused(t *testing.T) {
 // enqueue, checkpoint and finish tasks until the process is killed, and
 // print each step on stdout once the store has acknowledged it.
 func runLifecycles(ctx context.Context, path, tag string) {
-	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	s, err := sqlite.Open(ctx, path, sqlite.Config{})
 	if err != nil {
 		fmt.Printf("error: %v\n", err)
 		os.Exit(3)
@@ -269,7 +269,7 @@ func TestKillDuringWrites(t *testing.T) {
 		t.Logf("round %d: killed after %d acknowledged steps", round, killAfter)
 	}
 
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{})
 	if err != nil {
 		t.Fatalf("reopen after kill -9: %v", err)
 	}

@@ -14,7 +14,7 @@ func TestPrunerDeletesOnlyPastRetention(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "captchaq.db")
 	now := time.Now()
-	s, err := Open(t.Context(), path, Options{Retention: RetentionOff})
+	s, err := Open(t.Context(), path, Config{Retention: RetentionOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestPrunerDeletesOnlyPastRetention(t *testing.T) {
 		err error
 	}
 	reports := make(chan report, 10)
-	s, err = Open(t.Context(), path, Options{Retention: time.Hour, PruneInterval: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	s, err = Open(t.Context(), path, Config{Retention: time.Hour, PruneInterval: time.Hour, Logger: slog.New(slog.DiscardHandler),
 		pruned: func(n int, err error) { reports <- report{n, err} }})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestPrunerDeletesOnlyPastRetention(t *testing.T) {
 
 func TestRetentionOffStartsNoPruner(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Options{Retention: RetentionOff})
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Config{Retention: RetentionOff})
 	if err != nil {
 		t.Fatal(err)
 	}

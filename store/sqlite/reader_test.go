@@ -28,7 +28,7 @@ func TestReaderCreatesNothing(t *testing.T) {
 func TestReaderReadsWhileAQueueHoldsTheStore(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "q.db")
-	s, err := sqlite.Open(t.Context(), path, sqlite.Options{Retention: sqlite.RetentionOff})
+	s, err := sqlite.Open(t.Context(), path, sqlite.Config{Retention: sqlite.RetentionOff})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ const (
 	SynchronousFull Synchronous = "FULL"
 )
 
-// Defaults for Options.
+// Defaults for Config.
 const (
 	SynchronousDefault   = SynchronousNormal
 	BusyTimeoutDefault   = 5 * time.Second
@@ -54,11 +54,11 @@ const (
 	MaxBatchDefault      = 512
 )
 
-// RetentionOff, as Options.Retention, turns the automatic prune off.
+// RetentionOff, as Config.Retention, turns the automatic prune off.
 const RetentionOff time.Duration = -1
 
-// Options configure a Store. The zero value is ready to use.
-type Options struct {
+// Config configures a Store. The zero value is ready to use.
+type Config struct {
 	// Synchronous is SynchronousNormal or SynchronousFull. Default
 	// SynchronousNormal.
 	Synchronous Synchronous
@@ -81,8 +81,8 @@ type Options struct {
 	// program never resumes another's tasks as its own. Empty claims
 	// nothing and checks nothing.
 	Owner string
-	// Logger receives the prune loop's reports and failures. Default
-	// slog.Default().
+	// Logger receives the prune loop's reports and failures. Default:
+	// discard (captchaq logs nothing unless it is given a Logger).
 	Logger *slog.Logger
 
 	// pruned, when set, is told of each automatic prune (tests).
@@ -92,37 +92,44 @@ type Options struct {
 	checkpointed func(walPages, copied int, err error)
 }
 
-func (o Options) withDefaults() Options {
-	o.Synchronous = cmp.Or(o.Synchronous, SynchronousDefault)
-	o.BusyTimeout = cmp.Or(o.BusyTimeout, BusyTimeoutDefault)
-	o.Retention = cmp.Or(o.Retention, RetentionDefault)
-	o.PruneInterval = cmp.Or(o.PruneInterval, PruneIntervalDefault)
-	o.MaxBatch = cmp.Or(o.MaxBatch, MaxBatchDefault)
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	return o
+// withDefaults returns c with its zero fields filled in. It checks
+// nothing: validate does, on its result.
+func (c Config) withDefaults() Config {
+	c.Synchronous = cmp.Or(c.Synchronous, SynchronousDefault)
+	c.BusyTimeout = cmp.Or(c.BusyTimeout, BusyTimeoutDefault)
+	c.Retention = cmp.Or(c.Retention, RetentionDefault)
+	c.PruneInterval = cmp.Or(c.PruneInterval, PruneIntervalDefault)
+	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
+	c.Logger = cmp.Or(c.Logger, discardLogger)
+	return c
 }
 
-func (o Options) validate() error {
-	switch o.Synchronous {
+// discardLogger is the default Logger: the store logs nothing unless it is
+// given a Logger.
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// validate reports every problem of a Config that went through
+// withDefaults at once, each naming the field and the fix.
+func (c Config) validate() error {
+	var errs []error
+	switch c.Synchronous {
 	case SynchronousNormal, SynchronousFull:
 	default:
-		return fmt.Errorf("sqlite: Options.Synchronous %q is not valid: use SynchronousNormal or SynchronousFull", o.Synchronous)
+		errs = append(errs, fmt.Errorf("sqlite: Config.Synchronous %q is not valid: use SynchronousNormal or SynchronousFull", c.Synchronous))
 	}
-	if o.BusyTimeout < 0 {
-		return fmt.Errorf("sqlite: Options.BusyTimeout %v is negative: use 0 for the default (%v) or a positive duration", o.BusyTimeout, BusyTimeoutDefault)
+	if c.BusyTimeout < 0 {
+		errs = append(errs, fmt.Errorf("sqlite: Config.BusyTimeout %v is negative: use 0 for the default (%v) or a positive duration", c.BusyTimeout, BusyTimeoutDefault))
 	}
-	if o.Retention < 0 && o.Retention != RetentionOff {
-		return fmt.Errorf("sqlite: Options.Retention %v is negative: use RetentionOff to keep results, 0 for the default (%v) or a positive duration", o.Retention, RetentionDefault)
+	if c.Retention < 0 && c.Retention != RetentionOff {
+		errs = append(errs, fmt.Errorf("sqlite: Config.Retention %v is negative: use RetentionOff to keep results, 0 for the default (%v) or a positive duration", c.Retention, RetentionDefault))
 	}
-	if o.PruneInterval < 0 {
-		return fmt.Errorf("sqlite: Options.PruneInterval %v is negative: use 0 for the default (%v) or a positive duration", o.PruneInterval, PruneIntervalDefault)
+	if c.PruneInterval < 0 {
+		errs = append(errs, fmt.Errorf("sqlite: Config.PruneInterval %v is negative: use 0 for the default (%v) or a positive duration", c.PruneInterval, PruneIntervalDefault))
 	}
-	if o.MaxBatch < 0 {
-		return fmt.Errorf("sqlite: Options.MaxBatch %d is negative: use 0 for the default (%d) or a positive number", o.MaxBatch, MaxBatchDefault)
+	if c.MaxBatch < 0 {
+		errs = append(errs, fmt.Errorf("sqlite: Config.MaxBatch %d is negative: use 0 for the default (%d) or a positive number", c.MaxBatch, MaxBatchDefault))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Store is a captchaq.Store in one SQLite file. It is safe for concurrent
@@ -154,9 +161,9 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 // *InUseError (errors.Is ErrInUse) naming the holder's pid.
 //
 // ctx bounds the opening only; the Store outlives it until Close.
-func Open(ctx context.Context, path string, opts Options) (*Store, error) {
-	opts = opts.withDefaults()
-	if err := opts.validate(); err != nil {
+func Open(ctx context.Context, path string, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	if path == "" {
@@ -175,7 +182,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := open(ctx, abs, opts, lock)
+	s, err := open(ctx, abs, cfg, lock)
 	if err != nil {
 		_ = lock.unlock()
 		return nil, err
@@ -183,13 +190,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func open(ctx context.Context, path string, opts Options, lock *fileLock) (*Store, error) {
+func open(ctx context.Context, path string, cfg Config, lock *fileLock) (*Store, error) {
 	if err := checkHeader(path); err != nil {
 		return nil, err
 	}
 	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
-	q.Add("_pragma", "synchronous("+string(opts.Synchronous)+")")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", cfg.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "synchronous("+string(cfg.Synchronous)+")")
 	dsn := (&url.URL{Scheme: "file", Path: path}).String() + "?" + q.Encode()
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -198,7 +205,7 @@ func open(ctx context.Context, path string, opts Options, lock *fileLock) (*Stor
 	db.SetMaxIdleConns(4)
 	db.SetConnMaxIdleTime(time.Minute)
 	s := &Store{path: path, db: db, lock: lock}
-	ckptConn, err := s.init(ctx, opts)
+	ckptConn, err := s.init(ctx, cfg)
 	if err != nil {
 		if s.st != nil {
 			s.st.close()
@@ -211,13 +218,13 @@ func open(ctx context.Context, path string, opts Options, lock *fileLock) (*Stor
 		_ = db.Close()
 		return nil, err
 	}
-	s.ckpt = newCheckpointer(ckptConn, path, opts.Logger, opts.checkpointed)
-	s.ckpt.start()
-	s.w = newWriter(s.conn, s.st, opts.MaxBatch, s.ckpt)
+	s.ckpt = newCheckpointer(ckptConn, path, cfg.Logger, cfg.checkpointed)
+	_ = s.ckpt.Start(context.Background())
+	s.w = newWriter(s.conn, s.st, cfg.MaxBatch, s.ckpt)
 	s.w.start()
-	if opts.Retention != RetentionOff {
-		s.pruner = newPruner(s, opts.Retention, opts.PruneInterval, opts.Logger, opts.pruned)
-		s.pruner.start()
+	if cfg.Retention != RetentionOff {
+		s.pruner = newPruner(s, cfg.Retention, cfg.PruneInterval, cfg.Logger, cfg.pruned)
+		_ = s.pruner.Start(context.Background())
 	}
 	return s, nil
 }
@@ -248,7 +255,7 @@ func checkHeader(path string) error {
 }
 
 // init sets up the writer's connection and returns the checkpointer's.
-func (s *Store) init(ctx context.Context, opts Options) (*sql.Conn, error) {
+func (s *Store) init(ctx context.Context, cfg Config) (*sql.Conn, error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return nil, s.unusable(err)
@@ -269,7 +276,7 @@ func (s *Store) init(ctx context.Context, opts Options) (*sql.Conn, error) {
 	if err := migrate(ctx, conn, s.path); err != nil {
 		return nil, err
 	}
-	if err := claimOwner(ctx, conn, s.path, opts.Owner); err != nil {
+	if err := claimOwner(ctx, conn, s.path, cfg.Owner); err != nil {
 		return nil, err
 	}
 	// The checkpointer copies the WAL (see checkpointer). SQLite's own
@@ -297,7 +304,7 @@ func (s *Store) unusable(err error) error {
 func (s *Store) Path() string { return s.path }
 
 // ErrOtherOwner matches the error of Open for a store that another owner
-// recorded (Options.Owner).
+// recorded (Config.Owner).
 var ErrOtherOwner = errors.New("sqlite: store belongs to another owner")
 
 // OwnerError refuses a store recorded by another owner.
@@ -352,10 +359,10 @@ func (s *Store) Close() error {
 		return ErrClosed
 	}
 	if s.pruner != nil {
-		s.pruner.stop()
+		s.pruner.Stop()
 	}
 	s.w.stop()
-	s.ckpt.stop()
+	s.ckpt.Stop()
 	s.st.close()
 	err := errors.Join(s.conn.Close(), s.ckpt.conn.Close())
 	err = errors.Join(err, s.db.Close())

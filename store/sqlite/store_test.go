@@ -9,7 +9,7 @@ import (
 	"github.com/captchaq/captchaq/storetest"
 )
 
-func openTemp(t *testing.T, opts sqlite.Options) *sqlite.Store {
+func openTemp(t *testing.T, opts sqlite.Config) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), opts)
 	if err != nil {
@@ -23,13 +23,13 @@ func openTemp(t *testing.T, opts sqlite.Options) *sqlite.Store {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) captchaq.Store {
-		return openTemp(t, sqlite.Options{Retention: sqlite.RetentionOff})
+		return openTemp(t, sqlite.Config{Retention: sqlite.RetentionOff})
 	})
 }
 
 func TestConformanceSynchronousFull(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) captchaq.Store {
-		return openTemp(t, sqlite.Options{Synchronous: sqlite.SynchronousFull, MaxBatch: 3, Retention: sqlite.RetentionOff})
+		return openTemp(t, sqlite.Config{Synchronous: sqlite.SynchronousFull, MaxBatch: 3, Retention: sqlite.RetentionOff})
 	})
 }

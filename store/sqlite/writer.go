@@ -9,6 +9,7 @@ import (
 	moderncsqlite "modernc.org/sqlite"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // writeOp is one caller's write. run may be called twice (see runBatch), so
@@ -25,34 +26,35 @@ type writeOp struct {
 // caller after the commit. Concurrent callers thus share one commit (group
 // commit) and nobody is answered before their write is durable.
 type writer struct {
+	loop     *startstop.Loop
 	conn     *sql.Conn
 	st       *statements
 	maxBatch int
 	ckpt     *checkpointer
 	ops      chan *writeOp
-	closing  chan struct{}
-	stopped  chan struct{}
+	closing  chan struct{} // closed by stop: later writes fail with ErrClosed
 }
 
 func newWriter(conn *sql.Conn, st *statements, maxBatch int, ckpt *checkpointer) *writer {
-	return &writer{
+	w := &writer{
 		conn:     conn,
 		st:       st,
 		maxBatch: maxBatch,
 		ckpt:     ckpt,
 		ops:      make(chan *writeOp),
 		closing:  make(chan struct{}),
-		stopped:  make(chan struct{}),
 	}
+	w.loop = startstop.New(w.run)
+	return w
 }
 
-func (w *writer) start() { go w.loop() }
+func (w *writer) start() { _ = w.loop.Start(context.Background()) }
 
 // stop makes later writes fail with ErrClosed and returns once the writes
 // already taken are committed and answered.
 func (w *writer) stop() {
 	close(w.closing)
-	<-w.stopped
+	w.loop.Stop()
 }
 
 // do runs fn in the writer and waits for its commit. When ctx ends first,
@@ -66,29 +68,19 @@ func (w *writer) do(ctx context.Context, fn func(ctx context.Context, st *statem
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	// Once queued, the write is waited for even if ctx ends: the writer
-	// skips an op whose ctx is done before running it, and one it has run
-	// may already be committed, so its caller must hear the outcome (and
-	// must not read the op's results while the writer still writes them).
-	select {
-	case err := <-op.done:
-		return err
-	case <-w.stopped:
-		select {
-		case err := <-op.done:
-			return err
-		default:
-			return ErrClosed
-		}
-	}
+	// Once taken, the write is waited for even if ctx ends: the writer
+	// answers every op it took (skipping one whose ctx is done before
+	// running it), and one it has run may already be committed, so its
+	// caller must hear the outcome (and must not read the op's results
+	// while the writer still writes them).
+	return <-op.done
 }
 
-func (w *writer) loop() {
-	defer close(w.stopped)
+func (w *writer) run(ctx context.Context) {
 	batch := make([]*writeOp, 0, w.maxBatch)
 	for {
 		select {
-		case <-w.closing:
+		case <-ctx.Done():
 			return
 		case op := <-w.ops:
 			batch = append(batch[:0], op)

@@ -17,7 +17,7 @@ import (
 // one leaves nothing behind.
 func TestBatchWithFailingWrite(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Options{Retention: RetentionOff})
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Config{Retention: RetentionOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestBatchWithFailingWrite(t *testing.T) {
 // callers gets its own answer when their writes share transactions.
 func TestGroupCommitAnswersEveryCaller(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Options{Retention: RetentionOff, MaxBatch: 4})
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Config{Retention: RetentionOff, MaxBatch: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestGroupCommitAnswersEveryCaller(t *testing.T) {
 func TestCloseDuringWrites(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "captchaq.db")
-	s, err := Open(t.Context(), path, Options{Retention: RetentionOff})
+	s, err := Open(t.Context(), path, Config{Retention: RetentionOff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestCloseDuringWrites(t *testing.T) {
 	}
 	wg.Wait()
 
-	s, err = Open(t.Context(), path, Options{Retention: RetentionOff})
+	s, err = Open(t.Context(), path, Config{Retention: RetentionOff})
 	if err != nil {
 		t.Fatal(err)
 	}

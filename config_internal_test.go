@@ -1,0 +1,53 @@
+package captchaq
+
+import (
+	"testing"
+	"time"
+)
+
+// TestConfigDefaults pins every default withDefaults fills in.
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c := Config{}.withDefaults()
+	if c.Threads != ThreadsDefault || c.PollInterval != PollIntervalDefault || !c.adaptive ||
+		c.PollGap != PollGapDefault || c.MaxQueued != MaxQueuedMin || c.MaxAttempts != MaxAttemptsDefault ||
+		c.RetryBackoff != RetryBackoffDefault || c.RetryBackoffMax != RetryBackoffMaxDefault ||
+		c.AgingInterval != AgingIntervalDefault || c.Store == nil || c.Logger != discardLogger || c.Now == nil {
+		t.Errorf("defaults: %+v", c)
+	}
+	c = Config{Plan: "VIP-1", AgingInterval: -time.Second, PollInterval: time.Minute}.withDefaults()
+	if c.Threads != 1000 || c.MaxQueued != 20000 || c.AgingInterval != 0 || c.adaptive {
+		t.Errorf("Plan VIP-1, AgingInterval -1s, PollInterval 1m: Threads %d MaxQueued %d AgingInterval %v adaptive %v, want 1000, 20000, 0, false",
+			c.Threads, c.MaxQueued, c.AgingInterval, c.adaptive)
+	}
+	if c := (Config{Threads: 7, Plan: "VIP-1"}).withDefaults(); c.Threads != 7 {
+		t.Errorf("Threads 7 with a Plan: Threads %d, want 7", c.Threads)
+	}
+}
+
+// TestConfigListsEveryProblem: New reports all the problems of a Config
+// at once, each naming its field.
+func TestConfigListsEveryProblem(t *testing.T) {
+	t.Parallel()
+	_, err := New(Config{
+		Plan: "GOLD", PollGap: time.Microsecond, PollInterval: time.Millisecond,
+		MaxQueued: -1, MaxAttempts: -2, RetryBackoff: time.Minute, RetryBackoffMax: time.Second,
+		TenantWeights: map[string]int{"a": 0},
+	})
+	want := `captchaq: invalid Config: Provider: required (e.g. a *provider.Client)
+Plan: unknown plan "GOLD": use one of BASIC, STANDARD, ADVANCE, PREMIUM, CORPORATE, ENTERPRISE, VIP-1, VIP-2, VIP-3, or set the thread count directly
+PollGap: must be at least 1ms, got 1µs
+PollInterval: must be at least 10ms, got 1ms
+MaxQueued: must be positive, got -1
+MaxAttempts: must be positive, got -2
+RetryBackoff, RetryBackoffMax: need 0 < RetryBackoff <= RetryBackoffMax, got 1m0s and 1s
+TenantWeights["a"]: must be positive, got 0`
+	if err == nil || err.Error() != want {
+		t.Errorf("New: %v\nwant: %s", err, want)
+	}
+	_, err = New(Config{Threads: -3})
+	want = "captchaq: invalid Config: Provider: required (e.g. a *provider.Client)\nThreads: must be 0 (from Plan) or more, got -3"
+	if err == nil || err.Error() != want {
+		t.Errorf("New: %v\nwant: %s", err, want)
+	}
+}

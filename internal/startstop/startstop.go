@@ -1,0 +1,80 @@
+// Package startstop runs captchaq's background loops: each loop (the
+// queue's dispatcher and poller, the amqp worker's sweeper, beater and
+// refresher, the SQLite store's writer, checkpointer and pruner) is a
+// function of a context, run on its own goroutine by a Loop and started
+// and stopped the same way.
+//
+// A loop's run function returns when its context ends; it must not call
+// Start or Stop on its own Loop. The owner of the loops stops them in the
+// order its package doc gives, and only then releases what they use.
+package startstop
+
+import (
+	"context"
+	"sync"
+)
+
+// Loop runs one function on its own goroutine between Start and Stop. It
+// is safe for concurrent use, and may be started again after Stop.
+type Loop struct {
+	run func(ctx context.Context)
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc // nil when not running or stopping
+	stopped chan struct{}      // closed when the last run returned; nil before the first
+}
+
+// New returns a Loop that runs run; run must return once its ctx ends.
+func New(run func(ctx context.Context)) *Loop { return &Loop{run: run} }
+
+// Start runs the loop on a new goroutine with a context that ends at Stop
+// or when ctx ends, and returns at once. A Loop already running is left
+// as it is; one still stopping is waited for first. Start returns
+// ctx.Err(), and starts nothing, when ctx has already ended.
+func (l *Loop) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped != nil {
+		if l.cancel != nil && !closed(l.stopped) {
+			return nil // running
+		}
+		<-l.stopped // stopping: a new run must not overlap the last
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	l.cancel, l.stopped = cancel, stopped
+	go func() {
+		defer close(stopped)
+		defer cancel()
+		l.run(runCtx)
+	}()
+	return nil
+}
+
+// Stop ends the loop's context and returns once its function has
+// returned. Stop on a Loop that is not running returns at once; calls at
+// the same time all wait.
+func (l *Loop) Stop() {
+	l.mu.Lock()
+	cancel, stopped := l.cancel, l.stopped
+	l.cancel = nil
+	l.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if stopped != nil {
+		<-stopped
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,101 @@
+package startstop
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// TestStartStop: Start runs the function once however often it is called,
+// Stop waits for it to return, and the Loop starts again after Stop.
+func TestStartStop(t *testing.T) {
+	t.Parallel()
+	var runs, running atomic.Int32
+	entered := make(chan struct{}, 10)
+	l := New(func(ctx context.Context) {
+		runs.Add(1)
+		if running.Add(1) != 1 {
+			t.Error("two runs at once")
+		}
+		entered <- struct{}{}
+		<-ctx.Done()
+		running.Add(-1)
+	})
+	l.Stop() // not started: returns at once
+	for i := range 3 {
+		if err := l.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		<-entered
+		l.Stop()
+		if n := running.Load(); n != 0 {
+			t.Fatalf("after Stop: %d runs still running", n)
+		}
+		l.Stop()
+		if n := runs.Load(); n != int32(i+1) {
+			t.Fatalf("after %d Start/Stop: %d runs, want %d", i+1, n, i+1)
+		}
+	}
+}
+
+// TestStartEndedContext: a Loop is not started on an ended context, and a
+// run ends with the context it was started on.
+func TestStartEndedContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	l := New(func(ctx context.Context) { t.Error("ran on an ended context") })
+	if err := l.Start(ctx); err != context.Canceled {
+		t.Errorf("Start: %v, want context.Canceled", err)
+	}
+
+	ctx, cancel = context.WithCancel(t.Context())
+	done := make(chan struct{})
+	l = New(func(ctx context.Context) { <-ctx.Done(); close(done) })
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	l.Stop()
+	// The run ended by itself: Start runs it again.
+	done = make(chan struct{})
+	if err := l.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l.Stop()
+	<-done
+}
+
+// TestConcurrentStartStop: Start and Stop called from many goroutines at
+// once never run two copies of the function and never leave it running
+// after the last Stop.
+func TestConcurrentStartStop(t *testing.T) {
+	t.Parallel()
+	var running atomic.Int32
+	l := New(func(ctx context.Context) {
+		if running.Add(1) != 1 {
+			t.Error("two runs at once")
+		}
+		<-ctx.Done()
+		running.Add(-1)
+	})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 200 {
+				_ = l.Start(t.Context())
+				l.Stop()
+			}
+		})
+	}
+	wg.Wait()
+	l.Stop()
+	if n := running.Load(); n != 0 {
+		t.Errorf("after the last Stop: %d runs", n)
+	}
+}
