@@ -81,8 +81,8 @@ func (d *dispatcher) pass() time.Time {
 	switch p := q.pausedLocked(now); {
 	case p != nil:
 		next = p.Until
-	case now.Before(q.hold):
-		next = q.hold
+	case now.Before(q.submitsHeldUntil):
+		next = q.submitsHeldUntil
 	default:
 		waiting = q.queue.Len()
 		for q.submits < concurrency {

@@ -46,19 +46,19 @@ type Queue struct {
 	// accepting holds the ids between their claim and their registration
 	// (Enqueue in progress), so one id is stored and registered once while
 	// different ids are stored concurrently (the Store groups their commits).
-	accepting map[string]chan struct{}
-	queue     *sched.Scheduler[*taskState]
-	inflight  map[string]*taskState // by task id
-	byCaptch  map[string]*taskState // by the provider's id, for pingbacks
-	room      chan struct{}         // closed and replaced when a task finishes
-	idle      chan struct{}         // closed and replaced when tasks becomes empty
-	pause     *AccountError
-	resumes   int                 // Resume calls; answers to requests sent before one cannot re-pause
-	zeroRun   int                 // ERROR_ZERO_BALANCE refusals in a row with nothing of ours in flight
-	hold      time.Time           // no submits before (rate limited)
-	submits   int                 // submit requests in progress
-	early     map[string]pingback // pingbacks that beat their checkpoint
-	metrics   counters
+	accepting         map[string]chan struct{}
+	queue             *sched.Scheduler[*taskState]
+	inflight          map[string]*taskState // by task id
+	byCaptchaID       map[string]*taskState // by the provider's id, for pingbacks
+	capacityFreed     chan struct{}         // closed and replaced when a task finishes (waitCapacity)
+	idle              chan struct{}         // closed and replaced when tasks becomes empty
+	pause             *AccountError
+	resumes           int                 // Resume calls; answers to requests sent before one cannot re-pause
+	zeroBalanceStreak int                 // ERROR_ZERO_BALANCE refusals in a row with nothing of ours in flight
+	submitsHeldUntil  time.Time           // no submits before (rate limited)
+	submits           int                 // submit requests in progress
+	earlyPingbacks    map[string]pingback // pingbacks that beat their checkpoint
+	metrics           counters
 }
 
 // taskState is the queue's memory of one unfinished task.
@@ -91,19 +91,19 @@ func New(cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	q := &Queue{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		store:     cfg.Store,
-		limiter:   limiter.New(cfg.Threads),
-		estimate:  latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
-		tasks:     map[string]*taskState{},
-		accepting: map[string]chan struct{}{},
-		queue:     sched.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}),
-		inflight:  map[string]*taskState{},
-		byCaptch:  map[string]*taskState{},
-		early:     map[string]pingback{},
-		room:      make(chan struct{}),
-		idle:      make(chan struct{}),
+		cfg:            cfg,
+		log:            cfg.Logger,
+		store:          cfg.Store,
+		limiter:        limiter.New(cfg.Threads),
+		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
+		tasks:          map[string]*taskState{},
+		accepting:      map[string]chan struct{}{},
+		queue:          sched.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}),
+		inflight:       map[string]*taskState{},
+		byCaptchaID:    map[string]*taskState{},
+		earlyPingbacks: map[string]pingback{},
+		capacityFreed:  make(chan struct{}),
+		idle:           make(chan struct{}),
 	}
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
@@ -188,7 +188,7 @@ func (q *Queue) register(r Record, w func(Result, error)) *taskState {
 		st.resumed = true
 		st.due = q.now() // answers may have waited while we were away
 		q.inflight[r.Task.ID] = st
-		q.byCaptch[r.CaptchaID] = st
+		q.byCaptchaID[r.CaptchaID] = st
 		q.poller.wake()
 		return st
 	}
@@ -316,23 +316,23 @@ func (q *Queue) claimIntake(ctx context.Context, id string, w func(Result, error
 	}
 }
 
-// waitRoom blocks until there is room for want more unfinished tasks
+// waitCapacity blocks until there is room for want more unfinished tasks
 // under MaxQueued, and returns how many there is room for.
-func (q *Queue) waitRoom(ctx context.Context, want int) (int, error) {
+func (q *Queue) waitCapacity(ctx context.Context, want int) (int, error) {
 	for {
 		q.mu.Lock()
 		if q.closed {
 			q.mu.Unlock()
 			return 0, ErrClosed
 		}
-		if room := q.cfg.MaxQueued - len(q.tasks); room >= want {
+		if capacity := q.cfg.MaxQueued - len(q.tasks); capacity >= want {
 			q.mu.Unlock()
-			return room, nil
+			return capacity, nil
 		}
-		room := q.room
+		freed := q.capacityFreed
 		q.mu.Unlock()
 		select {
-		case <-room:
+		case <-freed:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-q.runCtx.Done():
@@ -358,7 +358,7 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 	if q.attach(t.ID, f.resolve) {
 		return f, nil
 	}
-	if _, err := q.waitRoom(ctx, 1); err != nil {
+	if _, err := q.waitCapacity(ctx, 1); err != nil {
 		return nil, err
 	}
 	release, attached, err := q.claimIntake(ctx, t.ID, f.resolve)
@@ -537,7 +537,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		q.stop()
 		return nil
 	}
-	q.wakeRoom()
+	q.wakeCapacityWaiters()
 	var err error
 	for {
 		q.mu.Lock()
@@ -601,10 +601,11 @@ func (q *Queue) stopLoops() {
 	q.wg.Wait()
 }
 
-func (q *Queue) wakeRoom() {
+// wakeCapacityWaiters wakes every waitCapacity, to look again.
+func (q *Queue) wakeCapacityWaiters() {
 	q.mu.Lock()
-	close(q.room)
-	q.room = make(chan struct{})
+	close(q.capacityFreed)
+	q.capacityFreed = make(chan struct{})
 	q.mu.Unlock()
 }
 

@@ -55,8 +55,8 @@ func (q *Queue) claim(st *taskState) bool {
 // them. Callers hold q.mu.
 func (q *Queue) leaveFlightLocked(st *taskState) {
 	delete(q.inflight, st.rec.Task.ID)
-	if st.rec.CaptchaID != "" && q.byCaptch[st.rec.CaptchaID] == st {
-		delete(q.byCaptch, st.rec.CaptchaID)
+	if st.rec.CaptchaID != "" && q.byCaptchaID[st.rec.CaptchaID] == st {
+		delete(q.byCaptchaID, st.rec.CaptchaID)
 	}
 	if st.slot {
 		st.slot = false
@@ -107,8 +107,8 @@ func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 	ws := st.waiters
 	st.waiters = nil
 	q.metrics.record(r, ready, delivered)
-	close(q.room)
-	q.room = make(chan struct{})
+	close(q.capacityFreed)
+	q.capacityFreed = make(chan struct{})
 	if len(q.tasks) == 0 {
 		close(q.idle)
 		q.idle = make(chan struct{})

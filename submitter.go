@@ -65,17 +65,17 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
 	st.rec.NotBefore = time.Time{}
 	st.transient = 0
-	q.zeroRun = 0
+	q.zeroBalanceStreak = 0
 	st.lastPoll, st.polledAt, st.polls = time.Time{}, time.Time{}, 0
 	st.due = q.poller.align(now, now.Add(q.firstPoll(st.kind)))
 	q.inflight[t.ID] = st
-	q.byCaptch[captchaID] = st
-	early, isEarly := q.early[captchaID]
-	delete(q.early, captchaID)
+	q.byCaptchaID[captchaID] = st
+	pb, arrived := q.earlyPingbacks[captchaID]
+	delete(q.earlyPingbacks, captchaID)
 	q.mu.Unlock()
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt)
-	if isEarly {
-		q.pingbackArrived(st, early.code, early.at)
+	if arrived {
+		q.pingbackArrived(st, pb.code, pb.at)
 		return
 	}
 	q.poller.wake()
@@ -130,7 +130,7 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 	case provider.ClassRateLimit:
 		wait = max(wait, q.cfg.RetryBackoff)
 		q.mu.Lock()
-		q.hold = now.Add(wait)
+		q.submitsHeldUntil = now.Add(wait)
 		q.mu.Unlock()
 		q.log.Warn("provider rate limit: submits held", "for", wait)
 		q.requeue(st, attempts, time.Time{}, code, err)
@@ -248,14 +248,14 @@ func (q *Queue) zeroBalanceRun(code string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if code != provider.ErrZeroBalance.Code || len(q.inflight) > 0 {
-		q.zeroRun = 0
+		q.zeroBalanceStreak = 0
 		return false
 	}
-	q.zeroRun++
-	if q.zeroRun < zeroBalanceStreak {
+	q.zeroBalanceStreak++
+	if q.zeroBalanceStreak < zeroBalanceStreak {
 		return false
 	}
-	q.zeroRun = 0
+	q.zeroBalanceStreak = 0
 	return true
 }
 
