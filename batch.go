@@ -178,12 +178,12 @@ func StreamFunc[T any](ctx context.Context, q *Queue, in <-chan T, parallel int,
 // stream buffers results between the queue's goroutines (which must never
 // block on a slow reader) and the reader.
 type stream struct {
-	mu      sync.Mutex
-	buf     []Result
-	open    int  // tasks submitted or results buffered, not yet sent
-	inDone  bool // in is drained
-	ready   chan struct{}
-	roomSig chan struct{}
+	mu            sync.Mutex
+	buf           []Result
+	open          int  // tasks submitted or results buffered, not yet sent
+	inDone        bool // in is drained
+	ready         chan struct{}
+	capacityFreed chan struct{}
 }
 
 func (s *stream) signal() {
@@ -211,8 +211,8 @@ func (s *stream) drop() {
 func (s *stream) sent() {
 	s.mu.Lock()
 	s.open--
-	sig := s.roomSig
-	s.roomSig = nil
+	sig := s.capacityFreed
+	s.capacityFreed = nil
 	s.mu.Unlock()
 	if sig != nil {
 		close(sig)
@@ -311,10 +311,10 @@ func (s *stream) reserve(ctx context.Context, max int) bool {
 			s.mu.Unlock()
 			return true
 		}
-		if s.roomSig == nil {
-			s.roomSig = make(chan struct{})
+		if s.capacityFreed == nil {
+			s.capacityFreed = make(chan struct{})
 		}
-		sig := s.roomSig
+		sig := s.capacityFreed
 		s.mu.Unlock()
 		select {
 		case <-sig:

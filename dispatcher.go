@@ -92,8 +92,8 @@ func (d *dispatcher) pass() time.Time {
 			continue
 		case l.down:
 			continue
-		case now.Before(l.hold):
-			soonest(l.hold)
+		case now.Before(l.submitsHeldUntil):
+			soonest(l.submitsHeldUntil)
 			continue
 		}
 		concurrency := submitConcurrency(l.threads)
@@ -128,7 +128,7 @@ func (d *dispatcher) pass() time.Time {
 	// use a thread now.
 	busy := q.lanes[0].limiter.InUse()
 	waiting := q.queue.Len()
-	if q.lanes[0].pausedLocked(q, now) != nil || now.Before(q.lanes[0].hold) {
+	if q.lanes[0].pausedLocked(q, now) != nil || now.Before(q.lanes[0].submitsHeldUntil) {
 		waiting = 0
 	}
 	q.mu.Unlock()

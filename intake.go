@@ -34,9 +34,9 @@ func (q *Queue) acceptBatch(ctx context.Context, tasks []Task, waiter func(i int
 	todo = q.attachKnown(tasks, todo, ws, errs)
 	now := q.now()
 	for len(todo) > 0 {
-		room, err := q.waitRoom(ctx, min(len(todo), max(1, q.cfg.MaxQueued/8)))
+		capacity, err := q.waitCapacity(ctx, min(len(todo), max(1, q.cfg.MaxQueued/8)))
 		if err == nil {
-			todo, err = q.intakeRound(ctx, tasks, todo, ws, errs, room, now)
+			todo, err = q.intakeRound(ctx, tasks, todo, ws, errs, capacity, now)
 		}
 		if err != nil {
 			for _, i := range todo {
@@ -66,17 +66,17 @@ func (q *Queue) attachKnown(tasks []Task, todo []int, ws []func(Result, error), 
 	return left
 }
 
-// intakeRound claims the ids of up to room tasks from the start of todo,
+// intakeRound claims the ids of up to capacity tasks from the start of todo,
 // stores those tasks in one Store call and registers them. It returns the
 // tasks left for another round, or with an error the tasks it did not
 // accept.
-func (q *Queue) intakeRound(ctx context.Context, tasks []Task, todo []int, ws []func(Result, error), errs []error, room int, now time.Time) ([]int, error) {
+func (q *Queue) intakeRound(ctx context.Context, tasks []Task, todo []int, ws []func(Result, error), errs []error, capacity int, now time.Time) ([]int, error) {
 	var claimed, held []int
 	var busy chan struct{}
 	rest := todo[:0]
 	q.mu.Lock()
 	for k, i := range todo {
-		if len(claimed) == room {
+		if len(claimed) == capacity {
 			rest = todo[k:]
 			break
 		}

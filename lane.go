@@ -31,10 +31,10 @@ type lane struct {
 	poller  *poller
 
 	// Guarded by q.mu.
-	pause   *AccountError
-	hold    time.Time // no submits before (rate limited)
-	zeroRun int       // ERROR_ZERO_BALANCE refusals in a row with nothing of ours in flight here
-	submits int       // submit requests in progress
+	pause             *AccountError
+	submitsHeldUntil  time.Time // no submits before (rate limited)
+	zeroBalanceStreak int       // ERROR_ZERO_BALANCE refusals in a row with nothing of ours in flight here
+	submits           int       // submit requests in progress
 	// failingSince is the first network error or 5xx since the lane last
 	// answered; zero while it answers.
 	failingSince time.Time

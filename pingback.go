@@ -9,8 +9,8 @@ import (
 	"github.com/captchaq/captchaq/provider"
 )
 
-// earlyMax bounds pingbacks kept for ids not yet checkpointed.
-const earlyMax = 1024
+// earlyPingbacksMax bounds pingbacks kept for ids not yet checkpointed.
+const earlyPingbacksMax = 1024
 
 type pingback struct {
 	code string
@@ -30,16 +30,16 @@ func (q *Queue) PingbackHandler() http.Handler {
 		}
 		now := q.now()
 		q.mu.Lock()
-		st, ok := q.byCaptch[id]
+		st, ok := q.byCaptchaID[id]
 		if !ok {
 			// The answer beat our checkpoint: keep it briefly.
-			if len(q.early) >= earlyMax {
-				for k := range q.early {
-					delete(q.early, k)
+			if len(q.earlyPingbacks) >= earlyPingbacksMax {
+				for k := range q.earlyPingbacks {
+					delete(q.earlyPingbacks, k)
 					break
 				}
 			}
-			q.early[id] = pingback{code: code, at: now}
+			q.earlyPingbacks[id] = pingback{code: code, at: now}
 		}
 		q.mu.Unlock()
 		if ok {

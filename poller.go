@@ -24,13 +24,13 @@ const pollParallel = 4
 // bound), and asks for every id due before the next round in one bulk
 // request per pollChunk ids.
 type poller struct {
-	q        *Queue
-	lane     *lane // the provider it polls; it sees only the tasks there
-	wakeCh   chan struct{}
-	last     time.Time // start of the last round
-	chain    time.Time // when the tasks polled in the last round are due again; guarded by q.mu
-	hold     time.Time // no rounds before (rate limit, backoff)
-	failures int       // consecutive failed rounds
+	q              *Queue
+	lane           *lane // the provider it polls; it sees only the tasks there
+	wakeCh         chan struct{}
+	last           time.Time // start of the last round
+	chain          time.Time // when the tasks polled in the last round are due again; guarded by q.mu
+	pollsHeldUntil time.Time // no rounds before (rate limit, backoff)
+	failures       int       // consecutive failed rounds
 	// dists are the learned solve time distributions by kind, for the
 	// default scheduler; guarded by q.mu.
 	dists map[provider.Kind]*solveDist
@@ -135,8 +135,8 @@ func (p *poller) nextRound(now time.Time) time.Time {
 	if g := p.last.Add(p.minGap()); g.After(due) {
 		due = g
 	}
-	if p.hold.After(due) {
-		due = p.hold
+	if p.pollsHeldUntil.After(due) {
+		due = p.pollsHeldUntil
 	}
 	return due
 }
@@ -285,14 +285,14 @@ func (p *poller) failed(err error, now time.Time, epoch int) {
 		if pe != nil && pe.RetryAfter > 0 {
 			wait = pe.RetryAfter
 		}
-		p.hold = now.Add(wait)
+		p.pollsHeldUntil = now.Add(wait)
 		q.log.Warn("provider rate limit: polls held", "for", wait)
 	default:
 		if transportFailure(err) && q.transportFailed(p.lane, now) {
 			q.moveInflight(p.lane, CodeProviderDown, err)
 		}
 		p.failures++
-		p.hold = now.Add(q.backoff(p.failures))
+		p.pollsHeldUntil = now.Add(q.backoff(p.failures))
 		q.log.Warn("poll failed; retrying", "provider", p.lane.name, "err", err, "retry", p.failures)
 	}
 }

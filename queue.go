@@ -46,17 +46,17 @@ type Queue struct {
 	// accepting holds the ids between their claim and their registration
 	// (Enqueue in progress), so one id is stored and registered once while
 	// different ids are stored concurrently (the Store groups their commits).
-	accepting map[string]chan struct{}
-	queue     *sched.Scheduler[*taskState]
-	inflight  map[string]*taskState // by task id
-	byCaptch  map[string]*taskState // by the provider's id, for pingbacks
-	room      chan struct{}         // closed and replaced when a task finishes
-	idle      chan struct{}         // closed and replaced when tasks becomes empty
-	resumes   int                   // Resume calls; answers to requests sent before one cannot re-pause
-	early     map[string]pingback   // pingbacks that beat their checkpoint
-	paused    bool                  // every lane paused (OnPause was called)
-	bursts    bursts
-	metrics   counters
+	accepting      map[string]chan struct{}
+	queue          *sched.Scheduler[*taskState]
+	inflight       map[string]*taskState // by task id
+	byCaptchaID    map[string]*taskState // by the provider's id, for pingbacks
+	capacityFreed  chan struct{}         // closed and replaced when a task finishes (waitCapacity)
+	idle           chan struct{}         // closed and replaced when tasks becomes empty
+	resumes        int                   // Resume calls; answers to requests sent before one cannot re-pause
+	earlyPingbacks map[string]pingback   // pingbacks that beat their checkpoint
+	paused         bool                  // every lane paused (OnPause was called)
+	bursts         bursts
+	metrics        counters
 }
 
 // taskState is the queue's memory of one unfinished task.
@@ -103,18 +103,18 @@ func New(cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	q := &Queue{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		store:     cfg.Store,
-		estimate:  latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
-		tasks:     map[string]*taskState{},
-		accepting: map[string]chan struct{}{},
-		queue:     sched.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}),
-		inflight:  map[string]*taskState{},
-		byCaptch:  map[string]*taskState{},
-		early:     map[string]pingback{},
-		room:      make(chan struct{}),
-		idle:      make(chan struct{}),
+		cfg:            cfg,
+		log:            cfg.Logger,
+		store:          cfg.Store,
+		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
+		tasks:          map[string]*taskState{},
+		accepting:      map[string]chan struct{}{},
+		queue:          sched.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}),
+		inflight:       map[string]*taskState{},
+		byCaptchaID:    map[string]*taskState{},
+		earlyPingbacks: map[string]pingback{},
+		capacityFreed:  make(chan struct{}),
+		idle:           make(chan struct{}),
 	}
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
@@ -205,7 +205,7 @@ func (q *Queue) register(r Record, w func(Result, error)) *taskState {
 			st.resumed = true
 			st.due = q.now() // answers may have waited while we were away
 			q.inflight[r.Task.ID] = st
-			q.byCaptch[id] = st
+			q.byCaptchaID[id] = st
 			l.poller.wake()
 			return st
 		}
@@ -337,9 +337,9 @@ func (q *Queue) claimIntake(ctx context.Context, id string, w func(Result, error
 	}
 }
 
-// waitRoom blocks until there is room for want more unfinished tasks
+// waitCapacity blocks until there is room for want more unfinished tasks
 // under MaxQueued, and returns how many there is room for.
-func (q *Queue) waitRoom(ctx context.Context, want int) (int, error) {
+func (q *Queue) waitCapacity(ctx context.Context, want int) (int, error) {
 	for {
 		q.mu.Lock()
 		if q.closed {
@@ -350,7 +350,7 @@ func (q *Queue) waitRoom(ctx context.Context, want int) (int, error) {
 			q.mu.Unlock()
 			return room, nil
 		}
-		room := q.room
+		room := q.capacityFreed
 		q.mu.Unlock()
 		select {
 		case <-room:
@@ -379,7 +379,7 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 	if q.attach(t.ID, f.resolve) {
 		return f, nil
 	}
-	if _, err := q.waitRoom(ctx, 1); err != nil {
+	if _, err := q.waitCapacity(ctx, 1); err != nil {
 		return nil, err
 	}
 	release, attached, err := q.claimIntake(ctx, t.ID, f.resolve)
@@ -588,7 +588,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 		q.stop()
 		return nil
 	}
-	q.wakeRoom()
+	q.wakeCapacityWaiters()
 	var err error
 	for {
 		q.mu.Lock()
@@ -652,10 +652,10 @@ func (q *Queue) stopLoops() {
 	q.wg.Wait()
 }
 
-func (q *Queue) wakeRoom() {
+func (q *Queue) wakeCapacityWaiters() {
 	q.mu.Lock()
-	close(q.room)
-	q.room = make(chan struct{})
+	close(q.capacityFreed)
+	q.capacityFreed = make(chan struct{})
 	q.mu.Unlock()
 }
 

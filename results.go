@@ -66,8 +66,8 @@ func (q *Queue) claim(st *taskState) bool {
 // them. Callers hold q.mu.
 func (q *Queue) leaveFlightLocked(st *taskState) {
 	delete(q.inflight, st.rec.Task.ID)
-	if st.rec.CaptchaID != "" && q.byCaptch[st.rec.CaptchaID] == st {
-		delete(q.byCaptch, st.rec.CaptchaID)
+	if st.rec.CaptchaID != "" && q.byCaptchaID[st.rec.CaptchaID] == st {
+		delete(q.byCaptchaID, st.rec.CaptchaID)
 	}
 	if st.slot {
 		st.slot = false
@@ -126,8 +126,8 @@ func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 			l.stats.failed++
 		}
 	}
-	close(q.room)
-	q.room = make(chan struct{})
+	close(q.capacityFreed)
+	q.capacityFreed = make(chan struct{})
 	if len(q.tasks) == 0 {
 		close(q.idle)
 		q.idle = make(chan struct{})

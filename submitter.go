@@ -71,14 +71,14 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
 	st.rec.NotBefore = time.Time{}
 	st.transient = 0
-	l.zeroRun = 0
+	l.zeroBalanceStreak = 0
 	l.reserveLocked(now, st.price)
 	st.lastPoll, st.polledAt, st.polls = time.Time{}, time.Time{}, 0
 	st.due = l.poller.align(now, now.Add(q.firstPoll(st.kind)))
 	q.inflight[t.ID] = st
-	q.byCaptch[captchaID] = st
-	early, isEarly := q.early[captchaID]
-	delete(q.early, captchaID)
+	q.byCaptchaID[captchaID] = st
+	early, isEarly := q.earlyPingbacks[captchaID]
+	delete(q.earlyPingbacks, captchaID)
 	q.mu.Unlock()
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.name)
 	if isEarly {
@@ -148,7 +148,7 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 	case provider.ClassRateLimit:
 		wait = max(wait, q.cfg.RetryBackoff)
 		q.mu.Lock()
-		l.hold = now.Add(wait)
+		l.submitsHeldUntil = now.Add(wait)
 		q.mu.Unlock()
 		q.log.Warn("provider rate limit: submits held", "provider", l.name, "for", wait)
 		q.requeue(st, attempts, time.Time{}, code, err)
@@ -267,14 +267,14 @@ func (q *Queue) zeroBalanceRun(l *lane, code string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if code != provider.ErrZeroBalance.Code || q.inflightAt(l) > 0 {
-		l.zeroRun = 0
+		l.zeroBalanceStreak = 0
 		return false
 	}
-	l.zeroRun++
-	if l.zeroRun < zeroBalanceStreak {
+	l.zeroBalanceStreak++
+	if l.zeroBalanceStreak < zeroBalanceStreak {
 		return false
 	}
-	l.zeroRun = 0
+	l.zeroBalanceStreak = 0
 	return true
 }
 
