@@ -350,10 +350,10 @@ func (q *Queue) waitCapacity(ctx context.Context, want int) (int, error) {
 			q.mu.Unlock()
 			return room, nil
 		}
-		room := q.capacityFreed
+		freed := q.capacityFreed
 		q.mu.Unlock()
 		select {
-		case <-room:
+		case <-freed:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-q.runCtx.Done():
