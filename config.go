@@ -108,11 +108,16 @@ type Config struct {
 	// adaptive: PollInterval was left 0, so polls follow the default
 	// scheduler instead of a fixed interval.
 	adaptive bool
+	// laneFieldsSet: Provider, Threads or Plan was set beside Providers.
+	laneFieldsSet bool
 }
 
 // withDefaults returns c with its zero fields filled in. It checks
 // nothing: validate does, on its result.
 func (c Config) withDefaults() Config {
+	if len(c.Providers) > 0 {
+		c = c.providersWithDefaults()
+	}
 	if c.Threads == 0 && c.Plan != "" {
 		// An unknown Plan leaves Threads 0, for validate to report.
 		c.Threads, _ = provider.PlanThreads(c.Plan)
@@ -147,15 +152,17 @@ var discardLogger = slog.New(slog.DiscardHandler)
 // withDefaults at once, each naming the field and the fix.
 func (c Config) validate() error {
 	var errs []error
-	if len(c.Providers) > 0 {
-		errs = append(errs, c.providersWithDefaults()...)
-	} else if c.Provider == nil {
+	switch {
+	case len(c.Providers) > 0:
+		// Threads is the providers' sum: their own Threads are checked.
+		errs = append(errs, c.checkProviders(func(i int, field string) string { return fmt.Sprintf("Providers[%d].%s", i, field) })...)
+	case c.Provider == nil:
 		errs = append(errs, errors.New("Provider: required (e.g. a *provider.Client), or Providers"))
 	}
-	if c.Threads < 0 {
+	if len(c.Providers) == 0 && c.Threads < 0 {
 		errs = append(errs, fmt.Errorf("Threads: must be 0 (from Plan) or more, got %d", c.Threads))
 	}
-	if c.Threads == 0 {
+	if len(c.Providers) == 0 && c.Threads == 0 {
 		// withDefaults leaves Threads 0 only for a Plan it does not know.
 		_, err := provider.PlanThreads(c.Plan)
 		errs = append(errs, fmt.Errorf("Plan: %w", err))

@@ -34,7 +34,7 @@ func TestConfigListsEveryProblem(t *testing.T) {
 		MaxQueued: -1, MaxAttempts: -2, RetryBackoff: time.Minute, RetryBackoffMax: time.Second,
 		TenantWeights: map[string]int{"a": 0},
 	})
-	want := `captchaq: invalid Config: Provider: required (e.g. a *provider.Client)
+	want := `captchaq: invalid Config: Provider: required (e.g. a *provider.Client), or Providers
 Plan: unknown plan "GOLD": use one of BASIC, STANDARD, ADVANCE, PREMIUM, CORPORATE, ENTERPRISE, VIP-1, VIP-2, VIP-3, or set the thread count directly
 PollGap: must be at least 1ms, got 1µs
 PollInterval: must be at least 10ms, got 1ms
@@ -46,7 +46,7 @@ TenantWeights["a"]: must be positive, got 0`
 		t.Errorf("New: %v\nwant: %s", err, want)
 	}
 	_, err = New(Config{Threads: -3})
-	want = "captchaq: invalid Config: Provider: required (e.g. a *provider.Client)\nThreads: must be 0 (from Plan) or more, got -3"
+	want = "captchaq: invalid Config: Provider: required (e.g. a *provider.Client), or Providers\nThreads: must be 0 (from Plan) or more, got -3"
 	if err == nil || err.Error() != want {
 		t.Errorf("New: %v\nwant: %s", err, want)
 	}

@@ -52,16 +52,32 @@ var laneNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 func validLaneName(s string) bool { return laneNameRE.MatchString(s) }
 
-// providersWithDefaults checks Providers, fills their defaults and sets
-// Threads to their sum (for MaxQueued's default). Errors name fields as
-// Config does; ParseProviders names them as its file does.
-func (c *Config) providersWithDefaults() []error {
-	return c.checkProviders(func(i int, field string) string { return fmt.Sprintf("Providers[%d].%s", i, field) })
+// providersWithDefaults fills each provider's defaults and sets Threads to
+// their sum (for MaxQueued's default).
+func (c Config) providersWithDefaults() Config {
+	c.laneFieldsSet = c.Provider != nil || c.Threads != 0 || c.Plan != ""
+	ps := slices.Clone(c.Providers)
+	total := 0
+	for i := range ps {
+		p := &ps[i]
+		p.Threads = cmp.Or(p.Threads, ThreadsDefault)
+		if p.Methods == nil {
+			p.Methods = provider.CommonMethods
+		}
+		p.DownAfter = cmp.Or(p.DownAfter, DownAfterDefault)
+		total += max(p.Threads, 0)
+	}
+	c.Providers = ps
+	c.Threads = total
+	return c
 }
 
-func (c *Config) checkProviders(fieldName func(i int, field string) string) []error {
+// checkProviders reports every problem of Providers after
+// providersWithDefaults. Errors name fields as fieldName says: Config's
+// names for New, the file's for ParseProviders.
+func (c Config) checkProviders(fieldName func(i int, field string) string) []error {
 	var errs []error
-	if c.Provider != nil || c.Threads != 0 || c.Plan != "" {
+	if c.laneFieldsSet {
 		errs = append(errs, errors.New("Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"))
 	}
 	if c.ThreadPool != nil {
@@ -70,11 +86,9 @@ func (c *Config) checkProviders(fieldName func(i int, field string) string) []er
 	if len(c.Providers) > 63 {
 		errs = append(errs, fmt.Errorf("Providers: at most 63, got %d", len(c.Providers)))
 	}
-	ps := slices.Clone(c.Providers)
 	seen := map[string]bool{}
-	total := 0
-	for i := range ps {
-		p := &ps[i]
+	for i := range c.Providers {
+		p := &c.Providers[i]
 		at := func(field, format string, args ...any) {
 			errs = append(errs, fmt.Errorf("%s: %s", fieldName(i, field), fmt.Sprintf(format, args...)))
 		}
@@ -90,13 +104,6 @@ func (c *Config) checkProviders(fieldName func(i int, field string) string) []er
 		}
 		if p.Threads < 0 {
 			at("Threads", "must be 0 (default %d) or more, got %d", ThreadsDefault, p.Threads)
-		}
-		if p.Threads == 0 {
-			p.Threads = ThreadsDefault
-		}
-		total += p.Threads
-		if p.Methods == nil {
-			p.Methods = provider.CommonMethods
 		}
 		if len(p.Methods) == 0 {
 			at("Methods", "empty; name the methods it solves, or leave it out for %s", strings.Join(provider.CommonMethods, ", "))
@@ -120,15 +127,10 @@ func (c *Config) checkProviders(fieldName func(i int, field string) string) []er
 		if p.MaxSpendPerHour < 0 {
 			at("MaxSpendPerHour", "must be 0 (no bound) or more, got %v", p.MaxSpendPerHour)
 		}
-		if p.DownAfter == 0 {
-			p.DownAfter = DownAfterDefault
-		}
 		if p.DownAfter < 0 {
 			at("DownAfter", "must be positive, got %v", p.DownAfter)
 		}
 	}
-	c.Providers = ps
-	c.Threads = total
 	return errs
 }
 

@@ -88,7 +88,7 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 		"Name": "name", "Provider": "url", "Threads": "threads", "Methods": "methods", "PricePer1000": "price_per_1000",
 		"SpillAfter": "spill_after", "MaxSpendPerHour": "max_spend_per_hour", "DownAfter": "down_after",
 	}
-	if perrs := cfg.checkProviders(func(i int, field string) string {
+	if perrs := cfg.providersWithDefaults().checkProviders(func(i int, field string) string {
 		return fmt.Sprintf("providers[%d] (%s).%s", i, out[i].Name, fileNames[field])
 	}); len(perrs) > 0 {
 		return nil, fmt.Errorf("providers file: %w", errors.Join(perrs...))
