@@ -1,8 +1,11 @@
 package captchaq
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/captchaq/captchaq/provider"
 )
 
 // TestConfigDefaults pins every default withDefaults fills in.
@@ -50,4 +53,38 @@ TenantWeights["a"]: must be positive, got 0`
 	if err == nil || err.Error() != want {
 		t.Errorf("New: %v\nwant: %s", err, want)
 	}
+}
+
+// TestConfigProviders: withDefaults fills each provider's defaults and sums
+// their threads; validate refuses the one-provider fields beside them and
+// lists each provider's problems with the rest.
+func TestConfigProviders(t *testing.T) {
+	t.Parallel()
+	var p Provider = nopProvider{}
+	c := Config{Providers: []ProviderConfig{{Name: "main", Provider: p, Threads: 7}, {Name: "backup", Provider: p}}}.withDefaults()
+	if c.Threads != 7+ThreadsDefault || c.MaxQueued != MaxQueuedMin || c.Providers[1].Threads != ThreadsDefault ||
+		c.Providers[1].DownAfter != DownAfterDefault || len(c.Providers[1].Methods) == 0 || c.laneFieldsSet {
+		t.Errorf("defaults: Threads %d MaxQueued %d backup %+v", c.Threads, c.MaxQueued, c.Providers[1])
+	}
+	if err := c.validate(); err != nil {
+		t.Errorf("valid providers: %v", err)
+	}
+	bad := Config{Threads: 3, MaxAttempts: -1, Providers: []ProviderConfig{{Name: "main", Provider: p}, {Name: "main", Threads: -2}}}
+	_, err := New(bad)
+	want := "captchaq: invalid Config: Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)\n" +
+		"Providers[1].Name: \"main\" is used twice; give each provider its own name\n" +
+		"Providers[1].Provider: required (e.g. a *provider.Client)\n" +
+		"Providers[1].Threads: must be 0 (default 5) or more, got -2\n" +
+		"MaxAttempts: must be positive, got -1"
+	if err == nil || err.Error() != want {
+		t.Errorf("New: %v\nwant: %s", err, want)
+	}
+}
+
+// nopProvider is a Provider for configs that are never started.
+type nopProvider struct{}
+
+func (nopProvider) Submit(context.Context, provider.Task, string) (string, error) { return "", nil }
+func (nopProvider) PollMany(context.Context, []string) ([]provider.PollResult, error) {
+	return nil, nil
 }
