@@ -190,7 +190,11 @@ func TestBatchProvidersMainKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 		accepted = int(st.Accepted)
-		time.Sleep(5 * time.Millisecond)
+		select {
+		case r := <-done:
+			t.Fatalf("batch ended before main accepted 6 tasks (%d): %+v", accepted, r)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	if err := mainProc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
