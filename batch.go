@@ -65,7 +65,9 @@ func invalidResult(t Task, err error) (Result, bool) {
 // is closed once in is closed and every task has its result, or when ctx
 // is done. At most MaxQueued results are held for a slow reader; past it
 // Stream stops reading in (backpressure). Tasks left unfinished when the
-// queue stops are not sent: they stay in the Store.
+// queue stops are not sent: they stay in the Store, their room frees, and
+// the next task read from in is refused and ends the Stream, as does in
+// closing.
 func (q *Queue) Stream(ctx context.Context, in <-chan Task) <-chan Result {
 	out := make(chan Result)
 	s := &stream{ready: make(chan struct{}, 1)}
@@ -93,7 +95,7 @@ func (q *Queue) Stream(ctx context.Context, in <-chan Task) <-chan Result {
 			}
 			select {
 			case out <- r:
-				s.sent()
+				s.done()
 			case <-ctx.Done():
 				<-intakeDone
 				return
@@ -200,15 +202,11 @@ func (s *stream) push(r Result) {
 	s.signal()
 }
 
-// drop forgets a task that will send no result.
-func (s *stream) drop() {
-	s.mu.Lock()
-	s.open--
-	s.mu.Unlock()
-	s.signal()
-}
-
-func (s *stream) sent() {
+// done closes one open task: its result was sent, or it will send none
+// (refused, or left unfinished by the queue stopping). Its room goes to
+// the intake, which may be waiting for it, and the sender learns that
+// one fewer result is to come.
+func (s *stream) done() {
 	s.mu.Lock()
 	s.open--
 	sig := s.capacityFreed
@@ -217,6 +215,7 @@ func (s *stream) sent() {
 	if sig != nil {
 		close(sig)
 	}
+	s.signal()
 }
 
 // next returns a buffered result; finished once nothing more will come.
@@ -254,7 +253,7 @@ func (s *stream) intake(ctx context.Context, q *Queue, in <-chan Task) {
 			ok = false
 		}
 		if !ok {
-			s.drop()
+			s.done()
 			return
 		}
 		// Take the tasks already waiting too, while there is room, and
@@ -272,13 +271,13 @@ func (s *stream) intake(ctx context.Context, q *Queue, in <-chan Task) {
 				stop = true // in is closed
 			default:
 			}
-			s.drop()
+			s.done()
 			break more
 		}
 		errs := q.acceptBatch(ctx, batch, func(int) func(Result, error) {
 			return func(r Result, err error) {
 				if err != nil {
-					s.drop()
+					s.done()
 					return
 				}
 				s.push(r)
@@ -292,7 +291,7 @@ func (s *stream) intake(ctx context.Context, q *Queue, in <-chan Task) {
 				s.push(r)
 				continue
 			}
-			s.drop()
+			s.done()
 			stop = true
 		}
 		if stop {

@@ -123,7 +123,7 @@ func (d *dispatcher) pass() time.Time {
 			launch = append(launch, st)
 		}
 	}
-	soonest(q.queue.NextWake())
+	soonest(q.queue.NextWake(now))
 	// For the pool (one lane only): threads in use, and tasks that could
 	// use a thread now.
 	busy := q.lanes[0].limiter.InUse()

@@ -1,6 +1,13 @@
 package captchaq
 
-import "testing"
+import (
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
 
 func TestSubmitConcurrency(t *testing.T) {
 	t.Parallel()
@@ -11,4 +18,67 @@ func TestSubmitConcurrency(t *testing.T) {
 			t.Errorf("submitConcurrency(%d) = %d, want %d", c.threads, got, c.want)
 		}
 	}
+}
+
+// passCounter is a ThreadPool that holds a fixed number of threads and
+// counts Want calls: the dispatcher makes one per pass.
+type passCounter struct {
+	held   int
+	mu     sync.Mutex
+	passes int
+}
+
+func (p *passCounter) Want(int, int) {
+	p.mu.Lock()
+	p.passes++
+	p.mu.Unlock()
+}
+
+func (p *passCounter) Held() int              { return p.held }
+func (p *passCounter) Ready() <-chan struct{} { return nil }
+
+func (p *passCounter) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.passes
+}
+
+// A retry whose wait has ended while every thread is busy waits for a
+// thread to free up: the dispatcher sleeps until then instead of passing
+// again every millisecond. The clock is synctest's: the count of passes
+// does not depend on the machine's speed.
+func TestDispatcherSleepsWhileDueRetryWaitsForThread(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		m := &modelProvider{threads: 1, seed: 1, tasks: map[string]*modelTask{},
+			lat: map[provider.Kind][2]time.Duration{provider.KindTurnstile: {10 * time.Second, 10 * time.Second}}}
+		pool := &passCounter{held: 1}
+		q := startModel(t, Config{PollInterval: time.Second, ThreadPool: pool}, m)
+		turnstile := func(id string) Task {
+			return Task{ID: id, Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAC3DHQFLr1GavRN", "pageurl": "https://a.example/" + id}}
+		}
+		busy, err := q.Submit(t.Context(), turnstile("busy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A retry due in one second; the one thread is busy for ten.
+		retry, err := q.Adopt(t.Context(), Record{Task: turnstile("retry"), Status: StatusQueued, Attempts: 1, NotBefore: time.Now().Add(time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		before := pool.count()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		// One pass when the retry's wait ends; none after it while the
+		// thread stays busy.
+		if n := pool.count() - before; n != 1 {
+			t.Fatalf("%d dispatch passes in 5 s while the only thread was busy, want 1", n)
+		}
+		for _, f := range []*Future{busy, retry} {
+			if r, err := f.Wait(t.Context()); err != nil || r.Status != StatusSolved {
+				t.Fatalf("%s: %+v, %v", f.ID(), r, err)
+			}
+		}
+	})
 }

@@ -191,6 +191,36 @@ func TestStream(t *testing.T) {
 	}
 }
 
+// A Stream waiting for room ends when the queue stops: the tasks it held
+// will send no result, so their room is free and the rest of in is
+// refused; out closes with no result (the accepted task stays in the
+// Store).
+func TestStreamEndsWhenQueueClosesWhileFull(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{}, captchaq.Config{MaxQueued: 1})
+	in := make(chan captchaq.Task, 2)
+	in <- task("held", 5)
+	in <- task("waiting", 5)
+	close(in)
+	out := b.q.Stream(context.Background(), in)
+	eventually(t, "the first task accepted", func() bool {
+		_, err := b.store.Get(context.Background(), "held")
+		return err == nil
+	})
+	b.q.Close()
+	select {
+	case r, ok := <-out:
+		if ok {
+			t.Fatalf("result %+v after Close, want none", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stream still open 30 s after the queue closed")
+	}
+	if _, err := b.store.Get(context.Background(), "waiting"); !errors.Is(err, captchaq.ErrNotFound) {
+		t.Fatalf("the task read after Close: %v, want ErrNotFound (never stored)", err)
+	}
+}
+
 func sortedWith(s []string, extra ...string) []string {
 	out := append(slices.Clone(s), extra...)
 	sort.Strings(out)

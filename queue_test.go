@@ -428,32 +428,36 @@ func TestZeroBalanceStreakPauses(t *testing.T) {
 
 // TestAdmitHoldsBackTasksWithoutAttempts: a task Admit refuses is not
 // sent and counts no attempt; it is asked about again until admitted.
+// The clock is synctest's: the free task's submit ends before the held
+// one is admitted, however slow the machine.
 func TestAdmitHoldsBackTasksWithoutAttempts(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	asks := map[string]int{}
-	b := setup(t, sim.Config{}, captchaq.Config{Threads: 2, Admit: func(id string) bool {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		asks := map[string]int{}
+		b := setupInProcess(t, sim.Config{}, captchaq.Config{Threads: 2, Admit: func(id string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			asks[id]++
+			return id != "held" || asks[id] > 3
+		}})
+		b.start(t)
+		rs := waitAll(t, submitAll(t, b.q, task("held", 1), task("free", 5)))
+		for _, r := range rs {
+			if r.Status != captchaq.StatusSolved || r.Attempts != 1 {
+				t.Errorf("%s: status %s attempts %d, want solved on attempt 1", r.ID, r.Status, r.Attempts)
+			}
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		asks[id]++
-		return id != "held" || asks[id] > 3
-	}})
-	b.start(t)
-	rs := waitAll(t, submitAll(t, b.q, task("held", 1), task("free", 5)))
-	for _, r := range rs {
-		if r.Status != captchaq.StatusSolved || r.Attempts != 1 {
-			t.Errorf("%s: status %s attempts %d, want solved on attempt 1", r.ID, r.Status, r.Attempts)
+		if asks["held"] != 4 || asks["free"] != 1 {
+			t.Errorf("Admit asked %v, want held 4 times and free once", asks)
 		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if asks["held"] != 4 || asks["free"] != 1 {
-		t.Errorf("Admit asked %v, want held 4 times and free once", asks)
-	}
-	if got := b.prov.order(); !slices.Equal(got, []string{"free", "held"}) {
-		t.Errorf("submit order %v, want [free held]", got)
-	}
-	if m := b.q.Metrics(); m.Retries != 0 || m.Submitted != 2 || m.Solved != 2 {
-		t.Errorf("metrics retries %d submitted %d solved %d, want 0 2 2", m.Retries, m.Submitted, m.Solved)
-	}
+		if got := b.prov.order(); !slices.Equal(got, []string{"free", "held"}) {
+			t.Errorf("submit order %v, want [free held]", got)
+		}
+		if m := b.q.Metrics(); m.Retries != 0 || m.Submitted != 2 || m.Solved != 2 {
+			t.Errorf("metrics retries %d submitted %d solved %d, want 0 2 2", m.Retries, m.Submitted, m.Solved)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package captchaq_test
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -46,31 +47,35 @@ func (p *fixedPool) demand() (busy, waiting int) {
 
 // TestThreadPoolBoundsSubmits: with a ThreadPool the queue submits only on
 // the threads the pool holds for it, tells the pool its demand, and goes
-// on when the pool holds more.
+// on when the pool holds more. The clock is synctest's: both threads the
+// pool gives are taken before the first solve ends, however slow the
+// machine.
 func TestThreadPoolBoundsSubmits(t *testing.T) {
 	t.Parallel()
-	pool := &fixedPool{ready: make(chan struct{})}
-	b := setup(t, sim.Config{Threads: 10, Latency: fastLatency(50 * time.Millisecond)},
-		captchaq.Config{Threads: 10, ThreadPool: pool})
-	b.start(t)
-	fs := submitAll(t, b.q, task("p0", 5), task("p1", 5), task("p2", 5), task("p3", 5), task("p4", 5), task("p5", 5))
-	eventually(t, "the pool told of six waiting tasks", func() bool {
-		busy, waiting := pool.demand()
-		return busy == 0 && waiting == 6
-	})
-	if n := b.srv.Stats().Calls.Submit; n != 0 {
-		t.Fatalf("%d submits while the pool held no thread, want 0", n)
-	}
-	pool.set(2)
-	rs := waitAll(t, fs)
-	if st := statuses(rs); st[captchaq.StatusSolved] != 6 {
-		t.Fatalf("statuses %v, want 6 solved", st)
-	}
-	if peak := b.srv.Stats().PeakThreadsInUse; peak != 2 {
-		t.Errorf("peak threads in use at the provider %d, want the pool's 2", peak)
-	}
-	eventually(t, "the pool told the queue is idle", func() bool {
-		busy, waiting := pool.demand()
-		return busy == 0 && waiting == 0
+	synctest.Test(t, func(t *testing.T) {
+		pool := &fixedPool{ready: make(chan struct{})}
+		b := setupInProcess(t, sim.Config{Threads: 10, Latency: fastLatency(50 * time.Millisecond)},
+			captchaq.Config{Threads: 10, ThreadPool: pool})
+		b.start(t)
+		fs := submitAll(t, b.q, task("p0", 5), task("p1", 5), task("p2", 5), task("p3", 5), task("p4", 5), task("p5", 5))
+		eventually(t, "the pool told of six waiting tasks", func() bool {
+			busy, waiting := pool.demand()
+			return busy == 0 && waiting == 6
+		})
+		if n := b.srv.Stats().Calls.Submit; n != 0 {
+			t.Fatalf("%d submits while the pool held no thread, want 0", n)
+		}
+		pool.set(2)
+		rs := waitAll(t, fs)
+		if st := statuses(rs); st[captchaq.StatusSolved] != 6 {
+			t.Fatalf("statuses %v, want 6 solved", st)
+		}
+		if peak := b.srv.Stats().PeakThreadsInUse; peak != 2 {
+			t.Errorf("peak threads in use at the provider %d, want the pool's 2", peak)
+		}
+		eventually(t, "the pool told the queue is idle", func() bool {
+			busy, waiting := pool.demand()
+			return busy == 0 && waiting == 0
+		})
 	})
 }

@@ -278,10 +278,15 @@ func (s *Scheduler[T]) forgetIdleTenant(tenant string) {
 	delete(s.pass, tenant)
 }
 
-// NextWake is the earliest time after which Pop or Expired may return
-// something new without a Push: the earliest NotBefore or Deadline.
-// Zero means none.
-func (s *Scheduler[T]) NextWake() time.Time {
+// NextWake is the earliest time after now at which Pop or Expired may
+// return something new without a Push: the earliest NotBefore still
+// ahead, or Deadline. Zero means none. Items whose NotBefore has come are
+// ready by then, not a time to wake for: a caller that could not Pop them
+// (no thread free) waits for its own signal instead of passing again
+// every moment. Call Expired(now) first, so no Deadline is at or before
+// now.
+func (s *Scheduler[T]) NextWake(now time.Time) time.Time {
+	s.promote(now)
 	var t time.Time
 	if s.delayed.Len() > 0 {
 		t = s.delayed[0].item.NotBefore

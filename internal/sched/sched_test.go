@@ -153,7 +153,7 @@ func TestNotBefore(t *testing.T) {
 	s := New[int](Config{})
 	s.Push(Item[int]{ID: "later", Priority: 0, Seq: 1, NotBefore: t0.Add(time.Second)}, t0)
 	s.Push(Item[int]{ID: "now", Priority: 9, Seq: 2}, t0)
-	if w := s.NextWake(); !w.Equal(t0.Add(time.Second)) {
+	if w := s.NextWake(t0); !w.Equal(t0.Add(time.Second)) {
 		t.Fatalf("NextWake %v", w)
 	}
 	if got := drain(s, t0); !slices.Equal(got, []string{"now"}) {
@@ -161,6 +161,25 @@ func TestNotBefore(t *testing.T) {
 	}
 	if got := drain(s, t0.Add(time.Second)); !slices.Equal(got, []string{"later"}) {
 		t.Fatalf("at t0+1s: %v", got)
+	}
+}
+
+// Once its NotBefore has come, a delayed item is ready, not a time to
+// wake: NextWake names only times after now.
+func TestNextWakeIsAhead(t *testing.T) {
+	t.Parallel()
+	s := New[int](Config{})
+	s.Push(Item[int]{ID: "soon", Seq: 1, NotBefore: t0.Add(time.Second)}, t0)
+	s.Push(Item[int]{ID: "later", Seq: 2, NotBefore: t0.Add(time.Minute), Deadline: t0.Add(time.Hour)}, t0)
+	now := t0.Add(2 * time.Second)
+	if w := s.NextWake(now); !w.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("NextWake %v at t0+2s, want t0+1m (later's NotBefore)", w)
+	}
+	if got := drain(s, now); !slices.Equal(got, []string{"soon"}) {
+		t.Fatalf("at t0+2s: %v", got)
+	}
+	if w := s.NextWake(t0.Add(2 * time.Minute)); !w.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("NextWake %v at t0+2m, want t0+1h (later's Deadline)", w)
 	}
 }
 
@@ -184,7 +203,7 @@ func TestDeadlineExpiredNeverHandedOut(t *testing.T) {
 	if got := drain(s, now); !slices.Equal(got, []string{"y"}) {
 		t.Fatalf("handed out %v", got)
 	}
-	if w := s.NextWake(); !w.IsZero() {
+	if w := s.NextWake(now); !w.IsZero() {
 		t.Fatalf("NextWake %v on empty", w)
 	}
 }
@@ -212,7 +231,7 @@ func TestRemoveAndReplace(t *testing.T) {
 	if got := drain(s, t0.Add(3*time.Hour)); !slices.Equal(got, []string{"c"}) {
 		t.Fatalf("rest %v", got)
 	}
-	if !s.NextWake().IsZero() {
+	if !s.NextWake(t0).IsZero() {
 		t.Fatal("removed item still wakes")
 	}
 }
