@@ -177,7 +177,7 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(),
 		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
 		pending: map[string]pendingTask{}, byTenant: map[string]int{}, quit: make(chan struct{}),
-		balances: &balanceListener{c: c},
+		balances: newBalanceListener(c),
 	}, nil
 }
 
@@ -293,9 +293,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	g.results = k
 	unfinished := len(g.pending)
 	g.mu.Unlock()
-	g.receiving.Add(2)
+	g.receiving.Add(1)
 	go g.receive(k)
-	go g.balances.run(g.quit, &g.receiving)
+	_ = g.balances.Start(context.Background())
 	g.log.Info("gateway started", "reply_queue", g.reply, "unfinished", unfinished, "republished", len(unmarked))
 	return nil
 }
@@ -780,6 +780,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	close(g.quit)
 	done := make(chan struct{})
 	go func() {
+		g.balances.Stop()
 		g.receiving.Wait()
 		close(done)
 	}()

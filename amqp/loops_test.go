@@ -8,7 +8,7 @@ import (
 )
 
 // TestWorkerLoopsStartStop starts and stops the worker's refresher, beater
-// and stale sweeper many times, ticking every millisecond against a real
+// and stale sweeper, and the gateway's balance listener, many times, ticking every millisecond against a real
 // broker: each Stop returns (the loop ended with its context), and -race
 // finds no run racing the next.
 func TestWorkerLoopsStartStop(t *testing.T) {
@@ -21,7 +21,8 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 		"refresher": startstop.New((&refresher{s: store, every: time.Millisecond}).run),
 		"beater": startstop.New((&beater{s: store, p: pub, every: time.Millisecond, log: discardLogger,
 			bal: &balanceReader{every: time.Millisecond}}).run),
-		"sweeper": startstop.New((&staleSweeper{s: store, every: time.Millisecond}).run),
+		"sweeper":          startstop.New((&staleSweeper{s: store, every: time.Millisecond}).run),
+		"balance listener": newBalanceListener(c).Loop,
 	}
 	ctx := testCtx(t)
 	for range 100 {
