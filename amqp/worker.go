@@ -246,8 +246,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		if reports, err = w.c.Consume(bg, []string{w.c.Names().Reports}, 4); err != nil {
 			w.log.Warn("not forwarding clients' reports: the reports queue cannot be consumed", "err", err)
 		} else {
-			wg.Add(1)
-			go (&reportForwarder{k: reports, forward: w.cfg.Report, log: w.log}).run(bg, &wg)
+			forwarder := startstop.New((&reportForwarder{k: reports, forward: w.cfg.Report, log: w.log}).run)
+			_ = forwarder.Start(bg)
+			loops = append(loops, forwarder)
 		}
 	}
 
