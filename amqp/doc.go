@@ -304,6 +304,8 @@
 // up to Grace (captchaq's Queue.Shutdown); ends the background context and
 // closes the checkpoint and reports consumers; stops the loops, in the
 // order above, and waits for them; gives its shared threads back
-// (SharedThreads), once no task of its own is at the provider; and closes
+// (SharedThreads: it stops the thread pool's Loop, started before the
+// others on a context of its own), once no task of its own is at the
+// provider; and closes
 // its publisher last.
 package amqp

@@ -9,10 +9,10 @@ import (
 )
 
 // TestWorkerLoopsStartStop starts and stops the worker's refresher, beater,
-// stale sweeper and report forwarder, and the gateway's balance listener,
-// many times, ticking every millisecond against a real broker: each Stop
-// returns (the loop ended with its context), and -race finds no run racing
-// the next.
+// stale sweeper, report forwarder and thread pool, and the gateway's
+// balance listener, many times, ticking every millisecond against a real
+// broker: each Stop returns (the loop ended with its context), and -race
+// finds no run racing the next.
 func TestWorkerLoopsStartStop(t *testing.T) {
 	t.Parallel()
 	c := setup(t, testConfig(t))
@@ -25,6 +25,9 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reports.Close()
+	if err := c.DeclareThreads(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
 	forward := func(context.Context, string, bool) error {
 		t.Error("forwarded a report no one sent")
 		return nil
@@ -36,6 +39,7 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 		"sweeper":          startstop.New((&staleSweeper{s: store, every: time.Millisecond}).run),
 		"report forwarder": startstop.New((&reportForwarder{k: reports, forward: forward, log: discardLogger}).run),
 		"balance listener": newBalanceListener(c).Loop,
+		"thread pool":      startstop.New(newThreadPool(c, 2, discardLogger).run),
 	}
 	for range 100 {
 		for name, l := range loops {
