@@ -10,9 +10,9 @@ import (
 
 // TestWorkerLoopsStartStop starts and stops the worker's refresher, beater,
 // stale sweeper, report forwarder and thread pool, and the gateway's
-// balance listener, many times, ticking every millisecond against a real
-// broker: each Stop returns (the loop ended with its context), and -race
-// finds no run racing the next.
+// balance listener and result receiver, many times, ticking every
+// millisecond against a real broker: each Stop returns (the loop ended
+// with its context), and -race finds no run racing the next.
 func TestWorkerLoopsStartStop(t *testing.T) {
 	t.Parallel()
 	c := setup(t, testConfig(t))
@@ -25,6 +25,13 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reports.Close()
+	// An empty queue for the gateway's result receiver.
+	replies, err := c.Consume(ctx, []string{c.Names().Reports}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replies.Close()
+	g := &Gateway{cfg: GatewayConfig{Prefetch: 4}, log: discardLogger}
 	if err := c.DeclareThreads(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +46,7 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 		"sweeper":          startstop.New((&staleSweeper{s: store, every: time.Millisecond}).run),
 		"report forwarder": startstop.New((&reportForwarder{k: reports, forward: forward, log: discardLogger}).run),
 		"balance listener": newBalanceListener(c).Loop,
+		"result receiver":  startstop.New(func(ctx context.Context) { g.receive(ctx, replies) }),
 		"thread pool":      startstop.New(newThreadPool(c, 2, discardLogger).run),
 	}
 	for range 100 {
