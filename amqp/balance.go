@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // Balance reading: the gateway holds no provider key, so the workers read
@@ -58,8 +60,10 @@ func (r *balanceReader) stamp(ctx context.Context, b *StatusBeat) {
 	}
 }
 
-// balanceListener hears the status beats and keeps the freshest balance.
+// balanceListener hears the status beats and keeps the freshest balance,
+// from Start until Stop.
 type balanceListener struct {
+	*startstop.Loop
 	c *Conn
 
 	mu    sync.Mutex
@@ -67,15 +71,14 @@ type balanceListener struct {
 	at    time.Time
 }
 
-// run listens until quit closes, opening a new channel when one fails.
-func (l *balanceListener) run(quit <-chan struct{}, wg *sync.WaitGroup) {
-	defer wg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-quit
-		cancel()
-	}()
+func newBalanceListener(c *Conn) *balanceListener {
+	l := &balanceListener{c: c}
+	l.Loop = startstop.New(l.run)
+	return l
+}
+
+// run listens until ctx ends, opening a new channel when one fails.
+func (l *balanceListener) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		_ = l.listen(ctx)
 		select {

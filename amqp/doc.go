@@ -297,12 +297,15 @@
 // internal/startstop Loop on the same background context: the refresher
 // (refresher.go: republishes checkpoints before consumer_timeout), the
 // beater (beater.go: status beats) and the stale sweeper (sweeper.go:
-// hands back tasks held on a dead channel). When Run's ctx ends, the
+// hands back tasks held on a dead channel); with WorkerConfig.Report, a
+// fourth, the report forwarder (reports.go). When Run's ctx ends, the
 // worker stops in this order: it stops taking tasks and hands back those
 // not yet at the provider; lets the queue finish those at the provider for
 // up to Grace (captchaq's Queue.Shutdown); ends the background context and
-// closes the checkpoint and reports consumers; stops the three loops and
-// waits for them and the report forwarder; gives its shared threads back
-// (SharedThreads), once no task of its own is at the provider; and closes
+// closes the checkpoint and reports consumers; stops the loops, in the
+// order above, and waits for them; gives its shared threads back
+// (SharedThreads: it stops the thread pool's Loop, started before the
+// others on a context of its own), once no task of its own is at the
+// provider; and closes
 // its publisher last.
 package amqp

@@ -20,6 +20,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/internal/tally"
 )
 
@@ -135,9 +136,8 @@ type Gateway struct {
 	counts        GatewayCounts
 	tally         tally.Results
 	results       *Consumer
+	receiver      *startstop.Loop // receive, from Start until Shutdown
 	balances      *balanceListener
-	quit          chan struct{}
-	receiving     sync.WaitGroup
 	depthMu       sync.Mutex
 	depthAt       time.Time
 	depthReadings map[string]int
@@ -176,8 +176,8 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	return &Gateway{
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(),
 		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
-		pending: map[string]pendingTask{}, byTenant: map[string]int{}, quit: make(chan struct{}),
-		balances: &balanceListener{c: c},
+		pending: map[string]pendingTask{}, byTenant: map[string]int{},
+		balances: newBalanceListener(c),
 	}, nil
 }
 
@@ -291,11 +291,12 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	}
 	g.mu.Lock()
 	g.results = k
+	g.receiver = startstop.New(func(ctx context.Context) { g.receive(ctx, k) })
+	// Started under mu, so a Shutdown that saw results stops them.
+	_ = g.receiver.Start(context.Background())
+	_ = g.balances.Start(context.Background())
 	unfinished := len(g.pending)
 	g.mu.Unlock()
-	g.receiving.Add(2)
-	go g.receive(k)
-	go g.balances.run(g.quit, &g.receiving)
 	g.log.Info("gateway started", "reply_queue", g.reply, "unfinished", unfinished, "republished", len(unmarked))
 	return nil
 }
@@ -768,7 +769,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	g.closed = true
-	k := g.results
+	k, receiver := g.results, g.receiver
 	g.mu.Unlock()
 	defer g.pub.Close()
 	if k == nil {
@@ -777,10 +778,12 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	if err := k.Stop(); err != nil {
 		g.log.Warn("stop taking results", "err", err)
 	}
-	close(g.quit)
 	done := make(chan struct{})
-	go func() {
-		g.receiving.Wait()
+	go func() { // both loops are told to stop at once
+		var stopping sync.WaitGroup
+		stopping.Go(g.balances.Stop)
+		receiver.Stop()
+		stopping.Wait()
 		close(done)
 	}()
 	var err error

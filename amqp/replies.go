@@ -11,16 +11,15 @@ import (
 )
 
 // receive hands each delivery of the reply queue to a handler of its own,
-// at most Prefetch at once, until Shutdown; it returns once the handlers
-// have.
-func (g *Gateway) receive(k *Consumer) {
-	defer g.receiving.Done()
+// at most Prefetch at once, until ctx ends (Shutdown); it returns once the
+// handlers have.
+func (g *Gateway) receive(ctx context.Context, k *Consumer) {
 	var handlers sync.WaitGroup
 	defer handlers.Wait()
 	slots := make(chan struct{}, g.cfg.Prefetch)
 	for {
 		select {
-		case <-g.quit:
+		case <-ctx.Done():
 			return
 		case d, ok := <-k.Deliveries():
 			if !ok {
@@ -31,7 +30,7 @@ func (g *Gateway) receive(k *Consumer) {
 			go func() {
 				defer handlers.Done()
 				defer func() { <-slots }()
-				g.handle(d)
+				g.handle(ctx, d)
 			}()
 		}
 	}
@@ -39,8 +38,9 @@ func (g *Gateway) receive(k *Consumer) {
 
 // handle records one reply and acks it, then tells onResult. A reply that
 // is not for this gateway, or that answers nothing new, is only acked. A
-// store failure sends the reply back to the queue after a pause.
-func (g *Gateway) handle(d *Delivery) {
+// store failure sends the reply back to the queue after a pause, cut
+// short when ctx ends.
+func (g *Gateway) handle(ctx context.Context, d *Delivery) {
 	r, gen, ok := g.outcome(d)
 	if !ok {
 		ackAll(g.log, d)
@@ -51,7 +51,7 @@ func (g *Gateway) handle(d *Delivery) {
 		g.log.Error("recording a result failed; it goes back to the reply queue", "id", r.ID, "err", err)
 		select {
 		case <-time.After(storeRetryAfter):
-		case <-g.quit:
+		case <-ctx.Done():
 		}
 		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) {
 			g.log.Warn("nack failed", "id", r.ID, "err", err)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -67,10 +66,19 @@ type reportForwarder struct {
 // handed back.
 const reportRetryAfter = 5 * time.Second
 
-func (f *reportForwarder) run(ctx context.Context, wg *sync.WaitGroup) {
-	defer wg.Done()
-	for d := range f.k.Deliveries() {
-		f.handle(ctx, d)
+// run forwards reports until ctx ends or the consumer closes; a report
+// not yet handed on stays unacked and goes back to the queue.
+func (f *reportForwarder) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case d, ok := <-f.k.Deliveries():
+			if !ok {
+				return
+			}
+			f.handle(ctx, d)
+		}
 	}
 }
 

@@ -296,8 +296,7 @@ func (p *threadPool) demand(held int) (want, floor int) {
 // run holds tokens until ctx ends, on one channel at a time; when a
 // channel dies, the broker has requeued its tokens, and run opens another.
 // Closing the channel at the end returns every token at once.
-func (p *threadPool) run(ctx context.Context, wg *sync.WaitGroup) {
-	defer wg.Done()
+func (p *threadPool) run(ctx context.Context) {
 	backoff := p.c.cfg.ReconnectMin
 	for {
 		started := time.Now()

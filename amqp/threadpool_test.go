@@ -12,6 +12,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -161,11 +162,11 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 	if got, want := p.returnDelay(), 3*time.Second; got != want {
 		t.Fatalf("returnDelay %v, want %v", got, want)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go p.run(runCtx, &wg)
-	defer func() { stop(); wg.Wait() }()
+	loop := startstop.New(p.run)
+	if err := loop.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Stop()
 	p.Want(0, plan)
 
 	until("both tokens parked", func() bool { return depth(names.ThreadsReturning) == plan })
@@ -198,8 +199,7 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 	}
 
 	// A clean stop gives back the tokens of no task at the provider.
-	stop()
-	wg.Wait()
+	loop.Stop()
 	until("a clean stop's tokens back", func() bool { return depth(names.Threads) == plan })
 	if r := depth(names.ThreadsReturning); r != 0 {
 		t.Errorf("%d tokens parked after a clean stop with no task at the provider, want 0", r)

@@ -188,12 +188,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopBg()
 	// The pool outlives the queue's shutdown, so threads go back last,
 	// once no task of this worker is at the provider.
-	var poolWG sync.WaitGroup
 	if w.pool != nil {
-		poolCtx, stopPool := context.WithCancel(context.WithoutCancel(ctx))
-		defer func() { stopPool(); poolWG.Wait() }()
-		poolWG.Add(1)
-		go w.pool.run(poolCtx, &poolWG)
+		pool := startstop.New(w.pool.run)
+		_ = pool.Start(context.WithoutCancel(ctx))
+		defer pool.Stop()
 	}
 	parked, err := w.c.consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1, gatherAcks)
 	if err != nil {
@@ -246,8 +244,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		if reports, err = w.c.Consume(bg, []string{w.c.Names().Reports}, 4); err != nil {
 			w.log.Warn("not forwarding clients' reports: the reports queue cannot be consumed", "err", err)
 		} else {
-			wg.Add(1)
-			go (&reportForwarder{k: reports, forward: w.cfg.Report, log: w.log}).run(bg, &wg)
+			forwarder := startstop.New((&reportForwarder{k: reports, forward: w.cfg.Report, log: w.log}).run)
+			_ = forwarder.Start(bg)
+			loops = append(loops, forwarder)
 		}
 	}
 

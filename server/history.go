@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // History defaults: a sample every five seconds, an hour of them.
@@ -32,6 +33,7 @@ type sample struct {
 // history keeps the last window of samples in a ring, in memory: the
 // charts survive a reload of the page, not a restart of the server.
 type history struct {
+	*startstop.Loop
 	every time.Duration
 	read  func(context.Context, time.Time) sample
 
@@ -39,49 +41,25 @@ type history struct {
 	ring []sample
 	next int // where the next sample goes
 	n    int // samples held
-
-	stopOnce sync.Once
-	stop     chan struct{}
-	done     chan struct{}
 }
 
 func newHistory(every, window time.Duration, read func(context.Context, time.Time) sample) *history {
-	return &history{
-		every: every, read: read,
-		ring: make([]sample, max(2, int(window/every))),
-		stop: make(chan struct{}), done: make(chan struct{}),
-	}
+	h := &history{every: every, read: read, ring: make([]sample, max(2, int(window/every)))}
+	h.Loop = startstop.New(h.run)
+	return h
 }
 
-// start takes a sample now and then one every h.every until shutdown.
-func (h *history) start() {
-	go func() {
-		defer close(h.done)
-		tick := time.NewTicker(h.every)
-		defer tick.Stop()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() {
-			<-h.stop
-			cancel()
-		}()
-		for {
-			h.add(h.read(ctx, time.Now()))
-			select {
-			case <-tick.C:
-			case <-h.stop:
-				return
-			}
+// run takes a sample now and then one every h.every until ctx ends.
+func (h *history) run(ctx context.Context) {
+	tick := time.NewTicker(h.every)
+	defer tick.Stop()
+	for {
+		h.add(h.read(ctx, time.Now()))
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
 		}
-	}()
-}
-
-// shutdown stops the sampling and waits for the loop to end (started
-// says whether start was called). Later calls do nothing.
-func (h *history) shutdown(started bool) {
-	h.stopOnce.Do(func() { close(h.stop) })
-	if started {
-		<-h.done
 	}
 }
 

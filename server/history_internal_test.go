@@ -1,11 +1,14 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
 )
 
 func f(v float64) *float64 { return &v }
@@ -96,4 +99,38 @@ func deref(p *float64) any {
 		return nil
 	}
 	return *p
+}
+
+// TestHistoryStartStop starts and stops the sampling loop many times,
+// sampling every millisecond: each run takes its first sample at once,
+// Stop waits for a sample under way, and no goroutine is left. Not
+// parallel, so the goroutine check sees this test's goroutines only.
+func TestHistoryStartStop(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var reads, reading atomic.Int32
+	h := newHistory(time.Millisecond, time.Second, func(ctx context.Context, now time.Time) sample {
+		reads.Add(1)
+		if reading.Add(1) != 1 {
+			t.Error("two samples taken at once")
+		}
+		defer reading.Add(-1)
+		return sample{at: now}
+	})
+	const cycles = 100
+	for range cycles {
+		if err := h.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		h.Stop()
+		if n := reading.Load(); n != 0 {
+			t.Fatalf("after Stop: %d samples still being taken", n)
+		}
+	}
+	n := int(reads.Load())
+	if n < cycles {
+		t.Fatalf("%d samples in %d runs, want at least one a run", n, cycles)
+	}
+	if got, want := len(h.samples()), min(n, len(h.ring)); got != want {
+		t.Errorf("%d samples held after %d taken, want %d", got, n, want)
+	}
 }

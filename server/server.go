@@ -161,16 +161,17 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.started.Store(true)
-	s.history.start()
+	_ = s.history.Start(context.Background())
 	return nil
 }
 
-// Shutdown stops the Backend (the local queue waits for accepted tasks
+// Shutdown stops the charts' sampling loop (waiting for a sample under
+// way), then the Backend (the local queue waits for accepted tasks
 // until ctx is done, see captchaq.Queue.Shutdown; amqp.Gateway stops
 // taking results, which wait in its reply queue), then the event streams
 // and the pingback calls in progress. Stop the http.Server first.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.history.shutdown(s.started.Load())
+	s.history.Stop()
 	err := s.backend.Shutdown(ctx)
 	s.events.close()
 	s.pingbacks.close(ctx)

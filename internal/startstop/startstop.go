@@ -1,8 +1,9 @@
 // Package startstop runs captchaq's background loops: each loop (the
-// queue's dispatcher and poller, the amqp worker's sweeper, beater and
-// refresher, the SQLite store's writer, checkpointer and pruner) is a
-// function of a context, run on its own goroutine by a Loop and started
-// and stopped the same way.
+// queue's dispatcher and poller; the amqp worker's sweeper, beater,
+// refresher, report forwarder and thread pool; the amqp gateway's result
+// receiver and balance listener; the SQLite store's writer, checkpointer
+// and pruner; the server's history sampler) is a function of a context,
+// run on its own goroutine by a Loop and started and stopped the same way.
 //
 // A loop's run function returns when its context ends; it must not call
 // Start or Stop on its own Loop. The owner of the loops stops them in the
