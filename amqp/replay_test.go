@@ -104,3 +104,22 @@ func TestReplayReachesTheWorkerThatFailedIt(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayWireIDFits: a replay's wire id is ID@GEN, cut short at a
+// character's start when it would pass a message id's 255 bytes.
+func TestReplayWireIDFits(t *testing.T) {
+	t.Parallel()
+	if got := replayWireID("p1", "abc"); got != "p1@abc" {
+		t.Fatalf("short id: %q; want p1@abc", got)
+	}
+	for _, c := range []struct{ id, want string }{
+		// 249 + 2 bytes fit before "@abc": the first é stays.
+		{strings.Repeat("x", 249) + "ééé", strings.Repeat("x", 249) + "é@abc"},
+		// 250 + 2 do not: the cut goes back to the é's start.
+		{strings.Repeat("x", 250) + "ééé", strings.Repeat("x", 250) + "@abc"},
+	} {
+		if got := replayWireID(c.id, "abc"); got != c.want || len(got) > maxWireID {
+			t.Fatalf("replayWireID(%d bytes) = %q (%d bytes); want %q", len(c.id), got, len(got), c.want)
+		}
+	}
+}
