@@ -11,6 +11,21 @@ import (
 	"github.com/captchaq/captchaq/sim"
 )
 
+// refusingWorker runs a worker whose provider refuses every task for good
+// (ERROR_BAD_PARAMETERS) while the returned flag is set; it starts set.
+func refusingWorker(r *gatewayRig, owner string) (*sim.Server, *atomic.Bool) {
+	refuse := new(atomic.Bool)
+	refuse.Store(true)
+	srv := r.worker(owner, sim.Config{Instant: true, Seed: 5, PollBan: sim.PollBan{Disabled: true},
+		RefuseSubmit: func(map[string]string) string {
+			if refuse.Load() {
+				return "ERROR_BAD_PARAMETERS"
+			}
+			return ""
+		}}, 2, 4)
+	return srv, refuse
+}
+
 // TestReplayReachesTheWorkerThatFailedIt: a running worker fails a task
 // for good (the provider refuses it) and stays up; Conn.Replay puts it
 // back and the same worker solves it, answered under the task's own id.
@@ -20,15 +35,7 @@ func TestReplayReachesTheWorkerThatFailedIt(t *testing.T) {
 	t.Parallel()
 	r := newGatewayRig(t, testConfig(t))
 	ctx := testCtx(t)
-	var refuse atomic.Bool
-	refuse.Store(true)
-	srv := r.worker("replay-w", sim.Config{Instant: true, Seed: 5, PollBan: sim.PollBan{Disabled: true},
-		RefuseSubmit: func(map[string]string) string {
-			if refuse.Load() {
-				return "ERROR_BAD_PARAMETERS"
-			}
-			return ""
-		}}, 2, 4)
+	srv, refuse := refusingWorker(r, "replay-w")
 	p := r.c.NewPublisher()
 	defer p.Close()
 	if err := p.PublishTask(ctx, TaskMessage{Task: task("p1", 0)}); err != nil {
@@ -121,5 +128,36 @@ func TestReplayWireIDFits(t *testing.T) {
 		if got := replayWireID(c.id, "abc"); got != c.want || len(got) > maxWireID {
 			t.Fatalf("replayWireID(%d bytes) = %q (%d bytes); want %q", len(c.id), got, len(got), c.want)
 		}
+	}
+}
+
+// TestFleetReplayOfAGatewayTask: a gateway's task that the running worker
+// failed, replayed from the fleet's side (Conn.Replay), is solved by that
+// worker and answers the gateway under the task's own id.
+func TestFleetReplayOfAGatewayTask(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	_, refuse := refusingWorker(r, "replay-gw-w")
+	g, results := r.gateway("gw-replay", nil, nil)
+	if err := g.Submit(ctx, task("g1", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if res := await(t, ctx, results, 1)[0]; res.ID != "g1" || res.Status != captchaq.StatusFailed || res.ErrorCode != "ERROR_BAD_PARAMETERS" {
+		t.Fatalf("first solve: %+v; want g1 failed ERROR_BAD_PARAMETERS", res)
+	}
+	failed := r.c.Names().Failed
+	until(t, ctx, "the dead letter", func() bool { return depth(t, ctx, r.c, failed) == 1 })
+	refuse.Store(false)
+	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 1 || err != nil {
+		t.Fatalf("Replay = %d, %v; want 1", n, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if res := await(t, wctx, results, 1)[0]; res.ID != "g1" || res.Status != captchaq.StatusSolved || res.Token == "" {
+		t.Fatalf("after replay: %+v; want g1 solved with a token", res)
+	}
+	if rec, err := g.Get(ctx, "g1"); err != nil || rec.Status != captchaq.StatusSolved {
+		t.Fatalf("record: %+v, %v; want solved", rec, err)
 	}
 }
