@@ -286,7 +286,7 @@ func TestDeadLetterListAndReplay(t *testing.T) {
 	defer k.Close()
 	d := next(t, ctx, k)
 	m, err := d.Task()
-	if err != nil || m.Task.ID != "hard" || m.Attempts != 0 || m.LastErrorCode != "" {
+	if err != nil || m.ReplayOf != "hard" || !strings.HasPrefix(m.Task.ID, "hard@") || m.Attempts != 0 || m.LastErrorCode != "" {
 		t.Fatalf("replayed %+v, %v", m, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
@@ -36,6 +37,8 @@ func readDeadLetter(m amqp091.Delivery) DeadLetter {
 		dl.Body = m.Body
 		dl.Reason = cmpOr(dl.Reason, ReasonInvalid)
 	} else {
+		// A failed replay is listed, and replayed again, under its own id.
+		t.Task.ID, t.ReplayOf = t.ownID(), ""
 		t.ReplyTo = m.ReplyTo
 		dl.Task = t
 		dl.ErrorCode = t.LastErrorCode
@@ -108,6 +111,13 @@ func (c *Conn) DeadLetters(ctx context.Context, fn func(DeadLetter) error) error
 // with their attempts and errors reset, each confirmed before it leaves the
 // dead-letter queue, and returns how many it moved. A task keeps its
 // reply-to, so its result goes back to the gateway that accepted it.
+//
+// Each replay goes under a wire id of its own (see replayWireID) with the
+// task's id in HeaderReplayOf: a worker answers a wire id once, so one that
+// failed the task would drop a copy under the same id as a duplicate. Its
+// result and any new dead letter carry the task's own id, so Collect, a
+// gateway and `dlq replay` see the task as it was; copies of one replay
+// (a redelivery) share its wire id and are still solved once.
 func (c *Conn) Replay(ctx context.Context, f captchaq.DeadLetterFilter) (int, error) {
 	p := c.NewPublisher()
 	defer p.Close()
@@ -117,17 +127,35 @@ func (c *Conn) Replay(ctx context.Context, f captchaq.DeadLetterFilter) (int, er
 		if dl.Body != nil || !matches(f, dl) {
 			return nil
 		}
-		t := TaskMessage{Task: dl.Task.Task, Accepted: time.Now(), ReplyTo: dl.Task.ReplyTo}
+		now := time.Now()
+		id := dl.Task.Task.ID
+		wire := dl.Task.Task
+		wire.ID = replayWireID(id, renewGen(now))
+		t := TaskMessage{Task: wire, ReplayOf: id, Accepted: now, ReplyTo: dl.Task.ReplyTo}
 		if err := p.PublishTask(ctx, t); err != nil {
-			return fmt.Errorf("amqp: replay %q: %w", t.Task.ID, err)
+			return fmt.Errorf("amqp: replay %q: %w", id, err)
 		}
 		if err := ch.Ack(m.DeliveryTag, false); err != nil {
 			// Published but still a dead letter: a second replay would
-			// publish it again, which the task id makes harmless.
-			return fmt.Errorf("amqp: replay %q: ack: %w", t.Task.ID, err)
+			// publish it again under another wire id, and it may be
+			// solved twice.
+			return fmt.Errorf("amqp: replay %q: ack: %w", id, err)
 		}
 		n++
 		return nil
 	})
 	return n, err
+}
+
+// replayWireID is the wire id of a replay of id in generation gen: ID@GEN,
+// with ID cut short (at a character's start) when the whole would pass a
+// message id's limit. It only needs to be new to the workers: the result
+// goes under HeaderReplayOf.
+func replayWireID(id, gen string) string {
+	suffix := "@" + gen
+	cut := min(len(id), maxWireID-len(suffix))
+	for cut > 0 && cut < len(id) && !utf8.RuneStart(id[cut]) {
+		cut--
+	}
+	return id[:cut] + suffix
 }

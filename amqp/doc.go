@@ -29,6 +29,14 @@
 // dead letters (Publisher.DeadLetter), with reason, error code and attempts
 // in headers; DeadLetters lists them and Replay sends them back.
 //
+// A worker answers a message id once, so Replay publishes each task under
+// a wire id of its own, ID@GEN (GEN the replay's time, as a gateway's
+// renew), with the task's id in the captchaq-replay-of header: even the
+// worker that failed the task solves it again, while copies of one replay
+// (redeliveries) are still solved once. The worker answers it, and
+// dead-letters it if it fails again, under the task's own id, so collect
+// and a gateway see the task's id and a failed replay replays again.
+//
 // # Priority: classic queues with x-max-priority
 //
 // The task queues are classic queues with x-max-priority 10. RabbitMQ 3.10

@@ -625,7 +625,9 @@ func (g *Gateway) Replay(ctx context.Context, ids []string) ([]string, error) {
 		return err
 	}
 	err = g.c.drainFailed(ctx, func(ch *amqp091.Channel, m amqp091.Delivery) error {
-		id, _, ours := g.storeID(m.MessageId)
+		// A failed replay from the fleet's side names the task in
+		// HeaderReplayOf (see Conn.Replay).
+		id, _, ours := g.storeID(cmpOr(headerString(m.Headers, HeaderReplayOf), m.MessageId))
 		if m.ReplyTo != g.reply || !ours {
 			return nil
 		}

@@ -29,6 +29,7 @@ const (
 	HeaderSeq        = "captchaq-seq"        // int: which copy of a checkpoint this is
 	HeaderDemoted    = "captchaq-demoted"    // int: AMQP priority levels below the task's own (a gateway's fair share)
 	HeaderRun        = "captchaq-run"        // the worker run that published a checkpoint
+	HeaderReplayOf   = "captchaq-replay-of"  // the task's own id, on a replay's wire id (see Conn.Replay)
 	contentTypeJSON  = "application/json"
 	messageTypeTask  = "task"
 	messageTypeResul = "result"
@@ -96,7 +97,13 @@ type TaskMessage struct {
 	// Demoted lowers the message's AMQP priority by this many levels
 	// below the one Task.Priority maps to (see Gateway: fair share).
 	Demoted int
+	// ReplayOf is the task's own id when Task.ID is the wire id of a
+	// replay (see Conn.Replay): its result and dead letter go under it.
+	ReplayOf string
 }
+
+// ownID is the task's own id: ReplayOf on a replay, else Task.ID.
+func (m TaskMessage) ownID() string { return cmpOr(m.ReplayOf, m.Task.ID) }
 
 func (m TaskMessage) publishing(maxPriority int) (amqp091.Publishing, error) {
 	body, err := json.Marshal(m.Task)
@@ -120,6 +127,9 @@ func (m TaskMessage) publishing(maxPriority int) (amqp091.Publishing, error) {
 		h[HeaderErrorCode] = m.LastErrorCode
 	}
 	prio := AMQPPriority(m.Task.Priority, maxPriority)
+	if m.ReplayOf != "" {
+		h[HeaderReplayOf] = m.ReplayOf
+	}
 	if m.Demoted > 0 {
 		h[HeaderDemoted] = int32(m.Demoted)
 		prio = uint8(max(int(prio)-m.Demoted, 0))
@@ -154,6 +164,7 @@ func DecodeTask(body []byte, h amqp091.Table) (TaskMessage, error) {
 	m.LastError = headerString(h, HeaderError)
 	m.LastErrorCode = headerString(h, HeaderErrorCode)
 	m.Demoted = headerInt(h, HeaderDemoted)
+	m.ReplayOf = headerString(h, HeaderReplayOf)
 	return m, nil
 }
 

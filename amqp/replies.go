@@ -92,7 +92,7 @@ func (g *Gateway) outcome(d *Delivery) (r captchaq.Result, gen string, ok bool) 
 	if err != nil {
 		return captchaq.Result{}, "", false
 	}
-	id, gen, ours := g.storeID(m.Task.ID)
+	id, gen, ours := g.storeID(m.ownID())
 	death, dead := LastDeath(d.Headers)
 	if !ours || !dead {
 		return captchaq.Result{}, "", false

@@ -374,11 +374,12 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	if ok && e.handback {
 		return s.handBack(ctx, r.ID)
 	}
-	replyTo := ""
+	replyTo, reply := "", r
 	if ok {
-		replyTo = e.msg.ReplyTo
+		// A replay's result goes under the task's own id (Conn.Replay).
+		replyTo, reply.ID = e.msg.ReplyTo, e.msg.ownID()
 	}
-	if err := s.pub.Reply(ctx, replyTo, r); err != nil {
+	if err := s.pub.Reply(ctx, replyTo, reply); err != nil {
 		return err
 	}
 	if r.Status == captchaq.StatusFailed {

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/sim"
 )
 
 // TestDLQReplayReasonOnTheFleet: `dlq replay --reason` is the flag of both
@@ -74,5 +81,102 @@ func TestDLQHelp(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stderr, "-reason") {
 			t.Errorf("%v = %+v; want exit 0 listing -reason", args, r)
 		}
+	}
+}
+
+// TestDLQReplayReachesTheWorkerThatFailedIt: a task the running worker
+// failed for good (the provider refused it) comes back from `dlq replay
+// --amqp` and that same worker solves it; collect reports it under its id.
+func TestDLQReplayReachesTheWorkerThatFailedIt(t *testing.T) {
+	cfg, _ := cliTopology(t)
+	const owner = "cli-replay-worker"
+	t.Cleanup(func() { _ = amqp.DeleteTopology(context.Background(), cfg, owner) })
+	var refuse atomic.Bool
+	refuse.Store(true)
+	srv, apiURL, err := sim.Start(sim.Config{Instant: true, Seed: 7, PollBan: sim.PollBan{Disabled: true},
+		RefuseSubmit: func(map[string]string) string {
+			if refuse.Load() {
+				return "ERROR_BAD_PARAMETERS"
+			}
+			return ""
+		}}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	getenv := func(k string) string {
+		if k == envKey {
+			return "replay-test-secret-key"
+		}
+		return ""
+	}
+	fleet := []string{"--amqp", cfg.URL, "--prefix", cfg.Prefix}
+	if code, stderr := enqueueInput(ctx, cfg, `{"id":"again","method":"turnstile","params":{"sitekey":"0x4AAA","pageurl":"https://shop.example/again"}}`+"\n"); code != 0 {
+		t.Fatalf("enqueue exit %d:\n%s", code, stderr)
+	}
+	wctx, stopWorker := context.WithCancel(ctx)
+	exit := make(chan int, 1)
+	go func() {
+		wenv := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard, getenv: getenv}
+		exit <- run(wctx, wenv, append([]string{"worker", "--api-url", apiURL, "--threads", "2", "--poll-interval", "20ms", "--owner", owner}, fleet...))
+	}()
+	defer func() {
+		stopWorker()
+		if code := <-exit; code != 0 {
+			t.Errorf("worker exit %d", code)
+		}
+	}()
+	// collectOne runs `collect --count 1` for at most 60 s and returns
+	// its one result line, "" when none came.
+	collectOne := func() string {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		var out, errb bytes.Buffer
+		env := &environment{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: getenv}
+		run(cctx, env, append([]string{"collect", "--count", "1"}, fleet...))
+		var r captchaq.Result
+		if out.Len() == 0 {
+			return ""
+		}
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("collect output %q: %v", out.String(), err)
+		}
+		return r.ID + "/" + string(r.Status) + "/" + r.ErrorCode
+	}
+	if got := collectOne(); got != "again/failed/ERROR_BAD_PARAMETERS" {
+		t.Fatalf("first solve: %q; want again/failed/ERROR_BAD_PARAMETERS", got)
+	}
+	// The worker publishes the result, then the dead letter.
+	c, err := amqp.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for {
+		n := 0
+		if err := c.DeadLetters(ctx, func(amqp.DeadLetter) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no dead letter before the deadline")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	refuse.Store(false)
+	if r := runWith(t, "", nil, append([]string{"dlq", "replay", "--id", "again"}, fleet...)...); r.code != 0 || r.stdout != "replayed 1 dead letters\n" {
+		t.Fatalf("dlq replay = %+v", r)
+	}
+	if got := collectOne(); got != "again/solved/" {
+		t.Fatalf("after replay: %q; want again/solved/", got)
+	}
+	if st := srv.Stats(); st.Accepted != 1 {
+		t.Fatalf("provider accepted %d tasks; want 1", st.Accepted)
 	}
 }

@@ -1,0 +1,163 @@
+package amqp
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// refusingWorker runs a worker whose provider refuses every task for good
+// (ERROR_BAD_PARAMETERS) while the returned flag is set; it starts set.
+func refusingWorker(r *gatewayRig, owner string) (*sim.Server, *atomic.Bool) {
+	refuse := new(atomic.Bool)
+	refuse.Store(true)
+	srv := r.worker(owner, sim.Config{Instant: true, Seed: 5, PollBan: sim.PollBan{Disabled: true},
+		RefuseSubmit: func(map[string]string) string {
+			if refuse.Load() {
+				return "ERROR_BAD_PARAMETERS"
+			}
+			return ""
+		}}, 2, 4)
+	return srv, refuse
+}
+
+// TestReplayReachesTheWorkerThatFailedIt: a running worker fails a task
+// for good (the provider refuses it) and stays up; Conn.Replay puts it
+// back and the same worker solves it, answered under the task's own id.
+// A replay that fails again is a dead letter under the task's own id too,
+// and replays again.
+func TestReplayReachesTheWorkerThatFailedIt(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	srv, refuse := refusingWorker(r, "replay-w")
+	p := r.c.NewPublisher()
+	defer p.Close()
+	if err := p.PublishTask(ctx, TaskMessage{Task: task("p1", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	// collectOne takes one result, failing when none comes within 60 s.
+	collectOne := func(what string) captchaq.Result {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		var got []captchaq.Result
+		if _, err := r.c.Collect(cctx, 1, func(res captchaq.Result) error {
+			got = append(got, res)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 {
+			t.Fatalf("%s: no result within 60s", what)
+		}
+		return got[0]
+	}
+	failed := r.c.Names().Failed
+	deadLetters := func() string {
+		t.Helper()
+		until(t, ctx, "the dead letter", func() bool { return depth(t, ctx, r.c, failed) == 1 })
+		var ids []string
+		if err := r.c.DeadLetters(ctx, func(dl DeadLetter) error {
+			ids = append(ids, dl.Task.Task.ID+"/"+dl.Reason+"/"+dl.ErrorCode)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(ids, " ")
+	}
+	replay := func() {
+		t.Helper()
+		if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{IDs: []string{"p1"}}); n != 1 || err != nil {
+			t.Fatalf("Replay = %d, %v; want 1", n, err)
+		}
+	}
+
+	const dead = "p1/permanent/ERROR_BAD_PARAMETERS"
+	if res := collectOne("first solve"); res.ID != "p1" || res.Status != captchaq.StatusFailed || res.ErrorCode != "ERROR_BAD_PARAMETERS" {
+		t.Fatalf("first solve: %+v; want p1 failed ERROR_BAD_PARAMETERS", res)
+	}
+	if got := deadLetters(); got != dead {
+		t.Fatalf("dead letters after the first solve: %s; want %s", got, dead)
+	}
+	// Replayed while the provider still refuses it: it fails again, and is
+	// answered and dead-lettered under its own id, not its wire id.
+	replay()
+	if res := collectOne("first replay"); res.ID != "p1" || res.Status != captchaq.StatusFailed || res.ErrorCode != "ERROR_BAD_PARAMETERS" {
+		t.Fatalf("first replay: %+v; want p1 failed ERROR_BAD_PARAMETERS", res)
+	}
+	if got := deadLetters(); got != dead {
+		t.Fatalf("dead letters after the first replay: %s; want %s", got, dead)
+	}
+	refuse.Store(false)
+	replay()
+	if res := collectOne("second replay"); res.ID != "p1" || res.Status != captchaq.StatusSolved || res.Token == "" {
+		t.Fatalf("second replay: %+v; want p1 solved with a token", res)
+	}
+	// Solved once: one task accepted by the provider, nothing left queued
+	// or dead.
+	if st := srv.Stats(); st.Accepted != 1 {
+		t.Fatalf("provider accepted %d tasks; want 1", st.Accepted)
+	}
+	n := r.c.Names()
+	for _, q := range []string{n.Results, failed} {
+		if d := depth(t, ctx, r.c, q); d != 0 {
+			t.Fatalf("%s holds %d messages; want 0", q, d)
+		}
+	}
+}
+
+// TestReplayWireIDFits: a replay's wire id is ID@GEN, cut short at a
+// character's start when it would pass a message id's 255 bytes.
+func TestReplayWireIDFits(t *testing.T) {
+	t.Parallel()
+	if got := replayWireID("p1", "abc"); got != "p1@abc" {
+		t.Fatalf("short id: %q; want p1@abc", got)
+	}
+	for _, c := range []struct{ id, want string }{
+		// 249 + 2 bytes fit before "@abc": the first é stays.
+		{strings.Repeat("x", 249) + "ééé", strings.Repeat("x", 249) + "é@abc"},
+		// 250 + 2 do not: the cut goes back to the é's start.
+		{strings.Repeat("x", 250) + "ééé", strings.Repeat("x", 250) + "@abc"},
+	} {
+		if got := replayWireID(c.id, "abc"); got != c.want || len(got) > maxWireID {
+			t.Fatalf("replayWireID(%d bytes) = %q (%d bytes); want %q", len(c.id), got, len(got), c.want)
+		}
+	}
+}
+
+// TestFleetReplayOfAGatewayTask: a gateway's task that the running worker
+// failed, replayed from the fleet's side (Conn.Replay), is solved by that
+// worker and answers the gateway under the task's own id.
+func TestFleetReplayOfAGatewayTask(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	_, refuse := refusingWorker(r, "replay-gw-w")
+	g, results := r.gateway("gw-replay", nil, nil)
+	if err := g.Submit(ctx, task("g1", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if res := await(t, ctx, results, 1)[0]; res.ID != "g1" || res.Status != captchaq.StatusFailed || res.ErrorCode != "ERROR_BAD_PARAMETERS" {
+		t.Fatalf("first solve: %+v; want g1 failed ERROR_BAD_PARAMETERS", res)
+	}
+	failed := r.c.Names().Failed
+	until(t, ctx, "the dead letter", func() bool { return depth(t, ctx, r.c, failed) == 1 })
+	refuse.Store(false)
+	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 1 || err != nil {
+		t.Fatalf("Replay = %d, %v; want 1", n, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if res := await(t, wctx, results, 1)[0]; res.ID != "g1" || res.Status != captchaq.StatusSolved || res.Token == "" {
+		t.Fatalf("after replay: %+v; want g1 solved with a token", res)
+	}
+	if rec, err := g.Get(ctx, "g1"); err != nil || rec.Status != captchaq.StatusSolved {
+		t.Fatalf("record: %+v, %v; want solved", rec, err)
+	}
+}
