@@ -51,16 +51,7 @@ func newHistory(every, window time.Duration, read func(context.Context, time.Tim
 
 // run takes a sample now and then one every h.every until ctx ends.
 func (h *history) run(ctx context.Context) {
-	tick := time.NewTicker(h.every)
-	defer tick.Stop()
-	for {
-		h.add(h.read(ctx, time.Now()))
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return
-		}
-	}
+	startstop.Every(ctx, h.every, func(ctx context.Context) { h.add(h.read(ctx, time.Now())) })
 }
 
 func (h *history) add(s sample) {

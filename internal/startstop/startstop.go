@@ -13,6 +13,7 @@ package startstop
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Loop runs one function on its own goroutine between Start and Stop. It
@@ -77,5 +78,21 @@ func closed(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// Every calls f at once and then every d until ctx ends: the body of a
+// periodic loop's run function. A call of f that outlasts d is followed
+// by the next at once, not by a backlog.
+func Every(ctx context.Context, d time.Duration, f func(context.Context)) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		f(ctx)
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
 	}
 }

@@ -2,9 +2,12 @@ package startstop
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 // TestStartStop: Start runs the function once however often it is called,
@@ -98,4 +101,26 @@ func TestConcurrentStartStop(t *testing.T) {
 	if n := running.Load(); n != 0 {
 		t.Errorf("after the last Stop: %d runs", n)
 	}
+}
+
+// TestEvery: f runs at once, then once a period, and Every returns when
+// its context ends.
+func TestEvery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		var calls []time.Duration
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			Every(ctx, time.Second, func(context.Context) { calls = append(calls, time.Since(start)) })
+		}()
+		time.Sleep(3500 * time.Millisecond)
+		cancel()
+		<-done
+		want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}
+		if !slices.Equal(calls, want) {
+			t.Fatalf("calls at %v, want %v", calls, want)
+		}
+	})
 }

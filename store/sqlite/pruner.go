@@ -27,18 +27,7 @@ func newPruner(s *Store, retention, interval time.Duration, logger *slog.Logger,
 	return p
 }
 
-func (p *pruner) run(ctx context.Context) {
-	ticker := time.NewTicker(p.interval)
-	defer ticker.Stop()
-	for {
-		p.pruneOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
-}
+func (p *pruner) run(ctx context.Context) { startstop.Every(ctx, p.interval, p.pruneOnce) }
 
 func (p *pruner) pruneOnce(ctx context.Context) {
 	cutoff := time.Now().Add(-p.retention)
