@@ -85,12 +85,26 @@ func closed(c <-chan struct{}) bool {
 // periodic loop's run function. A call of f that outlasts d is followed
 // by the next at once, not by a backlog.
 func Every(ctx context.Context, d time.Duration, f func(context.Context)) {
+	periodic(ctx, d, true, f)
+}
+
+// Tick is Every without the call at once: it calls f every d, the first
+// time d after it is called (as time.Tick's first tick), until ctx ends.
+// It is the body of a loop with nothing to do at its start.
+func Tick(ctx context.Context, d time.Duration, f func(context.Context)) {
+	periodic(ctx, d, false, f)
+}
+
+func periodic(ctx context.Context, d time.Duration, now bool, f func(context.Context)) {
 	tick := time.NewTicker(d)
 	defer tick.Stop()
-	for {
+	if now {
 		f(ctx)
+	}
+	for {
 		select {
 		case <-tick.C:
+			f(ctx)
 		case <-ctx.Done():
 			return
 		}

@@ -106,21 +106,65 @@ func TestConcurrentStartStop(t *testing.T) {
 // TestEvery: f runs at once, then once a period, and Every returns when
 // its context ends.
 func TestEvery(t *testing.T) {
+	calls := callTimes(t, Every, 0, 3500*time.Millisecond)
+	want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("calls at %v, want %v", calls, want)
+	}
+}
+
+// TestTick: f runs once a period, the first time a period after the
+// start, and Tick returns when its context ends.
+func TestTick(t *testing.T) {
+	calls := callTimes(t, Tick, 0, 3500*time.Millisecond)
+	want := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("calls at %v, want %v", calls, want)
+	}
+}
+
+// TestSlowCall: a call that outlasts the period is followed by the next
+// at once, then the calls keep the period's beat, with no backlog.
+func TestSlowCall(t *testing.T) {
+	for name, c := range map[string]struct {
+		body periodicBody
+		want []time.Duration
+	}{
+		"Every": {Every, []time.Duration{0, 2500 * time.Millisecond, 3 * time.Second, 4 * time.Second, 5 * time.Second}},
+		"Tick":  {Tick, []time.Duration{time.Second, 3500 * time.Millisecond, 4 * time.Second, 5 * time.Second}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			calls := callTimes(t, c.body, 2500*time.Millisecond, 5500*time.Millisecond)
+			if !slices.Equal(calls, c.want) {
+				t.Fatalf("calls at %v, want %v", calls, c.want)
+			}
+		})
+	}
+}
+
+type periodicBody = func(context.Context, time.Duration, func(context.Context))
+
+// callTimes runs body with a period of 1s for runFor in a synctest bubble,
+// its first call of f lasting firstCall, and returns when f was called.
+func callTimes(t *testing.T, body periodicBody, firstCall, runFor time.Duration) []time.Duration {
+	t.Helper()
+	var calls []time.Duration
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
-		var calls []time.Duration
 		start := time.Now()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			Every(ctx, time.Second, func(context.Context) { calls = append(calls, time.Since(start)) })
+			body(ctx, time.Second, func(context.Context) {
+				calls = append(calls, time.Since(start))
+				if len(calls) == 1 {
+					time.Sleep(firstCall)
+				}
+			})
 		}()
-		time.Sleep(3500 * time.Millisecond)
+		time.Sleep(runFor)
 		cancel()
 		<-done
-		want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}
-		if !slices.Equal(calls, want) {
-			t.Fatalf("calls at %v, want %v", calls, want)
-		}
 	})
+	return calls
 }
