@@ -52,12 +52,9 @@ var laneNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 func validLaneName(s string) bool { return laneNameRE.MatchString(s) }
 
-// providersWithDefaults fills each provider's defaults and sets Threads to
-// their sum (for MaxQueued's default).
+// providersWithDefaults fills each provider's defaults.
 func (c Config) providersWithDefaults() Config {
-	c.laneFieldsSet = c.Provider != nil || c.Threads != 0 || c.Plan != ""
 	ps := slices.Clone(c.Providers)
-	total := 0
 	for i := range ps {
 		p := &ps[i]
 		p.Threads = cmp.Or(p.Threads, ThreadsDefault)
@@ -65,11 +62,19 @@ func (c Config) providersWithDefaults() Config {
 			p.Methods = provider.CommonMethods
 		}
 		p.DownAfter = cmp.Or(p.DownAfter, DownAfterDefault)
-		total += max(p.Threads, 0)
 	}
 	c.Providers = ps
-	c.Threads = total
 	return c
+}
+
+// providersThreads is the sum of the providers' Threads (those below 0,
+// which validate refuses, count 0).
+func (c Config) providersThreads() int {
+	total := 0
+	for _, p := range c.Providers {
+		total += max(p.Threads, 0)
+	}
+	return total
 }
 
 // checkProviders reports every problem of Providers after
@@ -77,7 +82,7 @@ func (c Config) providersWithDefaults() Config {
 // names for New, the file's for ParseProviders.
 func (c Config) checkProviders(fieldName func(i int, field string) string) []error {
 	var errs []error
-	if c.laneFieldsSet {
+	if c.Provider != nil || c.Threads != 0 || c.Plan != "" {
 		errs = append(errs, errors.New("Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"))
 	}
 	if c.ThreadPool != nil {
