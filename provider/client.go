@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // Defaults of ClientConfig and the protocol's limits.
@@ -432,33 +434,25 @@ func (c *Client) pollBulk(ctx context.Context, ids []string, idx []int, out []Po
 func (c *Client) pollEach(ctx context.Context, ids []string, idx []int, out []PollResult) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sem := make(chan struct{}, c.pollConc)
-	var wg sync.WaitGroup
+	pool := startstop.NewPool(c.pollConc)
 	var once sync.Once
 	var first error
 	launched := 0
 	for _, i := range idx {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		launched++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		started := pool.GoCtx(ctx, func() {
 			r, err := c.Poll(ctx, ids[i])
 			if err != nil {
 				once.Do(func() { first = err; cancel(err) })
 				return
 			}
 			out[i] = r
-		}()
+		})
+		if !started {
+			break
+		}
+		launched++
 	}
-	wg.Wait()
+	pool.Wait()
 	if first != nil {
 		return first
 	}

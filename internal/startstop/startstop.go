@@ -110,3 +110,51 @@ func periodic(ctx context.Context, d time.Duration, now bool, f func(context.Con
 		}
 	}
 }
+
+// Pool runs functions on goroutines of their own, at most n at once: the
+// shape of a bounded fan-out (see the package doc). It has no Stop: each
+// function ends on its own, as its context or its work says, and Wait
+// waits for them all. A Pool is for one owner goroutine calling Go, GoCtx
+// and Wait.
+type Pool struct {
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+// NewPool returns a Pool of n goroutines at most; n must be at least 1.
+func NewPool(n int) *Pool { return &Pool{slots: make(chan struct{}, n)} }
+
+// Go waits until fewer than n functions run, then runs f on a new
+// goroutine and returns.
+func (p *Pool) Go(f func()) {
+	p.slots <- struct{}{}
+	p.start(f)
+}
+
+// GoCtx is Go that gives up once ctx has ended, waiting for a slot or
+// not: it then runs nothing and returns false.
+func (p *Pool) GoCtx(ctx context.Context, f func()) bool {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	if ctx.Err() != nil {
+		<-p.slots
+		return false
+	}
+	p.start(f)
+	return true
+}
+
+func (p *Pool) start(f func()) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer func() { <-p.slots }()
+		f()
+	}()
+}
+
+// Wait returns once every function started has returned.
+func (p *Pool) Wait() { p.wg.Wait() }

@@ -168,3 +168,68 @@ func callTimes(t *testing.T, body periodicBody, firstCall, runFor time.Duration)
 	})
 	return calls
 }
+
+// TestPool: Go runs every function, never more than n at once, and the
+// n+1st waits for a slot; Wait returns once all have returned.
+func TestPool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 3
+		p := NewPool(n)
+		var running, ran atomic.Int32
+		release := make(chan struct{})
+		for range n {
+			p.Go(func() {
+				running.Add(1)
+				<-release
+				running.Add(-1)
+				ran.Add(1)
+			})
+		}
+		fourth := make(chan struct{})
+		go func() {
+			p.Go(func() { ran.Add(1) })
+			close(fourth)
+		}()
+		synctest.Wait()
+		select {
+		case <-fourth:
+			t.Fatal("a fourth function started while three ran on a Pool of 3")
+		default:
+		}
+		if r := running.Load(); r != n {
+			t.Fatalf("%d running, want %d", r, n)
+		}
+		close(release)
+		<-fourth
+		p.Wait()
+		if ran.Load() != n+1 || running.Load() != 0 {
+			t.Errorf("ran %d (%d still running), want %d, 0", ran.Load(), running.Load(), n+1)
+		}
+	})
+}
+
+// TestPoolGoCtx: GoCtx runs f while ctx lives, gives up waiting for a slot
+// when ctx ends, and starts nothing on an ended ctx even with a free slot.
+func TestPoolGoCtx(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewPool(1)
+		ctx, cancel := context.WithCancel(t.Context())
+		release := make(chan struct{})
+		if !p.GoCtx(ctx, func() { <-release }) {
+			t.Fatal("GoCtx on a live ctx with a free slot ran nothing")
+		}
+		gaveUp := make(chan bool)
+		go func() { gaveUp <- !p.GoCtx(ctx, func() { t.Error("ran after its ctx ended") }) }()
+		synctest.Wait()
+		cancel()
+		if !<-gaveUp {
+			t.Error("GoCtx waiting for a slot did not give up when ctx ended")
+		}
+		close(release)
+		p.Wait()
+		if p.GoCtx(ctx, func() { t.Error("ran on an ended ctx") }) {
+			t.Error("GoCtx on an ended ctx returned true")
+		}
+		p.Wait()
+	})
+}
