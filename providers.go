@@ -164,9 +164,6 @@ func newLanes(q *Queue, cfg Config) []*lane {
 // solves is refused with CodeUnsupportedType, and the error says which
 // provider would solve it.
 func (q *Queue) Validate(t Task) error {
-	if err := t.check(); err != nil {
-		return err
-	}
 	var methods []string
 	for _, m := range provider.KnownMethods {
 		for _, l := range q.lanes {
@@ -179,30 +176,24 @@ func (q *Queue) Validate(t Task) error {
 	if q.lanes[0].name == "" {
 		methods = q.lanes[0].methods // one provider: today's messages, word for word
 	}
-	pt := t.ProviderTask()
-	err := pt.ValidateFor(methods)
-	if err == nil {
-		return nil
+	err := t.validateFor(methods)
+	var te *TaskError
+	if q.lanes[0].name == "" || !errors.As(err, &te) || te.Code != CodeUnsupportedType {
+		return err
 	}
-	if !errors.Is(err, provider.ErrUnsupportedType) {
-		return &TaskError{ID: t.ID, Code: CodeInvalidTask, Msg: err.Error(), Err: err}
+	m := t.ProviderTask().RouteMethod()
+	var each []string
+	for _, l := range q.lanes {
+		each = append(each, l.name+": "+strings.Join(l.methods, ", "))
 	}
-	msg := err.Error()
-	if q.lanes[0].name != "" {
-		m := pt.RouteMethod()
-		var each []string
-		for _, l := range q.lanes {
-			each = append(each, l.name+": "+strings.Join(l.methods, ", "))
-		}
-		would := fmt.Sprintf("a provider with %q in its methods would", m)
-		if slices.Contains(provider.CommonMethods, m) {
-			would += " (per-solve services of the protocol such as 2captcha and RuCaptcha solve it)"
-		}
-		if !slices.Contains(provider.KnownMethods, m) {
-			would = "captchaq cannot route this type to any provider"
-		}
-		msg = fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
-			cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
+	would := fmt.Sprintf("a provider with %q in its methods would", m)
+	if slices.Contains(provider.CommonMethods, m) {
+		would += " (per-solve services of the protocol such as 2captcha and RuCaptcha solve it)"
 	}
-	return &TaskError{ID: t.ID, Code: CodeUnsupportedType, Msg: msg, Err: err}
+	if !slices.Contains(provider.KnownMethods, m) {
+		would = "captchaq cannot route this type to any provider"
+	}
+	te.Msg = fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
+		cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
+	return te
 }

@@ -48,6 +48,9 @@
 //     dispatcher's submits (by threads), result writes and probes of a
 //     down provider, all on the queue's WaitGroup, which the queue waits
 //     for after its loops.
+//   - the commands' own goroutines (the signal relay, HTTP servers,
+//     loadtest's clients, enqueue's confirmer), which live as long as
+//     the command's run.
 package startstop
 
 import (
