@@ -108,28 +108,32 @@ type Config struct {
 	// adaptive: PollInterval was left 0, so polls follow the default
 	// scheduler instead of a fixed interval.
 	adaptive bool
-	// laneFieldsSet: Provider, Threads or Plan was set beside Providers.
-	laneFieldsSet bool
 }
 
 // withDefaults returns c with its zero fields filled in. It checks
 // nothing: validate does, on its result.
 func (c Config) withDefaults() Config {
-	if len(c.Providers) > 0 {
+	threads := 0 // the queue's, for MaxQueued's default
+	switch {
+	case len(c.Providers) > 0:
+		// Provider, Threads and Plan stay as given, for validate to
+		// refuse beside Providers.
 		c = c.providersWithDefaults()
-	}
-	if c.Threads == 0 && c.Plan != "" {
+		threads = c.providersThreads()
+	case c.Threads == 0 && c.Plan != "":
 		// An unknown Plan leaves Threads 0, for validate to report.
 		c.Threads, _ = provider.PlanThreads(c.Plan)
-	} else {
+		threads = c.Threads
+	default:
 		c.Threads = cmp.Or(c.Threads, ThreadsDefault)
+		threads = c.Threads
 	}
 	c.PollGap = cmp.Or(c.PollGap, PollGapDefault)
 	if c.PollInterval == 0 {
 		c.PollInterval = PollIntervalDefault
 		c.adaptive = true
 	}
-	c.MaxQueued = cmp.Or(c.MaxQueued, max(MaxQueuedMin, 20*c.Threads))
+	c.MaxQueued = cmp.Or(c.MaxQueued, max(MaxQueuedMin, 20*threads))
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, RetryBackoffDefault)
 	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, RetryBackoffMaxDefault)
@@ -154,7 +158,7 @@ func (c Config) validate() error {
 	var errs []error
 	switch {
 	case len(c.Providers) > 0:
-		// Threads is the providers' sum: their own Threads are checked.
+		// Each provider's Threads is checked; Threads must be left 0.
 		errs = append(errs, c.checkProviders(func(i int, field string) string { return fmt.Sprintf("Providers[%d].%s", i, field) })...)
 	case c.Provider == nil:
 		errs = append(errs, errors.New("Provider: required (e.g. a *provider.Client), or Providers"))

@@ -62,12 +62,23 @@ func TestConfigProviders(t *testing.T) {
 	t.Parallel()
 	var p Provider = nopProvider{}
 	c := Config{Providers: []ProviderConfig{{Name: "main", Provider: p, Threads: 7}, {Name: "backup", Provider: p}}}.withDefaults()
-	if c.Threads != 7+ThreadsDefault || c.MaxQueued != MaxQueuedMin || c.Providers[1].Threads != ThreadsDefault ||
-		c.Providers[1].DownAfter != DownAfterDefault || len(c.Providers[1].Methods) == 0 || c.laneFieldsSet {
-		t.Errorf("defaults: Threads %d MaxQueued %d backup %+v", c.Threads, c.MaxQueued, c.Providers[1])
+	if c.providersThreads() != 7+ThreadsDefault || c.Threads != 0 || c.MaxQueued != MaxQueuedMin || c.Providers[1].Threads != ThreadsDefault ||
+		c.Providers[1].DownAfter != DownAfterDefault || len(c.Providers[1].Methods) == 0 {
+		t.Errorf("defaults: providers' threads %d, Threads %d, MaxQueued %d, backup %+v", c.providersThreads(), c.Threads, c.MaxQueued, c.Providers[1])
 	}
 	if err := c.validate(); err != nil {
 		t.Errorf("valid providers: %v", err)
+	}
+	// MaxQueued's default counts the providers' threads: 20 a thread.
+	if c := (Config{Providers: []ProviderConfig{{Name: "a", Provider: p, Threads: 60}, {Name: "b", Provider: p, Threads: 40}}}).withDefaults(); c.MaxQueued != 2000 {
+		t.Errorf("providers with 100 threads: MaxQueued %d, want 2000", c.MaxQueued)
+	}
+	for _, lone := range []Config{{Provider: p}, {Threads: 1}, {Plan: "BASIC"}} {
+		lone.Providers = []ProviderConfig{{Name: "main", Provider: p}}
+		want := "captchaq: invalid Config: Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"
+		if _, err := New(lone); err == nil || err.Error() != want {
+			t.Errorf("New(%+v): %v\nwant: %s", lone, err, want)
+		}
 	}
 	bad := Config{Threads: 3, MaxAttempts: -1, Providers: []ProviderConfig{{Name: "main", Provider: p}, {Name: "main", Threads: -2}}}
 	_, err := New(bad)

@@ -244,9 +244,10 @@
 // in flight there.
 // Shutdown stops intake, waits for every accepted task (or ctx), then
 // stops as Close does: it ends the run context, waits for the dispatcher
-// and the poller to return, then for the submits they started (a submit
-// under way finishes its store write, which outlives the run context), and
-// last answers the Futures still waiting with ErrClosed. The Store is the
+// and then each poller to return, then for the goroutines they started
+// (submits, result writes, probes of a down provider; a submit under way
+// finishes its store write, which outlives the run context), and last
+// answers the Futures still waiting with ErrClosed. The Store is the
 // caller's and stays open; store/sqlite and amqp document their own
 // loops and order the same way.
 package captchaq

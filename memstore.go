@@ -52,15 +52,22 @@ type finishedRef struct {
 var _ Store = (*MemoryStore)(nil)
 
 // NewMemoryStore returns an empty MemoryStore.
+// Every MemoryStoreConfig is valid: it has only defaults.
 func NewMemoryStore(cfg MemoryStoreConfig) *MemoryStore {
-	m := cfg.MaxFinished
+	cfg = cfg.withDefaults()
+	return &MemoryStore{max: cfg.MaxFinished, recs: map[string]*memRecord{}}
+}
+
+// withDefaults returns c with its zero fields filled in (and a negative
+// MaxFinished made 0: keep none).
+func (c MemoryStoreConfig) withDefaults() MemoryStoreConfig {
 	switch {
-	case m == 0:
-		m = MaxFinishedDefault
-	case m < 0:
-		m = 0
+	case c.MaxFinished == 0:
+		c.MaxFinished = MaxFinishedDefault
+	case c.MaxFinished < 0:
+		c.MaxFinished = 0
 	}
-	return &MemoryStore{max: m, recs: map[string]*memRecord{}}
+	return c
 }
 
 func copyRecord(r Record) Record {

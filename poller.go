@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -224,8 +225,7 @@ func (p *poller) round(now time.Time) {
 	// Chunks go out a few at a time, so a plan with thousands of threads
 	// still gets through a round within the interval.
 	var (
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, pollParallel)
+		pool = startstop.NewPool(pollParallel)
 		fmu  sync.Mutex
 		fail error
 		fAt  time.Time
@@ -234,13 +234,10 @@ func (p *poller) round(now time.Time) {
 	)
 	for start := 0; start < len(due); start += pollChunk {
 		end := min(start+pollChunk, len(due))
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(sts []*taskState, ids []string) {
-			defer wg.Done()
-			defer func() { <-sem }()
+		chunk, chunkIDs := due[start:end], ids[start:end]
+		pool.Go(func() {
 			epoch := q.epoch()
-			res, err := p.lane.prov.PollMany(q.runCtx, ids)
+			res, err := p.lane.prov.PollMany(q.runCtx, chunkIDs)
 			at := q.now()
 			if err != nil {
 				fmu.Lock()
@@ -251,14 +248,14 @@ func (p *poller) round(now time.Time) {
 			fmu.Lock()
 			ok = true
 			fmu.Unlock()
-			for i, st := range sts {
+			for i, st := range chunk {
 				if i < len(res) {
 					p.handle(st, res[i], now, at, epoch)
 				}
 			}
-		}(due[start:end], ids[start:end])
+		})
 	}
-	wg.Wait()
+	pool.Wait()
 	if ok {
 		p.failures = 0
 		q.answered(p.lane)

@@ -52,12 +52,9 @@ var laneNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 func validLaneName(s string) bool { return laneNameRE.MatchString(s) }
 
-// providersWithDefaults fills each provider's defaults and sets Threads to
-// their sum (for MaxQueued's default).
+// providersWithDefaults fills each provider's defaults.
 func (c Config) providersWithDefaults() Config {
-	c.laneFieldsSet = c.Provider != nil || c.Threads != 0 || c.Plan != ""
 	ps := slices.Clone(c.Providers)
-	total := 0
 	for i := range ps {
 		p := &ps[i]
 		p.Threads = cmp.Or(p.Threads, ThreadsDefault)
@@ -65,11 +62,19 @@ func (c Config) providersWithDefaults() Config {
 			p.Methods = provider.CommonMethods
 		}
 		p.DownAfter = cmp.Or(p.DownAfter, DownAfterDefault)
-		total += max(p.Threads, 0)
 	}
 	c.Providers = ps
-	c.Threads = total
 	return c
+}
+
+// providersThreads is the sum of the providers' Threads (those below 0,
+// which validate refuses, count 0).
+func (c Config) providersThreads() int {
+	total := 0
+	for _, p := range c.Providers {
+		total += max(p.Threads, 0)
+	}
+	return total
 }
 
 // checkProviders reports every problem of Providers after
@@ -77,7 +82,7 @@ func (c Config) providersWithDefaults() Config {
 // names for New, the file's for ParseProviders.
 func (c Config) checkProviders(fieldName func(i int, field string) string) []error {
 	var errs []error
-	if c.laneFieldsSet {
+	if c.Provider != nil || c.Threads != 0 || c.Plan != "" {
 		errs = append(errs, errors.New("Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"))
 	}
 	if c.ThreadPool != nil {
@@ -159,9 +164,6 @@ func newLanes(q *Queue, cfg Config) []*lane {
 // solves is refused with CodeUnsupportedType, and the error says which
 // provider would solve it.
 func (q *Queue) Validate(t Task) error {
-	if err := t.check(); err != nil {
-		return err
-	}
 	var methods []string
 	for _, m := range provider.KnownMethods {
 		for _, l := range q.lanes {
@@ -174,30 +176,24 @@ func (q *Queue) Validate(t Task) error {
 	if q.lanes[0].name == "" {
 		methods = q.lanes[0].methods // one provider: today's messages, word for word
 	}
-	pt := t.ProviderTask()
-	err := pt.ValidateFor(methods)
-	if err == nil {
-		return nil
+	err := t.validateFor(methods)
+	var te *TaskError
+	if q.lanes[0].name == "" || !errors.As(err, &te) || te.Code != CodeUnsupportedType {
+		return err
 	}
-	if !errors.Is(err, provider.ErrUnsupportedType) {
-		return &TaskError{ID: t.ID, Code: CodeInvalidTask, Msg: err.Error(), Err: err}
+	m := t.ProviderTask().RouteMethod()
+	var each []string
+	for _, l := range q.lanes {
+		each = append(each, l.name+": "+strings.Join(l.methods, ", "))
 	}
-	msg := err.Error()
-	if q.lanes[0].name != "" {
-		m := pt.RouteMethod()
-		var each []string
-		for _, l := range q.lanes {
-			each = append(each, l.name+": "+strings.Join(l.methods, ", "))
-		}
-		would := fmt.Sprintf("a provider with %q in its methods would", m)
-		if slices.Contains(provider.CommonMethods, m) {
-			would += " (per-solve services of the protocol such as 2captcha and RuCaptcha solve it)"
-		}
-		if !slices.Contains(provider.KnownMethods, m) {
-			would = "captchaq cannot route this type to any provider"
-		}
-		msg = fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
-			cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
+	would := fmt.Sprintf("a provider with %q in its methods would", m)
+	if slices.Contains(provider.CommonMethods, m) {
+		would += " (per-solve services of the protocol such as 2captcha and RuCaptcha solve it)"
 	}
-	return &TaskError{ID: t.ID, Code: CodeUnsupportedType, Msg: msg, Err: err}
+	if !slices.Contains(provider.KnownMethods, m) {
+		would = "captchaq cannot route this type to any provider"
+	}
+	te.Msg = fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
+		cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
+	return te
 }

@@ -12,7 +12,8 @@ import (
 // What makes a task valid, in one place. Every door calls Task.Validate
 // before it accepts a task: Queue.Submit, the CLI's batch, solve and
 // enqueue, the service's in.php and JSON API, the fleet's gateway and
-// worker. A refusal is a *TaskError whose Code is one of two:
+// worker. A door in front of a Queue calls Queue.Validate instead: the
+// same rules (validateFor, below), with the types its providers solve. A refusal is a *TaskError whose Code is one of two:
 //
 //   - CodeUnsupportedType: the provider does not solve this captcha type
 //     (hCaptcha, FunCaptcha, GeeTest v4, ...);
@@ -33,11 +34,15 @@ import (
 // Validate checks t as every door does before accepting it: the queue's
 // fields, then the provider's (type supported, fields present and well
 // formed). The error is a *TaskError naming the field and the fix.
-func (t Task) Validate() error {
+func (t Task) Validate() error { return t.validateFor(provider.CaptchaAIMethods) }
+
+// validateFor is Validate with the methods the provider solves: the one
+// body of Task.Validate and Queue.Validate.
+func (t Task) validateFor(methods []string) error {
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := t.ProviderTask().Validate(); err != nil {
+	if err := t.ProviderTask().ValidateFor(methods); err != nil {
 		code := CodeInvalidTask
 		if errors.Is(err, provider.ErrUnsupportedType) {
 			code = CodeUnsupportedType

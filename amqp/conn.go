@@ -13,6 +13,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // ErrClosed is returned by calls on a closed Conn.
@@ -36,9 +38,9 @@ type Conn struct {
 	// to declare again after a reconnect
 	queues map[string]declareFunc
 
-	closing    chan struct{}
+	closing    chan struct{} // closed at Close: waiters for a connection give up
 	closeOnce  sync.Once
-	done       chan struct{}
+	watcher    *startstop.Loop // watch, from Dial until Close
 	reconnects atomic.Int64
 }
 
@@ -61,11 +63,11 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		unblocked: make(chan struct{}),
 		queues:    map[string]declareFunc{},
 		closing:   make(chan struct{}),
-		done:      make(chan struct{}),
 	}
 	close(c.ready)
 	close(c.unblocked)
-	go c.loop(conn)
+	c.watcher = startstop.New(func(ctx context.Context) { c.watch(ctx, conn) })
+	_ = c.watcher.Start(context.Background())
 	return c, nil
 }
 
@@ -89,7 +91,7 @@ func (c *Conn) Reconnects() int64 { return c.reconnects.Load() }
 // it close; deliveries not acknowledged go back to their queues.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() { close(c.closing) })
-	<-c.done
+	c.watcher.Stop()
 	return nil
 }
 
@@ -145,9 +147,9 @@ func connect(ctx context.Context, cfg Config, extra []declareFunc) (*amqp091.Con
 	return conn, nil
 }
 
-// loop watches the connection and replaces it when it dies.
-func (c *Conn) loop(conn *amqp091.Connection) {
-	defer close(c.done)
+// watch watches the connection and replaces it when it dies, until ctx
+// ends (at Close); then it closes the connection.
+func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 	log := c.cfg.Logger.With("broker", redactURL(c.cfg.URL))
 	for {
 		closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
@@ -155,7 +157,7 @@ func (c *Conn) loop(conn *amqp091.Connection) {
 	watch:
 		for {
 			select {
-			case <-c.closing:
+			case <-ctx.Done():
 				_ = conn.Close()
 				c.setConn(nil)
 				return
@@ -174,23 +176,14 @@ func (c *Conn) loop(conn *amqp091.Connection) {
 		c.setBlocked(false)
 		backoff := c.cfg.ReconnectMin
 		for {
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() {
-				select {
-				case <-c.closing:
-					cancel()
-				case <-ctx.Done():
-				}
-			}()
 			next, err := connect(ctx, c.cfg, c.extraQueues())
-			cancel()
 			if err == nil {
 				conn = next
 				break
 			}
 			log.Warn("broker reconnect failed", "err", err, "retry_in", backoff)
 			select {
-			case <-c.closing:
+			case <-ctx.Done():
 				return
 			case <-time.After(jitter(backoff)):
 			}

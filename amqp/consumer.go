@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // ErrStaleDelivery is returned by Ack and Nack of a delivery whose channel
@@ -29,9 +31,8 @@ type Consumer struct {
 	prefetch int
 	ackDelay time.Duration // see gatherAcks
 	out      chan *Delivery
-	gen      atomic.Uint64 // generation of the open channel; 0 while none
-	cancel   context.CancelFunc
-	done     chan struct{}
+	gen      atomic.Uint64   // generation of the open channel; 0 while none
+	loop     *startstop.Loop // run, from consume until Close or its ctx ends
 	restarts atomic.Int64
 
 	mu      sync.Mutex
@@ -90,20 +91,21 @@ func (c *Conn) consume(ctx context.Context, queues []string, prefetch int, ackDe
 	case prefetch < 0:
 		prefetch = 0
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	k := &Consumer{c: c, queues: queues, prefetch: prefetch, ackDelay: ackDelay, out: make(chan *Delivery), cancel: cancel, done: make(chan struct{})}
+	k := &Consumer{c: c, queues: queues, prefetch: prefetch, ackDelay: ackDelay, out: make(chan *Delivery)}
 	first := make(chan error, 1)
-	go k.loop(ctx, first)
+	k.loop = startstop.New(func(ctx context.Context) { k.run(ctx, first) })
+	if err := k.loop.Start(ctx); err != nil {
+		return nil, err
+	}
 	select {
 	case err := <-first:
 		if err != nil {
-			cancel()
-			<-k.done
+			k.loop.Stop()
 			return nil, err
 		}
 		return k, nil
 	case <-ctx.Done():
-		<-k.done
+		k.loop.Stop()
 		return nil, ctx.Err()
 	}
 }
@@ -120,13 +122,13 @@ func (k *Consumer) Restarts() int64 { return k.restarts.Load() }
 
 // Close stops consuming and waits for the loop to end.
 func (k *Consumer) Close() error {
-	k.cancel()
-	<-k.done
+	k.loop.Stop()
 	return nil
 }
 
-func (k *Consumer) loop(ctx context.Context, first chan<- error) {
-	defer close(k.done)
+// run opens channels and consumes on them until ctx ends or Stop; first
+// gets the first channel's outcome.
+func (k *Consumer) run(ctx context.Context, first chan<- error) {
 	defer close(k.out)
 	log := k.c.cfg.Logger.With("queues", k.queues)
 	backoff := k.c.cfg.ReconnectMin

@@ -309,11 +309,12 @@
 // fourth, the report forwarder (reports.go). When Run's ctx ends, the
 // worker stops in this order: it stops taking tasks and hands back those
 // not yet at the provider; lets the queue finish those at the provider for
-// up to Grace (captchaq's Queue.Shutdown); ends the background context and
-// closes the checkpoint and reports consumers; stops the loops, in the
-// order above, and waits for them; gives its shared threads back
-// (SharedThreads: it stops the thread pool's Loop, started before the
+// up to Grace (captchaq's Queue.Shutdown) and closes the task consumer;
+// ends the background context and closes the checkpoint, claim and
+// reports consumers; stops the loops, in the order above, and waits for
+// them and for the checkpoint and claim drains; gives its shared threads
+// back (SharedThreads: it stops the thread pool's Loop, started before the
 // others on a context of its own), once no task of its own is at the
-// provider; and closes
-// its publisher last.
+// provider; and closes its publisher last. The Conn it runs on is the
+// caller's: Conn.Close stops its reconnect watcher.
 package amqp

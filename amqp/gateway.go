@@ -764,6 +764,10 @@ func (g *Gateway) QueueDepths(ctx context.Context) (map[string]int, error) {
 // Shutdown stops taking tasks and results: results being recorded are
 // finished (until ctx ends), the rest stay in the reply queue for the
 // next Start. Unfinished tasks stay at the fleet. The Store is not closed.
+// In order: the reply consumer stops taking deliveries; the result
+// receiver (which waits for its handlers) and the balance listener are
+// stopped at once and waited for until ctx ends; the consumer closes; the
+// publisher closes last.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.mu.Lock()
 	if g.closed {

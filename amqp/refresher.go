@@ -3,6 +3,8 @@ package amqp
 import (
 	"context"
 	"time"
+
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // refresher republishes checkpoints held for InflightRefresh, so the
@@ -12,15 +14,8 @@ type refresher struct {
 	every time.Duration
 }
 
+// run checks every quarter of InflightRefresh (at least every 10ms),
+// the first time a quarter after it starts: nothing is due before then.
 func (r *refresher) run(ctx context.Context) {
-	t := time.NewTicker(max(r.every/4, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.s.refreshDue(ctx, r.every)
-		}
-	}
+	startstop.Tick(ctx, max(r.every/4, 10*time.Millisecond), func(ctx context.Context) { r.s.refreshDue(ctx, r.every) })
 }

@@ -4,19 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // receive hands each delivery of the reply queue to a handler of its own,
 // at most Prefetch at once, until ctx ends (Shutdown); it returns once the
 // handlers have.
 func (g *Gateway) receive(ctx context.Context, k *Consumer) {
-	var handlers sync.WaitGroup
+	handlers := startstop.NewPool(g.cfg.Prefetch)
 	defer handlers.Wait()
-	slots := make(chan struct{}, g.cfg.Prefetch)
 	for {
 		select {
 		case <-ctx.Done():
@@ -25,13 +24,7 @@ func (g *Gateway) receive(ctx context.Context, k *Consumer) {
 			if !ok {
 				return
 			}
-			slots <- struct{}{}
-			handlers.Add(1)
-			go func() {
-				defer handlers.Done()
-				defer func() { <-slots }()
-				g.handle(ctx, d)
-			}()
+			handlers.Go(func() { g.handle(ctx, d) })
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // staleSweeper finds tasks whose every delivery came on a channel that has
@@ -17,22 +18,16 @@ type staleSweeper struct {
 	every time.Duration
 }
 
-func (w *staleSweeper) run(ctx context.Context) {
-	t := time.NewTicker(w.every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			for _, id := range w.s.ids() {
-				if !w.s.markHandBack(id, true) {
-					continue
-				}
-				if err := w.q.Cancel(ctx, id); err != nil {
-					w.s.unmarkHandBack(id)
-				}
-			}
+// run sweeps every period, the first time a period after it starts.
+func (w *staleSweeper) run(ctx context.Context) { startstop.Tick(ctx, w.every, w.sweepOnce) }
+
+func (w *staleSweeper) sweepOnce(ctx context.Context) {
+	for _, id := range w.s.ids() {
+		if !w.s.markHandBack(id, true) {
+			continue
+		}
+		if err := w.q.Cancel(ctx, id); err != nil {
+			w.s.unmarkHandBack(id)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // Defaults of ClientConfig and the protocol's limits.
@@ -112,32 +115,16 @@ type Client struct {
 	requests        atomic.Int64
 }
 
-// NewClient checks cfg and returns a Client.
+// NewClient checks cfg and returns a Client. The error lists every
+// problem of cfg.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	if strings.TrimSpace(cfg.Key) == "" {
-		return nil, errors.New("provider: key is required: set the account key (CAPTCHAAI_KEY)")
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	base := strings.TrimSpace(cfg.BaseURL)
-	if base == "" {
-		base = BaseURLDefault
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("provider: base URL %q is not an absolute http(s) URL; use e.g. %s", base, BaseURLDefault)
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("provider: base URL %q must not carry a query or fragment", base)
-	}
-	switch cfg.BulkPoll {
-	case BulkAuto, BulkOn, BulkOff:
-	default:
-		return nil, fmt.Errorf("provider: BulkPoll %d: use BulkAuto, BulkOn or BulkOff", cfg.BulkPoll)
-	}
-	if cfg.PollConcurrency < 0 {
-		return nil, fmt.Errorf("provider: PollConcurrency %d must not be negative", cfg.PollConcurrency)
-	}
+	u, _ := url.Parse(cfg.BaseURL) // validate parsed it
 	root := strings.TrimRight(u.String(), "/")
-	c := &Client{
+	return &Client{
 		inURL:    root + "/in.php",
 		resURL:   root + "/res.php",
 		key:      cfg.Key,
@@ -146,22 +133,51 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		bulk:     cfg.BulkPoll,
 		pollConc: cfg.PollConcurrency,
 		methods:  cfg.Methods,
+	}, nil
+}
+
+// withDefaults returns c with its zero fields filled in. It checks
+// nothing: validate does, on its result.
+func (c ClientConfig) withDefaults() ClientConfig {
+	c.BaseURL = cmp.Or(strings.TrimSpace(c.BaseURL), BaseURLDefault)
+	if c.HTTPClient == nil {
+		c.HTTPClient = defaultHTTPClient()
 	}
-	if c.methods == nil {
-		c.methods = CaptchaAIMethods
+	c.PollConcurrency = cmp.Or(c.PollConcurrency, PollConcurrencyDefault)
+	if c.Methods == nil {
+		c.Methods = CaptchaAIMethods
 	}
-	for _, m := range c.methods {
+	return c
+}
+
+// validate reports every problem of a ClientConfig that went through
+// withDefaults at once, each naming the field and the fix.
+func (c ClientConfig) validate() error {
+	var errs []error
+	if strings.TrimSpace(c.Key) == "" {
+		errs = append(errs, errors.New("provider: key is required: set the account key (CAPTCHAAI_KEY)"))
+	}
+	u, err := url.Parse(c.BaseURL)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		errs = append(errs, fmt.Errorf("provider: base URL %q is not an absolute http(s) URL; use e.g. %s", c.BaseURL, BaseURLDefault))
+	case u.RawQuery != "" || u.Fragment != "":
+		errs = append(errs, fmt.Errorf("provider: base URL %q must not carry a query or fragment", c.BaseURL))
+	}
+	switch c.BulkPoll {
+	case BulkAuto, BulkOn, BulkOff:
+	default:
+		errs = append(errs, fmt.Errorf("provider: BulkPoll %d: use BulkAuto, BulkOn or BulkOff", c.BulkPoll))
+	}
+	if c.PollConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("provider: PollConcurrency %d must not be negative", c.PollConcurrency))
+	}
+	for _, m := range c.Methods {
 		if !slices.Contains(KnownMethods, m) {
-			return nil, fmt.Errorf("provider: Methods has %q: use methods of %s", m, strings.Join(KnownMethods, ", "))
+			errs = append(errs, fmt.Errorf("provider: Methods has %q: use methods of %s", m, strings.Join(KnownMethods, ", ")))
 		}
 	}
-	if c.hc == nil {
-		c.hc = defaultHTTPClient()
-	}
-	if c.pollConc == 0 {
-		c.pollConc = PollConcurrencyDefault
-	}
-	return c, nil
+	return errors.Join(errs...)
 }
 
 func defaultHTTPClient() *http.Client {
@@ -432,33 +448,25 @@ func (c *Client) pollBulk(ctx context.Context, ids []string, idx []int, out []Po
 func (c *Client) pollEach(ctx context.Context, ids []string, idx []int, out []PollResult) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sem := make(chan struct{}, c.pollConc)
-	var wg sync.WaitGroup
+	pool := startstop.NewPool(c.pollConc)
 	var once sync.Once
 	var first error
 	launched := 0
 	for _, i := range idx {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		launched++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		started := pool.GoCtx(ctx, func() {
 			r, err := c.Poll(ctx, ids[i])
 			if err != nil {
 				once.Do(func() { first = err; cancel(err) })
 				return
 			}
 			out[i] = r
-		}()
+		})
+		if !started {
+			break
+		}
+		launched++
 	}
-	wg.Wait()
+	pool.Wait()
 	if first != nil {
 		return first
 	}

@@ -126,6 +126,15 @@ func TestNewClient(t *testing.T) {
 	if _, err := NewClient(ClientConfig{Key: "k", BulkPoll: BulkMode(7)}); err == nil {
 		t.Error("bad bulk mode accepted")
 	}
+	_, err := NewClient(ClientConfig{Key: " ", BaseURL: "ftp://x", BulkPoll: BulkMode(7), PollConcurrency: -1, Methods: []string{"turnstile", "nosuch"}})
+	want := `provider: key is required: set the account key (CAPTCHAAI_KEY)
+provider: base URL "ftp://x" is not an absolute http(s) URL; use e.g. ` + BaseURLDefault + `
+provider: BulkPoll 7: use BulkAuto, BulkOn or BulkOff
+provider: PollConcurrency -1 must not be negative
+provider: Methods has "nosuch": use methods of ` + strings.Join(KnownMethods, ", ")
+	if err == nil || err.Error() != want {
+		t.Errorf("every problem: %v\nwant: %s", err, want)
+	}
 	c, err := NewClient(ClientConfig{Key: "k"})
 	if err != nil {
 		t.Fatal(err)

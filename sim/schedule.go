@@ -2,6 +2,7 @@ package sim
 
 import (
 	"container/heap"
+	"context"
 	"time"
 )
 
@@ -71,11 +72,10 @@ func (s *Server) runDueLocked(now time.Time) (next time.Time, ok bool) {
 	return s.events[0].at, true
 }
 
-// runTimer is the one background loop that solves tasks on time: it sleeps
-// until the earliest event, does what is due and sleeps again. It returns
-// when the server closes.
-func (s *Server) runTimer() {
-	defer s.wg.Done()
+// runTimer is the one background loop that solves tasks on time (the
+// Server's timer Loop): it sleeps until the earliest event, does what is
+// due and sleeps again. It returns when ctx ends, at Close.
+func (s *Server) runTimer(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -89,7 +89,7 @@ func (s *Server) runTimer() {
 			timer.Stop()
 		}
 		select {
-		case <-s.done:
+		case <-ctx.Done():
 			return
 		case <-s.wake:
 		case <-timer.C:

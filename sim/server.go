@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq/internal/apiform"
+	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -71,8 +72,9 @@ type Server struct {
 	pingbacks *pingbackSender
 	httpSrv   *http.Server
 
+	timer     *startstop.Loop // runTimer, from New until Close
 	wake      chan struct{}
-	done      chan struct{}
+	done      chan struct{} // closed at Close: slow answers end at once
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -101,8 +103,8 @@ func New(cfg Config) (*Server, error) {
 		started:  s.pingbackStarted,
 		finished: s.pingbackFinished,
 	})
-	s.wg.Add(1)
-	go s.runTimer()
+	s.timer = startstop.New(s.runTimer)
+	_ = s.timer.Start(context.Background())
 	s.pingbacks.start(&s.wg)
 	return s, nil
 }
@@ -138,6 +140,7 @@ func Start(cfg Config, addr string) (*Server, string, error) {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		s.timer.Stop()
 		if s.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			if err := s.httpSrv.Shutdown(ctx); err != nil {

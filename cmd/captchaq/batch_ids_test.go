@@ -25,15 +25,6 @@ func otherTasks(prefix string, n int) []captchaq.Task {
 	return tasks
 }
 
-func readResults(t *testing.T, path string) map[string]captchaq.Result {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return parseResults(t, string(b))
-}
-
 func mustStoreName(t *testing.T, in string) string {
 	t.Helper()
 	name, err := batchStoreName(in, "", false)
@@ -62,8 +53,7 @@ func TestBatchDefaultStoreIsPerInputFile(t *testing.T) {
 	if r := batch(inB); r.code != 0 || strings.Contains(r.stderr, "from the store") {
 		t.Fatalf("batch B = %+v", r)
 	}
-	gotB := readResults(t, out)
-	wantAllSolved(t, gotB, b)
+	gotB := readAllSolved(t, out, b)
 	for id, r := range gotB {
 		if r.Token == gotA[id].Token {
 			t.Errorf("%s: file B got file A's token", id)
@@ -166,8 +156,7 @@ func TestBatchSharedStoreRefusesOtherTaskUnderKnownID(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stderr, "3 solved again: their tokens had expired") {
 		t.Fatalf("rerun after expiry = %+v", r)
 	}
-	again := readResults(t, out)
-	wantAllSolved(t, again, a)
+	again := readAllSolved(t, out, a)
 	for id, res := range again {
 		if res.Token == gotA[id].Token {
 			t.Errorf("%s: the expired token was handed out again", id)

@@ -150,6 +150,25 @@ func wantAllSolved(t *testing.T, got map[string]captchaq.Result, tasks []captcha
 	}
 }
 
+// readResults reads and parses the result JSONL file at path.
+func readResults(t *testing.T, path string) map[string]captchaq.Result {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseResults(t, string(b))
+}
+
+// readAllSolved reads the result file at path, checks it holds each of
+// the tasks solved (wantAllSolved), and returns its results.
+func readAllSolved(t *testing.T, path string, tasks []captchaq.Task) map[string]captchaq.Result {
+	t.Helper()
+	got := readResults(t, path)
+	wantAllSolved(t, got, tasks)
+	return got
+}
+
 func tokens(rs map[string]captchaq.Result) map[string]string {
 	m := map[string]string{}
 	for id, r := range rs {
@@ -170,12 +189,7 @@ func TestBatchSolvesEveryTaskOnce(t *testing.T) {
 	if r.code != 0 || r.stdout != "" {
 		t.Fatalf("batch = %+v", r)
 	}
-	out, err := os.ReadFile(outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := parseResults(t, string(out))
-	wantAllSolved(t, got, tasks)
+	got := readAllSolved(t, outPath, tasks)
 	st := s.Stats()
 	if st.Accepted != int64(len(tasks)) || st.Duplicates != 0 {
 		t.Errorf("sim accepted %d duplicates %d; want %d 0", st.Accepted, st.Duplicates, len(tasks))
@@ -195,12 +209,7 @@ func TestBatchSolvesEveryTaskOnce(t *testing.T) {
 	if r2.code != 0 {
 		t.Fatalf("rerun = %+v", r2)
 	}
-	out2, err := os.ReadFile(outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got2 := parseResults(t, string(out2))
-	wantAllSolved(t, got2, tasks)
+	got2 := readAllSolved(t, outPath, tasks)
 	if diff := cmp.Diff(tokens(got), tokens(got2)); diff != "" {
 		t.Errorf("rerun tokens (-first +rerun):\n%s", diff)
 	}

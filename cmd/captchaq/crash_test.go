@@ -212,12 +212,7 @@ func (r *crashRig) finish() {
 	if e := stderr.String(); !strings.HasPrefix(e, fmt.Sprintf("captchaq batch: %d solved, 0 failed (0 invalid lines) of %d in ", crashTasks, crashTasks)) || strings.Count(e, "\n") != 1 {
 		r.t.Errorf("final stderr should be the summary line alone: %q", e)
 	}
-	out, err := os.ReadFile(r.out)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	got := parseResults(r.t, string(out))
-	wantAllSolved(r.t, got, r.tasks)
+	got := readAllSolved(r.t, r.out, r.tasks)
 
 	// What --out says is what the store keeps.
 	stored := runWith(r.t, "", nil, "results", "--store", r.db)
@@ -255,11 +250,7 @@ func (r *crashRig) finish() {
 	if err := <-exited; err != nil {
 		r.t.Fatalf("rerun: %v; stderr:\n%s", err, stderr)
 	}
-	again, err := os.ReadFile(r.out)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	if diff := mapDiff(tokens(got), tokens(parseResults(r.t, string(again)))); diff != "" {
+	if diff := mapDiff(tokens(got), tokens(readResults(r.t, r.out))); diff != "" {
 		r.t.Errorf("rerun results differ: %s", diff)
 	}
 	if after := r.sim.Stats(); after.Calls.Submit != before.Calls.Submit || after.Accepted != before.Accepted {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -22,17 +24,17 @@ import (
 // attempts are being retried, so a provider that does not answer is not
 // met with silence.
 type progress struct {
-	w       io.Writer
-	term    bool
-	total   int // -1: unknown (stdin)
-	q       *captchaq.Queue
-	start   time.Time
-	every   time.Duration
-	mu      sync.Mutex
-	done    int
-	stop    chan struct{}
-	stopped chan struct{}
-	once    sync.Once
+	w     io.Writer
+	term  bool
+	total int // -1: unknown (stdin)
+	q     *captchaq.Queue
+	start time.Time
+	every time.Duration
+	mu    sync.Mutex
+	done  int
+	loop  *startstop.Loop // report, every period, until finish
+	// lastBy is the retries by reason at the last notice (off a terminal).
+	lastBy map[string]int64
 }
 
 // Redraw and notice intervals.
@@ -42,9 +44,9 @@ const (
 )
 
 func newProgress(w io.Writer, total int, enabled bool, q *captchaq.Queue) *progress {
-	p := &progress{w: w, total: total, q: q, start: time.Now(), stop: make(chan struct{}), stopped: make(chan struct{})}
+	p := &progress{w: w, total: total, q: q, start: time.Now()}
+	p.loop = startstop.New(p.run)
 	if !enabled {
-		close(p.stopped)
 		return p
 	}
 	f, ok := w.(*os.File)
@@ -53,37 +55,31 @@ func newProgress(w io.Writer, total int, enabled bool, q *captchaq.Queue) *progr
 	if p.term {
 		p.every = progressRedraw
 	}
-	go p.run()
+	_ = p.loop.Start(context.Background())
 	return p
 }
 
-func (p *progress) run() {
-	defer close(p.stopped)
-	t := time.NewTicker(p.every)
-	defer t.Stop()
-	var lastBy map[string]int64
-	for {
-		select {
-		case <-t.C:
-		case <-p.stop:
-			if p.term {
-				fmt.Fprint(p.w, "\r\033[K")
-			}
-			return
-		}
-		m := p.q.Metrics()
-		p.mu.Lock()
-		done := p.done
-		p.mu.Unlock()
-		if p.term {
-			fmt.Fprint(p.w, "\r\033[K"+progressLine(done, p.total, m, time.Since(p.start)))
-			continue
-		}
-		if line, ok := retryLine(done, p.total, m, lastBy, p.every); ok {
-			fmt.Fprintln(p.w, line)
-		}
-		lastBy = maps.Clone(m.RetriesByReason)
+func (p *progress) run(ctx context.Context) {
+	startstop.Tick(ctx, p.every, p.report)
+	if p.term {
+		fmt.Fprint(p.w, "\r\033[K")
 	}
+}
+
+// report redraws the terminal's line, or prints a notice of retries.
+func (p *progress) report(context.Context) {
+	m := p.q.Metrics()
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if p.term {
+		fmt.Fprint(p.w, "\r\033[K"+progressLine(done, p.total, m, time.Since(p.start)))
+		return
+	}
+	if line, ok := retryLine(done, p.total, m, p.lastBy, p.every); ok {
+		fmt.Fprintln(p.w, line)
+	}
+	p.lastBy = maps.Clone(m.RetriesByReason)
 }
 
 // progressLine is the terminal's status line. The rate counts only tasks
@@ -145,9 +141,4 @@ func (p *progress) add(captchaq.Result) {
 }
 
 // finish stops the reports and clears the terminal's line.
-func (p *progress) finish() {
-	p.once.Do(func() {
-		close(p.stop)
-		<-p.stopped
-	})
-}
+func (p *progress) finish() { p.loop.Stop() }

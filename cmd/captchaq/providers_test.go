@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -47,11 +46,7 @@ func TestBatchProviders(t *testing.T) {
 	if strings.Contains(r.stderr, "backup-Secret-Key-123") {
 		t.Fatal("the backup key is in the output")
 	}
-	out, err := os.ReadFile(outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := parseResults(t, string(out))
+	got := readResults(t, outPath)
 	if len(got) != 10 {
 		t.Fatalf("%d results", len(got))
 	}
@@ -203,12 +198,7 @@ func TestBatchProvidersMainKilled(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("batch = %+v", r)
 	}
-	out, err := os.ReadFile(outPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := parseResults(t, string(out))
-	wantAllSolved(t, got, tasks)
+	got := readAllSolved(t, outPath, tasks)
 	moved := 0
 	for id, res := range got {
 		if res.Abandoned != nil {

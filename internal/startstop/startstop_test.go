@@ -106,21 +106,130 @@ func TestConcurrentStartStop(t *testing.T) {
 // TestEvery: f runs at once, then once a period, and Every returns when
 // its context ends.
 func TestEvery(t *testing.T) {
+	calls := callTimes(t, Every, 0, 3500*time.Millisecond)
+	want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("calls at %v, want %v", calls, want)
+	}
+}
+
+// TestTick: f runs once a period, the first time a period after the
+// start, and Tick returns when its context ends.
+func TestTick(t *testing.T) {
+	calls := callTimes(t, Tick, 0, 3500*time.Millisecond)
+	want := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("calls at %v, want %v", calls, want)
+	}
+}
+
+// TestSlowCall: a call that outlasts the period is followed by the next
+// at once, then the calls keep the period's beat, with no backlog.
+func TestSlowCall(t *testing.T) {
+	for name, c := range map[string]struct {
+		body periodicBody
+		want []time.Duration
+	}{
+		"Every": {Every, []time.Duration{0, 2500 * time.Millisecond, 3 * time.Second, 4 * time.Second, 5 * time.Second}},
+		"Tick":  {Tick, []time.Duration{time.Second, 3500 * time.Millisecond, 4 * time.Second, 5 * time.Second}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			calls := callTimes(t, c.body, 2500*time.Millisecond, 5500*time.Millisecond)
+			if !slices.Equal(calls, c.want) {
+				t.Fatalf("calls at %v, want %v", calls, c.want)
+			}
+		})
+	}
+}
+
+type periodicBody = func(context.Context, time.Duration, func(context.Context))
+
+// callTimes runs body with a period of 1s for runFor in a synctest bubble,
+// its first call of f lasting firstCall, and returns when f was called.
+func callTimes(t *testing.T, body periodicBody, firstCall, runFor time.Duration) []time.Duration {
+	t.Helper()
+	var calls []time.Duration
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
-		var calls []time.Duration
 		start := time.Now()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			Every(ctx, time.Second, func(context.Context) { calls = append(calls, time.Since(start)) })
+			body(ctx, time.Second, func(context.Context) {
+				calls = append(calls, time.Since(start))
+				if len(calls) == 1 {
+					time.Sleep(firstCall)
+				}
+			})
 		}()
-		time.Sleep(3500 * time.Millisecond)
+		time.Sleep(runFor)
 		cancel()
 		<-done
-		want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}
-		if !slices.Equal(calls, want) {
-			t.Fatalf("calls at %v, want %v", calls, want)
+	})
+	return calls
+}
+
+// TestPool: Go runs every function, never more than n at once, and the
+// n+1st waits for a slot; Wait returns once all have returned.
+func TestPool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 3
+		p := NewPool(n)
+		var running, ran atomic.Int32
+		release := make(chan struct{})
+		for range n {
+			p.Go(func() {
+				running.Add(1)
+				<-release
+				running.Add(-1)
+				ran.Add(1)
+			})
 		}
+		fourth := make(chan struct{})
+		go func() {
+			p.Go(func() { ran.Add(1) })
+			close(fourth)
+		}()
+		synctest.Wait()
+		select {
+		case <-fourth:
+			t.Fatal("a fourth function started while three ran on a Pool of 3")
+		default:
+		}
+		if r := running.Load(); r != n {
+			t.Fatalf("%d running, want %d", r, n)
+		}
+		close(release)
+		<-fourth
+		p.Wait()
+		if ran.Load() != n+1 || running.Load() != 0 {
+			t.Errorf("ran %d (%d still running), want %d, 0", ran.Load(), running.Load(), n+1)
+		}
+	})
+}
+
+// TestPoolGoCtx: GoCtx runs f while ctx lives, gives up waiting for a slot
+// when ctx ends, and starts nothing on an ended ctx even with a free slot.
+func TestPoolGoCtx(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewPool(1)
+		ctx, cancel := context.WithCancel(t.Context())
+		release := make(chan struct{})
+		if !p.GoCtx(ctx, func() { <-release }) {
+			t.Fatal("GoCtx on a live ctx with a free slot ran nothing")
+		}
+		gaveUp := make(chan bool)
+		go func() { gaveUp <- !p.GoCtx(ctx, func() { t.Error("ran after its ctx ended") }) }()
+		synctest.Wait()
+		cancel()
+		if !<-gaveUp {
+			t.Error("GoCtx waiting for a slot did not give up when ctx ended")
+		}
+		close(release)
+		p.Wait()
+		if p.GoCtx(ctx, func() { t.Error("ran on an ended ctx") }) {
+			t.Error("GoCtx on an ended ctx returned true")
+		}
+		p.Wait()
 	})
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 // a pause still let the WAL start over, so its file stays bounded.
 func TestCheckpointerCopiesTheWAL(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "captchaq.db")
 	type run struct {
 		walPages, copied int
 		err              error
@@ -25,15 +23,13 @@ func TestCheckpointerCopiesTheWAL(t *testing.T) {
 		mu   sync.Mutex
 		runs []run
 	)
-	s, err := Open(t.Context(), path, Config{Retention: RetentionOff, checkpointed: func(walPages, copied int, err error) {
+	s := OpenTemp(t, Config{Retention: RetentionOff, checkpointed: func(walPages, copied int, err error) {
 		mu.Lock()
 		runs = append(runs, run{walPages, copied, err})
 		mu.Unlock()
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer s.Close()
+	path := s.Path()
 	// One commit per task, each writing at least three pages (the table
 	// and two indexes): three times walRestartPages.
 	const tasks = walRestartPages

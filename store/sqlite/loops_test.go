@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,10 +15,7 @@ import (
 // committed, and Close leaves no goroutine behind (TestMain's goleak).
 func TestLoopsStartStop(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Config{Retention: RetentionOff})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := OpenTemp(t, Config{Retention: RetentionOff})
 	defer s.Close()
 	pruner := newPruner(s, time.Hour, time.Millisecond, discardLogger, nil)
 	loops := map[string]interface {

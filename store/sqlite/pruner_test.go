@@ -3,7 +3,6 @@ package sqlite
 import (
 	"errors"
 	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,12 +11,9 @@ import (
 
 func TestPrunerDeletesOnlyPastRetention(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "captchaq.db")
 	now := time.Now()
-	s, err := Open(t.Context(), path, Config{Retention: RetentionOff})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := OpenTemp(t, Config{Retention: RetentionOff})
+	path := s.Path()
 	tasks := []captchaq.Task{{ID: "old", Method: "turnstile"}, {ID: "recent", Method: "turnstile"}, {ID: "queued", Method: "turnstile"}}
 	if _, _, err := s.Enqueue(t.Context(), tasks, now.Add(-3*time.Hour)); err != nil {
 		t.Fatal(err)
@@ -36,7 +32,7 @@ func TestPrunerDeletesOnlyPastRetention(t *testing.T) {
 		err error
 	}
 	reports := make(chan report, 10)
-	s, err = Open(t.Context(), path, Config{Retention: time.Hour, PruneInterval: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	s, err := Open(t.Context(), path, Config{Retention: time.Hour, PruneInterval: time.Hour, Logger: slog.New(slog.DiscardHandler),
 		pruned: func(n int, err error) { reports <- report{n, err} }})
 	if err != nil {
 		t.Fatal(err)
@@ -57,10 +53,7 @@ func TestPrunerDeletesOnlyPastRetention(t *testing.T) {
 
 func TestRetentionOffStartsNoPruner(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Config{Retention: RetentionOff})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := OpenTemp(t, Config{Retention: RetentionOff})
 	defer s.Close()
 	if s.pruner != nil {
 		t.Error("RetentionOff started a prune loop")

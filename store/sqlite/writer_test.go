@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -17,10 +16,7 @@ import (
 // one leaves nothing behind.
 func TestBatchWithFailingWrite(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Config{Retention: RetentionOff})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := OpenTemp(t, Config{Retention: RetentionOff})
 	defer s.Close()
 	// Run one batch by hand: stop the loop, and start a fresh one after.
 	s.w.stop()
@@ -85,10 +81,7 @@ func TestBatchWithFailingWrite(t *testing.T) {
 // callers gets its own answer when their writes share transactions.
 func TestGroupCommitAnswersEveryCaller(t *testing.T) {
 	t.Parallel()
-	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "captchaq.db"), Config{Retention: RetentionOff, MaxBatch: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := OpenTemp(t, Config{Retention: RetentionOff, MaxBatch: 4})
 	defer s.Close()
 	const n = 64
 	var wg sync.WaitGroup
@@ -136,11 +129,8 @@ func TestGroupCommitAnswersEveryCaller(t *testing.T) {
 // ErrClosed or are committed: nothing acknowledged is lost.
 func TestCloseDuringWrites(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "captchaq.db")
-	s, err := Open(t.Context(), path, Config{Retention: RetentionOff})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := OpenTemp(t, Config{Retention: RetentionOff})
+	path := s.Path()
 	const goroutines = 16
 	var (
 		wg      sync.WaitGroup
@@ -179,7 +169,7 @@ func TestCloseDuringWrites(t *testing.T) {
 	}
 	wg.Wait()
 
-	s, err = Open(t.Context(), path, Config{Retention: RetentionOff})
+	s, err := Open(t.Context(), path, Config{Retention: RetentionOff})
 	if err != nil {
 		t.Fatal(err)
 	}
