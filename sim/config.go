@@ -185,8 +185,8 @@ var DefaultLatency = map[provider.Kind]Latency{
 	provider.KindGeeTestV4:           {Median: provider.MedianSolveTime(provider.KindGeeTestV4), Spread: 0.3, Min: 5 * time.Second, Max: 25 * time.Second},
 }
 
-// WithDefaults returns a copy of c with every zero field set to its default.
-func (c Config) WithDefaults() Config {
+// withDefaults returns a copy of c with every zero field set to its default.
+func (c Config) withDefaults() Config {
 	c.Threads = cmp.Or(c.Threads, ThreadsDefault)
 	c.NoSlotAnswer = cmp.Or(c.NoSlotAnswer, NoSlotAnswerDefault)
 	c.Balance = cmp.Or(c.Balance, BalanceDefault)

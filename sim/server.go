@@ -82,7 +82,7 @@ type Server struct {
 // New returns a running simulator (its timer loop and pingback sender are
 // started) that serves requests through ServeHTTP. Close it when done.
 func New(cfg Config) (*Server, error) {
-	cfg = cfg.WithDefaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
