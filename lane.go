@@ -29,6 +29,9 @@ type lane struct {
 
 	limiter *limiter.Limiter
 	poller  *poller
+	// pool shares the lane's threads with other processes (nil: none);
+	// the lane submits only on threads it holds.
+	pool ThreadPool
 
 	// Guarded by q.mu.
 	pause             *AccountError

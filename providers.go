@@ -46,6 +46,11 @@ type ProviderConfig struct {
 	// out of routing until a probe (getbalance every DownAfter) answers.
 	// Default DownAfterDefault.
 	DownAfter time.Duration
+	// ThreadPool, when set, shares this provider's Threads with other
+	// processes on the same key, as Config.ThreadPool does for a queue
+	// of one provider (amqp.Worker gives each provider a pool of its
+	// own). Default nil: this process has all Threads to itself.
+	ThreadPool ThreadPool
 }
 
 var laneNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -81,7 +86,7 @@ func (c Config) checkProviders(fieldName func(i int, field string) string) []err
 		errs = append(errs, errors.New("Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"))
 	}
 	if c.ThreadPool != nil {
-		errs = append(errs, errors.New("ThreadPool: not supported with Providers (a fleet shares one provider's threads); use Provider"))
+		errs = append(errs, errors.New("ThreadPool: leave it unset with Providers; give each provider its own (Providers[i].ThreadPool)"))
 	}
 	if len(c.Providers) > 63 {
 		errs = append(errs, fmt.Errorf("Providers: at most 63, got %d", len(c.Providers)))
@@ -139,14 +144,14 @@ func (c Config) checkProviders(fieldName func(i int, field string) string) []err
 func newLanes(q *Queue, cfg Config) []*lane {
 	ps := cfg.Providers
 	if len(ps) == 0 {
-		ps = []ProviderConfig{{Provider: cfg.Provider, Threads: cfg.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault}}
+		ps = []ProviderConfig{{Provider: cfg.Provider, Threads: cfg.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault, ThreadPool: cfg.ThreadPool}}
 	}
 	lanes := make([]*lane, len(ps))
 	for i, p := range ps {
 		l := &lane{
 			idx: i, name: p.Name, prov: p.Provider, threads: p.Threads, methods: p.Methods,
 			price: p.PricePer1000, spillAfter: p.SpillAfter, maxSpendPerHour: p.MaxSpendPerHour, downAfter: p.DownAfter,
-			limiter: limiter.New(p.Threads),
+			limiter: limiter.New(p.Threads), pool: p.ThreadPool,
 		}
 		l.poller = newPoller(q, l)
 		lanes[i] = l
