@@ -47,7 +47,7 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 		"report forwarder": startstop.New((&reportForwarder{k: reports, forward: forward, log: discardLogger}).run),
 		"balance listener": newBalanceListener(c).Loop,
 		"result receiver":  startstop.New(func(ctx context.Context) { g.receive(ctx, replies) }),
-		"thread pool":      startstop.New(newThreadPool(c, 2, discardLogger).run),
+		"thread pool":      startstop.New(newThreadPool(c, c.Names().PlanThreads(), 2, discardLogger).run),
 	}
 	for range 100 {
 		for name, l := range loops {
