@@ -79,8 +79,9 @@ func (c Config) providersWithDefaults() Config {
 
 // checkProviders reports every problem of Providers after
 // providersWithDefaults. Errors name fields as fieldName says: Config's
-// names for New, the file's for ParseProviders.
-func (c Config) checkProviders(fieldName func(i int, field string) string) []error {
+// names for New, the file's for ParseProviders. needClients: each
+// Provider is required (not for a file read WithoutKeys).
+func (c Config) checkProviders(fieldName func(i int, field string) string, needClients bool) []error {
 	var errs []error
 	if c.laneFieldsSet {
 		errs = append(errs, errors.New("Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"))
@@ -104,7 +105,7 @@ func (c Config) checkProviders(fieldName func(i int, field string) string) []err
 			at("Name", "%q is used twice; give each provider its own name", p.Name)
 		}
 		seen[p.Name] = true
-		if p.Provider == nil {
+		if needClients && p.Provider == nil {
 			at("Provider", "required (e.g. a *provider.Client)")
 		}
 		if p.Threads < 0 {
@@ -159,50 +160,13 @@ func newLanes(q *Queue, cfg Config) []*lane {
 	return lanes
 }
 
-// Validate checks t as Submit does: Task.Validate's rules, with the
-// types of every configured provider supported. A type no provider
-// solves is refused with CodeUnsupportedType, and the error says which
-// provider would solve it.
+// Validate checks t as Submit does: Task.ValidateFor the queue's
+// providers (Task.Validate for a queue of one Provider). A type no
+// provider solves is refused with CodeUnsupportedType, and the error says
+// which provider would solve it.
 func (q *Queue) Validate(t Task) error {
-	if err := t.check(); err != nil {
-		return err
-	}
-	var methods []string
-	for _, m := range provider.KnownMethods {
-		for _, l := range q.lanes {
-			if l.solves(m) {
-				methods = append(methods, m)
-				break
-			}
-		}
-	}
 	if q.lanes[0].name == "" {
-		methods = q.lanes[0].methods // one provider: today's messages, word for word
+		return t.Validate()
 	}
-	pt := t.ProviderTask()
-	err := pt.ValidateFor(methods)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, provider.ErrUnsupportedType) {
-		return &TaskError{ID: t.ID, Code: CodeInvalidTask, Msg: err.Error(), Err: err}
-	}
-	msg := err.Error()
-	if q.lanes[0].name != "" {
-		m := pt.RouteMethod()
-		var each []string
-		for _, l := range q.lanes {
-			each = append(each, l.name+": "+strings.Join(l.methods, ", "))
-		}
-		would := fmt.Sprintf("a provider with %q in its methods would", m)
-		if slices.Contains(provider.CommonMethods, m) {
-			would += " (per-solve services of the protocol such as 2captcha and RuCaptcha solve it)"
-		}
-		if !slices.Contains(provider.KnownMethods, m) {
-			would = "captchaq cannot route this type to any provider"
-		}
-		msg = fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
-			cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
-	}
-	return &TaskError{ID: t.ID, Code: CodeUnsupportedType, Msg: msg, Err: err}
+	return t.ValidateFor(q.cfg.Providers)
 }

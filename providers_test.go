@@ -16,13 +16,10 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/tasktest"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
-
-// backupMethods are those of the per-solve service in the tests: it
-// solves hCaptcha, which the main plan (CaptchaAI's methods) does not.
-var backupMethods = []string{"base64", "hcaptcha", "turnstile", "userrecaptcha"}
 
 // lanePair is a queue on two simulators: "main", a thread plan serving
 // CaptchaAI's methods, and "backup", a per-solve service.
@@ -57,14 +54,14 @@ func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLan
 		})
 		return srv, client
 	}
-	backupSim.Methods = backupMethods
+	backupSim.Methods = tasktest.BackupMethods
 	p.main, mainLane.Provider = start(mainSim, nil)
-	p.backup, backupLane.Provider = start(backupSim, backupMethods)
+	p.backup, backupLane.Provider = start(backupSim, tasktest.BackupMethods)
 	mainLane.Name, backupLane.Name = "main", "backup"
 	if mainLane.Methods == nil {
 		mainLane.Methods = provider.CaptchaAIMethods
 	}
-	backupLane.Methods = backupMethods
+	backupLane.Methods = tasktest.BackupMethods
 	cfg := captchaq.Config{
 		Store:        captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}),
 		Providers:    []captchaq.ProviderConfig{mainLane, backupLane},
@@ -359,16 +356,16 @@ func BenchmarkSpillOverMainUtilization(b *testing.B) {
 		cfg := captchaq.Config{}
 		if spill {
 			bl := lat
-			bl.Threads, bl.Methods, bl.PricePer1000, bl.Balance = 30, backupMethods, 1, 1000
+			bl.Threads, bl.Methods, bl.PricePer1000, bl.Balance = 30, tasktest.BackupMethods, 1, 1000
 			backupSrv, backupURL, err := sim.Start(bl, "127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer backupSrv.Close()
-			backupClient, _ := provider.NewClient(provider.ClientConfig{BaseURL: backupURL, Key: "k", Methods: backupMethods})
+			backupClient, _ := provider.NewClient(provider.ClientConfig{BaseURL: backupURL, Key: "k", Methods: tasktest.BackupMethods})
 			cfg.Providers = []captchaq.ProviderConfig{
 				{Name: "main", Provider: mainClient, Threads: threads, Methods: provider.CaptchaAIMethods},
-				{Name: "backup", Provider: backupClient, Threads: 30, Methods: backupMethods, PricePer1000: map[string]float64{"default": 1}, SpillAfter: spillAfter},
+				{Name: "backup", Provider: backupClient, Threads: 30, Methods: tasktest.BackupMethods, PricePer1000: map[string]float64{"default": 1}, SpillAfter: spillAfter},
 			}
 		} else {
 			cfg.Provider, cfg.Threads = mainClient, threads
@@ -460,19 +457,19 @@ func TestProvidersDownThenBackAfterProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backupSrv, backupBase, err := sim.Start(sim.Config{Threads: 2, Methods: backupMethods, Latency: fastLatency(20 * time.Millisecond)}, "127.0.0.1:0")
+	backupSrv, backupBase, err := sim.Start(sim.Config{Threads: 2, Methods: tasktest.BackupMethods, Latency: fastLatency(20 * time.Millisecond)}, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer backupSrv.Close()
-	backup, err := provider.NewClient(provider.ClientConfig{BaseURL: backupBase, Key: "k", Methods: backupMethods})
+	backup, err := provider.NewClient(provider.ClientConfig{BaseURL: backupBase, Key: "k", Methods: tasktest.BackupMethods})
 	if err != nil {
 		t.Fatal(err)
 	}
 	q, err := captchaq.New(captchaq.Config{
 		Providers: []captchaq.ProviderConfig{
 			{Name: "main", Provider: noBalance{client}, Threads: 2, Methods: provider.CaptchaAIMethods, DownAfter: 50 * time.Millisecond},
-			{Name: "backup", Provider: backup, Threads: 2, Methods: backupMethods, SpillAfter: time.Hour},
+			{Name: "backup", Provider: backup, Threads: 2, Methods: tasktest.BackupMethods, SpillAfter: time.Hour},
 		},
 		PollInterval: 10 * time.Millisecond, RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
 	})

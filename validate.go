@@ -1,7 +1,10 @@
 package captchaq
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,7 +15,9 @@ import (
 // What makes a task valid, in one place. Every door calls Task.Validate
 // before it accepts a task: Queue.Submit, the CLI's batch, solve and
 // enqueue, the service's in.php and JSON API, the fleet's gateway and
-// worker. A refusal is a *TaskError whose Code is one of two:
+// worker. With several providers (Config.Providers, --providers) a door
+// calls Task.ValidateFor those providers instead: a type is supported
+// when any of them solves it. A refusal is a *TaskError whose Code is one of two:
 //
 //   - CodeUnsupportedType: the provider does not solve this captcha type
 //     (hCaptcha, FunCaptcha, GeeTest v4, ...);
@@ -45,6 +50,60 @@ func (t Task) Validate() error {
 		return &TaskError{ID: t.ID, Code: code, Msg: err.Error(), Err: err}
 	}
 	return nil
+}
+
+// ValidateFor checks t as Validate does, for a queue of these providers
+// (only their Name and Methods are read; nil Methods is
+// provider.CommonMethods): its type is supported when any of them solves
+// it, and a refusal names each provider's methods and which provider
+// would solve it. No providers: Validate. The fleet's gateway and the
+// CLI's enqueue check with it what a worker on the same providers will
+// take.
+func (t Task) ValidateFor(providers []ProviderConfig) error {
+	if len(providers) == 0 {
+		return t.Validate()
+	}
+	if err := t.check(); err != nil {
+		return err
+	}
+	methodsOf := func(p ProviderConfig) []string {
+		if p.Methods == nil {
+			return provider.CommonMethods
+		}
+		return p.Methods
+	}
+	var methods []string
+	for _, m := range provider.KnownMethods {
+		for _, p := range providers {
+			if slices.Contains(methodsOf(p), m) {
+				methods = append(methods, m)
+				break
+			}
+		}
+	}
+	pt := t.ProviderTask()
+	err := pt.ValidateFor(methods)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, provider.ErrUnsupportedType) {
+		return &TaskError{ID: t.ID, Code: CodeInvalidTask, Msg: err.Error(), Err: err}
+	}
+	m := pt.RouteMethod()
+	var each []string
+	for _, p := range providers {
+		each = append(each, p.Name+": "+strings.Join(methodsOf(p), ", "))
+	}
+	would := fmt.Sprintf("a provider with %q in its methods would", m)
+	if slices.Contains(provider.CommonMethods, m) {
+		would += " (per-solve services of the protocol such as 2captcha and RuCaptcha solve it)"
+	}
+	if !slices.Contains(provider.KnownMethods, m) {
+		would = "captchaq cannot route this type to any provider"
+	}
+	msg := fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
+		cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
+	return &TaskError{ID: t.ID, Code: CodeUnsupportedType, Msg: msg, Err: err}
 }
 
 // RefusalCode is the Result.ErrorCode for a task a door refused with err:

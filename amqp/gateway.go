@@ -66,6 +66,12 @@ type GatewayConfig struct {
 	// Prefetch bounds the results being stored at once. Default
 	// GatewayPrefetchDefault.
 	Prefetch int
+	// Providers, for a fleet whose workers route among several providers
+	// (captchaq worker --providers): Submit accepts a type when any of
+	// them solves it (captchaq.Task.ValidateFor; only Name and Methods
+	// are read, no key is needed). Default none: the fleet's one provider
+	// is CaptchaAI (captchaq.Task.Validate).
+	Providers []captchaq.ProviderConfig
 	// Logger. Default the Conn's.
 	Logger *slog.Logger
 }
@@ -422,7 +428,7 @@ func (g *Gateway) markPublished(ctx context.Context, id, gen string, attempts in
 // then the task is solved again (renew). The record is written even when ctx ends after the
 // publish was confirmed.
 func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
-	if err := t.Validate(); err != nil {
+	if err := t.ValidateFor(g.cfg.Providers); err != nil {
 		return err
 	}
 	if n := len(g.wireID(t.ID, renewGen(time.Now()))); n > maxWireID {

@@ -54,8 +54,10 @@ type WorkerConfig struct {
 	BalanceEvery time.Duration
 	// Report, when set, forwards clients' reportbad (good false) and
 	// reportgood that gateways publish on Names.Reports to the provider
-	// (provider.Client's ReportBad and ReportGood).
-	Report func(ctx context.Context, captchaID string, good bool) error
+	// (provider.Client's ReportBad and ReportGood): the one of Queue's
+	// Providers named providerName, or Queue's Provider when it is empty.
+	// Reports for a provider the worker does not have are dropped.
+	Report func(ctx context.Context, providerName, captchaID string, good bool) error
 	// SharedThreads makes Queue's Threads (or Plan) one pool for every
 	// worker on the prefix, held as tokens on the broker (Names.Threads):
 	// together they never have more than Threads tasks at the provider,
@@ -223,6 +225,15 @@ func (w *Worker) ProviderThreads() []ProviderThreads {
 	return out
 }
 
+// providerNames are the names of Queue's Providers (nil without).
+func (w *Worker) providerNames() []string {
+	var names []string
+	for _, p := range w.cfg.Queue.Providers {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
 // Run consumes tasks until ctx ends, then stops taking tasks, hands back
 // the ones not yet at the provider, lets those at the provider finish for
 // up to Grace, and leaves any still unfinished to their checkpoints (the
@@ -310,7 +321,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if reports, err = w.c.Consume(bg, []string{w.c.Names().Reports}, 4); err != nil {
 			w.log.Warn("not forwarding clients' reports: the reports queue cannot be consumed", "err", err)
 		} else {
-			forwarder := startstop.New((&reportForwarder{k: reports, forward: w.cfg.Report, log: w.log}).run)
+			forwarder := startstop.New((&reportForwarder{k: reports, forward: w.cfg.Report, providers: w.providerNames(), log: w.log}).run)
 			_ = forwarder.Start(bg)
 			loops = append(loops, forwarder)
 		}

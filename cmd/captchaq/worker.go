@@ -84,7 +84,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 			Provider: client, Threads: *threads, Plan: *plan, PollInterval: *poll, Logger: log,
 		},
 		Owner: *owner, Prefetch: *prefetch, Grace: *grace, Logger: log,
-		Balance: client.Balance, Report: providerReport(client), SharedThreads: *shared,
+		Balance: client.Balance, Report: providersReport(captchaq.Config{Provider: client}), SharedThreads: *shared,
 	})
 	if err != nil {
 		return &exitError{code: 2, err: err}
