@@ -423,12 +423,17 @@ func (g *Gateway) markPublished(ctx context.Context, id, gen string, attempts in
 	return g.store.Checkpoint(ctx, id, g.markFor(gen), attempts, now)
 }
 
+// Validate checks t as Submit does (server.Validator):
+// captchaq.Task.ValidateFor the gateway's Providers, Task.Validate
+// without.
+func (g *Gateway) Validate(t captchaq.Task) error { return t.ValidateFor(g.cfg.Providers) }
+
 // Submit publishes t to the fleet and records it; see Gateway. A known id
 // is left as it is, unless it names a solved task whose token expired:
 // then the task is solved again (renew). The record is written even when ctx ends after the
 // publish was confirmed.
 func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
-	if err := t.ValidateFor(g.cfg.Providers); err != nil {
+	if err := g.Validate(t); err != nil {
 		return err
 	}
 	if n := len(g.wireID(t.ID, renewGen(time.Now()))); n > maxWireID {

@@ -54,7 +54,7 @@ type serveFlags struct {
 
 // localOnly and gatewayOnly are the flags of one mode.
 var (
-	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url", "providers"}
+	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url"}
 	gatewayOnly = []string{"prefix", "gateway", "lanes", "task-ttl", "fair-burst"}
 )
 
@@ -340,7 +340,16 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 		c.Close()
 		store.Close()
 	}
-	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: store, Name: name, FairBurst: *f.fairBurst, Logger: log})
+	var providers []captchaq.ProviderConfig
+	if *f.providers != "" {
+		// The workers' file: the gateway takes the types any of its
+		// providers solves, and reads no key.
+		if providers, err = loadProvidersWithoutKeys(*f.providers); err != nil {
+			stop()
+			return server.Config{}, nil, nil, err
+		}
+	}
+	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: store, Name: name, FairBurst: *f.fairBurst, Providers: providers, Logger: log})
 	if err != nil {
 		stop()
 		return server.Config{}, nil, nil, &exitError{code: 2, err: fmt.Errorf("--gateway: %w", err)}
