@@ -65,7 +65,7 @@ func newProviderPair(t *testing.T, cfg Config) *providerPair {
 // worker runs a worker on both providers, sharing their threads with the
 // fleet, until the test ends. It has a connection of its own, as a
 // worker process does (a pool's fill lock is per connection).
-func (p *providerPair) worker(r *gatewayRig, owner string) {
+func (p *providerPair) worker(r *gatewayRig, owner string, change ...func(*WorkerConfig)) *Worker {
 	r.t.Helper()
 	c := setup(r.t, r.cfg)
 	byName := map[string]*provider.Client{}
@@ -73,7 +73,7 @@ func (p *providerPair) worker(r *gatewayRig, owner string) {
 		byName[pc.Name] = pc.Provider.(*provider.Client)
 	}
 	quiet := testLogger(r.t)
-	w, err := NewWorker(c, WorkerConfig{
+	wc := WorkerConfig{
 		Queue: captchaq.Config{Providers: p.providers, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: quiet},
 		Owner: owner, Grace: time.Second, BeatInterval: 100 * time.Millisecond, Logger: quiet, SharedThreads: true,
@@ -83,11 +83,16 @@ func (p *providerPair) worker(r *gatewayRig, owner string) {
 			}
 			return byName[name].ReportBad(ctx, captchaID)
 		},
-	})
+	}
+	for _, ch := range change {
+		ch(&wc)
+	}
+	w, err := NewWorker(c, wc)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.run(owner, w)
+	return w
 }
 
 // TestFleetOnTwoProviders: two workers on a main plan and a per-solve
@@ -187,6 +192,48 @@ func TestFleetOnTwoProviders(t *testing.T) {
 	if ms.ReportsBad != 0 || bs.ReportsGood != 0 || ms.Calls.Report != 1 || bs.Calls.Report != 1 {
 		t.Errorf("reports: main %d good %d bad in %d calls, backup %d good %d bad in %d calls; want 1 good at main, 1 bad at the backup, nothing else",
 			ms.ReportsGood, ms.ReportsBad, ms.Calls.Report, bs.ReportsGood, bs.ReportsBad, bs.Calls.Report)
+	}
+}
+
+// TestFleetSpendCapIsPerWorker: a provider's MaxSpendPerHour bounds what
+// each worker sends it in an hour, not the fleet: two workers with a cap
+// of two solves' price send the backup exactly four tasks, and hold the
+// others (see "Several providers" in the package doc: give each worker
+// the fleet's cap divided by the number of workers).
+func TestFleetSpendCapIsPerWorker(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	r := newGatewayRig(t, cfg)
+	ctx := testCtx(t)
+	p := newProviderPair(t, cfg)
+	p.providers[1].MaxSpendPerHour = 2 * 2.99 / 1000
+	g, results := r.gateway("cap", nil, func(gc *GatewayConfig) { gc.Providers = p.providers })
+	const n = 10
+	for i := range n {
+		if err := g.Submit(ctx, hcaptchaTask(fmt.Sprintf("h%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Three tasks each at most, so both get some whoever starts first.
+	prefetch := func(wc *WorkerConfig) { wc.Prefetch = 3 }
+	workers := []*Worker{p.worker(r, "cap-w1", prefetch), p.worker(r, "cap-w2", prefetch)}
+	for _, res := range await(t, ctx, results, 4) {
+		if res.Status != captchaq.StatusSolved || res.Provider != "backup" {
+			t.Errorf("%s: %s at %q, want solved at the backup", res.ID, res.Status, res.Provider)
+		}
+	}
+	// Settled: each worker holds three tasks it may not send this hour,
+	// and none at the provider.
+	until(t, ctx, "each worker holding three tasks, none at the provider", func() bool {
+		for _, w := range workers {
+			if w.Held() != 3 || w.Queue().Metrics().ThreadsInUse != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if st := p.backup.Stats(); st.Calls.Submit != 4 {
+		t.Errorf("the backup got %d submits, want 4: two per worker", st.Calls.Submit)
 	}
 }
 

@@ -31,7 +31,10 @@ type WorkerConfig struct {
 	// Queue configures the local queue that solves the tasks (Provider is
 	// required; Threads is the plan's, shared by every worker on the key:
 	// through the broker with SharedThreads, else by the queue's window
-	// shrinking when the provider says no free thread).
+	// shrinking when the provider says no free thread). With Providers
+	// instead, each provider's Threads is shared the same way (see
+	// "Several providers" in the package doc; SharedThreads sets each
+	// provider's ThreadPool).
 	// Its Store is the worker's own and must be nil.
 	Queue captchaq.Config
 	// Owner names this worker's checkpoint queue; unique per process.
