@@ -418,3 +418,38 @@ func startCommand(t *testing.T, ctx context.Context, vars map[string]string, rea
 	}
 	return ""
 }
+
+// solve --providers: hCaptcha, which only the backup solves, is solved
+// there; Turnstile on main; a type no provider solves is refused with
+// exit code 2, naming the providers.
+func TestSolveProviders(t *testing.T) {
+	t.Parallel()
+	mainSim, mainURL := startFastSim(t, sim.Config{Threads: 5})
+	backupSim, backupURL := startFastSim(t, sim.Config{Threads: 5, PricePer1000: 2.5, Methods: []string{"hcaptcha", "turnstile"}})
+	file := writeFile(t, "providers.json", fmt.Sprintf(`[
+ {"name": "main", "url": %q, "key_env": "CAPTCHAAI_KEY", "methods": ["turnstile", "userrecaptcha"]},
+ {"name": "backup", "url": %q, "key_env": "BACKUP_KEY", "methods": ["hcaptcha", "turnstile"], "price_per_1000": {"default": 2.5}, "spill_after": "1h"}]`,
+		mainURL, backupURL))
+	vars := map[string]string{"CAPTCHAAI_KEY": batchKey, "BACKUP_KEY": "backup-Secret-Key-123"}
+	r := runWith(t, "", vars, "solve", "--providers", file, "--poll-interval", "10ms", "--method", "hcaptcha",
+		"--param", "sitekey=10000000-ffff-ffff-ffff-000000000001", "--param", "pageurl=https://shop.example/signup")
+	if r.code != 0 || strings.TrimSpace(r.stdout) == "" || strings.Contains(r.stdout, "\n\n") || !strings.Contains(r.stderr, "solved by backup for 0.0025") {
+		t.Fatalf("solve hcaptcha = %+v", r)
+	}
+	r = runWith(t, "", vars, "solve", "--providers", file, "--poll-interval", "10ms", "--method", "turnstile",
+		"--param", "sitekey=0x4AAAAAAAB3x", "--param", "pageurl=https://shop.example/login")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "0.") || !strings.Contains(r.stderr, "solved by main for 0") {
+		t.Fatalf("solve turnstile = %+v", r)
+	}
+	if a, b := mainSim.Stats().Accepted, backupSim.Stats().Accepted; a != 1 || b != 1 {
+		t.Errorf("main accepted %d, backup %d; want 1 each", a, b)
+	}
+	r = runWith(t, "", vars, "solve", "--providers", file, "--method", "funcaptcha",
+		"--param", "publickey=69A21A01-CC7B-B9C6-0F9A-E7FA06677FFC", "--param", "pageurl=https://shop.example/fun")
+	if r.code != 2 || !strings.Contains(r.stderr, "(main: turnstile, userrecaptcha; backup: hcaptcha, turnstile)") {
+		t.Fatalf("solve funcaptcha = %+v", r)
+	}
+	if r := runWith(t, "", vars, "solve", "--providers", file, "--api-url", mainURL, "--method", "turnstile"); r.code != 2 || !strings.Contains(r.stderr, "--providers: replaces --api-url") {
+		t.Fatalf("solve --providers --api-url = %+v", r)
+	}
+}
