@@ -277,3 +277,46 @@ func hcaptchaTask(id string) captchaq.Task {
 		"sitekey": "10000000-ffff-ffff-ffff-000000000001", "pageurl": "https://example.com/" + id,
 	}}
 }
+
+// TestFleetAdoptsACheckpointAtItsProvider: a dead worker's checkpoint
+// carries its captcha id with its provider's name; the worker that adopts
+// it polls that provider, not the other one that gave out the same id to
+// another task, and submits nothing.
+func TestFleetAdoptsACheckpointAtItsProvider(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	r := newGatewayRig(t, cfg)
+	ctx := testCtx(t)
+	p := newProviderPair(t, cfg)
+	backupID, err := p.providers[1].Provider.Submit(ctx, hcaptchaTask("h").ProviderTask(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mainID, err := p.providers[0].Provider.Submit(ctx, turnstileTask("other").ProviderTask(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mainID != backupID {
+		t.Fatalf("main gave out %s, the backup %s; the test needs the same id", mainID, backupID)
+	}
+	pub := r.c.NewPublisher()
+	defer pub.Close()
+	confirm, err := pub.SendTask(ctx, TaskMessage{Task: hcaptchaTask("h"), CaptchaID: "backup:" + backupID, Attempts: 1, Submitted: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := confirm(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.worker(r, "adopt-w1")
+	var got captchaq.Result
+	if _, err := r.c.Collect(ctx, 1, func(res captchaq.Result) error { got = res; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != "h" || got.Status != captchaq.StatusSolved || got.Provider != "backup" || got.CaptchaID != backupID || strings.HasPrefix(got.Token, "0.") || got.Attempts != 1 {
+		t.Errorf("result %+v; want h solved at the backup under %s with an hCaptcha answer, in 1 attempt", got, backupID)
+	}
+	if ms, bs := p.main.Stats(), p.backup.Stats(); ms.Calls.Submit != 1 || bs.Calls.Submit != 1 {
+		t.Errorf("submits: main %d, backup %d; want only the test's own, 1 each", ms.Calls.Submit, bs.Calls.Submit)
+	}
+}
