@@ -143,7 +143,7 @@ func (d *dispatcher) pass() time.Time {
 		}
 	}
 	soonest(q.queue.NextWake(now))
-	demands := q.poolDemandsLocked(now)
+	demands := q.poolDemandsLocked(now, soonest)
 	q.mu.Unlock()
 	for _, dm := range demands {
 		dm.pool.Want(dm.busy, dm.waiting)
@@ -169,9 +169,10 @@ type poolDemand struct {
 // threads in use, and the queued tasks that could use one of its threads
 // now. With one provider, every queued task; with several, the tasks
 // routing would give it now (see routeDecision), so a later provider's
-// pool is asked for threads only for tasks that spill over to it.
-// Callers hold q.mu.
-func (q *Queue) poolDemandsLocked(now time.Time) []poolDemand {
+// pool is asked for threads only for tasks that spill over to it; soonest
+// hears when more would (a lane that holds no thread pops nothing, so
+// the pass does not learn it otherwise). Callers hold q.mu.
+func (q *Queue) poolDemandsLocked(now time.Time, soonest func(time.Time)) []poolDemand {
 	var out []poolDemand
 	for _, l := range q.lanes {
 		if l.pool == nil {
@@ -184,9 +185,11 @@ func (q *Queue) poolDemandsLocked(now time.Time) []poolDemand {
 			dm.waiting = q.queue.Len()
 		default:
 			q.queue.Each(func(it sched.Item[*taskState]) {
-				if ok, _ := q.routeDecision(l, it.Value, now); ok {
+				ok, retry := q.routeDecision(l, it.Value, now)
+				if ok {
 					dm.waiting++
 				}
+				soonest(retry)
 			})
 		}
 		out = append(out, dm)
