@@ -159,7 +159,7 @@ func (c Config) validate() error {
 	switch {
 	case len(c.Providers) > 0:
 		// Each provider's Threads is checked; Threads must be left 0.
-		errs = append(errs, c.checkProviders(func(i int, field string) string { return fmt.Sprintf("Providers[%d].%s", i, field) })...)
+		errs = append(errs, c.checkProviders(func(i int, field string) string { return fmt.Sprintf("Providers[%d].%s", i, field) }, true)...)
 	case c.Provider == nil:
 		errs = append(errs, errors.New("Provider: required (e.g. a *provider.Client), or Providers"))
 	}

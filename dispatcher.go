@@ -3,6 +3,7 @@ package captchaq
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/sched"
@@ -47,9 +48,28 @@ func (d *dispatcher) wake() {
 func (d *dispatcher) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	// The first lane's pool wakes the loop itself; other lanes' pools
+	// (several providers, each with its own) wake it through wake.
 	var poolReady <-chan struct{}
-	if p := d.q.cfg.ThreadPool; p != nil {
+	if p := d.q.lanes[0].pool; p != nil {
 		poolReady = p.Ready()
+	}
+	var forwarders sync.WaitGroup
+	defer forwarders.Wait()
+	for _, l := range d.q.lanes[1:] {
+		if l.pool == nil {
+			continue
+		}
+		forwarders.Go(func() {
+			for {
+				select {
+				case <-l.pool.Ready():
+					d.wake()
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
 	}
 	for {
 		next := d.pass()
@@ -75,7 +95,6 @@ func (d *dispatcher) run(ctx context.Context) {
 func (d *dispatcher) pass() time.Time {
 	q := d.q
 	now := q.now()
-	pool := q.cfg.ThreadPool
 	var launch []*taskState
 	q.mu.Lock()
 	expired := q.queue.Expired(now)
@@ -98,7 +117,7 @@ func (d *dispatcher) pass() time.Time {
 		}
 		concurrency := submitConcurrency(l.threads)
 		for l.submits < concurrency {
-			if pool != nil && l.limiter.InUse() >= pool.Held() {
+			if l.pool != nil && l.limiter.InUse() >= l.pool.Held() {
 				break
 			}
 			if !l.limiter.TryAcquire(now) {
@@ -124,16 +143,10 @@ func (d *dispatcher) pass() time.Time {
 		}
 	}
 	soonest(q.queue.NextWake(now))
-	// For the pool (one lane only): threads in use, and tasks that could
-	// use a thread now.
-	busy := q.lanes[0].limiter.InUse()
-	waiting := q.queue.Len()
-	if q.lanes[0].pausedLocked(q, now) != nil || now.Before(q.lanes[0].submitsHeldUntil) {
-		waiting = 0
-	}
+	demands := q.poolDemandsLocked(now, soonest)
 	q.mu.Unlock()
-	if pool != nil {
-		pool.Want(busy, waiting)
+	for _, dm := range demands {
+		dm.pool.Want(dm.busy, dm.waiting)
 	}
 	for _, it := range expired {
 		st := it.Value
@@ -144,6 +157,44 @@ func (d *dispatcher) pass() time.Time {
 		go q.submit(st)
 	}
 	return next
+}
+
+// poolDemand is what a lane with a ThreadPool tells it after a pass.
+type poolDemand struct {
+	pool          ThreadPool
+	busy, waiting int
+}
+
+// poolDemandsLocked is the demand of each lane that has a pool: its
+// threads in use, and the queued tasks that could use one of its threads
+// now. With one provider, every queued task; with several, the tasks
+// routing would give it now (see routeDecision), so a later provider's
+// pool is asked for threads only for tasks that spill over to it; soonest
+// hears when more would (a lane that holds no thread pops nothing, so
+// the pass does not learn it otherwise). Callers hold q.mu.
+func (q *Queue) poolDemandsLocked(now time.Time, soonest func(time.Time)) []poolDemand {
+	var out []poolDemand
+	for _, l := range q.lanes {
+		if l.pool == nil {
+			continue
+		}
+		dm := poolDemand{pool: l.pool, busy: l.limiter.InUse()}
+		switch {
+		case l.pausedLocked(q, now) != nil || l.down || now.Before(l.submitsHeldUntil):
+		case !q.multi():
+			dm.waiting = q.queue.Len()
+		default:
+			q.queue.Each(func(it sched.Item[*taskState]) {
+				ok, retry := q.routeDecision(l, it.Value, now)
+				if ok {
+					dm.waiting++
+				}
+				soonest(retry)
+			})
+		}
+		out = append(out, dm)
+	}
+	return out
 }
 
 // backoff is the wait before retry number n (1-based): exponential from

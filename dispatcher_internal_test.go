@@ -82,3 +82,77 @@ func TestDispatcherSleepsWhileDueRetryWaitsForThread(t *testing.T) {
 		}
 	})
 }
+
+// grantingPool is a ThreadPool that holds whatever is wanted, up to n,
+// as a fleet's pool with threads to spare does.
+type grantingPool struct {
+	n     int
+	mu    sync.Mutex
+	held  int
+	ready chan struct{}
+}
+
+func (p *grantingPool) Want(busy, waiting int) {
+	p.mu.Lock()
+	grew := min(busy+waiting, p.n) > p.held
+	p.held = max(p.held, min(busy+waiting, p.n))
+	p.mu.Unlock()
+	if grew {
+		select {
+		case p.ready <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *grantingPool) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
+func (p *grantingPool) Ready() <-chan struct{} { return p.ready }
+
+// A task waiting for the first provider spills over to a later one with a
+// pool at its spill_after, though the later provider's pool holds no
+// thread until then: the dispatcher wakes at that time, the pool is asked
+// for a thread and the task goes. The clock is synctest's.
+func TestSpillToAPooledProviderAtSpillAfter(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		lat := map[provider.Kind][2]time.Duration{provider.KindTurnstile: {20 * time.Second, 20 * time.Second}}
+		mainP := &modelProvider{threads: 1, seed: 1, tasks: map[string]*modelTask{}, lat: lat}
+		backupP := &modelProvider{threads: 5, seed: 2, tasks: map[string]*modelTask{}, lat: lat}
+		q, err := New(Config{PollInterval: time.Second, Providers: []ProviderConfig{
+			{Name: "main", Provider: mainP, Threads: 1, Methods: []string{"turnstile"}, ThreadPool: &passCounter{held: 1}},
+			{Name: "backup", Provider: backupP, Threads: 5, Methods: []string{"turnstile"}, SpillAfter: 2 * time.Second,
+				ThreadPool: &grantingPool{n: 5, ready: make(chan struct{}, 1)}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		for _, id := range []string{"a", "b"} {
+			if _, err := q.Submit(t.Context(), Task{ID: id, Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAC3DHQFLr1GavRN", "pageurl": "https://a.example/" + id}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		submits := func(m *modelProvider) int {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return m.submits
+		}
+		synctest.Wait()
+		if a, b := submits(mainP), submits(backupP); a != 1 || b != 0 {
+			t.Fatalf("at once: %d submits at main, %d at the backup; want 1 and 0", a, b)
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if a, b := submits(mainP), submits(backupP); a != 1 || b != 1 {
+			t.Fatalf("after the backup's spill_after: %d submits at main, %d at the backup; want 1 and 1", a, b)
+		}
+	})
+}

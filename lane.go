@@ -3,6 +3,7 @@ package captchaq
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"time"
 
@@ -29,6 +30,9 @@ type lane struct {
 
 	limiter *limiter.Limiter
 	poller  *poller
+	// pool shares the lane's threads with other processes (nil: none);
+	// the lane submits only on threads it holds.
+	pool ThreadPool
 
 	// Guarded by q.mu.
 	pause             *AccountError
@@ -78,6 +82,20 @@ func (l *lane) storedID(captchaID string) string {
 		return captchaID
 	}
 	return l.name + ":" + captchaID
+}
+
+// pingbackURL is the pingback URL the lane's submits carry: in a queue
+// of named providers, base with provider=NAME in its query, so a
+// pingback names its provider (two may give out the same captcha id).
+func (l *lane) pingbackURL(base string) string {
+	if l.name == "" || base == "" {
+		return base
+	}
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	return base + sep + "provider=" + url.QueryEscape(l.name)
 }
 
 // laneOf finds the lane of a stored captcha id and its bare id. An id with

@@ -362,8 +362,9 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-func TestPingbackAnswersWithoutPolling(t *testing.T) {
-	t.Parallel()
+// pingbackServer serves pingbacks at url with the handler given to serve,
+// holding requests until it is given.
+func pingbackServer(t *testing.T) (url string, serve func(http.Handler)) {
 	var handler http.Handler
 	ready := make(chan struct{})
 	pb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -371,9 +372,17 @@ func TestPingbackAnswersWithoutPolling(t *testing.T) {
 		handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(pb.Close)
-	b := setup(t, sim.Config{}, captchaq.Config{PingbackURL: pb.URL + "/pingback", PollInterval: 200 * time.Millisecond})
-	handler = b.q.PingbackHandler()
-	close(ready)
+	return pb.URL + "/pingback", func(h http.Handler) {
+		handler = h
+		close(ready)
+	}
+}
+
+func TestPingbackAnswersWithoutPolling(t *testing.T) {
+	t.Parallel()
+	pbURL, serve := pingbackServer(t)
+	b := setup(t, sim.Config{}, captchaq.Config{PingbackURL: pbURL, PollInterval: 200 * time.Millisecond})
+	serve(b.q.PingbackHandler())
 	b.start(t)
 	var tasks []captchaq.Task
 	for _, id := range ids("p", 10) {

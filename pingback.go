@@ -3,6 +3,7 @@ package captchaq
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,13 +21,25 @@ type pingback struct {
 // PingbackHandler serves the provider's pingback: a GET or POST with the
 // provider's id and the answer (id=…&code=…). The task is finished at
 // once. Serve it at Config.PingbackURL; use a URL that is hard to guess,
-// since the answer is taken as sent.
+// since the answer is taken as sent. With Config.Providers each
+// provider's submits carry the URL with provider=NAME added to its query,
+// and a pingback is matched by that name and the id together: two
+// providers may give out the same id, and an id must never finish another
+// provider's task. A pingback without a provider is refused then.
 func (q *Queue) PingbackHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, code := r.FormValue("id"), r.FormValue("code")
 		if id == "" || code == "" {
 			http.Error(w, "id and code are required", http.StatusBadRequest)
 			return
+		}
+		if q.lanes[0].name != "" {
+			name := r.FormValue("provider")
+			if !slices.ContainsFunc(q.lanes, func(l *lane) bool { return l.name == name }) {
+				http.Error(w, "provider names none of the queue's providers", http.StatusBadRequest)
+				return
+			}
+			id = name + ":" + id // lane.storedID
 		}
 		now := q.now()
 		q.mu.Lock()

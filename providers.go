@@ -46,6 +46,11 @@ type ProviderConfig struct {
 	// out of routing until a probe (getbalance every DownAfter) answers.
 	// Default DownAfterDefault.
 	DownAfter time.Duration
+	// ThreadPool, when set, shares this provider's Threads with other
+	// processes on the same key, as Config.ThreadPool does for a queue
+	// of one provider (amqp.Worker gives each provider a pool of its
+	// own). Default nil: this process has all Threads to itself.
+	ThreadPool ThreadPool
 }
 
 var laneNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -79,14 +84,15 @@ func (c Config) providersThreads() int {
 
 // checkProviders reports every problem of Providers after
 // providersWithDefaults. Errors name fields as fieldName says: Config's
-// names for New, the file's for ParseProviders.
-func (c Config) checkProviders(fieldName func(i int, field string) string) []error {
+// names for New, the file's for ParseProviders. needClients: each
+// Provider is required (not for a file read WithoutKeys).
+func (c Config) checkProviders(fieldName func(i int, field string) string, needClients bool) []error {
 	var errs []error
 	if c.Provider != nil || c.Threads != 0 || c.Plan != "" {
 		errs = append(errs, errors.New("Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"))
 	}
 	if c.ThreadPool != nil {
-		errs = append(errs, errors.New("ThreadPool: not supported with Providers (a fleet shares one provider's threads); use Provider"))
+		errs = append(errs, errors.New("ThreadPool: leave it unset with Providers; give each provider its own (Providers[i].ThreadPool)"))
 	}
 	if len(c.Providers) > 63 {
 		errs = append(errs, fmt.Errorf("Providers: at most 63, got %d", len(c.Providers)))
@@ -104,7 +110,7 @@ func (c Config) checkProviders(fieldName func(i int, field string) string) []err
 			at("Name", "%q is used twice; give each provider its own name", p.Name)
 		}
 		seen[p.Name] = true
-		if p.Provider == nil {
+		if needClients && p.Provider == nil {
 			at("Provider", "required (e.g. a *provider.Client)")
 		}
 		if p.Threads < 0 {
@@ -144,14 +150,14 @@ func (c Config) checkProviders(fieldName func(i int, field string) string) []err
 func newLanes(q *Queue, cfg Config) []*lane {
 	ps := cfg.Providers
 	if len(ps) == 0 {
-		ps = []ProviderConfig{{Provider: cfg.Provider, Threads: cfg.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault}}
+		ps = []ProviderConfig{{Provider: cfg.Provider, Threads: cfg.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault, ThreadPool: cfg.ThreadPool}}
 	}
 	lanes := make([]*lane, len(ps))
 	for i, p := range ps {
 		l := &lane{
 			idx: i, name: p.Name, prov: p.Provider, threads: p.Threads, methods: p.Methods,
 			price: p.PricePer1000, spillAfter: p.SpillAfter, maxSpendPerHour: p.MaxSpendPerHour, downAfter: p.DownAfter,
-			limiter: limiter.New(p.Threads),
+			limiter: limiter.New(p.Threads), pool: p.ThreadPool,
 		}
 		l.poller = newPoller(q, l)
 		lanes[i] = l
@@ -159,41 +165,13 @@ func newLanes(q *Queue, cfg Config) []*lane {
 	return lanes
 }
 
-// Validate checks t as Submit does: Task.Validate's rules, with the
-// types of every configured provider supported. A type no provider
-// solves is refused with CodeUnsupportedType, and the error says which
-// provider would solve it.
+// Validate checks t as Submit does: Task.ValidateFor the queue's
+// providers (Task.Validate for a queue of one Provider). A type no
+// provider solves is refused with CodeUnsupportedType, and the error says
+// which provider would solve it.
 func (q *Queue) Validate(t Task) error {
-	var methods []string
-	for _, m := range provider.KnownMethods {
-		for _, l := range q.lanes {
-			if l.solves(m) {
-				methods = append(methods, m)
-				break
-			}
-		}
-	}
 	if q.lanes[0].name == "" {
-		methods = q.lanes[0].methods // one provider: today's messages, word for word
+		return t.Validate()
 	}
-	err := t.validateFor(methods)
-	var te *TaskError
-	if q.lanes[0].name == "" || !errors.As(err, &te) || te.Code != CodeUnsupportedType {
-		return err
-	}
-	m := t.ProviderTask().RouteMethod()
-	var each []string
-	for _, l := range q.lanes {
-		each = append(each, l.name+": "+strings.Join(l.methods, ", "))
-	}
-	would := fmt.Sprintf("a provider with %q in its methods would", m)
-	if slices.Contains(provider.CommonMethods, m) {
-		would += " (per-solve services of the protocol such as 2captcha and RuCaptcha solve it)"
-	}
-	if !slices.Contains(provider.KnownMethods, m) {
-		would = "captchaq cannot route this type to any provider"
-	}
-	te.Msg = fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
-		cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
-	return te
+	return t.ValidateFor(q.cfg.Providers)
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -16,13 +17,10 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/tasktest"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
-
-// backupMethods are those of the per-solve service in the tests: it
-// solves hCaptcha, which the main plan (CaptchaAI's methods) does not.
-var backupMethods = []string{"base64", "hcaptcha", "turnstile", "userrecaptcha"}
 
 // lanePair is a queue on two simulators: "main", a thread plan serving
 // CaptchaAI's methods, and "backup", a per-solve service.
@@ -33,7 +31,7 @@ type lanePair struct {
 	results      chan captchaq.Result
 }
 
-func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLane captchaq.ProviderConfig) *lanePair {
+func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLane captchaq.ProviderConfig, opts ...func(*captchaq.Config)) *lanePair {
 	t.Helper()
 	p := &lanePair{results: make(chan captchaq.Result, 1000)}
 	start := func(c sim.Config, methods []string) (*sim.Server, captchaq.Provider) {
@@ -57,14 +55,14 @@ func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLan
 		})
 		return srv, client
 	}
-	backupSim.Methods = backupMethods
+	backupSim.Methods = tasktest.BackupMethods
 	p.main, mainLane.Provider = start(mainSim, nil)
-	p.backup, backupLane.Provider = start(backupSim, backupMethods)
+	p.backup, backupLane.Provider = start(backupSim, tasktest.BackupMethods)
 	mainLane.Name, backupLane.Name = "main", "backup"
 	if mainLane.Methods == nil {
 		mainLane.Methods = provider.CaptchaAIMethods
 	}
-	backupLane.Methods = backupMethods
+	backupLane.Methods = tasktest.BackupMethods
 	cfg := captchaq.Config{
 		Store:        captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}),
 		Providers:    []captchaq.ProviderConfig{mainLane, backupLane},
@@ -74,6 +72,9 @@ func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLan
 	}
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	q, err := captchaq.New(cfg)
 	if err != nil {
@@ -359,16 +360,16 @@ func BenchmarkSpillOverMainUtilization(b *testing.B) {
 		cfg := captchaq.Config{}
 		if spill {
 			bl := lat
-			bl.Threads, bl.Methods, bl.PricePer1000, bl.Balance = 30, backupMethods, 1, 1000
+			bl.Threads, bl.Methods, bl.PricePer1000, bl.Balance = 30, tasktest.BackupMethods, 1, 1000
 			backupSrv, backupURL, err := sim.Start(bl, "127.0.0.1:0")
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer backupSrv.Close()
-			backupClient, _ := provider.NewClient(provider.ClientConfig{BaseURL: backupURL, Key: "k", Methods: backupMethods})
+			backupClient, _ := provider.NewClient(provider.ClientConfig{BaseURL: backupURL, Key: "k", Methods: tasktest.BackupMethods})
 			cfg.Providers = []captchaq.ProviderConfig{
 				{Name: "main", Provider: mainClient, Threads: threads, Methods: provider.CaptchaAIMethods},
-				{Name: "backup", Provider: backupClient, Threads: 30, Methods: backupMethods, PricePer1000: map[string]float64{"default": 1}, SpillAfter: spillAfter},
+				{Name: "backup", Provider: backupClient, Threads: 30, Methods: tasktest.BackupMethods, PricePer1000: map[string]float64{"default": 1}, SpillAfter: spillAfter},
 			}
 		} else {
 			cfg.Provider, cfg.Threads = mainClient, threads
@@ -460,19 +461,19 @@ func TestProvidersDownThenBackAfterProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backupSrv, backupBase, err := sim.Start(sim.Config{Threads: 2, Methods: backupMethods, Latency: fastLatency(20 * time.Millisecond)}, "127.0.0.1:0")
+	backupSrv, backupBase, err := sim.Start(sim.Config{Threads: 2, Methods: tasktest.BackupMethods, Latency: fastLatency(20 * time.Millisecond)}, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer backupSrv.Close()
-	backup, err := provider.NewClient(provider.ClientConfig{BaseURL: backupBase, Key: "k", Methods: backupMethods})
+	backup, err := provider.NewClient(provider.ClientConfig{BaseURL: backupBase, Key: "k", Methods: tasktest.BackupMethods})
 	if err != nil {
 		t.Fatal(err)
 	}
 	q, err := captchaq.New(captchaq.Config{
 		Providers: []captchaq.ProviderConfig{
 			{Name: "main", Provider: noBalance{client}, Threads: 2, Methods: provider.CaptchaAIMethods, DownAfter: 50 * time.Millisecond},
-			{Name: "backup", Provider: backup, Threads: 2, Methods: backupMethods, SpillAfter: time.Hour},
+			{Name: "backup", Provider: backup, Threads: 2, Methods: tasktest.BackupMethods, SpillAfter: time.Hour},
 		},
 		PollInterval: 10 * time.Millisecond, RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
 	})
@@ -510,5 +511,56 @@ func TestProvidersDownThenBackAfterProbe(t *testing.T) {
 	eventually(t, "a probe bringing main back", func() bool { return q.Metrics().Providers[0].Healthy })
 	if p := solveAt("after"); p != "main" {
 		t.Fatalf("after the probe: solved at %q", p)
+	}
+}
+
+// TestProvidersPingbacksByProvider: both simulators give out the same
+// captcha ids (the same seed); each provider's pingback names it, so each
+// answer finishes the task of its own provider, never the other's with
+// the same id. A pingback that names no provider is refused.
+func TestProvidersPingbacksByProvider(t *testing.T) {
+	t.Parallel()
+	pbURL, serve := pingbackServer(t)
+	p := setupLanes(t, sim.Config{Threads: 5}, sim.Config{Threads: 5},
+		captchaq.ProviderConfig{Threads: 5}, captchaq.ProviderConfig{Threads: 5, SpillAfter: time.Hour},
+		func(c *captchaq.Config) { c.PingbackURL, c.PollInterval = pbURL, time.Hour })
+	serve(p.q.PingbackHandler())
+	for i := range 4 {
+		for _, tk := range []captchaq.Task{task(fmt.Sprintf("t%d", i), 0), hcaptchaTask(fmt.Sprintf("h%d", i))} {
+			if _, err := p.q.Submit(context.Background(), tk); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ids := map[string]map[string]bool{"main": {}, "backup": {}}
+	for id, r := range p.collect(t, 8) {
+		turnstile := strings.HasPrefix(id, "t")
+		want := map[bool]string{true: "main", false: "backup"}[turnstile]
+		if r.Status != captchaq.StatusSolved || r.Provider != want || strings.HasPrefix(r.Token, "0.") != turnstile {
+			t.Errorf("%s: %s at %q with answer %.12q…; want solved at %q with an answer of its kind", id, r.Status, r.Provider, r.Token, want)
+		}
+		ids[r.Provider][r.CaptchaID] = true
+	}
+	shared := 0
+	for id := range ids["main"] {
+		if ids["backup"][id] {
+			shared++
+		}
+	}
+	if shared == 0 {
+		t.Errorf("no captcha id given out by both providers (%v); the test needs them", ids)
+	}
+	// The simulator counts a pingback once our handler has answered it.
+	eventually(t, "4 pingbacks from each", func() bool { return p.main.Stats().PingbacksSent == 4 && p.backup.Stats().PingbacksSent == 4 })
+	if a, b := p.main.Stats(), p.backup.Stats(); a.Calls.PollBulk+a.Calls.PollSingle+b.Calls.PollBulk+b.Calls.PollSingle != 0 {
+		t.Errorf("%d polls; want none", a.Calls.PollBulk+a.Calls.PollSingle+b.Calls.PollBulk+b.Calls.PollSingle)
+	}
+	resp, err := http.PostForm(pbURL, url.Values{"id": {"1"}, "code": {"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a pingback naming no provider: %d, want 400", resp.StatusCode)
 	}
 }

@@ -24,6 +24,11 @@ type ProvidersEnv struct {
 	// NewClient builds a provider's client. Default a *provider.Client
 	// with the given base URL, key and methods.
 	NewClient func(cfg provider.ClientConfig) (Provider, error)
+	// WithoutKeys reads the file for routing and validation only, as a
+	// door that solves nothing does (the fleet's gateway, captchaq
+	// enqueue): no key is read, no client built, and each Provider is
+	// nil. Such a door needs no provider key.
+	WithoutKeys bool
 }
 
 // providersFields are the fields of one entry of a providers file.
@@ -90,7 +95,7 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 	}
 	if perrs := cfg.providersWithDefaults().checkProviders(func(i int, field string) string {
 		return fmt.Sprintf("providers[%d] (%s).%s", i, out[i].Name, fileNames[field])
-	}); len(perrs) > 0 {
+	}, !env.WithoutKeys); len(perrs) > 0 {
 		return nil, fmt.Errorf("providers file: %w", errors.Join(perrs...))
 	}
 	return out, nil
@@ -207,6 +212,9 @@ func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (
 	pc.MaxSpendPerHour = num("max_spend_per_hour")
 	pc.DownAfter = dur("down_after")
 
+	if env.WithoutKeys {
+		return pc, errs
+	}
 	key := providerKey(fail, str("key_env"), str("key_file"), env)
 	if key != "" && base != "" && len(errs) == 0 {
 		methods := pc.Methods

@@ -49,7 +49,7 @@ type Queue struct {
 	accepting      map[string]chan struct{}
 	queue          *sched.Scheduler[*taskState]
 	inflight       map[string]*taskState // by task id
-	byCaptchaID    map[string]*taskState // by the provider's id, for pingbacks
+	byCaptchaID    map[string]*taskState // by the provider's id as stored (lane.storedID), for pingbacks
 	capacityFreed  chan struct{}         // closed and replaced when a task finishes (waitCapacity)
 	idle           chan struct{}         // closed and replaced when tasks becomes empty
 	resumes        int                   // Resume calls; answers to requests sent before one cannot re-pause
@@ -205,7 +205,7 @@ func (q *Queue) register(r Record, w func(Result, error)) *taskState {
 			st.resumed = true
 			st.due = q.now() // answers may have waited while we were away
 			q.inflight[r.Task.ID] = st
-			q.byCaptchaID[id] = st
+			q.byCaptchaID[l.storedID(id)] = st
 			l.poller.wake()
 			return st
 		}

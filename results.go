@@ -66,8 +66,10 @@ func (q *Queue) claim(st *taskState) bool {
 // them. Callers hold q.mu.
 func (q *Queue) leaveFlightLocked(st *taskState) {
 	delete(q.inflight, st.rec.Task.ID)
-	if st.rec.CaptchaID != "" && q.byCaptchaID[st.rec.CaptchaID] == st {
-		delete(q.byCaptchaID, st.rec.CaptchaID)
+	if st.rec.CaptchaID != "" && st.lane != nil {
+		if key := st.lane.storedID(st.rec.CaptchaID); q.byCaptchaID[key] == st {
+			delete(q.byCaptchaID, key)
+		}
 	}
 	if st.slot {
 		st.slot = false

@@ -40,7 +40,7 @@ func (q *Queue) submit(st *taskState) {
 		return
 	}
 	epoch := q.epoch()
-	captchaID, err := l.prov.Submit(q.runCtx, t.ProviderTask(), q.cfg.PingbackURL)
+	captchaID, err := l.prov.Submit(q.runCtx, t.ProviderTask(), l.pingbackURL(q.cfg.PingbackURL))
 	now := q.now()
 	if err == nil {
 		q.answered(l)
@@ -76,9 +76,10 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	st.lastPoll, st.polledAt, st.polls = time.Time{}, time.Time{}, 0
 	st.due = l.poller.align(now, now.Add(q.firstPoll(st.kind)))
 	q.inflight[t.ID] = st
-	q.byCaptchaID[captchaID] = st
-	early, isEarly := q.earlyPingbacks[captchaID]
-	delete(q.earlyPingbacks, captchaID)
+	key := l.storedID(captchaID)
+	q.byCaptchaID[key] = st
+	early, isEarly := q.earlyPingbacks[key]
+	delete(q.earlyPingbacks, key)
 	q.mu.Unlock()
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.name)
 	if isEarly {

@@ -1,6 +1,9 @@
 package captchaq_test
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -78,4 +81,50 @@ func TestThreadPoolBoundsSubmits(t *testing.T) {
 			return busy == 0 && waiting == 0
 		})
 	})
+}
+
+// TestProviderThreadPools: with several providers each has its own
+// ThreadPool; a provider submits only on the threads its pool holds, and
+// its pool hears only of the tasks routing would give it (the hCaptcha
+// tasks, which only the backup solves, are no demand on the main pool).
+func TestProviderThreadPools(t *testing.T) {
+	t.Parallel()
+	mainPool := &fixedPool{ready: make(chan struct{})}
+	backupPool := &fixedPool{ready: make(chan struct{})}
+	p := setupLanes(t, sim.Config{Threads: 5}, sim.Config{Threads: 5, PricePer1000: 2.99},
+		captchaq.ProviderConfig{Threads: 5, ThreadPool: mainPool},
+		captchaq.ProviderConfig{Threads: 5, ThreadPool: backupPool, SpillAfter: time.Hour})
+	for i := range 3 {
+		for _, tk := range []captchaq.Task{task(fmt.Sprintf("t%d", i), 0), hcaptchaTask(fmt.Sprintf("h%d", i))} {
+			if _, err := p.q.Submit(context.Background(), tk); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, "each pool told of its own waiting tasks", func() bool {
+		mb, mw := mainPool.demand()
+		bb, bw := backupPool.demand()
+		return mb == 0 && mw == 3 && bb == 0 && bw == 3
+	})
+	if n := p.main.Stats().Calls.Submit + p.backup.Stats().Calls.Submit; n != 0 {
+		t.Fatalf("%d submits while no pool held a thread, want 0", n)
+	}
+	backupPool.set(1)
+	mainPool.set(2)
+	rs := p.collect(t, 6)
+	for id, r := range rs {
+		want := "main"
+		if strings.HasPrefix(id, "h") {
+			want = "backup"
+		}
+		if r.Status != captchaq.StatusSolved || r.Provider != want {
+			t.Errorf("%s: %s at %q, want solved at %q", id, r.Status, r.Provider, want)
+		}
+	}
+	if peak := p.main.Stats().PeakThreadsInUse; peak != 2 {
+		t.Errorf("main's peak threads %d, want its pool's 2", peak)
+	}
+	if peak := p.backup.Stats().PeakThreadsInUse; peak != 1 {
+		t.Errorf("backup's peak threads %d, want its pool's 1", peak)
+	}
 }

@@ -1,7 +1,10 @@
 package captchaq
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,8 +15,10 @@ import (
 // What makes a task valid, in one place. Every door calls Task.Validate
 // before it accepts a task: Queue.Submit, the CLI's batch, solve and
 // enqueue, the service's in.php and JSON API, the fleet's gateway and
-// worker. A door in front of a Queue calls Queue.Validate instead: the
-// same rules (validateFor, below), with the types its providers solve. A refusal is a *TaskError whose Code is one of two:
+// worker. With several providers (Config.Providers, --providers) a door
+// calls Task.ValidateFor those providers instead (Queue.Validate does it
+// for its own): a type is supported when any of them solves it. Both go
+// through one body, validateFor. A refusal is a *TaskError whose Code is one of two:
 //
 //   - CodeUnsupportedType: the provider does not solve this captcha type
 //     (hCaptcha, FunCaptcha, GeeTest v4, ...);
@@ -36,8 +41,8 @@ import (
 // formed). The error is a *TaskError naming the field and the fix.
 func (t Task) Validate() error { return t.validateFor(provider.CaptchaAIMethods) }
 
-// validateFor is Validate with the methods the provider solves: the one
-// body of Task.Validate and Queue.Validate.
+// validateFor is Validate with the methods the providers solve: the one
+// body of Validate and ValidateFor.
 func (t Task) validateFor(methods []string) error {
 	if err := t.check(); err != nil {
 		return err
@@ -50,6 +55,54 @@ func (t Task) validateFor(methods []string) error {
 		return &TaskError{ID: t.ID, Code: code, Msg: err.Error(), Err: err}
 	}
 	return nil
+}
+
+// ValidateFor checks t as Validate does, for a queue of these providers
+// (only their Name and Methods are read; nil Methods is
+// provider.CommonMethods): its type is supported when any of them solves
+// it, and a refusal names each provider's methods and which provider
+// would solve it. No providers: Validate. The fleet's gateway and the
+// CLI's enqueue check with it what a worker on the same providers will
+// take.
+func (t Task) ValidateFor(providers []ProviderConfig) error {
+	if len(providers) == 0 {
+		return t.Validate()
+	}
+	methodsOf := func(p ProviderConfig) []string {
+		if p.Methods == nil {
+			return provider.CommonMethods
+		}
+		return p.Methods
+	}
+	var methods []string
+	for _, m := range provider.KnownMethods {
+		for _, p := range providers {
+			if slices.Contains(methodsOf(p), m) {
+				methods = append(methods, m)
+				break
+			}
+		}
+	}
+	err := t.validateFor(methods)
+	var te *TaskError
+	if !errors.As(err, &te) || te.Code != CodeUnsupportedType {
+		return err
+	}
+	m := t.ProviderTask().RouteMethod()
+	var each []string
+	for _, p := range providers {
+		each = append(each, p.Name+": "+strings.Join(methodsOf(p), ", "))
+	}
+	would := fmt.Sprintf("a provider with %q in its methods would", m)
+	if slices.Contains(provider.CommonMethods, m) {
+		would += " (per-solve services of the protocol such as 2captcha and RuCaptcha solve it)"
+	}
+	if !slices.Contains(provider.KnownMethods, m) {
+		would = "captchaq cannot route this type to any provider"
+	}
+	te.Msg = fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
+		cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
+	return te
 }
 
 // RefusalCode is the Result.ErrorCode for a task a door refused with err:

@@ -15,7 +15,7 @@ type beater struct {
 	p     *Publisher
 	every time.Duration
 	bal   *balanceReader
-	pool  *threadPool // nil without SharedThreads
+	w     *Worker // its shared threads (nil: none)
 	log   *slog.Logger
 }
 
@@ -24,8 +24,11 @@ func (b *beater) run(ctx context.Context) { startstop.Every(ctx, b.every, b.beat
 func (b *beater) beatOnce(ctx context.Context) {
 	beat := b.s.beat(time.Now())
 	b.bal.stamp(ctx, &beat)
-	if b.pool != nil {
-		beat.ThreadsHeld, beat.ThreadsPlan, _ = b.pool.Threads()
+	if b.w != nil {
+		beat.ThreadsHeld, beat.ThreadsPlan, _, _ = b.w.Threads()
+		for _, pt := range b.w.ProviderThreads() {
+			beat.Providers = append(beat.Providers, ProviderThreadsBeat{Provider: pt.Provider, Held: pt.Held, Plan: pt.Plan})
+		}
 	}
 	if err := b.p.Beat(ctx, beat); err != nil && ctx.Err() == nil {
 		b.log.Debug("status beat not sent", "err", err)

@@ -126,7 +126,7 @@ func benchFleet(b *testing.B, nWorkers, tasks, threads int, sc sim.Config, poll 
 	if shared {
 		var taken, returned, parked int64
 		for _, w := range workers {
-			taken, returned, parked = taken+w.pool.taken.Load(), returned+w.pool.returned.Load(), parked+w.pool.parked.Load()
+			taken, returned, parked = taken+w.pools[0].taken.Load(), returned+w.pools[0].returned.Load(), parked+w.pools[0].parked.Load()
 		}
 		b.ReportMetric(float64(taken)/float64(tasks), "tokens/task")
 		b.ReportMetric(float64(returned)/float64(tasks), "given-back/task")

@@ -167,8 +167,15 @@ func (c WorkerConfig) withDefaults(connLog *slog.Logger) WorkerConfig {
 }
 
 // threads is the plan's thread count the worker's queue will have (its
-// own Config checks Threads and Plan).
+// own Config checks Threads and Plan); with Providers, their sum.
 func (c WorkerConfig) threads() int {
+	if len(c.Queue.Providers) > 0 {
+		n := 0
+		for _, p := range c.Queue.Providers {
+			n += cmp.Or(p.Threads, captchaq.ThreadsDefault)
+		}
+		return n
+	}
 	if c.Queue.Threads == 0 && c.Queue.Plan != "" {
 		if n, err := provider.PlanThreads(c.Queue.Plan); err == nil {
 			return n
@@ -245,6 +252,30 @@ type Names struct {
 	// ThreadsFilled exists once it was filled; ThreadsLock is the exclusive
 	// queue the filling worker holds.
 	Threads, ThreadsReturning, ThreadsFilled, ThreadsLock string
+
+	prefix string
+}
+
+// ThreadsNames are the queues of one thread pool: Tokens holds one token
+// per thread, Returning a dead holder's tokens until its tasks at the
+// provider are done, Filled exists once the pool was filled, and Lock is
+// the exclusive queue the filling worker holds.
+type ThreadsNames struct {
+	Tokens, Returning, Filled, Lock string
+}
+
+// PlanThreads are the queues of the pool of a fleet on one provider:
+// Threads, ThreadsReturning, ThreadsFilled and ThreadsLock.
+func (n Names) PlanThreads() ThreadsNames {
+	return ThreadsNames{Tokens: n.Threads, Returning: n.ThreadsReturning, Filled: n.ThreadsFilled, Lock: n.ThreadsLock}
+}
+
+// ProviderThreads are the queues of the pool of one named provider of a
+// fleet on several (captchaq.ProviderConfig.Name): PREFIX.provider.NAME.threads,
+// with .returning, .filled and .lock after it.
+func (n Names) ProviderThreads(name string) ThreadsNames {
+	base := n.prefix + ".provider." + name + ".threads"
+	return ThreadsNames{Tokens: base, Returning: base + ".returning", Filled: base + ".filled", Lock: base + ".lock"}
 }
 
 // FailedRoutingKey is the routing key of every dead letter.
@@ -271,6 +302,8 @@ func NamesFor(prefix string) Names {
 		ThreadsReturning: p + ".threads.returning",
 		ThreadsFilled:    p + ".threads.filled",
 		ThreadsLock:      p + ".threads.lock",
+
+		prefix: p,
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package amqp carries captchaq tasks and results over RabbitMQ, for a fleet
-// of machines that share one provider key.
+// of machines that share one provider key, or several providers' keys
+// (see "Several providers").
 //
 // # Topology
 //
@@ -21,6 +22,9 @@
 //	captcha.threads    the plan's thread tokens (WorkerConfig.SharedThreads),
 //	                   with captcha.threads.returning (a dead holder's tokens
 //	                   waiting), captcha.threads.filled and captcha.threads.lock
+//	captcha.provider.NAME.threads
+//	                   with several providers, provider NAME's thread tokens,
+//	                   with .returning, .filled and .lock after it
 //
 // Task queues dead-letter to captcha.dlx, so a task that waits longer than
 // Config.TaskTTL (5 minutes) lands in captcha.failed with x-death reason
@@ -218,6 +222,49 @@
 // absorbs, are then the cost; RabbitMQ makes a transaction atomic per
 // queue, so a broker that crashes in the middle of a commit may lose or
 // keep a second copy of a parked token.
+//
+// # Several providers
+//
+// A worker whose WorkerConfig.Queue has Providers (captchaq worker
+// --providers FILE) routes among them as one process does (captchaq's
+// Config.Providers: by type, spill-over, fail-over). Every worker on the
+// prefix must be given the same providers, in the same order, with the
+// same threads.
+//
+// Threads. With SharedThreads each provider has a pool of its own,
+// PREFIX.provider.NAME.threads (with .returning, .filled and .lock after
+// it; Names.ProviderThreads), filled with that provider's Threads and
+// shared exactly as the one plan's pool above: the fleet never has more
+// tasks at a provider than its Threads, a per-solve service's included
+// (its Threads is the concurrency you allow it). A lane asks its pool
+// only for the tasks routing would give it now (a later provider's pool
+// is not asked for tasks still waiting out its SpillAfter), and each
+// result's solve time goes to its provider's pool (for Returning).
+// DeleteProviderThreads deletes the pools, to change a provider's
+// threads once its workers are stopped. The plan's pool (PREFIX.threads)
+// is not used.
+//
+// Validation. A Gateway with GatewayConfig.Providers and captchaq enqueue
+// --providers take a type when any provider solves it and refuse it
+// otherwise, naming each provider's methods (captchaq.Task.ValidateFor,
+// the check the worker's queue makes too). They read only names and
+// methods from the file: no key.
+//
+// Captcha ids. Two providers may give out the same captcha id. A
+// checkpoint carries the id with its provider's name (NAME:ID, as the
+// queue stores it), so a worker that adopts it polls the right provider;
+// a report (ProviderReport) carries the result's Provider, and a worker
+// forwards it to that provider only, dropping one for a provider it does
+// not have. Results carry Provider, Price and Abandoned to collect and to
+// a gateway's store as they are.
+//
+// Spend. MaxSpendPerHour is counted by each worker for the submits it
+// makes: it bounds each worker, not the fleet (TestFleetSpendCapIsPerWorker).
+// For a fleet of k workers and a fleet-wide cap of X, give each worker
+// X/k; a worker with no work spends nothing, so the fleet spends at most
+// X and, when its work is uneven, less. Sharing the count through the
+// broker was not done: a spend counter needs the prices of the last hour
+// of every worker, which a queue of tokens does not hold.
 //
 // # Gateways: results by reply-to
 //

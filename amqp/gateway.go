@@ -66,6 +66,12 @@ type GatewayConfig struct {
 	// Prefetch bounds the results being stored at once. Default
 	// GatewayPrefetchDefault.
 	Prefetch int
+	// Providers, for a fleet whose workers route among several providers
+	// (captchaq worker --providers): Submit accepts a type when any of
+	// them solves it (captchaq.Task.ValidateFor; only Name and Methods
+	// are read, no key is needed). Default none: the fleet's one provider
+	// is CaptchaAI (captchaq.Task.Validate).
+	Providers []captchaq.ProviderConfig
 	// Logger. Default the Conn's.
 	Logger *slog.Logger
 }
@@ -417,12 +423,17 @@ func (g *Gateway) markPublished(ctx context.Context, id, gen string, attempts in
 	return g.store.Checkpoint(ctx, id, g.markFor(gen), attempts, now)
 }
 
+// Validate checks t as Submit does (server.Validator):
+// captchaq.Task.ValidateFor the gateway's Providers, Task.Validate
+// without.
+func (g *Gateway) Validate(t captchaq.Task) error { return t.ValidateFor(g.cfg.Providers) }
+
 // Submit publishes t to the fleet and records it; see Gateway. A known id
 // is left as it is, unless it names a solved task whose token expired:
 // then the task is solved again (renew). The record is written even when ctx ends after the
 // publish was confirmed.
 func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
-	if err := t.Validate(); err != nil {
+	if err := g.Validate(t); err != nil {
 		return err
 	}
 	if n := len(g.wireID(t.ID, renewGen(time.Now()))); n > maxWireID {

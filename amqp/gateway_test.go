@@ -63,12 +63,12 @@ func (r *gatewayRig) worker(owner string, sc sim.Config, threads, prefetch int) 
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	quiet := slog.New(slog.NewTextHandler(testWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	quiet := testLogger(r.t)
 	w, err := NewWorker(r.c, WorkerConfig{
 		Queue: captchaq.Config{Provider: cl, Threads: threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: quiet},
 		Owner: owner, Prefetch: prefetch, Grace: time.Second, BeatInterval: time.Second, Logger: quiet,
-		Report: func(ctx context.Context, captchaID string, good bool) error {
+		Report: func(ctx context.Context, _, captchaID string, good bool) error {
 			if good {
 				return cl.ReportGood(ctx, captchaID)
 			}
@@ -78,6 +78,13 @@ func (r *gatewayRig) worker(owner string, sc sim.Config, threads, prefetch int) 
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	r.t.Cleanup(func() { srv.Close() })
+	r.run(owner, w)
+	return srv
+}
+
+// run runs w until the test ends.
+func (r *gatewayRig) run(owner string, w *Worker) {
 	r.mu.Lock()
 	r.owners = append(r.owners, owner)
 	r.mu.Unlock()
@@ -89,9 +96,12 @@ func (r *gatewayRig) worker(owner string, sc sim.Config, threads, prefetch int) 
 		if err := <-done; err != nil {
 			r.t.Errorf("worker %s: %v", owner, err)
 		}
-		srv.Close()
 	})
-	return srv
+}
+
+// testLogger logs warnings and errors to the test's log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // gateway builds and starts a gateway on a memory store; results go to

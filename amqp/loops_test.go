@@ -35,7 +35,7 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 	if err := c.DeclareThreads(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	forward := func(context.Context, string, bool) error {
+	forward := func(context.Context, string, string, bool) error {
 		t.Error("forwarded a report no one sent")
 		return nil
 	}
@@ -47,7 +47,7 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 		"report forwarder": startstop.New((&reportForwarder{k: reports, forward: forward, log: discardLogger}).run),
 		"balance listener": newBalanceListener(c).Loop,
 		"result receiver":  startstop.New(func(ctx context.Context) { g.receive(ctx, replies) }),
-		"thread pool":      startstop.New(newThreadPool(c, 2, discardLogger).run),
+		"thread pool":      startstop.New(newThreadPool(c, c.Names().PlanThreads(), 2, discardLogger).run),
 	}
 	for range 100 {
 		for name, l := range loops {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -14,10 +15,13 @@ import (
 )
 
 // ProviderReport is a client's reportbad (Good false) or reportgood about
-// a solved task, by the provider's captcha id (captchaq.Result.CaptchaID).
-// A Gateway publishes it on Names.Reports; a worker, which holds the
-// provider key, forwards it.
+// a solved task, by the provider's captcha id (captchaq.Result.CaptchaID)
+// and, in a fleet on several providers, the provider's name
+// (captchaq.Result.Provider): two providers may give the same captcha id
+// to different tasks. A Gateway publishes it on Names.Reports; a worker,
+// which holds the provider keys, forwards it.
 type ProviderReport struct {
+	Provider  string    `json:"provider,omitempty"`
 	CaptchaID string    `json:"captcha_id"`
 	Good      bool      `json:"good"`
 	At        time.Time `json:"at"`
@@ -44,12 +48,13 @@ func (p *Publisher) PublishReport(ctx context.Context, r ProviderReport) error {
 
 // Report sends a client's report about a solved task to the provider
 // through the fleet (server.Config.Report): a worker forwards it with the
-// provider key (WorkerConfig.Report).
-func (g *Gateway) Report(ctx context.Context, captchaID string, good bool) error {
+// provider key (WorkerConfig.Report). providerName is the result's
+// Provider: empty in a fleet on one provider.
+func (g *Gateway) Report(ctx context.Context, providerName, captchaID string, good bool) error {
 	if err := g.open(); err != nil {
 		return err
 	}
-	return g.pub.PublishReport(ctx, ProviderReport{CaptchaID: captchaID, Good: good, At: time.Now()})
+	return g.pub.PublishReport(ctx, ProviderReport{Provider: providerName, CaptchaID: captchaID, Good: good, At: time.Now()})
 }
 
 // reportForwarder consumes the reports queue and hands each report to the
@@ -58,8 +63,12 @@ func (g *Gateway) Report(ctx context.Context, captchaID string, good bool) error
 // queue after a pause.
 type reportForwarder struct {
 	k       *Consumer
-	forward func(ctx context.Context, captchaID string, good bool) error
-	log     *slog.Logger
+	forward func(ctx context.Context, providerName, captchaID string, good bool) error
+	// providers are the names of the worker's providers (nil: one,
+	// unnamed). A report for a provider the worker does not have is
+	// dropped: forwarding it to another would report another task.
+	providers []string
+	log       *slog.Logger
 }
 
 // reportRetryAfter is the pause before a report that failed on the way is
@@ -89,8 +98,14 @@ func (f *reportForwarder) handle(ctx context.Context, d *Delivery) {
 		_ = d.Ack()
 		return
 	}
+	if !slices.Contains(f.providers, r.Provider) && (len(f.providers) > 0 || r.Provider != "") {
+		f.log.Warn("dropping a report for a provider this worker does not have; run every worker with the same --providers file",
+			"provider", r.Provider, "captcha_id", r.CaptchaID)
+		_ = d.Ack()
+		return
+	}
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err := f.forward(rctx, r.CaptchaID, r.Good)
+	err := f.forward(rctx, r.Provider, r.CaptchaID, r.Good)
 	cancel()
 	switch cls := provider.ClassOf(err); {
 	case err == nil:

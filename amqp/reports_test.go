@@ -29,13 +29,13 @@ func TestGatewayReportsReachTheProviderThroughAWorker(t *testing.T) {
 		}
 		byID[res.ID] = res
 	}
-	if err := g.Report(ctx, "999", false); err != nil {
+	if err := g.Report(ctx, "", "999", false); err != nil {
 		t.Fatalf("report of an unknown captcha id: %v", err)
 	}
-	if err := g.Report(ctx, byID["bad"].CaptchaID, false); err != nil {
+	if err := g.Report(ctx, "", byID["bad"].CaptchaID, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Report(ctx, byID["good"].CaptchaID, true); err != nil {
+	if err := g.Report(ctx, "", byID["good"].CaptchaID, true); err != nil {
 		t.Fatal(err)
 	}
 	until(t, ctx, "one bad and one good report at the provider", func() bool {

@@ -27,6 +27,16 @@ type StatusBeat struct {
 	// (0 for a worker without WorkerConfig.SharedThreads).
 	ThreadsHeld int `json:"threads_held,omitempty"`
 	ThreadsPlan int `json:"threads_plan,omitempty"`
+	// Providers: a worker on several providers, each provider's pool
+	// (ThreadsHeld and ThreadsPlan are then their sums).
+	Providers []ProviderThreadsBeat `json:"providers,omitempty"`
+}
+
+// ProviderThreadsBeat is one provider's pool in a status beat.
+type ProviderThreadsBeat struct {
+	Provider string `json:"provider"`
+	Held     int    `json:"held"`
+	Plan     int    `json:"plan"`
 }
 
 // Beat publishes b on the status exchange: transient and unconfirmed, as
@@ -69,9 +79,12 @@ type Stats struct {
 	Held          int           `json:"held"`
 	// Threads is the fleet's thread pool (WorkerConfig.SharedThreads);
 	// zero when no beat heard came from a worker that shares one.
-	Threads FleetThreads  `json:"threads"`
-	Window  time.Duration `json:"window_seconds"`
-	Queues  []QueueStats  `json:"queues"`
+	Threads FleetThreads `json:"threads"`
+	// ProviderThreads: a fleet on several providers, each provider's
+	// pool (Threads is then their sum), by name.
+	ProviderThreads map[string]FleetThreads `json:"provider_threads,omitempty"`
+	Window          time.Duration           `json:"window_seconds"`
+	Queues          []QueueStats            `json:"queues"`
 }
 
 // FleetThreads are the fleet's shared threads against its plan.
@@ -204,11 +217,28 @@ listen:
 		st.Held += b.Held
 		st.Threads.Plan = max(st.Threads.Plan, b.ThreadsPlan)
 		st.Threads.Held += b.ThreadsHeld
+		for _, p := range b.Providers {
+			if st.ProviderThreads == nil {
+				st.ProviderThreads = map[string]FleetThreads{}
+			}
+			ft := st.ProviderThreads[p.Provider]
+			ft.Plan, ft.Held = max(ft.Plan, p.Plan), ft.Held+p.Held
+			st.ProviderThreads[p.Provider] = ft
+		}
 		if b.Held > 0 && !b.OldestHeld.IsZero() {
 			st.OldestUnacked = max(st.OldestUnacked, now.Sub(b.OldestHeld))
 		}
 	}
-	if st.Threads.Plan > 0 {
+	if len(st.ProviderThreads) > 0 {
+		st.Threads = FleetThreads{}
+		for name, ft := range st.ProviderThreads {
+			if qs, err := c.Depths(ctx, n.ProviderThreads(name).Tokens); err == nil {
+				ft.InUse = max(ft.Plan-qs[0].Ready, 0)
+			}
+			st.ProviderThreads[name] = ft
+			st.Threads.Plan, st.Threads.Held, st.Threads.InUse = st.Threads.Plan+ft.Plan, st.Threads.Held+ft.Held, st.Threads.InUse+ft.InUse
+		}
+	} else if st.Threads.Plan > 0 {
 		// Its own channel: a missing queue closes the channel it is asked on.
 		if qs, err := c.Depths(ctx, n.Threads); err == nil {
 			st.Threads.InUse = max(st.Threads.Plan-qs[0].Ready, 0)

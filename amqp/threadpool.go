@@ -48,11 +48,11 @@ func threadsQueueArgs(n int) amqp091.Table {
 // threadsReturningArgs are the arguments of the queue where a dead
 // holder's tokens wait (each with its own expiration) before they go back
 // to the token queue.
-func threadsReturningArgs(names Names) amqp091.Table {
+func threadsReturningArgs(names ThreadsNames) amqp091.Table {
 	return amqp091.Table{
 		"x-queue-type":              "classic",
 		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": names.Threads,
+		"x-dead-letter-routing-key": names.Tokens,
 	}
 }
 
@@ -61,30 +61,36 @@ func threadsReturningArgs(names Names) amqp091.Table {
 // no worker has yet. Every worker on the prefix must give the same n: a
 // pool declared with another n is a *ConflictError naming x-max-length.
 func (c *Conn) DeclareThreads(ctx context.Context, n int) error {
+	return c.declareThreadsAt(ctx, c.Names().PlanThreads(), n, "--threads (the plan's)")
+}
+
+// declareThreadsAt declares the thread pool of n threads whose queues
+// are names, as DeclareThreads does; same names what every worker must
+// give alike, for the conflict's message.
+func (c *Conn) declareThreadsAt(ctx context.Context, names ThreadsNames, n int, same string) error {
 	if n < 1 {
 		return fmt.Errorf("amqp: threads %d: must be at least 1", n)
 	}
-	return c.declareQueue(ctx, c.Names().Threads, func(conn *amqp091.Connection) error {
-		return declareThreads(conn, c.cfg, n)
+	return c.declareQueue(ctx, names.Tokens, func(conn *amqp091.Connection) error {
+		return declareThreads(conn, c.cfg, names, n, same)
 	})
 }
 
 // declareThreads declares the token queue and fills it once.
-func declareThreads(conn *amqp091.Connection, c Config, n int) error {
-	names := NamesFor(c.Prefix)
+func declareThreads(conn *amqp091.Connection, c Config, names ThreadsNames, n int, same string) error {
 	d := &declarer{conn: conn}
 	defer d.close()
-	d.do("queue", names.Threads, func(ch *amqp091.Channel) error {
-		_, err := ch.QueueDeclare(names.Threads, true, false, false, false, threadsQueueArgs(n))
+	d.do("queue", names.Tokens, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare(names.Tokens, true, false, false, false, threadsQueueArgs(n))
 		return err
 	})
-	d.do("queue", names.ThreadsReturning, func(ch *amqp091.Channel) error {
-		_, err := ch.QueueDeclare(names.ThreadsReturning, true, false, false, false, threadsReturningArgs(names))
+	d.do("queue", names.Returning, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare(names.Returning, true, false, false, false, threadsReturningArgs(names))
 		return err
 	})
 	if err := errors.Join(d.errs...); err != nil {
 		if errors.Is(err, ErrTopologyConflict) {
-			return fmt.Errorf("%w; every worker on prefix %s must be started with the same --threads (the plan's)", err, c.Prefix)
+			return fmt.Errorf("%w; every worker on prefix %s must be started with the same %s", err, c.Prefix, same)
 		}
 		return err
 	}
@@ -98,74 +104,74 @@ func declareThreads(conn *amqp091.Connection, c Config, n int) error {
 // connection at a time may declare it, and the broker deletes it when
 // that connection dies), so two workers starting together do not both
 // fill; the tokens go in one transaction, so a fill is whole or absent.
-func fillThreads(ctx context.Context, conn *amqp091.Connection, names Names, n int) error {
+func fillThreads(ctx context.Context, conn *amqp091.Connection, names ThreadsNames, n int) error {
 	lock, err := lockThreads(ctx, conn, names)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		_, _ = lock.QueueDelete(names.ThreadsLock, false, false, false)
+		_, _ = lock.QueueDelete(names.Lock, false, false, false)
 		_ = lock.Close()
 	}()
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("amqp: open channel: %w", err)
 	}
-	if _, err := ch.QueueDeclarePassive(names.ThreadsFilled, true, false, false, false, nil); err == nil {
+	if _, err := ch.QueueDeclarePassive(names.Filled, true, false, false, false, nil); err == nil {
 		_ = ch.Close()
 		return nil // filled before
 	} else if !isCode(err, amqp091.NotFound) {
-		return fmt.Errorf("amqp: inspect queue %s: %w", names.ThreadsFilled, err)
+		return fmt.Errorf("amqp: inspect queue %s: %w", names.Filled, err)
 	}
 	// The failed passive declare closed that channel.
 	if ch, err = conn.Channel(); err != nil {
 		return fmt.Errorf("amqp: open channel: %w", err)
 	}
 	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(names.Threads, true, false, false, false, nil)
+	q, err := ch.QueueDeclarePassive(names.Tokens, true, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("amqp: inspect queue %s: %w", names.Threads, err)
+		return fmt.Errorf("amqp: inspect queue %s: %w", names.Tokens, err)
 	}
 	// A fill committed by a worker that died before its marker left its
 	// tokens ready (nobody consumes before the marker): top up only.
 	if err := ch.Tx(); err != nil {
-		return fmt.Errorf("amqp: fill %s: %w", names.Threads, err)
+		return fmt.Errorf("amqp: fill %s: %w", names.Tokens, err)
 	}
 	for range n - q.Messages {
-		err := ch.PublishWithContext(ctx, "", names.Threads, false, false, amqp091.Publishing{
+		err := ch.PublishWithContext(ctx, "", names.Tokens, false, false, amqp091.Publishing{
 			DeliveryMode: amqp091.Persistent, Type: "thread",
 		})
 		if err != nil {
-			return fmt.Errorf("amqp: fill %s: %w", names.Threads, err)
+			return fmt.Errorf("amqp: fill %s: %w", names.Tokens, err)
 		}
 	}
 	if err := ch.TxCommit(); err != nil {
-		return fmt.Errorf("amqp: fill %s: %w", names.Threads, err)
+		return fmt.Errorf("amqp: fill %s: %w", names.Tokens, err)
 	}
-	if _, err := ch.QueueDeclare(names.ThreadsFilled, true, false, false, false, amqp091.Table{"x-queue-type": "classic"}); err != nil {
-		return fmt.Errorf("amqp: declare queue %s: %w", names.ThreadsFilled, err)
+	if _, err := ch.QueueDeclare(names.Filled, true, false, false, false, amqp091.Table{"x-queue-type": "classic"}); err != nil {
+		return fmt.Errorf("amqp: declare queue %s: %w", names.Filled, err)
 	}
 	return nil
 }
 
 // lockThreads declares the exclusive lock queue, waiting while another
 // connection holds it, and returns the channel that holds it.
-func lockThreads(ctx context.Context, conn *amqp091.Connection, names Names) (*amqp091.Channel, error) {
+func lockThreads(ctx context.Context, conn *amqp091.Connection, names ThreadsNames) (*amqp091.Channel, error) {
 	for {
 		ch, err := conn.Channel()
 		if err != nil {
 			return nil, fmt.Errorf("amqp: open channel: %w", err)
 		}
-		_, err = ch.QueueDeclare(names.ThreadsLock, false, true, true, false, nil)
+		_, err = ch.QueueDeclare(names.Lock, false, true, true, false, nil)
 		if err == nil {
 			return ch, nil
 		}
 		if !isCode(err, amqp091.ResourceLocked) {
-			return nil, fmt.Errorf("amqp: declare lock queue %s: %w", names.ThreadsLock, err)
+			return nil, fmt.Errorf("amqp: declare lock queue %s: %w", names.Lock, err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("amqp: another worker holds %s (filling the thread pool): %w", names.ThreadsLock, ctx.Err())
+			return nil, fmt.Errorf("amqp: another worker holds %s (filling the thread pool): %w", names.Lock, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -181,6 +187,7 @@ func isCode(err error, code int) bool {
 type threadPool struct {
 	c     *Conn
 	n     int
+	names ThreadsNames // its queues
 	log   *slog.Logger
 	ready chan struct{} // Held grew
 	wake  chan struct{} // demand changed
@@ -199,8 +206,8 @@ type threadPool struct {
 	solvesSeen    int
 }
 
-func newThreadPool(c *Conn, n int, log *slog.Logger) *threadPool {
-	return &threadPool{c: c, n: n, log: log, ready: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+func newThreadPool(c *Conn, names ThreadsNames, n int, log *slog.Logger) *threadPool {
+	return &threadPool{c: c, n: n, names: names, log: log, ready: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		pinned: -1, limit: n, fleetInUse: -1}
 }
 
@@ -404,7 +411,7 @@ func (s *poolSession) park(tag uint64) error {
 		return fmt.Errorf("amqp: park a thread: %w", err)
 	}
 	expiration := strconv.FormatInt(max(s.p.returnDelay().Milliseconds(), 1), 10)
-	if err := s.publish(s.p.c.Names().ThreadsReturning, expiration); err != nil {
+	if err := s.publish(s.p.names.Returning, expiration); err != nil {
 		return fmt.Errorf("amqp: park a thread: %w", err)
 	}
 	if err := s.ch.TxCommit(); err != nil {
@@ -420,9 +427,9 @@ func (s *poolSession) park(tag uint64) error {
 func (s *poolSession) adjust(now time.Time) error {
 	p := s.p
 	if now.Sub(s.refreshed) >= threadsRefresh {
-		q, err := s.ch.QueueDeclarePassive(p.c.Names().Threads, true, false, false, false, nil)
+		q, err := s.ch.QueueDeclarePassive(p.names.Tokens, true, false, false, false, nil)
 		if err != nil {
-			return fmt.Errorf("amqp: inspect queue %s: %w", p.c.Names().Threads, err)
+			return fmt.Errorf("amqp: inspect queue %s: %w", p.names.Tokens, err)
 		}
 		s.ready, s.holders, s.refreshed = q.Messages, q.Consumers, now
 		p.mu.Lock()
@@ -467,9 +474,9 @@ func (s *poolSession) adjust(now time.Time) error {
 			return err
 		}
 		if !s.consuming {
-			ds, err := s.ch.Consume(p.c.Names().Threads, s.tag, false, false, false, false, nil)
+			ds, err := s.ch.Consume(p.names.Tokens, s.tag, false, false, false, false, nil)
 			if err != nil {
-				return fmt.Errorf("amqp: consume %s: %w", p.c.Names().Threads, err)
+				return fmt.Errorf("amqp: consume %s: %w", p.names.Tokens, err)
 			}
 			s.deliveries, s.consuming = ds, true
 		}
@@ -542,7 +549,7 @@ func (s *poolSession) giveBack(keep int) error {
 		if err := s.ch.Ack(tag, false); err != nil {
 			return fmt.Errorf("amqp: give back a thread: %w", err)
 		}
-		if err := s.publish(s.p.c.Names().Threads, ""); err != nil {
+		if err := s.publish(s.p.names.Tokens, ""); err != nil {
 			return fmt.Errorf("amqp: give back a thread: %w", err)
 		}
 	}

@@ -154,7 +154,7 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 	<-ds
 	_ = dead.Close()
 
-	p := newThreadPool(c, plan, slog.New(slog.DiscardHandler))
+	p := newThreadPool(c, c.Names().PlanThreads(), plan, slog.New(slog.DiscardHandler))
 	p.observe(captchaq.Result{Status: captchaq.StatusSolved, SolveSeconds: 2.5})
 	p.observe(captchaq.Result{Status: captchaq.StatusSolved, SolveSeconds: 1.5})
 	p.observe(captchaq.Result{Status: captchaq.StatusFailed, SolveSeconds: 9})

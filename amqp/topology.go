@@ -306,6 +306,19 @@ func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	return deleteAll(ctx, c, queues, []string{n.Types, n.TasksAll, n.DLX, n.Delay, n.Inflight, n.Status, n.Claims})
 }
 
+// DeleteProviderThreads deletes the thread pools of the named providers
+// of a fleet on several (Names.ProviderThreads), tokens included: for
+// tests, and to change a provider's threads once its workers are stopped.
+func DeleteProviderThreads(ctx context.Context, c Config, providers ...string) error {
+	c = c.withDefaults()
+	var queues []string
+	for _, p := range providers {
+		tn := NamesFor(c.Prefix).ProviderThreads(p)
+		queues = append(queues, tn.Tokens, tn.Returning, tn.Filled)
+	}
+	return deleteAll(ctx, c, queues, nil)
+}
+
 // DeleteReplies deletes the reply queues of gateways, messages included:
 // for tests, and for retiring a gateway whose results nobody will read.
 func DeleteReplies(ctx context.Context, c Config, gateways ...string) error {

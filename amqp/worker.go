@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +31,10 @@ type WorkerConfig struct {
 	// Queue configures the local queue that solves the tasks (Provider is
 	// required; Threads is the plan's, shared by every worker on the key:
 	// through the broker with SharedThreads, else by the queue's window
-	// shrinking when the provider says no free thread).
+	// shrinking when the provider says no free thread). With Providers
+	// instead, each provider's Threads is shared the same way (see
+	// "Several providers" in the package doc; SharedThreads sets each
+	// provider's ThreadPool).
 	// Its Store is the worker's own and must be nil.
 	Queue captchaq.Config
 	// Owner names this worker's checkpoint queue; unique per process.
@@ -53,8 +57,10 @@ type WorkerConfig struct {
 	BalanceEvery time.Duration
 	// Report, when set, forwards clients' reportbad (good false) and
 	// reportgood that gateways publish on Names.Reports to the provider
-	// (provider.Client's ReportBad and ReportGood).
-	Report func(ctx context.Context, captchaID string, good bool) error
+	// (provider.Client's ReportBad and ReportGood): the one of Queue's
+	// Providers named providerName, or Queue's Provider when it is empty.
+	// Reports for a provider the worker does not have are dropped.
+	Report func(ctx context.Context, providerName, captchaID string, good bool) error
 	// SharedThreads makes Queue's Threads (or Plan) one pool for every
 	// worker on the prefix, held as tokens on the broker (Names.Threads):
 	// together they never have more than Threads tasks at the provider,
@@ -80,7 +86,10 @@ type Worker struct {
 	pub   *Publisher
 	store *WorkerStore
 	q     *captchaq.Queue
-	pool  *threadPool // nil without SharedThreads
+	// pools are the shared threads (nil without SharedThreads): one, the
+	// plan's, for a Queue of one Provider; one per provider, in
+	// Queue.Providers' order, for a Queue of several.
+	pools []*threadPool
 }
 
 // NewWorker checks cfg and builds a Worker on c; Run starts it.
@@ -98,24 +107,48 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	qc.Admit = store.admit
 	// A task never waits locally for longer than the broker holds it.
 	qc.MaxQueued = cmp.Or(qc.MaxQueued, cfg.Prefetch+threads)
-	var pool *threadPool
+	var pools []*threadPool
 	if cfg.SharedThreads {
-		pool = newThreadPool(c, threads, log)
-		qc.ThreadPool = pool
-		onResult := qc.OnResult
-		qc.OnResult = func(r captchaq.Result) {
-			pool.observe(r)
-			if onResult != nil {
-				onResult(r)
-			}
-		}
+		qc, pools = sharedThreads(c, qc, threads, log)
 	}
 	q, err := captchaq.New(qc)
 	if err != nil {
 		pub.Close()
 		return nil, err
 	}
-	return &Worker{c: c, cfg: cfg, log: log, pub: pub, store: store, q: q, pool: pool}, nil
+	return &Worker{c: c, cfg: cfg, log: log, pub: pub, store: store, q: q, pools: pools}, nil
+}
+
+// sharedThreads gives qc its thread pools: the plan's (Names.PlanThreads)
+// for a queue of one provider; for a queue of several, one per provider
+// (Names.ProviderThreads), so the fleet never has more tasks at any
+// provider than its Threads. Each result's solve time goes to the pool of
+// the provider that solved it.
+func sharedThreads(c *Conn, qc captchaq.Config, threads int, log *slog.Logger) (captchaq.Config, []*threadPool) {
+	var pools []*threadPool
+	byProvider := map[string]*threadPool{}
+	if len(qc.Providers) == 0 {
+		p := newThreadPool(c, c.Names().PlanThreads(), threads, log)
+		qc.ThreadPool, pools, byProvider[""] = p, []*threadPool{p}, p
+	} else {
+		qc.Providers = slices.Clone(qc.Providers)
+		for i := range qc.Providers {
+			pc := &qc.Providers[i]
+			p := newThreadPool(c, c.Names().ProviderThreads(pc.Name), cmp.Or(pc.Threads, captchaq.ThreadsDefault), log.With("provider", pc.Name))
+			pc.ThreadPool, byProvider[pc.Name] = p, p
+			pools = append(pools, p)
+		}
+	}
+	onResult := qc.OnResult
+	qc.OnResult = func(r captchaq.Result) {
+		if p := byProvider[r.Provider]; p != nil {
+			p.observe(r)
+		}
+		if onResult != nil {
+			onResult(r)
+		}
+	}
+	return qc, pools
 }
 
 // processName is host-pid-random: unique per process, for names of queues
@@ -153,12 +186,55 @@ func (w *Worker) Held() int { return len(w.store.ids()) }
 // Threads reports the fleet's shared threads (SharedThreads): the ones
 // this worker holds, the plan's, and the fleet's in use (-1 until first
 // read, about once a second). ok is false without SharedThreads.
+//
+// With several providers, the sums over their pools (fleetInUse -1 until
+// every pool was read); ProviderThreads tells them apart.
 func (w *Worker) Threads() (held, plan, fleetInUse int, ok bool) {
-	if w.pool == nil {
+	if len(w.pools) == 0 {
 		return 0, 0, 0, false
 	}
-	held, plan, fleetInUse = w.pool.Threads()
+	for _, p := range w.pools {
+		h, n, u := p.Threads()
+		held, plan = held+h, plan+n
+		if u < 0 || fleetInUse < 0 {
+			fleetInUse = -1
+		} else {
+			fleetInUse += u
+		}
+	}
 	return held, plan, fleetInUse, true
+}
+
+// ProviderThreads are one provider's shared threads, as Threads reports
+// them for the plan's.
+type ProviderThreads struct {
+	Provider   string
+	Held, Plan int
+	FleetInUse int // -1 until first read
+}
+
+// ProviderThreads reports each provider's shared threads, in the order
+// of WorkerConfig.Queue.Providers; nil without SharedThreads or without
+// Providers.
+func (w *Worker) ProviderThreads() []ProviderThreads {
+	if len(w.cfg.Queue.Providers) == 0 {
+		return nil
+	}
+	var out []ProviderThreads
+	for i, p := range w.pools {
+		h, n, u := p.Threads()
+		out = append(out, ProviderThreads{Provider: w.cfg.Queue.Providers[i].Name, Held: h, Plan: n, FleetInUse: u})
+	}
+	return out
+}
+
+// providerNames are the names of Queue's Providers (nil without).
+func (w *Worker) providerNames() []string {
+	var names []string
+	for _, p := range w.cfg.Queue.Providers {
+		names = append(names, p.Name)
+	}
+	return names
 }
 
 // Run consumes tasks until ctx ends, then stops taking tasks, hands back
@@ -174,10 +250,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.c.DeclareClaims(ctx, w.cfg.Owner); err != nil {
 		return err
 	}
-	if w.pool != nil {
+	for _, p := range w.pools {
 		// Filled before any task is taken, so no worker submits on a
 		// pool that is not there yet.
-		if err := w.c.DeclareThreads(ctx, w.pool.n); err != nil {
+		same := "--threads (the plan's)"
+		if len(w.cfg.Queue.Providers) > 0 {
+			same = "providers' threads (the same --providers file)"
+		}
+		if err := w.c.declareThreadsAt(ctx, p.names, p.n, same); err != nil {
 			return err
 		}
 	}
@@ -188,8 +268,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopBg()
 	// The pool outlives the queue's shutdown, so threads go back last,
 	// once no task of this worker is at the provider.
-	if w.pool != nil {
-		pool := startstop.New(w.pool.run)
+	for _, p := range w.pools {
+		pool := startstop.New(p.run)
 		_ = pool.Start(context.WithoutCancel(ctx))
 		defer pool.Stop()
 	}
@@ -233,7 +313,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	loops := []*startstop.Loop{
 		startstop.New((&refresher{s: w.store, every: w.c.cfg.InflightRefresh}).run),
 		startstop.New((&beater{s: w.store, p: w.pub, every: w.cfg.BeatInterval, log: w.log,
-			bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}, pool: w.pool}).run),
+			bal: &balanceReader{read: w.cfg.Balance, every: w.cfg.BalanceEvery}, w: w}).run),
 		startstop.New((&staleSweeper{s: w.store, q: w.q, every: sweepInterval}).run),
 	}
 	for _, l := range loops {
@@ -244,7 +324,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if reports, err = w.c.Consume(bg, []string{w.c.Names().Reports}, 4); err != nil {
 			w.log.Warn("not forwarding clients' reports: the reports queue cannot be consumed", "err", err)
 		} else {
-			forwarder := startstop.New((&reportForwarder{k: reports, forward: w.cfg.Report, log: w.log}).run)
+			forwarder := startstop.New((&reportForwarder{k: reports, forward: w.cfg.Report, providers: w.providerNames(), log: w.log}).run)
 			_ = forwarder.Start(bg)
 			loops = append(loops, forwarder)
 		}

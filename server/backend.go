@@ -72,6 +72,14 @@ type QueueDepther interface {
 	QueueDepths(ctx context.Context) (map[string]int, error)
 }
 
+// Validator is a Backend that checks tasks by rules of its own: those of
+// the providers the tasks go to (amqp.Gateway with GatewayConfig.Providers
+// checks captchaq.Task.ValidateFor them). The server's doors refuse what
+// it refuses, before Submit.
+type Validator interface {
+	Validate(t captchaq.Task) error
+}
+
 // BatchSubmitter is a Backend that takes many tasks in one call (one Store
 // write for all of them) and returns each task's error, as Submit would.
 type BatchSubmitter interface {
@@ -119,12 +127,15 @@ func (b *localBackend) Attach(weights map[string]int, onResult func(captchaq.Res
 func (b *localBackend) Start(ctx context.Context) error { return b.queue.Start(ctx) }
 
 // validate checks a task as the server's doors do before accepting it:
-// the local queue's rules (every configured provider's types), or
-// Task.Validate's when the tasks are solved elsewhere (a gateway's
-// workers).
+// the local queue's rules (every configured provider's types), a
+// Validator backend's, or Task.Validate's when the tasks are solved
+// elsewhere (a gateway's workers).
 func (s *Server) validate(t captchaq.Task) error {
 	if s.local != nil {
 		return s.local.queue.Validate(t)
+	}
+	if v, ok := s.backend.(Validator); ok {
+		return v.Validate(t)
 	}
 	return t.Validate()
 }

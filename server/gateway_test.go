@@ -113,7 +113,7 @@ func (f *fleetRig) worker(owner string, threads int) (stop func()) {
 		Queue: captchaq.Config{Provider: pc, Threads: threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: f.log},
 		Owner: owner, Grace: 200 * time.Millisecond, BeatInterval: time.Second, Logger: f.log,
-		Report: func(ctx context.Context, captchaID string, good bool) error {
+		Report: func(ctx context.Context, _, captchaID string, good bool) error {
 			if good {
 				return pc.ReportGood(ctx, captchaID)
 			}
@@ -183,7 +183,7 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 	}
 	scfg := server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow,
 		PingbackTimeout: time.Minute, Report: func(ctx context.Context, r captchaq.Result, good bool) error {
-			return gw.Report(ctx, r.CaptchaID, good)
+			return gw.Report(ctx, r.Provider, r.CaptchaID, good)
 		}}
 	if f.config != nil {
 		f.config(&scfg)

@@ -23,8 +23,9 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 	fs.SetOutput(env.stderr)
 	var af amqpFlags
 	af.register(fs, env.getenv)
+	providersFile := fs.String("providers", "", "the workers' providers `FILE`: take the types any of its providers solves (no key is read)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.")
+		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [--providers FILE] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.")
 		fs.PrintDefaults()
 	}
 	if err := parseInterspersed(fs, args); err != nil {
@@ -36,6 +37,12 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 	cfg, err := af.config()
 	if err != nil {
 		return &exitError{code: 2, err: err}
+	}
+	var providers []captchaq.ProviderConfig
+	if *providersFile != "" {
+		if providers, err = loadProvidersWithoutKeys(*providersFile); err != nil {
+			return err
+		}
 	}
 	in := env.stdin
 	name := "stdin"
@@ -54,7 +61,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 	defer c.Close()
 	p := c.NewPublisher()
 	defer p.Close()
-	published, invalid, err := enqueueLines(ctx, p, in, name, env.stderr)
+	published, invalid, err := enqueueLines(ctx, p, in, name, providers, env.stderr)
 	fmt.Fprintf(env.stderr, "enqueued %d tasks to %s.tasks (%d invalid lines skipped)\n", published, cfg.Prefix, invalid)
 	if err != nil {
 		return err
@@ -72,7 +79,7 @@ const enqueueWindow = 256
 // invalid one with its line number. Up to enqueueWindow tasks wait for
 // their confirms at once; every task counted as published is confirmed.
 // It stops at the first task the broker does not confirm.
-func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name string, errw io.Writer) (published, invalid int, err error) {
+func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name string, providers []captchaq.ProviderConfig, errw io.Writer) (published, invalid int, err error) {
 	type sentLine struct {
 		line    int
 		id      string
@@ -103,7 +110,7 @@ func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name str
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
-		t, perr := parseTaskLine([]byte(text))
+		t, perr := parseTaskLineFor([]byte(text), providers)
 		if perr == nil {
 			var again bool
 			if again, perr = ids.check(t, line); again {
@@ -166,10 +173,14 @@ func (m enqueuedIDs) check(t captchaq.Task, line int) (again bool, err error) {
 
 // parseTaskLine reads one task line and refuses what every other door
 // refuses (captchaq.Task.Validate), before anything is published.
-func parseTaskLine(b []byte) (captchaq.Task, error) {
+func parseTaskLine(b []byte) (captchaq.Task, error) { return parseTaskLineFor(b, nil) }
+
+// parseTaskLineFor is parseTaskLine for a fleet on these providers
+// (captchaq.Task.ValidateFor; none: the one provider, CaptchaAI).
+func parseTaskLineFor(b []byte, providers []captchaq.ProviderConfig) (captchaq.Task, error) {
 	t, err := readTask(b)
 	if err != nil {
 		return t, err
 	}
-	return t, t.Validate()
+	return t, t.ValidateFor(providers)
 }

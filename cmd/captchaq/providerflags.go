@@ -101,6 +101,16 @@ func addProvidersFlag(fs *flag.FlagSet) *string {
 // loadProviders reads a --providers file; keys come from the environment
 // variables (or key files) the file names.
 func loadProviders(env *environment, path string) ([]captchaq.ProviderConfig, error) {
+	return readProviders(path, captchaq.ProvidersEnv{Getenv: env.getenv})
+}
+
+// loadProvidersWithoutKeys reads a --providers file for a door that only
+// validates (serve --amqp, enqueue): names and methods, no key.
+func loadProvidersWithoutKeys(path string) ([]captchaq.ProviderConfig, error) {
+	return readProviders(path, captchaq.ProvidersEnv{WithoutKeys: true})
+}
+
+func readProviders(path string, penv captchaq.ProvidersEnv) ([]captchaq.ProviderConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		var pe *os.PathError
@@ -109,7 +119,7 @@ func loadProviders(env *environment, path string) ([]captchaq.ProviderConfig, er
 		}
 		return nil, usageError(fmt.Errorf("--providers: cannot read %q: %v", path, err))
 	}
-	ps, err := captchaq.ParseProviders(b, captchaq.ProvidersEnv{Getenv: env.getenv})
+	ps, err := captchaq.ParseProviders(b, penv)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--providers %s: %w", path, err))
 	}

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +18,8 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/internal/brokertest"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -145,11 +151,142 @@ func TestServeProviders(t *testing.T) {
 	}
 }
 
-func TestWorkerRefusesProviders(t *testing.T) {
-	t.Parallel()
-	r := runWith(t, "", nil, "worker", "--providers", "p.json")
-	if r.code != 2 || !strings.Contains(r.stderr, "--providers: the worker fleet runs on one provider") {
-		t.Fatalf("worker --providers = %+v", r)
+// The fleet on two providers, through the commands: enqueue --providers
+// takes hCaptcha (which only the backup solves) and refuses FunCaptcha
+// (which none does), naming them; two workers with the same --providers
+// file solve every task once, hCaptcha at the backup, Turnstile at main
+// (spill_after 1h); each result names its provider and price; together
+// they never have more tasks at a provider than its threads; a worker's
+// /metrics has each provider's series.
+func TestWorkerProviders(t *testing.T) {
+	brokerURL := brokertest.Use(t)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "test-cli-providers-" + hex.EncodeToString(b[:])
+	owners := []string{"prov-cli-1", "prov-cli-2"}
+	t.Cleanup(func() {
+		cfg := amqp.Config{URL: brokerURL, Prefix: prefix}
+		_ = amqp.DeleteTopology(context.Background(), cfg, owners...)
+		_ = amqp.DeleteProviderThreads(context.Background(), cfg, "main", "backup")
+	})
+	// Both simulators allow far more than the file's threads: only the
+	// fleet's pools keep it within them. The same seed: the same ids.
+	mainSim, mainURL := startFastSim(t, sim.Config{Threads: 50, Seed: 5, LatencyScale: 0.01})
+	backupSim, backupURL := startFastSim(t, sim.Config{Threads: 50, Seed: 5, LatencyScale: 0.01, PricePer1000: 2.5,
+		Methods: []string{"hcaptcha", "turnstile", "userrecaptcha", "base64"}})
+	file := writeFile(t, "providers.json", fmt.Sprintf(`[
+ {"name": "main", "url": %q, "key_env": "CAPTCHAAI_KEY", "threads": 2, "methods": ["base64", "turnstile", "userrecaptcha"]},
+ {"name": "backup", "url": %q, "key_env": "BACKUP_KEY", "threads": 3,
+  "methods": ["hcaptcha", "turnstile", "userrecaptcha", "base64"],
+  "price_per_1000": {"default": 2.5}, "spill_after": "1h"}]`, mainURL, backupURL))
+	vars := map[string]string{"CAPTCHAAI_KEY": batchKey, "BACKUP_KEY": "backup-Secret-Key-123"}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	tasks := turnstileTasks("ts", 8)
+	for i := range 6 {
+		tasks = append(tasks, captchaq.Task{ID: fmt.Sprintf("hc-%d", i), Method: "hcaptcha",
+			Params: map[string]string{"sitekey": "10000000-ffff-ffff-ffff-000000000001", "pageurl": fmt.Sprintf("https://shop.example/hc/%d", i)}})
+	}
+	tasks = append(tasks, captchaq.Task{ID: "fun", Method: "funcaptcha",
+		Params: map[string]string{"publickey": "69A21A01-CC7B-B9C6-0F9A-E7FA06677FFC", "pageurl": "https://shop.example/fun"}})
+	r := runWith(t, jsonl(t, tasks), nil, "enqueue", "--amqp", brokerURL, "--prefix", prefix, "--providers", file, "-")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "enqueued 14 tasks") ||
+		!strings.Contains(r.stderr, `stdin:15: captchaq: task "fun": unsupported captcha type`) || !strings.Contains(r.stderr, "(main: base64, turnstile, userrecaptcha; backup: hcaptcha") {
+		t.Fatalf("enqueue --providers = %+v", r)
+	}
+
+	metricsRE := regexp.MustCompile(`msg="serving metrics" addr=(127\.0\.0\.1:\d+)`)
+	metricsAddr := startCommand(t, ctx, vars, metricsRE, "worker", "--amqp", brokerURL, "--prefix", prefix, "--providers", file,
+		"--poll-interval", "20ms", "--owner", owners[0], "--metrics-addr", "127.0.0.1:0")
+	startCommand(t, ctx, vars, metricsRE, "worker", "--amqp", brokerURL, "--prefix", prefix, "--providers", file,
+		"--poll-interval", "20ms", "--owner", owners[1], "--metrics-addr", "127.0.0.1:0")
+
+	r = runWith(t, "", nil, "collect", "--amqp", brokerURL, "--prefix", prefix, "--count", "14")
+	if r.code != 0 {
+		t.Fatalf("collect = %+v", r)
+	}
+	got := parseResults(t, r.stdout)
+	if len(got) != 14 {
+		t.Fatalf("%d results, want 14", len(got))
+	}
+	for id, res := range got {
+		want, price := "main", 0.0
+		if strings.HasPrefix(id, "hc-") {
+			want, price = "backup", 0.0025
+		}
+		if res.Status != captchaq.StatusSolved || res.Provider != want || res.Price != price || res.Attempts != 1 {
+			t.Errorf("%s: %s at %q for %v in %d attempts, want solved at %q for %v in 1", id, res.Status, res.Provider, res.Price, res.Attempts, want, price)
+		}
+	}
+	ms, bs := mainSim.Stats(), backupSim.Stats()
+	if ms.Accepted != 8 || bs.Accepted != 6 || ms.Duplicates != 0 || bs.Duplicates != 0 {
+		t.Errorf("main accepted %d, backup %d (duplicates %d, %d); want 8 and 6, none twice", ms.Accepted, bs.Accepted, ms.Duplicates, bs.Duplicates)
+	}
+	if ms.PeakThreadsInUse > 2 || bs.PeakThreadsInUse > 3 {
+		t.Errorf("peak threads at main %d, at backup %d; the file gives them 2 and 3", ms.PeakThreadsInUse, bs.PeakThreadsInUse)
+	}
+
+	// A gateway on the same file, with no key: it takes hCaptcha, refuses
+	// FunCaptcha, and its store keeps the result's provider and price.
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"client-key-1"}]`)
+	t.Cleanup(func() {
+		_ = amqp.DeleteReplies(context.Background(), amqp.Config{URL: brokerURL, Prefix: prefix}, "provgw")
+	})
+	base := "http://" + startCommand(t, ctx, nil, regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+)`),
+		"serve", "--amqp", brokerURL, "--prefix", prefix, "--providers", file, "--gateway", "provgw", "--store", "memory",
+		"--clients", clients, "--listen", "127.0.0.1:0")
+	inPHP := func(method string, params url.Values) string {
+		t.Helper()
+		params.Set("key", "client-key-1")
+		params.Set("method", method)
+		resp, err := http.PostForm(base+"/in.php", params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if ans := inPHP("funcaptcha", url.Values{"publickey": {"69A21A01-CC7B-B9C6-0F9A-E7FA06677FFC"}, "pageurl": {"https://shop.example/fun"}}); ans != "ERROR_BAD_PARAMETERS" {
+		t.Errorf("in.php funcaptcha through the gateway: %q, want ERROR_BAD_PARAMETERS", ans)
+	}
+	id, ok := strings.CutPrefix(inPHP("hcaptcha", url.Values{"sitekey": {"10000000-ffff-ffff-ffff-000000000001"}, "pageurl": {"https://shop.example/gw"}}), "OK|")
+	if !ok {
+		t.Fatalf("in.php hcaptcha through the gateway refused: %s", id)
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/tasks/"+id+"?wait=30s", nil)
+	req.Header.Set("Authorization", "Bearer client-key-1")
+	gresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Result captchaq.Result `json:"result"`
+	}
+	if err := json.NewDecoder(gresp.Body).Decode(&rec); err != nil {
+		t.Fatal(err)
+	}
+	gresp.Body.Close()
+	if res := rec.Result; res.Status != captchaq.StatusSolved || res.Provider != "backup" || res.Price != 0.0025 {
+		t.Errorf("the gateway's result: %s at %q for %v, want solved at \"backup\" for 0.0025", res.Status, res.Provider, res.Price)
+	}
+
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`captchaq_provider_healthy{provider="main"} 1`,
+		`captchaq_provider_healthy{provider="backup"} 1`,
+		`captchaq_provider_threads_in_use{provider="backup"}`,
+		`captchaq_fleet_threads_plan 5`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("worker /metrics lacks %s:\n%s", want, body)
+		}
 	}
 }
 
@@ -216,4 +353,93 @@ func TestBatchProvidersMainKilled(t *testing.T) {
 		t.Errorf("summary lacks %q:\n%s", want, r.stderr)
 	}
 	t.Logf("%d tasks in flight at main when it was killed were solved by backup", moved)
+}
+
+// startCommand runs a long-running subcommand in-process until the test
+// ends, and returns the first submatch of the first log line that
+// matches ready. At the end it must exit 0, and no key of vars may be in
+// its log.
+func startCommand(t *testing.T, ctx context.Context, vars map[string]string, ready *regexp.Regexp, args ...string) string {
+	t.Helper()
+	cctx, stop := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, getenv: func(k string) string { return vars[k] }}
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(cctx, env, args)
+		pw.Close()
+	}()
+	found, logs := make(chan string, 1), make(chan string, 1)
+	go func() {
+		var all strings.Builder
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+		logs <- all.String()
+	}()
+	t.Cleanup(func() {
+		stop()
+		code := <-exit
+		text := <-logs
+		if code != 0 {
+			t.Errorf("%s exit %d after cancel, want 0:\n%s", args[0], code, text)
+		}
+		for _, k := range vars {
+			if strings.Contains(text, k) {
+				t.Errorf("a key is in the log of %s", args[0])
+			}
+		}
+	})
+	select {
+	case m := <-found:
+		return m
+	case code := <-exit:
+		pw.Close()
+		t.Fatalf("%s exited with %d before it was ready:\n%s", args[0], code, <-logs)
+	case <-ctx.Done():
+		t.Fatalf("%s never logged a line matching %s", args[0], ready)
+	}
+	return ""
+}
+
+// solve --providers: hCaptcha, which only the backup solves, is solved
+// there; Turnstile on main; a type no provider solves is refused with
+// exit code 2, naming the providers.
+func TestSolveProviders(t *testing.T) {
+	t.Parallel()
+	mainSim, mainURL := startFastSim(t, sim.Config{Threads: 5})
+	backupSim, backupURL := startFastSim(t, sim.Config{Threads: 5, PricePer1000: 2.5, Methods: []string{"hcaptcha", "turnstile"}})
+	file := writeFile(t, "providers.json", fmt.Sprintf(`[
+ {"name": "main", "url": %q, "key_env": "CAPTCHAAI_KEY", "methods": ["turnstile", "userrecaptcha"]},
+ {"name": "backup", "url": %q, "key_env": "BACKUP_KEY", "methods": ["hcaptcha", "turnstile"], "price_per_1000": {"default": 2.5}, "spill_after": "1h"}]`,
+		mainURL, backupURL))
+	vars := map[string]string{"CAPTCHAAI_KEY": batchKey, "BACKUP_KEY": "backup-Secret-Key-123"}
+	r := runWith(t, "", vars, "solve", "--providers", file, "--poll-interval", "10ms", "--method", "hcaptcha",
+		"--param", "sitekey=10000000-ffff-ffff-ffff-000000000001", "--param", "pageurl=https://shop.example/signup")
+	if r.code != 0 || strings.TrimSpace(r.stdout) == "" || strings.Contains(r.stdout, "\n\n") || !strings.Contains(r.stderr, "solved by backup for 0.0025") {
+		t.Fatalf("solve hcaptcha = %+v", r)
+	}
+	r = runWith(t, "", vars, "solve", "--providers", file, "--poll-interval", "10ms", "--method", "turnstile",
+		"--param", "sitekey=0x4AAAAAAAB3x", "--param", "pageurl=https://shop.example/login")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "0.") || !strings.Contains(r.stderr, "solved by main for 0") {
+		t.Fatalf("solve turnstile = %+v", r)
+	}
+	if a, b := mainSim.Stats().Accepted, backupSim.Stats().Accepted; a != 1 || b != 1 {
+		t.Errorf("main accepted %d, backup %d; want 1 each", a, b)
+	}
+	r = runWith(t, "", vars, "solve", "--providers", file, "--method", "funcaptcha",
+		"--param", "publickey=69A21A01-CC7B-B9C6-0F9A-E7FA06677FFC", "--param", "pageurl=https://shop.example/fun")
+	if r.code != 2 || !strings.Contains(r.stderr, "(main: turnstile, userrecaptcha; backup: hcaptcha, turnstile)") {
+		t.Fatalf("solve funcaptcha = %+v", r)
+	}
+	if r := runWith(t, "", vars, "solve", "--providers", file, "--api-url", mainURL, "--method", "turnstile"); r.code != 2 || !strings.Contains(r.stderr, "--providers: replaces --api-url") {
+		t.Fatalf("solve --providers --api-url = %+v", r)
+	}
 }

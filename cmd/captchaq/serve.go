@@ -54,7 +54,7 @@ type serveFlags struct {
 
 // localOnly and gatewayOnly are the flags of one mode.
 var (
-	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url", "providers"}
+	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url"}
 	gatewayOnly = []string{"prefix", "gateway", "lanes", "task-ttl", "fair-burst"}
 )
 
@@ -277,24 +277,33 @@ type reporter interface {
 // resultReport forwards a client's report to the provider that solved the
 // result: the only one, or the one r.Provider names.
 func resultReport(qc captchaq.Config) func(ctx context.Context, r captchaq.Result, good bool) error {
-	byName := map[string]captchaq.Provider{"": qc.Provider}
-	for _, l := range qc.Providers {
-		byName[l.Name] = l.Provider
-	}
+	report := providersReport(qc)
 	return func(ctx context.Context, r captchaq.Result, good bool) error {
-		rp, ok := byName[r.Provider].(reporter)
-		if !ok {
-			return fmt.Errorf("no provider %q to report task %s to", r.Provider, r.ID)
+		if err := report(ctx, r.Provider, r.CaptchaID, good); err != nil {
+			return fmt.Errorf("task %s: %w", r.ID, err)
 		}
-		return providerReport(rp)(ctx, r.CaptchaID, good)
+		return nil
 	}
 }
 
-// providerReport forwards a client's reportbad (good false) or reportgood
-// to the provider.
-func providerReport(pc reporter) func(ctx context.Context, captchaID string, good bool) error {
-	return func(ctx context.Context, captchaID string, good bool) error {
-		if good {
+// providersReport forwards a client's reportbad (good false) or
+// reportgood to the provider named providerName: one of qc's Providers,
+// or qc's Provider when the name is empty. Never to another: two
+// providers may give the same captcha id to different tasks.
+func providersReport(qc captchaq.Config) func(ctx context.Context, providerName, captchaID string, good bool) error {
+	byName := map[string]captchaq.Provider{}
+	if len(qc.Providers) == 0 {
+		byName[""] = qc.Provider
+	}
+	for _, l := range qc.Providers {
+		byName[l.Name] = l.Provider
+	}
+	return func(ctx context.Context, providerName, captchaID string, good bool) error {
+		pc, ok := byName[providerName].(reporter)
+		switch {
+		case !ok:
+			return fmt.Errorf("no provider %q to report to", providerName)
+		case good:
 			return pc.ReportGood(ctx, captchaID)
 		}
 		return pc.ReportBad(ctx, captchaID)
@@ -331,7 +340,16 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 		c.Close()
 		store.Close()
 	}
-	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: store, Name: name, FairBurst: *f.fairBurst, Logger: log})
+	var providers []captchaq.ProviderConfig
+	if *f.providers != "" {
+		// The workers' file: the gateway takes the types any of its
+		// providers solves, and reads no key.
+		if providers, err = loadProvidersWithoutKeys(*f.providers); err != nil {
+			stop()
+			return server.Config{}, nil, nil, err
+		}
+	}
+	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: store, Name: name, FairBurst: *f.fairBurst, Providers: providers, Logger: log})
 	if err != nil {
 		stop()
 		return server.Config{}, nil, nil, &exitError{code: 2, err: fmt.Errorf("--gateway: %w", err)}
@@ -340,7 +358,7 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 	// getbalance: the freshest balance a worker read (at most about a
 	// minute old; see amqp.BalanceEveryDefault).
 	report := func(ctx context.Context, r captchaq.Result, good bool) error {
-		return gw.Report(ctx, r.CaptchaID, good)
+		return gw.Report(ctx, r.Provider, r.CaptchaID, good)
 	}
 	return server.Config{Backend: gw, Balance: gw.Balance, Report: report}, attrs, stop, nil
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -57,11 +59,12 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	params := paramFlag{}
 	fs.Var(params, "param", "a task field as key=value, repeatable (e.g. --param sitekey=0x4AAA --param pageurl=https://example.com)")
 	apiURL := addAPIURLFlag(fs)
+	providersFile := addProvidersFlag(fs)
 	timeout := fs.Duration("timeout", solveTimeoutDefault, "give up after this long")
 	firstPoll := fs.Duration("first-poll", -1, "wait before the first poll (default: the type's typical solve time)")
 	interval := fs.Duration("poll-interval", solvePollIntervalDefault, "wait between polls (at most 5s)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq solve --method M --param k=v [--param k=v ...] [--api-url URL] [--timeout D]")
+		fmt.Fprintln(env.stderr, "usage: captchaq solve --method M --param k=v [--param k=v ...] [--api-url URL | --providers FILE] [--timeout D]")
 		fmt.Fprintln(env.stderr, "\nSolves one task and prints its token (the answer text for image types).")
 		fmt.Fprintln(env.stderr, "The key comes from "+envKey+" or the file named by "+envKeyFile+".\n\nflags:")
 		fs.PrintDefaults()
@@ -82,11 +85,21 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		return &exitError{code: 2, err: fmt.Errorf("--poll-interval %v must be above 0 and at most %v", *interval, solvePollIntervalDefault)}
 	}
 
+	if *providersFile != "" && *apiURL != "" {
+		return usageError(errors.New("--providers: replaces --api-url (each provider in the file has its url)"))
+	}
+	var lanes []captchaq.ProviderConfig
+	if *providersFile != "" {
+		var err error
+		if lanes, err = loadProviders(env, *providersFile); err != nil {
+			return err
+		}
+	}
 	if err := readLocalImage(*method, params); err != nil {
 		return usageError(err)
 	}
 	// The same checks as every other door; the id is only for them.
-	if err := (captchaq.Task{ID: "solve", Method: *method, Params: params}).Validate(); err != nil {
+	if err := (captchaq.Task{ID: "solve", Method: *method, Params: params}).ValidateFor(lanes); err != nil {
 		var te *captchaq.TaskError
 		if errors.As(err, &te) {
 			err = errors.New(te.Msg)
@@ -95,6 +108,9 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	}
 	task := provider.Task{Method: *method, Params: params}
 	kind, _ := task.Kind()
+	if lanes != nil {
+		return solveOnProviders(ctx, env, lanes, captchaq.Task{ID: "solve", Method: *method, Params: params}, *timeout, *interval)
+	}
 	client, err := newProviderClient(env, *apiURL)
 	if err != nil {
 		return &exitError{code: 2, err: err}
@@ -116,6 +132,43 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		out = answer.Token
 	}
 	_, err = io.WriteString(env.stdout, out+"\n")
+	return err
+}
+
+// solveOnProviders solves one task through a queue on several providers
+// (--providers), routed as batch routes it, and prints its token and, on
+// stderr, where it was solved and at what price.
+func solveOnProviders(ctx context.Context, env *environment, lanes []captchaq.ProviderConfig, t captchaq.Task, timeout, interval time.Duration) error {
+	quiet := slog.New(slog.DiscardHandler)
+	if err := checkAccounts(ctx, lanes, quiet); err != nil {
+		return err
+	}
+	q, err := captchaq.New(captchaq.Config{Providers: lanes, PollInterval: interval,
+		Store: captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})})
+	if err != nil {
+		return usageError(err)
+	}
+	defer q.Close()
+	if err := q.Start(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	f, err := q.Submit(ctx, t)
+	if err != nil {
+		return err
+	}
+	r, err := f.Wait(ctx)
+	switch {
+	case errors.Is(context.Cause(ctx), context.Canceled):
+		return errors.New("interrupted")
+	case err != nil:
+		return taskFailed(fmt.Errorf("no answer within %v; raise --timeout", timeout))
+	case r.Status != captchaq.StatusSolved:
+		return taskFailed(fmt.Errorf("failed at %s: %s", cmp.Or(r.Provider, "no provider"), r.Error))
+	}
+	fmt.Fprintf(env.stderr, "captchaq solve: solved by %s for %v\n", r.Provider, r.Price)
+	_, err = io.WriteString(env.stdout, r.Token+"\n")
 	return err
 }
 

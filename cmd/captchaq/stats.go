@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/captchaq/captchaq/amqp"
@@ -49,6 +51,10 @@ func runStats(ctx context.Context, env *environment, args []string) error {
 	fmt.Fprintf(env.stdout, "oldest unacked      %v (%d held by %d consumers)\n", st.OldestUnacked.Round(time.Second), st.Held, st.Holders)
 	if th := st.Threads; th.Plan > 0 {
 		fmt.Fprintf(env.stdout, "fleet threads       %d of %d in use (%d held per the beats)\n", th.InUse, th.Plan, th.Held)
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.ProviderThreads)) {
+		th := st.ProviderThreads[name]
+		fmt.Fprintf(env.stdout, "  provider %-10s %d of %d in use (%d held per the beats)\n", name, th.InUse, th.Plan, th.Held)
 	}
 	for _, q := range st.Queues {
 		fmt.Fprintf(env.stdout, "  %-40s ready %-6d consumers %d\n", q.Name, q.Ready, q.Consumers)

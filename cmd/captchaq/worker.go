@@ -13,6 +13,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/provider"
 )
 
 func init() {
@@ -37,16 +38,14 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	owner := fs.String("owner", "", "name of this worker's checkpoint queue (default host-pid-random)")
 	shared := fs.Bool("shared-threads", true, "share --threads with every worker on the prefix through a pool of thread tokens on the broker (give every worker the same --threads); false: each worker uses --threads on its own")
 	verbose := fs.Bool("v", false, "log every task")
-	providers := fs.String("providers", "", "not supported by the fleet yet: refused (see below)")
+	providers := addProvidersFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *providers != "" {
-		// The fleet shares one provider's threads through its token pool,
-		// its gateway and enqueue validate tasks for that provider, and
-		// reports reach it by captcha id alone: several providers would
-		// route, validate and report wrongly, so the flag is refused.
-		return usageError(errors.New("--providers: the worker fleet runs on one provider (--api-url and the key); several providers work with captchaq batch and captchaq serve without --amqp"))
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if *providers != "" && (set["api-url"] || set["threads"] || set["plan"]) {
+		return usageError(errors.New("--providers: replaces --api-url, --threads and --plan (each provider in the file has its url and threads)"))
 	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q; the worker takes only flags", fs.Arg(0))}
@@ -65,14 +64,34 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Logger = log
-	client, err := newProviderClient(env, *apiURL)
-	if err != nil {
-		return &exitError{code: 2, err: err}
+	qc := captchaq.Config{Threads: *threads, Plan: *plan, PollInterval: *poll, Logger: log}
+	var client *provider.Client // the one whose balance the beats carry
+	if *providers != "" {
+		lanes, err := loadProviders(env, *providers)
+		if err != nil {
+			return err
+		}
+		if err := checkAccounts(ctx, lanes, log); err != nil {
+			return err
+		}
+		qc.Providers = lanes
+		// getbalance through a gateway answers the first (preferred)
+		// provider's balance, as serve does.
+		client, _ = lanes[0].Provider.(*provider.Client)
+	} else {
+		if client, err = newProviderClient(env, *apiURL); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		if err := checkAccount(ctx, client, func(err error) {
+			log.Warn("cannot check the provider account now; starting anyway", "err", err)
+		}); err != nil {
+			return err
+		}
+		qc.Provider = client
 	}
-	if err := checkAccount(ctx, client, func(err error) {
-		log.Warn("cannot check the provider account now; starting anyway", "err", err)
-	}); err != nil {
-		return err
+	var balance func(context.Context) (float64, error)
+	if client != nil {
+		balance = client.Balance
 	}
 	c, err := amqp.Dial(ctx, cfg)
 	if err != nil {
@@ -80,11 +99,8 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	}
 	defer c.Close()
 	w, err := amqp.NewWorker(c, amqp.WorkerConfig{
-		Queue: captchaq.Config{
-			Provider: client, Threads: *threads, Plan: *plan, PollInterval: *poll, Logger: log,
-		},
-		Owner: *owner, Prefetch: *prefetch, Grace: *grace, Logger: log,
-		Balance: client.Balance, Report: providerReport(client), SharedThreads: *shared,
+		Queue: qc, Owner: *owner, Prefetch: *prefetch, Grace: *grace, Logger: log,
+		Balance: balance, Report: providersReport(qc), SharedThreads: *shared,
 	})
 	if err != nil {
 		return &exitError{code: 2, err: err}

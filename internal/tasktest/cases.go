@@ -49,3 +49,8 @@ func (c Case) Line(id string) string {
 	}
 	return string(b)
 }
+
+// BackupMethods are those of the per-solve service in the tests of
+// several providers: it solves hCaptcha, which the main plan (CaptchaAI's
+// methods) does not.
+var BackupMethods = []string{"base64", "hcaptcha", "turnstile", "userrecaptcha"}
