@@ -43,25 +43,32 @@ func (q *Queue) PingbackHandler() http.Handler {
 		}
 		q.mu.Unlock()
 		if ok {
-			q.pingbackArrived(st, code, now)
+			q.pingbackArrived(st, id, code, now)
 		}
 		w.Write([]byte("OK"))
 	})
 }
 
-// pingbackArrived finishes a task from a pingback. An error code in a
-// pingback makes the poller ask for the authoritative state at once.
-func (q *Queue) pingbackArrived(st *taskState, code string, at time.Time) {
+// pingbackArrived finishes a task from a pingback for its attempt with
+// captchaID. An error code in a pingback makes the poller ask for the
+// authoritative state at once.
+func (q *Queue) pingbackArrived(st *taskState, captchaID, code string, at time.Time) {
 	if strings.HasPrefix(code, "ERROR") || code == "CAPCHA_NOT_READY" {
 		q.mu.Lock()
-		st.due = at
+		var l *lane
+		if !st.done && st.rec.CaptchaID == captchaID {
+			st.due = at
+			l = st.lane
+		}
 		q.mu.Unlock()
-		st.lane.poller.wake()
+		if l != nil {
+			l.poller.wake()
+		}
 		return
 	}
 	a := provider.Answer{Raw: code, Token: code}
 	if t := strings.TrimSpace(code); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
 		a.JSON = json.RawMessage(t)
 	}
-	q.solved(st, a, at, true)
+	q.solved(st, captchaID, a, at, true)
 }
