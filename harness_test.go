@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"sync"
@@ -125,22 +124,9 @@ func setupInProcess(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundl
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newBundle(t, srv, "http://sim.invalid", &http.Client{Transport: handlerTransport{srv}, Timeout: 10 * time.Second}, cfg)
-}
-
-// handlerTransport answers each request with a handler, as if it came
-// from 127.0.0.1.
-type handlerTransport struct{ h http.Handler }
-
-func (ht handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	in := r.Clone(r.Context())
-	in.RemoteAddr, in.RequestURI = "127.0.0.1:40000", r.URL.RequestURI()
-	if in.Body == nil {
-		in.Body = http.NoBody
-	}
-	rec := httptest.NewRecorder()
-	ht.h.ServeHTTP(rec, in)
-	return rec.Result(), nil
+	hc := srv.InProcessClient()
+	hc.Timeout = 10 * time.Second
+	return newBundle(t, srv, sim.InProcessBaseURL, hc, cfg)
 }
 
 // simDefaults gives the zero fields of simCfg test-friendly values.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -37,8 +36,7 @@ func TestPollCadence(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { srv.Close() })
-		client, err := provider.NewClient(provider.ClientConfig{BaseURL: "http://sim.invalid", Key: "k",
-			HTTPClient: &http.Client{Transport: handlerTransport{srv}}})
+		client, err := provider.NewClient(provider.ClientConfig{BaseURL: sim.InProcessBaseURL, Key: "k", HTTPClient: srv.InProcessClient()})
 		if err != nil {
 			t.Fatal(err)
 		}
