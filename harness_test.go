@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -176,7 +177,7 @@ func newBundle(t *testing.T, srv *sim.Server, base string, hc *http.Client, cfg 
 
 func (b *bundle) start(t *testing.T) {
 	t.Helper()
-	if err := b.q.Start(context.Background()); err != nil {
+	if err := b.q.Start(testbound.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -192,8 +193,9 @@ func task(id string, priority int) captchaq.Task {
 func submitAll(t *testing.T, q *captchaq.Queue, tasks ...captchaq.Task) []*captchaq.Future {
 	t.Helper()
 	var fs []*captchaq.Future
+	ctx := testbound.Context(t)
 	for _, tk := range tasks {
-		f, err := q.Submit(context.Background(), tk)
+		f, err := q.Submit(ctx, tk)
 		if err != nil {
 			t.Fatalf("Submit %s: %v", tk.ID, err)
 		}
@@ -204,13 +206,12 @@ func submitAll(t *testing.T, q *captchaq.Queue, tasks ...captchaq.Task) []*captc
 
 func waitAll(t *testing.T, fs []*captchaq.Future) []captchaq.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testbound.Context(t)
 	out := make([]captchaq.Result, len(fs))
 	for i, f := range fs {
 		r, err := f.Wait(ctx)
 		if err != nil {
-			t.Fatalf("Wait %s: %v", f.ID(), err)
+			t.Fatalf("Wait %s: %v (hung if the deadline passed: %v)", f.ID(), err, testbound.Bound)
 		}
 		out[i] = r
 	}

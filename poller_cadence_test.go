@@ -1,7 +1,6 @@
 package captchaq_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -62,7 +62,7 @@ func TestPollCadence(t *testing.T) {
 			time.Sleep(every / 7)
 		}
 		for i, f := range futures {
-			r, err := f.Wait(context.Background())
+			r, err := f.Wait(testbound.Context(t))
 			if err != nil || r.Status != captchaq.StatusSolved {
 				t.Fatalf("task %d: %+v, %v", i, r, err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -98,10 +99,10 @@ func TestStartCloseRace(t *testing.T) {
 		provs = append(provs, prov)
 		started := make(chan error, 1)
 		go func() { started <- q.Start(context.Background()) }()
-		<-inPending
+		testbound.Receive(t, "Start's resume", inPending)
 		q.Close()
 		prov.closed.Store(true)
-		if err := <-started; err != nil && !errors.Is(err, ErrClosed) {
+		if err := testbound.Receive(t, "Start's return", started); err != nil && !errors.Is(err, ErrClosed) {
 			t.Fatalf("Start: %v, want nil or ErrClosed", err)
 		}
 	}
