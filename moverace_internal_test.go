@@ -40,6 +40,38 @@ func (s *scriptedLane) submitted() int {
 	return s.submits
 }
 
+// answerAll answers every id polled with token.
+func answerAll(token string) func([]string) ([]provider.PollResult, error) {
+	return func(ids []string) ([]provider.PollResult, error) {
+		rs := make([]provider.PollResult, len(ids))
+		for i := range rs {
+			rs[i] = provider.PollResult{Ready: true, Answer: provider.Answer{Raw: token, Token: token}}
+		}
+		return rs, nil
+	}
+}
+
+// startTwoLanes starts a queue on providers "a" then "b", one thread each
+// for Turnstile, with pingbacks (so polls come late), a one-second poll
+// interval and every result sent to results.
+func startTwoLanes(t *testing.T, store Store, a, b Provider, results chan<- Result) *Queue {
+	t.Helper()
+	return startQueue(t, Config{
+		Store: store,
+		Providers: []ProviderConfig{
+			{Name: "a", Provider: a, Threads: 1, Methods: []string{"turnstile"}},
+			{Name: "b", Provider: b, Threads: 1, Methods: []string{"turnstile"}},
+		},
+		PingbackURL:  "https://example.com/pingback",
+		PollInterval: time.Second,
+		OnResult:     func(r Result) { results <- r },
+	})
+}
+
+func turnstileTask(id string) Task {
+	return Task{ID: id, Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAC3DHQFLr1GavRN", "pageurl": "https://a.example/" + id}}
+}
+
 // retryHookStore calls onRetry before each Retry it stores.
 type retryHookStore struct {
 	Store
@@ -109,36 +141,15 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 					if c.atFirstPollB != nil {
 						onceB.Do(func() { c.atFirstPollB(q, lookedUp) })
 					}
-					rs := make([]provider.PollResult, len(ids))
-					for i := range rs {
-						rs[i] = provider.PollResult{Ready: true, Answer: provider.Answer{Raw: tokenB, Token: tokenB}}
-					}
-					return rs, nil
+					return answerAll(tokenB)(ids)
 				}}
 				store := &retryHookStore{Store: NewMemoryStore(MemoryStoreConfig{})}
 				if c.duringMove != nil {
 					store.onRetry = func(string) { once.Do(func() { c.duringMove(q, lookedUp) }) }
 				}
 				results := make(chan Result, 4)
-				var err error
-				q, err = New(Config{
-					Store: store,
-					Providers: []ProviderConfig{
-						{Name: "a", Provider: a, Threads: 1, Methods: []string{"turnstile"}},
-						{Name: "b", Provider: b, Threads: 1, Methods: []string{"turnstile"}},
-					},
-					PingbackURL:  "https://example.com/pingback",
-					PollInterval: time.Second,
-					OnResult:     func(r Result) { results <- r },
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := q.Start(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { q.Close() })
-				if _, err := q.Submit(t.Context(), Task{ID: "t1", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAC3DHQFLr1GavRN", "pageurl": "https://a.example/t1"}}); err != nil {
+				q = startTwoLanes(t, store, a, b, results)
+				if _, err := q.Submit(t.Context(), turnstileTask("t1")); err != nil {
 					t.Fatal(err)
 				}
 				var r Result
@@ -183,4 +194,45 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A pingback names only the provider's id, not the provider. When two
+// providers have a task in flight under the same id, its answer could be
+// either's: it must finish neither. Both are polled, and each task gets
+// its own provider's answer. The clock is synctest's.
+func TestPingbackForAnIDTwoProvidersShare(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		// Both number their ids X1, X2, ...
+		a := &scriptedLane{prefix: "X", poll: answerAll("token-from-a")}
+		b := &scriptedLane{prefix: "X", poll: answerAll("token-from-b")}
+		results := make(chan Result, 4)
+		q := startTwoLanes(t, NewMemoryStore(MemoryStoreConfig{}), a, b, results)
+		for _, id := range []string{"t1", "t2"} {
+			if _, err := q.Submit(t.Context(), turnstileTask(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		q.mu.Lock()
+		inflight := len(q.inflight)
+		q.mu.Unlock()
+		if inflight != 2 || a.submitted() != 1 || b.submitted() != 1 {
+			t.Fatalf("%d in flight, %d submits at a, %d at b; want one X1 at each", inflight, a.submitted(), b.submitted())
+		}
+		rec := httptest.NewRecorder()
+		q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/pingback?id=X1&code=token-from-a-pingback", nil))
+		byProvider := map[string]string{}
+		for range 2 {
+			select {
+			case r := <-results:
+				byProvider[r.Provider] = r.Token
+			case <-time.After(time.Hour):
+				t.Fatalf("results after an hour of fake time: %v", byProvider)
+			}
+		}
+		if byProvider["a"] != "token-from-a" || byProvider["b"] != "token-from-b" {
+			t.Errorf("tokens by provider %v; want each task its own provider's polled answer, none the pingback's", byProvider)
+		}
+	})
 }

@@ -31,6 +31,23 @@ func (q *Queue) PingbackHandler() http.Handler {
 		now := q.now()
 		q.mu.Lock()
 		st, ok := q.byCaptchaID[id]
+		if ok && q.sharedIDLocked(st) {
+			// Its answer could be any of theirs: poll them all instead.
+			q.log.Warn("pingback for an id in flight at several providers: polling them instead", "captcha_id", id)
+			var wake []*lane
+			for _, o := range q.inflight {
+				if o.rec.CaptchaID == id {
+					o.due = now
+					wake = append(wake, o.lane)
+				}
+			}
+			q.mu.Unlock()
+			for _, l := range wake {
+				l.poller.wake()
+			}
+			w.Write([]byte("OK"))
+			return
+		}
 		if !ok {
 			// The answer beat our checkpoint: keep it briefly.
 			if len(q.earlyPingbacks) >= earlyPingbacksMax {
@@ -47,6 +64,21 @@ func (q *Queue) PingbackHandler() http.Handler {
 		}
 		w.Write([]byte("OK"))
 	})
+}
+
+// sharedIDLocked reports whether another provider has a task in flight
+// under st's captcha id. A pingback names the id, not the provider, and
+// providers number their ids independently. Callers hold q.mu.
+func (q *Queue) sharedIDLocked(st *taskState) bool {
+	if !q.multi() {
+		return false
+	}
+	for _, o := range q.inflight {
+		if o != st && o.rec.CaptchaID == st.rec.CaptchaID && o.lane != st.lane {
+			return true
+		}
+	}
+	return false
 }
 
 // pingbackArrived finishes a task from a pingback for its attempt with

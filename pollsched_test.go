@@ -181,6 +181,12 @@ func fastMixTasks(n int) []Task {
 func startModel(t *testing.T, cfg Config, m *modelProvider) *Queue {
 	t.Helper()
 	cfg.Provider, cfg.Threads = m, m.threads
+	return startQueue(t, cfg)
+}
+
+// startQueue starts a queue with cfg, closed when t ends.
+func startQueue(t *testing.T, cfg Config) *Queue {
+	t.Helper()
 	q, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -79,6 +79,11 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	q.byCaptchaID[captchaID] = st
 	early, isEarly := q.earlyPingbacks[captchaID]
 	delete(q.earlyPingbacks, captchaID)
+	if isEarly && q.multi() {
+		// The pingback named only the id, which another provider may
+		// have given too: ask this one for its own answer now.
+		st.due, isEarly = now, false
+	}
 	q.mu.Unlock()
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.name)
 	if isEarly {
