@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -76,7 +77,7 @@ func TestDispatcherSleepsWhileDueRetryWaitsForThread(t *testing.T) {
 			t.Fatalf("%d dispatch passes in 5 s while the only thread was busy, want 1", n)
 		}
 		for _, f := range []*Future{busy, retry} {
-			if r, err := f.Wait(t.Context()); err != nil || r.Status != StatusSolved {
+			if r, err := f.Wait(testbound.Context(t)); err != nil || r.Status != StatusSolved {
 				t.Fatalf("%s: %+v, %v", f.ID(), r, err)
 			}
 		}

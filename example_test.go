@@ -37,7 +37,8 @@ func demo() (client *provider.Client, stop func()) {
 func Example() {
 	client, stop := demo()
 	defer stop()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 
 	q, err := captchaq.New(captchaq.Config{Provider: client, Plan: "BASIC", PollInterval: 50 * time.Millisecond})
 	if err != nil {
@@ -74,7 +75,8 @@ func Example() {
 func ExampleQueue_Stream() {
 	client, stop := demo()
 	defer stop()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 
 	q, err := captchaq.New(captchaq.Config{Provider: client, Threads: 3, PollInterval: 50 * time.Millisecond})
 	if err != nil {
@@ -108,7 +110,8 @@ func ExampleQueue_Stream() {
 func ExampleStreamFunc() {
 	client, stop := demo()
 	defer stop()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 
 	q, err := captchaq.New(captchaq.Config{Provider: client, Threads: 3, PollInterval: 50 * time.Millisecond})
 	if err != nil {
@@ -157,7 +160,8 @@ func ExampleStreamFunc() {
 func ExampleQueue_SubmitBatchFunc() {
 	client, stop := demo()
 	defer stop()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 
 	q, err := captchaq.New(captchaq.Config{Provider: client, Threads: 3, PollInterval: 50 * time.Millisecond})
 	if err != nil {

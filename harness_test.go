@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -125,22 +125,9 @@ func setupInProcess(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundl
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newBundle(t, srv, "http://sim.invalid", &http.Client{Transport: handlerTransport{srv}, Timeout: 10 * time.Second}, cfg)
-}
-
-// handlerTransport answers each request with a handler, as if it came
-// from 127.0.0.1.
-type handlerTransport struct{ h http.Handler }
-
-func (ht handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	in := r.Clone(r.Context())
-	in.RemoteAddr, in.RequestURI = "127.0.0.1:40000", r.URL.RequestURI()
-	if in.Body == nil {
-		in.Body = http.NoBody
-	}
-	rec := httptest.NewRecorder()
-	ht.h.ServeHTTP(rec, in)
-	return rec.Result(), nil
+	hc := srv.InProcessClient()
+	hc.Timeout = 10 * time.Second
+	return newBundle(t, srv, sim.InProcessBaseURL, hc, cfg)
 }
 
 // simDefaults gives the zero fields of simCfg test-friendly values.
@@ -190,7 +177,7 @@ func newBundle(t *testing.T, srv *sim.Server, base string, hc *http.Client, cfg 
 
 func (b *bundle) start(t *testing.T) {
 	t.Helper()
-	if err := b.q.Start(context.Background()); err != nil {
+	if err := b.q.Start(testbound.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -206,8 +193,9 @@ func task(id string, priority int) captchaq.Task {
 func submitAll(t *testing.T, q *captchaq.Queue, tasks ...captchaq.Task) []*captchaq.Future {
 	t.Helper()
 	var fs []*captchaq.Future
+	ctx := testbound.Context(t)
 	for _, tk := range tasks {
-		f, err := q.Submit(context.Background(), tk)
+		f, err := q.Submit(ctx, tk)
 		if err != nil {
 			t.Fatalf("Submit %s: %v", tk.ID, err)
 		}
@@ -218,13 +206,12 @@ func submitAll(t *testing.T, q *captchaq.Queue, tasks ...captchaq.Task) []*captc
 
 func waitAll(t *testing.T, fs []*captchaq.Future) []captchaq.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testbound.Context(t)
 	out := make([]captchaq.Result, len(fs))
 	for i, f := range fs {
 		r, err := f.Wait(ctx)
 		if err != nil {
-			t.Fatalf("Wait %s: %v", f.ID(), err)
+			t.Fatalf("Wait %s: %v (hung if the deadline passed: %v)", f.ID(), err, testbound.Bound)
 		}
 		out[i] = r
 	}

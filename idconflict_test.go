@@ -1,7 +1,6 @@
 package captchaq_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -56,7 +56,7 @@ func TestSameIDSameTaskSolvedOnce(t *testing.T) {
 func TestSameIDOtherTaskRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{})
-	ctx := context.Background()
+	ctx := testbound.Context(t)
 	other := func(id string) captchaq.Task {
 		tk := task(id, 0)
 		tk.Params["sitekey"] = "0x4BBBBBBBB"

@@ -10,6 +10,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/storespy"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -147,7 +148,7 @@ func TestSubmitBatchFuncWaitsForRoom(t *testing.T) {
 		more[i] = task(id, 5)
 	}
 	c = newCollector(10)
-	for i, err := range b.q.SubmitBatchFunc(context.Background(), more, c.add) {
+	for i, err := range b.q.SubmitBatchFunc(testbound.Context(t), more, c.add) {
 		if err != nil {
 			t.Fatalf("task %d: %v", i, err)
 		}
@@ -174,6 +175,7 @@ func TestSubmitBatchFuncOverlappingBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{})
 	b.start(t)
+	ctx := testbound.Context(t)
 	fwd := make([]captchaq.Task, 20)
 	for i, id := range ids("o", 20) {
 		fwd[i] = task(id, 5)
@@ -187,7 +189,7 @@ func TestSubmitBatchFuncOverlappingBatches(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i, err := range b.q.SubmitBatchFunc(context.Background(), batch, c.add) {
+			for i, err := range b.q.SubmitBatchFunc(ctx, batch, c.add) {
 				if err != nil {
 					t.Errorf("batch %d task %d: %v", k, i, err)
 				}
@@ -198,7 +200,7 @@ func TestSubmitBatchFuncOverlappingBatches(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testbound.WaitGroup(t, "both batches", &wg)
 	if t.Failed() {
 		return
 	}

@@ -335,14 +335,22 @@ func (q *Queue) probe(l *lane) {
 // the other providers: l cannot be polled (failing longer than its
 // downAfter, or refusing the account), so its answers cannot be fetched.
 // The attempt is not counted; the result names l in Abandoned, since l may
-// bill the abandoned solve too.
+// bill the abandoned solve too. The tasks leave flight under the lock an
+// answer's claim takes (claimSolved): a task whose answer came first is
+// not moved, and an answer that comes after the move is dropped.
 func (q *Queue) moveInflight(l *lane, code string, err error) {
+	now := q.now()
 	q.mu.Lock()
 	var moved []*taskState
 	for _, st := range q.inflight {
-		if st.lane == l && !st.done {
-			moved = append(moved, st)
+		if st.lane != l || st.done {
+			continue
 		}
+		st.abandoned = append(st.abandoned, l.name)
+		st.paid += st.price
+		l.stats.spend += st.price
+		q.retryLocked(st, max(st.rec.Attempts-1, 0), now, code, err.Error())
+		moved = append(moved, st)
 	}
 	l.stats.moved += int64(len(moved))
 	q.mu.Unlock()
@@ -350,18 +358,7 @@ func (q *Queue) moveInflight(l *lane, code string, err error) {
 		return
 	}
 	q.log.Warn("provider cannot be polled: its tasks in flight are submitted elsewhere", "provider", l.name, "tasks", len(moved))
-	now := q.now()
 	for _, st := range moved {
-		q.mu.Lock()
-		if st.done || st.lane != l {
-			q.mu.Unlock()
-			continue
-		}
-		st.abandoned = append(st.abandoned, l.name)
-		st.paid += st.price
-		l.stats.spend += st.price
-		attempts := st.rec.Attempts
-		q.mu.Unlock()
-		q.requeue(st, max(attempts-1, 0), now, code, err)
+		q.storeRetry(st)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -20,7 +21,7 @@ func TestResumeInFlightPollsWithoutResubmit(t *testing.T) {
 	b := setup(t, sim.Config{Latency: fastLatency(300 * time.Millisecond)}, captchaq.Config{})
 	b.start(t)
 	submitAll(t, b.q, task("a", 5))
-	ctx := context.Background()
+	ctx := testbound.Context(t)
 	eventually(t, "checkpoint", func() bool {
 		r, err := b.store.Get(ctx, "a")
 		return err == nil && r.Status == captchaq.StatusInFlight
@@ -64,7 +65,7 @@ func TestResumeUnknownIDSubmitsAgain(t *testing.T) {
 	first := setup(t, sim.Config{Latency: fastLatency(time.Hour)}, captchaq.Config{})
 	first.start(t)
 	submitAll(t, first.q, task("a", 5))
-	ctx := context.Background()
+	ctx := testbound.Context(t)
 	eventually(t, "checkpoint", func() bool {
 		r, err := first.store.Get(ctx, "a")
 		return err == nil && r.Status == captchaq.StatusInFlight
@@ -92,7 +93,7 @@ func TestResumeUnknownIDSubmitsAgain(t *testing.T) {
 func TestSubmitKnownIDIsIdempotent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{})
-	ctx := context.Background()
+	ctx := testbound.Context(t)
 	// Twice before Start: one task, two Futures.
 	fs := submitAll(t, b.q, task("a", 5), task("a", 1))
 	b.start(t)
@@ -130,7 +131,7 @@ func TestSolveBatchInputOrder(t *testing.T) {
 	delete(noURL.Params, "pageurl")
 	hcaptcha := captchaq.Task{ID: "hc", Method: "hcaptcha", Params: map[string]string{"sitekey": "x", "pageurl": "https://example.com/"}}
 	in := []captchaq.Task{task("z", 9), noURL, task("a", 1), hcaptcha, task("m", 5)}
-	rs, err := b.q.SolveBatch(context.Background(), in)
+	rs, err := b.q.SolveBatch(testbound.Context(t), in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,8 @@ func TestStream(t *testing.T) {
 	b := setup(t, sim.Config{}, captchaq.Config{MaxQueued: 4})
 	b.start(t)
 	in := make(chan captchaq.Task)
-	out := b.q.Stream(context.Background(), in)
+	ctx := testbound.Context(t)
+	out := b.q.Stream(ctx, in)
 	want := ids("s", 20)
 	go func() {
 		defer close(in)
@@ -181,6 +183,9 @@ func TestStream(t *testing.T) {
 		} else if r.ID != "bad" || r.ErrorCode != captchaq.CodeInvalidTask {
 			t.Errorf("unexpected result %+v", r)
 		}
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Stream still open after %v: hung (%d results)", testbound.Bound, len(got))
 	}
 	sort.Strings(got)
 	if !slices.Equal(got, sortedWith(want, "bad")) {
@@ -245,7 +250,7 @@ func TestSubmitFuncAndOnResultSeeDurableResults(t *testing.T) {
 	b.start(t)
 	done := make(chan captchaq.Result, 2)
 	for _, id := range []string{"a", "b"} {
-		if err := b.q.SubmitFunc(context.Background(), task(id, 5), func(r captchaq.Result) {
+		if err := b.q.SubmitFunc(testbound.Context(t), task(id, 5), func(r captchaq.Result) {
 			rec, err := store.Get(context.Background(), r.ID)
 			if err != nil || rec.Status != captchaq.StatusSolved {
 				r.Status = "not durable"
@@ -257,7 +262,7 @@ func TestSubmitFuncAndOnResultSeeDurableResults(t *testing.T) {
 	}
 	got := []string{}
 	for range 2 {
-		r := <-done
+		r := testbound.Receive(t, "a SubmitFunc callback", done)
 		if r.Status != captchaq.StatusSolved {
 			t.Fatalf("callback got %+v", r)
 		}
@@ -267,8 +272,8 @@ func TestSubmitFuncAndOnResultSeeDurableResults(t *testing.T) {
 	if !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("callbacks %v", got)
 	}
-	if err := b.q.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
+	if err := b.q.Shutdown(testbound.Context(t)); err != nil {
+		t.Fatalf("Shutdown: %v (hung if the deadline passed: %v)", err, testbound.Bound)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -287,8 +292,8 @@ func TestShutdownDrains(t *testing.T) {
 		tasks = append(tasks, task(id, 5))
 	}
 	fs := submitAll(t, b.q, tasks...)
-	if err := b.q.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
+	if err := b.q.Shutdown(testbound.Context(t)); err != nil {
+		t.Fatalf("Shutdown: %v (hung if the deadline passed: %v)", err, testbound.Bound)
 	}
 	for _, f := range fs {
 		select {
@@ -317,7 +322,7 @@ func TestShutdownTimeoutKeepsTasksInStore(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 	for _, f := range fs {
-		if _, err := f.Wait(context.Background()); !errors.Is(err, captchaq.ErrClosed) {
+		if _, err := f.Wait(testbound.Context(t)); !errors.Is(err, captchaq.ErrClosed) {
 			t.Fatalf("Wait %s: %v", f.ID(), err)
 		}
 	}
@@ -334,7 +339,7 @@ func TestShutdownTimeoutKeepsTasksInStore(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{Threads: 1, Latency: fastLatency(200 * time.Millisecond)}, captchaq.Config{Threads: 1})
-	ctx := context.Background()
+	ctx := testbound.Context(t)
 	b.start(t)
 	fs := submitAll(t, b.q, task("first", 1), task("second", 5))
 	eventually(t, "first in flight", func() bool {
@@ -405,7 +410,7 @@ func TestPingbackAnswersWithoutPolling(t *testing.T) {
 func TestAdoptInFlightRecordPolls(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{})
-	ctx := context.Background()
+	ctx := testbound.Context(t)
 	tk := task("redelivered", 5)
 	captchaID, err := b.client.Submit(ctx, tk.ProviderTask(), "")
 	if err != nil {
@@ -441,6 +446,7 @@ func TestConcurrentSubmitsOfOneIDStoreItOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{})
 	b.start(t)
+	ctx := testbound.Context(t)
 	const n = 50
 	fs := make([]*captchaq.Future, n)
 	var wg sync.WaitGroup
@@ -448,7 +454,7 @@ func TestConcurrentSubmitsOfOneIDStoreItOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f, err := b.q.Submit(context.Background(), task("same", 5))
+			f, err := b.q.Submit(ctx, task("same", 5))
 			if err != nil {
 				t.Error(err)
 				return
@@ -456,7 +462,7 @@ func TestConcurrentSubmitsOfOneIDStoreItOnce(t *testing.T) {
 			fs[i] = f
 		}()
 	}
-	wg.Wait()
+	testbound.WaitGroup(t, "the 50 Submits", &wg)
 	if t.Failed() {
 		return
 	}

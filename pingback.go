@@ -33,17 +33,18 @@ func (q *Queue) PingbackHandler() http.Handler {
 			http.Error(w, "id and code are required", http.StatusBadRequest)
 			return
 		}
+		key := id // as byCaptchaID holds it: lane.storedID
 		if q.lanes[0].name != "" {
 			name := r.FormValue("provider")
 			if !slices.ContainsFunc(q.lanes, func(l *lane) bool { return l.name == name }) {
 				http.Error(w, "provider names none of the queue's providers", http.StatusBadRequest)
 				return
 			}
-			id = name + ":" + id // lane.storedID
+			key = name + ":" + id
 		}
 		now := q.now()
 		q.mu.Lock()
-		st, ok := q.byCaptchaID[id]
+		st, ok := q.byCaptchaID[key]
 		if !ok {
 			// The answer beat our checkpoint: keep it briefly.
 			if len(q.earlyPingbacks) >= earlyPingbacksMax {
@@ -52,29 +53,36 @@ func (q *Queue) PingbackHandler() http.Handler {
 					break
 				}
 			}
-			q.earlyPingbacks[id] = pingback{code: code, at: now}
+			q.earlyPingbacks[key] = pingback{code: code, at: now}
 		}
 		q.mu.Unlock()
 		if ok {
-			q.pingbackArrived(st, code, now)
+			q.pingbackArrived(st, id, code, now)
 		}
 		w.Write([]byte("OK"))
 	})
 }
 
-// pingbackArrived finishes a task from a pingback. An error code in a
-// pingback makes the poller ask for the authoritative state at once.
-func (q *Queue) pingbackArrived(st *taskState, code string, at time.Time) {
+// pingbackArrived finishes a task from a pingback for its attempt with
+// captchaID. An error code in a pingback makes the poller ask for the
+// authoritative state at once.
+func (q *Queue) pingbackArrived(st *taskState, captchaID, code string, at time.Time) {
 	if strings.HasPrefix(code, "ERROR") || code == "CAPCHA_NOT_READY" {
 		q.mu.Lock()
-		st.due = at
+		var l *lane
+		if !st.done && st.rec.CaptchaID == captchaID {
+			st.due = at
+			l = st.lane
+		}
 		q.mu.Unlock()
-		st.lane.poller.wake()
+		if l != nil {
+			l.poller.wake()
+		}
 		return
 	}
 	a := provider.Answer{Raw: code, Token: code}
 	if t := strings.TrimSpace(code); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
 		a.JSON = json.RawMessage(t)
 	}
-	q.solved(st, a, at, true)
+	q.solved(st, captchaID, a, at, true)
 }

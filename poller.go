@@ -250,7 +250,7 @@ func (p *poller) round(now time.Time) {
 			fmu.Unlock()
 			for i, st := range chunk {
 				if i < len(res) {
-					p.handle(st, res[i], now, at, epoch)
+					p.handle(st, ids[i], res[i], now, at, epoch)
 				}
 			}
 		})
@@ -294,13 +294,13 @@ func (p *poller) failed(err error, now time.Time, epoch int) {
 	}
 }
 
-// handle acts on one id's poll result, asked in the round started at sent
-// and answered at at.
-func (p *poller) handle(st *taskState, r provider.PollResult, sent, at time.Time, epoch int) {
+// handle acts on the poll result for captchaID, st's id when the round
+// started at sent asked for it, answered at at.
+func (p *poller) handle(st *taskState, captchaID string, r provider.PollResult, sent, at time.Time, epoch int) {
 	q := p.q
 	switch {
 	case r.Ready:
-		q.solved(st, r.Answer, at, false)
+		q.solved(st, captchaID, r.Answer, at, false)
 	case r.Err != nil:
 		var pe *provider.Error
 		errors.As(r.Err, &pe)
@@ -358,9 +358,15 @@ func (q *Queue) repoll() time.Duration {
 // bring its answer.
 func (q *Queue) pingbackFallback() time.Duration { return 10 * q.cfg.PollInterval }
 
-// solved finishes st with its answer, seen at `at` by a poll or a
-// pingback, and learns from the solve time.
-func (q *Queue) solved(st *taskState, a provider.Answer, at time.Time, pingback bool) {
+// solved finishes st with its answer to the attempt with captchaID, seen
+// at `at` by a poll or a pingback, and learns from the solve time. An
+// answer that lost to another (a poll and a pingback) or to a move of the
+// task (claimSolved) is dropped.
+func (q *Queue) solved(st *taskState, captchaID string, a provider.Answer, at time.Time, pingback bool) {
+	if !q.claimSolved(st, captchaID, at) {
+		q.log.Debug("answer dropped: the task has another answer or has left this attempt", "id", st.rec.Task.ID, "captcha_id", captchaID)
+		return
+	}
 	q.mu.Lock()
 	submitted, lastPoll := st.rec.SubmittedAt, st.lastPoll
 	l := st.lane
@@ -390,11 +396,10 @@ func (q *Queue) solved(st *taskState, a provider.Answer, at time.Time, pingback 
 	} else {
 		q.estimate.Observe(string(st.kind), ready.Sub(submitted))
 	}
-	l.limiter.Success(at)
 	r := q.success(st, a, ready, lower)
 	if pingback {
-		q.finishAt(st, r, ready)
+		q.complete(st, r, ready)
 		return
 	}
-	q.finishLater(st, r, ready)
+	q.completeLater(st, r, ready)
 }

@@ -1,16 +1,15 @@
 package captchaq_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -37,8 +36,7 @@ func TestPollCadence(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { srv.Close() })
-		client, err := provider.NewClient(provider.ClientConfig{BaseURL: "http://sim.invalid", Key: "k",
-			HTTPClient: &http.Client{Transport: handlerTransport{srv}}})
+		client, err := provider.NewClient(provider.ClientConfig{BaseURL: sim.InProcessBaseURL, Key: "k", HTTPClient: srv.InProcessClient()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +62,7 @@ func TestPollCadence(t *testing.T) {
 			time.Sleep(every / 7)
 		}
 		for i, f := range futures {
-			r, err := f.Wait(context.Background())
+			r, err := f.Wait(testbound.Context(t))
 			if err != nil || r.Status != captchaq.StatusSolved {
 				t.Fatalf("task %d: %+v, %v", i, r, err)
 			}

@@ -17,6 +17,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -180,6 +181,12 @@ func fastMixTasks(n int) []Task {
 func startModel(t *testing.T, cfg Config, m *modelProvider) *Queue {
 	t.Helper()
 	cfg.Provider, cfg.Threads = m, m.threads
+	return startQueue(t, cfg)
+}
+
+// startQueue starts a queue with cfg, closed when t ends.
+func startQueue(t *testing.T, cfg Config) *Queue {
+	t.Helper()
 	q, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +207,7 @@ func runModel(t *testing.T, cfg Config, threads int, lat map[provider.Kind][2]ti
 		m := &modelProvider{threads: threads, seed: seed, lat: lat, tasks: map[string]*modelTask{}}
 		q := startModel(t, cfg, m)
 		start := time.Now()
-		rs, err := q.SolveBatch(t.Context(), tasks)
+		rs, err := q.SolveBatch(testbound.Context(t), tasks)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +273,7 @@ func TestDefaultPollingLoneTask(t *testing.T) {
 			m.mu.Lock()
 			polls := m.polls
 			m.mu.Unlock()
-			r, err := q.SolveBatch(t.Context(), []Task{task})
+			r, err := q.SolveBatch(testbound.Context(t), []Task{task})
 			if err != nil || r[0].Status != StatusSolved {
 				t.Fatalf("%s: %+v, %v", task.ID, r, err)
 			}
@@ -314,7 +321,7 @@ func TestQueueOrdersBurstLongestFirst(t *testing.T) {
 			}
 			time.Sleep(2 * burstWindow)
 		}
-		wg.Wait()
+		testbound.WaitGroup(t, "a result for every task", &wg)
 		want := []string{"img-b", "rc-a", "rc-b", "ts-a", "ts-b", "img-a", "rc-c", "img-c"}
 		got := make([]string, len(m.order))
 		for i, o := range m.order {

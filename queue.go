@@ -146,7 +146,9 @@ func (q *Queue) storeCtx() context.Context { return context.WithoutCancel(q.runC
 
 // Start resumes the Store's pending tasks (tasks in flight are polled, not
 // submitted again) and starts the queue's loops. ctx bounds the resume
-// only; stop the queue with Shutdown or Close.
+// only; stop the queue with Shutdown or Close. A Close or Shutdown that
+// comes while Start runs wins: Start returns ErrClosed and leaves nothing
+// running.
 func (q *Queue) Start(ctx context.Context) error {
 	q.mu.Lock()
 	if q.started || q.closed {
@@ -161,6 +163,9 @@ func (q *Queue) Start(ctx context.Context) error {
 	err := q.store.Pending(ctx, func(r Record) error {
 		q.mu.Lock()
 		defer q.mu.Unlock()
+		if q.stopped {
+			return ErrClosed
+		}
 		if _, ok := q.tasks[r.Task.ID]; ok {
 			return nil
 		}
@@ -176,6 +181,15 @@ func (q *Queue) Start(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("captchaq: resume pending tasks: %w", err)
+	}
+	// The loops start under q.mu, where stop marks the queue stopped
+	// before it stops them: they start before (and stop waits for them)
+	// or not at all. A loop started after stop returned would send
+	// requests after Close.
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return fmt.Errorf("captchaq: start: %w", ErrClosed)
 	}
 	if resumed > 0 {
 		q.log.Info("resumed pending tasks", "tasks", resumed, "in_flight", polling)

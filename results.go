@@ -62,6 +62,27 @@ func (q *Queue) claim(st *taskState) bool {
 	return true
 }
 
+// claimSolved is claim for an answer to the attempt with captchaID (a poll
+// result or a pingback): it wins only while that attempt is st's current
+// one, in flight. The move of a task to another provider (moveInflight)
+// and every requeue take it out of flight under the same lock, so an
+// answer and a move never both win: a task that has its answer is not
+// submitted again, and an answer to an attempt left behind is dropped
+// rather than delivered beside the new attempt's. at is when the answer
+// was seen: a win counts as a success at the lane's limiter before its
+// slot is freed.
+func (q *Queue) claimSolved(st *taskState, captchaID string, at time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if st.done || st.rec.CaptchaID != captchaID || q.inflight[st.rec.Task.ID] != st {
+		return false
+	}
+	st.done = true
+	st.lane.limiter.Success(at)
+	q.leaveFlightLocked(st)
+	return true
+}
+
 // leaveFlightLocked takes st off the poller and frees its slot, if it has
 // them. Callers hold q.mu.
 func (q *Queue) leaveFlightLocked(st *taskState) {
@@ -90,15 +111,11 @@ func (q *Queue) finishAt(st *taskState, r Result, ready time.Time) {
 	q.complete(st, r, ready)
 }
 
-// finishLater is finishAt with the Store write and the delivery on a
-// goroutine of their own: a poll round claims many answers at once, and
-// their durable writes (a broker confirm each, for a fleet) overlap
-// instead of queueing one behind another. Only the queue's own loops call
-// it, so q.wg is never at zero here.
-func (q *Queue) finishLater(st *taskState, r Result, ready time.Time) {
-	if !q.claim(st) {
-		return
-	}
+// completeLater is complete on a goroutine of its own: a poll round
+// claims many answers at once, and their durable writes (a broker confirm
+// each, for a fleet) overlap instead of queueing one behind another. Only
+// the queue's own loops call it, so q.wg is never at zero here.
+func (q *Queue) completeLater(st *taskState, r Result, ready time.Time) {
 	q.wg.Add(1)
 	go func() {
 		defer q.wg.Done()

@@ -1,13 +1,13 @@
 package captchaq_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -31,7 +31,7 @@ func streamAll(t *testing.T, q *captchaq.Queue, parallel int, tasks []captchaq.T
 			in <- line{i, tk}
 		}
 	}()
-	captchaq.StreamFunc(context.Background(), q, in, parallel, func(l line) captchaq.Task { return l.task }, func(l line, r captchaq.Result, err error) {
+	captchaq.StreamFunc(testbound.Context(t), q, in, parallel, func(l line) captchaq.Task { return l.task }, func(l line, r captchaq.Result, err error) {
 		defer wg.Done()
 		mu.Lock()
 		defer mu.Unlock()
@@ -46,7 +46,7 @@ func streamAll(t *testing.T, q *captchaq.Queue, parallel int, tasks []captchaq.T
 		results[l.n] = r
 	})
 	return results, errs, func() {
-		wg.Wait()
+		testbound.WaitGroup(t, "an outcome for every line", &wg)
 		mu.Lock()
 		defer mu.Unlock()
 	}

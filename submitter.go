@@ -83,7 +83,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	q.mu.Unlock()
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.name)
 	if isEarly {
-		q.pingbackArrived(st, early.code, early.at)
+		q.pingbackArrived(st, captchaID, early.code, early.at)
 		return
 	}
 	l.poller.wake()
@@ -303,19 +303,45 @@ func (q *Queue) retryOrFail(st *taskState, attempts int, code string, err error,
 	q.requeue(st, attempts, now.Add(q.backoff(attempts)), code, err)
 }
 
-// requeue puts st back in the queue after a failed attempt, durably first.
+// requeue puts st back in the queue after a failed attempt. It does
+// nothing to a task already finishing (an answer won: see claimSolved).
 func (q *Queue) requeue(st *taskState, attempts int, notBefore time.Time, code string, err error) {
-	id := st.rec.Task.ID
-	text := err.Error()
-	if serr := q.store.Retry(q.storeCtx(), id, attempts, notBefore, text, code); serr != nil {
-		q.log.Error("storing retry failed", "id", id, "err", serr)
-	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	ok := q.retryLocked(st, attempts, notBefore, code, err.Error())
+	q.mu.Unlock()
+	if ok {
+		q.storeRetry(st)
+	}
+}
+
+// retryLocked ends st's attempt in memory: st leaves flight (an answer to
+// the attempt that comes later is stale) and is marked queued with
+// attempts, notBefore and the error; storeRetry stores it and queues it.
+// It reports false, changing nothing, when st is finishing. Callers hold
+// q.mu.
+func (q *Queue) retryLocked(st *taskState, attempts int, notBefore time.Time, code, text string) bool {
+	if st.done {
+		return false
+	}
 	q.leaveFlightLocked(st)
 	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.NotBefore = StatusQueued, "", attempts, notBefore
 	st.rec.LastError, st.rec.LastErrorCode = text, code
 	q.metrics.retry(code)
+	return true
+}
+
+// storeRetry stores the retry retryLocked marked, then queues st: the
+// write comes before the dispatcher can send st again, so the next
+// attempt's checkpoint follows it.
+func (q *Queue) storeRetry(st *taskState) {
+	q.mu.Lock()
+	r := st.rec
+	q.mu.Unlock()
+	if err := q.store.Retry(q.storeCtx(), r.Task.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
+		q.log.Error("storing retry failed", "id", r.Task.ID, "err", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.stopped {
 		return
 	}

@@ -39,7 +39,12 @@ func (p *fixedPool) set(held int) {
 	p.mu.Lock()
 	p.held = held
 	p.mu.Unlock()
-	p.ready <- struct{}{}
+	// A wake, as the queue's own: it never blocks (a send the dispatcher
+	// never took would hang the test), and one pending wake is enough.
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
 }
 
 func (p *fixedPool) demand() (busy, waiting int) {
@@ -56,7 +61,7 @@ func (p *fixedPool) demand() (busy, waiting int) {
 func TestThreadPoolBoundsSubmits(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		pool := &fixedPool{ready: make(chan struct{})}
+		pool := &fixedPool{ready: make(chan struct{}, 1)}
 		b := setupInProcess(t, sim.Config{Threads: 10, Latency: fastLatency(50 * time.Millisecond)},
 			captchaq.Config{Threads: 10, ThreadPool: pool})
 		b.start(t)

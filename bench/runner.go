@@ -151,9 +151,14 @@ func RunSeed(ctx context.Context, s Sim, tasks []captchaq.Task, r SeedRun) (Row,
 		return Row{}, fmt.Errorf("bench: start simulator: %w", err)
 	}
 	defer srv.Close()
+	return runSeed(ctx, srv, base, httpClient(s.Threads), s.Threads, tasks, r)
+}
+
+// runSeed is RunSeed against srv, reached at base with hc.
+func runSeed(ctx context.Context, srv *sim.Server, base string, hc *http.Client, threads int, tasks []captchaq.Task, r SeedRun) (Row, error) {
 	m := SeedModel{
-		BaseURL: base, Key: benchKey, Concurrency: s.Threads,
-		PollEvery: r.PollEvery, MaxPolls: r.MaxPolls, HTTPClient: httpClient(s.Threads),
+		BaseURL: base, Key: benchKey, Concurrency: threads,
+		PollEvery: r.PollEvery, MaxPolls: r.MaxPolls, HTTPClient: hc,
 	}
 	if m.MaxPolls == 0 {
 		m.MaxPolls = 30

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/captchaq/captchaq/provider"
@@ -44,22 +45,36 @@ func TestTasksMix(t *testing.T) {
 }
 
 // With fixed latencies the seed model polls each task exactly
-// ceil(latency/poll) times, and every task is solved.
+// ceil(latency/poll) times, and every task is solved. The clock is
+// synctest's and the simulator is served in process: on the loopback
+// simulator with real timers, a loaded machine fired the second poll
+// (100 ms after the first) past the 250 ms solve and counted 35 polls.
 func TestSeedRunCounts(t *testing.T) {
 	t.Parallel()
-	const n, threads = 12, 4
-	s := Sim{Threads: threads, Latency: fixed(250 * time.Millisecond), Seed: 3}
-	row, err := RunSeed(t.Context(), s, Tasks(n, MixRealistic, 3), SeedRun{Name: "seed", PollEvery: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// ceil(250/100) = 3 polls a task, one submit.
-	if row.Solved != n || row.Failed != 0 || row.Submits != n || row.Polls != 3*n || row.Requests != 4*n || row.RequestsPerSolved != 4 {
-		t.Fatalf("row %+v", row)
-	}
-	if row.PeakThreads != threads || row.Bans != 0 || row.ReadyToFetched.Count != n {
-		t.Fatalf("row %+v", row)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const n, threads = 12, 4
+		s := Sim{Threads: threads, Latency: fixed(250 * time.Millisecond), Seed: 3}
+		srv, err := sim.New(s.config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		row, err := runSeed(t.Context(), srv, sim.InProcessBaseURL, srv.InProcessClient(), threads, Tasks(n, MixRealistic, 3), SeedRun{Name: "seed", PollEvery: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// ceil(250/100) = 3 polls a task, one submit.
+		if row.Solved != n || row.Failed != 0 || row.Submits != n || row.Polls != 3*n || row.Requests != 4*n || row.RequestsPerSolved != 4 {
+			t.Fatalf("row %+v", row)
+		}
+		if row.PeakThreads != threads || row.Bans != 0 || row.ReadyToFetched.Count != n {
+			t.Fatalf("row %+v", row)
+		}
+		// Three batches of four, each 3 × 100 ms of fake time.
+		if row.Makespan != 900*time.Millisecond {
+			t.Fatalf("makespan %v of fake time, want 900ms", row.Makespan)
+		}
+	})
 }
 
 func TestEngineRunCounts(t *testing.T) {

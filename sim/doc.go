@@ -42,6 +42,11 @@
 // if this simulator issued it, for that page's sitekey, within its lifetime
 // (Config.Siteverify: 300 s Turnstile, 120 s reCAPTCHA) and only once.
 //
+// Start serves the simulator on a socket; New alone serves nothing, and
+// Server.InProcessClient answers its requests in the calling goroutine,
+// which is how tests run a client and the simulator together inside a
+// testing/synctest bubble, on its fake clock.
+//
 // Memory stays flat: a task is forgotten Config.FetchedRetention after its
 // final answer was first delivered, or Config.ResultTTL after it was solved
 // if nobody asks. Solving runs on one timer over a heap of due times, so
