@@ -71,9 +71,9 @@ func startProcess(t *testing.T, bin string, env []string, ready *regexp.Regexp, 
 		p.done <- cmd.Wait()
 	}()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
+		// Not cmd.ProcessState: the goroutine above sets it in Wait. A
+		// process already ended makes Kill return os.ErrProcessDone.
+		_ = cmd.Process.Kill()
 	})
 	select {
 	case m := <-found:
