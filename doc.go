@@ -126,6 +126,12 @@
 //     cannot be ready before the next round would spend its gap. (Judging
 //     by the chance since its last poll instead skipped ids whose answer
 //     was spread over many seconds, and let them wait several rounds.)
+//     That chance is the learned distribution blended with the prior,
+//     busy or idle: a kind learned from its first few answers, its
+//     fastest, would otherwise rule out every id younger than all of
+//     them (on the model of the realistic mix a reCAPTCHA v3 solved in
+//     5.1 s, after one learned at 5.0–5.6 s, waited 2.2 s for a round
+//     that asked for it).
 //
 // The provider's rules it keeps, by Config.PollGap (default 500 ms): no id
 // is polled twice within PollGap (the simulator bans an id polled more than
