@@ -34,9 +34,10 @@ const (
 	urgentWeight = 4.0
 	urgentWithin = 10
 	// readyFloor: a round asks for an id only if answers of its kind are
-	// at least this often ready at its age plus PollGap. Asking for one
-	// that cannot be ready yet would spend its per-id gap and delay the
-	// poll that finds it.
+	// at least this often ready at its age plus PollGap (by the learned
+	// distribution blended with the prior). Asking for one that cannot
+	// be ready yet would spend its per-id gap and delay the poll that
+	// finds it.
 	readyFloor = 0.01
 	// roundsPerGap: the search for the next round's time starts with
 	// steps of PollGap/roundsPerGap.
@@ -106,8 +107,10 @@ func (d *solveDist) integral(x time.Duration) float64 {
 // until its answer comes: worth it while tasks wait for a thread (that
 // thread is likely free), a waste on an idle queue, where the end of a
 // small batch spent a request every PollGap on its last reCAPTCHAs
-// (README's first command: 3 to 4 requests a task). So the blend is used
-// on an idle queue only.
+// (README's first command: 3 to 4 requests a task). So rounds are timed
+// with the blend on an idle queue only. Which ids a round asks for is
+// judged with it always (poller.round): from a kind's first few answers
+// alone, an id younger than all of them looks certainly not ready.
 type solveModel struct {
 	d      *solveDist // nil before any answer
 	median float64    // prior, seconds

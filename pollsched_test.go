@@ -229,34 +229,39 @@ func runModel(t *testing.T, cfg Config, threads int, lat map[provider.Kind][2]ti
 // fixed-interval bulk poller: (requests/task − 1) × (1 − utilization)
 // under 1/(2×threads), where a fixed interval sits, and under the fixed
 // 500 ms interval's own product on the same run (which lands near the
-// line, showing the model measures what the simulator does). The clock
-// is synctest's, the solve times drawn per task id: the outcome does not
-// depend on the machine's speed.
+// line, showing the model measures what the simulator does), on each of
+// three seeds. The clock is synctest's, the solve times drawn per task
+// id: the outcome does not depend on the machine's speed.
 func TestDefaultPollingBeatsFixedIntervalFrontier(t *testing.T) {
 	t.Parallel()
 	const threads = 20
 	tasks := fastMixTasks(200)
 	line := 1 / (2 * float64(threads))
-	def := runModel(t, Config{}, threads, fastMix, tasks, 1)
-	fixed := runModel(t, Config{PollInterval: 500 * time.Millisecond}, threads, fastMix, tasks, 1)
-	t.Logf("defaults: %+v frontier %.4f", def, def.frontier())
-	t.Logf("fixed 500ms: %+v frontier %.4f", fixed, fixed.frontier())
-	// Longest first within a burst (the queue's order) saves a fixed
-	// interval some requests too, so it lands a little under the line.
-	if fixed.frontier() < 0.8*line {
-		t.Fatalf("the fixed interval's frontier product %.4f is far below 1/(2×threads) = %.4f: the model is off", fixed.frontier(), line)
-	}
-	// On this model the defaults measure 0.0222 against the fixed
-	// interval's 0.0236 (1.47 requests a task, utilization 0.953, p99
-	// 0.48 s): the bound leaves room for a little noise in goroutine
-	// order, none for a drift back onto the line.
-	if def.frontier() > 0.95*line || def.frontier() >= fixed.frontier() {
-		t.Fatalf("defaults: frontier product %.4f, want below 0.95 × 1/(2×threads) = %.4f and below the fixed interval's %.4f",
-			def.frontier(), 0.95*line, fixed.frontier())
-	}
-	if def.requestsPerTask > 1.48 || def.utilization < 0.95 || def.p99 > 600*time.Millisecond {
-		t.Fatalf("defaults: %.3f requests a task, utilization %.3f, p99 %v; want at most 1.48, at least 0.95, at most 600ms",
-			def.requestsPerTask, def.utilization, def.p99)
+	for seed := uint64(1); seed <= 3; seed++ {
+		def := runModel(t, Config{}, threads, fastMix, tasks, seed)
+		fixed := runModel(t, Config{PollInterval: 500 * time.Millisecond}, threads, fastMix, tasks, seed)
+		t.Logf("seed %d: defaults: %+v frontier %.4f", seed, def, def.frontier())
+		t.Logf("seed %d: fixed 500ms: %+v frontier %.4f", seed, fixed, fixed.frontier())
+		// Longest first within a burst (the queue's order) saves a fixed
+		// interval some requests too, so it lands a little under the line.
+		if fixed.frontier() < 0.8*line {
+			t.Fatalf("seed %d: the fixed interval's frontier product %.4f is far below 1/(2×threads) = %.4f: the model is off", seed, fixed.frontier(), line)
+		}
+		// On this model the defaults measure 0.0198, 0.0200 and 0.0204
+		// against the fixed interval's 0.0209, 0.0215 and 0.0227 (1.40 to
+		// 1.43 requests a task against 1.46 to 1.49, utilization 0.951 to
+		// 0.953): the bound leaves room for a little noise in goroutine
+		// order, none for a drift back onto the line.
+		if def.frontier() > 0.9*line || def.frontier() >= fixed.frontier() {
+			t.Fatalf("seed %d: defaults: frontier product %.4f, want below 0.9 × 1/(2×threads) = %.4f and below the fixed interval's %.4f",
+				seed, def.frontier(), 0.9*line, fixed.frontier())
+		}
+		if def.requestsPerTask > 1.46 {
+			t.Fatalf("seed %d: defaults: %.3f requests a task, want at most 1.46", seed, def.requestsPerTask)
+		}
+		if seed == 1 && (def.utilization < 0.95 || def.p99 > 600*time.Millisecond) {
+			t.Fatalf("defaults: utilization %.3f, p99 %v; want at least 0.95, at most 600ms", def.utilization, def.p99)
+		}
 	}
 }
 
