@@ -6,7 +6,9 @@
 // urgent tasks first and shares threads fairly among tenants, polls every
 // task in flight with one bulk request, retries by error class, and keeps
 // every step durable in a Store so a crash loses no task and pays for no
-// second solve.
+// second solve (except a crash between the provider's answer to a submit
+// and the Store's Checkpoint: the protocol cannot find that id again, so
+// the task is submitted once more).
 //
 // # Several providers
 //
