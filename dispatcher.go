@@ -48,15 +48,11 @@ func (d *dispatcher) wake() {
 func (d *dispatcher) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	// The first lane's pool wakes the loop itself; other lanes' pools
-	// (several providers, each with its own) wake it through wake.
-	var poolReady <-chan struct{}
-	if p := d.q.lanes[0].pool; p != nil {
-		poolReady = p.Ready()
-	}
+	// Each lane's pool (several providers each have their own) wakes the
+	// loop when it gets threads.
 	var forwarders sync.WaitGroup
 	defer forwarders.Wait()
-	for _, l := range d.q.lanes[1:] {
+	for _, l := range d.q.lanes {
 		if l.pool == nil {
 			continue
 		}
@@ -80,7 +76,6 @@ func (d *dispatcher) run(ctx context.Context) {
 		timer.Reset(wait)
 		select {
 		case <-d.wakeCh:
-		case <-poolReady:
 		case <-timer.C:
 		case <-ctx.Done():
 			return

@@ -33,15 +33,17 @@ func (q *Queue) PingbackHandler() http.Handler {
 			http.Error(w, "id and code are required", http.StatusBadRequest)
 			return
 		}
-		key := id // as byCaptchaID holds it: lane.storedID
-		if q.lanes[0].name != "" {
+		l := q.lanes[0]
+		if l.name != "" {
 			name := r.FormValue("provider")
-			if !slices.ContainsFunc(q.lanes, func(l *lane) bool { return l.name == name }) {
+			i := slices.IndexFunc(q.lanes, func(o *lane) bool { return o.name == name })
+			if i < 0 {
 				http.Error(w, "provider names none of the queue's providers", http.StatusBadRequest)
 				return
 			}
-			key = name + ":" + id
+			l = q.lanes[i]
 		}
+		key := l.storedID(id) // as byCaptchaID holds it
 		now := q.now()
 		q.mu.Lock()
 		st, ok := q.byCaptchaID[key]
