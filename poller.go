@@ -256,7 +256,7 @@ func (p *poller) round(now time.Time) {
 			fmu.Unlock()
 			for i, st := range chunk {
 				if i < len(res) {
-					p.handle(st, ids[i], res[i], now, at, epoch)
+					p.handle(st, chunkIDs[i], res[i], now, at, epoch)
 				}
 			}
 		})
