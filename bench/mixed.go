@@ -101,6 +101,9 @@ type MixedReport struct {
 	Seed   Row
 	Script Row
 	Engine []Row
+	// Bounds are what any client polling under the default per-id gap can
+	// reach on this batch.
+	Bounds PollBounds
 }
 
 // DefaultsRow names the engine's row at its default settings.
@@ -122,6 +125,10 @@ func Mixed(ctx context.Context, c MixedConfig) (MixedReport, error) {
 	rep := MixedReport{Config: c}
 	s := Sim{Threads: c.Threads, Scale: c.Scale, Seed: c.Seed, Latency: MixLatency[c.Mix]}
 	tasks := Tasks(c.Tasks, mix, c.Seed)
+	var err error
+	if rep.Bounds, err = Bounds(tasks, s, scaled(captchaq.PollGapDefault, c.Scale), c.Seed); err != nil {
+		return rep, err
+	}
 	logf := func(format string, a ...any) {
 		if c.Log != nil {
 			fmt.Fprintf(c.Log, format+"\n", a...)

@@ -50,6 +50,34 @@ func (r MixedReport) Markdown(w io.Writer) {
 			passFail(v.ReadyP99), passFail(v.Requests), passFail(v.Makespan), passFail(v.All()), Frontier(x), 1/(2*float64(c.Threads)))
 	}
 	fmt.Fprintln(w)
+	if r.Bounds.Gap > 0 {
+		r.Bounds.Markdown(w, c)
+	}
+}
+
+// Markdown writes the bounds beside the targets they limit.
+func (b PollBounds) Markdown(w io.Writer, c MixedConfig) {
+	f := c.Scale
+	fmt.Fprintf(w, "What any client can reach on this batch with each id polled at most once per %v and no pingbacks, whatever its design "+
+		"(bench.Bounds, from the simulator's solve time distributions, each id on the schedule best for its kind):\n\n", b.Gap)
+	fmt.Fprintln(w, "| bound | value | target | within reach |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	fmt.Fprintf(w, "| answers fetched within %.3f s of ready, at most (any number of requests) | %.1f%% | half (p50 ≤ %.3f s) | %s |\n",
+		scaled(TargetReadyP50, f).Seconds(), 100*b.WithinP50, scaled(TargetReadyP50, f).Seconds(), yesNo(b.WithinP50 >= 0.5))
+	fmt.Fprintf(w, "| requests/solved for p99 ≤ %.3f s, at least (knowing each kind's distribution, not each draw) | %.2f | ≤ %.2f | %s |\n",
+		scaled(TargetReadyP99, f).Seconds(), b.RequestsP99, TargetRequestsPerJob, yesNo(b.RequestsP99 <= TargetRequestsPerJob))
+	fmt.Fprintf(w, "| makespan from answers holding their threads alone, at least (any number of requests) | %.3f× the floor | ≤ %.2f× | %s |\n",
+		b.MakespanHeld, TargetMakespanFloor, yesNo(b.MakespanHeld <= TargetMakespanFloor))
+	fmt.Fprintf(w, "\nAn answer waits %.3f s from ready to fetched on average at least, %.1f%% of the solve time, and holds its thread meanwhile "+
+		"(the provider frees it, the client cannot know before it fetches the answer); the makespan bound counts that for every task but the last %d, "+
+		"and leaves out the drain of the last solves (see the pingback row, which fetches at once).\n\n", b.MeanWait.Seconds(), 100*b.HeldShare, c.Threads)
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
 }
 
 // ratio is a/b, or NaN when b is zero.
@@ -92,6 +120,15 @@ func SeedsMarkdown(w io.Writer, reps []MixedReport) {
 			med.ReadyToFetched.P99, med.RequestsPerSolved, median(front), median(span), passFail(reps[0].Judge(med).All()))
 	}
 	fmt.Fprintln(w)
+	if b := reps[0].Bounds; b.Gap > 0 {
+		var reqs []float64
+		for _, r := range reps {
+			reqs = append(reqs, r.Bounds.RequestsP99)
+		}
+		b.RequestsP99 = median(reqs)
+		fmt.Fprintf(w, "Bounds: the requests' is the median over the %d seeds' batches.\n\n", len(reps))
+		b.Markdown(w, c)
+	}
 	fmt.Fprintf(w, "### %s mix: makespan vs the floor over %d seeds\n\n", c.Mix, len(reps))
 	fmt.Fprint(w, "| run |")
 	for _, r := range reps {
