@@ -42,6 +42,9 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
+	if err := checkProvidersAlone(fs, "api-url", "threads", "plan", "sim"); err != nil {
+		return err
+	}
 	if fs.NArg() > 1 {
 		return usageError(fmt.Errorf("one input file at most, got %d (%v)", fs.NArg(), fs.Args()))
 	}

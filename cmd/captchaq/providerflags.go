@@ -98,6 +98,33 @@ func addProvidersFlag(fs *flag.FlagSet) *string {
 	return fs.String("providers", "", "JSON `FILE` of several providers, the first preferred (replaces --api-url, --threads and --plan; see the README's \"Several providers\")")
 }
 
+// checkProvidersAlone refuses --providers beside the flags of fs its file
+// replaces (replaced: names without dashes), naming each one the command
+// line gives. A flag counts when it is given at all, even at its default
+// value; an empty --providers is no file and replaces nothing. The
+// environment (CAPTCHAAI_URL, the key) is no conflict: with --providers it
+// is not read for the url, and keys come from the variables the file names.
+func checkProvidersAlone(fs *flag.FlagSet, replaced ...string) error {
+	if f := fs.Lookup("providers"); f == nil || f.Value.String() == "" {
+		return nil
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var both []string
+	for _, name := range replaced {
+		if fs.Lookup(name) == nil {
+			panic("checkProvidersAlone: " + fs.Name() + " has no --" + name)
+		}
+		if given[name] {
+			both = append(both, "--"+name)
+		}
+	}
+	if len(both) == 0 {
+		return nil
+	}
+	return usageError(fmt.Errorf("--providers: cannot be combined with %s: each provider in the file has its url and threads", strings.Join(both, ", ")))
+}
+
 // loadProviders reads a --providers file; keys come from the environment
 // variables (or key files) the file names.
 func loadProviders(env *environment, path string) ([]captchaq.ProviderConfig, error) {

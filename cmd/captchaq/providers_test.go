@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -83,7 +84,7 @@ func TestBatchProvidersRefusesBadFile(t *testing.T) {
 		t.Fatalf("batch = %+v", r)
 	}
 	r = runWith(t, "", nil, "batch", "--providers", file, "--threads", "5")
-	if r.code != 2 || !strings.Contains(r.stderr, "--providers: replaces --api-url, --threads, --plan and --sim") {
+	if r.code != 2 || !strings.Contains(r.stderr, "--providers: cannot be combined with --threads: each provider in the file has its url and threads") {
 		t.Fatalf("batch with --threads = %+v", r)
 	}
 }
@@ -439,7 +440,84 @@ func TestSolveProviders(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "(main: turnstile, userrecaptcha; backup: hcaptcha, turnstile)") {
 		t.Fatalf("solve funcaptcha = %+v", r)
 	}
-	if r := runWith(t, "", vars, "solve", "--providers", file, "--api-url", mainURL, "--method", "turnstile"); r.code != 2 || !strings.Contains(r.stderr, "--providers: replaces --api-url") {
+	if r := runWith(t, "", vars, "solve", "--providers", file, "--api-url", mainURL, "--method", "turnstile"); r.code != 2 || !strings.Contains(r.stderr, "--providers: cannot be combined with --api-url: each provider in the file has its url and threads") {
 		t.Fatalf("solve --providers --api-url = %+v", r)
+	}
+}
+
+// Every command that takes --providers refuses it beside each flag its file
+// replaces, naming exactly the ones given (even at their default values),
+// with the usage exit code; --providers alone gets past that check to
+// reading its file, whatever CAPTCHAAI_URL and the key say.
+func TestProvidersReplacedFlags(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "providers.json")
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"client-key-1"}]`)
+	base := map[string][]string{
+		"batch":  {"batch", "--store", "memory", "--providers", missing},
+		"solve":  {"solve", "--method", "turnstile", "--param", "sitekey=0x4AAAAAAAB3x", "--param", "pageurl=https://shop.example/login", "--providers", missing},
+		"serve":  {"serve", "--store", "memory", "--clients", clients, "--providers", missing},
+		"worker": {"worker", "--amqp", "amqp://guest:guest@127.0.0.1:1/", "--providers", missing},
+	}
+	const why = ": each provider in the file has its url and threads"
+	tests := []struct {
+		cmd   string
+		extra []string
+		named string // the flags the message names; "" for none
+	}{
+		{"batch", nil, ""},
+		{"batch", []string{"--api-url", "http://127.0.0.1:1"}, "--api-url"},
+		{"batch", []string{"--threads", "5"}, "--threads"},
+		{"batch", []string{"--plan", "BASIC"}, "--plan"},
+		{"batch", []string{"--sim"}, "--sim"},
+		{"batch", []string{"--sim=false"}, "--sim"},
+		{"batch", []string{"--threads", "0", "--api-url="}, "--api-url, --threads"},
+		{"batch", []string{"--sim", "--plan", "VIP-1", "--threads", "9", "--api-url", "http://127.0.0.1:1"}, "--api-url, --threads, --plan, --sim"},
+		{"solve", nil, ""},
+		{"solve", []string{"--api-url", "http://127.0.0.1:1"}, "--api-url"},
+		{"solve", []string{"--api-url="}, "--api-url"},
+		{"serve", nil, ""},
+		{"serve", []string{"--api-url", "http://127.0.0.1:1"}, "--api-url"},
+		{"serve", []string{"--threads", "5"}, "--threads"},
+		{"serve", []string{"--plan", "BASIC"}, "--plan"},
+		{"serve", []string{"--plan", "", "--threads", "0"}, "--threads, --plan"},
+		{"worker", nil, ""},
+		{"worker", []string{"--api-url", "http://127.0.0.1:1"}, "--api-url"},
+		{"worker", []string{"--threads", "5"}, "--threads"},
+		{"worker", []string{"--plan", "BASIC"}, "--plan"},
+		{"worker", []string{"--api-url", "http://127.0.0.1:1", "--threads", "5", "--plan", "BASIC"}, "--api-url, --threads, --plan"},
+	}
+	vars := map[string]string{"CAPTCHAAI_KEY": batchKey, "CAPTCHAAI_URL": "http://127.0.0.1:1"}
+	for _, tc := range tests {
+		args := append(append([]string{}, base[tc.cmd]...), tc.extra...)
+		r := runWith(t, "", vars, args...)
+		if r.code != 2 {
+			t.Errorf("%v: exit %d, want 2; stderr: %s", args, r.code, r.stderr)
+			continue
+		}
+		if tc.named == "" {
+			if want := "--providers: cannot read"; !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "cannot be combined") {
+				t.Errorf("%v: stderr %q, want %q and no conflict", args, r.stderr, want)
+			}
+			continue
+		}
+		if want := "captchaq " + tc.cmd + ": --providers: cannot be combined with " + tc.named + why + "\n"; r.stderr != want {
+			t.Errorf("%v: stderr\n%q, want\n%q", args, r.stderr, want)
+		}
+	}
+}
+
+// An empty --providers is no file: it replaces nothing.
+func TestCheckProvidersAloneEmptyFile(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addProvidersFlag(fs)
+	fs.Int("threads", 0, "")
+	if err := fs.Parse([]string{"--providers=", "--threads", "5"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkProvidersAlone(fs, "threads"); err != nil {
+		t.Fatalf("checkProvidersAlone = %v, want nil", err)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -91,9 +90,6 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	}
 	var lanes []captchaq.ProviderConfig
 	if *qf.providers != "" {
-		if *qf.useSim || *qf.apiURL != "" || *qf.threads != 0 || *qf.plan != "" {
-			return nil, usageError(errors.New("--providers: replaces --api-url, --threads, --plan and --sim (each provider in the file has its url and threads)"))
-		}
 		if lanes, err = loadProviders(env, *qf.providers); err != nil {
 			return nil, err
 		}

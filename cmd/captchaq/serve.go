@@ -114,6 +114,10 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 			return &exitError{code: 2, err: fmt.Errorf("--%s: applies with --amqp only (serve as a gateway to a RabbitMQ fleet)", name)}
 		}
 	}
+	// With --amqp the flags --providers replaces are refused above already.
+	if err := checkProvidersAlone(fs, "api-url", "threads", "plan"); err != nil {
+		return err
+	}
 	if gateway && *f.fairBurst == 0 {
 		return &exitError{code: 2, err: errors.New("--fair-burst 0: give a positive number of tasks per unit of weight, or -1 to turn demotion off")}
 	}
@@ -203,9 +207,6 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 	qc := captchaq.Config{Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log}
 	var pc *provider.Client
 	if *f.providers != "" {
-		if f.set["api-url"] || f.set["threads"] || f.set["plan"] {
-			return server.Config{}, nil, nil, usageError(errors.New("--providers: replaces --api-url, --threads and --plan (each provider in the file has its url and threads)"))
-		}
 		lanes, err := loadProviders(env, *f.providers)
 		if err != nil {
 			return server.Config{}, nil, nil, err

@@ -72,6 +72,9 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := checkProvidersAlone(fs, "api-url"); err != nil {
+		return err
+	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q; task fields go in --param key=value", fs.Arg(0))}
 	}
@@ -85,9 +88,6 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		return &exitError{code: 2, err: fmt.Errorf("--poll-interval %v must be above 0 and at most %v", *interval, solvePollIntervalDefault)}
 	}
 
-	if *providersFile != "" && *apiURL != "" {
-		return usageError(errors.New("--providers: replaces --api-url (each provider in the file has its url)"))
-	}
 	var lanes []captchaq.ProviderConfig
 	if *providersFile != "" {
 		var err error

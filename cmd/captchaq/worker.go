@@ -42,10 +42,8 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if *providers != "" && (set["api-url"] || set["threads"] || set["plan"]) {
-		return usageError(errors.New("--providers: replaces --api-url, --threads and --plan (each provider in the file has its url and threads)"))
+	if err := checkProvidersAlone(fs, "api-url", "threads", "plan"); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q; the worker takes only flags", fs.Arg(0))}

@@ -157,6 +157,17 @@ func NewQueue(ctx context.Context, base, key string) (*captchaq.Queue, error) {
 	return q, q.Start(ctx)
 }
 
+// Shutdown stops q, giving tasks still at the provider wait to finish: a
+// provider that stopped answering cannot hold the program's exit.
+func Shutdown(q *captchaq.Queue, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := q.Shutdown(ctx); err != nil {
+		return fmt.Errorf("tasks still unfinished after %v, left behind: %w", wait, err)
+	}
+	return nil
+}
+
 func main() {
 	simURL := flag.String("sim", "", "base URL of a running `captchaq sim` (default: start one in-process)")
 	key := flag.String("key", "demo-key", "provider key the simulator accepts")
@@ -167,9 +178,17 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, base, key string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+// runTimeout bounds the whole run: every browser step and every solve.
+const runTimeout = 2 * time.Minute
+
+func run(ctx context.Context, base, key string) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
+	defer func() {
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("not done within %v: %w", runTimeout, err)
+		}
+	}()
 	if base == "" {
 		s, url, err := sim.Start(sim.Config{LatencyScale: 0.01}, "127.0.0.1:0")
 		if err != nil {
@@ -182,7 +201,7 @@ func run(ctx context.Context, base, key string) error {
 	if err != nil {
 		return err
 	}
-	defer q.Shutdown(context.Background())
+	defer func() { err = errors.Join(err, Shutdown(q, 5*time.Second)) }()
 	path, err := FindChromium()
 	if err != nil {
 		return err

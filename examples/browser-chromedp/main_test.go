@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -62,7 +65,11 @@ func TestThePageRejectsBadTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Shutdown(context.Background())
+	defer func() {
+		if err := Shutdown(q, 5*time.Second); err != nil {
+			t.Error(err)
+		}
+	}()
 	bctx, stop := Browser(ctx, path, t.TempDir())
 	defer stop()
 
@@ -109,4 +116,33 @@ func TestThePageRejectsBadTokens(t *testing.T) {
 	}
 	v, err = Submit(bctx, Turnstile, token)
 	expect("turnstile token of another sitekey", v, err, rejected("invalid-input-response"))
+}
+
+// A task the provider never answers does not hold the program's exit:
+// Shutdown gives up on it after its wait and says so.
+func TestShutdownLeavesAnUnansweredTask(t *testing.T) {
+	s, base, err := sim.Start(sim.Config{LatencyScale: 1000}, "127.0.0.1:0") // Turnstile in hours
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := testbound.Context(t)
+	q, err := NewQueue(ctx, base, "demo-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := q.Submit(ctx, captchaq.Task{ID: "stuck", Method: "turnstile",
+		Params: map[string]string{"sitekey": sim.DemoTurnstile.SiteKey, "pageurl": base + "/demo/turnstile"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Shutdown(q, 100*time.Millisecond) }()
+	err = testbound.Receive(t, "Shutdown", done)
+	if want := "tasks still unfinished after 100ms, left behind: context deadline exceeded"; err == nil || err.Error() != want {
+		t.Fatalf("Shutdown = %v, want %s", err, want)
+	}
+	if _, err := f.Wait(ctx); !errors.Is(err, captchaq.ErrClosed) {
+		t.Fatalf("the task's Wait = %v, want ErrClosed", err)
+	}
 }

@@ -56,7 +56,7 @@ type Solver struct {
 	URL       string // serve's base URL
 	Key       string // this client's key in serve's clients file
 	PollEvery time.Duration
-	HTTP      *http.Client
+	HTTP      *http.Client // with a Timeout, so one call that hangs fails on its own
 }
 
 // ioAnswer is in.php's and res.php's answer with json=1.
@@ -230,9 +230,17 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, serveURL, key, site string) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+// runTimeout bounds the whole run: every browser step and every solve.
+const runTimeout = 2 * time.Minute
+
+func run(ctx context.Context, serveURL, key, site string) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
+	defer func() {
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("not done within %v: %w", runTimeout, err)
+		}
+	}()
 	if serveURL == "" {
 		simURL, sURL, stop, err := startStack(ctx)
 		if err != nil {

@@ -6,6 +6,7 @@ package browsernode
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -89,13 +90,20 @@ func stack(t *testing.T) (siteURL, serveURL string) {
 func TestNodeExample(t *testing.T) {
 	node, chromium := need(t)
 	siteURL, serveURL := stack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	const timeout = 2 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "index.js")
+	// Killed at the deadline, node leaves chromium holding its output
+	// pipes; stop waiting for them soon after.
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(), "SERVE_URL="+serveURL, "SITE_URL="+siteURL, "CLIENT_KEY="+clientKey, "CHROME_PATH="+chromium)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("not done within %v: %w", timeout, err)
+		}
 		t.Fatalf("node index.js: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
 	want := "/demo/turnstile Signed in\n/demo/recaptcha Order placed\n"
