@@ -42,7 +42,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
-	if err := checkProvidersAlone(fs, "api-url", "threads", "plan", "sim"); err != nil {
+	if err := qf.providers.alone(); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {

@@ -93,27 +93,42 @@ func checkAccount(ctx context.Context, pc *provider.Client, warn func(error)) er
 	return nil
 }
 
-// addProvidersFlag registers --providers on fs.
-func addProvidersFlag(fs *flag.FlagSet) *string {
-	return fs.String("providers", "", "JSON `FILE` of several providers, the first preferred (replaces --api-url, --threads and --plan; see the README's \"Several providers\")")
+// providersFlag is --providers: a file of several providers, which
+// replaces the command's flags named in replaces (without dashes).
+type providersFlag struct {
+	fs       *flag.FlagSet
+	path     string
+	replaces []string
 }
 
-// checkProvidersAlone refuses --providers beside the flags of fs its file
-// replaces (replaced: names without dashes), naming each one the command
-// line gives. A flag counts when it is given at all, even at its default
-// value; an empty --providers is no file and replaces nothing. The
-// environment (CAPTCHAAI_URL, the key) is no conflict: with --providers it
-// is not read for the url, and keys come from the variables the file names.
-func checkProvidersAlone(fs *flag.FlagSet, replaced ...string) error {
-	if f := fs.Lookup("providers"); f == nil || f.Value.String() == "" {
+// addProvidersFlag registers --providers on fs; its help names the flags
+// it replaces, which alone refuses beside it.
+func addProvidersFlag(fs *flag.FlagSet, replaces ...string) *providersFlag {
+	p := &providersFlag{fs: fs, replaces: replaces}
+	names := make([]string, len(replaces))
+	for i, r := range replaces {
+		names[i] = "--" + r
+	}
+	fs.StringVar(&p.path, "providers", "", fmt.Sprintf("JSON `FILE` of several providers, the first preferred (replaces %s; see the README's \"Several providers\")", strings.Join(names, ", ")))
+	return p
+}
+
+// alone refuses --providers beside the flags its file replaces, naming
+// each one the command line gives. A flag counts when it is given at all,
+// even at its default value; an empty --providers is no file and replaces
+// nothing. The environment (CAPTCHAAI_URL, the key) is no conflict: with
+// --providers it is not read for the url, and keys come from the
+// variables the file names.
+func (p *providersFlag) alone() error {
+	if p.path == "" {
 		return nil
 	}
 	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	p.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var both []string
-	for _, name := range replaced {
-		if fs.Lookup(name) == nil {
-			panic("checkProvidersAlone: " + fs.Name() + " has no --" + name)
+	for _, name := range p.replaces {
+		if p.fs.Lookup(name) == nil {
+			panic("providersFlag: " + p.fs.Name() + " has no --" + name)
 		}
 		if given[name] {
 			both = append(both, "--"+name)

@@ -512,12 +512,12 @@ func TestCheckProvidersAloneEmptyFile(t *testing.T) {
 	t.Parallel()
 	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	addProvidersFlag(fs)
+	p := addProvidersFlag(fs, "threads")
 	fs.Int("threads", 0, "")
 	if err := fs.Parse([]string{"--providers=", "--threads", "5"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkProvidersAlone(fs, "threads"); err != nil {
-		t.Fatalf("checkProvidersAlone = %v, want nil", err)
+	if err := p.alone(); err != nil {
+		t.Fatalf("alone = %v, want nil", err)
 	}
 }

@@ -23,7 +23,7 @@ type queueFlags struct {
 	store        *string
 	pollInterval *time.Duration
 	maxAttempts  *int
-	providers    *string
+	providers    *providersFlag
 	// defaultStore names the store file used without --store, given whether
 	// the run is on the simulator; "" means a memory store.
 	defaultStore func(useSim bool) (string, error)
@@ -38,7 +38,7 @@ func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 		store:        fs.String("store", "", "task store: a SQLite file `PATH` (share one on purpose), or \"memory\" (default: "+sqliteDefaultHint()+")"),
 		pollInterval: addPollIntervalFlag(fs),
 		maxAttempts:  fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good (default %d)", captchaq.MaxAttemptsDefault)),
-		providers:    addProvidersFlag(fs),
+		providers:    addProvidersFlag(fs, "api-url", "threads", "plan", "sim"),
 	}
 }
 
@@ -89,8 +89,8 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 		return nil, usageError(fmt.Errorf("--threads must be at least 1, got %d", *qf.threads))
 	}
 	var lanes []captchaq.ProviderConfig
-	if *qf.providers != "" {
-		if lanes, err = loadProviders(env, *qf.providers); err != nil {
+	if qf.providers.path != "" {
+		if lanes, err = loadProviders(env, qf.providers.path); err != nil {
 			return nil, err
 		}
 	}

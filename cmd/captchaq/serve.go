@@ -36,7 +36,7 @@ const (
 // against the mode.
 type serveFlags struct {
 	listen, clients, store, publicURL, plan, apiURL *string
-	providers                                       *string
+	providers                                       *providersFlag
 	threads                                         *int
 	pollInterval, shutdown                          *time.Duration
 	maxBody                                         *int64
@@ -65,7 +65,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		listen:        fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)"),
 		clients:       fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
 		apiURL:        addAPIURLFlag(fs),
-		providers:     addProvidersFlag(fs),
+		providers:     addProvidersFlag(fs, "api-url", "threads", "plan"),
 		store:         fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
 		publicURL:     fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
 		threads:       fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
@@ -115,7 +115,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		}
 	}
 	// With --amqp the flags --providers replaces are refused above already.
-	if err := checkProvidersAlone(fs, "api-url", "threads", "plan"); err != nil {
+	if err := f.providers.alone(); err != nil {
 		return err
 	}
 	if gateway && *f.fairBurst == 0 {
@@ -206,8 +206,8 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *slog.Logger) (server.Config, []any, func(), error) {
 	qc := captchaq.Config{Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log}
 	var pc *provider.Client
-	if *f.providers != "" {
-		lanes, err := loadProviders(env, *f.providers)
+	if f.providers.path != "" {
+		lanes, err := loadProviders(env, f.providers.path)
 		if err != nil {
 			return server.Config{}, nil, nil, err
 		}
@@ -342,10 +342,10 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 		store.Close()
 	}
 	var providers []captchaq.ProviderConfig
-	if *f.providers != "" {
+	if f.providers.path != "" {
 		// The workers' file: the gateway takes the types any of its
 		// providers solves, and reads no key.
-		if providers, err = loadProvidersWithoutKeys(*f.providers); err != nil {
+		if providers, err = loadProvidersWithoutKeys(f.providers.path); err != nil {
 			stop()
 			return server.Config{}, nil, nil, err
 		}

@@ -59,7 +59,7 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	params := paramFlag{}
 	fs.Var(params, "param", "a task field as key=value, repeatable (e.g. --param sitekey=0x4AAA --param pageurl=https://example.com)")
 	apiURL := addAPIURLFlag(fs)
-	providersFile := addProvidersFlag(fs)
+	providers := addProvidersFlag(fs, "api-url")
 	timeout := fs.Duration("timeout", solveTimeoutDefault, "give up after this long")
 	firstPoll := fs.Duration("first-poll", -1, "wait before the first poll (default: the type's typical solve time)")
 	interval := fs.Duration("poll-interval", solvePollIntervalDefault, "wait between polls (at most 5s)")
@@ -72,7 +72,7 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := checkProvidersAlone(fs, "api-url"); err != nil {
+	if err := providers.alone(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -89,9 +89,9 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	}
 
 	var lanes []captchaq.ProviderConfig
-	if *providersFile != "" {
+	if providers.path != "" {
 		var err error
-		if lanes, err = loadProviders(env, *providersFile); err != nil {
+		if lanes, err = loadProviders(env, providers.path); err != nil {
 			return err
 		}
 	}

@@ -38,11 +38,11 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	owner := fs.String("owner", "", "name of this worker's checkpoint queue (default host-pid-random)")
 	shared := fs.Bool("shared-threads", true, "share --threads with every worker on the prefix through a pool of thread tokens on the broker (give every worker the same --threads); false: each worker uses --threads on its own")
 	verbose := fs.Bool("v", false, "log every task")
-	providers := addProvidersFlag(fs)
+	providers := addProvidersFlag(fs, "api-url", "threads", "plan")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := checkProvidersAlone(fs, "api-url", "threads", "plan"); err != nil {
+	if err := providers.alone(); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -64,8 +64,8 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	cfg.Logger = log
 	qc := captchaq.Config{Threads: *threads, Plan: *plan, PollInterval: *poll, Logger: log}
 	var client *provider.Client // the one whose balance the beats carry
-	if *providers != "" {
-		lanes, err := loadProviders(env, *providers)
+	if providers.path != "" {
+		lanes, err := loadProviders(env, providers.path)
 		if err != nil {
 			return err
 		}
