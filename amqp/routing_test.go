@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -227,6 +230,54 @@ func TestWorkerRefusesAnotherRouting(t *testing.T) {
 	}
 }
 
+// The routing is checked again on every reconnect: a fleet whose record
+// changed while a worker was away refuses it (the reconnect fails and is
+// retried), and takes it back once the record is its routing again.
+func TestRoutingIsCheckedOnReconnect(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil && os.Getenv("CI") == "true" {
+		t.Fatal("rabbitmqctl is needed to close a connection from the broker side")
+	} else if err != nil {
+		t.Skip("skipping: rabbitmqctl is needed to close a connection from the broker side")
+	}
+	cfg := testConfig(t)
+	ctx := testCtx(t)
+	lines := make(chan string, 1000)
+	logged := cfg
+	logged.Logger = slog.New(slog.NewTextHandler(lineWriter{t, lines}, nil))
+	c := setup(t, logged)
+	mine, theirs := routingOf(captchaq.Config{}, 3), routingOf(routingProviders(nil), 5)
+	if err := c.declareRouting(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	if err := DeleteRouting(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := dial(ctx, cfg.withDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkRouting(ctx, conn, cfg.Prefix, theirs); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if n := closeConnections(t, cfg.Prefix); n != 1 {
+		t.Fatalf("closed %d connections, want 1", n)
+	}
+	awaitLine(t, ctx, lines, `msg="broker reconnect failed"`, "route by "+theirs, "this worker by "+mine)
+	if c.Connected() {
+		t.Fatal("connected on another routing")
+	}
+	if err := DeleteRouting(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	awaitLine(t, ctx, lines, `msg="broker reconnected"`)
+	var rc *RoutingConflictError
+	if err := setup(t, cfg).declareRouting(ctx, theirs); !errors.As(err, &rc) || rc.Fleet != mine {
+		t.Fatalf("the record after the reconnect: %v, want the reconnected worker's", err)
+	}
+}
+
 // startWorker runs a worker with SharedThreads on queue qc, on a
 // connection of its own as a worker process has, until the test ends. It
 // returns nil once the worker started, or the error Run returned instead.
@@ -236,23 +287,26 @@ func startWorker(t *testing.T, ctx context.Context, cfg Config, owner string, qc
 		n := NamesFor(cfg.Prefix)
 		_ = deleteAll(context.Background(), cfg.withDefaults(), []string{n.InflightQueue(owner), n.ClaimQueue(owner)}, nil)
 	})
-	started := &startedWriter{t: t, started: make(chan struct{})}
+	lines := make(chan string, 1000)
 	qc.Logger = testLogger(t)
 	w, err := NewWorker(setup(t, cfg), WorkerConfig{Queue: qc, Owner: owner, Grace: time.Second, SharedThreads: true,
-		Logger: slog.New(slog.NewTextHandler(started, nil))})
+		Logger: slog.New(slog.NewTextHandler(lineWriter{t, lines}, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
-	select {
-	case err := <-done:
-		stop()
-		return err
-	case <-started.started:
-	case <-ctx.Done():
-		t.Fatalf("worker %s neither started nor returned", owner)
+	for started := false; !started; {
+		select {
+		case err := <-done:
+			stop()
+			return err
+		case line := <-lines:
+			started = strings.Contains(line, `msg="worker started"`)
+		case <-ctx.Done():
+			t.Fatalf("worker %s neither started nor returned", owner)
+		}
 	}
 	t.Cleanup(func() {
 		stop()
@@ -263,18 +317,34 @@ func startWorker(t *testing.T, ctx context.Context, cfg Config, owner string, qc
 	return nil
 }
 
-// startedWriter logs a worker's lines to the test's log, and closes
-// started when the worker says it started.
-type startedWriter struct {
-	t       *testing.T
-	started chan struct{}
-	once    sync.Once
+// lineWriter logs each line to the test's log and sends it on lines,
+// dropping it when lines is full.
+type lineWriter struct {
+	t     *testing.T
+	lines chan string
 }
 
-func (w *startedWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	if strings.Contains(string(p), `msg="worker started"`) {
-		w.once.Do(func() { close(w.started) })
+func (w lineWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	w.t.Log(line)
+	select {
+	case w.lines <- line:
+	default:
 	}
 	return len(p), nil
+}
+
+// awaitLine waits for a line that has every one of want.
+func awaitLine(t *testing.T, ctx context.Context, lines <-chan string, want ...string) {
+	t.Helper()
+	for {
+		select {
+		case line := <-lines:
+			if !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(line, w) }) {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no log line with %q", want)
+		}
+	}
 }
