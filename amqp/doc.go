@@ -273,8 +273,9 @@
 // lock (basic.get, the message going back when the channel closes), and
 // publishes its own if the queue is empty: of two workers starting at
 // once with different routings, one records its own and the other is
-// refused. A worker that dies while checking leaves no lock, and the
-// message it read goes back. A worker whose routing differs gets a
+// refused (TestRoutingRaceHasOneWinner). A worker that dies while
+// checking leaves no lock, and the message it read goes back
+// (TestRoutingSurvivesADeadChecker). A worker whose routing differs gets a
 // *RoutingConflictError naming both routings and the fix (captchaq worker
 // exits 2); on a reconnect, the reconnect fails and is retried, as for a
 // pool's conflict. The record stays when the workers stop, as the pools
