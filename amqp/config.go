@@ -252,6 +252,11 @@ type Names struct {
 	// ThreadsFilled exists once it was filled; ThreadsLock is the exclusive
 	// queue the filling worker holds.
 	Threads, ThreadsReturning, ThreadsFilled, ThreadsLock string
+	// Routing holds the fleet's routing, one message that every worker
+	// with SharedThreads checks its own against (see "Routing: one for
+	// the fleet" in the package doc); RoutingLock is the exclusive queue
+	// the checking worker holds.
+	Routing, RoutingLock string
 
 	prefix string
 }
@@ -302,6 +307,9 @@ func NamesFor(prefix string) Names {
 		ThreadsReturning: p + ".threads.returning",
 		ThreadsFilled:    p + ".threads.filled",
 		ThreadsLock:      p + ".threads.lock",
+
+		Routing:     p + ".routing",
+		RoutingLock: p + ".routing.lock",
 
 		prefix: p,
 	}

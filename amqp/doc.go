@@ -25,6 +25,9 @@
 //	captcha.provider.NAME.threads
 //	                   with several providers, provider NAME's thread tokens,
 //	                   with .returning, .filled and .lock after it
+//	captcha.routing    the fleet's routing, one message every worker with
+//	                   SharedThreads checks its own against (see "Several
+//	                   providers"), with captcha.routing.lock
 //
 // Task queues dead-letter to captcha.dlx, so a task that waits longer than
 // Config.TaskTTL (5 minutes) lands in captcha.failed with x-death reason
@@ -100,7 +103,8 @@
 // WorkerConfig.SharedThreads (captchaq worker's default) the workers of a
 // prefix hold them as tokens: captcha.threads holds one message per thread
 // and can never hold more than N ready (x-max-length N, overflow
-// reject-publish; a worker started with another N gets a *ConflictError).
+// reject-publish; a worker started with another N is refused: see
+// Routing under "Several providers").
 // A worker holds an unacknowledged token for each task it has at the
 // provider or is submitting, and its queue submits only while it holds
 // more tokens than that (captchaq.ThreadPool). When a worker dies or loses
@@ -118,8 +122,10 @@
 // tokens (persistent, so a broker restart keeps them) in one transaction,
 // then declares the marker. A worker that died between the commit and the
 // marker left its tokens ready, and nobody consumes before the marker, so
-// the next one tops up to N. To change N, stop the workers and delete
-// captcha.threads and captcha.threads.filled.
+// the next one tops up to N. A worker started with another N is refused
+// by the routing check first (see "Several providers"). To change N, stop
+// the workers and delete captcha.routing, captcha.threads and
+// captcha.threads.filled.
 //
 // Sharing. Each worker consumes tokens on a channel of its own whose
 // prefetch (global qos) caps what the broker sends it. Its demand is its
@@ -229,7 +235,8 @@
 // --providers FILE) routes among them as one process does (captchaq's
 // Config.Providers: by type, spill-over, fail-over). Every worker on the
 // prefix must be given the same providers, in the same order, with the
-// same threads.
+// same threads, methods and SpillAfter: a worker that differs is refused
+// (see Routing below).
 //
 // Threads. With SharedThreads each provider has a pool of its own,
 // PREFIX.provider.NAME.threads (with .returning, .filled and .lock after
@@ -243,6 +250,42 @@
 // DeleteProviderThreads deletes the pools, to change a provider's
 // threads once its workers are stopped. The plan's pool (PREFIX.threads)
 // is not used.
+//
+// Routing: one for the fleet. A worker with SharedThreads, with several
+// providers or with one, checks its routing against the fleet's before it
+// declares its pools and takes a task, and again on every reconnect. A
+// worker without providers beside workers with them would take the
+// plan's pool while they take theirs, and so could send the main provider
+// more tasks than its threads; workers that differ in providers, order or
+// methods send tasks where the others do not (one may submit a type its
+// provider does not solve). The routing compared is text
+// (routingOf): "one provider of N threads (no --providers)", or
+// "providers " and each provider in order with its threads, its methods
+// (sorted) and its SpillAfter, when set: what decides where a task goes
+// and how many go there at once. Keys, URLs, prices, MaxSpendPerHour and
+// DownAfter are not in it: they may hold secrets, and may differ between
+// workers without routing a task elsewhere (the spend cap is each
+// worker's own; see Spend).
+//
+// The fleet's routing is one persistent message in PREFIX.routing
+// (Names.Routing), written by the first worker. A worker reads it under
+// the exclusive queue PREFIX.routing.lock, as a pool is filled under its
+// lock (basic.get, the message going back when the channel closes), and
+// publishes its own if the queue is empty: of two workers starting at
+// once with different routings, one records its own and the other is
+// refused (TestRoutingRaceHasOneWinner). A worker that dies while
+// checking leaves no lock, and the message it read goes back
+// (TestRoutingSurvivesADeadChecker). A worker whose routing differs gets a
+// *RoutingConflictError naming both routings and the fix (captchaq worker
+// exits 2); on a reconnect, the reconnect fails and is retried, as for a
+// pool's conflict. The record stays when the workers stop, as the pools
+// do, so a fleet restarted with the same file starts as before. To change
+// the routing on purpose, stop every worker on the prefix, delete the
+// record (rabbitmqctl delete_queue PREFIX.routing, or DeleteRouting), and
+// the pools of providers whose threads changed (DeleteProviderThreads; for
+// the plan's, PREFIX.threads and PREFIX.threads.filled); then start the
+// workers, all with the new routing. A worker without SharedThreads
+// neither checks nor records the routing.
 //
 // Validation. A Gateway with GatewayConfig.Providers and captchaq enqueue
 // --providers take a type when any provider solves it and refuse it

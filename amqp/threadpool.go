@@ -105,14 +105,11 @@ func declareThreads(conn *amqp091.Connection, c Config, names ThreadsNames, n in
 // that connection dies), so two workers starting together do not both
 // fill; the tokens go in one transaction, so a fill is whole or absent.
 func fillThreads(ctx context.Context, conn *amqp091.Connection, names ThreadsNames, n int) error {
-	lock, err := lockThreads(ctx, conn, names)
+	unlock, err := lockQueue(ctx, conn, names.Lock, "filling the thread pool")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		_, _ = lock.QueueDelete(names.Lock, false, false, false)
-		_ = lock.Close()
-	}()
+	defer unlock()
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("amqp: open channel: %w", err)
@@ -154,24 +151,28 @@ func fillThreads(ctx context.Context, conn *amqp091.Connection, names ThreadsNam
 	return nil
 }
 
-// lockThreads declares the exclusive lock queue, waiting while another
-// connection holds it, and returns the channel that holds it.
-func lockThreads(ctx context.Context, conn *amqp091.Connection, names ThreadsNames) (*amqp091.Channel, error) {
+// lockQueue declares the exclusive queue name, waiting while another
+// connection holds it (doing what the error then says), and returns the
+// function that deletes it.
+func lockQueue(ctx context.Context, conn *amqp091.Connection, name, doing string) (unlock func(), err error) {
 	for {
 		ch, err := conn.Channel()
 		if err != nil {
 			return nil, fmt.Errorf("amqp: open channel: %w", err)
 		}
-		_, err = ch.QueueDeclare(names.Lock, false, true, true, false, nil)
+		_, err = ch.QueueDeclare(name, false, true, true, false, nil)
 		if err == nil {
-			return ch, nil
+			return func() {
+				_, _ = ch.QueueDelete(name, false, false, false)
+				_ = ch.Close()
+			}, nil
 		}
 		if !isCode(err, amqp091.ResourceLocked) {
-			return nil, fmt.Errorf("amqp: declare lock queue %s: %w", names.Lock, err)
+			return nil, fmt.Errorf("amqp: declare lock queue %s: %w", name, err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("amqp: another worker holds %s (filling the thread pool): %w", names.Lock, ctx.Err())
+			return nil, fmt.Errorf("amqp: another worker holds %s (%s): %w", name, doing, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -293,7 +293,7 @@ func replyQueueArgs() amqp091.Table {
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
 	n := NamesFor(c.Prefix)
-	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled}
+	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled, n.Routing}
 	for _, k := range c.Lanes {
 		queues = append(queues, n.Lane(k))
 	}
@@ -317,6 +317,15 @@ func DeleteProviderThreads(ctx context.Context, c Config, providers ...string) e
 		queues = append(queues, tn.Tokens, tn.Returning, tn.Filled)
 	}
 	return deleteAll(ctx, c, queues, nil)
+}
+
+// DeleteRouting deletes the record of the fleet's routing
+// (Names.Routing), so that the next worker to start records its own: to
+// change the routing of a fleet once all its workers are stopped (see
+// Routing under "Several providers" in the package doc).
+func DeleteRouting(ctx context.Context, c Config) error {
+	c = c.withDefaults()
+	return deleteAll(ctx, c, []string{NamesFor(c.Prefix).Routing}, nil)
 }
 
 // DeleteReplies deletes the reply queues of gateways, messages included:

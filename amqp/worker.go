@@ -66,9 +66,11 @@ type WorkerConfig struct {
 	// together they never have more than Threads tasks at the provider,
 	// a dead worker's threads go back to the others, and a worker with no
 	// work holds none. Every worker on the prefix must give the same
-	// Threads. Off, each worker has its own Threads and the fleet finds
-	// the plan's edge through "no free thread" answers. captchaq worker
-	// turns it on.
+	// Threads, or the same Providers: a worker whose routing differs
+	// from the fleet's is refused (a *RoutingConflictError from Run; see
+	// Routing under "Several providers" in the package doc). Off, each
+	// worker has its own Threads and the fleet finds the plan's edge
+	// through "no free thread" answers. captchaq worker turns it on.
 	SharedThreads bool
 	// Logger. Default the Conn's.
 	Logger *slog.Logger
@@ -244,6 +246,13 @@ func (w *Worker) providerNames() []string {
 // returns nil after a clean stop.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.pub.Close()
+	if len(w.pools) > 0 {
+		// First: a worker of another routing would use other pools, or
+		// send tasks where the fleet does not; refused, it leaves nothing.
+		if err := w.c.declareRouting(ctx, routingOf(w.cfg.Queue, w.cfg.threads())); err != nil {
+			return err
+		}
+	}
 	if err := w.c.DeclareInflight(ctx, w.cfg.Owner); err != nil {
 		return err
 	}

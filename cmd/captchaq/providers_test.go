@@ -156,7 +156,8 @@ func TestServeProviders(t *testing.T) {
 // takes hCaptcha (which only the backup solves) and refuses FunCaptcha
 // (which none does), naming them; two workers with the same --providers
 // file solve every task once, hCaptcha at the backup, Turnstile at main
-// (spill_after 1h); each result names its provider and price; together
+// (spill_after 1h); a worker without --providers on their prefix exits 2,
+// naming both routings; each result names its provider and price; together
 // they never have more tasks at a provider than its threads; a worker's
 // /metrics has each provider's series.
 func TestWorkerProviders(t *testing.T) {
@@ -164,7 +165,7 @@ func TestWorkerProviders(t *testing.T) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := "test-cli-providers-" + hex.EncodeToString(b[:])
-	owners := []string{"prov-cli-1", "prov-cli-2"}
+	owners := []string{"prov-cli-1", "prov-cli-2", "prov-cli-plan"}
 	t.Cleanup(func() {
 		cfg := amqp.Config{URL: brokerURL, Prefix: prefix}
 		_ = amqp.DeleteTopology(context.Background(), cfg, owners...)
@@ -202,6 +203,14 @@ func TestWorkerProviders(t *testing.T) {
 		"--poll-interval", "20ms", "--owner", owners[0], "--metrics-addr", "127.0.0.1:0")
 	startCommand(t, ctx, vars, metricsRE, "worker", "--amqp", brokerURL, "--prefix", prefix, "--providers", file,
 		"--poll-interval", "20ms", "--owner", owners[1], "--metrics-addr", "127.0.0.1:0")
+
+	// A worker without --providers would use the plan's pool, not theirs:
+	// refused, naming both routings and the fix.
+	r = runWith(t, "", vars, "worker", "--amqp", brokerURL, "--prefix", prefix, "--api-url", mainURL, "--threads", "2", "--owner", owners[2])
+	if r.code != exitUsage || !strings.Contains(r.stderr, "route by providers main (2 threads; base64 turnstile userrecaptcha), backup (3 threads; base64 hcaptcha turnstile userrecaptcha; spill_after 1h0m0s), but this worker by one provider of 2 threads (no --providers)") ||
+		!strings.Contains(r.stderr, "rabbitmqctl delete_queue "+prefix+".routing") {
+		t.Fatalf("worker without --providers on their prefix = %+v", r)
+	}
 
 	r = runWith(t, "", nil, "collect", "--amqp", brokerURL, "--prefix", prefix, "--count", "14")
 	if r.code != 0 {

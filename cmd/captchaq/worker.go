@@ -117,5 +117,13 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 		log.Info("serving metrics", "addr", ln.Addr().String())
 		defer srv.Close()
 	}
-	return w.Run(ctx)
+	if err := w.Run(ctx); err != nil {
+		// Its --providers (or their absence) disagree with the fleet's.
+		var rc *amqp.RoutingConflictError
+		if errors.As(err, &rc) {
+			return usageError(err)
+		}
+		return err
+	}
+	return nil
 }
