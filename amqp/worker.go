@@ -382,7 +382,7 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		w.deadLetterWith(ctx, d, map[string]any{HeaderReason: ReasonInvalid, HeaderError: err.Error(), HeaderErrorCode: captchaq.CodeIDConflict})
 		return
 	}
-	if !w.store.hold(d, m) {
+	if !w.store.receive(d, m) {
 		return
 	}
 	if rec, err := w.store.Get(ctx, m.Task.ID); err == nil && (rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed) {

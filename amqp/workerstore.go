@@ -89,14 +89,14 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 	}
 }
 
-// hold registers a task delivery. It returns false when the delivery is a
+// receive registers a task delivery. It returns false when the delivery is a
 // copy of a task this worker already holds a confirmed checkpoint of: then
 // the copy has been acked and there is nothing to do.
 //
 // A redelivered copy without a captcha id may be of a task another worker
 // submitted and then lost its connection: it is held waiting (see
 // endWait), and a copy of a task claimed lately is dropped (acked).
-func (s *WorkerStore) hold(d *Delivery, m TaskMessage) (fresh bool) {
+func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 	s.mu.Lock()
 	e, ok := s.entries[m.Task.ID]
 	if !ok {
