@@ -74,9 +74,12 @@ func matches(f captchaq.DeadLetterFilter, dl DeadLetter) bool {
 	return false
 }
 
-// drainFailed takes every message of the dead-letter queue without acking,
-// on a channel of its own, and calls fn with each. Closing the channel puts
-// back whatever fn did not ack, in its order.
+// drainFailed takes the messages the dead-letter queue holds when it
+// starts, without acking, on a channel of its own, and calls fn with each.
+// Closing the channel puts back whatever fn did not ack, in its order. A
+// message dead-lettered meanwhile is left for the next call: a replay that
+// fails again at once would otherwise come round to the same call and be
+// replayed again and again.
 func (c *Conn) drainFailed(ctx context.Context, fn func(ch *amqp091.Channel, m amqp091.Delivery) error) error {
 	ch, _, err := c.channel(ctx)
 	if err != nil {
@@ -84,7 +87,14 @@ func (c *Conn) drainFailed(ctx context.Context, fn func(ch *amqp091.Channel, m a
 	}
 	defer ch.Close()
 	q := c.Names().Failed
-	for ctx.Err() == nil {
+	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("amqp: inspect %s: %w", q, err)
+	}
+	for range st.Messages {
+		if ctx.Err() != nil {
+			break
+		}
 		m, ok, err := ch.Get(q, false)
 		if err != nil {
 			return fmt.Errorf("amqp: read %s: %w", q, err)

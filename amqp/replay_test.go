@@ -161,3 +161,45 @@ func TestFleetReplayOfAGatewayTask(t *testing.T) {
 		t.Fatalf("record: %+v, %v; want solved", rec, err)
 	}
 }
+
+// TestReplayMovesEachDeadLetterOnce: Conn.Replay moves the dead letters
+// the queue held when it began. Here every task published also lands in
+// the dead-letter queue at once (bound to the task exchange), as a replay
+// refused at once by the provider does: before, Replay took that copy
+// again in the same call, and again, until its context ran out.
+func TestReplayMovesEachDeadLetterOnce(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	c := setup(t, cfg)
+	ctx := testCtx(t)
+	n := c.Names()
+	ch, _, err := c.channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(n.Failed, "", n.TasksAll, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	ch.Close()
+	p := c.NewPublisher()
+	defer p.Close()
+	if err := p.PublishTask(ctx, TaskMessage{Task: task("once", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if d := depth(t, ctx, c, n.Failed); d != 1 {
+		t.Fatalf("dead letters before the replay: %d, want 1", d)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if got, err := c.Replay(rctx, captchaq.DeadLetterFilter{IDs: []string{"once"}}); got != 1 || err != nil {
+		t.Fatalf("Replay = %d, %v; want 1, nil", got, err)
+	}
+	// The replay's own copy waits for the next replay; the task queue
+	// holds the task and its one replay.
+	if d := depth(t, ctx, c, n.Failed); d != 1 {
+		t.Errorf("dead letters after the replay: %d, want 1", d)
+	}
+	if d := depth(t, ctx, c, n.Tasks); d != 2 {
+		t.Errorf("tasks queued: %d, want 2", d)
+	}
+}
