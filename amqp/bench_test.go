@@ -21,7 +21,8 @@ import (
 // benchFleet runs tasks through in-process workers (each with its own
 // connection; shared: one pool of the plan's threads, see
 // WorkerConfig.SharedThreads) and reports end-to-end throughput, thread
-// utilization, "no free thread" answers and provider requests per task.
+// utilization, "no free thread" answers, provider requests per task, and
+// when the last worker to start solving had its first result.
 func benchFleet(b *testing.B, nWorkers, tasks, threads int, sc sim.Config, poll time.Duration, shared bool) {
 	b.Helper()
 	cfg := Config{URL: brokertest.Use(b), Prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano()), InflightLease: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
@@ -43,6 +44,8 @@ func benchFleet(b *testing.B, nWorkers, tasks, threads int, sc sim.Config, poll 
 	defer pc.Close()
 	var clients []*provider.Client
 	var workers []*Worker
+	// firstResult[i] is when worker i had its first result (Unix ns).
+	firstResult := make([]atomic.Int64, nWorkers)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for i := range nWorkers {
@@ -58,8 +61,9 @@ func benchFleet(b *testing.B, nWorkers, tasks, threads int, sc sim.Config, poll 
 		clients = append(clients, cl)
 		owner := fmt.Sprintf("bench-w%d", i)
 		owners = append(owners, owner)
+		onResult := func(captchaq.Result) { firstResult[i].CompareAndSwap(0, time.Now().UnixNano()) }
 		w, err := NewWorker(c, WorkerConfig{Queue: captchaq.Config{Provider: cl, Threads: threads, PollInterval: poll,
-			RetryBackoff: 20 * time.Millisecond, RetryBackoffMax: 500 * time.Millisecond}, Owner: owner, Prefetch: 200,
+			RetryBackoff: 20 * time.Millisecond, RetryBackoffMax: 500 * time.Millisecond, OnResult: onResult}, Owner: owner, Prefetch: 200,
 			SharedThreads: shared})
 		if err != nil {
 			b.Fatal(err)
@@ -123,6 +127,11 @@ func benchFleet(b *testing.B, nWorkers, tasks, threads int, sc sim.Config, poll 
 	b.ReportMetric(float64(reqs)/float64(tasks), "requests/task")
 	b.ReportMetric(float64(st.Duplicates), "duplicates")
 	b.ReportMetric(float64(st.NoSlot), "no-slot")
+	var allSolving time.Duration
+	for i := range firstResult {
+		allSolving = max(allSolving, time.Unix(0, firstResult[i].Load()).Sub(start))
+	}
+	b.ReportMetric(allSolving.Seconds()*1000, "ms-until-all-solve")
 	if shared {
 		var taken, returned, parked int64
 		for _, w := range workers {
@@ -133,8 +142,8 @@ func benchFleet(b *testing.B, nWorkers, tasks, threads int, sc sim.Config, poll 
 		b.Logf("thread tokens: %d delivered, %d given back, %d parked (%.3f deliveries, %.3f give-backs per task)",
 			taken, returned, parked, float64(taken)/float64(tasks), float64(returned)/float64(tasks))
 	}
-	b.Logf("%d tasks in %v: %.0f tasks/s, utilization %.2f, peak threads %d/%d, no-slot %d, %d requests (%.2f/task), duplicates %d",
-		tasks, elapsed.Round(time.Millisecond), float64(tasks)/elapsed.Seconds(), st.Utilization, st.PeakThreadsInUse, threads, st.NoSlot, reqs, float64(reqs)/float64(tasks), st.Duplicates)
+	b.Logf("%d tasks in %v: %.0f tasks/s, utilization %.2f, peak threads %d/%d, no-slot %d, %d requests (%.2f/task), duplicates %d; every worker solving after %v",
+		tasks, elapsed.Round(time.Millisecond), float64(tasks)/elapsed.Seconds(), st.Utilization, st.PeakThreadsInUse, threads, st.NoSlot, reqs, float64(reqs)/float64(tasks), st.Duplicates, allSolving.Round(time.Millisecond))
 }
 
 // BenchmarkFleetInstant: an instant provider, three workers; the broker

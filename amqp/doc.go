@@ -132,10 +132,17 @@
 // tasks at the provider plus those waiting for a thread, at most N. Only a
 // worker that wants more than it holds consumes; a satisfied one cancels
 // its consumer, so a worker with no work holds no token, and the token
-// queue's consumer count is the number of hungry workers. About once a
-// second a worker reads the queue (a passive declare): while no token is
-// ready and other workers are hungry, its target is its fair share,
-// ceil(N / (hungry others + 1)), and it gives back tokens above it. A
+// queue's consumer count is the number of hungry workers. A worker reads
+// the queue (a passive declare) once a second while the readings stay the
+// same; at once when it has taken the tokens its last reading found
+// ready; and 100 ms after a reading that changed (other workers turned
+// hungry or satisfied, the ready tokens ran out or came back), the wait
+// doubling back to a second. While no token is ready and other workers
+// are hungry, its target is its fair share, ceil(N / (hungry others +
+// 1)), and it gives back tokens above it. So a worker that took the whole
+// plan just before the others turned hungry, as the first to get tasks
+// does when a fleet starts on a backlog, hands them their shares within
+// a few readings, not a second later (TestThreadPoolRefreshSchedule). A
 // hungry worker takes up to its target and one more, so a token given
 // back goes at once to a worker that needs it rather than waiting for a
 // refresh. The queue may use only its target (Held), so a worker over its
@@ -153,13 +160,18 @@
 // nack with no round trip; the publish and the commit are the price of
 // telling a dead holder's token from one given back. In
 // BenchmarkFleetRealistic/shared (1,000 tasks, 50 threads, three workers)
-// 0.08–0.16 token deliveries and 0.08–0.16 give-backs per task (6 runs),
-// against three messages per task for the task itself (below); in
-// BenchmarkFleetInstant 0.06–0.07 deliveries and 0.03–0.06 give-backs
-// (12 runs). A
+// 0.09–0.43 token deliveries and as many give-backs per task (6 runs;
+// with readings only once a second, 0.09–0.22 in 5 runs alongside, at
+// the same utilization, 0.87–0.89), against three messages per task for
+// the task itself (below); in BenchmarkFleetInstant 0.06–0.14 deliveries
+// and 0.03–0.11 give-backs (15 and 11 runs; once a second, 0.06–0.10 and
+// 0.02–0.06). The readings after a change move tokens sooner and so more
+// often: the price of a worker that turns hungry getting its share within
+// a few readings. A
 // dead holder's token costs once an ack, a publish and a commit, then an
-// expiry and a delivery. Plus, per worker, a passive declare a second and
-// a consume or cancel when it turns hungry or satisfied. Alternatives:
+// expiry and a delivery. Plus, per worker, a passive declare a second
+// (more often while the readings change) and a consume or cancel when it
+// turns hungry or satisfied. Alternatives:
 // splitting the plan (each worker --threads N/k) needs k and idles the
 // threads of a worker with no work; AIMD alone measured 0.45–0.72
 // utilization with up to 25% "no free thread" answers; a counter in

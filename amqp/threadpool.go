@@ -24,8 +24,13 @@ const (
 	// another finished reuses its thread without a broker round trip.
 	threadsLinger = 200 * time.Millisecond
 	// threadsRefresh is how often a worker reads the token queue's depth
-	// and consumers, to compute its fair share.
+	// and consumers, to compute its fair share, while the readings stay
+	// the same.
 	threadsRefresh = time.Second
+	// threadsRefreshSoon is the wait before the next reading after one
+	// that changed; it doubles back to threadsRefresh while the readings
+	// stay the same (see poolSession.record).
+	threadsRefreshSoon = 100 * time.Millisecond
 	// threadsTick is the pool loop's clock for lingers and refreshes.
 	threadsTick = 50 * time.Millisecond
 	// threadsLockWait bounds the wait for another worker's fill.
@@ -337,9 +342,12 @@ type poolSession struct {
 	limit      int      // the target: tokens the queue may use
 
 	refreshed      time.Time
-	ready, holders int       // of the token queue at the last refresh
-	surplusSince   time.Time // tokens over target since (zero: none)
-	idleSince      time.Time // target 0 since (zero: not idle)
+	refreshEvery   time.Duration // the wait before the next refresh
+	ready, holders int           // of the token queue at the last refresh
+	others         int           // holders other than this worker, then
+	takenSince     int           // tokens delivered since the last refresh
+	surplusSince   time.Time     // tokens over target since (zero: none)
+	idleSince      time.Time     // target 0 since (zero: not idle)
 }
 
 func (p *threadPool) session(ctx context.Context) error {
@@ -347,7 +355,7 @@ func (p *threadPool) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &poolSession{p: p, ch: ch, tag: fmt.Sprintf("captchaq-threads-%d", gen), limit: p.n}
+	s := &poolSession{p: p, ch: ch, tag: fmt.Sprintf("captchaq-threads-%d", gen), limit: p.n, refreshEvery: threadsRefresh}
 	defer func() {
 		p.setHeld(0, p.n)
 		_ = ch.Close() // the broker requeues every token, as redelivered
@@ -395,6 +403,7 @@ func (p *threadPool) session(ctx context.Context) error {
 // from a holder whose channel died.
 func (s *poolSession) receive(d amqp091.Delivery) error {
 	s.p.taken.Add(1)
+	s.takenSince++
 	if !d.Redelivered {
 		s.tokens = append(s.tokens, d.DeliveryTag)
 		return nil
@@ -422,17 +431,42 @@ func (s *poolSession) park(tag uint64) error {
 	return nil
 }
 
+// refreshDue says whether to read the token queue now: refreshEvery
+// after the last reading, or at once when this worker has taken the
+// tokens that reading found ready, since another worker may then be
+// hungry with none to take.
+func (s *poolSession) refreshDue(now time.Time) bool {
+	return now.Sub(s.refreshed) >= s.refreshEvery || (s.ready > 0 && s.takenSince >= s.ready)
+}
+
+// record keeps a reading of the token queue (ready tokens, consumers) and
+// sets the wait before the next: threadsRefreshSoon if the other hungry
+// workers changed or the ready tokens ran out or came back, else twice
+// the last wait, up to threadsRefresh.
+func (s *poolSession) record(ready, consumers int, now time.Time) {
+	others := consumers
+	if s.consuming {
+		others--
+	}
+	if others != s.others || (ready == 0) != (s.ready == 0) {
+		s.refreshEvery = threadsRefreshSoon
+	} else {
+		s.refreshEvery = min(2*s.refreshEvery, threadsRefresh)
+	}
+	s.ready, s.holders, s.others, s.takenSince, s.refreshed = ready, consumers, others, 0, now
+}
+
 // adjust brings the held tokens toward the target: the demand, at most
 // the plan, and at most a fair share (the plan over the workers that
 // consume tokens) while no token is ready and others hold some.
 func (s *poolSession) adjust(now time.Time) error {
 	p := s.p
-	if now.Sub(s.refreshed) >= threadsRefresh {
+	if s.refreshDue(now) {
 		q, err := s.ch.QueueDeclarePassive(p.names.Tokens, true, false, false, false, nil)
 		if err != nil {
 			return fmt.Errorf("amqp: inspect queue %s: %w", p.names.Tokens, err)
 		}
-		s.ready, s.holders, s.refreshed = q.Messages, q.Consumers, now
+		s.record(q.Messages, q.Consumers, now)
 		p.mu.Lock()
 		p.fleetInUse = max(p.n-q.Messages, 0)
 		p.mu.Unlock()

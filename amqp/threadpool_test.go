@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -268,4 +269,69 @@ func (f *fleet) listenBeats(ctx context.Context) *beatLog {
 		}
 	}()
 	return l
+}
+
+// TestThreadPoolRefreshSchedule: a worker reads the token queue at once
+// when it has taken the tokens its last reading found ready, soon after
+// a reading that changed, and back to once a threadsRefresh while the
+// readings stay the same. So a worker that took the whole plan just
+// before the others turned hungry sees them within threadsRefreshSoon,
+// not a threadsRefresh later.
+func TestThreadPoolRefreshSchedule(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	s := &poolSession{refreshEvery: threadsRefresh}
+	if !s.refreshDue(t0) {
+		t.Fatal("no reading yet: want one due")
+	}
+	s.record(200, 0, t0) // the whole plan ready, nobody hungry
+	if s.refreshEvery != threadsRefreshSoon {
+		t.Fatalf("after the first reading: wait %v, want %v", s.refreshEvery, threadsRefreshSoon)
+	}
+	now := t0.Add(threadsTick)
+	s.record(200, 0, now)
+	if s.refreshEvery != 2*threadsRefreshSoon {
+		t.Fatalf("after an unchanged reading: wait %v, want %v", s.refreshEvery, 2*threadsRefreshSoon)
+	}
+	// Turned hungry, it takes all 200: the reading is stale at once.
+	s.consuming = true
+	s.takenSince = 199
+	if s.refreshDue(now) {
+		t.Fatal("199 of 200 ready tokens taken: want no reading due yet")
+	}
+	s.takenSince = 200
+	if !s.refreshDue(now) {
+		t.Fatal("the 200 ready tokens taken: want a reading due at once")
+	}
+	s.record(0, 1, now) // none ready, only itself hungry
+	if s.refreshEvery != threadsRefreshSoon || s.takenSince != 0 {
+		t.Fatalf("ready tokens ran out: wait %v, taken since %d; want %v, 0", s.refreshEvery, s.takenSince, threadsRefreshSoon)
+	}
+	if s.refreshDue(now.Add(threadsRefreshSoon-time.Millisecond)) || !s.refreshDue(now.Add(threadsRefreshSoon)) {
+		t.Fatal("want the next reading due threadsRefreshSoon after the last")
+	}
+	now = now.Add(threadsRefreshSoon)
+	s.record(0, 3, now) // two others turned hungry
+	if s.others != 2 || s.refreshEvery != threadsRefreshSoon {
+		t.Fatalf("two others turned hungry: others %d, wait %v; want 2, %v", s.others, s.refreshEvery, threadsRefreshSoon)
+	}
+	// Unchanged readings: the wait doubles up to threadsRefresh. Tokens
+	// given back and taken while none was ready do not hasten a reading.
+	s.takenSince = 50
+	var waits []time.Duration
+	for range 6 {
+		now = now.Add(s.refreshEvery)
+		if !s.refreshDue(now) {
+			t.Fatalf("want a reading due at %v", now.Sub(t0))
+		}
+		s.record(0, 3, now)
+		waits = append(waits, s.refreshEvery)
+	}
+	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, threadsRefresh, threadsRefresh, threadsRefresh}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits after unchanged readings %v, want %v", waits, want)
+	}
+	s.record(0, 2, now) // one other satisfied
+	if s.refreshEvery != threadsRefreshSoon {
+		t.Fatalf("another worker satisfied: wait %v, want %v", s.refreshEvery, threadsRefreshSoon)
+	}
 }
