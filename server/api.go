@@ -549,7 +549,12 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request, cs *c
 }
 
 func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	room, ok := s.bodyRoom(w, r)
+	if !ok {
+		return
+	}
 	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	s.bodies.give(room)
 	if err != nil {
 		apiFail(w, http.StatusBadRequest, "", "body could not be read: "+err.Error())
 		return

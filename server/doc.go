@@ -58,7 +58,10 @@
 //     refused by captchaq.Queue.Validate (captchaq.Task.Validate behind a gateway) is 400 with {"error", "code",
 //     "field"}: code INVALID_TASK or UNSUPPORTED_TYPE, as in a Result.
 //   - Request bodies are limited to Config.MaxBodyBytes (8 MiB by default):
-//     in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE, the API 413.
+//     in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE, the API 413. Bodies
+//     being read at once, on the front (whose key may be inside the body)
+//     and the API alike, are limited to Config.MaxBodyInflight: past it
+//     in.php and res.php answer ERROR_NO_SLOT_AVAILABLE, the API 429.
 //   - A client's rate (tasks per second) and max_inflight (unfinished
 //     tasks) bound submits only: in.php answers MAX_USER_TURN and
 //     ERROR_NO_SLOT_AVAILABLE, the API 429 with Retry-After. A queue full

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -72,14 +73,28 @@ func (f frontReply) text(s string) {
 	io.WriteString(f.w, s)
 }
 
+// errBodiesBusy: the bodies being read fill Config.MaxBodyInflight.
+var errBodiesBusy = errors.New("request bodies in flight at the server's limit")
+
 // frontForm reads an in.php/res.php request through the parser the
 // simulator shares: a key in the query string is checked before the body
-// is read, and the body is capped at Config.MaxBodyBytes.
+// is read, and the body is capped at Config.MaxBodyBytes and counted
+// against Config.MaxBodyInflight (it may be read before the key in it is
+// known). Without room, only the query is read, for the answer's form.
 func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (*apiform.Request, error) {
-	return apiform.Parse(w, r, apiform.Options{
+	o := apiform.Options{
 		MaxBody: s.cfg.MaxBodyBytes,
 		KeyOK:   func(key string) bool { return s.client(key) != nil },
-	})
+	}
+	room, ok := s.takeBodyRoom(r)
+	if !ok {
+		q := r.Clone(r.Context())
+		q.Body, q.ContentLength = http.NoBody, 0
+		form, err := apiform.Parse(w, q, o)
+		return form, cmp.Or(err, errBodiesBusy)
+	}
+	defer s.bodies.give(room)
+	return apiform.Parse(w, r, o)
 }
 
 // replyFor is the answer form the request asked for, with
@@ -92,10 +107,12 @@ func replyFor(w http.ResponseWriter, form *apiform.Request) frontReply {
 }
 
 // formError answers a request the parser refused.
-func formError(reply frontReply, err error) {
+func (s *Server) formError(reply frontReply, err error) {
 	switch {
 	case errors.Is(err, apiform.ErrWrongKey):
 		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
+	case errors.Is(err, errBodiesBusy):
+		reply.fail("ERROR_NO_SLOT_AVAILABLE", s.bodiesBusy())
 	case errors.Is(err, apiform.ErrTooBig):
 		reply.fail("ERROR_TOO_BIG_CAPTCHA_FILESIZE", "request body "+strings.TrimPrefix(err.Error(), "apiform: request body too large: ")+", the server's limit")
 	default:
@@ -113,7 +130,7 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 	form, err := s.frontForm(w, r)
 	reply := replyFor(w, form)
 	if err != nil {
-		formError(reply, err)
+		s.formError(reply, err)
 		return
 	}
 	cs := s.client(form.Get("key"))
@@ -241,7 +258,7 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 	form, err := s.frontForm(w, r)
 	reply := replyFor(w, form)
 	if err != nil {
-		formError(reply, err)
+		s.formError(reply, err)
 		return
 	}
 	cs := s.client(form.Get("key"))
