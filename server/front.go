@@ -276,7 +276,7 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 	case "getbalance":
 		v, err := s.balance(r.Context())
 		if err != nil {
-			reply.fail("ERROR_BAD_PARAMETERS", "getbalance: "+err.Error())
+			reply.fail("ERROR_BAD_PARAMETERS", "getbalance: "+scrubURLs(err.Error()))
 			return
 		}
 		reply.plain(1, strconv.FormatFloat(v, 'f', -1, 64))

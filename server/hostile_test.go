@@ -3,13 +3,16 @@ package server_test
 import (
 	"context"
 	"encoding/base64"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/server"
 )
 
 type apiErr struct {
@@ -157,5 +160,28 @@ func TestOperatorSurfaces(t *testing.T) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("event stream with ?key=: HTTP %d", resp.StatusCode)
+	}
+}
+
+// getbalance with the provider unreachable says so without the
+// provider's address (nor its key).
+func TestBalanceErrorNamesNoProviderAddress(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there: connection refused
+	down, err := provider.NewClient(provider.ClientConfig{BaseURL: "http://" + addr, Key: "provider-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{server: func(c *server.Config) { c.Balance = down.Balance }})
+	got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"getbalance"}, "json": {"1"}})
+	_, port, _ := net.SplitHostPort(addr)
+	if !strings.Contains(got, "ERROR_BAD_PARAMETERS") || !strings.Contains(got, "cannot reach the provider") ||
+		strings.Contains(got, port) || strings.Contains(got, "://") || strings.Contains(got, "provider-secret") {
+		t.Errorf("getbalance with the provider down: %s", got)
 	}
 }
