@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,7 +27,7 @@ type apiError struct {
 	Field string `json:"field,omitempty"`
 	Index *int   `json:"index,omitempty"`
 
-	tooMany bool // answered 413, not 400
+	status int // the HTTP status when not 400
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -154,7 +155,7 @@ func fieldOf(err error) string {
 
 // parseAPITasks reads one task object or an array, filling ids and the
 // tenant, and checks every task before any is submitted.
-func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *apiError) {
+func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState) ([]captchaq.Task, *apiError) {
 	body = bytes.TrimSpace(body)
 	var raws []json.RawMessage
 	switch {
@@ -165,7 +166,7 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
 		}
 		if len(raws) > s.cfg.MaxTasksPerRequest {
-			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", len(raws), s.cfg.MaxTasksPerRequest), tooMany: true}
+			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", len(raws), s.cfg.MaxTasksPerRequest), status: http.StatusRequestEntityTooLarge}
 		}
 		if len(raws) == 0 {
 			return nil, &apiError{Error: "body: the array is empty"}
@@ -192,7 +193,15 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 			return nil, bad("", "task: null is not a task; send a JSON object such as {\"method\":\"turnstile\",\"params\":{...}}")
 		}
 		if _, ok := obj["id"]; !ok {
-			obj["id"], _ = json.Marshal(s.newID())
+			id, err := s.freshID(ctx, cs.Name)
+			if errors.Is(err, errNoFreshID) {
+				return nil, &apiError{Error: "id: none given and " + err.Error(), status: http.StatusServiceUnavailable}
+			}
+			if err != nil {
+				s.log.Error("store read failed", "err", err)
+				return nil, &apiError{Error: "the store could not be read", status: http.StatusInternalServerError}
+			}
+			obj["id"], _ = json.Marshal(id)
 		}
 		delete(obj, "tenant") // the client is the tenant
 		fixed, _ := json.Marshal(obj)
@@ -260,13 +269,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 		apiFail(w, http.StatusBadRequest, "", "body could not be read: "+err.Error())
 		return
 	}
-	tasks, aerr := s.parseAPITasks(body, cs)
+	tasks, aerr := s.parseAPITasks(r.Context(), body, cs)
 	if aerr != nil {
-		status := http.StatusBadRequest
-		if aerr.tooMany {
-			status = http.StatusRequestEntityTooLarge
-		}
-		writeJSON(w, status, aerr)
+		writeJSON(w, cmp.Or(aerr.status, http.StatusBadRequest), aerr)
 		return
 	}
 	ids := make([]string, len(tasks))

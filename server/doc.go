@@ -24,7 +24,11 @@
 // Clients and tenants: every client of the clients file is a tenant of the
 // queue with its weight. A task's id in the Store is "<client>/<id>", so a
 // client only ever sees its own tasks; the ids it sends and receives are
-// the part after the slash. in.php answers numeric ids.
+// the part after the slash. in.php answers numeric ids (the API gives
+// one to a task without an id); they start at the clock, and one that
+// already names a stored task of the client is skipped, so a server
+// restarted with its clock behind never hands a new task an old task's
+// id (and with it the old answer).
 //
 // Decisions a client can observe:
 //

@@ -2,6 +2,7 @@ package server
 
 import (
 	"cmp"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -138,7 +139,7 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
 		return
 	}
-	t, code, text := s.frontTask(cs, form)
+	t, code, text := s.frontTask(r.Context(), cs, form)
 	if code != "" {
 		reply.fail(code, text)
 		return
@@ -165,12 +166,20 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 }
 
 // frontTask turns an in.php form into a Task, or a protocol error.
-func (s *Server) frontTask(cs *clientState, form *apiform.Request) (captchaq.Task, string, string) {
+func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.Request) (captchaq.Task, string, string) {
 	method := strings.TrimSpace(form.Get("method"))
 	if method == "" {
 		return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "method: required (e.g. userrecaptcha, turnstile, base64, post)"
 	}
-	t := captchaq.Task{ID: storeID(cs.Name, s.newID()), Method: method, Params: map[string]string{}, Tenant: cs.Name}
+	id, err := s.freshID(ctx, cs.Name)
+	if errors.Is(err, errNoFreshID) {
+		return captchaq.Task{}, "ERROR_NO_SLOT_AVAILABLE", err.Error()
+	}
+	if err != nil {
+		s.log.Error("store read failed", "err", err)
+		return captchaq.Task{}, "ERROR_INTERNAL_SERVER_ERROR", ""
+	}
+	t := captchaq.Task{ID: storeID(cs.Name, id), Method: method, Params: map[string]string{}, Tenant: cs.Name}
 	for k, v := range form.Named() {
 		if frontKeys[strings.ToLower(k)] {
 			continue
