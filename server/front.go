@@ -381,11 +381,13 @@ func (s *Server) resOne(r *http.Request, reply frontReply, cs *clientState, id s
 }
 
 func (s *Server) resBulk(r *http.Request, reply frontReply, cs *clientState, ids string) {
-	list := strings.Split(ids, ",")
-	if len(list) > BulkMaxIDs {
-		reply.fail("ERROR_BAD_PARAMETERS", "ids: at most "+strconv.Itoa(BulkMaxIDs)+" ids a request, got "+strconv.Itoa(len(list)))
+	// Counted before split: a split of a body of commas would take 16
+	// bytes a comma.
+	if n := strings.Count(ids, ",") + 1; n > BulkMaxIDs {
+		reply.fail("ERROR_BAD_PARAMETERS", "ids: at most "+strconv.Itoa(BulkMaxIDs)+" ids a request, got "+strconv.Itoa(n))
 		return
 	}
+	list := strings.Split(ids, ",")
 	out := make([]string, len(list))
 	for i, id := range list {
 		rec, code := s.frontRecord(r, cs, id)

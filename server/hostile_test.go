@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -183,5 +185,27 @@ func TestBalanceErrorNamesNoProviderAddress(t *testing.T) {
 	if !strings.Contains(got, "ERROR_BAD_PARAMETERS") || !strings.Contains(got, "cannot reach the provider") ||
 		strings.Contains(got, port) || strings.Contains(got, "://") || strings.Contains(got, "provider-secret") {
 		t.Errorf("getbalance with the provider down: %s", got)
+	}
+}
+
+// res.php's ids= past BulkMaxIDs is refused before it is split: a body of
+// a million commas costs about its own size, not 16 bytes per comma.
+func TestBulkIDsCountedBeforeSplit(t *testing.T) {
+	// Not parallel: it measures what the request allocates.
+	b := setup(t, options{})
+	const n = 1 << 20
+	req := httptest.NewRequest(http.MethodPost, "/res.php", strings.NewReader("key="+keyQA+"&action=get&ids="+strings.Repeat(",", n)))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	w := httptest.NewRecorder()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.srv.Handler().ServeHTTP(w, req)
+	runtime.ReadMemStats(&after)
+	if got, want := w.Body.String(), "ERROR_BAD_PARAMETERS"; got != want {
+		t.Errorf("res.php with %d ids: %q, want %q", n+1, got, want)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 10*n {
+		t.Errorf("res.php with a %d-byte ids= allocated %d bytes", n, alloc)
 	}
 }
