@@ -162,11 +162,15 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 	case len(body) == 0:
 		return nil, &apiError{Error: "empty body: send one task object or an array of them"}
 	case body[0] == '[':
-		if err := json.Unmarshal(body, &raws); err != nil {
+		if !json.Valid(body) {
+			err := json.Unmarshal(body, &raws) // for the error's text
 			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
 		}
-		if len(raws) > s.cfg.MaxTasksPerRequest {
-			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", len(raws), s.cfg.MaxTasksPerRequest), status: http.StatusRequestEntityTooLarge}
+		if n := arrayLen(body); n > s.cfg.MaxTasksPerRequest {
+			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", n, s.cfg.MaxTasksPerRequest), status: http.StatusRequestEntityTooLarge}
+		}
+		if err := json.Unmarshal(body, &raws); err != nil {
+			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
 		}
 		if len(raws) == 0 {
 			return nil, &apiError{Error: "body: the array is empty"}
@@ -239,6 +243,35 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 		tasks = append(tasks, t)
 	}
 	return tasks, nil
+}
+
+// arrayLen counts the elements of a valid JSON array without decoding
+// them: a body of many tiny elements is refused for its count before it
+// costs a slice of them.
+func arrayLen(b []byte) int {
+	if rest := bytes.TrimSpace(b[1:]); len(rest) > 0 && rest[0] == ']' {
+		return 0
+	}
+	n, depth, inString, escaped := 1, 0, false, false
+	for _, c := range b {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString:
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 1:
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *clientState) {

@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -188,6 +190,19 @@ func TestBalanceErrorNamesNoProviderAddress(t *testing.T) {
 	}
 }
 
+// serveMeasured serves req in this goroutine and returns the answer and
+// the bytes allocated meanwhile (by the whole process: call it from a test
+// that is not parallel).
+func (b *bundle) serveMeasured(req *http.Request) (*httptest.ResponseRecorder, uint64) {
+	w := httptest.NewRecorder()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.srv.Handler().ServeHTTP(w, req)
+	runtime.ReadMemStats(&after)
+	return w, after.TotalAlloc - before.TotalAlloc
+}
+
 // res.php's ids= past BulkMaxIDs is refused before it is split: a body of
 // a million commas costs about its own size, not 16 bytes per comma.
 func TestBulkIDsCountedBeforeSplit(t *testing.T) {
@@ -196,16 +211,30 @@ func TestBulkIDsCountedBeforeSplit(t *testing.T) {
 	const n = 1 << 20
 	req := httptest.NewRequest(http.MethodPost, "/res.php", strings.NewReader("key="+keyQA+"&action=get&ids="+strings.Repeat(",", n)))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	w := httptest.NewRecorder()
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	b.srv.Handler().ServeHTTP(w, req)
-	runtime.ReadMemStats(&after)
+	w, alloc := b.serveMeasured(req)
 	if got, want := w.Body.String(), "ERROR_BAD_PARAMETERS"; got != want {
 		t.Errorf("res.php with %d ids: %q, want %q", n+1, got, want)
 	}
-	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 10*n {
+	if alloc > 10*n {
 		t.Errorf("res.php with a %d-byte ids= allocated %d bytes", n, alloc)
+	}
+}
+
+// A task array past MaxTasksPerRequest is refused as it is read: a body of
+// a million tiny elements costs about its own size, not a slice of them.
+func TestAPITaskArrayCountedAsRead(t *testing.T) {
+	// Not parallel: it measures what the request allocates.
+	b := setup(t, options{})
+	const n = 1 << 19
+	req := httptest.NewRequest(http.MethodPost, "/v1/tasks", strings.NewReader("["+strings.Repeat("0,", n)+"0]"))
+	req.Header.Set("Authorization", "Bearer "+keyQA)
+	w, alloc := b.serveMeasured(req)
+	var e apiErr
+	json.Unmarshal(w.Body.Bytes(), &e)
+	if want := fmt.Sprintf("body: %d tasks in one request; the server takes at most 1000", n+1); w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(e.Error, want) {
+		t.Errorf("%d tiny tasks: HTTP %d %+v, want 413 and %q", n+1, w.Code, e, want)
+	}
+	if alloc > 10*2*n {
+		t.Errorf("a %d-byte task array allocated %d bytes", 2*n, alloc)
 	}
 }
