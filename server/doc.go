@@ -134,7 +134,8 @@
 //   - A client is untrusted: its tasks are data. No param names a path
 //     (post tasks carry the image's bytes); protocol names (key, method,
 //     json, soft_id, pingback, header_acao) are refused in params in any
-//     letter case; images are capped at the provider's 600 KiB; tasks per
+//     letter case, and so is a param given twice in two letter cases (the
+//     provider reads one of them, maybe not the one checked); images are capped at the provider's 600 KiB; tasks per
 //     request, bodies being read, event streams and long polls are capped
 //     (413/429); it sees only its own tasks and numbers, and errors
 //     without the provider's address. Its pingback may not reach

@@ -238,3 +238,12 @@ func TestAPITaskArrayCountedAsRead(t *testing.T) {
 		t.Errorf("a %d-byte task array allocated %d bytes", 2*n, alloc)
 	}
 }
+
+// A param given twice in two letter cases is refused: the provider reads
+// names in any case and takes one, maybe not the one validated.
+func TestAPIParamInTwoCasesRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.apiRefuses(t, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/","PageURL":"not a url"}}`, "params.pageurl", `"PageURL" and "pageurl" name one field`)
+	b.apiRefuses(t, `{"method":"userrecaptcha","params":{"googlekey":"6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-","pageurl":"https://a.example/","proxy":"u:p@1.2.3.4:8080","Proxy":"http://bad"}}`, "params.proxy", `"Proxy" and "proxy" name one field`)
+}
