@@ -352,13 +352,8 @@ func answer(rec captchaq.Record) (token string, raw json.RawMessage, code, text 
 	case rec.Status == captchaq.StatusSolved && rec.Result != nil:
 		return rec.Result.Token, rec.Result.Answer, "", ""
 	case rec.Status == captchaq.StatusFailed && rec.Result != nil:
-		c := rec.Result.ErrorCode
-		if strings.HasPrefix(c, "ERROR_") {
-			return "", nil, c, rec.Result.Error
-		}
-		// The queue's own codes (EXPIRED, CANCELED, …) read as unsolvable
-		// to a protocol client; the text keeps the real one.
-		return "", nil, "ERROR_CAPTCHA_UNSOLVABLE", c + ": " + rec.Result.Error
+		code, text := failureCode(scrubResult(*rec.Result))
+		return "", nil, code, text
 	}
 	return "", nil, "CAPCHA_NOT_READY", ""
 }

@@ -14,7 +14,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
 )
@@ -246,4 +248,28 @@ func TestAPIParamInTwoCasesRefused(t *testing.T) {
 	b := setup(t, options{})
 	b.apiRefuses(t, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/","PageURL":"not a url"}}`, "params.pageurl", `"PageURL" and "pageurl" name one field`)
 	b.apiRefuses(t, `{"method":"userrecaptcha","params":{"googlekey":"6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-","pageurl":"https://a.example/","proxy":"u:p@1.2.3.4:8080","Proxy":"http://bad"}}`, "params.proxy", `"Proxy" and "proxy" name one field`)
+}
+
+// res.php's error_text for a failed task names no address, as the API's
+// view of the same task does not: the provider's URL is the operator's.
+func TestResErrorTextNamesNoProviderAddress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
+	task := captchaq.Task{ID: "qa/9", Tenant: "qa", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAA", "pageurl": "https://shop.example/checkout"}}
+	if _, _, err := mem.Enqueue(ctx, []captchaq.Task{task}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{server: func(c *server.Config) { c.Queue.Store = mem }})
+	const leak = `Post "https://api.provider.example/in.php": dial tcp 10.0.0.5:443: i/o timeout`
+	for _, code := range []string{"ERROR_PROXY_CONNECTION_FAILED", captchaq.CodeExpired} {
+		failed := captchaq.Result{ID: "qa/9", Method: "turnstile", Status: captchaq.StatusFailed, ErrorCode: code, Error: "NETWORK: cannot reach the provider: " + leak}
+		if err := mem.Finish(ctx, failed); err != nil {
+			t.Fatal(err)
+		}
+		got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"get"}, "id": {"9"}, "json": {"1"}})
+		if !strings.Contains(got, "cannot reach the provider") || strings.Contains(got, "provider.example") || strings.Contains(got, "10.0.0.5") {
+			t.Errorf("res.php, %s: %s", code, got)
+		}
+	}
 }
