@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -383,11 +384,17 @@ func checkImageSize(field string, n int) error {
 var ReservedParams = []string{"key", "method", "json", "soft_id", "pingback", "header_acao"}
 
 // checkReserved refuses params that name a protocol field, in any case,
-// and case variants of file and body (which only their lower-case form may
-// carry).
+// case variants of file and body (which only their lower-case form may
+// carry), and one name given twice in two cases (in.php reads names in
+// any case and takes one of them, maybe not the one checked here).
 func checkReserved(t Task) error {
-	for k := range t.Params {
+	seen := make(map[string]string, len(t.Params))
+	for _, k := range slices.Sorted(maps.Keys(t.Params)) {
 		lk := strings.ToLower(strings.TrimSpace(k))
+		if first, dup := seen[lk]; dup {
+			return &ValidationError{Field: "params." + k, Reason: fmt.Sprintf("%q and %q name one field (in.php reads names in any letter case): give it once", first, k)}
+		}
+		seen[lk] = k
 		if slices.Contains(ReservedParams, lk) {
 			return &ValidationError{Field: "params." + k, Reason: fmt.Sprintf("%q is the protocol's own field, not a task param (reserved in any letter case: %s); remove it", k, strings.Join(ReservedParams, ", "))}
 		}

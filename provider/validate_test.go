@@ -282,9 +282,16 @@ func TestReservedParamsInAnyCase(t *testing.T) {
 	if err := (Task{Method: "turnstile", Params: p}).Validate(); err != nil {
 		t.Errorf("action: %v", err)
 	}
+	var ve *ValidationError
 	err := Task{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "BODY": "R0lGODlh"}}.Validate()
 	if err == nil || !strings.Contains(err.Error(), `write "BODY" in lower case`) {
 		t.Errorf("BODY: %v", err)
+	}
+	p = maps.Clone(base)
+	p["PageURL"] = "not a url"
+	err = Task{Method: "turnstile", Params: p}.Validate()
+	if !errors.As(err, &ve) || ve.Field != "params.pageurl" || !strings.Contains(ve.Reason, `"PageURL" and "pageurl" name one field`) {
+		t.Errorf("pageurl in two cases: %v", err)
 	}
 }
 

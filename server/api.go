@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,7 +27,7 @@ type apiError struct {
 	Field string `json:"field,omitempty"`
 	Index *int   `json:"index,omitempty"`
 
-	tooMany bool // answered 413, not 400
+	status int // the HTTP status when not 400
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -154,18 +155,22 @@ func fieldOf(err error) string {
 
 // parseAPITasks reads one task object or an array, filling ids and the
 // tenant, and checks every task before any is submitted.
-func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *apiError) {
+func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState) ([]captchaq.Task, *apiError) {
 	body = bytes.TrimSpace(body)
 	var raws []json.RawMessage
 	switch {
 	case len(body) == 0:
 		return nil, &apiError{Error: "empty body: send one task object or an array of them"}
 	case body[0] == '[':
-		if err := json.Unmarshal(body, &raws); err != nil {
+		if !json.Valid(body) {
+			err := json.Unmarshal(body, &raws) // for the error's text
 			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
 		}
-		if len(raws) > s.cfg.MaxTasksPerRequest {
-			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", len(raws), s.cfg.MaxTasksPerRequest), tooMany: true}
+		if n := arrayLen(body); n > s.cfg.MaxTasksPerRequest {
+			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", n, s.cfg.MaxTasksPerRequest), status: http.StatusRequestEntityTooLarge}
+		}
+		if err := json.Unmarshal(body, &raws); err != nil {
+			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
 		}
 		if len(raws) == 0 {
 			return nil, &apiError{Error: "body: the array is empty"}
@@ -192,7 +197,15 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 			return nil, bad("", "task: null is not a task; send a JSON object such as {\"method\":\"turnstile\",\"params\":{...}}")
 		}
 		if _, ok := obj["id"]; !ok {
-			obj["id"], _ = json.Marshal(s.newID())
+			id, err := s.freshID(ctx, cs.Name)
+			if errors.Is(err, errNoFreshID) {
+				return nil, &apiError{Error: "id: none given and " + err.Error(), status: http.StatusServiceUnavailable}
+			}
+			if err != nil {
+				s.log.Error("store read failed", "err", err)
+				return nil, &apiError{Error: "the store could not be read", status: http.StatusInternalServerError}
+			}
+			obj["id"], _ = json.Marshal(id)
 		}
 		delete(obj, "tenant") // the client is the tenant
 		fixed, _ := json.Marshal(obj)
@@ -232,6 +245,35 @@ func (s *Server) parseAPITasks(body []byte, cs *clientState) ([]captchaq.Task, *
 	return tasks, nil
 }
 
+// arrayLen counts the elements of a valid JSON array without decoding
+// them: a body of many tiny elements is refused for its count before it
+// costs a slice of them.
+func arrayLen(b []byte) int {
+	if rest := bytes.TrimSpace(b[1:]); len(rest) > 0 && rest[0] == ']' {
+		return 0
+	}
+	n, depth, inString, escaped := 1, 0, false, false
+	for _, c := range b {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString:
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 1:
+			n++
+		}
+	}
+	return n
+}
+
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	// Cheap refusals before the body is read: a client at its max_inflight
 	// gets nothing parsed, and bodies being read are bounded overall.
@@ -260,13 +302,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 		apiFail(w, http.StatusBadRequest, "", "body could not be read: "+err.Error())
 		return
 	}
-	tasks, aerr := s.parseAPITasks(body, cs)
+	tasks, aerr := s.parseAPITasks(r.Context(), body, cs)
 	if aerr != nil {
-		status := http.StatusBadRequest
-		if aerr.tooMany {
-			status = http.StatusRequestEntityTooLarge
-		}
-		writeJSON(w, status, aerr)
+		writeJSON(w, cmp.Or(aerr.status, http.StatusBadRequest), aerr)
 		return
 	}
 	ids := make([]string, len(tasks))
@@ -549,7 +587,12 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request, cs *c
 }
 
 func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *clientState) {
+	room, ok := s.bodyRoom(w, r)
+	if !ok {
+		return
+	}
 	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	s.bodies.give(room)
 	if err != nil {
 		apiFail(w, http.StatusBadRequest, "", "body could not be read: "+err.Error())
 		return

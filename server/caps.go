@@ -47,18 +47,31 @@ func slot(w http.ResponseWriter, mine, all *gauge, perClient, overall int, what 
 	return true
 }
 
-// bodyRoom reserves room for a request body among all bodies being read
-// (the most it may be: its Content-Length, else the body cap), or answers
-// 429 and returns false. The caller gives the room back with give.
-func (s *Server) bodyRoom(w http.ResponseWriter, r *http.Request) (int64, bool) {
+// takeBodyRoom reserves room for a request body among all bodies being
+// read (the most it may be: its Content-Length, else the body cap) and
+// reports whether there was room. The caller gives the room back with
+// s.bodies.give.
+func (s *Server) takeBodyRoom(r *http.Request) (int64, bool) {
 	n := s.cfg.MaxBodyBytes
 	if r.ContentLength >= 0 && r.ContentLength < n {
 		n = r.ContentLength
 	}
-	if !s.bodies.take(n, s.cfg.MaxBodyInflight) {
+	return n, s.bodies.take(n, s.cfg.MaxBodyInflight)
+}
+
+// bodiesBusy says why a body was not read: the bodies being read fill
+// Config.MaxBodyInflight.
+func (s *Server) bodiesBusy() string {
+	return fmt.Sprintf("the server is reading %d bytes of request bodies, its limit: try again shortly", s.cfg.MaxBodyInflight)
+}
+
+// bodyRoom is takeBodyRoom for the JSON API: without room it answers 429
+// and returns false.
+func (s *Server) bodyRoom(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	n, ok := s.takeBodyRoom(r)
+	if !ok {
 		retryAfter(w, time.Second)
-		apiFail(w, http.StatusTooManyRequests, "", fmt.Sprintf("the server is reading %d bytes of request bodies, its limit: try again shortly", s.cfg.MaxBodyInflight))
-		return 0, false
+		apiFail(w, http.StatusTooManyRequests, "", s.bodiesBusy())
 	}
-	return n, true
+	return n, ok
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +114,55 @@ func TestAPIIntakeCaps(t *testing.T) {
 		}
 	}
 
+}
+
+// holdBody starts req with a body that is never finished and returns what
+// ends it; the server holds the request while it waits for the rest.
+func (b *bundle) holdBody(t *testing.T, req *http.Request, first string) func() {
+	t.Helper()
+	pr, pw := io.Pipe()
+	req.Body, req.ContentLength = pr, 900
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := b.http.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	pw.Write([]byte(first))
+	var once sync.Once
+	release := func() { once.Do(func() { pw.CloseWithError(io.ErrUnexpectedEOF); <-done }) }
+	t.Cleanup(release) // before the server's Close, which waits for it
+	return release
+}
+
+// Bodies sent to in.php and res.php (read before the key in them is
+// known) and to the dead-letter replay count against MaxBodyInflight as
+// the API's do: a client without a key cannot hold more than it.
+func TestFrontAndReplayBodiesCountAgainstBodiesInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{server: func(c *server.Config) { c.MaxBodyBytes, c.MaxBodyInflight = 800, 1000 }})
+	front := func() string {
+		v := turnstile()
+		v.Set("key", keyQA)
+		v.Set("pad", strings.Repeat("x", 200))
+		return b.form(t, http.MethodPost, "/in.php", v)
+	}
+	in, _ := http.NewRequest("POST", b.url+"/in.php", nil)
+	in.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	release := b.holdBody(t, in, "method=turnstile&")
+	until(t, "in.php refused while a keyless body is held", func() bool { return front() == "ERROR_NO_SLOT_AVAILABLE" })
+	if got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"get"}, "id": {"1"}}); got != "ERROR_WRONG_CAPTCHA_ID" {
+		t.Errorf("res.php without a body while a body is held: %q", got)
+	}
+	release()
+	until(t, "room back after the held in.php body", func() bool { return strings.HasPrefix(front(), "OK|") })
+
+	replay, _ := http.NewRequest("POST", b.url+"/v1/deadletters/replay", nil)
+	replay.Header.Set("Authorization", "Bearer "+keyQA)
+	release = b.holdBody(t, replay, `{"ids":[`)
+	padded := strings.Repeat(" ", 296) + "null"
+	until(t, "API refused while a replay body is held", func() bool { return b.status(t, "POST", "/v1/tasks", keyOther, padded) == http.StatusTooManyRequests })
+	release()
+	until(t, "room back after the held replay body", func() bool { return b.status(t, "POST", "/v1/tasks", keyOther, padded) == http.StatusBadRequest })
 }

@@ -162,7 +162,8 @@ type Config struct {
 	PingbackParallel int
 	// MaxTasksPerRequest bounds the tasks of one POST /v1/tasks (413
 	// past it). MaxBodyInflight bounds the request bodies being read at
-	// once, in bytes (429 past it). MaxStreamsPerClient and MaxStreams
+	// once, in bytes, on the API and the front alike (429, on the front
+	// ERROR_NO_SLOT_AVAILABLE, past it). MaxStreamsPerClient and MaxStreams
 	// bound open event streams, MaxWaitsPerClient and MaxWaits long polls
 	// (?wait=), per client and overall (429 past them). Defaults: the
 	// *Default constants.

@@ -24,7 +24,11 @@
 // Clients and tenants: every client of the clients file is a tenant of the
 // queue with its weight. A task's id in the Store is "<client>/<id>", so a
 // client only ever sees its own tasks; the ids it sends and receives are
-// the part after the slash. in.php answers numeric ids.
+// the part after the slash. in.php answers numeric ids (the API gives
+// one to a task without an id); they start at the clock, and one that
+// already names a stored task of the client is skipped, so a server
+// restarted with its clock behind never hands a new task an old task's
+// id (and with it the old answer).
 //
 // Decisions a client can observe:
 //
@@ -58,7 +62,10 @@
 //     refused by captchaq.Queue.Validate (captchaq.Task.Validate behind a gateway) is 400 with {"error", "code",
 //     "field"}: code INVALID_TASK or UNSUPPORTED_TYPE, as in a Result.
 //   - Request bodies are limited to Config.MaxBodyBytes (8 MiB by default):
-//     in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE, the API 413.
+//     in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE, the API 413. Bodies
+//     being read at once, on the front (whose key may be inside the body)
+//     and the API alike, are limited to Config.MaxBodyInflight: past it
+//     in.php and res.php answer ERROR_NO_SLOT_AVAILABLE, the API 429.
 //   - A client's rate (tasks per second) and max_inflight (unfinished
 //     tasks) bound submits only: in.php answers MAX_USER_TURN and
 //     ERROR_NO_SLOT_AVAILABLE, the API 429 with Retry-After. A queue full
@@ -127,7 +134,8 @@
 //   - A client is untrusted: its tasks are data. No param names a path
 //     (post tasks carry the image's bytes); protocol names (key, method,
 //     json, soft_id, pingback, header_acao) are refused in params in any
-//     letter case; images are capped at the provider's 600 KiB; tasks per
+//     letter case, and so is a param given twice in two letter cases (the
+//     provider reads one of them, maybe not the one checked); images are capped at the provider's 600 KiB; tasks per
 //     request, bodies being read, event streams and long polls are capped
 //     (413/429); it sees only its own tasks and numbers, and errors
 //     without the provider's address. Its pingback may not reach

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"cmp"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -72,14 +74,28 @@ func (f frontReply) text(s string) {
 	io.WriteString(f.w, s)
 }
 
+// errBodiesBusy: the bodies being read fill Config.MaxBodyInflight.
+var errBodiesBusy = errors.New("request bodies in flight at the server's limit")
+
 // frontForm reads an in.php/res.php request through the parser the
 // simulator shares: a key in the query string is checked before the body
-// is read, and the body is capped at Config.MaxBodyBytes.
+// is read, and the body is capped at Config.MaxBodyBytes and counted
+// against Config.MaxBodyInflight (it may be read before the key in it is
+// known). Without room, only the query is read, for the answer's form.
 func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (*apiform.Request, error) {
-	return apiform.Parse(w, r, apiform.Options{
+	o := apiform.Options{
 		MaxBody: s.cfg.MaxBodyBytes,
 		KeyOK:   func(key string) bool { return s.client(key) != nil },
-	})
+	}
+	room, ok := s.takeBodyRoom(r)
+	if !ok {
+		q := r.Clone(r.Context())
+		q.Body, q.ContentLength = http.NoBody, 0
+		form, err := apiform.Parse(w, q, o)
+		return form, cmp.Or(err, errBodiesBusy)
+	}
+	defer s.bodies.give(room)
+	return apiform.Parse(w, r, o)
 }
 
 // replyFor is the answer form the request asked for, with
@@ -92,10 +108,12 @@ func replyFor(w http.ResponseWriter, form *apiform.Request) frontReply {
 }
 
 // formError answers a request the parser refused.
-func formError(reply frontReply, err error) {
+func (s *Server) formError(reply frontReply, err error) {
 	switch {
 	case errors.Is(err, apiform.ErrWrongKey):
 		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
+	case errors.Is(err, errBodiesBusy):
+		reply.fail("ERROR_NO_SLOT_AVAILABLE", s.bodiesBusy())
 	case errors.Is(err, apiform.ErrTooBig):
 		reply.fail("ERROR_TOO_BIG_CAPTCHA_FILESIZE", "request body "+strings.TrimPrefix(err.Error(), "apiform: request body too large: ")+", the server's limit")
 	default:
@@ -113,7 +131,7 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 	form, err := s.frontForm(w, r)
 	reply := replyFor(w, form)
 	if err != nil {
-		formError(reply, err)
+		s.formError(reply, err)
 		return
 	}
 	cs := s.client(form.Get("key"))
@@ -121,7 +139,7 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
 		return
 	}
-	t, code, text := s.frontTask(cs, form)
+	t, code, text := s.frontTask(r.Context(), cs, form)
 	if code != "" {
 		reply.fail(code, text)
 		return
@@ -148,12 +166,20 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 }
 
 // frontTask turns an in.php form into a Task, or a protocol error.
-func (s *Server) frontTask(cs *clientState, form *apiform.Request) (captchaq.Task, string, string) {
+func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.Request) (captchaq.Task, string, string) {
 	method := strings.TrimSpace(form.Get("method"))
 	if method == "" {
 		return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "method: required (e.g. userrecaptcha, turnstile, base64, post)"
 	}
-	t := captchaq.Task{ID: storeID(cs.Name, s.newID()), Method: method, Params: map[string]string{}, Tenant: cs.Name}
+	id, err := s.freshID(ctx, cs.Name)
+	if errors.Is(err, errNoFreshID) {
+		return captchaq.Task{}, "ERROR_NO_SLOT_AVAILABLE", err.Error()
+	}
+	if err != nil {
+		s.log.Error("store read failed", "err", err)
+		return captchaq.Task{}, "ERROR_INTERNAL_SERVER_ERROR", ""
+	}
+	t := captchaq.Task{ID: storeID(cs.Name, id), Method: method, Params: map[string]string{}, Tenant: cs.Name}
 	for k, v := range form.Named() {
 		if frontKeys[strings.ToLower(k)] {
 			continue
@@ -241,7 +267,7 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 	form, err := s.frontForm(w, r)
 	reply := replyFor(w, form)
 	if err != nil {
-		formError(reply, err)
+		s.formError(reply, err)
 		return
 	}
 	cs := s.client(form.Get("key"))
@@ -259,7 +285,7 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 	case "getbalance":
 		v, err := s.balance(r.Context())
 		if err != nil {
-			reply.fail("ERROR_BAD_PARAMETERS", "getbalance: "+err.Error())
+			reply.fail("ERROR_BAD_PARAMETERS", "getbalance: "+scrubURLs(err.Error()))
 			return
 		}
 		reply.plain(1, strconv.FormatFloat(v, 'f', -1, 64))
@@ -326,13 +352,8 @@ func answer(rec captchaq.Record) (token string, raw json.RawMessage, code, text 
 	case rec.Status == captchaq.StatusSolved && rec.Result != nil:
 		return rec.Result.Token, rec.Result.Answer, "", ""
 	case rec.Status == captchaq.StatusFailed && rec.Result != nil:
-		c := rec.Result.ErrorCode
-		if strings.HasPrefix(c, "ERROR_") {
-			return "", nil, c, rec.Result.Error
-		}
-		// The queue's own codes (EXPIRED, CANCELED, …) read as unsolvable
-		// to a protocol client; the text keeps the real one.
-		return "", nil, "ERROR_CAPTCHA_UNSOLVABLE", c + ": " + rec.Result.Error
+		code, text := failureCode(scrubResult(*rec.Result))
+		return "", nil, code, text
 	}
 	return "", nil, "CAPCHA_NOT_READY", ""
 }
@@ -355,11 +376,13 @@ func (s *Server) resOne(r *http.Request, reply frontReply, cs *clientState, id s
 }
 
 func (s *Server) resBulk(r *http.Request, reply frontReply, cs *clientState, ids string) {
-	list := strings.Split(ids, ",")
-	if len(list) > BulkMaxIDs {
-		reply.fail("ERROR_BAD_PARAMETERS", "ids: at most "+strconv.Itoa(BulkMaxIDs)+" ids a request, got "+strconv.Itoa(len(list)))
+	// Counted before split: a split of a body of commas would take 16
+	// bytes a comma.
+	if n := strings.Count(ids, ",") + 1; n > BulkMaxIDs {
+		reply.fail("ERROR_BAD_PARAMETERS", "ids: at most "+strconv.Itoa(BulkMaxIDs)+" ids a request, got "+strconv.Itoa(n))
 		return
 	}
+	list := strings.Split(ids, ",")
 	out := make([]string, len(list))
 	for i, id := range list {
 		rec, code := s.frontRecord(r, cs, id)

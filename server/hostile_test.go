@@ -3,13 +3,22 @@ package server_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/server"
 )
 
 type apiErr struct {
@@ -157,5 +166,110 @@ func TestOperatorSurfaces(t *testing.T) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("event stream with ?key=: HTTP %d", resp.StatusCode)
+	}
+}
+
+// getbalance with the provider unreachable says so without the
+// provider's address (nor its key).
+func TestBalanceErrorNamesNoProviderAddress(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there: connection refused
+	down, err := provider.NewClient(provider.ClientConfig{BaseURL: "http://" + addr, Key: "provider-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{server: func(c *server.Config) { c.Balance = down.Balance }})
+	got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"getbalance"}, "json": {"1"}})
+	_, port, _ := net.SplitHostPort(addr)
+	if !strings.Contains(got, "ERROR_BAD_PARAMETERS") || !strings.Contains(got, "cannot reach the provider") ||
+		strings.Contains(got, port) || strings.Contains(got, "://") || strings.Contains(got, "provider-secret") {
+		t.Errorf("getbalance with the provider down: %s", got)
+	}
+}
+
+// serveMeasured serves req in this goroutine and returns the answer and
+// the bytes allocated meanwhile (by the whole process: call it from a test
+// that is not parallel).
+func (b *bundle) serveMeasured(req *http.Request) (*httptest.ResponseRecorder, uint64) {
+	w := httptest.NewRecorder()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.srv.Handler().ServeHTTP(w, req)
+	runtime.ReadMemStats(&after)
+	return w, after.TotalAlloc - before.TotalAlloc
+}
+
+// res.php's ids= past BulkMaxIDs is refused before it is split: a body of
+// a million commas costs about its own size, not 16 bytes per comma.
+func TestBulkIDsCountedBeforeSplit(t *testing.T) {
+	// Not parallel: it measures what the request allocates.
+	b := setup(t, options{})
+	const n = 1 << 20
+	req := httptest.NewRequest(http.MethodPost, "/res.php", strings.NewReader("key="+keyQA+"&action=get&ids="+strings.Repeat(",", n)))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	w, alloc := b.serveMeasured(req)
+	if got, want := w.Body.String(), "ERROR_BAD_PARAMETERS"; got != want {
+		t.Errorf("res.php with %d ids: %q, want %q", n+1, got, want)
+	}
+	if alloc > 10*n {
+		t.Errorf("res.php with a %d-byte ids= allocated %d bytes", n, alloc)
+	}
+}
+
+// A task array past MaxTasksPerRequest is refused as it is read: a body of
+// a million tiny elements costs about its own size, not a slice of them.
+func TestAPITaskArrayCountedAsRead(t *testing.T) {
+	// Not parallel: it measures what the request allocates.
+	b := setup(t, options{})
+	const n = 1 << 19
+	req := httptest.NewRequest(http.MethodPost, "/v1/tasks", strings.NewReader("["+strings.Repeat("0,", n)+"0]"))
+	req.Header.Set("Authorization", "Bearer "+keyQA)
+	w, alloc := b.serveMeasured(req)
+	var e apiErr
+	json.Unmarshal(w.Body.Bytes(), &e)
+	if want := fmt.Sprintf("body: %d tasks in one request; the server takes at most 1000", n+1); w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(e.Error, want) {
+		t.Errorf("%d tiny tasks: HTTP %d %+v, want 413 and %q", n+1, w.Code, e, want)
+	}
+	if alloc > 10*2*n {
+		t.Errorf("a %d-byte task array allocated %d bytes", 2*n, alloc)
+	}
+}
+
+// A param given twice in two letter cases is refused: the provider reads
+// names in any case and takes one, maybe not the one validated.
+func TestAPIParamInTwoCasesRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	b.apiRefuses(t, `{"method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/","PageURL":"not a url"}}`, "params.pageurl", `"PageURL" and "pageurl" name one field`)
+	b.apiRefuses(t, `{"method":"userrecaptcha","params":{"googlekey":"6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-","pageurl":"https://a.example/","proxy":"u:p@1.2.3.4:8080","Proxy":"http://bad"}}`, "params.proxy", `"Proxy" and "proxy" name one field`)
+}
+
+// res.php's error_text for a failed task names no address, as the API's
+// view of the same task does not: the provider's URL is the operator's.
+func TestResErrorTextNamesNoProviderAddress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
+	task := captchaq.Task{ID: "qa/9", Tenant: "qa", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAA", "pageurl": "https://shop.example/checkout"}}
+	if _, _, err := mem.Enqueue(ctx, []captchaq.Task{task}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, options{server: func(c *server.Config) { c.Queue.Store = mem }})
+	const leak = `Post "https://api.provider.example/in.php": dial tcp 10.0.0.5:443: i/o timeout`
+	for _, code := range []string{"ERROR_PROXY_CONNECTION_FAILED", captchaq.CodeExpired} {
+		failed := captchaq.Result{ID: "qa/9", Method: "turnstile", Status: captchaq.StatusFailed, ErrorCode: code, Error: "NETWORK: cannot reach the provider: " + leak}
+		if err := mem.Finish(ctx, failed); err != nil {
+			t.Fatal(err)
+		}
+		got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"get"}, "id": {"9"}, "json": {"1"}})
+		if !strings.Contains(got, "cannot reach the provider") || strings.Contains(got, "provider.example") || strings.Contains(got, "10.0.0.5") {
+			t.Errorf("res.php, %s: %s", code, got)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,5 +60,50 @@ func TestAPIKnownIDWithOtherTaskIs409AndExpiredTokensAreWithheld(t *testing.T) {
 	b.api(t, "GET", "/v1/tasks/a?wait=20s", keyQA, "", http.StatusOK, &solved)
 	if solved.Status != captchaq.StatusSolved || solved.Expired || solved.Result.Token == "" || !solved.Result.ExpiresAt.After(time.Now()) {
 		t.Fatalf("a solved again: %+v", solved)
+	}
+}
+
+// Ids the server hands out (in.php's, and the API's for a task without
+// one) start at the clock. After a restart whose clock reads earlier than
+// the last run's, the ids its Store already holds are skipped: a new task
+// never gets an old task's id, and so never its answer or a conflict.
+func TestServerIDsSkipStoredTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	old := b.inOK(t, keyQA, turnstile())
+	first := b.waitFinal(t, keyQA, old)
+	if first.Status != captchaq.StatusSolved || first.Result.Token == "" {
+		t.Fatalf("%s: %+v", old, first)
+	}
+	n, err := strconv.ParseUint(old, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// in.php, the same task: a new id, not the old one's token.
+	server.SetLastID(b.srv, n-1)
+	again := b.inOK(t, keyQA, turnstile())
+	if again == old {
+		t.Fatalf("in.php handed out %s again", old)
+	}
+	if got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"get"}, "id": {again}}); got == "OK|"+first.Result.Token {
+		t.Fatalf("res.php answers the new task %s with the old task's token", again)
+	}
+	// in.php, another task: accepted under a new id, not refused.
+	server.SetLastID(b.srv, n-1)
+	if id := b.inOK(t, keyQA, recaptcha()); id == old {
+		t.Fatalf("in.php handed out %s again", old)
+	}
+	// The API, a task without an id: new, not the old one as it is.
+	server.SetLastID(b.srv, n-1)
+	var c created
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"method":"turnstile","params":{"sitekey":"0x4AAAAAAA","pageurl":"https://shop.example/checkout"}}`, http.StatusAccepted, &c)
+	if v := c.Tasks[0]; v.ID == old || v.Existed || v.Status != captchaq.StatusQueued {
+		t.Fatalf("API task without an id: %+v", v)
+	}
+	// Another client's ids are its own: its task may take that number.
+	server.SetLastID(b.srv, n-1)
+	if id := b.inOK(t, keyOther, turnstile()); id != old {
+		t.Errorf("client other got %s, want %s (no task of its own has it)", id, old)
 	}
 }

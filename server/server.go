@@ -201,6 +201,30 @@ func (s *Server) result(r captchaq.Result) {
 // newID hands out a numeric id.
 func (s *Server) newID() string { return strconv.FormatUint(s.ids.Add(1), 10) }
 
+// freshIDTries bounds the stored ids one request skips.
+const freshIDTries = 1000
+
+// errNoFreshID: every id tried names a stored task.
+var errNoFreshID = errors.New("the ids tried all name stored tasks: try again")
+
+// freshID hands out a numeric id that names no stored task of client.
+// Ids start at the clock, so a server whose clock reads earlier than its
+// last run's would otherwise hand out ids of tasks it holds, and answer a
+// new task with an old one's result (or refuse it as a conflict).
+func (s *Server) freshID(ctx context.Context, client string) (string, error) {
+	for range freshIDTries {
+		id := s.newID()
+		_, err := s.backend.Get(ctx, storeID(client, id))
+		if errors.Is(err, captchaq.ErrNotFound) {
+			return id, nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return "", errNoFreshID
+}
+
 // storeID is a client's task id as kept in the Store.
 func storeID(client, local string) string { return client + "/" + local }
 
