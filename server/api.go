@@ -726,11 +726,13 @@ func (s *Server) releaseID(id string) {
 
 // providerURL matches a URL inside an error text: the provider's base URL
 // (or any other) is the operator's business, not a client's.
-var providerURL = regexp.MustCompile(`(?i)\b(?:https?|amqps?)://[^\s"'<>]+|\b(?:dial|read|write) (?:tcp|udp)[46]? \S+`)
+// A name the resolver could not look up (lookup HOST on RESOLVER:53) is
+// one too.
+var providerURL = regexp.MustCompile(`(?i)\b(?:https?|amqps?)://[^\s"'<>]+|\b(?:dial|read|write) (?:tcp|udp)[46]? \S+|\blookup [^\s:]+(?: on \S+?:\d+)?`)
 
 // scrubURLs hides the URLs in a client-visible error text.
 func scrubURLs(s string) string {
-	if !strings.Contains(s, "://") && !strings.Contains(s, " tcp") {
+	if !strings.Contains(s, "://") && !strings.Contains(s, " tcp") && !strings.Contains(s, " udp") && !strings.Contains(s, "lookup ") {
 		return s
 	}
 	return providerURL.ReplaceAllString(s, "(the provider)")

@@ -17,15 +17,21 @@ const (
 	MaxWaitsDefault            = 1024
 )
 
-// gauge is a count of things held, with a cap: take refuses past it.
+// gauge is a count of things held, with a cap: take refuses past it. A
+// refused take never moves the count, so it cannot refuse another take
+// that fits.
 type gauge struct{ n atomic.Int64 }
 
 func (g *gauge) take(k, limit int64) bool {
-	if g.n.Add(k) > limit {
-		g.n.Add(-k)
-		return false
+	for {
+		n := g.n.Load()
+		if n+k > limit {
+			return false
+		}
+		if g.n.CompareAndSwap(n, n+k) {
+			return true
+		}
 	}
-	return true
 }
 
 func (g *gauge) give(k int64) { g.n.Add(-k) }
@@ -47,16 +53,16 @@ func slot(w http.ResponseWriter, mine, all *gauge, perClient, overall int, what 
 	return true
 }
 
-// takeBodyRoom reserves room for a request body among all bodies being
-// read (the most it may be: its Content-Length, else the body cap) and
-// reports whether there was room. The caller gives the room back with
-// s.bodies.give.
-func (s *Server) takeBodyRoom(r *http.Request) (int64, bool) {
+// takeBodyRoom reserves room for a request body among the bodies of g
+// being read (the most it may be: its Content-Length, else the body cap)
+// and reports whether there was room. The caller gives the room back
+// with g.give.
+func (s *Server) takeBodyRoom(g *gauge, r *http.Request) (int64, bool) {
 	n := s.cfg.MaxBodyBytes
 	if r.ContentLength >= 0 && r.ContentLength < n {
 		n = r.ContentLength
 	}
-	return n, s.bodies.take(n, s.cfg.MaxBodyInflight)
+	return n, g.take(n, s.cfg.MaxBodyInflight)
 }
 
 // bodiesBusy says why a body was not read: the bodies being read fill
@@ -68,7 +74,7 @@ func (s *Server) bodiesBusy() string {
 // bodyRoom is takeBodyRoom for the JSON API: without room it answers 429
 // and returns false.
 func (s *Server) bodyRoom(w http.ResponseWriter, r *http.Request) (int64, bool) {
-	n, ok := s.takeBodyRoom(r)
+	n, ok := s.takeBodyRoom(&s.bodies, r)
 	if !ok {
 		retryAfter(w, time.Second)
 		apiFail(w, http.StatusTooManyRequests, "", s.bodiesBusy())

@@ -152,6 +152,19 @@ func TestFrontAndReplayBodiesCountAgainstBodiesInFlight(t *testing.T) {
 	in.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	release := b.holdBody(t, in, "method=turnstile&")
 	until(t, "in.php refused while a keyless body is held", func() bool { return front() == "ERROR_NO_SLOT_AVAILABLE" })
+	// Bodies whose key is known before they are read have their own room:
+	// the API's, and in.php's with the key in the query string.
+	padded := strings.Repeat(" ", 296) + "null"
+	if got := b.status(t, "POST", "/v1/tasks", keyOther, padded); got != http.StatusBadRequest {
+		t.Errorf("API while a keyless body is held: HTTP %d, want 400 (the body read)", got)
+	}
+	v := turnstile()
+	v.Set("pad", strings.Repeat("x", 200))
+	keyed, _ := http.NewRequest(http.MethodPost, b.url+"/in.php?key="+keyQA, strings.NewReader(v.Encode()))
+	keyed.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if got := b.do(t, keyed, http.StatusOK); !strings.HasPrefix(got, "OK|") {
+		t.Errorf("in.php with the key in the query while a keyless body is held: %q", got)
+	}
 	if got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"get"}, "id": {"1"}}); got != "ERROR_WRONG_CAPTCHA_ID" {
 		t.Errorf("res.php without a body while a body is held: %q", got)
 	}
@@ -161,7 +174,6 @@ func TestFrontAndReplayBodiesCountAgainstBodiesInFlight(t *testing.T) {
 	replay, _ := http.NewRequest("POST", b.url+"/v1/deadletters/replay", nil)
 	replay.Header.Set("Authorization", "Bearer "+keyQA)
 	release = b.holdBody(t, replay, `{"ids":[`)
-	padded := strings.Repeat(" ", 296) + "null"
 	until(t, "API refused while a replay body is held", func() bool { return b.status(t, "POST", "/v1/tasks", keyOther, padded) == http.StatusTooManyRequests })
 	release()
 	until(t, "room back after the held replay body", func() bool { return b.status(t, "POST", "/v1/tasks", keyOther, padded) == http.StatusBadRequest })

@@ -162,8 +162,11 @@ type Config struct {
 	PingbackParallel int
 	// MaxTasksPerRequest bounds the tasks of one POST /v1/tasks (413
 	// past it). MaxBodyInflight bounds the request bodies being read at
-	// once, in bytes, on the API and the front alike (429, on the front
-	// ERROR_NO_SLOT_AVAILABLE, past it). MaxStreamsPerClient and MaxStreams
+	// once, in bytes (429, on the front ERROR_NO_SLOT_AVAILABLE, past it):
+	// the API's and the front's with a client's key in the query string
+	// together, and apart, with a budget of the same size, the front's
+	// whose key is only in the body, so clients without a key cannot take
+	// the room of those with one. MaxStreamsPerClient and MaxStreams
 	// bound open event streams, MaxWaitsPerClient and MaxWaits long polls
 	// (?wait=), per client and overall (429 past them). Defaults: the
 	// *Default constants.

@@ -63,9 +63,12 @@
 //     "field"}: code INVALID_TASK or UNSUPPORTED_TYPE, as in a Result.
 //   - Request bodies are limited to Config.MaxBodyBytes (8 MiB by default):
 //     in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE, the API 413. Bodies
-//     being read at once, on the front (whose key may be inside the body)
-//     and the API alike, are limited to Config.MaxBodyInflight: past it
-//     in.php and res.php answer ERROR_NO_SLOT_AVAILABLE, the API 429.
+//     being read at once are limited to Config.MaxBodyInflight: past it
+//     in.php and res.php answer ERROR_NO_SLOT_AVAILABLE, the API 429. The
+//     front's bodies whose key is only inside them (read before the key is
+//     known) count apart, against a budget of the same size, so clients
+//     without a key cannot take the room of the API's and of in.php
+//     requests with the key in the query string.
 //   - A client's rate (tasks per second) and max_inflight (unfinished
 //     tasks) bound submits only: in.php answers MAX_USER_TURN and
 //     ERROR_NO_SLOT_AVAILABLE, the API 429 with Retry-After. A queue full

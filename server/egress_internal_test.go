@@ -174,3 +174,18 @@ func TestScrubURLs(t *testing.T) {
 		t.Errorf("result: %+v", r)
 	}
 }
+
+// A provider name the resolver cannot find is the operator's business
+// too: Go's DNS errors read "dial tcp: lookup HOST on RESOLVER:53".
+func TestScrubURLsHidesLookups(t *testing.T) {
+	t.Parallel()
+	in := `getbalance: balance: NETWORK: cannot reach the provider: Get "(the provider)": dial tcp: lookup api.provider.invalid on 10.255.255.53:53: no such host`
+	want := `getbalance: balance: NETWORK: cannot reach the provider: Get "(the provider)": dial tcp: (the provider): no such host`
+	if got := scrubURLs(in); got != want {
+		t.Errorf("scrubbed:\n %q\nwant\n %q", got, want)
+	}
+	in = `read udp 10.0.0.2:41000->10.255.255.53:53: i/o timeout`
+	if got := scrubURLs(in); strings.Contains(got, "10.255.255.53") {
+		t.Errorf("scrubbed: %q", got)
+	}
+}

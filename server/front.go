@@ -80,21 +80,27 @@ var errBodiesBusy = errors.New("request bodies in flight at the server's limit")
 // frontForm reads an in.php/res.php request through the parser the
 // simulator shares: a key in the query string is checked before the body
 // is read, and the body is capped at Config.MaxBodyBytes and counted
-// against Config.MaxBodyInflight (it may be read before the key in it is
-// known). Without room, only the query is read, for the answer's form.
+// against Config.MaxBodyInflight: with the API's bodies when the query
+// names a client's key, else among the bodies whose key is not known
+// until they are read, which have a budget of their own. Without room,
+// only the query is read, for the answer's form.
 func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (*apiform.Request, error) {
 	o := apiform.Options{
 		MaxBody: s.cfg.MaxBodyBytes,
 		KeyOK:   func(key string) bool { return s.client(key) != nil },
 	}
-	room, ok := s.takeBodyRoom(r)
+	g := &s.keylessBodies
+	if key, ok := apiform.QueryKey(r); ok && s.client(key) != nil {
+		g = &s.bodies
+	}
+	room, ok := s.takeBodyRoom(g, r)
 	if !ok {
 		q := r.Clone(r.Context())
 		q.Body, q.ContentLength = http.NoBody, 0
 		form, err := apiform.Parse(w, q, o)
 		return form, cmp.Or(err, errBodiesBusy)
 	}
-	defer s.bodies.give(room)
+	defer g.give(room)
 	return apiform.Parse(w, r, o)
 }
 

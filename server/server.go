@@ -34,7 +34,10 @@ type Server struct {
 	byName  map[string]*clientState
 	// bodies, streams and waits count request bodies being read (bytes),
 	// open event streams and long polls, against the Config caps.
-	bodies, streams, waits gauge
+	// keylessBodies counts the front's bodies read before their key is
+	// known (none in the query string): a budget of their own, so clients
+	// without a key cannot take the room of those with one.
+	bodies, keylessBodies, streams, waits gauge
 
 	ids       atomic.Uint64 // the last numeric id handed out
 	events    *broker

@@ -140,6 +140,14 @@ func (q *Request) flags() {
 	q.ACAO = q.fields["header_acao"] == "1" || strings.EqualFold(q.fields["header_acao"], "true")
 }
 
+// QueryKey is the key r's query string gives, named in any case.
+func QueryKey(r *http.Request) (string, bool) {
+	if k := firstFold(r.URL.Query(), "key"); k != nil {
+		return *k, true
+	}
+	return "", false
+}
+
 // firstFold finds a query field by name in any case.
 func firstFold(v map[string][]string, name string) *string {
 	for k, vs := range v {
