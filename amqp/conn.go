@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,9 +32,12 @@ type Conn struct {
 	conn      *amqp091.Connection // nil while reconnecting
 	ready     chan struct{}       // closed while conn is usable
 	unblocked chan struct{}       // closed while the broker is not blocking publishes
-	// queues declared on request (checkpoint and reply queues), by name,
-	// to declare again after a reconnect
-	queues map[string]declareFunc
+	// queues declared on request (checkpoint and reply queues, the
+	// routing record, thread pools), by name, to declare again after a
+	// reconnect in the order they were first declared (the routing check
+	// before the pools it guards)
+	queues     map[string]declareFunc
+	queueOrder []string
 
 	closing    chan struct{} // closed at Close: waiters for a connection give up
 	closeOnce  sync.Once
@@ -237,7 +238,11 @@ func isClosedChan(ch chan struct{}) bool {
 func (c *Conn) extraQueues() []declareFunc {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Collect(maps.Values(c.queues))
+	out := make([]declareFunc, 0, len(c.queueOrder))
+	for _, name := range c.queueOrder {
+		out = append(out, c.queues[name])
+	}
+	return out
 }
 
 // waitUnblocked returns once the broker accepts publishes.
@@ -346,6 +351,9 @@ func (c *Conn) declareQueue(ctx context.Context, name string, declare declareFun
 		return err
 	}
 	c.mu.Lock()
+	if _, ok := c.queues[name]; !ok {
+		c.queueOrder = append(c.queueOrder, name)
+	}
 	c.queues[name] = declare
 	c.mu.Unlock()
 	return nil

@@ -341,13 +341,13 @@ type poolSession struct {
 	tokens     []uint64 // delivery tags of the held tokens
 	limit      int      // the target: tokens the queue may use
 
-	refreshed      time.Time
-	refreshEvery   time.Duration // the wait before the next refresh
-	ready, holders int           // of the token queue at the last refresh
-	others         int           // holders other than this worker, then
-	takenSince     int           // tokens delivered since the last refresh
-	surplusSince   time.Time     // tokens over target since (zero: none)
-	idleSince      time.Time     // target 0 since (zero: not idle)
+	refreshed    time.Time
+	refreshEvery time.Duration // the wait before the next refresh
+	ready        int           // of the token queue at the last refresh
+	others       int           // its consumers other than this worker, then
+	takenSince   int           // tokens delivered since the last refresh
+	surplusSince time.Time     // tokens over target since (zero: none)
+	idleSince    time.Time     // target 0 since (zero: not idle)
 }
 
 func (p *threadPool) session(ctx context.Context) error {
@@ -453,7 +453,7 @@ func (s *poolSession) record(ready, consumers int, now time.Time) {
 	} else {
 		s.refreshEvery = min(2*s.refreshEvery, threadsRefresh)
 	}
-	s.ready, s.holders, s.others, s.takenSince, s.refreshed = ready, consumers, others, 0, now
+	s.ready, s.others, s.takenSince, s.refreshed = ready, others, 0, now
 }
 
 // adjust brings the held tokens toward the target: the demand, at most
@@ -473,10 +473,9 @@ func (s *poolSession) adjust(now time.Time) error {
 	}
 	want, floor := p.demand(len(s.tokens))
 	want = min(want, p.n)
-	hungry := s.holders // other workers that want more tokens
-	if s.consuming {
-		hungry--
-	}
+	// Other workers that want more tokens, as the last reading counted
+	// them (whether this worker consumed then, not now).
+	hungry := s.others
 	target := want
 	if s.ready == 0 && hungry > 0 {
 		target = min(want, (p.n+hungry)/(hungry+1)) // ceil(n / (hungry+1))
