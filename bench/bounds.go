@@ -60,16 +60,13 @@ func Bounds(tasks []captchaq.Task, s Sim, gap time.Duration, seed uint64) (PollB
 	if gap <= 0 || len(tasks) == 0 {
 		return PollBounds{}, fmt.Errorf("bench: bounds need a positive gap and tasks")
 	}
+	scale := c.LatencyScale // s.config sets it: 1 unless s.Scale says
 	lat := func(k provider.Kind) solveLaw {
 		l, ok := c.Latency[k]
 		if !ok {
 			l = sim.DefaultLatency[k]
 		}
-		f := c.LatencyScale
-		if f == 0 {
-			f = sim.LatencyScaleDefault
-		}
-		return solveLaw{median: float64(l.Median) * f / 1e9, spread: l.Spread, min: float64(l.Min) * f / 1e9, max: float64(l.Max) * f / 1e9}
+		return solveLaw{median: float64(l.Median) * scale / 1e9, spread: l.Spread, min: float64(l.Min) * scale / 1e9, max: float64(l.Max) * scale / 1e9}
 	}
 	laws := make([]solveLaw, len(tasks))
 	for i, t := range tasks {
@@ -79,24 +76,22 @@ func Bounds(tasks []captchaq.Task, s Sim, gap time.Duration, seed uint64) (PollB
 		}
 		laws[i] = lat(k)
 	}
-	scale := c.LatencyScale
-	if scale == 0 {
-		scale = sim.LatencyScaleDefault
-	}
 	g := gap.Seconds()
 	p50, p99 := TargetReadyP50.Seconds()*scale, TargetReadyP99.Seconds()*scale
 	b := PollBounds{Gap: gap}
-	perLaw := map[solveLaw][2]float64{}
+	// Each kind's measures, computed once: a batch has few kinds.
+	type measures struct{ wait, within, mean float64 }
+	perLaw := map[solveLaw]measures{}
 	var waits, solves float64
 	for _, l := range laws {
-		r, ok := perLaw[l]
+		m, ok := perLaw[l]
 		if !ok {
-			r = [2]float64{l.leastMeanWait(g), l.mostWithin(g, p50)}
-			perLaw[l] = r
+			m = measures{l.leastMeanWait(g), l.mostWithin(g, p50), l.mean()}
+			perLaw[l] = m
 		}
-		waits += r[0]
-		b.WithinP50 += r[1]
-		solves += l.mean()
+		waits += m.wait
+		b.WithinP50 += m.within
+		solves += m.mean
 	}
 	n := float64(len(laws))
 	b.WithinP50 /= n
