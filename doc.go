@@ -295,4 +295,11 @@
 // answers the Futures still waiting with ErrClosed. The Store is the
 // caller's and stays open; store/sqlite and amqp document their own
 // loops and order the same way.
+//
+// # How it is built
+//
+// docs/engine.md in the repository is the engine's design: its parts,
+// the state and lock each owns, the order locks are taken in, and the
+// seams other packages build on (Store, Provider, the fleet's hooks, the
+// one intake path).
 package captchaq
