@@ -54,7 +54,10 @@
 //     as it came.
 //   - in.php and res.php read the query string, urlencoded, multipart and
 //     JSON-object bodies alike (internal/apiform, shared with the
-//     simulator); a key in the query string is checked before the body is
+//     simulator), as the real services read them: a JSON object under any
+//     Content-Type (the npm client 2captcha sends text/plain), an
+//     urlencoded body with none (puppeteer-extra-plugin-recaptcha), chunked
+//     or not; a key in the query string is checked before the body is
 //     read; header_acao=1 adds Access-Control-Allow-Origin: *, and OPTIONS
 //     is answered as a CORS preflight.
 //   - Protocol errors on the front are HTTP 200 with the provider's codes,

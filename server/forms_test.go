@@ -27,6 +27,12 @@ const (
 	formURLEncoded requestForm = "POST urlencoded"
 	formMultipart  requestForm = "POST multipart"
 	formJSON       requestForm = "POST JSON object"
+	// As the npm client 2captcha posts its image: a JSON object under
+	// node-fetch's default text/plain.
+	formJSONText requestForm = "POST JSON object as text/plain"
+	// As puppeteer-extra-plugin-recaptcha posts in.php: urlencoded with
+	// no Content-Type, chunked.
+	formUntypedChunked requestForm = "POST urlencoded untyped chunked"
 )
 
 // sendForm sends v to base+path in the given form and returns the answer
@@ -60,7 +66,12 @@ func sendForm(t *testing.T, base, path string, how requestForm, v url.Values, fi
 		if err == nil {
 			req.Header.Set("Content-Type", mw.FormDataContentType())
 		}
-	case formJSON:
+	case formUntypedChunked:
+		req, err = http.NewRequest(http.MethodPost, base+path, io.MultiReader(strings.NewReader(v.Encode())))
+		if err == nil {
+			req.ContentLength = -1
+		}
+	case formJSON, formJSONText:
 		obj := map[string]any{}
 		for k, vs := range v {
 			obj[k] = vs[0]
@@ -75,6 +86,9 @@ func sendForm(t *testing.T, base, path string, how requestForm, v url.Values, fi
 		req, err = http.NewRequest(http.MethodPost, base+path, bytes.NewReader(body))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
+			if how == formJSONText {
+				req.Header.Set("Content-Type", "text/plain;charset=UTF-8")
+			}
 		}
 	}
 	if err != nil {
@@ -135,7 +149,7 @@ func TestRequestFormsByActionOnFrontAndSim(t *testing.T) {
 	}
 	numeric := regexp.MustCompile(`^[0-9]+$`)
 	for _, tg := range targets {
-		for _, how := range []requestForm{formQuery, formURLEncoded, formMultipart, formJSON} {
+		for _, how := range []requestForm{formQuery, formURLEncoded, formMultipart, formJSON, formJSONText, formUntypedChunked} {
 			for _, asJSON := range []bool{false, true} {
 				name := tg.name + "/" + string(how) + "/plain"
 				if asJSON {

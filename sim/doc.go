@@ -1,8 +1,10 @@
 // Package sim is a provider simulator that speaks the CaptchaAI / 2captcha
 // in.php and res.php protocol on loopback, for tests, demos and benchmarks.
 //
-// It accepts requests the way real clients send them: GET with a query, POST
-// urlencoded, POST multipart with a "file" part; json=1 or plain-text
+// It accepts requests the way real clients send them (internal/apiform, the
+// front's parser): GET with a query, POST urlencoded (with or without a
+// Content-Type), POST multipart with a "file" part, a JSON object under any
+// Content-Type, chunked or not; json=1 or plain-text
 // answers; parameter names in any case ("userAgent", "useragent"). It keeps a
 // plan's thread budget (a task holds a thread from an accepted submit until it
 // is solved) and answers ERROR_NO_SLOT_AVAILABLE (or ERROR_ZERO_BALANCE, as

@@ -5,6 +5,14 @@
 // provider simulator both read requests through Parse, so the two cannot
 // drift apart.
 //
+// Bodies are read as the real services read what real clients send: a
+// JSON object under application/json or under any other type when the
+// body is one (the npm client 2captcha posts its object as node-fetch's
+// default text/plain); an urlencoded body under its type or with no
+// Content-Type at all (puppeteer-extra-plugin-recaptcha posts one so,
+// chunked); multipart by its type. A body of another type that is not a
+// JSON object carries no fields. Chunked bodies are read as any other.
+//
 // Field names are matched without regard to case ("userAgent" and
 // "useragent" are one field), as clients differ. When a field comes twice,
 // the body's value wins over the query's, and the first of several values
@@ -25,6 +33,7 @@ import (
 	"maps"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -167,66 +176,89 @@ func (q *Request) addValues(v map[string][]string) {
 	}
 }
 
-// readBody reads an urlencoded, multipart or JSON body, at most max bytes.
+// readBody reads the body, at most max bytes: multipart by its type; a
+// JSON object under application/json, or under any other type (or none)
+// when the body is one (node-fetch posts a string as text/plain); an
+// urlencoded body under its type or under none (Node's https.request
+// posts one without a Content-Type, chunked). Another type's body that is
+// not a JSON object carries no fields: the query alone counts.
 func (q *Request) readBody(w http.ResponseWriter, r *http.Request, max int64) error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, max)
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	switch ct {
-	case "application/json":
-		return q.readJSON(r.Body)
-	case "multipart/form-data":
-		if err := r.ParseMultipartForm(max); err != nil {
-			return err
+	ct := r.Header.Get("Content-Type")
+	if ct != "" {
+		var err error
+		if ct, _, err = mime.ParseMediaType(ct); err != nil {
+			ct = "application/octet-stream" // unreadable: some other type
 		}
-		defer r.MultipartForm.RemoveAll()
-		q.addValues(r.MultipartForm.Value)
-		for name, fhs := range r.MultipartForm.File {
-			if !strings.EqualFold(name, "file") || len(fhs) == 0 {
-				continue
-			}
-			f, err := fhs[0].Open()
-			if err != nil {
-				return err
-			}
-			q.File, err = io.ReadAll(f)
-			f.Close()
-			if err != nil {
-				return err
-			}
-			q.HasFile = true
-			break
-		}
-		return nil
-	case "application/x-www-form-urlencoded":
-		if err := r.ParseForm(); err != nil {
-			return err
-		}
-		q.addValues(r.PostForm)
 	}
-	// Another type's body carries no fields: the query alone counts.
+	if ct == "multipart/form-data" {
+		return q.readMultipart(r, max)
+	}
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ct == "application/json" || jsonObject(raw):
+		return q.readJSON(raw)
+	case ct == "application/x-www-form-urlencoded" || ct == "":
+		v, err := url.ParseQuery(string(raw))
+		if err != nil {
+			return fmt.Errorf("body: not an urlencoded form (%v); send key=…&method=…", err)
+		}
+		q.addValues(v)
+	}
+	return nil
+}
+
+// jsonObject says whether raw looks like a JSON object: its first
+// non-space byte is '{'. It is then read as one whatever its type, and an
+// error says what is wrong with it.
+func jsonObject(raw []byte) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && t[0] == '{'
+}
+
+// readMultipart reads a multipart body's fields and its first part named
+// "file" (in any case).
+func (q *Request) readMultipart(r *http.Request, max int64) error {
+	if err := r.ParseMultipartForm(max); err != nil {
+		return err
+	}
+	defer r.MultipartForm.RemoveAll()
+	q.addValues(r.MultipartForm.Value)
+	for _, name := range sortedKeys(r.MultipartForm.File) {
+		fhs := r.MultipartForm.File[name]
+		if !strings.EqualFold(name, "file") || len(fhs) == 0 {
+			continue
+		}
+		f, err := fhs[0].Open()
+		if err != nil {
+			return err
+		}
+		q.File, err = io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		q.HasFile = true
+		break
+	}
 	return nil
 }
 
 // readJSON reads a JSON object: strings as they are, numbers as written,
 // booleans as 1 or 0 (the protocol's flags), null as absent, and arrays or
 // objects as their JSON text.
-func (q *Request) readJSON(body io.Reader) error {
-	raw, err := io.ReadAll(body)
-	if err != nil {
-		return err
-	}
+func (q *Request) readJSON(raw []byte) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
 		return fmt.Errorf("body: not a JSON object of fields (%v); send {\"key\":\"…\",\"method\":\"…\",…}", err)
 	}
 	for _, k := range sortedKeys(obj) {

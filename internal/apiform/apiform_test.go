@@ -3,6 +3,8 @@ package apiform_test
 import (
 	"bytes"
 	"errors"
+	"io"
+	"maps"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -44,6 +46,16 @@ func TestParseForms(t *testing.T) {
 			map[string]string{"key": "k", "action": "getbalance", "json": "true"}, "", true, false},
 		{"other body type: query only", http.MethodPost, "/res.php?key=k&action=get", "text/plain", "id=1",
 			map[string]string{"key": "k", "action": "get"}, "", false, false},
+		{"JSON object under text/plain (node-fetch's default)", http.MethodPost, "/in.php?key=k&method=base64&json=1", "text/plain;charset=UTF-8", ` {"body":"QUJD"}`,
+			map[string]string{"key": "k", "method": "base64", "body": "QUJD", "json": "1"}, "", true, false},
+		{"JSON object under an unrelated type", http.MethodPost, "/in.php", "application/octet-stream", `{"key":"k","method":"turnstile"}`,
+			map[string]string{"key": "k", "method": "turnstile"}, "", false, false},
+		{"JSON object with no type", http.MethodPost, "/in.php", "", "\n{\"key\":\"k\",\"json\":1}",
+			map[string]string{"key": "k", "json": "1"}, "", true, false},
+		{"urlencoded with no type", http.MethodPost, "/in.php", "", "method=userrecaptcha&key=k&soft_id=2589&pageurl=https%3A%2F%2Fa.example%2F&googlekey=g",
+			map[string]string{"key": "k", "method": "userrecaptcha", "soft_id": "2589", "pageurl": "https://a.example/", "googlekey": "g"}, "", false, false},
+		{"unreadable type, urlencoded body: query only", http.MethodPost, "/res.php?key=k", "text/", "action=get",
+			map[string]string{"key": "k"}, "", false, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,10 +107,15 @@ func TestParseErrors(t *testing.T) {
 		{"wrong key in the query: body unread", "/in.php?key=bad&json=1", "application/json", `{"method":`, apiform.ErrWrongKey, ""},
 		{"body over the cap", "/in.php?key=good", "application/x-www-form-urlencoded", "body=" + strings.Repeat("A", 2000), apiform.ErrTooBig, ""},
 		{"JSON array body", "/in.php?key=good", "application/json", `["key"]`, nil, "not a JSON object of fields"},
+		{"broken JSON object under text/plain", "/in.php?key=good", "text/plain", `{"method":`, nil, "not a JSON object of fields"},
+		{"bad escape, no type", "/in.php?key=good", "", "method=%zz", nil, "not an urlencoded form"},
+		{"no type, over the cap", "/in.php?key=good", "", "body=" + strings.Repeat("A", 2000), apiform.ErrTooBig, ""},
 	}
 	for _, tc := range tests {
 		r := httptest.NewRequest(http.MethodPost, tc.target, strings.NewReader(tc.body))
-		r.Header.Set("Content-Type", tc.ctype)
+		if tc.ctype != "" {
+			r.Header.Set("Content-Type", tc.ctype)
+		}
 		q, err := apiform.Parse(httptest.NewRecorder(), r, apiform.Options{MaxBody: 1000, KeyOK: keyOK})
 		switch {
 		case tc.want != nil && !errors.Is(err, tc.want):
@@ -123,5 +140,61 @@ func TestPreflight(t *testing.T) {
 	}
 	if apiform.Preflight(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/in.php", nil)) {
 		t.Error("GET taken as a preflight")
+	}
+}
+
+// TestParseChunkedBodies: a body sent chunked (no Content-Length), as
+// Node's https.request sends a written body, is read like any other, over
+// a real connection, with and without a type; over the cap it is
+// ErrTooBig.
+func TestParseChunkedBodies(t *testing.T) {
+	t.Parallel()
+	type result struct {
+		fields map[string]string
+		length int64
+		te     []string
+		err    error
+	}
+	got := make(chan result, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q, err := apiform.Parse(w, r, apiform.Options{MaxBody: 1000})
+		got <- result{q.Fields(), r.ContentLength, r.TransferEncoding, err}
+	}))
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		name, ctype, body string
+		want              map[string]string
+		err               error
+	}{
+		{"urlencoded, no type", "", "method=userrecaptcha&key=k&googlekey=g", map[string]string{"method": "userrecaptcha", "key": "k", "googlekey": "g"}, nil},
+		{"urlencoded", "application/x-www-form-urlencoded", "key=k&action=get&id=7", map[string]string{"key": "k", "action": "get", "id": "7"}, nil},
+		{"JSON under text/plain", "text/plain;charset=UTF-8", `{"key":"k","body":"QUJD"}`, map[string]string{"key": "k", "body": "QUJD"}, nil},
+		{"over the cap", "", "body=" + strings.Repeat("A", 5000), nil, apiform.ErrTooBig},
+	}
+	for _, tc := range tests {
+		// A reader of unknown length: the client sends it chunked.
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/in.php", io.MultiReader(strings.NewReader(tc.body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = -1
+		if tc.ctype != "" {
+			req.Header.Set("Content-Type", tc.ctype)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		resp.Body.Close()
+		r := <-got
+		if r.length != -1 || len(r.te) != 1 || r.te[0] != "chunked" {
+			t.Fatalf("%s: length %d, transfer encoding %v: the body was not sent chunked", tc.name, r.length, r.te)
+		}
+		if !errors.Is(r.err, tc.err) || (tc.err == nil) != (r.err == nil) {
+			t.Errorf("%s: error %v, want %v", tc.name, r.err, tc.err)
+		}
+		if tc.err == nil && !maps.Equal(r.fields, tc.want) {
+			t.Errorf("%s: fields %v, want %v", tc.name, r.fields, tc.want)
+		}
 	}
 }

@@ -35,6 +35,9 @@ func FuzzParse(f *testing.F) {
 		{"KEY=good&Key=bad", "application/json", `{"KEY":"x","key":"y"}`},
 		{"", "multipart/form-data; boundary=x", "--x\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\n\r\n--x--"},
 		{"%zz", "application/json", `{"a":"\ud800"}`},
+		{"json=1", "text/plain;charset=UTF-8", `{"body":"QUJD"}`},
+		{"", "", "method=userrecaptcha&key=good&googlekey=g&pageurl=https%3A%2F%2Fa"},
+		{"key=good", "", ` {"method":`},
 	}
 	for _, s := range seeds {
 		f.Add(s.query, s.ct, []byte(s.body))
