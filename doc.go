@@ -94,7 +94,7 @@
 // 1/(2 × threads), whatever Δ it picks. Config.PollInterval is that
 // poller, kept as an explicit override; the poll loop is poller.go.
 //
-// Left 0, polls follow the default scheduler (internal/pollsched). It treats
+// Left 0, polls follow the default scheduler (pollsched.go). It treats
 // each poll request as a purchase:
 //
 //   - For every kind it learns the solve time distribution from its last

@@ -11,6 +11,7 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
+	"github.com/captchaq/captchaq/store/postgres"
 	"github.com/captchaq/captchaq/store/sqlite"
 )
 
@@ -35,7 +36,7 @@ func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 		plan:         fs.String("plan", "", "plan `NAME` (BASIC, STANDARD, ADVANCE, PREMIUM, CORPORATE, ENTERPRISE, VIP-1, VIP-2, VIP-3) to take the thread count from"),
 		apiURL:       addAPIURLFlag(fs),
 		useSim:       fs.Bool("sim", false, "solve against the built-in simulator, started in-process (no key needed)"),
-		store:        fs.String("store", "", "task store: a SQLite file `PATH` (share one on purpose), or \"memory\" (default: "+sqliteDefaultHint()+")"),
+		store:        fs.String("store", "", "task store: a SQLite file `PATH` (share one on purpose), a PostgreSQL database postgres://USER@HOST/DB, or \"memory\" (default: "+sqliteDefaultHint()+")"),
 		pollInterval: addPollIntervalFlag(fs),
 		maxAttempts:  fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good (default %d)", captchaq.MaxAttemptsDefault)),
 		providers:    addProvidersFlag(fs, "api-url", "threads", "plan", "sim"),
@@ -194,16 +195,24 @@ func haveKey(env *environment) bool {
 	return env.getenv("CAPTCHAAI_KEY") != "" || env.getenv("CAPTCHAAI_KEY_FILE") != ""
 }
 
-// openStore opens the store a flag names: "memory", a path, or the file
-// defaultName in the default store directory.
+// openStore opens the store a flag names: "memory", a PostgreSQL URL
+// (postgres://…), a path, or the file defaultName in the default store
+// directory.
 // owner is recorded in the store, which then refuses other owners.
 func openStore(ctx context.Context, spec, defaultName, owner string) (captchaq.Store, error) {
 	path, err := storePath(spec, defaultName)
 	if err != nil {
 		return nil, err
 	}
-	if path == "memory" {
+	switch {
+	case path == "memory":
 		return captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), nil
+	case postgres.IsURL(path):
+		st, err := postgres.Open(ctx, path, postgres.Config{Owner: owner, Logger: slog.Default()})
+		if err != nil {
+			return nil, fmt.Errorf("--store: %w", err)
+		}
+		return st, nil
 	}
 	st, err := sqlite.Open(ctx, path, sqlite.Config{Owner: owner, Logger: slog.Default()})
 	if err != nil {
@@ -212,7 +221,8 @@ func openStore(ctx context.Context, spec, defaultName, owner string) (captchaq.S
 	return st, nil
 }
 
-// storePath is the file a --store flag names ("memory" stays as it is).
+// storePath is the file a --store flag names ("memory" and PostgreSQL
+// URLs stay as they are).
 func storePath(spec, defaultName string) (string, error) {
 	if spec != "" {
 		return spec, nil
@@ -246,4 +256,13 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 	}
 	// Reparse with only the positional arguments left, so fs.Args() is right.
 	return parseFlags(fs, append([]string{"--"}, positional...))
+}
+
+// storeLabel names a store for logs and messages: a PostgreSQL URL
+// without its password, a path as it is.
+func storeLabel(spec string) string {
+	if postgres.IsURL(spec) {
+		return postgres.Redact(spec)
+	}
+	return spec
 }

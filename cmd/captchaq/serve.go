@@ -66,7 +66,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		clients:       fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
 		apiURL:        addAPIURLFlag(fs),
 		providers:     addProvidersFlag(fs, "api-url", "threads", "plan"),
-		store:         fs.String("store", "", "task store: a SQLite file `PATH`, or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
+		store:         fs.String("store", "", "task store: a SQLite file `PATH`, a PostgreSQL database postgres://USER@HOST/DB (password from PGPASSWORD or ~/.pgpass), or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
 		publicURL:     fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
 		threads:       fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
 		plan:          fs.String("plan", "", "plan name (BASIC … VIP-3) when --threads is not given"),
@@ -242,7 +242,7 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 	if pc != nil {
 		cfg.Balance = pc.Balance
 	}
-	return cfg, []any{"store", path}, func() { store.Close() }, nil
+	return cfg, []any{"store", storeLabel(path)}, func() { store.Close() }, nil
 }
 
 // checkAccounts checks each provider's account at start: the service
@@ -324,7 +324,7 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 	}
 	name := *f.gateway
 	if name == "" && path != "memory" {
-		if name, err = amqp.GatewayNameFor(path); err != nil {
+		if name, err = amqp.GatewayNameFor(storeLabel(path)); err != nil {
 			return server.Config{}, nil, nil, err
 		}
 	}
@@ -355,7 +355,7 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 		stop()
 		return server.Config{}, nil, nil, &exitError{code: 2, err: fmt.Errorf("--gateway: %w", err)}
 	}
-	attrs := []any{"mode", "gateway", "gateway", gw.Name(), "reply_queue", gw.ReplyQueue(), "store", path}
+	attrs := []any{"mode", "gateway", "gateway", gw.Name(), "reply_queue", gw.ReplyQueue(), "store", storeLabel(path)}
 	// getbalance: the freshest balance a worker read (at most about a
 	// minute old; see amqp.BalanceEveryDefault).
 	report := func(ctx context.Context, r captchaq.Result, good bool) error {

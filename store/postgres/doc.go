@@ -1,0 +1,69 @@
+// Package postgres is captchaq's shared store: every task, checkpoint,
+// result and dead letter in one PostgreSQL database, through
+// github.com/jackc/pgx/v5 and its pool, so that several processes (the
+// replicas of one front, see docs/fronts.md) see one state.
+//
+//	s, err := postgres.Open(ctx, "postgres://captchaq@db.example/captchaq", postgres.Config{})
+//
+// The connection string is libpq's, as a URL or key=value pairs; the pool
+// takes its size from pool_max_conns (default: the larger of 4 and the
+// number of CPUs), and the password from the string, PGPASSWORD or
+// ~/.pgpass. No error and no log line of the store holds the password:
+// Name and Redact give postgres://USER@HOST:PORT/DATABASE.
+//
+// # Schema and migrations
+//
+// The migrations are SQL files embedded in the binary
+// (migrations/NNN_name.sql). Open applies those the database lacks in one
+// transaction that holds an advisory lock (pg_advisory_xact_lock), so
+// replicas starting at once migrate once and the others wait for it. A
+// database whose schema_version is newer than this code knows is refused
+// with a *NewerSchemaError that says to upgrade; a database with a tasks
+// table that is not captchaq's is refused and left as it is. The tables
+// live in the connection's search_path (public unless the string sets
+// options=-csearch_path=…), so one database can hold several stores in
+// several schemas.
+//
+//	schema_version(version integer)   one row; the migrations applied
+//	tasks(
+//	  seq          bigint identity PRIMARY KEY  -- Record.Seq; never reused
+//	  id           text UNIQUE                  -- Task.ID
+//	  status       text                         -- queued, inflight, solved, failed
+//	  priority, tenant, method,
+//	  params       text                         -- JSON object, {} when none
+//	  deadline     timestamptz, max_attempts, proxy, proxy_type, pingback,
+//	  fingerprint  text                         -- Task.Fingerprint()
+//	  captcha_id   text                         -- the attempt in flight; on a final task, Result.CaptchaID
+//	  attempts, not_before, last_error, last_error_code, accepted_at, submitted_at,
+//	  result_method, result_kind, result_token,
+//	  result_answer text                        -- Result.Answer, verbatim JSON
+//	  result_error, result_error_code, result_attempts, result_solve_seconds,
+//	  result_expires_at, result_accepted_at, result_submitted_at,
+//	  finished_at  timestamptz                  -- NULL until final
+//	  result_provider, result_price,
+//	  result_abandoned text[]
+//	)
+//	store_owner(one boolean PRIMARY KEY, owner text)   at most one row: Config.Owner
+//
+// Times are timestamptz (microseconds). PostgreSQL text holds neither NUL
+// bytes nor invalid UTF-8: Params are stored as JSON text, which holds any
+// string; a task with either in another field is refused as invalid
+// (captchaq.TaskError naming the field), an id with either is never found,
+// and a provider's answer with either is stored with U+FFFD in their place.
+//
+// # Round trips
+//
+// Each call is one statement on a pooled connection, committed on its
+// own: Enqueue sends its inserts as one batch (one round trip, one implicit
+// transaction; a second round trip reads the records of ids already
+// stored), Checkpoint and Retry update and read the status in one
+// statement. PostgreSQL commits concurrent calls together (group commit),
+// so no writer goroutine is needed as in store/sqlite.
+//
+// # Background loops and Close
+//
+// Open starts one loop, unless Retention is RetentionOff: the pruner
+// (pruner.go), which deletes final tasks Config.Retention after they
+// finished, at Open and every Config.PruneInterval. Close stops it, then
+// closes the pool, which waits for the connections in use to come back.
+package postgres
