@@ -153,7 +153,7 @@
 // later one when it has probably waited that long again (1 to 2 polls a
 // task on the fast mix, in TestDefaultPollingLoneTask).
 //
-// What it buys, measured (bench/REPORT.md, medians of 3 seeds at scale
+// What it buys, measured (docs/performance.md, medians of 3 seeds at scale
 // 1, each batch handed over at once so the queue starts it longest
 // first). On the fast mix of issue 19: utilization 0.948–0.952,
 // ready-to-delivered p50 0.21–0.23 s and p99 0.50 s, 1.39–1.41 requests a

@@ -68,7 +68,7 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 	var entries []map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&entries); err != nil {
-		return nil, fmt.Errorf("providers file: not a JSON array of provider objects (%v); see the format in the README", err)
+		return nil, fmt.Errorf("providers file: not a JSON array of provider objects (%v); see the format in docs/providers.md", err)
 	}
 	if dec.More() {
 		return nil, errors.New("providers file: text after the array; the file is one JSON array")

@@ -145,9 +145,9 @@ func TestCollectorPassesPromlint(t *testing.T) {
 	}
 }
 
-// README.md lists every series, so the names users alert on are written
-// down where they look.
-func TestREADMEListsEverySeries(t *testing.T) {
+// docs/operating.md lists every series, so the names users alert on are
+// written down where they look.
+func TestDocsListEverySeries(t *testing.T) {
 	t.Parallel()
 	src := &snapshots{}
 	src.set(captchaq.Metrics{RetriesByReason: map[string]int64{"NETWORK": 1}})
@@ -160,13 +160,13 @@ func TestREADMEListsEverySeries(t *testing.T) {
 	if len(families) != 13 {
 		t.Errorf("%d series, want 13", len(families))
 	}
-	readme, err := os.ReadFile("../README.md")
+	page, err := os.ReadFile("../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if !strings.Contains(string(readme), "`"+f.GetName()) {
-			t.Errorf("README.md does not list %s", f.GetName())
+		if !strings.Contains(string(page), "`"+f.GetName()) {
+			t.Errorf("docs/operating.md does not list %s", f.GetName())
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // The exit code tests run the built binary as a child process, as a
-// script would, and check every command's code against the README's table.
+// script would, and check every command's code against the README's table of exit codes.
 
 // binRun is one child process of the built binary.
 type binRun struct {

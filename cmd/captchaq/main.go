@@ -44,7 +44,7 @@ func (env *environment) withStderr(w io.Writer) *environment {
 	return &c
 }
 
-// The process exit codes, the same for every command (README "Exit codes").
+// The process exit codes, the same for every command (README "Commands": the exit codes).
 const (
 	exitOK          = 0
 	exitFailure     = 1   // the tool could not do its job: I/O, broker, store

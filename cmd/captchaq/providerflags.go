@@ -109,7 +109,7 @@ func addProvidersFlag(fs *flag.FlagSet, replaces ...string) *providersFlag {
 	for i, r := range replaces {
 		names[i] = "--" + r
 	}
-	fs.StringVar(&p.path, "providers", "", fmt.Sprintf("JSON `FILE` of several providers, the first preferred (replaces %s; see the README's \"Several providers\")", strings.Join(names, ", ")))
+	fs.StringVar(&p.path, "providers", "", fmt.Sprintf("JSON `FILE` of several providers, the first preferred (replaces %s; see docs/providers.md)", strings.Join(names, ", ")))
 	return p
 }
 
