@@ -2,6 +2,7 @@ package sim
 
 import (
 	"cmp"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -114,6 +115,10 @@ type Config struct {
 	// real provider answers to some inputs (a truncated image read as a bad
 	// key). It must not call the Server.
 	RefuseSubmit func(params map[string]string) string
+	// TLS, when set, makes Start serve https with it (the base URL it
+	// returns says so), so clients that speak only https can be tried
+	// offline. Default: plain http.
+	TLS *tls.Config
 }
 
 // Latency is a solve time distribution: log-normal around Median with

@@ -122,12 +122,20 @@ func Start(cfg Config, addr string) (*Server, string, error) {
 		s.Close()
 		return nil, "", err
 	}
-	s.httpSrv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, TLSConfig: cfg.TLS}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		_ = s.httpSrv.Serve(l) // returns ErrServerClosed on Close
+		// Both return ErrServerClosed on Close.
+		if cfg.TLS != nil {
+			_ = s.httpSrv.ServeTLS(l, "", "")
+			return
+		}
+		_ = s.httpSrv.Serve(l)
 	}()
+	if cfg.TLS != nil {
+		return s, "https://" + l.Addr().String(), nil
+	}
 	return s, "http://" + l.Addr().String(), nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,7 +48,9 @@ type serveFlags struct {
 
 	pingbackAllow *string
 	metricsListen *string
+	metricsTLS    *bool
 	maxAttempts   *int
+	tls           *tlsFlags
 
 	set map[string]bool // flags given
 }
@@ -82,6 +85,8 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		pingbackAllow: fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
 		maxAttempts:   fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good, and the most a client's max_attempts may ask for (default %d)", captchaq.MaxAttemptsDefault)),
 		metricsListen: fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
+		metricsTLS:    fs.Bool("metrics-tls", false, "serve --metrics-listen over TLS too, with the front's certificate (--tls-cert or --tls-self-signed)"),
+		tls:           addTLSFlags(fs, "the front (in.php, res.php, the API, the dashboard)"),
 		set:           map[string]bool{},
 	}
 	fs.Usage = func() {
@@ -93,7 +98,9 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 			"the file named by "+envKeyFile+" and never leaves the server.\n"+
 			"With --amqp URL it is a gateway to the fleet: each task is published to PREFIX.tasks\n"+
 			"(confirmed) before its client hears OK, 'captchaq worker' processes solve it, and the answers\n"+
-			"come back to this gateway's own queue PREFIX.replies.NAME; the gateway needs no provider key.\n\nflags:")
+			"come back to this gateway's own queue PREFIX.replies.NAME; the gateway needs no provider key.\n"+
+			"With --tls-cert and --tls-key (or --tls-self-signed) the front speaks https: TLS 1.2 or newer,\n"+
+			"HTTP/2 and HTTP/1.1; the certificate is read again on SIGHUP and when its files change.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -133,6 +140,13 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		return &exitError{code: 2, err: fmt.Errorf("--pingback-allow: %v", err)}
 	}
 	log := slog.New(slog.NewTextHandler(env.stderr, nil))
+	if *f.metricsTLS && (*f.metricsListen == "" || !f.tls.on()) {
+		return &exitError{code: 2, err: errors.New("--metrics-tls: give it with --metrics-listen and the front's TLS (--tls-cert and --tls-key, or --tls-self-signed)")}
+	}
+	tlsCfg, err := f.tls.config(ctx, *f.listen, log)
+	if err != nil {
+		return err
+	}
 	var (
 		cfg   server.Config
 		attrs []any
@@ -167,7 +181,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	}
 	hs := newHTTPServer(srv.Handler())
 	errc := make(chan error, 2)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- serveHTTP(hs, ln, tlsCfg) }()
 	if *f.metricsListen != "" {
 		mln, err := net.Listen("tcp", *f.metricsListen)
 		if err != nil {
@@ -178,11 +192,15 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", srv.MetricsHandler())
 		ms := newHTTPServer(mux)
-		go func() { errc <- ms.Serve(mln) }()
+		mtls := tlsCfg
+		if !*f.metricsTLS {
+			mtls = nil
+		}
+		go func() { errc <- serveHTTP(ms, mln, mtls) }()
 		defer ms.Close()
-		log.Info("serving metrics", "addr", mln.Addr().String())
+		log.Info("serving metrics", "addr", mln.Addr().String(), "url", listenURL(mln, mtls)+"/metrics")
 	}
-	log.Info("serving", append([]any{"addr", ln.Addr().String(), "clients", len(clients)}, attrs...)...)
+	log.Info("serving", append([]any{"addr", ln.Addr().String(), "url", listenURL(ln, tlsCfg), "clients", len(clients)}, attrs...)...)
 	select {
 	case err := <-errc:
 		srv.Shutdown(context.Background())
@@ -375,6 +393,24 @@ func newHTTPServer(h http.Handler) *http.Server {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
+}
+
+// serveHTTP serves hs on ln, over TLS with tlsCfg when it is not nil
+// (HTTP/2 and HTTP/1.1).
+func serveHTTP(hs *http.Server, ln net.Listener, tlsCfg *tls.Config) error {
+	if tlsCfg == nil {
+		return hs.Serve(ln)
+	}
+	hs.TLSConfig = tlsCfg
+	return hs.ServeTLS(ln, "", "")
+}
+
+// listenURL is the base URL of a listener.
+func listenURL(ln net.Listener, tlsCfg *tls.Config) string {
+	if tlsCfg != nil {
+		return "https://" + ln.Addr().String()
+	}
+	return "http://" + ln.Addr().String()
 }
 
 func cmpOr(a, b string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -49,6 +50,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		retained = fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept")
 		methods  = fs.String("methods", "", "comma-separated in.php `methods` served, others refused as unsupported (default: CaptchaAI's: "+strings.Join(provider.CaptchaAIMethods, ",")+"; e.g. hcaptcha,turnstile,userrecaptcha,base64 for a per-solve service)")
 		price    = fs.Float64("price", 0, "per-solve provider: 1,000 solves cost this `much` of --balance (default 0: a thread plan)")
+		tlsf     = addTLSFlags(fs, "the simulator")
 		mix      = fs.String("mix", "", "solve times of a `NAME`d task mix of captchaq bench ("+strings.Join(bench.MixNames(), ", ")+"; default: the simulator's own, which the realistic and short mixes use)")
 	)
 	fs.Usage = func() {
@@ -100,6 +102,12 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	if *price < 0 {
 		return &exitError{code: 2, err: fmt.Errorf("--price is %v: give 0 (a thread plan) or the price of 1,000 solves", *price)}
 	}
+	log := slog.New(slog.NewTextHandler(env.stderr, nil))
+	tlsCfg, err := tlsf.config(ctx, *addr, log)
+	if err != nil {
+		return err
+	}
+	cfg.TLS = tlsCfg
 	srv, base, err := sim.Start(cfg, *addr)
 	if err != nil {
 		return &exitError{code: 2, err: err}

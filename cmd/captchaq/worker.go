@@ -32,6 +32,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	prefetch := fs.Int("prefetch", 0, "task deliveries held at once (default threads + 4)")
 	grace := fs.Duration("grace", amqp.GraceDefault, "on SIGTERM, how long tasks at the provider may take to finish")
 	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address, e.g. 127.0.0.1:9464")
+	metricsTLS := addTLSFlags(fs, "/metrics (--metrics-addr)")
 	lanes := fs.String("lanes", "", "comma-separated task kinds that have their own queue (must match enqueue's)")
 	taskTTL := fs.Duration("task-ttl", amqp.TaskTTLDefault, "how long a task may wait in the broker before it is dead-lettered (must match enqueue's)")
 	lease := fs.Duration("inflight-lease", amqp.InflightLeaseDefault, "how soon a dead worker's checkpoints return to the fleet")
@@ -103,18 +104,26 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	if *metricsAddr == "" && metricsTLS.on() {
+		return &exitError{code: 2, err: errors.New("--tls-cert, --tls-key, --tls-self-signed: they serve --metrics-addr: give that too")}
+	}
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w", *metricsAddr, err)
 		}
+		tlsCfg, err := metricsTLS.config(ctx, *metricsAddr, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
 		srv := &http.Server{Handler: metricsHandler(w), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := serveHTTP(srv, ln, tlsCfg); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server", "err", err)
 			}
 		}()
-		log.Info("serving metrics", "addr", ln.Addr().String())
+		log.Info("serving metrics", "addr", ln.Addr().String(), "url", listenURL(ln, tlsCfg)+"/metrics")
 		defer srv.Close()
 	}
 	if err := w.Run(ctx); err != nil {
