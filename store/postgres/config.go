@@ -39,8 +39,13 @@ type Config struct {
 	// program never resumes another's tasks as its own. Empty claims
 	// nothing and checks nothing.
 	Owner string
-	// Logger receives the prune loop's reports and failures. Default:
-	// discard.
+	// Notify announces each task Enqueue stores to the Watch functions of
+	// the other Stores on the database (one NOTIFY a task, in the same
+	// transaction): replicas of one front count each other's tasks.
+	// Default off.
+	Notify bool
+	// Logger receives the prune loop's and the watcher's reports and
+	// failures. Default: discard.
 	Logger *slog.Logger
 
 	// pruned, when set, is told of each automatic prune (tests).

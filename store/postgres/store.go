@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -18,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -51,10 +54,16 @@ func IsURL(spec string) bool {
 // concurrent use, by many goroutines and by many processes on one
 // database.
 type Store struct {
-	name   string // postgres://user@host:port/db, never a password
-	pool   *pgxpool.Pool
-	pruner *pruner
-	closed atomic.Bool
+	name     string // postgres://user@host:port/db, never a password
+	pool     *pgxpool.Pool
+	pruner   *pruner
+	log      *slog.Logger
+	instance string // this Store among those on the database (Event)
+	notify   bool   // Config.Notify
+	closed   atomic.Bool
+
+	mu      sync.Mutex
+	watcher *startstop.Loop // Watch's; nil until it is called
 }
 
 var _ captchaq.Store = (*Store)(nil)
@@ -84,7 +93,7 @@ func Open(ctx context.Context, connString string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", name, scrub(err, connString))
 	}
-	s := &Store{name: name, pool: pool}
+	s := &Store{name: name, pool: pool, log: cfg.Logger, instance: newInstance(), notify: cfg.Notify}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("store %s cannot be reached: %w", name, scrub(err, connString))
@@ -147,10 +156,7 @@ func (s *Store) claimOwner(ctx context.Context, owner string) error {
 	if owner == "" {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO store_owner (owner) VALUES ($1) ON CONFLICT (one) DO NOTHING`, owner); err != nil {
-		return fmt.Errorf("store %s: record owner: %w", s.name, err)
-	}
-	have, err := s.Owner(ctx)
+	have, err := s.ClaimOwner(ctx, owner)
 	if err != nil {
 		return err
 	}
@@ -158,6 +164,20 @@ func (s *Store) claimOwner(ctx context.Context, owner string) error {
 		return &OwnerError{Name: s.name, Owner: have, Want: owner}
 	}
 	return nil
+}
+
+// ClaimOwner records owner when the database records none, and returns
+// the owner it records then: owner, or the one an earlier (or concurrent)
+// claim recorded. Config.Owner is the usual way; this one lets processes
+// that start at once agree on one name.
+func (s *Store) ClaimOwner(ctx context.Context, owner string) (string, error) {
+	if s.closed.Load() {
+		return "", ErrClosed
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO store_owner (owner) VALUES ($1) ON CONFLICT (one) DO NOTHING`, clean(owner)); err != nil {
+		return "", fmt.Errorf("store %s: record owner: %w", s.name, err)
+	}
+	return s.Owner(ctx)
 }
 
 // Owner returns the owner the database records ("" for none).
@@ -170,7 +190,7 @@ func (s *Store) Owner(ctx context.Context) (string, error) {
 	return have, s.wrap("Owner", err)
 }
 
-// Close stops the prune loop and closes the pool once the calls under way
+// Close stops the prune loop and the watcher, and closes the pool once the calls under way
 // have returned their connections. Calls after Close, Close included,
 // return ErrClosed.
 func (s *Store) Close() error {
@@ -180,6 +200,11 @@ func (s *Store) Close() error {
 	if s.pruner != nil {
 		s.pruner.Stop()
 	}
+	s.mu.Lock()
+	if s.watcher != nil {
+		s.watcher.Stop()
+	}
+	s.mu.Unlock()
 	s.pool.Close()
 	return nil
 }
@@ -213,13 +238,21 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 	existed = make([]bool, len(rows))
 	batch := &pgx.Batch{}
 	for _, r := range rows {
-		batch.Queue(insertTask, r.args()...)
+		if s.notify {
+			batch.Queue(insertNotify, append(r.args(), notifyChannel, s.instance+":"+string(EventAccepted)+":")...)
+		} else {
+			batch.Queue(insertTask, r.args()...)
+		}
 	}
 	br := s.pool.SendBatch(ctx, batch)
 	var known []string
 	for i, r := range rows {
 		var seq int64
-		err := br.QueryRow().Scan(&seq)
+		dst := []any{&seq}
+		if s.notify {
+			dst = append(dst, nil)
+		}
+		err := br.QueryRow().Scan(dst...)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			existed[i] = true
@@ -259,6 +292,10 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 const insertTask = `INSERT INTO tasks (id, status, priority, tenant, method, params, deadline, max_attempts,
 	proxy, proxy_type, pingback, accepted_at, fingerprint) VALUES ($1, 'queued', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 	ON CONFLICT (id) DO NOTHING RETURNING seq`
+
+// insertNotify is insertTask announcing a new task to the other Stores
+// on the database ($13 the channel, $14 the payload before the id).
+const insertNotify = `WITH ins AS (` + insertTask + `, id) SELECT seq, pg_notify($13, $14 || id)::text FROM ins`
 
 // Checkpoint implements captchaq.Store. It clears NotBefore, and fails for
 // a task that is already final.

@@ -1,0 +1,288 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
+)
+
+// notifyChannel is the LISTEN/NOTIFY channel of task events. A payload
+// is INSTANCE:KIND:ID, INSTANCE the Store that wrote it.
+const notifyChannel = "captchaq_tasks"
+
+// EventKind says what happened to a task.
+type EventKind byte
+
+// Event kinds.
+const (
+	// EventAccepted: another Store enqueued the task (Config.Notify).
+	EventAccepted EventKind = 'a'
+	// EventFinished: another Store finished the task (FinishIf).
+	EventFinished EventKind = 'f'
+	// EventResync: the listening connection was lost and is back; events
+	// of the time between are lost, so read again what matters.
+	EventResync EventKind = 'r'
+)
+
+// Event is a change another Store on the database made.
+type Event struct {
+	Kind EventKind
+	ID   string
+}
+
+// newInstance names a Store among those that share a database.
+func newInstance() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// FinishIf stores r as Finish does, but only while the task's record is
+// still as seen shows it (its status, captcha id, acceptance time and
+// finish time): a compare-and-swap among the processes that share the
+// database, so that of several that read a task unfinished and took a
+// result for it, one stores it. It returns false when the record changed
+// meanwhile (read it again and decide again), or is gone. A stored result
+// is announced to the Watch functions of the other Stores.
+func (s *Store) FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.Record) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	if r.Status != captchaq.StatusSolved && r.Status != captchaq.StatusFailed {
+		return false, fmt.Errorf("postgres: FinishIf %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
+	}
+	if !storable(r.ID) {
+		return false, fmt.Errorf("%w: %q", captchaq.ErrNotFound, r.ID)
+	}
+	captchaID, finished := seen.CaptchaID, any(nil)
+	if seen.Result != nil {
+		captchaID, finished = seen.Result.CaptchaID, timeArg(seen.Result.FinishedAt)
+	}
+	args := append(finishArgs(r), string(seen.Status), clean(captchaID), seen.AcceptedAt.UTC(), finished,
+		notifyChannel, s.instance+":"+string(EventFinished)+":")
+	var id string
+	err := s.pool.QueryRow(ctx, `WITH u AS (`+finishTask+` WHERE id = $1 AND status = $19 AND captcha_id = $20
+		AND accepted_at = $21 AND finished_at IS NOT DISTINCT FROM $22 RETURNING id)
+		SELECT id, pg_notify($23, $24 || id)::text FROM u`, args...).Scan(&id, nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.wrap("FinishIf", err)
+	}
+	return true, nil
+}
+
+// Watch starts calling fn, on one goroutine of the store, with each task
+// another Store on the database accepted (when it has Config.Notify) or
+// finished (FinishIf). It listens on a connection of its own, taken from
+// the pool; when that connection drops it takes another, once a second
+// until it can, and then calls fn with EventResync. Call it once; Close
+// stops it.
+func (s *Store) Watch(fn func(Event)) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watcher != nil {
+		return errors.New("postgres: Watch called twice")
+	}
+	s.watcher = startstop.New(func(ctx context.Context) { s.listen(ctx, fn) })
+	return s.watcher.Start(context.Background())
+}
+
+// relistenAfter is the pause before the watcher takes a new connection.
+const relistenAfter = time.Second
+
+func (s *Store) listen(ctx context.Context, fn func(Event)) {
+	for first := true; ctx.Err() == nil; first = false {
+		err := s.listenOnce(ctx, fn, !first)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("postgres store: listening for other processes' tasks failed; trying again", "store", s.name, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(relistenAfter):
+		}
+	}
+}
+
+func (s *Store) listenOnce(ctx context.Context, fn func(Event), resync bool) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return err
+	}
+	if resync {
+		fn(Event{Kind: EventResync})
+	}
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				// The connection is broken: the pool must not keep it.
+				_ = conn.Conn().Close(context.Background())
+			}
+			return err
+		}
+		inst, rest, ok := strings.Cut(n.Payload, ":")
+		if !ok || inst == s.instance {
+			continue
+		}
+		kind, id, ok := strings.Cut(rest, ":")
+		if !ok || len(kind) != 1 {
+			continue
+		}
+		fn(Event{Kind: EventKind(kind[0]), ID: id})
+	}
+}
+
+// idBlock is how many ids IDBlock hands out at once (the sequence's
+// increment).
+const idBlock = 1000
+
+// IDBlock hands out idBlock numeric task ids that no process on the
+// database was handed before: first up to first+n-1.
+func (s *Store) IDBlock(ctx context.Context) (first uint64, n int, err error) {
+	if s.closed.Load() {
+		return 0, 0, ErrClosed
+	}
+	var v int64
+	if err := s.pool.QueryRow(ctx, `SELECT nextval('front_ids')`).Scan(&v); err != nil {
+		return 0, 0, s.wrap("IDBlock", err)
+	}
+	return uint64(v), idBlock, nil
+}
+
+// activeLock is the advisory lock of the active queue: "captchaq" + 1.
+const activeLock = migrateLock + 1
+
+// ErrActiveElsewhere matches the error of Activate when another process
+// holds the database's active queue.
+var ErrActiveElsewhere = errors.New("postgres: another process holds the active queue")
+
+// ActiveError refuses a second active queue on one database.
+type ActiveError struct {
+	Name, Host string
+	PID        int
+	Since      time.Time
+}
+
+func (e *ActiveError) Error() string {
+	who := "another process"
+	if e.Host != "" {
+		who = fmt.Sprintf("pid %d on %s (active since %s)", e.PID, e.Host, e.Since.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("store %s has an active queue already: %s. One queue solves the tasks of a database, since the provider key's threads are one plan: stop that one, or start this one as a standby (captchaq serve --standby) to take over when it stops", e.Name, who)
+}
+
+// Is makes every ActiveError match ErrActiveElsewhere.
+func (e *ActiveError) Is(target error) bool { return target == ErrActiveElsewhere }
+
+// Active is the database's active-queue lock, held on a connection of its
+// own until Release or until that connection is lost (Lost).
+type Active struct {
+	conn *pgxpool.Conn
+	lost chan struct{}
+	loop *startstop.Loop
+}
+
+// activeCheck is how often a held lock's connection is checked.
+const activeCheck = 2 * time.Second
+
+// Activate takes the database's active-queue lock (a session advisory
+// lock). It fails at once with an *ActiveError naming the holder when
+// another process holds it, unless wait is set: then it tries again once
+// a second until it has it or ctx ends. The lock goes with its
+// connection: when the holder dies, or its connection or the server does,
+// it is free, and Lost tells the holder, which must stop work at once
+// (another process may take over).
+func (s *Store) Activate(ctx context.Context, wait bool) (*Active, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	for {
+		a, err := s.tryActivate(ctx)
+		if err == nil || !wait || !errors.Is(err, ErrActiveElsewhere) {
+			return a, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) tryActivate(ctx context.Context) (*Active, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, s.wrap("Activate", err)
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, activeLock).Scan(&got); err != nil {
+		conn.Release()
+		return nil, s.wrap("Activate", err)
+	}
+	if !got {
+		conn.Release()
+		e := &ActiveError{Name: s.name}
+		_ = s.pool.QueryRow(ctx, `SELECT host, pid, since FROM active_queue`).Scan(&e.Host, &e.PID, &e.Since)
+		return nil, e
+	}
+	host, _ := os.Hostname()
+	if _, err := conn.Exec(ctx, `INSERT INTO active_queue (host, pid, since) VALUES ($1, $2, now())
+		ON CONFLICT (one) DO UPDATE SET host = excluded.host, pid = excluded.pid, since = excluded.since`, clean(host), os.Getpid()); err != nil {
+		_ = conn.Conn().Close(context.Background()) // drops the lock with it
+		conn.Release()
+		return nil, s.wrap("Activate", err)
+	}
+	a := &Active{conn: conn, lost: make(chan struct{})}
+	a.loop = startstop.New(a.watch)
+	_ = a.loop.Start(context.Background())
+	return a, nil
+}
+
+func (a *Active) watch(ctx context.Context) {
+	startstop.Tick(ctx, activeCheck, func(ctx context.Context) {
+		select {
+		case <-a.lost:
+			return
+		default:
+		}
+		cctx, cancel := context.WithTimeout(ctx, activeCheck)
+		defer cancel()
+		if _, err := a.conn.Exec(cctx, `SELECT 1`); err != nil && ctx.Err() == nil {
+			close(a.lost)
+		}
+	})
+}
+
+// Lost is closed once the lock's connection failed: the lock may be
+// another's now.
+func (a *Active) Lost() <-chan struct{} { return a.lost }
+
+// Release gives the lock back (by closing its connection, which also
+// covers a connection that broke).
+func (a *Active) Release() {
+	a.loop.Stop()
+	_ = a.conn.Conn().Close(context.Background())
+	a.conn.Release()
+}

@@ -1,0 +1,214 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/pgtest"
+	"github.com/captchaq/captchaq/internal/testbound"
+	"github.com/captchaq/captchaq/store/postgres"
+)
+
+// Of several processes that read a task unfinished and took a result for
+// it, one stores it; the others learn the record changed.
+func TestFinishIfStoresOnce(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	a := open(t, url, postgres.Config{})
+	b := open(t, url, postgres.Config{})
+	ctx := t.Context()
+	if _, _, err := a.Enqueue(ctx, []captchaq.Task{{ID: "t", Method: "turnstile"}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Checkpoint(ctx, "t", "gateway:front", 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	seen, err := b.Get(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	var wg sync.WaitGroup
+	won := make(chan string, n)
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			r := captchaq.Result{ID: "t", Status: captchaq.StatusSolved, Token: "tok-" + string(rune('a'+i)), FinishedAt: time.Now()}
+			ok, err := s.FinishIf(ctx, r, seen)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				won <- r.Token
+			}
+		})
+	}
+	wg.Wait()
+	close(won)
+	var tokens []string
+	for tok := range won {
+		tokens = append(tokens, tok)
+	}
+	if len(tokens) != 1 {
+		t.Fatalf("%d FinishIf calls stored a result (%v), want 1", len(tokens), tokens)
+	}
+	rec, err := a.Get(ctx, "t")
+	if err != nil || rec.Result == nil || rec.Result.Token != tokens[0] {
+		t.Fatalf("stored %+v, %v; want token %s", rec.Result, err, tokens[0])
+	}
+	// A failure that a solved answer replaces: the record read final.
+	if ok, err := b.FinishIf(ctx, captchaq.Result{ID: "t", Status: captchaq.StatusFailed, FinishedAt: time.Now()}, rec); err != nil || !ok {
+		t.Fatalf("FinishIf on the final record as read = %v, %v", ok, err)
+	}
+	if ok, err := a.FinishIf(ctx, captchaq.Result{ID: "t", Status: captchaq.StatusSolved, FinishedAt: time.Now()}, rec); err != nil || ok {
+		t.Fatalf("FinishIf on a record read before it changed = %v, %v; want false", ok, err)
+	}
+	if ok, err := a.FinishIf(ctx, captchaq.Result{ID: "nope", Status: captchaq.StatusSolved}, rec); err != nil || ok {
+		t.Fatalf("FinishIf of an unknown id = %v, %v; want false", ok, err)
+	}
+}
+
+// Each Store hears the tasks the others accept (Config.Notify) and finish
+// (FinishIf), never its own.
+func TestWatchHearsTheOthers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	a := open(t, url, postgres.Config{Notify: true})
+	b := open(t, url, postgres.Config{Notify: true})
+	events := make(chan postgres.Event, 16)
+	own := make(chan postgres.Event, 16)
+	if err := b.Watch(func(e postgres.Event) { events <- e }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Watch(func(e postgres.Event) { own <- e }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Watch(func(postgres.Event) {}); err == nil {
+		t.Error("a second Watch was accepted")
+	}
+	ctx := t.Context()
+	// Watch has LISTENed once an event of b reaches a.
+	waitListening(t, b, own)
+	if _, _, err := a.Enqueue(ctx, []captchaq.Task{{ID: "x/1", Method: "turnstile"}, {ID: "x/2", Method: "turnstile"}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	seen, _ := a.Get(ctx, "x/1")
+	if ok, err := a.FinishIf(ctx, captchaq.Result{ID: "x/1", Status: captchaq.StatusSolved, FinishedAt: time.Now()}, seen); !ok || err != nil {
+		t.Fatalf("FinishIf = %v, %v", ok, err)
+	}
+	want := []postgres.Event{{Kind: postgres.EventAccepted, ID: "x/1"}, {Kind: postgres.EventAccepted, ID: "x/2"}, {Kind: postgres.EventFinished, ID: "x/1"}}
+	for i, w := range want {
+		select {
+		case e := <-events:
+			if e != w {
+				t.Errorf("event %d = %+v, want %+v", i, e, w)
+			}
+		case <-time.After(testbound.Bound):
+			t.Fatalf("event %d (%+v) never came", i, w)
+		}
+	}
+}
+
+// waitListening enqueues tasks on from until listener's Watch hears one.
+func waitListening(t *testing.T, from *postgres.Store, heard chan postgres.Event) {
+	t.Helper()
+	deadline := time.After(testbound.Bound)
+	for i := 0; ; i++ {
+		id := "probe-" + strings.Repeat("x", i%3) + time.Now().Format("150405.000000000")
+		if _, _, err := from.Enqueue(t.Context(), []captchaq.Task{{ID: id, Method: "turnstile"}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-heard:
+			for len(heard) > 0 {
+				<-heard
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the watcher never heard a task")
+		}
+	}
+}
+
+func TestIDBlocksNeverOverlap(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	a := open(t, url, postgres.Config{})
+	b := open(t, url, postgres.Config{})
+	before := uint64(time.Now().UnixMicro())
+	seen := map[uint64]bool{}
+	for i := range 6 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		first, n, err := s.IDBlock(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first < before-uint64(time.Minute.Microseconds()) || n != 1000 {
+			t.Fatalf("IDBlock = %d, %d; want 1000 ids from about the clock in µs (%d)", first, n, before)
+		}
+		for id := first; id < first+uint64(n); id += 100 {
+			if seen[id] {
+				t.Fatalf("id %d handed out twice", id)
+			}
+			seen[id] = true
+		}
+	}
+}
+
+// One active queue per database: a second is refused naming the first; a
+// standby takes over once the first releases or its connection dies.
+func TestActiveQueue(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	a := open(t, url, postgres.Config{})
+	b := open(t, url, postgres.Config{})
+	first, err := a.Activate(t.Context(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Activate(t.Context(), false)
+	var ae *postgres.ActiveError
+	if !errors.Is(err, postgres.ErrActiveElsewhere) || !errors.As(err, &ae) || ae.PID == 0 || !strings.Contains(err.Error(), "--standby") {
+		t.Fatalf("second Activate: %v, want an ActiveError naming the holder and the fix", err)
+	}
+	got := make(chan *postgres.Active, 1)
+	go func() {
+		s, err := b.Activate(t.Context(), true)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- s
+	}()
+	first.Release()
+	var second *postgres.Active
+	select {
+	case second = <-got:
+	case <-time.After(testbound.Bound):
+		t.Fatal("the standby did not take over after Release")
+	}
+	// Its connection killed: the lock is free, and the holder is told.
+	exec(t, url, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid() AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+	select {
+	case <-second.Lost():
+	case <-time.After(testbound.Bound):
+		t.Fatal("Lost was not closed after the lock's connection died")
+	}
+	second.Release()
+	third, err := a.Activate(context.Background(), false)
+	if err != nil {
+		t.Fatalf("Activate after the holder's connection died: %v", err)
+	}
+	third.Release()
+}
