@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/pollsched"
 	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
@@ -32,20 +33,20 @@ type poller struct {
 	chain          time.Time // when the tasks polled in the last round are due again; guarded by q.mu
 	pollsHeldUntil time.Time // no rounds before (rate limit, backoff)
 	failures       int       // consecutive failed rounds
-	// dists are the learned solve time distributions by kind, for the
-	// default scheduler; guarded by q.mu.
-	dists map[provider.Kind]*solveDist
+	// learned are the solve time distributions learned from this
+	// provider's answers, for the default scheduler; guarded by q.mu.
+	learned *pollsched.Learned
 }
 
 func newPoller(q *Queue, l *lane) *poller {
-	return &poller{q: q, lane: l, wakeCh: make(chan struct{}, 1), dists: map[provider.Kind]*solveDist{}}
+	return &poller{q: q, lane: l, wakeCh: make(chan struct{}, 1), learned: pollsched.NewLearned()}
 }
 
 // polls reports whether st is this poller's: in flight at its provider.
 // Callers hold q.mu.
 func (p *poller) polls(st *taskState) bool { return st.lane == p.lane }
 
-// adaptive: rounds follow the default scheduler (pollsched.go), not a
+// adaptive: rounds follow the default scheduler (internal/pollsched), not a
 // fixed interval. Pingbacks keep the fixed slow fallback.
 func (p *poller) adaptive() bool { return p.q.cfg.adaptive && p.q.cfg.PingbackURL == "" }
 
@@ -119,7 +120,7 @@ func (p *poller) nextRound(now time.Time) time.Time {
 		if g := p.last.Add(p.minGap()); g.After(now) && q.inflightAt(p.lane) > 0 {
 			return g
 		}
-		due = p.decide(now, p.last.Add(p.minGap()))
+		due = p.learned.Decide(p.inflight(), now, p.last.Add(p.minGap()), q.queue.Len() == 0, q.cfg.PollGap)
 	} else {
 		for _, st := range q.inflight {
 			if !p.polls(st) {
@@ -140,6 +141,23 @@ func (p *poller) nextRound(now time.Time) time.Time {
 		due = p.pollsHeldUntil
 	}
 	return due
+}
+
+// inflight is the tasks in flight at the poller's provider, as the
+// default scheduler weighs them. Callers hold q.mu.
+func (p *poller) inflight() []pollsched.InFlight {
+	var out []pollsched.InFlight
+	for _, st := range p.q.inflight {
+		if p.polls(st) {
+			out = append(out, p.timing(st))
+		}
+	}
+	return out
+}
+
+// timing is st as the default scheduler sees it. Callers hold q.mu.
+func (p *poller) timing(st *taskState) pollsched.InFlight {
+	return pollsched.InFlight{Kind: st.kind, Submitted: st.rec.SubmittedAt, LastPoll: st.lastPoll, PolledAt: st.polledAt, Deadline: st.rec.Task.Deadline}
 }
 
 // floor is the earliest st may be polled again: PollInterval after the
@@ -193,12 +211,12 @@ func (p *poller) round(now time.Time) {
 	// them, and an answer that came sooner waited for rounds that left
 	// its id out (a reCAPTCHA v3 solved in 5.1 s, after one learned
 	// 5.0–5.6 s, waited 2.2 s on the model of the realistic mix).
-	model := p.models(true)
+	model := p.learned.Models(true)
 	for _, st := range q.inflight {
 		switch {
 		case !p.polls(st):
 		case adaptive:
-			if p.dueAdaptive(st, now, model) {
+			if pollsched.Due(p.timing(st), now, q.cfg.PollGap, model) {
 				due = append(due, st)
 			}
 		// Due before the next round joins this one, but never sooner
@@ -377,7 +395,7 @@ func (q *Queue) solved(st *taskState, captchaID string, a provider.Answer, at ti
 	submitted, lastPoll := st.rec.SubmittedAt, st.lastPoll
 	l := st.lane
 	if !pingback && l.poller.adaptive() {
-		l.poller.learn(st.kind, submitted, lastPoll, at)
+		l.poller.learned.Learn(st.kind, submitted, lastPoll, at)
 	}
 	q.mu.Unlock()
 	lower := at

@@ -74,7 +74,7 @@ func TestRoundAsksYoungerThanTheFewAnswersLearned(t *testing.T) {
 	now := time.Now()
 	p := q.lanes[0].poller
 	// One reCAPTCHA v3 answer learned: not ready at 5.0 s, ready at 5.6 s.
-	p.learn(provider.KindRecaptchaV3, now.Add(-time.Minute), now.Add(-time.Minute+5*time.Second), now.Add(-time.Minute+5600*time.Millisecond))
+	p.learned.Learn(provider.KindRecaptchaV3, now.Add(-time.Minute), now.Add(-time.Minute+5*time.Second), now.Add(-time.Minute+5600*time.Millisecond))
 	add := func(id string, age time.Duration) {
 		q.inflight[id] = &taskState{rec: Record{Task: Task{ID: id}, CaptchaID: id, SubmittedAt: now.Add(-age)},
 			kind: provider.KindRecaptchaV3, lane: q.lanes[0]}

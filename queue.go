@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq/internal/latency"
+	"github.com/captchaq/captchaq/internal/pollsched"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
@@ -234,7 +235,7 @@ func (q *Queue) register(r Record, w func(Result, error)) *taskState {
 func (q *Queue) push(st *taskState) {
 	t := st.rec.Task
 	now := q.now()
-	st.waitingSince = later(now, st.rec.NotBefore)
+	st.waitingSince = pollsched.Later(now, st.rec.NotBefore)
 	q.queue.Push(sched.Item[*taskState]{
 		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
 		Burst: st.burst, Expected: provider.MedianSolveTime(st.kind), Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline, Class: st.class,

@@ -1,4 +1,15 @@
-package captchaq
+// Package pollsched is the default poll scheduler's model: it treats each
+// poll request as a purchase, sent when the answer-seconds it would end
+// (answers that are probably ready, weighted by what waiting costs) are
+// worth the request. The root package doc gives the design and its
+// numbers; the poller (one per provider) feeds this package its tasks in
+// flight and asks when the next round is worth it and which ids it asks
+// for.
+//
+// Nothing here reads a clock or takes a lock: a Learned is owned by one
+// poller, which guards it, and every decision is a pure function of a
+// snapshot and a time.
+package pollsched
 
 import (
 	"math"
@@ -8,10 +19,6 @@ import (
 	"github.com/captchaq/captchaq/provider"
 )
 
-// The default poll scheduler (PollInterval left 0) treats each poll
-// request as a purchase: it goes out when the answer-seconds it would end
-// (answers that are probably ready, weighted by what waiting costs) are
-// worth the request. See the package doc for the design and its numbers.
 const (
 	// solveSamples is how many recent solves of a kind shape its learned
 	// solve time distribution.
@@ -42,18 +49,20 @@ const (
 	// roundsPerGap: the search for the next round's time starts with
 	// steps of PollGap/roundsPerGap.
 	roundsPerGap = 4
+	// priorSamples is the prior's weight in the blend, in samples.
+	priorSamples = 1
 )
 
-// solveDist is a kind's learned solve time distribution: the last
-// solveSamples answers, each known only to lie in an interval (after the
-// last poll that did not find it, before the one that did). Each interval
-// counts as a uniform spread over it. Callers hold q.mu.
-type solveDist struct {
+// dist is a kind's learned solve time distribution: the last solveSamples
+// answers, each known only to lie in an interval (after the last poll
+// that did not find it, before the one that did). Each interval counts as
+// a uniform spread over it.
+type dist struct {
 	lo, hi []time.Duration
 	next   int
 }
 
-func (d *solveDist) observe(lo, hi time.Duration) {
+func (d *dist) observe(lo, hi time.Duration) {
 	lo, hi = max(lo, 0), max(hi, 0)
 	if hi < lo {
 		lo, hi = hi, lo
@@ -67,7 +76,7 @@ func (d *solveDist) observe(lo, hi time.Duration) {
 }
 
 // cdf is the share of samples solved within x.
-func (d *solveDist) cdf(x time.Duration) float64 {
+func (d *dist) cdf(x time.Duration) float64 {
 	var s float64
 	for i, lo := range d.lo {
 		hi := d.hi[i]
@@ -82,7 +91,7 @@ func (d *solveDist) cdf(x time.Duration) float64 {
 }
 
 // integral is ∫₀ˣ cdf, in seconds.
-func (d *solveDist) integral(x time.Duration) float64 {
+func (d *dist) integral(x time.Duration) float64 {
 	var s float64
 	for i, lo := range d.lo {
 		hi := d.hi[i]
@@ -97,9 +106,32 @@ func (d *solveDist) integral(x time.Duration) float64 {
 	return s / float64(len(d.lo))
 }
 
-// solveModel is the solve time distribution of one kind: the learned
-// samples, the log-normal prior before any answer, or, with tail set, the
-// learned samples blended with the prior as priorSamples more samples.
+// Learned is one provider's learned solve time distributions, by kind.
+// It is not safe for concurrent use: its poller guards it.
+type Learned struct {
+	dists map[provider.Kind]*dist
+}
+
+// NewLearned returns a Learned that knows no answer yet.
+func NewLearned() *Learned { return &Learned{dists: map[provider.Kind]*dist{}} }
+
+// Learn records an answer of kind k found at `at`, not ready at its last
+// poll notReady (zero, or before submitted: none since the submit).
+func (l *Learned) Learn(k provider.Kind, submitted, notReady, at time.Time) {
+	d := l.dists[k]
+	if d == nil {
+		d = &dist{}
+		l.dists[k] = d
+	}
+	if notReady.IsZero() || notReady.Before(submitted) {
+		notReady = submitted
+	}
+	d.observe(notReady.Sub(submitted), at.Sub(submitted))
+}
+
+// Model is the solve time distribution of one kind: the learned samples,
+// the log-normal prior before any answer, or, with tail set, the learned
+// samples blended with the prior as priorSamples more samples.
 //
 // The blend keeps a tail past the longest answer learned. A kind's first
 // answers are its fastest, so on the learned samples alone a task older
@@ -109,32 +141,29 @@ func (d *solveDist) integral(x time.Duration) float64 {
 // small batch spent a request every PollGap on its last reCAPTCHAs
 // (README's first command: 3 to 4 requests a task). So rounds are timed
 // with the blend on an idle queue only. Which ids a round asks for is
-// judged with it always (poller.round): from a kind's first few answers
-// alone, an id younger than all of them looks certainly not ready.
-type solveModel struct {
-	d      *solveDist // nil before any answer
-	median float64    // prior, seconds
+// judged with it always (Due): from a kind's first few answers alone, an
+// id younger than all of them looks certainly not ready.
+type Model struct {
+	d      *dist   // nil before any answer
+	median float64 // prior, seconds
 	tail   bool
 }
 
-// priorSamples is the prior's weight in the blend, in samples.
-const priorSamples = 1
-
-// models gives the distribution of each kind for one decision, made once
-// per kind (pace reads every kind's samples); tail: blend in the prior
-// (idle queue). Callers hold q.mu while they use it.
-func (p *poller) models(tail bool) func(provider.Kind) solveModel {
-	made := map[provider.Kind]solveModel{}
-	return func(k provider.Kind) solveModel {
+// Models gives the distribution of each kind for one decision, made once
+// per kind (pace reads every kind's samples); tail: blend in the prior.
+// The caller guards l while it uses the result.
+func (l *Learned) Models(tail bool) func(provider.Kind) Model {
+	made := map[provider.Kind]Model{}
+	return func(k provider.Kind) Model {
 		if m, ok := made[k]; ok {
 			return m
 		}
-		m := solveModel{tail: tail}
-		if d := p.dists[k]; d != nil && len(d.lo) > 0 {
+		m := Model{tail: tail}
+		if d := l.dists[k]; d != nil && len(d.lo) > 0 {
 			m.d = d
 		}
 		if m.d == nil || tail {
-			m.median = provider.MedianSolveTime(k).Seconds() * p.pace()
+			m.median = provider.MedianSolveTime(k).Seconds() * l.pace()
 		}
 		made[k] = m
 		return m
@@ -143,7 +172,7 @@ func (p *poller) models(tail bool) func(provider.Kind) solveModel {
 
 // blend is the model's value of a measure, from its learned and prior
 // values.
-func (m solveModel) blend(learned, prior func() float64) float64 {
+func (m Model) blend(learned, prior func() float64) float64 {
 	switch {
 	case m.d == nil:
 		return prior()
@@ -158,10 +187,10 @@ func (m solveModel) blend(learned, prior func() float64) float64 {
 // the median, over the kinds learned, of a kind's learned median ÷ its
 // provider.MedianSolveTime; 1 before any answer. A provider twice as fast
 // on images is likely faster on reCAPTCHA too, so the prior of a kind not
-// yet seen follows it. Callers hold q.mu.
-func (p *poller) pace() float64 {
+// yet seen follows it.
+func (l *Learned) pace() float64 {
 	var rs []float64
-	for k, d := range p.dists {
+	for k, d := range l.dists {
 		if len(d.lo) == 0 {
 			continue
 		}
@@ -175,22 +204,23 @@ func (p *poller) pace() float64 {
 	return min(max(rs[len(rs)/2], 0.01), 1)
 }
 
-func (m solveModel) cdf(x time.Duration) float64 {
+// CDF is the chance an answer of the kind is ready x after its submit.
+func (m Model) CDF(x time.Duration) float64 {
 	return m.blend(func() float64 { return m.d.cdf(x) }, func() float64 { return m.priorCDF(x) })
 }
 
-func (m solveModel) integral(x time.Duration) float64 {
+func (m Model) integral(x time.Duration) float64 {
 	return m.blend(func() float64 { return m.d.integral(x) }, func() float64 { return m.priorIntegral(x) })
 }
 
-func (m solveModel) priorCDF(x time.Duration) float64 {
+func (m Model) priorCDF(x time.Duration) float64 {
 	if x <= 0 {
 		return 0
 	}
 	return normCDF(math.Log(x.Seconds()/m.median) / priorSpread)
 }
 
-func (m solveModel) priorIntegral(x time.Duration) float64 {
+func (m Model) priorIntegral(x time.Duration) float64 {
 	if x <= 0 {
 		return 0
 	}
@@ -201,23 +231,21 @@ func (m solveModel) priorIntegral(x time.Duration) float64 {
 
 func normCDF(z float64) float64 { return 0.5 * math.Erfc(-z/math.Sqrt2) }
 
-// learn records an answer of kind k found at `at`, not ready at its last
-// poll (or at submit). Callers hold q.mu.
-func (p *poller) learn(k provider.Kind, submitted, notReady, at time.Time) {
-	d := p.dists[k]
-	if d == nil {
-		d = &solveDist{}
-		p.dists[k] = d
-	}
-	if notReady.IsZero() || notReady.Before(submitted) {
-		notReady = submitted
-	}
-	d.observe(notReady.Sub(submitted), at.Sub(submitted))
+// InFlight is one task in flight as a poller knows it.
+type InFlight struct {
+	Kind      provider.Kind
+	Submitted time.Time
+	// LastPoll is the last poll that found it not ready (zero: none).
+	LastPoll time.Time
+	// PolledAt is the start of the round that last asked for it (zero:
+	// none): its per-id gap runs from there.
+	PolledAt time.Time
+	Deadline time.Time
 }
 
-// pending is one task in flight as the scheduler sees it.
+// pending is one task in flight as a decision sees it.
 type pending struct {
-	m        solveModel
+	m        Model
 	from     time.Duration // age at its last poll that found it not ready (0: none)
 	submit   time.Time
 	eligible time.Time // its per-id gap ends
@@ -225,16 +253,7 @@ type pending struct {
 	f0, i0   float64 // cdf and integral at from
 }
 
-// ready is the chance st's answer is ready at t, given it was not at its
-// last poll.
-func (c pending) ready(t time.Time) float64 {
-	if c.f0 >= 1 {
-		return 1
-	}
-	return max(c.m.cdf(t.Sub(c.submit))-c.f0, 0) / (1 - c.f0)
-}
-
-// waited is the expected answer-seconds st's answer has sat ready between
+// waited is the expected answer-seconds its answer has sat ready between
 // its last poll and t, weighted.
 func (c pending) waited(t time.Time) float64 {
 	age := t.Sub(c.submit)
@@ -249,33 +268,27 @@ func (c pending) waited(t time.Time) float64 {
 	return c.weight * max(w, 0)
 }
 
-// snapshot gathers the tasks in flight for a decision at now. Callers
-// hold q.mu.
-func (p *poller) snapshot(now time.Time) []pending {
-	q := p.q
-	gap := q.cfg.PollGap
-	idle := q.queue.Len() == 0
+// snapshot turns the tasks in flight into what a decision at now weighs:
+// idle is true when no task waits for a thread.
+func (l *Learned) snapshot(tasks []InFlight, now time.Time, idle bool, gap time.Duration) []pending {
 	weight := busyWeight
 	if idle {
 		weight = idleWeight
 	}
-	model := p.models(idle)
-	out := make([]pending, 0, len(q.inflight))
-	for _, st := range q.inflight {
-		if !p.polls(st) {
-			continue
+	model := l.Models(idle)
+	out := make([]pending, 0, len(tasks))
+	for _, t := range tasks {
+		c := pending{m: model(t.Kind), submit: t.Submitted, weight: weight}
+		if !t.LastPoll.IsZero() && t.LastPoll.After(c.submit) {
+			c.from = t.LastPoll.Sub(c.submit)
 		}
-		c := pending{m: model(st.kind), submit: st.rec.SubmittedAt, weight: weight}
-		if !st.lastPoll.IsZero() && st.lastPoll.After(c.submit) {
-			c.from = st.lastPoll.Sub(c.submit)
+		if !t.PolledAt.IsZero() {
+			c.eligible = t.PolledAt.Add(gap)
 		}
-		if !st.polledAt.IsZero() {
-			c.eligible = st.polledAt.Add(gap)
-		}
-		if dl := st.rec.Task.Deadline; !dl.IsZero() && dl.Sub(now) < urgentWithin*gap {
+		if dl := t.Deadline; !dl.IsZero() && dl.Sub(now) < urgentWithin*gap {
 			c.weight *= urgentWeight
 		}
-		c.f0, c.i0 = c.m.cdf(c.from), c.m.integral(c.from)
+		c.f0, c.i0 = c.m.CDF(c.from), c.m.integral(c.from)
 		out = append(out, c)
 	}
 	return out
@@ -293,16 +306,16 @@ func worth(ps []pending, t time.Time) float64 {
 	return w
 }
 
-// decide is when the next round is worth its request: the first time,
-// not before from, when the waiting it ends reaches its cost. Zero:
-// nothing in flight. Callers hold q.mu.
-func (p *poller) decide(now, from time.Time) time.Time {
-	ps := p.snapshot(now)
+// Decide is when the next round is worth its request: the first time,
+// not before from, when the waiting it ends reaches its cost. tasks are
+// the poller's tasks in flight, idle is true when no task waits for a
+// thread, gap is the per-id PollGap. Zero: nothing in flight.
+func (l *Learned) Decide(tasks []InFlight, now, from time.Time, idle bool, gap time.Duration) time.Time {
+	ps := l.snapshot(tasks, now, idle, gap)
 	if len(ps) == 0 {
 		return time.Time{}
 	}
-	from = later(now, from)
-	gap := p.q.cfg.PollGap
+	from = Later(now, from)
 	cost := requestCost * gap.Seconds()
 	if worth(ps, from) >= cost {
 		return from
@@ -328,20 +341,20 @@ func (p *poller) decide(now, from time.Time) time.Time {
 	return hi
 }
 
-func later(a, b time.Time) time.Time {
+// Due reports whether a round at now asks for t: its per-id gap has
+// ended and its answer may be ready before the next round could go.
+// model is Models(true) for the round.
+func Due(t InFlight, now time.Time, gap time.Duration, model func(provider.Kind) Model) bool {
+	if !t.PolledAt.IsZero() && t.PolledAt.Add(gap).After(now) {
+		return false
+	}
+	return model(t.Kind).CDF(now.Add(gap).Sub(t.Submitted)) >= readyFloor
+}
+
+// Later is the later of a and b.
+func Later(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
 	}
 	return a
-}
-
-// dueAdaptive reports whether st goes into a round at now: its per-id gap
-// has ended and its answer may be ready before the next round could
-// go. Callers hold q.mu.
-func (p *poller) dueAdaptive(st *taskState, now time.Time, model func(provider.Kind) solveModel) bool {
-	gap := p.q.cfg.PollGap
-	if !st.polledAt.IsZero() && st.polledAt.Add(gap).After(now) {
-		return false
-	}
-	return model(st.kind).cdf(now.Add(gap).Sub(st.rec.SubmittedAt)) >= readyFloor
 }
