@@ -31,6 +31,22 @@
 // (answer, challenge_id); in plain-text mode those objects are sent as JSON
 // text after "OK|".
 //
+// The same port speaks the JSON createTask protocol (2captcha's API v2,
+// Anti-Captcha, CapMonster Cloud, CapSolver) at the root: POST
+// /createTask, /getTaskResult, /getBalance and the report methods
+// (/reportIncorrect, /reportCorrect, /reportIncorrectImageCaptcha,
+// /reportIncorrectRecaptcha, /reportIncorrectHcaptcha,
+// /reportIncorrectTokenCaptcha, /reportCorrectRecaptcha). A call is
+// translated through provider/createtask into the in.php request it stands
+// for and passes the same checks (key, bans, validation, balance, threads,
+// poll ban); tasks of both protocols share the threads and the ids, so an
+// offline test of a plan mixing in.php and createTask providers needs one
+// process. Answers are HTTP 200 JSON: {"errorId":0,"taskId":…} (an
+// integer), {"errorId":0,"status":"processing"|"ready","solution":{…}},
+// errors as {"errorId","errorCode","errorDescription"}; a createTask
+// task's callbackUrl is POSTed getTaskResult's JSON with its taskId.
+// Stats counts these calls under their kinds and in Calls.CreateTask.
+//
 // Under /sim/ the server offers an admin API: GET /sim/stats (the Stats
 // document), POST /sim/stats/reset, GET or POST /sim/account (switch the bad
 // key, zero balance and IP banned states), POST /sim/unban (lift poll bans).

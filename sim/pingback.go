@@ -16,6 +16,7 @@ type pingbackCall struct {
 	url  string
 	id   uint64
 	code string
+	json []byte // a createTask callbackUrl's body: POSTed as JSON instead of id and code
 }
 
 // pingbackParams builds a pingbackSender.
@@ -117,12 +118,15 @@ func (ps *pingbackSender) run(wg *sync.WaitGroup) {
 }
 
 func (ps *pingbackSender) send(c pingbackCall) bool {
-	form := url.Values{"id": {strconv.FormatUint(c.id, 10)}, "code": {c.code}}
-	req, err := http.NewRequestWithContext(ps.ctx, http.MethodPost, c.url, strings.NewReader(form.Encode()))
+	body, ctype := url.Values{"id": {strconv.FormatUint(c.id, 10)}, "code": {c.code}}.Encode(), "application/x-www-form-urlencoded"
+	if c.json != nil {
+		body, ctype = string(c.json), "application/json"
+	}
+	req, err := http.NewRequestWithContext(ps.ctx, http.MethodPost, c.url, strings.NewReader(body))
 	if err != nil {
 		return false
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Content-Type", ctype)
 	resp, err := ps.client.Do(req)
 	if err != nil {
 		return false

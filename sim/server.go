@@ -37,6 +37,7 @@ type task struct {
 	delivered  bool // the final answer reached the client (poll or pingback)
 	fetched    bool // the final answer reached a poll
 	pingback   string
+	pbJSON     bool // pingback is a createTask callbackUrl
 	hint       answerHint
 
 	pollWindow time.Time // start of the current poll-ban window
@@ -187,8 +188,10 @@ func (s *Server) Unban() {
 	clear(s.bans)
 }
 
-// ServeHTTP serves /in.php, /res.php (under any path prefix), /sim/…, the
-// demo site under /demo/ and the two siteverify endpoints.
+// ServeHTTP serves /in.php, /res.php (under any path prefix), the
+// createTask protocol's methods at the root (/createTask, /getTaskResult,
+// /getBalance and the report methods), /sim/…, the demo site under
+// /demo/ and the two siteverify endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/sim/"):
@@ -198,6 +201,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveSubmit(w, r)
 	case strings.HasSuffix(r.URL.Path, "/res.php"):
 		s.serveResult(w, r)
+	case createTaskMethods[r.URL.Path]:
+		s.serveCreateTask(w, r)
 	case r.URL.Path == "/turnstile/v0/siteverify":
 		s.serveSiteverify(w, r, familyTurnstile)
 	case r.URL.Path == "/recaptcha/api/siteverify":

@@ -81,6 +81,9 @@ type Calls struct {
 	Report      int64 `json:"report"`
 	ThreadsInfo int64 `json:"threadsinfo"`
 	Other       int64 `json:"other"`
+	// CreateTask counts the calls above made in the createTask protocol
+	// (createTask is a submit, getTaskResult a single poll, ...).
+	CreateTask int64 `json:"createtask"`
 }
 
 // FaultCounts counts injected faults by type; Total is their sum.

@@ -149,7 +149,7 @@ func TestStatsJSON(t *testing.T) {
 	if diff := cmp.Diff(want, keys(doc)); diff != "" {
 		t.Fatalf("stats keys (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"balance", "other", "poll_bulk", "poll_single", "report", "submit", "threadsinfo"}, keys(doc["calls"].(map[string]any))); diff != "" {
+	if diff := cmp.Diff([]string{"balance", "createtask", "other", "poll_bulk", "poll_single", "report", "submit", "threadsinfo"}, keys(doc["calls"].(map[string]any))); diff != "" {
 		t.Fatalf("calls keys:\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"dropped", "http_5xx", "slow", "total"}, keys(doc["faults"].(map[string]any))); diff != "" {

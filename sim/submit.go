@@ -22,7 +22,13 @@ type taskSpec struct {
 	hint        answerHint
 	fingerprint [16]byte
 	pingback    string
+	// pingbackJSON: the pingback is a createTask callbackUrl, POSTed
+	// getTaskResult's JSON instead of in.php's id and code.
+	pingbackJSON bool
 }
+
+// notSupported ends the text refusing a type the service does not solve.
+const notSupported = " is not supported by this service."
 
 // parseSubmit validates a submit like the provider: the first missing or
 // bad field gives its error code and a text naming the field. A method
@@ -31,7 +37,7 @@ type taskSpec struct {
 func parseSubmit(q *request, served []string) (spec taskSpec, code, text string) {
 	method := provider.Task{Method: q.get("method"), Params: map[string]string{"version": q.get("version")}}.RouteMethod()
 	if name := provider.TypeName(method); name != "" && !slices.Contains(served, method) {
-		return spec, "ERROR_BAD_PARAMETERS", name + " is not supported by this service."
+		return spec, "ERROR_BAD_PARAMETERS", name + notSupported
 	}
 	need := func(field string) bool { return strings.TrimSpace(q.get(field)) != "" }
 	missing := func(field string) (taskSpec, string, string) {
@@ -265,17 +271,9 @@ func Fingerprint(method string, params map[string]string, file []byte) string {
 // serveSubmit answers in.php.
 func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	q, perr := s.parseRequest(w, r)
-	ip := clientIP(r)
-
-	s.mu.Lock()
-	s.runDueLocked(s.cfg.Now())
-	s.st.calls.Submit++
-	f := s.drawFaultLocked()
-	s.mu.Unlock()
-	if f != faultNone && !s.applyFault(w, r, f, http.StatusBadGateway) {
+	if !s.callStart(w, r, func(c *Calls) { c.Submit++ }, http.StatusBadGateway) {
 		return
 	}
-
 	var spec taskSpec
 	var code, text string
 	switch {
@@ -286,8 +284,38 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	default:
 		spec, code, text = parseSubmit(q, s.cfg.Methods)
 	}
+	id, code, text := s.admit(q, clientIP(r), spec, code, text)
+	if code != "" {
+		replyError(w, q, code, text)
+		return
+	}
+	ids := strconv.FormatUint(id, 10)
+	if s.cfg.NumericIDs {
+		replyOK(w, q, id, "OK|"+ids)
+		return
+	}
+	replyOK(w, q, ids, "OK|"+ids)
+}
 
+// callStart counts a call (count adds it to its kind), runs the solves
+// that are due, and draws and carries out the call's fault, if any. It
+// reports whether the call must still be answered.
+func (s *Server) callStart(w http.ResponseWriter, r *http.Request, count func(*Calls), faultStatus int) bool {
 	s.mu.Lock()
+	s.runDueLocked(s.cfg.Now())
+	count(&s.st.calls)
+	f := s.drawFaultLocked()
+	s.mu.Unlock()
+	return f == faultNone || s.applyFault(w, r, f, faultStatus)
+}
+
+// admit runs a parsed submit (spec, or the code refusing it) through the
+// gates every submit passes (bans, the key, the test hook, the balance,
+// the plan's threads) and accepts it: its id, or the code and text of the
+// refusal.
+func (s *Server) admit(q *request, ip string, spec taskSpec, code, text string) (uint64, string, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.cfg.Now()
 	s.runDueLocked(now)
 	if gate := s.gateLocked(q, ip, now); gate != "" {
@@ -300,23 +328,12 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 		code = s.cfg.NoSlotAnswer
 		s.st.noSlot++
 	}
-	var id uint64
-	if code == "" {
-		id = s.acceptLocked(spec, now)
-		s.noteSiteLocked(id, spec.kind, q)
-	}
-	s.mu.Unlock()
-
 	if code != "" {
-		replyError(w, q, code, text)
-		return
+		return 0, code, text
 	}
-	ids := strconv.FormatUint(id, 10)
-	if s.cfg.NumericIDs {
-		replyOK(w, q, id, "OK|"+ids)
-		return
-	}
-	replyOK(w, q, ids, "OK|"+ids)
+	id := s.acceptLocked(spec, now)
+	s.noteSiteLocked(id, spec.kind, q)
+	return id, "", ""
 }
 
 // gateLocked checks bans and the key, which every call passes first.
@@ -355,6 +372,7 @@ func (s *Server) acceptLocked(spec taskSpec, now time.Time) uint64 {
 		unsolvable: s.rng.Float64() < s.cfg.UnsolvableRate,
 		acceptedAt: now,
 		pingback:   spec.pingback,
+		pbJSON:     spec.pingbackJSON,
 		hint:       spec.hint,
 	}
 	if s.cfg.Pingback.Disabled {
@@ -414,6 +432,10 @@ func (s *Server) solveLocked(t *task, at time.Time) {
 		if t.state == stateSolved {
 			code = s.answerFor(t).raw
 		}
-		s.pingbacks.enqueue(pingbackCall{url: t.pingback, id: t.id, code: code})
+		c := pingbackCall{url: t.pingback, id: t.id, code: code}
+		if t.pbJSON {
+			c.json = s.ctPingback(t)
+		}
+		s.pingbacks.enqueue(c)
 	}
 }
