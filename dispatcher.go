@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/sched"
 )
 
@@ -53,13 +54,14 @@ func (d *dispatcher) run(ctx context.Context) {
 	var forwarders sync.WaitGroup
 	defer forwarders.Wait()
 	for _, l := range d.q.lanes {
-		if l.pool == nil {
+		pool := l.Pool()
+		if pool == nil {
 			continue
 		}
 		forwarders.Go(func() {
 			for {
 				select {
-				case <-l.pool.Ready():
+				case <-pool.Ready():
 					d.wake()
 				case <-ctx.Done():
 					return
@@ -93,30 +95,27 @@ func (d *dispatcher) pass() time.Time {
 	var launch []*taskState
 	q.mu.Lock()
 	expired := q.queue.Expired(now)
-	next := q.probeLocked(now)
+	next := q.probes(now)
 	soonest := func(t time.Time) {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
 	}
 	for _, l := range q.lanes {
-		switch p := l.pausedLocked(q, now); {
-		case p != nil:
-			soonest(p.Until)
-			continue
-		case l.down:
-			continue
-		case now.Before(l.submitsHeldUntil):
-			soonest(l.submitsHeldUntil)
+		if until, blocked := l.SendHold(now); blocked {
+			soonest(until)
 			continue
 		}
-		concurrency := submitConcurrency(l.threads)
-		for l.submits < concurrency {
-			if l.pool != nil && l.limiter.InUse() >= l.pool.Held() {
+		concurrency := submitConcurrency(l.Threads())
+		pool := l.Pool()
+		// Only this loop starts submits, so the count read here only
+		// falls before the next StartSubmit.
+		for l.Submits() < concurrency {
+			if pool != nil && l.Limiter.InUse() >= pool.Held() {
 				break
 			}
-			if !l.limiter.TryAcquire(now) {
-				if h := l.limiter.HoldUntil(); h.After(now) {
+			if !l.Limiter.TryAcquire(now) {
+				if h := l.Limiter.HoldUntil(); h.After(now) {
 					soonest(h)
 				}
 				break
@@ -127,13 +126,12 @@ func (d *dispatcher) pass() time.Time {
 				return take
 			})
 			if !ok {
-				l.limiter.Release()
+				l.Limiter.Release()
 				break
 			}
 			st := it.Value
-			st.slot, st.lane, st.price = true, l, l.priceOf(st.rec.Task)
-			l.submits++
-			l.launching += st.price
+			st.slot, st.lane, st.price = true, l, priceAt(l, st.rec.Task)
+			l.StartSubmit(st.price)
 			launch = append(launch, st)
 		}
 	}
@@ -156,7 +154,7 @@ func (d *dispatcher) pass() time.Time {
 
 // poolDemand is what a lane with a ThreadPool tells it after a pass.
 type poolDemand struct {
-	pool          ThreadPool
+	pool          lane.Pool
 	busy, waiting int
 }
 
@@ -170,12 +168,14 @@ type poolDemand struct {
 func (q *Queue) poolDemandsLocked(now time.Time, soonest func(time.Time)) []poolDemand {
 	var out []poolDemand
 	for _, l := range q.lanes {
-		if l.pool == nil {
+		pool := l.Pool()
+		if pool == nil {
 			continue
 		}
-		dm := poolDemand{pool: l.pool, busy: l.limiter.InUse()}
+		dm := poolDemand{pool: pool, busy: l.Limiter.InUse()}
+		_, blocked := l.SendHold(now)
 		switch {
-		case l.pausedLocked(q, now) != nil || l.down || now.Before(l.submitsHeldUntil):
+		case blocked:
 		case !q.multi():
 			dm.waiting = q.queue.Len()
 		default:

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -38,7 +39,7 @@ func TestRouteDecision(t *testing.T) {
 		return st
 	}
 	ts, hc := state("turnstile", time.Time{}), state("hcaptcha", time.Time{})
-	check := func(what string, l *lane, st *taskState, now time.Time, wantOK bool, wantRetry time.Time) {
+	check := func(what string, l *lane.Lane, st *taskState, now time.Time, wantOK bool, wantRetry time.Time) {
 		t.Helper()
 		ok, retry := q.routeDecision(l, st, now)
 		if ok != wantOK || !retry.Equal(wantRetry) {
@@ -54,18 +55,23 @@ func TestRouteDecision(t *testing.T) {
 	// missed by waiting 5 s first.
 	check("backup: deadline near", backup, state("turnstile", t0.Add(12*time.Second)), t0, true, time.Time{})
 	check("backup: deadline far", backup, state("turnstile", t0.Add(14*time.Second)), t0, false, t0.Add(5*time.Second))
-	main.down = true
+	// Failing longer than its DownAfter takes main out of routing; a
+	// probe that answers brings it back.
+	main.TransportFailed(t0.Add(-DownAfterDefault - time.Second))
+	if down, _ := main.TransportFailed(t0); !down {
+		t.Fatal("main failing for longer than DownAfter: not down")
+	}
 	check("backup: main down", backup, ts, t0, true, time.Time{})
-	main.down = false
-	main.pause = &AccountError{Code: "ERROR_WRONG_USER_KEY"}
+	main.ProbeDone(true, t0)
+	main.SetPause(&lane.Pause{Code: "ERROR_WRONG_USER_KEY"})
 	check("backup: main paused", backup, ts, t0, true, time.Time{})
-	main.pause = nil
+	main.Resume()
 	// Two solves at 0.002 reach the 0.004 cap: the third waits until the
 	// first leaves the hour.
-	backup.reserveLocked(t0, 0.002)
+	backup.Accepted(t0, 0.002)
 	check("backup: one solve reserved", backup, hc, t0.Add(time.Minute), true, time.Time{})
-	backup.launching = 0.002
+	backup.StartSubmit(0.002)
 	check("backup: cap reached with one in progress", backup, hc, t0.Add(time.Minute), false, t0.Add(time.Hour))
-	backup.launching = 0
+	backup.EndSubmit(0.002)
 	check("backup: the first solve has left the hour", backup, hc, t0.Add(time.Hour+time.Nanosecond), true, time.Time{})
 }

@@ -95,7 +95,7 @@ func (q *Queue) Metrics() Metrics {
 	now := q.now()
 	var reqs int64
 	for _, l := range q.lanes {
-		if rc, ok := l.prov.(interface{ Requests() int64 }); ok {
+		if rc, ok := l.Provider().(interface{ Requests() int64 }); ok {
 			reqs += rc.Requests()
 		}
 	}
@@ -120,15 +120,16 @@ func (q *Queue) Metrics() Metrics {
 		m.Paused, m.PausedReason = true, p.Error()
 	}
 	for _, l := range q.lanes {
+		s := l.Stats(now)
 		pm := ProviderMetrics{
-			Name: l.name, Threads: l.limiter.Max(), ThreadsInUse: l.limiter.InUse(), Window: l.limiter.Window(),
-			Submitted: l.stats.submitted, Solved: l.stats.solved, Failed: l.stats.failed, Moved: l.stats.moved,
-			Spend: l.stats.spend, SpendLastHour: l.spentLocked(now), MaxSpendPerHour: l.maxSpendPerHour,
-			Down: l.down, Paused: l.pausedLocked(q, now) != nil,
+			Name: l.Name(), Threads: s.Threads, ThreadsInUse: s.InUse, Window: s.Window,
+			Submitted: s.Submitted, Solved: s.Solved, Failed: s.Failed, Moved: s.Moved,
+			Spend: s.Spend, SpendLastHour: s.SpendLastHour, MaxSpendPerHour: l.MaxSpendPerHour(),
+			Down: s.Down, Paused: s.Paused,
 		}
 		pm.Healthy = !pm.Down && !pm.Paused
-		if l.stats.solved > 0 {
-			pm.CostPer1000 = l.stats.spend / float64(l.stats.solved) * 1000
+		if s.Solved > 0 {
+			pm.CostPer1000 = s.Spend / float64(s.Solved) * 1000
 		}
 		m.ThreadsInUse += pm.ThreadsInUse
 		m.Window += pm.Window

@@ -184,8 +184,8 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 					t.Errorf("left behind: %d tasks, %d in flight, %d provider ids; want none", tasks, inflight, byID)
 				}
 				for _, l := range q.lanes {
-					if n := l.limiter.InUse(); n != 0 {
-						t.Errorf("lane %s: %d threads still taken, want 0", l.name, n)
+					if n := l.Limiter.InUse(); n != 0 {
+						t.Errorf("lane %s: %d threads still taken, want 0", l.Name(), n)
 					}
 				}
 				rec, err := q.Get(t.Context(), "t1")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -34,16 +35,16 @@ func (q *Queue) PingbackHandler() http.Handler {
 			return
 		}
 		l := q.lanes[0]
-		if l.name != "" {
+		if l.Name() != "" {
 			name := r.FormValue("provider")
-			i := slices.IndexFunc(q.lanes, func(o *lane) bool { return o.name == name })
+			i := slices.IndexFunc(q.lanes, func(o *lane.Lane) bool { return o.Name() == name })
 			if i < 0 {
 				http.Error(w, "provider names none of the queue's providers", http.StatusBadRequest)
 				return
 			}
 			l = q.lanes[i]
 		}
-		key := l.storedID(id) // as byCaptchaID holds it
+		key := l.StoredID(id) // as byCaptchaID holds it
 		now := q.now()
 		q.mu.Lock()
 		st, ok := q.byCaptchaID[key]
@@ -71,14 +72,14 @@ func (q *Queue) PingbackHandler() http.Handler {
 func (q *Queue) pingbackArrived(st *taskState, captchaID, code string, at time.Time) {
 	if strings.HasPrefix(code, "ERROR") || code == "CAPCHA_NOT_READY" {
 		q.mu.Lock()
-		var l *lane
+		var l *lane.Lane
 		if !st.done && st.rec.CaptchaID == captchaID {
 			st.due = at
 			l = st.lane
 		}
 		q.mu.Unlock()
 		if l != nil {
-			l.poller.wake()
+			q.pollerOf(l).wake()
 		}
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/pollsched"
 	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
@@ -27,7 +28,7 @@ const pollParallel = 4
 // request per pollChunk ids.
 type poller struct {
 	q              *Queue
-	lane           *lane // the provider it polls; it sees only the tasks there
+	lane           *lane.Lane // the provider it polls; it sees only the tasks there
 	wakeCh         chan struct{}
 	last           time.Time // start of the last round
 	chain          time.Time // when the tasks polled in the last round are due again; guarded by q.mu
@@ -38,7 +39,7 @@ type poller struct {
 	learned *pollsched.Learned
 }
 
-func newPoller(q *Queue, l *lane) *poller {
+func newPoller(q *Queue, l *lane.Lane) *poller {
 	return &poller{q: q, lane: l, wakeCh: make(chan struct{}, 1), learned: pollsched.NewLearned()}
 }
 
@@ -53,7 +54,7 @@ func (p *poller) adaptive() bool { return p.q.cfg.adaptive && p.q.cfg.PingbackUR
 // logPolling says, once at Start, which cadence polls follow.
 func (q *Queue) logPolling() {
 	switch {
-	case q.lanes[0].poller.adaptive():
+	case q.pollers[0].adaptive():
 		q.log.Info("polling", "schedule", "default", "poll_gap", q.cfg.PollGap)
 	case q.cfg.PingbackURL != "":
 		q.log.Info("polling", "schedule", "pingback", "fallback_every", q.repoll())
@@ -110,7 +111,7 @@ func (p *poller) nextRound(now time.Time) time.Time {
 	q := p.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if pause := p.lane.pausedLocked(q, now); pause != nil {
+	if pause := p.lane.Paused(now); pause != nil {
 		return pause.Until
 	}
 	var due time.Time
@@ -261,7 +262,7 @@ func (p *poller) round(now time.Time) {
 		chunk, chunkIDs := due[start:end], ids[start:end]
 		pool.Go(func() {
 			epoch := q.epoch()
-			res, err := p.lane.prov.PollMany(q.runCtx, chunkIDs)
+			res, err := p.lane.Provider().PollMany(q.runCtx, chunkIDs)
 			at := q.now()
 			if err != nil {
 				fmu.Lock()
@@ -282,7 +283,7 @@ func (p *poller) round(now time.Time) {
 	pool.Wait()
 	if ok {
 		p.failures = 0
-		q.answered(p.lane)
+		p.lane.Answered()
 	}
 	if fail != nil && !q.stopping() {
 		p.failed(fail, fAt, fEp)
@@ -309,12 +310,12 @@ func (p *poller) failed(err error, now time.Time, epoch int) {
 		p.pollsHeldUntil = now.Add(wait)
 		q.log.Warn("provider rate limit: polls held", "for", wait)
 	default:
-		if transportFailure(err) && q.transportFailed(p.lane, now) {
+		if lane.TransportFailure(err) && q.transportFailed(p.lane, now) {
 			q.moveInflight(p.lane, CodeProviderDown, err)
 		}
 		p.failures++
 		p.pollsHeldUntil = now.Add(q.backoff(p.failures))
-		q.log.Warn("poll failed; retrying", "provider", p.lane.name, "err", err, "retry", p.failures)
+		q.log.Warn("poll failed; retrying", "provider", p.lane.Name(), "err", err, "retry", p.failures)
 	}
 }
 
@@ -393,9 +394,8 @@ func (q *Queue) solved(st *taskState, captchaID string, a provider.Answer, at ti
 	}
 	q.mu.Lock()
 	submitted, lastPoll := st.rec.SubmittedAt, st.lastPoll
-	l := st.lane
-	if !pingback && l.poller.adaptive() {
-		l.poller.learned.Learn(st.kind, submitted, lastPoll, at)
+	if p := q.pollerOf(st.lane); !pingback && p.adaptive() {
+		p.learned.Learn(st.kind, submitted, lastPoll, at)
 	}
 	q.mu.Unlock()
 	lower := at

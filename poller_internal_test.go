@@ -47,7 +47,7 @@ func TestRoundTakesIDsDueBeforeNextRound(t *testing.T) {
 	add("next-round", now.Add(every), time.Time{})
 	add("later", now.Add(every+time.Millisecond), time.Time{})
 	add("just-polled", now, now.Add(-every/2))
-	q.lanes[0].poller.round(now)
+	q.pollers[0].round(now)
 	if len(rec.ids) != 1 {
 		t.Fatalf("%d requests, want 1: %v", len(rec.ids), rec.ids)
 	}
@@ -72,7 +72,7 @@ func TestRoundAsksYoungerThanTheFewAnswersLearned(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	p := q.lanes[0].poller
+	p := q.pollers[0]
 	// One reCAPTCHA v3 answer learned: not ready at 5.0 s, ready at 5.6 s.
 	p.learned.Learn(provider.KindRecaptchaV3, now.Add(-time.Minute), now.Add(-time.Minute+5*time.Second), now.Add(-time.Minute+5600*time.Millisecond))
 	add := func(id string, age time.Duration) {

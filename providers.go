@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/captchaq/captchaq/internal/limiter"
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -146,21 +146,20 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 }
 
 // newLanes builds the queue's lanes: one per Config.Providers entry, or one
-// unnamed lane for Config.Provider, solving CaptchaAI's methods.
-func newLanes(q *Queue, cfg Config) []*lane {
+// unnamed lane for Config.Provider, solving CaptchaAI's methods. Only a
+// queue of several takes a failing lane out of routing.
+func newLanes(cfg Config) []*lane.Lane {
 	ps := cfg.Providers
 	if len(ps) == 0 {
 		ps = []ProviderConfig{{Provider: cfg.Provider, Threads: cfg.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault, ThreadPool: cfg.ThreadPool}}
 	}
-	lanes := make([]*lane, len(ps))
+	lanes := make([]*lane.Lane, len(ps))
 	for i, p := range ps {
-		l := &lane{
-			idx: i, name: p.Name, prov: p.Provider, threads: p.Threads, methods: p.Methods,
-			price: p.PricePer1000, spillAfter: p.SpillAfter, maxSpendPerHour: p.MaxSpendPerHour, downAfter: p.DownAfter,
-			limiter: limiter.New(p.Threads), pool: p.ThreadPool,
-		}
-		l.poller = newPoller(q, l)
-		lanes[i] = l
+		lanes[i] = lane.New(lane.Config{
+			Index: i, Name: p.Name, Provider: p.Provider, Threads: p.Threads, Methods: p.Methods,
+			PricePer1000: p.PricePer1000, SpillAfter: p.SpillAfter, MaxSpendPerHour: p.MaxSpendPerHour,
+			DownAfter: p.DownAfter, Pool: p.ThreadPool, MayGoDown: len(ps) > 1, Logger: cfg.Logger,
+		})
 	}
 	return lanes
 }
@@ -170,7 +169,7 @@ func newLanes(q *Queue, cfg Config) []*lane {
 // provider solves is refused with CodeUnsupportedType, and the error says
 // which provider would solve it.
 func (q *Queue) Validate(t Task) error {
-	if q.lanes[0].name == "" {
+	if q.lanes[0].Name() == "" {
 		return t.Validate()
 	}
 	return t.ValidateFor(q.cfg.Providers)

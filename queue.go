@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/pollsched"
 	"github.com/captchaq/captchaq/internal/sched"
@@ -27,8 +28,9 @@ type Queue struct {
 	store    Store
 	estimate *latency.Estimator
 	// lanes are the providers, in order of preference; one for
-	// Config.Provider.
-	lanes []*lane
+	// Config.Provider. pollers[i] polls the tasks in flight at lanes[i].
+	lanes   []*lane.Lane
+	pollers []*poller
 
 	// runCtx ends on Close or at the end of Shutdown; store writes use a
 	// context without its cancellation so a checkpoint is never lost.
@@ -73,7 +75,7 @@ type taskState struct {
 
 	// lane holds it while it has a slot there; price is what the
 	// attempt there costs.
-	lane  *lane
+	lane  *lane.Lane
 	price float64
 	// paid is what earlier attempts cost: the solve abandoned at each
 	// provider in abandoned, which may bill it too.
@@ -120,10 +122,12 @@ func New(cfg Config) (*Queue, error) {
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.dispatcher = newDispatcher(q)
-	q.lanes = newLanes(q, cfg)
+	q.lanes = newLanes(cfg)
 	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.run)}
 	for _, l := range q.lanes {
-		q.loops = append(q.loops, startstop.New(l.poller.run))
+		p := newPoller(q, l)
+		q.pollers = append(q.pollers, p)
+		q.loops = append(q.loops, startstop.New(p.run))
 	}
 	return q, nil
 }
@@ -214,14 +218,14 @@ func (q *Queue) register(r Record, w func(Result, error)) *taskState {
 	q.tasks[r.Task.ID] = st
 	if r.Status == StatusInFlight && r.CaptchaID != "" {
 		if l, id, ok := q.laneOf(r.CaptchaID); ok {
-			l.limiter.Take()
-			st.slot, st.lane, st.price = true, l, l.priceOf(r.Task)
+			l.Limiter.Take()
+			st.slot, st.lane, st.price = true, l, priceAt(l, r.Task)
 			st.rec.CaptchaID = id
 			st.resumed = true
 			st.due = q.now() // answers may have waited while we were away
 			q.inflight[r.Task.ID] = st
-			q.byCaptchaID[l.storedID(id)] = st
-			l.poller.wake()
+			q.byCaptchaID[l.StoredID(id)] = st
+			q.pollerOf(l).wake()
 			return st
 		}
 		q.log.Warn("task in flight at a provider this queue no longer has: submitting it again", "id", r.Task.ID)
@@ -487,8 +491,7 @@ func (q *Queue) Resume() {
 	q.mu.Lock()
 	was := false
 	for _, l := range q.lanes {
-		was = was || l.pause != nil
-		l.pause = nil
+		was = l.Resume() || was
 	}
 	q.paused = false
 	q.resumes++
@@ -497,8 +500,8 @@ func (q *Queue) Resume() {
 		q.log.Info("sending resumed")
 	}
 	q.dispatcher.wake()
-	for _, l := range q.lanes {
-		l.poller.wake()
+	for _, p := range q.pollers {
+		p.wake()
 	}
 }
 
@@ -519,17 +522,25 @@ func (q *Queue) Paused() error {
 func (q *Queue) pausedLocked(now time.Time) *AccountError {
 	var first *AccountError
 	for _, l := range q.lanes {
-		p := l.pausedLocked(q, now)
+		p := l.Paused(now)
 		if p == nil {
 			q.paused = false
 			return nil
 		}
 		if first == nil {
-			first = p
+			first = accountError(l, p)
 		}
 	}
 	return first
 }
+
+// accountError is l's pause as the API tells it.
+func accountError(l *lane.Lane, p *lane.Pause) *AccountError {
+	return &AccountError{Code: p.Code, Until: p.Until, Err: p.Err, Provider: l.Name()}
+}
+
+// pollerOf is the poller of l's tasks in flight.
+func (q *Queue) pollerOf(l *lane.Lane) *poller { return q.pollers[l.Index()] }
 
 // epoch identifies the pause state a request was sent under.
 func (q *Queue) epoch() int {
@@ -541,41 +552,42 @@ func (q *Queue) epoch() int {
 // pauseAll stops all sending to l after an account error, keeping every
 // task. An answer to a request sent before the latest Resume is stale and
 // does not pause again.
-func (q *Queue) pauseAll(l *lane, err error, sentAt int) { q.pauseFor(l, err, sentAt, 0) }
+func (q *Queue) pauseAll(l *lane.Lane, err error, sentAt int) { q.pauseFor(l, err, sentAt, 0) }
 
 // pauseFor is pauseAll with a pause of at least d. OnPause is called when
 // the last lane sending pauses.
-func (q *Queue) pauseFor(l *lane, err error, sentAt int, d time.Duration) {
+func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
 	var pe *provider.Error
 	errors.As(err, &pe)
-	ae := &AccountError{Err: err, Provider: l.name}
+	p := &lane.Pause{Err: err}
 	if pe != nil {
-		ae.Code = pe.Code
+		p.Code = pe.Code
 		d = max(d, pe.RetryAfter)
 	}
 	now := q.now()
 	if d > 0 {
-		ae.Until = now.Add(d)
+		p.Until = now.Add(d)
 	}
+	ae := accountError(l, p)
 	q.mu.Lock()
 	if sentAt != q.resumes {
 		q.mu.Unlock()
 		return
 	}
-	first := l.pause == nil
-	l.pause = ae
+	first := l.SetPause(p)
 	all := !q.paused && q.pausedLocked(now) != nil
 	permanent := true
 	if all {
 		q.paused = true
 		for _, o := range q.lanes {
-			permanent = permanent && o.pause.Until.IsZero()
+			op := o.Paused(now)
+			permanent = permanent && op != nil && op.Until.IsZero()
 		}
 	}
 	q.mu.Unlock()
 	if first {
 		if q.multi() {
-			q.log.Error("PROVIDER PAUSED: it refused the account; its tasks go to the other providers", "provider", l.name, "code", ae.Code, "reason", ae.Error())
+			q.log.Error("PROVIDER PAUSED: it refused the account; its tasks go to the other providers", "provider", l.Name(), "code", ae.Code, "reason", ae.Error())
 		} else {
 			q.log.Error("ALL SENDING PAUSED: the provider refused the account; every task is kept", "code", ae.Code, "reason", ae.Error())
 		}
@@ -584,7 +596,7 @@ func (q *Queue) pauseFor(l *lane, err error, sentAt int, d time.Duration) {
 		q.cfg.OnPause(ae, permanent)
 	}
 	q.dispatcher.wake()
-	l.poller.wake()
+	q.pollerOf(l).wake()
 }
 
 // Shutdown stops intake (Submit and its kin return ErrClosed), then waits

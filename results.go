@@ -18,7 +18,7 @@ func (q *Queue) failure(st *taskState, attempts int, code, text string) Result {
 		Price: st.paid, Abandoned: st.abandoned,
 	}
 	if st.lane != nil {
-		r.Provider = st.lane.name
+		r.Provider = st.lane.Name()
 	}
 	return r
 }
@@ -34,7 +34,7 @@ func (q *Queue) success(st *taskState, a provider.Answer, ready, lower time.Time
 		Token: a.Token, Attempts: st.rec.Attempts, CaptchaID: st.rec.CaptchaID,
 		SolveSeconds: ready.Sub(st.rec.SubmittedAt).Seconds(),
 		AcceptedAt:   st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
-		Provider: l.name, Price: st.paid + st.price, Abandoned: st.abandoned,
+		Provider: l.Name(), Price: st.paid + st.price, Abandoned: st.abandoned,
 	}
 	q.mu.Unlock()
 	if r.Token == "" {
@@ -78,7 +78,7 @@ func (q *Queue) claimSolved(st *taskState, captchaID string, at time.Time) bool 
 		return false
 	}
 	st.done = true
-	st.lane.limiter.Success(at)
+	st.lane.Limiter.Success(at)
 	q.leaveFlightLocked(st)
 	return true
 }
@@ -88,13 +88,13 @@ func (q *Queue) claimSolved(st *taskState, captchaID string, at time.Time) bool 
 func (q *Queue) leaveFlightLocked(st *taskState) {
 	delete(q.inflight, st.rec.Task.ID)
 	if st.rec.CaptchaID != "" && st.lane != nil {
-		if key := st.lane.storedID(st.rec.CaptchaID); q.byCaptchaID[key] == st {
+		if key := st.lane.StoredID(st.rec.CaptchaID); q.byCaptchaID[key] == st {
 			delete(q.byCaptchaID, key)
 		}
 	}
 	if st.slot {
 		st.slot = false
-		st.lane.limiter.Release()
+		st.lane.Limiter.Release()
 		q.dispatcher.wake()
 	}
 }
@@ -138,12 +138,7 @@ func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 	st.waiters = nil
 	q.metrics.record(r, ready, delivered)
 	if l := st.lane; l != nil {
-		if r.Status == StatusSolved {
-			l.stats.solved++
-			l.stats.spend += st.price
-		} else {
-			l.stats.failed++
-		}
+		l.Finished(r.Status == StatusSolved, st.price)
 	}
 	close(q.capacityFreed)
 	q.capacityFreed = make(chan struct{})

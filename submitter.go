@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -22,10 +23,7 @@ func (q *Queue) submit(st *taskState) {
 	// the Store cannot write (a broker outage) at most the cap of them
 	// are.
 	defer func() {
-		q.mu.Lock()
-		l.submits--
-		l.launching -= price
-		q.mu.Unlock()
+		l.EndSubmit(price)
 		q.dispatcher.wake()
 	}()
 	t := st.rec.Task
@@ -40,10 +38,10 @@ func (q *Queue) submit(st *taskState) {
 		return
 	}
 	epoch := q.epoch()
-	captchaID, err := l.prov.Submit(q.runCtx, t.ProviderTask(), l.pingbackURL(q.cfg.PingbackURL))
+	captchaID, err := l.Provider().Submit(q.runCtx, t.ProviderTask(), l.PingbackURL(q.cfg.PingbackURL))
 	now := q.now()
 	if err == nil {
-		q.answered(l)
+		l.Answered()
 		q.accepted(st, captchaID, now)
 		return
 	}
@@ -62,7 +60,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	t := st.rec.Task
 	l := st.lane
 	attempt := st.rec.Attempts + 1
-	if err := q.store.Checkpoint(q.storeCtx(), t.ID, l.storedID(captchaID), attempt, now); err != nil {
+	if err := q.store.Checkpoint(q.storeCtx(), t.ID, l.StoredID(captchaID), attempt, now); err != nil {
 		// The provider is solving it now: polling it is right; only a
 		// crash before the next write would cost a second solve.
 		q.log.Error("checkpoint failed; polling anyway", "id", t.ID, "err", err)
@@ -71,22 +69,21 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
 	st.rec.NotBefore = time.Time{}
 	st.transient = 0
-	l.zeroBalanceStreak = 0
-	l.reserveLocked(now, st.price)
+	l.Accepted(now, st.price)
 	st.lastPoll, st.polledAt, st.polls = time.Time{}, time.Time{}, 0
-	st.due = l.poller.align(now, now.Add(q.firstPoll(st.kind)))
+	st.due = q.pollerOf(l).align(now, now.Add(q.firstPoll(st.kind)))
 	q.inflight[t.ID] = st
-	key := l.storedID(captchaID)
+	key := l.StoredID(captchaID)
 	q.byCaptchaID[key] = st
 	early, isEarly := q.earlyPingbacks[key]
 	delete(q.earlyPingbacks, key)
 	q.mu.Unlock()
-	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.name)
+	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.Name())
 	if isEarly {
 		q.pingbackArrived(st, captchaID, early.code, early.at)
 		return
 	}
-	l.poller.wake()
+	q.pollerOf(l).wake()
 }
 
 // firstPoll is how long after submit the first poll goes out: the learned
@@ -115,14 +112,14 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 	attempts := st.rec.Attempts
 	l := st.lane
 	class := provider.ClassOf(err)
-	if transportFailure(err) {
+	if lane.TransportFailure(err) {
 		if q.transportFailed(l, now) {
 			// Down: the task goes to another provider at once.
 			q.requeue(st, attempts, time.Time{}, code, err)
 			return
 		}
 	} else {
-		q.answered(l)
+		l.Answered()
 	}
 	switch class {
 	case provider.ClassTask:
@@ -134,7 +131,7 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		q.retryOrFail(st, attempts+1, code, err, now)
 	case provider.ClassNoSlot:
 		wait = q.noSlotWait(st.kind, wait)
-		l.limiter.NoSlot(now, wait)
+		l.Limiter.NoSlot(now, wait)
 		// The limiter's hold decides when submits go again; the task
 		// keeps its place for the first of them.
 		q.requeue(st, attempts, time.Time{}, code, err)
@@ -142,16 +139,14 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 			// On a pay-per-solve service this is an empty balance, not a
 			// busy plan: say so instead of retrying silently forever,
 			// unless getbalance shows funds (then it is a busy plan).
-			if state, funds := q.checkAccount(l); state != accountFine || funds <= 0 {
+			if state, funds := q.checkAccount(l); state != lane.AccountFine || funds <= 0 {
 				q.pauseFor(l, err, epoch, zeroBalancePause)
 			}
 		}
 	case provider.ClassRateLimit:
 		wait = max(wait, q.cfg.RetryBackoff)
-		q.mu.Lock()
-		l.submitsHeldUntil = now.Add(wait)
-		q.mu.Unlock()
-		q.log.Warn("provider rate limit: submits held", "provider", l.name, "for", wait)
+		l.HoldSubmits(now.Add(wait))
+		q.log.Warn("provider rate limit: submits held", "provider", l.Name(), "for", wait)
 		q.requeue(st, attempts, time.Time{}, code, err)
 	case provider.ClassAccount:
 		q.accountRefused(st, err, code, epoch)
@@ -178,12 +173,12 @@ func (q *Queue) accountRefused(st *taskState, err error, code string, epoch int)
 	attempts := st.rec.Attempts
 	l := st.lane
 	switch state, _ := q.checkAccount(l); state {
-	case accountFine:
+	case lane.AccountFine:
 		q.log.Warn("account error on one task's submit while the account checks fine: the task fails alone", "id", st.rec.Task.ID, "code", code)
 		q.finish(st, q.failure(st, attempts+1, CodeAccountErrorTask, fmt.Sprintf(
 			"the provider answered %s to this task's submit while the account checked fine (getbalance): the task itself draws the refusal (an oversized image, a parameter the provider misreads); it failed alone and sending goes on for every other task", code)))
 		return
-	case accountUnknown:
+	case lane.AccountUnknown:
 		st.accountErrs++
 		if st.accountErrs >= accountErrorRepeats {
 			q.finish(st, q.failure(st, attempts+1, CodeAccountErrorTask, fmt.Sprintf(
@@ -202,35 +197,12 @@ const accountErrorRepeats = 3
 // accountCheckTimeout bounds the getbalance that confirms an account error.
 const accountCheckTimeout = 30 * time.Second
 
-type accountState int
-
-const (
-	accountUnknown accountState = iota
-	accountFine
-	accountRefused
-)
-
-// checkAccount asks the provider for the balance with the configured key:
-// an answer means the account works (and says its funds); an
-// account-class error means it does not; anything else (no Balance
-// method, network) cannot tell.
-func (q *Queue) checkAccount(l *lane) (accountState, float64) {
-	b, ok := l.prov.(BalanceChecker)
-	if !ok {
-		return accountUnknown, 0
-	}
+// checkAccount asks l's provider for the balance (lane.CheckAccount),
+// within accountCheckTimeout.
+func (q *Queue) checkAccount(l *lane.Lane) (lane.AccountState, float64) {
 	ctx, cancel := context.WithTimeout(q.runCtx, accountCheckTimeout)
 	defer cancel()
-	funds, err := b.Balance(ctx)
-	switch {
-	case err == nil:
-		return accountFine, funds
-	case provider.ClassOf(err) == provider.ClassAccount:
-		return accountRefused, 0
-	default:
-		q.log.Warn("account check failed; pausing as if the error were confirmed", "err", err)
-		return accountUnknown, 0
-	}
+	return l.CheckAccount(ctx)
 }
 
 // noSlotWait is how long submits pause after "no free thread": the
@@ -255,32 +227,22 @@ func (q *Queue) noSlotWait(k provider.Kind, advice time.Duration) time.Duration 
 	return w + rand.N(w/4+1)
 }
 
-// zeroBalanceStreak ERROR_ZERO_BALANCE answers in a row, while none of
-// our tasks is at the provider, pause all sending for zeroBalancePause.
-const (
-	zeroBalanceStreak = 10
-	zeroBalancePause  = time.Minute
-)
+// lane.ZeroBalanceStreak ERROR_ZERO_BALANCE answers in a row, while none
+// of our tasks is at the provider, pause all sending for
+// zeroBalancePause.
+const zeroBalancePause = time.Minute
 
 // zeroBalanceRun counts a refusal and reports whether the streak is long
 // enough to pause.
-func (q *Queue) zeroBalanceRun(l *lane, code string) bool {
+func (q *Queue) zeroBalanceRun(l *lane.Lane, code string) bool {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if code != provider.ErrZeroBalance.Code || q.inflightAt(l) > 0 {
-		l.zeroBalanceStreak = 0
-		return false
-	}
-	l.zeroBalanceStreak++
-	if l.zeroBalanceStreak < zeroBalanceStreak {
-		return false
-	}
-	l.zeroBalanceStreak = 0
-	return true
+	n := q.inflightAt(l)
+	q.mu.Unlock()
+	return l.ZeroBalance(code, n)
 }
 
 // inflightAt counts the tasks in flight at l. Callers hold q.mu.
-func (q *Queue) inflightAt(l *lane) int {
+func (q *Queue) inflightAt(l *lane.Lane) int {
 	if !q.multi() {
 		return len(q.inflight)
 	}

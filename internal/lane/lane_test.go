@@ -1,0 +1,169 @@
+package lane
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func newLane(c Config) *Lane {
+	c.Logger = slog.New(slog.DiscardHandler)
+	c.Threads = max(c.Threads, 1)
+	if c.DownAfter == 0 {
+		c.DownAfter = 30 * time.Second
+	}
+	return New(c)
+}
+
+// A named provider's ids are stored as "name:id" and its pingback URL
+// names it; a queue of one unnamed provider keeps both bare.
+func TestStoredIDAndPingbackURL(t *testing.T) {
+	named, bare := newLane(Config{Name: "backup"}), newLane(Config{})
+	for _, c := range []struct{ got, want string }{
+		{named.StoredID("42"), "backup:42"},
+		{bare.StoredID("42"), "42"},
+		{named.PingbackURL("https://h.example/pb"), "https://h.example/pb?provider=backup"},
+		{named.PingbackURL("https://h.example/pb?s=1"), "https://h.example/pb?s=1&provider=backup"},
+		{named.PingbackURL(""), ""},
+		{bare.PingbackURL("https://h.example/pb"), "https://h.example/pb"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+// A pause with an end lifts by itself at that end, not a moment before;
+// one without stays until Resume.
+func TestPauseLiftsAtItsEnd(t *testing.T) {
+	l := newLane(Config{})
+	if !l.SetPause(&Pause{Code: "ERROR_IP_BANNED", Until: t0.Add(time.Minute)}) {
+		t.Fatal("first pause: not first")
+	}
+	if l.Routable(t0.Add(time.Minute - 1)) {
+		t.Fatal("routable 1 ns before the pause ends")
+	}
+	if until, blocked := l.SendHold(t0); !blocked || !until.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("SendHold %v %v, want held until the pause ends", until, blocked)
+	}
+	if !l.Routable(t0.Add(time.Minute)) || l.Paused(t0.Add(time.Minute)) != nil {
+		t.Fatal("pause in force at its end")
+	}
+	l.SetPause(&Pause{Code: "ERROR_WRONG_USER_KEY"})
+	if l.Routable(t0.Add(24 * time.Hour)) {
+		t.Fatal("a pause with no end lifted by itself")
+	}
+	if !l.Resume() || l.Paused(t0) != nil {
+		t.Fatal("Resume did not lift the pause")
+	}
+}
+
+// Only a lane that may go down goes down, after failing longer than its
+// DownAfter; a probe is due DownAfter later, and one that answers brings
+// it back.
+func TestDownAndProbe(t *testing.T) {
+	alone := newLane(Config{})
+	alone.TransportFailed(t0)
+	if down, _ := alone.TransportFailed(t0.Add(time.Hour)); down {
+		t.Fatal("the only lane went down")
+	}
+	l := newLane(Config{MayGoDown: true, DownAfter: 10 * time.Second})
+	l.TransportFailed(t0)
+	if down, _ := l.TransportFailed(t0.Add(10 * time.Second)); down {
+		t.Fatal("down at DownAfter, want only past it")
+	}
+	down, wentDown := l.TransportFailed(t0.Add(10*time.Second + 1))
+	if !down || !wentDown || l.Routable(t0.Add(11*time.Second)) {
+		t.Fatalf("down %v, went down %v: want both, out of routing", down, wentDown)
+	}
+	if _, wentDown := l.TransportFailed(t0.Add(11 * time.Second)); wentDown {
+		t.Fatal("went down twice")
+	}
+	if start, next := l.ProbeDue(t0.Add(11 * time.Second)); start || !next.Equal(t0.Add(20*time.Second+1)) {
+		t.Fatalf("probe start %v, next %v; want next at DownAfter after going down", start, next)
+	}
+	if start, _ := l.ProbeDue(t0.Add(20*time.Second + 1)); !start {
+		t.Fatal("probe not started when due")
+	}
+	if start, next := l.ProbeDue(t0.Add(time.Hour)); start || !next.IsZero() {
+		t.Fatal("a second probe while one runs")
+	}
+	l.ProbeDone(false, t0.Add(21*time.Second))
+	if _, next := l.ProbeDue(t0.Add(21 * time.Second)); !next.Equal(t0.Add(31 * time.Second)) {
+		t.Fatalf("after a failed probe the next is at %v, want DownAfter later", next)
+	}
+	l.ProbeDone(true, t0.Add(31*time.Second))
+	if !l.Routable(t0.Add(31 * time.Second)) {
+		t.Fatal("a probe answered and the lane is still out of routing")
+	}
+}
+
+// The hourly bound counts solves accepted in the last hour and those in
+// progress.
+func TestAffords(t *testing.T) {
+	l := newLane(Config{PricePer1000: map[string]float64{"default": 2, "turnstile": 1}, MaxSpendPerHour: 0.004})
+	if p := l.PriceOf("turnstile"); p != 0.001 {
+		t.Fatalf("turnstile price %v, want 0.001", p)
+	}
+	if p := l.PriceOf("hcaptcha"); p != 0.002 {
+		t.Fatalf("default price %v, want 0.002", p)
+	}
+	l.Accepted(t0, 0.002)
+	if ok, _ := l.Affords(t0.Add(time.Minute), 0.002); !ok {
+		t.Fatal("one solve reserved of two: refused")
+	}
+	l.StartSubmit(0.002)
+	if ok, retry := l.Affords(t0.Add(time.Minute), 0.002); ok || !retry.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("cap reached: ok %v, retry %v; want refused until the first leaves the hour", ok, retry)
+	}
+	l.EndSubmit(0.002)
+	if s := l.Stats(t0.Add(time.Minute)); s.Submitted != 1 || s.SpendLastHour != 0.002 {
+		t.Fatalf("stats %+v, want 1 submitted, 0.002 in the last hour", s)
+	}
+	if ok, _ := l.Affords(t0.Add(time.Hour+1), 0.002); !ok {
+		t.Fatal("the first solve left the hour: refused")
+	}
+}
+
+// Ten zero-balance refusals in a row, with nothing in flight, pause; one
+// with a task in flight, or another code, starts the count again.
+func TestZeroBalanceStreak(t *testing.T) {
+	l := newLane(Config{})
+	zero := provider.ErrZeroBalance.Code
+	for i := range ZeroBalanceStreak - 1 {
+		if l.ZeroBalance(zero, 0) {
+			t.Fatalf("paused after %d refusals", i+1)
+		}
+	}
+	if l.ZeroBalance(zero, 1) {
+		t.Fatal("paused with a task in flight")
+	}
+	for i := range ZeroBalanceStreak {
+		if got := l.ZeroBalance(zero, 0); got != (i == ZeroBalanceStreak-1) {
+			t.Fatalf("refusal %d: pause %v", i+1, got)
+		}
+	}
+}
+
+func TestTransportFailure(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("in.php: %w", provider.ErrNetwork), true},
+		{provider.ErrHTTP5xx, true},
+		{provider.ErrBadAnswer, true},
+		{provider.ErrZeroBalance, false},
+		{errors.New("other"), false},
+	} {
+		if got := TransportFailure(c.err); got != c.want {
+			t.Errorf("TransportFailure(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
