@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 )
 
 // ProvidersEnv is where ParseProviders reads keys and how it builds
@@ -24,6 +25,9 @@ type ProvidersEnv struct {
 	// NewClient builds a provider's client. Default a *provider.Client
 	// with the given base URL, key and methods.
 	NewClient func(cfg provider.ClientConfig) (Provider, error)
+	// NewCreateTaskClient builds the client of a provider whose protocol
+	// is "createtask". Default a *createtask.Client.
+	NewCreateTaskClient func(cfg provider.ClientConfig) (Provider, error)
 	// WithoutKeys reads the file for routing and validation only, as a
 	// door that solves nothing does (the fleet's gateway, captchaq
 	// enqueue): no key is read, no client built, and each Provider is
@@ -34,7 +38,7 @@ type ProvidersEnv struct {
 // providersFields are the fields of one entry of a providers file.
 var providersFields = []string{
 	"name", "url", "key_env", "key_file", "threads", "plan", "methods",
-	"price_per_1000", "spill_after", "max_spend_per_hour", "down_after",
+	"price_per_1000", "spill_after", "max_spend_per_hour", "down_after", "protocol",
 }
 
 // ParseProviders reads a providers file: a JSON array of providers, the
@@ -51,7 +55,8 @@ var providersFields = []string{
 // itself. threads (or plan, a plan's name), methods, price_per_1000,
 // spill_after, max_spend_per_hour and down_after (durations as "5s") are
 // the ProviderConfig fields of the same names; methods defaults to
-// CaptchaAI's for CaptchaAI's URL, else to provider.CommonMethods. Field
+// CaptchaAI's for CaptchaAI's URL, createtask.Methods for a createtask
+// provider, else to provider.CommonMethods. Field
 // names are lower case; an unknown field is refused. The error lists every
 // problem at once, each naming the entry, the field and the fix, and never
 // carries a key.
@@ -64,6 +69,9 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 	}
 	if env.NewClient == nil {
 		env.NewClient = func(cfg provider.ClientConfig) (Provider, error) { return provider.NewClient(cfg) }
+	}
+	if env.NewCreateTaskClient == nil {
+		env.NewCreateTaskClient = func(cfg provider.ClientConfig) (Provider, error) { return createtask.NewClient(cfg) }
 	}
 	var entries []map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -189,6 +197,19 @@ func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (
 			pc.Threads = n
 		}
 	}
+	newClient := env.NewClient
+	protocol := str("protocol")
+	switch protocol {
+	case "", "in.php":
+	case "createtask":
+		newClient = env.NewCreateTaskClient
+		if isCaptchaAI(base) {
+			fail("protocol", "CaptchaAI speaks only in.php/res.php: leave protocol out for its URL")
+		}
+	default:
+		fail("protocol", "%q is not a protocol captchaq speaks; use \"in.php\" (the default) or \"createtask\"", protocol)
+	}
+	createTask := protocol == "createtask"
 	if raw, ok := e["methods"]; ok {
 		if err := json.Unmarshal(raw, &pc.Methods); err != nil {
 			fail("methods", "must be an array of method names, e.g. [\"hcaptcha\", \"turnstile\"]")
@@ -196,10 +217,15 @@ func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (
 			pc.Methods = []string{}
 		}
 		for j, m := range pc.Methods {
-			if !slices.Contains(provider.KnownMethods, m) {
+			switch {
+			case !slices.Contains(provider.KnownMethods, m):
 				fail("methods", "[%d] %q is not a method captchaq can validate; use one of %s", j, m, strings.Join(provider.KnownMethods, ", "))
+			case createTask && !slices.Contains(createtask.Methods, m):
+				fail("methods", "[%d] %q has no createTask type; a createtask provider solves %s", j, m, strings.Join(createtask.Methods, ", "))
 			}
 		}
+	} else if createTask {
+		pc.Methods = createtask.Methods
 	} else if isCaptchaAI(base) {
 		pc.Methods = provider.CaptchaAIMethods
 	}
@@ -221,7 +247,7 @@ func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (
 		if methods == nil {
 			methods = provider.CommonMethods
 		}
-		cl, err := env.NewClient(provider.ClientConfig{BaseURL: base, Key: key, Methods: methods})
+		cl, err := newClient(provider.ClientConfig{BaseURL: base, Key: key, Methods: methods})
 		if err != nil {
 			fail("url", "%v", err)
 		}

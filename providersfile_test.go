@@ -10,6 +10,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 )
 
 // The issue's example file, word for word.
@@ -59,7 +60,7 @@ func TestParseProvidersErrors(t *testing.T) {
 	want := []string{
 		`providers[0] (main).URL: write the field name in lower case: "url"`,
 		`providers[0] (main).key: a key is never read from the providers file; put it in an environment variable named by "key_env", or a file named by "key_file"`,
-		`providers[0] (main).thread: unknown field; the fields are name, url, key_env, key_file, threads, plan, methods, price_per_1000, spill_after, max_spend_per_hour, down_after`,
+		`providers[0] (main).thread: unknown field; the fields are name, url, key_env, key_file, threads, plan, methods, price_per_1000, spill_after, max_spend_per_hour, down_after, protocol`,
 		`providers[0] (main).url: required: the service's base URL, e.g. https://ocr.captchaai.com`,
 		`providers[0] (main).key_env: the environment variable NOPE is not set; export it with the provider's account key`,
 		`providers[1] (main).url: "ftp://x" is not an absolute http(s) URL; use e.g. https://ocr.captchaai.com`,
@@ -128,4 +129,51 @@ func ExampleParseProviders() {
 	// main: 20 threads, 10 methods, map[] per 1,000, spill after 0s, at most 0 an hour
 	// backup: 100 threads, 4 methods, map[base64:0.5 default:2.99] per 1,000, spill after 5s, at most 3 an hour
 	// <nil>
+}
+
+// A provider of the createTask protocol: its client, its methods by
+// default, and the mistakes the file can make about it.
+func TestParseProvidersCreateTask(t *testing.T) {
+	t.Parallel()
+	file := `[{"name": "captchaai", "url": "https://ocr.captchaai.com", "key_env": "CAPTCHAAI_KEY", "methods": ["base64", "post"]},
+	 {"name": "anticaptcha", "url": "https://api.anti-captcha.com", "key_env": "AC_KEY", "protocol": "createtask", "spill_after": "2s"}]`
+	var built []string
+	env := providersEnv(map[string]string{"CAPTCHAAI_KEY": "k1", "AC_KEY": "k2"})
+	ps, err := captchaq.ParseProviders([]byte(file), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := ps[0].Provider.(*provider.Client); !ok {
+		t.Errorf("captchaai: %T, want *provider.Client", ps[0].Provider)
+	}
+	if _, ok := ps[1].Provider.(*createtask.Client); !ok || !slices.Equal(ps[1].Methods, createtask.Methods) || ps[1].SpillAfter != 2*time.Second {
+		t.Errorf("anticaptcha: %T %+v, want a *createtask.Client solving %v", ps[1].Provider, ps[1], createtask.Methods)
+	}
+	if _, err := captchaq.New(captchaq.Config{Providers: ps}); err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	env.NewCreateTaskClient = func(cfg provider.ClientConfig) (captchaq.Provider, error) {
+		built = append(built, cfg.BaseURL+" "+strings.Join(cfg.Methods, ","))
+		return createtask.NewClient(cfg)
+	}
+	if _, err := captchaq.ParseProviders([]byte(`[{"name":"cm","url":"https://api.capmonster.cloud","key_env":"AC_KEY","protocol":"createtask","methods":["turnstile"]}]`), env); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(built, []string{"https://api.capmonster.cloud turnstile"}) {
+		t.Errorf("clients built: %q", built)
+	}
+
+	bad := `[{"name": "a", "url": "https://ocr.captchaai.com", "key_env": "AC_KEY", "protocol": "createtask"},
+	 {"name": "b", "url": "https://api.example", "key_env": "AC_KEY", "protocol": "json"},
+	 {"name": "c", "url": "https://api.example", "key_env": "AC_KEY", "protocol": "createtask", "methods": ["turnstile", "bls"]}]`
+	_, err = captchaq.ParseProviders([]byte(bad), env)
+	for _, w := range []string{
+		`providers[0] (a).protocol: CaptchaAI speaks only in.php/res.php: leave protocol out for its URL`,
+		`providers[1] (b).protocol: "json" is not a protocol captchaq speaks; use "in.php" (the default) or "createtask"`,
+		`providers[2] (c).methods: [1] "bls" has no createTask type; a createtask provider solves base64, funcaptcha, geetest, geetest_v4, hcaptcha, post, turnstile, userrecaptcha`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
+	}
 }

@@ -9,6 +9,8 @@
 // Routes:
 //
 //	/in.php, /res.php             the provider's protocol, with the clients' own keys
+//	POST /createTask, /getTaskResult, /getBalance, /reportIncorrect…, /reportCorrect…
+//	                              the JSON createTask protocol, the same tasks and keys
 //	POST   /v1/tasks              one task object or an array (captchaq.Task JSON)
 //	GET    /v1/tasks/{id}         record and result; ?wait=30s long-polls
 //	DELETE /v1/tasks/{id}         cancel a queued task
@@ -60,6 +62,20 @@
 //     or not; a key in the query string is checked before the body is
 //     read; header_acao=1 adds Access-Control-Allow-Origin: *, and OPTIONS
 //     is answered as a CORS preflight.
+//   - The createTask protocol (2captcha API v2, Anti-Captcha, CapMonster
+//     Cloud) is translated at the door: clientKey is a client's key, a
+//     task object becomes the in.php method and params
+//     (provider/createtask.ParseTask) and takes in.php's path from there
+//     (one validation, the same rate, max_inflight, ids and Backend), and
+//     answers go back as the type's solution fields. A task of either
+//     protocol can be read by the other (its taskId is the in.php id, an
+//     integer). Errors are HTTP 200 {"errorId","errorCode",
+//     "errorDescription"}, in.php's codes mapped to the protocol's
+//     (ERROR_WRONG_USER_KEY → ERROR_KEY_DOES_NOT_EXIST,
+//     ERROR_WRONG_CAPTCHA_ID → ERROR_NO_SUCH_CAPCHA_ID, an unsupported
+//     type → ERROR_TASK_NOT_SUPPORTED, …; docs/protocols.md). A
+//     callbackUrl is POSTed getTaskResult's JSON with the taskId, through
+//     the same guarded sender as an in.php pingback.
 //   - Protocol errors on the front are HTTP 200 with the provider's codes,
 //     as the provider does; the JSON API uses HTTP status codes. A task
 //     refused by captchaq.Queue.Validate (captchaq.Task.Validate behind a gateway) is 400 with {"error", "code",

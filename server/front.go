@@ -113,18 +113,18 @@ func replyFor(w http.ResponseWriter, form *apiform.Request) frontReply {
 	return frontReply{w: w, json: form.JSON}
 }
 
-// formError answers a request the parser refused.
-func (s *Server) formError(reply frontReply, err error) {
+// formErrorCode is the in.php code and text for a request the parser
+// refused.
+func formErrorCode(s *Server, err error) (string, string) {
 	switch {
 	case errors.Is(err, apiform.ErrWrongKey):
-		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
+		return "ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file"
 	case errors.Is(err, errBodiesBusy):
-		reply.fail("ERROR_NO_SLOT_AVAILABLE", s.bodiesBusy())
+		return "ERROR_NO_SLOT_AVAILABLE", s.bodiesBusy()
 	case errors.Is(err, apiform.ErrTooBig):
-		reply.fail("ERROR_TOO_BIG_CAPTCHA_FILESIZE", "request body "+strings.TrimPrefix(err.Error(), "apiform: request body too large: ")+", the server's limit")
-	default:
-		reply.fail("ERROR_BAD_PARAMETERS", "the request could not be read: "+err.Error())
+		return "ERROR_TOO_BIG_CAPTCHA_FILESIZE", "request body " + strings.TrimPrefix(err.Error(), "apiform: request body too large: ") + ", the server's limit"
 	}
+	return "ERROR_BAD_PARAMETERS", "the request could not be read: " + err.Error()
 }
 
 // frontKeys are in.php fields that are the front's, not the task's.
@@ -137,7 +137,7 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 	form, err := s.frontForm(w, r)
 	reply := replyFor(w, form)
 	if err != nil {
-		s.formError(reply, err)
+		reply.fail(formErrorCode(s, err))
 		return
 	}
 	cs := s.client(form.Get("key"))
@@ -146,29 +146,45 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, code, text := s.frontTask(r.Context(), cs, form)
-	if code != "" {
-		reply.fail(code, text)
-		return
+	if code == "" {
+		var local string
+		if local, code, text = s.acceptFront(r.Context(), cs, t); code == "" {
+			reply.ok(local)
+			return
+		}
 	}
+	reply.fail(inPHPCode(code), text)
+}
+
+// inPHPCode is a front code as in.php answers it: a type no provider
+// solves is ERROR_BAD_PARAMETERS there, as at the provider.
+func inPHPCode(code string) string {
+	if code == provider.CodeUnsupportedType {
+		return "ERROR_BAD_PARAMETERS"
+	}
+	return code
+}
+
+// acceptFront hands a task of either protocol's front to the Backend,
+// within the client's rate and max_inflight, and returns the client's id
+// for it, or the in.php code refusing it.
+func (s *Server) acceptFront(ctx context.Context, cs *clientState, t captchaq.Task) (local, code, text string) {
 	if le := cs.reserve([]string{t.ID}); le != nil {
 		if le.inflight {
-			reply.fail("ERROR_NO_SLOT_AVAILABLE", le.msg)
-		} else {
-			reply.fail("MAX_USER_TURN", le.msg)
+			return "", "ERROR_NO_SLOT_AVAILABLE", le.msg
 		}
-		return
+		return "", "MAX_USER_TURN", le.msg
 	}
-	if err := s.submit(r.Context(), t); err != nil {
+	if err := s.submit(ctx, t); err != nil {
 		cs.release(t.ID)
 		code, text := submitErrorCode(err)
-		reply.fail(code, text)
-		return
+		return "", code, text
 	}
 	cs.mu.Lock()
 	cs.accepted++
 	cs.mu.Unlock()
-	_, local := splitID(t.ID)
-	reply.ok(local)
+	_, local = splitID(t.ID)
+	return local, "", ""
 }
 
 // frontTask turns an in.php form into a Task, or a protocol error.
@@ -177,6 +193,46 @@ func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.R
 	if method == "" {
 		return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "method: required (e.g. userrecaptcha, turnstile, base64, post)"
 	}
+	params := map[string]string{}
+	for k, v := range form.Named() {
+		if frontKeys[strings.ToLower(k)] {
+			continue
+		}
+		params[k] = v
+	}
+	if method == "post" {
+		// The image travels inside the task (the Store keeps it), as base64.
+		file := form.File
+		if len(file) == 0 {
+			return captchaq.Task{}, "ERROR_ZERO_CAPTCHA_FILESIZE", "method post needs a multipart part named file with the image"
+		}
+		method = "base64"
+		params["body"] = base64.StdEncoding.EncodeToString(file)
+	}
+	priority := 0
+	if p := form.Get("priority"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "priority: must be a whole number, 0 or more (lower is more urgent), got " + strconv.Quote(p)
+		}
+		priority = n
+	}
+	pingback := ""
+	if pb := form.Get("pingback"); pb != "" {
+		if reason := checkURL(pb); reason != "" {
+			return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "pingback: " + reason
+		}
+		pingback = formPingback + pb
+	}
+	return s.newFrontTask(ctx, cs, provider.Task{Method: method, Params: params}, priority, pingback)
+}
+
+// newFrontTask gives a task that came by either protocol's front (its
+// in.php method and params, translated at the door for createTask) an id
+// of the client's, and checks and clamps it as every front task is: one
+// validation, one set of rules. pingback is the stored Task.Pingback,
+// marked with the protocol of its POST.
+func (s *Server) newFrontTask(ctx context.Context, cs *clientState, pt provider.Task, priority int, pingback string) (captchaq.Task, string, string) {
 	id, err := s.freshID(ctx, cs.Name)
 	if errors.Is(err, errNoFreshID) {
 		return captchaq.Task{}, "ERROR_NO_SLOT_AVAILABLE", err.Error()
@@ -185,35 +241,7 @@ func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.R
 		s.log.Error("store read failed", "err", err)
 		return captchaq.Task{}, "ERROR_INTERNAL_SERVER_ERROR", ""
 	}
-	t := captchaq.Task{ID: storeID(cs.Name, id), Method: method, Params: map[string]string{}, Tenant: cs.Name}
-	for k, v := range form.Named() {
-		if frontKeys[strings.ToLower(k)] {
-			continue
-		}
-		t.Params[k] = v
-	}
-	if method == "post" {
-		// The image travels inside the task (the Store keeps it), as base64.
-		file := form.File
-		if len(file) == 0 {
-			return t, "ERROR_ZERO_CAPTCHA_FILESIZE", "method post needs a multipart part named file with the image"
-		}
-		t.Method = "base64"
-		t.Params["body"] = base64.StdEncoding.EncodeToString(file)
-	}
-	if p := form.Get("priority"); p != "" {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return t, "ERROR_BAD_PARAMETERS", "priority: must be a whole number, 0 or more (lower is more urgent), got " + strconv.Quote(p)
-		}
-		t.Priority = n
-	}
-	if pb := form.Get("pingback"); pb != "" {
-		if reason := checkURL(pb); reason != "" {
-			return t, "ERROR_BAD_PARAMETERS", "pingback: " + reason
-		}
-		t.Pingback = formPingback + pb
-	}
+	t := captchaq.Task{ID: storeID(cs.Name, id), Method: pt.Method, Params: pt.Params, Tenant: cs.Name, Priority: priority, Pingback: pingback}
 	if err := s.validate(t); err != nil {
 		code, text := submitErrorCode(err)
 		return t, code, text
@@ -257,7 +285,9 @@ func submitErrorCode(err error) (string, string) {
 		}
 		return "ERROR_BAD_PARAMETERS", ve.Error()
 	case errors.As(err, &pe) && pe.Code == provider.CodeUnsupportedType:
-		return "ERROR_BAD_PARAMETERS", pe.Text
+		// in.php answers it ERROR_BAD_PARAMETERS (inPHPCode); createTask
+		// has a code of its own.
+		return provider.CodeUnsupportedType, pe.Text
 	case errors.Is(err, captchaq.ErrInvalidTask):
 		return "ERROR_BAD_PARAMETERS", err.Error()
 	case errors.Is(err, captchaq.ErrClosed):
@@ -273,7 +303,7 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 	form, err := s.frontForm(w, r)
 	reply := replyFor(w, form)
 	if err != nil {
-		s.formError(reply, err)
+		reply.fail(formErrorCode(s, err))
 		return
 	}
 	cs := s.client(form.Get("key"))
@@ -296,34 +326,45 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 		}
 		reply.plain(1, strconv.FormatFloat(v, 'f', -1, 64))
 	case "reportbad", "reportgood":
-		rec, code := s.frontRecord(r, cs, form.Get("id"))
-		if code != "" {
-			reply.fail(code, "")
+		if code, text := s.frontReport(r, cs, form.Get("id"), action == "reportgood"); code != "" {
+			reply.fail(code, text)
 			return
 		}
-		if rec.Status != captchaq.StatusSolved {
-			reply.fail("ERROR_WRONG_CAPTCHA_ID", "only a solved task can be reported")
-			return
-		}
-		if s.cfg.Report != nil && rec.Result.CaptchaID != "" {
-			if err := s.cfg.Report(r.Context(), *rec.Result, action == "reportgood"); err != nil {
-				var pe *provider.Error
-				if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "ERROR_") {
-					reply.fail(pe.Code, pe.Text)
-					return
-				}
-				s.log.Warn("report not forwarded to the provider", "action", action, "err", err)
-				reply.fail("ERROR_INTERNAL_SERVER_ERROR", "the report could not reach the provider; try again")
-				return
-			}
-		}
-		s.metrics.reports.WithLabelValues(strings.TrimPrefix(action, "report")).Inc()
 		reply.plain(1, "OK_REPORT_RECORDED")
 	case "":
 		reply.fail("ERROR_BAD_PARAMETERS", "action: required (get, getbalance, reportbad, reportgood)")
 	default:
 		reply.fail("ERROR_BAD_PARAMETERS", "action: "+strconv.Quote(action)+" is not supported (get, getbalance, reportbad, reportgood)")
 	}
+}
+
+// frontReport checks a client's report on its task id (the caller's
+// solved task), forwards it to the provider that solved it and counts it;
+// code is the in.php refusal, "" once recorded.
+func (s *Server) frontReport(r *http.Request, cs *clientState, id string, good bool) (code, text string) {
+	rec, code := s.frontRecord(r, cs, id)
+	if code != "" {
+		return code, ""
+	}
+	if rec.Status != captchaq.StatusSolved {
+		return "ERROR_WRONG_CAPTCHA_ID", "only a solved task can be reported"
+	}
+	action := "reportbad"
+	if good {
+		action = "reportgood"
+	}
+	if s.cfg.Report != nil && rec.Result.CaptchaID != "" {
+		if err := s.cfg.Report(r.Context(), *rec.Result, good); err != nil {
+			var pe *provider.Error
+			if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "ERROR_") {
+				return pe.Code, pe.Text
+			}
+			s.log.Warn("report not forwarded to the provider", "action", action, "err", err)
+			return "ERROR_INTERNAL_SERVER_ERROR", "the report could not reach the provider; try again"
+		}
+	}
+	s.metrics.reports.WithLabelValues(strings.TrimPrefix(action, "report")).Inc()
+	return "", ""
 }
 
 // frontRecord finds the caller's task by its own id; code is the

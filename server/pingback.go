@@ -20,7 +20,8 @@ import (
 
 // pingbackSender POSTs results to the pingback URLs clients gave with
 // their tasks: urlencoded id=…&code=… (as 2captcha does) for tasks from
-// in.php, JSON (the Result) for tasks from the API. Each call has a
+// in.php, getTaskResult's JSON with the taskId for a createTask
+// callbackUrl, JSON (the Result) for tasks from the API. Each call has a
 // timeout and a few attempts with backoff. Each client has its own queue
 // and senders (at most parallel calls at once), so a slow receiver of one
 // client delays only that client's pingbacks; results past a client's
@@ -160,18 +161,25 @@ func (ps *pingbackSender) send(j pingbackJob) {
 	var body []byte
 	var ctype string
 	target, form := strings.CutPrefix(rec.Task.Pingback, formPingback)
+	target, ct := strings.CutPrefix(target, ctPingback)
 	if checkURL(target) != "" {
 		ps.metrics.WithLabelValues(pingbackFailed).Inc()
 		return // stored before the checks of today
 	}
-	if form {
+	switch {
+	case ct:
+		res := j.res
+		rec.Result = &res
+		body = ctCallbackBody(rec, j.local)
+		ctype = "application/json"
+	case form:
 		code := j.res.Token
 		if j.res.Status != captchaq.StatusSolved {
 			code, _ = failureCode(j.res)
 		}
 		body = []byte(url.Values{"id": {j.local}, "code": {code}}.Encode())
 		ctype = "application/x-www-form-urlencoded"
-	} else {
+	default:
 		res := j.res
 		res.ID = j.local
 		body, _ = json.Marshal(res)

@@ -21,6 +21,9 @@ func (s *Server) routes() http.Handler {
 	}
 	handle("/in.php", "in.php", true, http.HandlerFunc(s.handleIn))
 	handle("/res.php", "res.php", true, http.HandlerFunc(s.handleRes))
+	for _, m := range createTaskMethods {
+		handle("/"+m, "createtask", true, http.HandlerFunc(s.handleCreateTask))
+	}
 	handle("POST /v1/tasks", "tasks_create", true, s.authed(s.handleCreate))
 	handle("GET /v1/tasks/{id}", "tasks_get", true, s.authed(s.handleGet))
 	handle("DELETE /v1/tasks/{id}", "tasks_cancel", true, s.authed(s.handleCancel))

@@ -79,7 +79,7 @@ const accountCheckTimeout = 5 * time.Second
 // checkAccount asks the provider for the balance once, so a service whose
 // key the provider refuses stops at start (exit code 3) instead of running
 // paused. Any other failure is only reported: the provider may come back.
-func checkAccount(ctx context.Context, pc *provider.Client, warn func(error)) error {
+func checkAccount(ctx context.Context, pc captchaq.BalanceChecker, warn func(error)) error {
 	ctx, cancel := context.WithTimeout(ctx, accountCheckTimeout)
 	defer cancel()
 	_, err := pc.Balance(ctx)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
-	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -223,7 +222,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 // solves tasks itself.
 func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *slog.Logger) (server.Config, []any, func(), error) {
 	qc := captchaq.Config{Threads: *f.threads, Plan: *f.plan, PollInterval: *f.pollInterval, Logger: log}
-	var pc *provider.Client
+	var pc captchaq.BalanceChecker // getbalance's account
 	if f.providers.path != "" {
 		lanes, err := loadProviders(env, f.providers.path)
 		if err != nil {
@@ -234,18 +233,18 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 		}
 		qc.Providers, qc.Threads = lanes, 0
 		// getbalance answers the first (preferred) provider's balance.
-		pc, _ = lanes[0].Provider.(*provider.Client)
+		pc, _ = lanes[0].Provider.(captchaq.BalanceChecker)
 	} else {
-		var err error
-		if pc, err = newProviderClient(env, *f.apiURL); err != nil {
+		client, err := newProviderClient(env, *f.apiURL)
+		if err != nil {
 			return server.Config{}, nil, nil, &exitError{code: 2, err: err}
 		}
-		if err := checkAccount(ctx, pc, func(err error) {
+		if err := checkAccount(ctx, client, func(err error) {
 			log.Warn("cannot check the provider account now; starting anyway", "err", err)
 		}); err != nil {
 			return server.Config{}, nil, nil, err
 		}
-		qc.Provider = pc
+		qc.Provider, pc = client, client
 	}
 	path, err := storePath(*f.store, serveStoreDefault)
 	if err != nil {
@@ -269,7 +268,7 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 func checkAccounts(ctx context.Context, lanes []captchaq.ProviderConfig, log *slog.Logger) error {
 	var refused []error
 	for _, l := range lanes {
-		pc, ok := l.Provider.(*provider.Client)
+		pc, ok := l.Provider.(captchaq.BalanceChecker)
 		if !ok {
 			continue
 		}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
-	"github.com/captchaq/captchaq/provider"
 )
 
 func init() {
@@ -64,7 +63,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	log := slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Logger = log
 	qc := captchaq.Config{Threads: *threads, Plan: *plan, PollInterval: *poll, Logger: log}
-	var client *provider.Client // the one whose balance the beats carry
+	var client captchaq.BalanceChecker // the one whose balance the beats carry
 	if providers.path != "" {
 		lanes, err := loadProviders(env, providers.path)
 		if err != nil {
@@ -76,17 +75,18 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 		qc.Providers = lanes
 		// getbalance through a gateway answers the first (preferred)
 		// provider's balance, as serve does.
-		client, _ = lanes[0].Provider.(*provider.Client)
+		client, _ = lanes[0].Provider.(captchaq.BalanceChecker)
 	} else {
-		if client, err = newProviderClient(env, *apiURL); err != nil {
+		pc, err := newProviderClient(env, *apiURL)
+		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
-		if err := checkAccount(ctx, client, func(err error) {
+		if err := checkAccount(ctx, pc, func(err error) {
 			log.Warn("cannot check the provider account now; starting anyway", "err", err)
 		}); err != nil {
 			return err
 		}
-		qc.Provider = client
+		qc.Provider, client = pc, pc
 	}
 	var balance func(context.Context) (float64, error)
 	if client != nil {
