@@ -134,13 +134,15 @@ func parseResults(t *testing.T, out string) map[string]captchaq.Result {
 func wantAllSolved(t *testing.T, got map[string]captchaq.Result, tasks []captchaq.Task) {
 	t.Helper()
 	var want, have []string
+	method := map[string]string{}
 	for _, task := range tasks {
 		want = append(want, task.ID)
+		method[task.ID] = task.Method
 	}
 	for id, r := range got {
 		have = append(have, id)
-		if r.Status != captchaq.StatusSolved || r.Token == "" || r.Method != "turnstile" {
-			t.Errorf("result %q = %+v; want solved turnstile with a token", id, r)
+		if r.Status != captchaq.StatusSolved || r.Token == "" || r.Method != method[id] {
+			t.Errorf("result %q = %+v; want solved %s with a token", id, r, method[id])
 		}
 	}
 	slices.Sort(want)

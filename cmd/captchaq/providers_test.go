@@ -303,14 +303,26 @@ func TestWorkerProviders(t *testing.T) {
 // A batch on two providers whose main simulator, a process of its own, is
 // killed with SIGKILL mid-run: every task still gets its answer, the ones
 // in flight there from backup with "abandoned": ["main"].
-func TestBatchProvidersMainKilled(t *testing.T) {
+func TestBatchProvidersMainKilled(t *testing.T) { batchMainKilled(t, "in.php", "in.php") }
+
+// The same with a createTask main and an in.php backup, and the other way
+// round: failover between protocols is failover between lanes.
+func TestBatchProvidersCreateTaskMainKilled(t *testing.T) { batchMainKilled(t, "createtask", "in.php") }
+
+func TestBatchProvidersMainKilledCreateTaskBackup(t *testing.T) {
+	batchMainKilled(t, "in.php", "createtask")
+}
+
+// batchMainKilled runs a batch on two providers of the given protocols
+// and kills the main one's simulator process mid-run.
+func batchMainKilled(t *testing.T, mainProtocol, backupProtocol string) {
 	mainProc, m := startProcess(t, captchaqBinary(t), nil, regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+)`),
 		"sim", "--addr", "127.0.0.1:0", "--threads", "4", "--latency-scale", "0.05", "--no-poll-ban")
-	_, backupURL := startFastSim(t, sim.Config{Threads: 20, PricePer1000: 1, Methods: []string{"turnstile"}})
+	backupSim, backupURL := startFastSim(t, sim.Config{Threads: 20, PricePer1000: 1, Methods: []string{"turnstile"}})
 	file := writeFile(t, "providers.json", fmt.Sprintf(`[
- {"name": "main", "url": %q, "key_env": "CAPTCHAAI_KEY", "threads": 4, "methods": ["turnstile"], "down_after": "300ms"},
- {"name": "backup", "url": %q, "key_env": "BACKUP_KEY", "threads": 20, "methods": ["turnstile"], "price_per_1000": {"default": 1}, "spill_after": "1h"}]`,
-		m[1], backupURL))
+ {"name": "main", "url": %q, "key_env": "CAPTCHAAI_KEY", "threads": 4, "methods": ["turnstile"], "down_after": "300ms", "protocol": %q},
+ {"name": "backup", "url": %q, "key_env": "BACKUP_KEY", "threads": 20, "methods": ["turnstile"], "price_per_1000": {"default": 1}, "spill_after": "1h", "protocol": %q}]`,
+		m[1], mainProtocol, backupURL, backupProtocol))
 	tasks := turnstileTasks("kill", 24)
 	in := writeFile(t, "tasks.jsonl", jsonl(t, tasks))
 	outPath := filepath.Join(t.TempDir(), "out.jsonl")
@@ -361,6 +373,9 @@ func TestBatchProvidersMainKilled(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, want) {
 		t.Errorf("summary lacks %q:\n%s", want, r.stderr)
+	}
+	if st := backupSim.Stats(); (backupProtocol == "createtask") != (st.Calls.CreateTask > 0) || st.Accepted == 0 {
+		t.Errorf("backup (%s) took %d tasks with %d createTask calls", backupProtocol, st.Accepted, st.Calls.CreateTask)
 	}
 	t.Logf("%d tasks in flight at main when it was killed were solved by backup", moved)
 }
