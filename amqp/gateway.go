@@ -133,6 +133,13 @@ type Gateway struct {
 
 	weights  map[string]int
 	onResult func(captchaq.Result)
+	// shared is the Store when other gateways share it (FrontStore):
+	// results are stored with a compare-and-swap, and the tasks the
+	// others accept and finish are told by OtherAccepted and
+	// OtherFinished to othersAccepted and othersFinished.
+	shared         FrontStore
+	othersAccepted func(captchaq.Record)
+	othersFinished func(captchaq.Result)
 
 	mu            sync.Mutex
 	started       bool
@@ -171,6 +178,29 @@ type GatewayCounts struct {
 	// Renewed counts tasks submitted again after their token expired, and
 	// published again to be solved again.
 	Renewed int64 `json:"renewed"`
+	// OthersAccepted and OthersResults count the tasks and results the
+	// other gateways of a shared store recorded, as this one heard of them
+	// (OtherAccepted, OtherFinished).
+	OthersAccepted int64 `json:"others_accepted"`
+	OthersResults  int64 `json:"others_results"`
+}
+
+// FrontStore is a Store that several gateways share (store/postgres): the
+// replicas of one front, with one Name, behind a load balancer. Each takes
+// results from the one reply queue; of the gateways that took copies of
+// one result, FinishIf lets one store it, and that one tells its server
+// (onResult: the pingback is sent once). The others hear of it
+// (OtherFinished), as of each task another accepted (OtherAccepted), so
+// that their long polls, event streams, clients' counts and fair share
+// cover the whole front.
+type FrontStore interface {
+	captchaq.Store
+	// FinishIf stores r only while the task's record is as seen shows
+	// it; false when it changed meanwhile.
+	FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.Record) (bool, error)
+	// IDBlock hands out numeric ids no gateway of the front was handed
+	// before (server.IDSource).
+	IDBlock(ctx context.Context) (first uint64, n int, err error)
 }
 
 // NewGateway checks cfg and builds a Gateway on c; Start starts it.
@@ -179,8 +209,9 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	shared, _ := cfg.Store.(FrontStore)
 	return &Gateway{
-		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(),
+		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(), shared: shared,
 		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
 		pending: map[string]pendingTask{}, byTenant: map[string]int{},
 		balances: newBalanceListener(c),
@@ -258,10 +289,15 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	var unmarked []captchaq.Record
 	others := map[string]int{}
 	solving := 0
+	// On a shared store, a task another gateway is recording right now
+	// is not marked yet: only one older than a record takes is orphaned.
+	orphanedBefore := time.Now().Add(-2 * storeTimeout)
 	err = g.store.Pending(ctx, func(r captchaq.Record) error {
 		name, _, marked := parseMark(r.CaptchaID)
 		switch {
 		case r.Status == captchaq.StatusInFlight && marked && name == g.cfg.Name:
+			g.track(r)
+		case !marked && g.shared != nil && r.Status == captchaq.StatusQueued && !r.AcceptedAt.Before(orphanedBefore):
 			g.track(r)
 		case r.Status == captchaq.StatusInFlight && marked:
 			others[name]++
@@ -506,6 +542,10 @@ func (g *Gateway) renew(ctx context.Context, t captchaq.Task, now time.Time) err
 	rec, err := g.store.Renew(sctx, t, now)
 	if err == nil {
 		err = g.markPublished(sctx, t.ID, gen, 0, now)
+	} else if cur, gerr := g.store.Get(sctx, t.ID); g.shared != nil && gerr == nil && !final(cur.Status) {
+		// Another gateway of the front renewed it first: its solve
+		// answers the client; this publish's result is dropped.
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("amqp: gateway: record %q solved again: %w", t.ID, err)
@@ -573,7 +613,10 @@ func (g *Gateway) cancel(ctx context.Context, id string) (captchaq.Result, error
 		Error:    "canceled at the gateway; a worker may still solve it, and that answer is dropped",
 		Attempts: rec.Attempts, AcceptedAt: rec.AcceptedAt, FinishedAt: time.Now(),
 	}
-	if err := g.store.Finish(context.WithoutCancel(ctx), r); err != nil {
+	if err := g.finish(context.WithoutCancel(ctx), r, rec); errors.Is(err, errChanged) {
+		// Another gateway of the front answered or canceled it meanwhile.
+		return captchaq.Result{}, fmt.Errorf("amqp: cancel %q: %w", id, captchaq.ErrFinal)
+	} else if err != nil {
 		return r, err
 	}
 	g.mu.Lock()
@@ -676,8 +719,10 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	now := time.Now()
-	if _, err := g.store.Replay(ctx, captchaq.DeadLetterFilter{IDs: []string{id}}, now); err != nil {
+	if n, err := g.store.Replay(ctx, captchaq.DeadLetterFilter{IDs: []string{id}}, now); err != nil {
 		return false, fmt.Errorf("amqp: gateway: replay %q: %w", id, err)
+	} else if n == 0 {
+		return false, nil // another gateway of the front replayed it
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
@@ -717,7 +762,7 @@ func (g *Gateway) Metrics() captchaq.Metrics {
 		waiting.Add(p.priority, p.accepted)
 	}
 	return captchaq.Metrics{
-		Submitted: g.counts.Accepted, Solved: g.tally.Solved, Failed: g.tally.Failed,
+		Submitted: g.counts.Accepted + g.counts.OthersAccepted, Solved: g.tally.Solved, Failed: g.tally.Failed,
 		RetriesByReason: map[string]int64{}, StartedAt: g.tally.Started,
 		AvgSolveSeconds: rates.AvgSolveSeconds, SuccessRate: rates.SuccessRate, ThroughputPerMin: rates.ThroughputPerMin,
 		QueueDepth: len(g.pending), DepthByPriority: waiting.ByPriority, OldestWaitingSeconds: waiting.OldestSeconds(now),

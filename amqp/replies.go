@@ -117,24 +117,34 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	rec, err := g.store.Get(ctx, r.ID)
-	switch {
-	case errors.Is(err, captchaq.ErrNotFound):
-		g.log.Warn("dropping a result for a task this gateway has no record of (published just before a crash, or pruned)", "id", r.ID)
-		g.mu.Lock()
-		g.counts.Unknown++
-		g.mu.Unlock()
-		return false, nil
-	case err != nil:
-		return false, err
-	case !answers(rec, r) || !g.sameGeneration(rec, gen):
-		g.mu.Lock()
-		g.counts.Duplicates++
-		g.mu.Unlock()
-		return false, nil
-	}
-	if err := g.store.Finish(ctx, r); err != nil {
-		return false, err
+	// On a shared store another gateway of the front may write the
+	// record between the read and the write: then read it again and
+	// decide again (errChanged). Each turn means the record moved on.
+	for {
+		rec, err := g.store.Get(ctx, r.ID)
+		switch {
+		case errors.Is(err, captchaq.ErrNotFound):
+			g.log.Warn("dropping a result for a task this gateway has no record of (published just before a crash, or pruned)", "id", r.ID)
+			g.mu.Lock()
+			g.counts.Unknown++
+			g.mu.Unlock()
+			return false, nil
+		case err != nil:
+			return false, err
+		case !answers(rec, r) || !g.sameGeneration(rec, gen):
+			g.mu.Lock()
+			g.counts.Duplicates++
+			g.mu.Unlock()
+			return false, nil
+		}
+		err = g.finish(ctx, r, rec)
+		if errors.Is(err, errChanged) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		break
 	}
 	g.mu.Lock()
 	g.untrackLocked(r.ID)

@@ -86,6 +86,25 @@ type BatchSubmitter interface {
 	SubmitBatch(ctx context.Context, tasks []captchaq.Task) []error
 }
 
+// Replicated is a Backend shared by several servers, the replicas of one
+// front behind a load balancer (amqp.Gateway on a shared store). New
+// calls AttachReplicas after Attach: accepted is told each task another
+// replica accepted, finished each result another replica stored (that
+// replica's onResult ran: its pingback is sent there). The server counts
+// them against the client's max_inflight and rate, and wakes its long
+// polls and event streams with them.
+type Replicated interface {
+	AttachReplicas(accepted func(captchaq.Record), finished func(captchaq.Result)) error
+}
+
+// IDSource is a Backend whose numeric task ids come from a source the
+// replicas of a front share: the server hands out ids from the blocks it
+// takes, so two replicas never hand out one id. A block of no ids (n = 0)
+// says there is no such source: the server's ids come from its clock.
+type IDSource interface {
+	IDBlock(ctx context.Context) (first uint64, n int, err error)
+}
+
 // localBackend is a captchaq.Queue the server owns: tasks are solved here.
 type localBackend struct {
 	cfg        captchaq.Config

@@ -40,6 +40,10 @@ type Server struct {
 	bodies, keylessBodies, streams, waits gauge
 
 	ids       atomic.Uint64 // the last numeric id handed out
+	idMu      sync.Mutex
+	idSource  IDSource // nil: ids from the clock (ids); guarded by idMu
+	idNext    uint64   // with idSource: the next id of the block taken
+	idEnd     uint64   // and the end of that block
 	events    *broker
 	pingbacks *pingbackSender
 	metrics   *httpMetrics
@@ -116,6 +120,12 @@ func New(cfg Config) (*Server, error) {
 	if err := s.backend.Attach(weights, s.result); err != nil {
 		return nil, err
 	}
+	if rb, ok := s.backend.(Replicated); ok {
+		if err := rb.AttachReplicas(s.otherAccepted, s.otherResult); err != nil {
+			return nil, err
+		}
+	}
+	s.idSource, _ = s.backend.(IDSource)
 	// Numeric ids start at the clock in microseconds, so ids of a restarted
 	// server never meet the ones already in the Store.
 	s.ids.Store(uint64(time.Now().UnixMicro()))
@@ -201,8 +211,66 @@ func (s *Server) result(r captchaq.Result) {
 	s.pingbacks.enqueue(s.backend, r, local)
 }
 
-// newID hands out a numeric id.
-func (s *Server) newID() string { return strconv.FormatUint(s.ids.Add(1), 10) }
+// otherAccepted counts a task another replica of the front accepted
+// against its client's max_inflight and rate.
+func (s *Server) otherAccepted(rec captchaq.Record) {
+	cs := s.byName[rec.Task.Tenant]
+	if cs == nil {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if _, known := cs.inflight[rec.Task.ID]; known {
+		return
+	}
+	cs.inflight[rec.Task.ID] = struct{}{}
+	cs.accepted++
+	if cs.limiter != nil {
+		// The client spent its rate there: the next tasks here wait for it.
+		cs.limiter.ReserveN(time.Now(), 1)
+	}
+}
+
+// otherResult is a result another replica of the front stored (and sent
+// the pingback of): counts and events, no pingback here.
+func (s *Server) otherResult(r captchaq.Result) {
+	tenant, _ := splitID(r.ID)
+	if cs := s.byName[tenant]; cs != nil {
+		cs.mu.Lock()
+		delete(cs.inflight, r.ID)
+		if r.Status == captchaq.StatusSolved {
+			cs.solved++
+		} else {
+			cs.failed++
+		}
+		cs.mu.Unlock()
+	}
+	s.events.publish(tenant, scrubResult(r))
+}
+
+// newID hands out a numeric id: from the clock, or from the blocks of the
+// Backend's IDSource.
+func (s *Server) newID(ctx context.Context) (string, error) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	if s.idSource == nil {
+		return strconv.FormatUint(s.ids.Add(1), 10), nil
+	}
+	if s.idNext >= s.idEnd {
+		first, n, err := s.idSource.IDBlock(ctx)
+		if err != nil {
+			return "", err
+		}
+		if n == 0 {
+			s.idSource = nil // no shared ids: the clock's
+			return strconv.FormatUint(s.ids.Add(1), 10), nil
+		}
+		s.idNext, s.idEnd = first, first+uint64(n)
+	}
+	id := s.idNext
+	s.idNext++
+	return strconv.FormatUint(id, 10), nil
+}
 
 // freshIDTries bounds the stored ids one request skips.
 const freshIDTries = 1000
@@ -216,8 +284,11 @@ var errNoFreshID = errors.New("the ids tried all name stored tasks: try again")
 // new task with an old one's result (or refuse it as a conflict).
 func (s *Server) freshID(ctx context.Context, client string) (string, error) {
 	for range freshIDTries {
-		id := s.newID()
-		_, err := s.backend.Get(ctx, storeID(client, id))
+		id, err := s.newID(ctx)
+		if err != nil {
+			return "", err
+		}
+		_, err = s.backend.Get(ctx, storeID(client, id))
 		if errors.Is(err, captchaq.ErrNotFound) {
 			return id, nil
 		}

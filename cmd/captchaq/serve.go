@@ -16,6 +16,7 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
 	"github.com/captchaq/captchaq/server"
+	"github.com/captchaq/captchaq/store/postgres"
 )
 
 func init() {
@@ -50,13 +51,15 @@ type serveFlags struct {
 	metricsTLS    *bool
 	maxAttempts   *int
 	tls           *tlsFlags
+	standby       *bool
 
-	set map[string]bool // flags given
+	set  map[string]bool // flags given
+	lost <-chan struct{} // closed when the database's active-queue lock is lost
 }
 
 // localOnly and gatewayOnly are the flags of one mode.
 var (
-	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url"}
+	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url", "standby"}
 	gatewayOnly = []string{"prefix", "gateway", "lanes", "task-ttl", "fair-burst"}
 )
 
@@ -71,6 +74,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		store:         fs.String("store", "", "task store: a SQLite file `PATH`, a PostgreSQL database postgres://USER@HOST/DB (password from PGPASSWORD or ~/.pgpass), or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
 		publicURL:     fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
 		threads:       fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
+		standby:       fs.Bool("standby", false, "with a PostgreSQL --store that another serve has active: wait, and take over when it stops (one queue solves the tasks of a database)"),
 		plan:          fs.String("plan", "", "plan name (BASIC … VIP-3) when --threads is not given"),
 		pollInterval:  addPollIntervalFlag(fs),
 		maxBody:       fs.Int64("max-body", server.MaxBodyBytesDefault, "largest request body in bytes (images are sent in the body)"),
@@ -204,6 +208,15 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	case err := <-errc:
 		srv.Shutdown(context.Background())
 		return err
+	case <-f.lost:
+		// A standby may be the active queue now: stop at once, the tasks
+		// stay in the database for it.
+		log.Error("lost the database's active-queue lock (its connection failed); stopping so that one queue stays active: start this server again, with --standby to wait for its turn")
+		hs.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+		return &exitError{code: 1, err: errors.New("lost the database's active-queue lock")}
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "deadline", *f.shutdown)
@@ -254,12 +267,28 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 	if err != nil {
 		return server.Config{}, nil, nil, err
 	}
+	release := func() {}
+	if pg, ok := store.(*postgres.Store); ok {
+		// One active queue per database: the plan's threads are one.
+		if *f.standby {
+			log.Info("standby: waiting for the active queue of the database to stop", "store", pg.Name())
+		}
+		active, err := pg.Activate(ctx, *f.standby)
+		if err != nil {
+			store.Close()
+			return server.Config{}, nil, nil, fmt.Errorf("--store: %w", err)
+		}
+		f.lost, release = active.Lost(), active.Release
+	} else if *f.standby {
+		store.Close()
+		return server.Config{}, nil, nil, &exitError{code: 2, err: errors.New("--standby: applies to a PostgreSQL --store (postgres://…), which several servers can reach")}
+	}
 	qc.Store = store
 	cfg := server.Config{Queue: qc, PublicURL: *f.publicURL, Report: resultReport(qc)}
 	if pc != nil {
 		cfg.Balance = pc.Balance
 	}
-	return cfg, []any{"store", storeLabel(path)}, func() { store.Close() }, nil
+	return cfg, []any{"store", storeLabel(path)}, func() { release(); store.Close() }, nil
 }
 
 // checkAccounts checks each provider's account at start: the service
@@ -345,7 +374,16 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 			return server.Config{}, nil, nil, err
 		}
 	}
-	store, err := openStore(ctx, path, gatewayStoreDefault, "gateway "+name)
+	var store captchaq.Store
+	var front *postgres.Store
+	if postgres.IsURL(path) {
+		// Replicas of one front: every gateway on the database is one,
+		// under the name the first recorded.
+		front, name, err = openFront(ctx, path, name, *f.gateway != "")
+		store = front
+	} else {
+		store, err = openStore(ctx, path, gatewayStoreDefault, "gateway "+name)
+	}
 	if err != nil {
 		return server.Config{}, nil, nil, err
 	}
@@ -371,6 +409,27 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 	if err != nil {
 		stop()
 		return server.Config{}, nil, nil, &exitError{code: 2, err: fmt.Errorf("--gateway: %w", err)}
+	}
+	if front != nil {
+		// The other replicas' tasks and results, as they store them.
+		err := front.Watch(func(e postgres.Event) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			switch e.Kind {
+			case postgres.EventAccepted:
+				gw.OtherAccepted(ctx, e.ID)
+			case postgres.EventFinished:
+				gw.OtherFinished(ctx, e.ID)
+			case postgres.EventResync:
+				if err := gw.Resync(ctx); err != nil {
+					log.Warn("reading the front's unfinished tasks again failed", "err", err)
+				}
+			}
+		})
+		if err != nil {
+			stop()
+			return server.Config{}, nil, nil, err
+		}
 	}
 	attrs := []any{"mode", "gateway", "gateway", gw.Name(), "reply_queue", gw.ReplyQueue(), "store", storeLabel(path)}
 	// getbalance: the freshest balance a worker read (at most about a
@@ -439,4 +498,30 @@ func parsePrefixes(s string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// openFront opens a gateway's PostgreSQL store, shared with the other
+// replicas of the front, and returns it with the front's name: the one
+// the database records ("gateway NAME"), recorded now as name when none
+// is. A name given with --gateway (explicit) must be the recorded one.
+func openFront(ctx context.Context, url, name string, explicit bool) (*postgres.Store, string, error) {
+	st, err := postgres.Open(ctx, url, postgres.Config{Notify: true, Logger: slog.Default()})
+	if err != nil {
+		return nil, "", fmt.Errorf("--store: %w", err)
+	}
+	have, err := st.ClaimOwner(ctx, "gateway "+name)
+	if err != nil {
+		st.Close()
+		return nil, "", fmt.Errorf("--store: %w", err)
+	}
+	recorded, ok := strings.CutPrefix(have, "gateway ")
+	switch {
+	case !ok:
+		st.Close()
+		return nil, "", fmt.Errorf("--store: %w", &postgres.OwnerError{Name: st.Name(), Owner: have, Want: "gateway " + name})
+	case explicit && recorded != name:
+		st.Close()
+		return nil, "", fmt.Errorf("--gateway %s: the database %s is the store of the front %q: give --gateway %s, or leave --gateway out", name, st.Name(), recorded, recorded)
+	}
+	return st, recorded, nil
 }

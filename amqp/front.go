@@ -1,0 +1,130 @@
+package amqp
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+// errChanged: a shared store's record changed between the read and the
+// write (another gateway of the front wrote it).
+var errChanged = errors.New("amqp: gateway: the task's record changed meanwhile")
+
+func final(s captchaq.Status) bool { return s == captchaq.StatusSolved || s == captchaq.StatusFailed }
+
+// finish stores r for a task whose record was read as seen: on a shared
+// store only while it still is (errChanged otherwise).
+func (g *Gateway) finish(ctx context.Context, r captchaq.Result, seen captchaq.Record) error {
+	if g.shared == nil {
+		return g.store.Finish(ctx, r)
+	}
+	ok, err := g.shared.FinishIf(ctx, r, seen)
+	if err == nil && !ok {
+		err = errChanged
+	}
+	return err
+}
+
+// AttachReplicas sets the functions told of what the other gateways of a
+// shared store recorded (server.Replicated): accepted with each task
+// another accepted, finished with each result another stored (that
+// gateway told its own server; its pingback is its own). Call it before
+// Start.
+func (g *Gateway) AttachReplicas(accepted func(captchaq.Record), finished func(captchaq.Result)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.started {
+		return errors.New("amqp: gateway: AttachReplicas after Start")
+	}
+	g.othersAccepted, g.othersFinished = accepted, finished
+	return nil
+}
+
+// Shared says whether the gateway's Store is shared with other gateways
+// (a FrontStore).
+func (g *Gateway) Shared() bool { return g.shared != nil }
+
+// IDBlock hands out numeric ids from the shared store (server.IDSource),
+// so the replicas of a front never hand out one id twice; none (n = 0)
+// when the store is the gateway's own.
+func (g *Gateway) IDBlock(ctx context.Context) (uint64, int, error) {
+	if g.shared == nil {
+		return 0, 0, nil
+	}
+	return g.shared.IDBlock(ctx)
+}
+
+// OtherAccepted tells the gateway that another gateway of the front
+// accepted task id: it counts toward the client's fair share here, and
+// the server is told (AttachReplicas).
+func (g *Gateway) OtherAccepted(ctx context.Context, id string) {
+	rec, err := g.store.Get(ctx, id)
+	if err != nil || final(rec.Status) {
+		return
+	}
+	g.track(rec)
+	g.mu.Lock()
+	g.counts.OthersAccepted++
+	fn := g.othersAccepted
+	g.mu.Unlock()
+	if fn != nil {
+		fn(rec)
+	}
+}
+
+// OtherFinished tells the gateway that another gateway of the front
+// stored task id's result: it is no longer unfinished here, it counts in
+// the front's numbers, and the server is told (AttachReplicas), which
+// wakes its long polls and event streams.
+func (g *Gateway) OtherFinished(ctx context.Context, id string) {
+	rec, err := g.store.Get(ctx, id)
+	if err != nil || !final(rec.Status) || rec.Result == nil {
+		return
+	}
+	g.mu.Lock()
+	g.untrackLocked(id)
+	g.countLocked(*rec.Result, time.Now())
+	g.counts.OthersResults++
+	fn := g.othersFinished
+	g.mu.Unlock()
+	if fn != nil {
+		fn(*rec.Result)
+	}
+}
+
+// Resync reads the store's unfinished tasks again, after the news of the
+// other gateways may have been missed (the shared store's listening
+// connection was lost): a task it held unfinished that is no longer is
+// told as finished, one it did not know as accepted.
+func (g *Gateway) Resync(ctx context.Context) error {
+	open := map[string]bool{}
+	err := g.store.Pending(ctx, func(r captchaq.Record) error {
+		open[r.Task.ID] = true
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	var gone, fresh []string
+	for id := range g.pending {
+		if !open[id] {
+			gone = append(gone, id)
+		}
+	}
+	for id := range open {
+		if _, ok := g.pending[id]; !ok {
+			fresh = append(fresh, id)
+		}
+	}
+	g.mu.Unlock()
+	for _, id := range gone {
+		g.OtherFinished(ctx, id)
+	}
+	for _, id := range fresh {
+		g.OtherAccepted(ctx, id)
+	}
+	return nil
+}
