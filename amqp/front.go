@@ -128,3 +128,24 @@ func (g *Gateway) Resync(ctx context.Context) error {
 	}
 	return nil
 }
+
+// retryStore calls write until it succeeds, fails for a reason a retry
+// does not change (a refused task, the store closed), or ctx ends; the
+// pause between tries doubles from 50 ms to a second.
+func retryStore(ctx context.Context, write func() error) error {
+	pause := 50 * time.Millisecond
+	for {
+		err := write()
+		var te *captchaq.TaskError
+		if err == nil || errors.As(err, &te) || errors.Is(err, captchaq.ErrStoreClosed) ||
+			errors.Is(err, captchaq.ErrNotFound) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
+}

@@ -506,10 +506,17 @@ func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	recs, _, err := g.store.Enqueue(sctx, []captchaq.Task{t}, now)
-	if err == nil {
-		err = g.markPublished(sctx, t.ID, "", 0, now)
-	}
+	// The task is at the fleet: keep trying to record it while the store
+	// is out of reach (a database restarting), or its result is dropped
+	// and the client, refused, sends it again to be solved twice.
+	var recs []captchaq.Record
+	err := retryStore(sctx, func() error {
+		var err error
+		if recs, _, err = g.store.Enqueue(sctx, []captchaq.Task{t}, now); err != nil {
+			return err
+		}
+		return g.markPublished(sctx, t.ID, "", 0, now)
+	})
 	if err != nil {
 		g.log.Error("task published but not recorded: its result will be dropped", "id", t.ID, "err", err)
 		return fmt.Errorf("amqp: gateway: record %q: %w", t.ID, err)

@@ -203,7 +203,7 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 			}
 			if err != nil {
 				s.log.Error("store read failed", "err", err)
-				return nil, &apiError{Error: "the store could not be read", status: http.StatusInternalServerError}
+				return nil, &apiError{Error: "the store could not be read; try again shortly", status: http.StatusServiceUnavailable}
 			}
 			obj["id"], _ = json.Marshal(id)
 		}
@@ -474,7 +474,7 @@ func (s *Server) getVisible(w http.ResponseWriter, r *http.Request, cs *clientSt
 		return rec, false
 	}
 	s.log.Error("store read failed", "err", err)
-	apiFail(w, http.StatusInternalServerError, "", "the store could not be read")
+	apiFail(w, http.StatusServiceUnavailable, "", "the store could not be read; try again shortly")
 	return rec, false
 }
 
@@ -549,7 +549,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientS
 	n := 0
 	err := s.deadLetters(r.Context(), cs, func(captchaq.Record) error { n++; return nil })
 	if err != nil {
-		apiFail(w, http.StatusInternalServerError, "", "the store could not be read")
+		apiFail(w, http.StatusServiceUnavailable, "", "the store could not be read; try again shortly")
 		return
 	}
 	st.DeadLetters = n
@@ -580,7 +580,7 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request, cs *c
 		return nil
 	})
 	if err != nil {
-		apiFail(w, http.StatusInternalServerError, "", "the store could not be read")
+		apiFail(w, http.StatusServiceUnavailable, "", "the store could not be read; try again shortly")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out, "total": total})
@@ -615,7 +615,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 	if req.All {
 		err = s.deadLetters(r.Context(), cs, func(rec captchaq.Record) error { ids = append(ids, rec.Task.ID); return nil })
 		if err != nil {
-			apiFail(w, http.StatusInternalServerError, "", "the store could not be read")
+			apiFail(w, http.StatusServiceUnavailable, "", "the store could not be read; try again shortly")
 			return
 		}
 	} else {

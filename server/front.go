@@ -238,8 +238,10 @@ func (s *Server) newFrontTask(ctx context.Context, cs *clientState, pt provider.
 		return captchaq.Task{}, "ERROR_NO_SLOT_AVAILABLE", err.Error()
 	}
 	if err != nil {
+		// The store is out of reach (a database restarting): the task was
+		// not taken, and the client tries again as for a full queue.
 		s.log.Error("store read failed", "err", err)
-		return captchaq.Task{}, "ERROR_INTERNAL_SERVER_ERROR", ""
+		return captchaq.Task{}, "ERROR_NO_SLOT_AVAILABLE", "the store cannot be reached now; try again shortly"
 	}
 	t := captchaq.Task{ID: storeID(cs.Name, id), Method: pt.Method, Params: pt.Params, Tenant: cs.Name, Priority: priority, Pingback: pingback}
 	if err := s.validate(t); err != nil {
@@ -380,9 +382,22 @@ func (s *Server) frontRecord(r *http.Request, cs *clientState, id string) (captc
 	}
 	if err != nil {
 		s.log.Error("store read failed", "err", err)
-		return rec, "ERROR_INTERNAL_SERVER_ERROR"
+		return rec, codeStoreDown
 	}
 	return rec, ""
+}
+
+// codeStoreDown is frontRecord's code when the store cannot be read. A
+// poll answers CAPCHA_NOT_READY instead (pollCode): the answer cannot be
+// given now, and every client polls again on it, where this code would
+// end its wait.
+const codeStoreDown = "ERROR_INTERNAL_SERVER_ERROR"
+
+func pollCode(code string) string {
+	if code == codeStoreDown {
+		return "CAPCHA_NOT_READY"
+	}
+	return code
 }
 
 // CodeTokenExpired is res.php's answer for a task solved so long ago that
@@ -408,7 +423,7 @@ func answer(rec captchaq.Record) (token string, raw json.RawMessage, code, text 
 func (s *Server) resOne(r *http.Request, reply frontReply, cs *clientState, id string) {
 	rec, code := s.frontRecord(r, cs, id)
 	if code != "" {
-		reply.fail(code, "")
+		reply.fail(pollCode(code), "")
 		return
 	}
 	token, raw, code, text := answer(rec)
@@ -441,7 +456,7 @@ func (s *Server) resBulk(r *http.Request, reply frontReply, cs *clientState, ids
 				continue
 			}
 		}
-		out[i] = code
+		out[i] = pollCode(code)
 	}
 	reply.plain(1, strings.Join(out, "|"))
 }

@@ -11,9 +11,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -177,4 +179,32 @@ func reachable(t testing.TB, u string) {
 		t.Skipf("skipping: PostgreSQL is not reachable at %s (%v); start it, or set CI=true to make this a failure", host, err)
 	}
 	nc.Close()
+}
+
+// Restart restarts the local cluster (pg_ctlcluster; the test must hold
+// Disrupt) and waits until it accepts connections again. It may be
+// called from any goroutine.
+func Restart() error {
+	versions, err := os.ReadDir("/etc/postgresql")
+	if err != nil || len(versions) != 1 {
+		return fmt.Errorf("pgtest: Restart needs one cluster version in /etc/postgresql: %v", err)
+	}
+	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", versions[0].Name(), "main", "restart").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pgtest: restart PostgreSQL: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(lockWait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		conn, err := pgx.Connect(ctx, URL())
+		cancel()
+		if err == nil {
+			conn.Close(context.Background())
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgtest: PostgreSQL not back %v after its restart: %v", lockWait, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
