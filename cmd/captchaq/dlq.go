@@ -28,20 +28,49 @@ func runDLQ(ctx context.Context, env *environment, args []string) error {
 			return a == name || strings.HasPrefix(a, name+"=")
 		})
 	}
-	amqpGiven := hasFlag("amqp") || env.getenv("CAPTCHAQ_AMQP_URL") != ""
-	storeGiven := hasFlag("store")
+	// --amqp names the broker; a task file (TASKS.jsonl), --store or --sim
+	// the SQLite store of a batch; CAPTCHAQ_AMQP_URL the broker when none
+	// of them is given.
+	storeGiven := hasFlag("store") || hasFlag("sim")
 	switch {
 	case hasFlag("amqp") && storeGiven:
-		return &exitError{code: 2, err: fmt.Errorf("give --amqp or --store, not both")}
-	case storeGiven:
+		return &exitError{code: 2, err: fmt.Errorf("give --amqp, or a task file or --store, not both")}
+	case hasFlag("amqp"):
+		return runDLQAMQP(ctx, env, args)
+	case storeGiven || dlqTaskFile(args) != "":
 		if dlqStore == nil {
 			return &exitError{code: 2, err: fmt.Errorf("dlq --store is not available yet in this build; use --amqp URL")}
 		}
 		return dlqStore(ctx, env, args)
-	case amqpGiven:
+	case env.getenv("CAPTCHAQ_AMQP_URL") != "":
 		return runDLQAMQP(ctx, env, args)
 	}
 	return usageError(errors.New(dlqUsage))
+}
+
+// dlqValueFlags are dlq's flags that take a value as the next argument.
+var dlqValueFlags = []string{"store", "amqp", "prefix", "id", "reason"}
+
+// dlqTaskFile returns the positional argument after the action (list or
+// replay), the task file naming a batch's store, or "".
+func dlqTaskFile(args []string) string {
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			if i+1 < len(args) {
+				return args[i+1]
+			}
+			return ""
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			return a
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !hasValue && slices.Contains(dlqValueFlags, name) {
+			i++ // its value
+		}
+	}
+	return ""
 }
 
 const dlqUsage = "usage: captchaq dlq list|replay (TASKS.jsonl [--sim] | --store PATH | --amqp URL [--prefix P]) [--id ID ... | --reason CODE | --all]"

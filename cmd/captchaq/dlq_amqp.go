@@ -46,6 +46,9 @@ func runDLQAMQP(ctx context.Context, env *environment, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q: a task file names the SQLite store of its batch; give --amqp, or a task file or --store, not both", fs.Arg(0))}
+	}
 	cfg, err := af.config()
 	if err != nil {
 		return &exitError{code: 2, err: err}

@@ -180,3 +180,72 @@ func TestDLQReplayReachesTheWorkerThatFailedIt(t *testing.T) {
 		t.Fatalf("provider accepted %d tasks; want 1", st.Accepted)
 	}
 }
+
+// `dlq list TASKS.jsonl` reads the store of that file's batch, also with
+// CAPTCHAQ_AMQP_URL exported for the fleet's commands; naming both a task
+// file and --amqp is a usage error.
+func TestDLQTaskFileWithTheFleetsURLExported(t *testing.T) {
+	t.Parallel()
+	_, bad := startFastSim(t, sim.Config{Threads: 5, UnsolvableRate: 1})
+	tasks := writeFile(t, "tasks.jsonl", jsonl(t, turnstileTasks("dlq", 3)))
+	data := t.TempDir()
+	vars := map[string]string{"CAPTCHAAI_KEY": batchKey, "XDG_DATA_HOME": data}
+	b := startBinary(t, vars, "", "batch", tasks, "--api-url", bad, "--max-attempts", "1", "--poll-interval", "10ms")
+	if code := b.wait(t); code != exitTasksFailed {
+		t.Fatalf("batch exited %d: %s", code, b.errText())
+	}
+	withFleet := map[string]string{"CAPTCHAAI_KEY": batchKey, "XDG_DATA_HOME": data, "CAPTCHAQ_AMQP_URL": "amqp://guest:guest@127.0.0.1:1/"}
+
+	l := startBinary(t, withFleet, "", "dlq", "list", tasks)
+	if code := l.wait(t); code != 0 || !strings.Contains(l.errText(), "3 dead letters") {
+		t.Fatalf("dlq list TASKS.jsonl exited %d: %s", code, l.errText())
+	}
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(l.stdout.String()), "\n") {
+		var d struct {
+			ID        string `json:"id"`
+			ErrorCode string `json:"error_code"`
+		}
+		if err := json.Unmarshal([]byte(line), &d); err != nil {
+			t.Fatalf("dlq line %q: %v", line, err)
+		}
+		if d.ErrorCode != "ERROR_CAPTCHA_UNSOLVABLE" {
+			t.Errorf("dead letter %s: error code %q", d.ID, d.ErrorCode)
+		}
+		ids = append(ids, d.ID)
+	}
+	if strings.Join(ids, ",") != "dlq-0,dlq-1,dlq-2" {
+		t.Errorf("listed %v, want dlq-0, dlq-1, dlq-2", ids)
+	}
+
+	// Flags before the file, and a flag's value that is not the file.
+	r := startBinary(t, withFleet, "", "dlq", "replay", "--id", "dlq-1", tasks)
+	if code := r.wait(t); code != 0 || r.stdout.String() != "replayed 1 dead letters\n" {
+		t.Fatalf("dlq replay --id dlq-1 TASKS.jsonl exited %d: %q %s", code, r.stdout.String(), r.errText())
+	}
+
+	both := startBinary(t, withFleet, "", "dlq", "list", tasks, "--amqp", "amqp://guest:guest@127.0.0.1:1/")
+	if code := both.wait(t); code != 2 || !strings.Contains(both.errText(), "give --amqp, or a task file or --store, not both") {
+		t.Errorf("dlq list TASKS.jsonl --amqp exited %d: %s", code, both.errText())
+	}
+}
+
+func TestDLQTaskFileArgument(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list", "t.jsonl"}, "t.jsonl"},
+		{[]string{"replay", "--id", "a", "t.jsonl"}, "t.jsonl"},
+		{[]string{"replay", "--id=a", "t.jsonl", "--all"}, "t.jsonl"},
+		{[]string{"replay", "--reason", "EXPIRED"}, ""},
+		{[]string{"list", "--amqp", "amqp://x/", "--prefix", "p"}, ""},
+		{[]string{"list", "--", "-odd.jsonl"}, "-odd.jsonl"},
+		{[]string{"list"}, ""},
+	} {
+		if got := dlqTaskFile(c.args); got != c.want {
+			t.Errorf("dlqTaskFile(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+}
