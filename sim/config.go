@@ -115,6 +115,15 @@ type Config struct {
 	// real provider answers to some inputs (a truncated image read as a bad
 	// key). It must not call the Server.
 	RefuseSubmit func(params map[string]string) string
+	// StateFile, when set, is a file the simulator keeps its accepted
+	// tasks in (one JSON line each, written before the submit is
+	// answered). A simulator started again on the file, after its process
+	// ended in any way, answers the ids an earlier one gave out, solving
+	// each when it was due, and counts a task submitted again as a
+	// duplicate (Stats.Duplicates). Tasks forgotten by now (ResultTTL after
+	// their solve) are dropped from it at start. One Server at a time may
+	// use a file. Empty: tasks live in memory only.
+	StateFile string
 	// TLS, when set, makes Start serve https with it (the base URL it
 	// returns says so), so clients that speak only https can be tried
 	// offline. Default: plain http.

@@ -72,6 +72,8 @@ type Server struct {
 
 	pingbacks *pingbackSender
 	httpSrv   *http.Server
+	journal   *journal // Config.StateFile, while open
+	closeErr  error
 
 	timer     *startstop.Loop // runTimer, from New until Close
 	wake      chan struct{}
@@ -98,6 +100,14 @@ func New(cfg Config) (*Server, error) {
 		done:   make(chan struct{}),
 	}
 	s.st.reset(cfg.Seed)
+	if cfg.StateFile != "" {
+		s.mu.Lock()
+		err := s.openJournalLocked(cfg.StateFile)
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
 	s.pingbacks = newPingbackSender(pingbackParams{
 		parallel: cfg.Pingback.Parallel,
 		timeout:  cfg.Pingback.Timeout,
@@ -145,7 +155,8 @@ func Start(cfg Config, addr string) (*Server, string, error) {
 // and one in flight is cancelled, slow answers being delayed end at once.
 // Close waits for all of that and then returns; it is safe to call twice.
 // After Close, ServeHTTP still answers requests from the state as it was,
-// but no task is solved any more.
+// but no task is solved any more. Its error is the first failed write of
+// Config.StateFile, if any.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
@@ -160,8 +171,9 @@ func (s *Server) Close() error {
 		s.pingbacks.shutdown()
 		s.wg.Wait()
 		s.pingbacks.client.CloseIdleConnections()
+		s.closeErr = s.closeJournal()
 	})
-	return nil
+	return s.closeErr
 }
 
 // Config returns the configuration in effect, defaults filled in.

@@ -378,6 +378,7 @@ func (s *Server) acceptLocked(spec taskSpec, now time.Time) uint64 {
 	if s.cfg.Pingback.Disabled {
 		t.pingback = ""
 	}
+	s.recordLocked(t, now.Add(lat), spec.fingerprint)
 	s.tasks[id] = t
 	s.threadTakenLocked(now)
 	s.st.countSubmission(spec.fingerprint)

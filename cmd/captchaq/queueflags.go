@@ -107,32 +107,6 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 			return nil, usageError(fmt.Errorf("--plan: %w", err))
 		}
 	}
-	apiURL := *qf.apiURL
-	clientEnv := env
-	if useSim {
-		if threads == 0 {
-			threads = simThreadsDefault
-		}
-		s, base, err := sim.Start(sim.Config{Threads: threads}, "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("starting the built-in simulator: %w", err)
-		}
-		rt.closers = append(rt.closers, func() { s.Close() })
-		apiURL = base
-		clientEnv = &environment{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, getenv: func(k string) string {
-			if k == "CAPTCHAAI_KEY" {
-				return "simulator"
-			}
-			return ""
-		}}
-	}
-	var client *provider.Client
-	if lanes == nil {
-		if client, err = newProviderClient(clientEnv, apiURL); err != nil {
-			return nil, err
-		}
-	}
-
 	// Runs against the simulator have a default file of their own, so
 	// simulated tokens never mix with real ones.
 	name := "captchaq.db"
@@ -157,6 +131,43 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 		rt.storePath = p.Path()
 	}
 	rt.closers = append(rt.closers, func() { st.Close() })
+
+	apiURL := *qf.apiURL
+	clientEnv := env
+	if useSim {
+		if threads == 0 {
+			threads = simThreadsDefault
+		}
+		// Beside a store file, the simulator keeps its tasks in a file of
+		// its own, so a rerun after kill -9 finds at the simulator the ids
+		// the store kept, and pays for nothing twice.
+		simCfg := sim.Config{Threads: threads}
+		if rt.storePath != "" {
+			simCfg.StateFile = rt.storePath + ".sim"
+		}
+		s, base, err := sim.Start(simCfg, "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("starting the built-in simulator: %w", err)
+		}
+		rt.closers = append(rt.closers, func() {
+			if err := s.Close(); err != nil {
+				fmt.Fprintf(env.stderr, "captchaq: the built-in simulator: %v\n", err)
+			}
+		})
+		apiURL = base
+		clientEnv = &environment{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, getenv: func(k string) string {
+			if k == "CAPTCHAAI_KEY" {
+				return "simulator"
+			}
+			return ""
+		}}
+	}
+	var client *provider.Client
+	if lanes == nil {
+		if client, err = newProviderClient(clientEnv, apiURL); err != nil {
+			return nil, err
+		}
+	}
 
 	cfg := captchaq.Config{
 		Providers:    lanes,
