@@ -33,4 +33,5 @@ func (b *beater) beatOnce(ctx context.Context) {
 	if err := b.p.Beat(ctx, beat); err != nil && ctx.Err() == nil {
 		b.log.Debug("status beat not sent", "err", err)
 	}
+	b.bal.keep(ctx, b.p, beat)
 }

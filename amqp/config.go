@@ -246,6 +246,7 @@ type Names struct {
 	Replies  string // Replies+"."+gateway: a gateway's reply queue
 	Reports  string // clients' reportbad/reportgood, for a worker to forward
 	Claims   string // fanout exchange: ids of tasks a worker checkpointed after losing their delivery
+	Balance  string // the newest balance reading a worker made, kept for gateways (one message)
 	// The fleet's thread pool (WorkerConfig.SharedThreads): Threads holds
 	// one token per plan thread; ThreadsReturning holds the tokens of a
 	// holder that died until its tasks at the provider are done;
@@ -302,6 +303,7 @@ func NamesFor(prefix string) Names {
 		Replies:  p + ".replies",
 		Reports:  p + ".reports",
 		Claims:   p + ".claims",
+		Balance:  p + ".balance",
 
 		Threads:          p + ".threads",
 		ThreadsReturning: p + ".threads.returning",

@@ -55,6 +55,12 @@ func newGatewayRig(t *testing.T, cfg Config) *gatewayRig {
 // test ends.
 func (r *gatewayRig) worker(owner string, sc sim.Config, threads, prefetch int) *sim.Server {
 	r.t.Helper()
+	return r.workerWith(owner, sc, threads, prefetch, nil)
+}
+
+// workerWith is worker with its config changed by change first.
+func (r *gatewayRig) workerWith(owner string, sc sim.Config, threads, prefetch int, change func(*WorkerConfig)) *sim.Server {
+	r.t.Helper()
 	srv, apiURL, err := sim.Start(sc, "127.0.0.1:0")
 	if err != nil {
 		r.t.Fatal(err)
@@ -64,7 +70,7 @@ func (r *gatewayRig) worker(owner string, sc sim.Config, threads, prefetch int) 
 		r.t.Fatal(err)
 	}
 	quiet := testLogger(r.t)
-	w, err := NewWorker(r.c, WorkerConfig{
+	wc := WorkerConfig{
 		Queue: captchaq.Config{Provider: cl, Threads: threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: quiet},
 		Owner: owner, Prefetch: prefetch, Grace: time.Second, BeatInterval: time.Second, Logger: quiet,
@@ -74,7 +80,11 @@ func (r *gatewayRig) worker(owner string, sc sim.Config, threads, prefetch int) 
 			}
 			return cl.ReportBad(ctx, captchaID)
 		},
-	})
+	}
+	if change != nil {
+		change(&wc)
+	}
+	w, err := NewWorker(r.c, wc)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -182,6 +182,10 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 		func() bool { return exchange(n.Inflight, amqp091.ExchangeHeaders, nil) },
 		func() bool { return exchange(n.Status, amqp091.ExchangeFanout, nil) },
 		func() bool { return exchange(n.Claims, amqp091.ExchangeFanout, nil) },
+		func() bool {
+			return queue(n.Balance, amqp091.Table{"x-queue-type": "classic", "x-max-length": int32(1),
+				"x-overflow": "drop-head", "x-message-ttl": int32(balanceStale.Milliseconds())})
+		},
 	}
 	for _, kind := range c.Lanes {
 		lane := n.Lane(kind)
@@ -293,7 +297,7 @@ func replyQueueArgs() amqp091.Table {
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
 	n := NamesFor(c.Prefix)
-	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled, n.Routing}
+	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled, n.Routing, n.Balance}
 	for _, k := range c.Lanes {
 		queues = append(queues, n.Lane(k))
 	}

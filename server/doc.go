@@ -49,6 +49,9 @@
 //     once.
 //   - getbalance answers the provider account's balance (cached for
 //     BalanceCacheDefault); the provider key itself never leaves the server.
+//     When it cannot be read now the answer is CodeBalanceUnknown
+//     (ERROR_NO_SLOT_AVAILABLE, "try again later"), never a parameter
+//     error.
 //   - reportbad/reportgood are checked (the id must be the caller's solved
 //     task), forwarded to the provider by its captcha id (Result.CaptchaID,
 //     through Config.Report) and recorded in the captchaq_reports_total
@@ -131,9 +134,14 @@
 //     message cannot be taken back: a worker may still solve it (the
 //     thread is billed) and that answer is dropped.
 //   - getbalance answers the freshest balance a worker read and sent in
-//     its status beat (amqp.Gateway.Balance): read once a minute, beaten
-//     every 5 s, so normally under 65 s old; none younger than 5 minutes
-//     (no worker running) answers ERROR_BAD_PARAMETERS with the reason.
+//     its status beat (amqp.Gateway.Balance): read at the worker's start
+//     and once a minute, beaten every 5 s, so normally under 65 s old.
+//     From the gateway's first request: the newest reading is kept on the
+//     broker (PREFIX.balance), which a gateway reads at start and when it
+//     holds none; with none there either it waits up to
+//     amqp.BalanceWait for a beat. None then (no worker running, or none
+//     has read the balance yet) answers CodeBalanceUnknown with the
+//     reason.
 //   - reportbad/reportgood are answered OK_REPORT_RECORDED once the
 //     report is on the broker (amqp.Gateway.Report publishes it on
 //     PREFIX.reports, confirmed); a worker forwards it to the provider

@@ -323,7 +323,9 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 	case "getbalance":
 		v, err := s.balance(r.Context())
 		if err != nil {
-			reply.fail("ERROR_BAD_PARAMETERS", "getbalance: "+scrubURLs(err.Error()))
+			// Not the caller's fault, and it may pass: the protocol's
+			// "try again later" (see CodeBalanceUnknown).
+			reply.fail(CodeBalanceUnknown, "getbalance: "+scrubURLs(err.Error())+"; try again in a few seconds")
 			return
 		}
 		reply.plain(1, strconv.FormatFloat(v, 'f', -1, 64))
@@ -399,6 +401,15 @@ func pollCode(code string) string {
 	}
 	return code
 }
+
+// CodeBalanceUnknown is getbalance's answer when the balance cannot be
+// read now (the provider is unreachable; a gateway has no reading from
+// its workers yet): ERROR_NO_SLOT_AVAILABLE, which 2captcha documents as
+// "try again later" and captchaq's own provider client retries after 5 s.
+// The official clients retry no getbalance: they raise it to the caller
+// as an API error with this code (2captcha-python's ApiException, the npm
+// clients' APIError).
+const CodeBalanceUnknown = "ERROR_NO_SLOT_AVAILABLE"
 
 // CodeTokenExpired is res.php's answer for a task solved so long ago that
 // its token has passed its expires_at.

@@ -285,8 +285,8 @@ func TestGatewayEndToEnd(t *testing.T) {
 	if got := g.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyOther}, "action": {"get"}, "id": {ids[0]}}); got != "ERROR_WRONG_CAPTCHA_ID" {
 		t.Errorf("another client's id: %q", got)
 	}
-	if got := g.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"getbalance"}}); got != "ERROR_BAD_PARAMETERS" {
-		t.Errorf("getbalance on a gateway: %q, want ERROR_BAD_PARAMETERS", got)
+	if got := g.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"getbalance"}}); got != "ERROR_NO_SLOT_AVAILABLE" {
+		t.Errorf("getbalance on a gateway without a balance: %q, want ERROR_NO_SLOT_AVAILABLE (try again later)", got)
 	}
 
 	// The JSON API: create, long-poll, a known id, events.

@@ -186,7 +186,7 @@ func TestBalanceErrorNamesNoProviderAddress(t *testing.T) {
 	b := setup(t, options{server: func(c *server.Config) { c.Balance = down.Balance }})
 	got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"getbalance"}, "json": {"1"}})
 	_, port, _ := net.SplitHostPort(addr)
-	if !strings.Contains(got, "ERROR_BAD_PARAMETERS") || !strings.Contains(got, "cannot reach the provider") ||
+	if !strings.Contains(got, `"request":"ERROR_NO_SLOT_AVAILABLE"`) || !strings.Contains(got, "cannot reach the provider") ||
 		strings.Contains(got, port) || strings.Contains(got, "://") || strings.Contains(got, "provider-secret") {
 		t.Errorf("getbalance with the provider down: %s", got)
 	}
