@@ -174,8 +174,14 @@ var gatewayServingRE = regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+) .
 // clients file, and returns it, its base URL and its gateway name.
 func (f *processFleet) serve(db, clients string) (*process, string, string) {
 	f.t.Helper()
-	p, m := startProcess(f.t, f.bin, nil, gatewayServingRE,
-		"serve", "--amqp", f.brokerURL, "--prefix", f.prefix, "--store", db, "--clients", clients, "--listen", "127.0.0.1:0")
+	return f.serveWith(db, clients, nil)
+}
+
+// serveWith is serve with more environment and flags.
+func (f *processFleet) serveWith(db, clients string, env []string, more ...string) (*process, string, string) {
+	f.t.Helper()
+	p, m := startProcess(f.t, f.bin, env, gatewayServingRE,
+		append([]string{"serve", "--amqp", f.brokerURL, "--prefix", f.prefix, "--store", db, "--clients", clients, "--listen", "127.0.0.1:0"}, more...)...)
 	f.mu.Lock()
 	if !slices.Contains(f.gateways, m[2]) {
 		f.gateways = append(f.gateways, m[2])
