@@ -329,8 +329,9 @@ func TestNPMClientVersions(t *testing.T) {
 	}
 	for _, c := range npmClients {
 		v := pkg.Dependencies[c.name]
-		if v == "" || !strings.Contains(string(doc), "`"+c.name+"` "+v) {
-			t.Errorf("docs/clients.md does not name %s at the version CI runs (%q): want \"`%s` %s\"", c.name, v, c.name, v)
+		row := "| `" + c.name + "` | " + v + " |"
+		if v == "" || !strings.Contains(string(doc), row) {
+			t.Errorf("docs/clients.md does not name %s at the version CI runs (%q): want a row %q", c.name, v, row)
 		}
 	}
 }
