@@ -12,8 +12,12 @@ import (
 // The demo site: a sign-in page with a Turnstile-like widget and a checkout
 // page with a reCAPTCHA-v2-like one. Each widget carries its sitekey in the
 // DOM and the hidden response field the real widget fills, where the real
-// widgets put them; there is no script: a test or an automation reads the
-// sitekey, gets a token from captchaq and writes it into the field. The
+// widgets put them; nothing is loaded from outside: a test or an automation
+// reads the sitekey, gets a token from captchaq and writes it into the
+// field. The reCAPTCHA page also holds what Google's api.js leaves behind
+// (the anchor iframe, named a-ID, whose content stays local through
+// srcdoc, and window.___grecaptcha_cfg), so tools that find reCAPTCHAs
+// that way (puppeteer-extra-plugin-recaptcha) find it. The
 // form posts back to the page, whose server checks the token at this
 // simulator's siteverify endpoint and shows the verdict in #verdict.
 
@@ -40,10 +44,15 @@ var demoPages = template.Must(template.New("index").Parse(`<!doctype html>
 <form id="demo-form" method="post" action="/demo/recaptcha">
 <p><label>Card holder <input name="name" value="QA Tester"></label></p>
 <div class="g-recaptcha" data-sitekey="{{.SiteKey}}">
+<iframe title="reCAPTCHA" name="a-demo0recaptcha" width="304" height="78" src="https://www.google.com/recaptcha/api2/anchor?ar=1&amp;k={{.SiteKey}}&amp;size=normal" srcdoc="<p>reCAPTCHA (demo)</p>"></iframe>
 <textarea id="g-recaptcha-response" name="g-recaptcha-response" class="g-recaptcha-response" style="display:none"></textarea>
 </div>
 <p><button type="submit" id="send">Pay</button></p>
-</form></body></html>
+</form>
+<script>
+window.__google_recaptcha_client = true;
+window.___grecaptcha_cfg = {clients: {0: {id: 0, anchor: "demo0recaptcha", widget: {params: {sitekey: {{.SiteKey}}, size: "normal"}}}}};
+</script></body></html>
 {{end}}
 {{define "verdict"}}<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}} - captchaq demo</title></head>

@@ -1,6 +1,8 @@
-// Package browsernode tests the Node example (index.js): puppeteer-core and
-// the @2captcha/captcha-solver client, pointed at captchaq serve, pass the
-// simulator's demo pages.
+// Package browsernode tests the Node examples: index.js (puppeteer-core and
+// the @2captcha/captcha-solver client, pointed at captchaq serve) passes
+// the simulator's demo pages; recaptcha-plugin.js
+// (puppeteer-extra-plugin-recaptcha with captchaq as its provider.fn)
+// finds, solves and submits the demo's reCAPTCHA.
 package browsernode
 
 import (
@@ -38,8 +40,10 @@ func need(t *testing.T) (node, chromium string) {
 	if err != nil {
 		missing("node not found (apt-get install nodejs npm)")
 	}
-	if _, err := os.Stat("node_modules/puppeteer-core"); err != nil {
-		missing("node_modules missing: run npm ci in examples/browser-node")
+	for _, pkg := range []string{"puppeteer-core", "puppeteer-extra", "puppeteer-extra-plugin-recaptcha"} {
+		if _, err := os.Stat("node_modules/" + pkg); err != nil {
+			missing("node_modules/" + pkg + " missing: run npm ci in examples/browser-node")
+		}
 	}
 	chromium = os.Getenv("CHROME_PATH")
 	if chromium == "" {
@@ -87,30 +91,47 @@ func stack(t *testing.T) (siteURL, serveURL string) {
 	return siteURL, "http://" + ln.Addr().String()
 }
 
-func TestNodeExample(t *testing.T) {
+// runExample runs a script of the example against a fresh stack and
+// returns what it printed.
+func runExample(t *testing.T, script string) (stdout, stderr string) {
+	t.Helper()
 	node, chromium := need(t)
 	siteURL, serveURL := stack(t)
 	const timeout = 2 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "index.js")
+	cmd := exec.CommandContext(ctx, node, script)
 	// Killed at the deadline, node leaves chromium holding its output
 	// pipes; stop waiting for them soon after.
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(), "SERVE_URL="+serveURL, "SITE_URL="+siteURL, "CLIENT_KEY="+clientKey, "CHROME_PATH="+chromium)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("not done within %v: %w", timeout, err)
 		}
-		t.Fatalf("node index.js: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		t.Fatalf("node %s: %v\nstdout:\n%s\nstderr:\n%s", script, err, out.String(), errb.String())
 	}
+	if strings.TrimSpace(errb.String()) != "" {
+		t.Logf("stderr: %s", errb.String())
+	}
+	return out.String(), errb.String()
+}
+
+func TestNodeExample(t *testing.T) {
 	want := "/demo/turnstile Signed in\n/demo/recaptcha Order placed\n"
-	if got := stdout.String(); got != want {
-		t.Fatalf("node index.js printed\n%s\nwant\n%s\nstderr:\n%s", got, want, stderr.String())
+	if got, stderr := runExample(t, "index.js"); got != want {
+		t.Fatalf("node index.js printed\n%s\nwant\n%s\nstderr:\n%s", got, want, stderr)
 	}
-	if strings.TrimSpace(stderr.String()) != "" {
-		t.Logf("stderr: %s", stderr.String())
+}
+
+// TestRecaptchaPluginExample: the plugin finds the demo's reCAPTCHA,
+// captchaq (through provider.fn) solves it, and the site accepts the
+// token.
+func TestRecaptchaPluginExample(t *testing.T) {
+	want := "/demo/recaptcha Order placed\n"
+	if got, stderr := runExample(t, "recaptcha-plugin.js"); got != want {
+		t.Fatalf("node recaptcha-plugin.js printed\n%s\nwant\n%s\nstderr:\n%s", got, want, stderr)
 	}
 }
