@@ -275,3 +275,23 @@ func TestTLSFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerMetricsTLS: `worker --metrics-addr --tls-self-signed` serves
+// /metrics over https with a certificate of the local CA.
+func TestWorkerMetricsTLS(t *testing.T) {
+	f := newProcessFleet(t, "test-wm-tls-", sim.Config{Key: "wm-provider-key", LatencyScale: 0.01, PollBan: sim.PollBan{Disabled: true}})
+	const owner = "wm-tls-worker"
+	f.mu.Lock()
+	f.owners = append(f.owners, owner)
+	f.mu.Unlock()
+	data := t.TempDir()
+	p, m := startProcess(t, f.bin, []string{"CAPTCHAAI_KEY=wm-provider-key", "XDG_DATA_HOME=" + data},
+		regexp.MustCompile(`msg="serving metrics" addr=\S+ url=(https://127\.0\.0\.1:\d+)/metrics`),
+		"worker", "--amqp", f.brokerURL, "--prefix", f.prefix, "--api-url", f.apiURL, "--threads", "2", "--owner", owner,
+		"--metrics-addr", "127.0.0.1:0", "--tls-self-signed")
+	body, proto := get(t, httpsClient(caPool(t, filepath.Join(data, "captchaq", "tls", "ca.pem")), true), m[1]+"/metrics")
+	if !strings.Contains(body, "captchaq_worker_tasks_held") || proto != "HTTP/2.0" {
+		t.Fatalf("/metrics over TLS (%s): %.300s", proto, body)
+	}
+	p.stop(t)
+}
