@@ -309,5 +309,5 @@ func TestNPMClientThroughBalancer(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	checkNPMCases(t, runNPMClient(t, node, startHAProxy(t, addrs...), "npm-client-key"), 3.5)
+	checkNPMClients(t, runNPMClients(t, node, startHAProxy(t, addrs...), "npm-client-key", ""), 3.5)
 }
