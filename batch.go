@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 )
 
 // SolveBatch submits tasks and waits for all their results, returned in
@@ -27,7 +26,7 @@ func (q *Queue) SolveBatch(ctx context.Context, tasks []Task) ([]Result, error) 
 			continue
 		}
 		futures[i] = nil
-		if r, ok := invalidResult(tasks[i], err); ok {
+		if r, ok := refusal(tasks[i], err); ok {
 			results[i] = r
 			continue
 		}
@@ -46,9 +45,10 @@ func (q *Queue) SolveBatch(ctx context.Context, tasks []Task) ([]Result, error) 
 	return results, nil
 }
 
-// invalidResult turns a validation error, or the refusal of an id that
-// names another task, into the task's failed Result.
-func invalidResult(t Task, err error) (Result, bool) {
+// refusal turns a validation error, or the refusal of an id that names
+// another task, into the task's failed Result; ok is false for any other
+// error (the intake stopped).
+func refusal(t Task, err error) (r Result, ok bool) {
 	var ce *IDConflictError
 	if errors.As(err, &ce) {
 		return Result{ID: t.ID, Status: StatusFailed, Method: t.Method, Error: ce.Error(), ErrorCode: CodeIDConflict}, true
@@ -60,102 +60,38 @@ func invalidResult(t Task, err error) (Result, bool) {
 	return Result{ID: t.ID, Status: StatusFailed, Method: t.Method, Error: te.Msg, ErrorCode: te.Code}, true
 }
 
-// Stream solves the tasks read from in and sends their results in
-// completion order, invalid tasks included as failed Results. The channel
-// is closed once in is closed and every task has its result, or when ctx
-// is done. At most MaxQueued results are held for a slow reader; past it
-// Stream stops reading in (backpressure). Tasks left unfinished when the
-// queue stops are not sent: they stay in the Store, their room frees, and
-// the next task read from in is refused and ends the Stream, as does in
-// closing.
-func (q *Queue) Stream(ctx context.Context, in <-chan Task) <-chan Result {
-	out := make(chan Result)
-	s := &stream{ready: make(chan struct{}, 1)}
-	go func() {
-		defer close(out)
-		intakeDone := make(chan struct{})
-		go func() {
-			defer close(intakeDone)
-			s.intake(ctx, q, in)
-		}()
-		for {
-			r, ok, finished := s.next()
-			if finished {
-				<-intakeDone
-				return
-			}
-			if !ok {
-				select {
-				case <-s.ready:
-					continue
-				case <-ctx.Done():
-					<-intakeDone
-					return
-				}
-			}
-			select {
-			case out <- r:
-				s.done()
-			case <-ctx.Done():
-				<-intakeDone
-				return
-			}
-		}
-	}()
-	return out
-}
-
 // StreamFuncParallelDefault is how many chunks StreamFunc stores at once
 // when its parallel is 0.
 const StreamFuncParallelDefault = 16
 
-// StreamFunc submits the items read from in, each carrying a task
-// (task(item)), and calls fn exactly once for every item it reads: with
-// the task's result once it is accepted (later, on the queue's goroutines,
-// as SubmitFunc does), or with the error that refused it (a *TaskError,
-// an *IDConflictError, or ctx's error or ErrClosed once the intake
-// stopped). Each of parallel goroutines (StreamFuncParallelDefault when
-// 0) takes the items waiting in in, up to 256, and stores them in one
-// SubmitBatchFunc call, so the tasks read meanwhile share one Store
-// write; parallel 1 submits in in's order exactly. Submitting blocks past
-// MaxQueued, so in is read no faster than the queue takes tasks.
+// streamBatch bounds how many items StreamFunc stores in one call.
+const streamBatch = 256
+
+// StreamFunc solves the tasks carried by the items read from in and calls
+// fn once for every item it takes: with the task's Result once it is
+// final and durable, or at once with a failed Result when the task is
+// refused at the door: task(item) returned an error, the task does not
+// validate (ErrorCode INVALID_TASK or UNSUPPORTED_TYPE), or its id names
+// another task (ID_CONFLICT). refused is that refusal's error, nil for a
+// result of the queue's. Calls to fn never overlap; they run on the
+// queue's goroutines: keep fn short.
 //
-// StreamFunc returns once in is closed and every item read is accepted or
-// refused; the results of accepted tasks keep coming to fn after it
-// returns. Once ctx ends or the queue closes, the items still read are
-// refused with that error, not submitted; in is still read to its end, so
-// its sender never blocks.
-func StreamFunc[T any](ctx context.Context, q *Queue, in <-chan T, parallel int, task func(T) Task, fn func(item T, r Result, err error)) {
-	var stopped atomic.Bool
-	submit := func(chunk []T) {
-		if stopped.Load() || ctx.Err() != nil {
-			err := ctx.Err()
-			if err == nil {
-				err = ErrClosed
-			}
-			for _, item := range chunk {
-				fn(item, Result{}, err)
-			}
-			return
-		}
-		tasks := make([]Task, len(chunk))
-		for i, item := range chunk {
-			tasks[i] = task(item)
-		}
-		errs := q.SubmitBatchFunc(ctx, tasks, func(i int, r Result) { fn(chunk[i], r, nil) })
-		for i, err := range errs {
-			if err == nil {
-				continue
-			}
-			if errors.Is(err, ErrClosed) {
-				stopped.Store(true)
-			}
-			fn(chunk[i], Result{}, err)
-		}
-	}
-	var wg sync.WaitGroup
+// Each of parallel goroutines (StreamFuncParallelDefault when 0) takes
+// the items waiting in in, up to 256, and stores their tasks in one Store
+// call; parallel 1 hands the tasks over in in's order exactly. Past
+// MaxQueued unfinished tasks it waits for room before it reads on, so in
+// is read no faster than the queue takes tasks.
+//
+// It returns nil once in is closed and every item has had its call. It
+// returns early with ctx's error when ctx ends, or ErrClosed when the
+// queue closes: then fn is not called again, the tasks accepted stay in
+// the Store for the next Start, and in is still read to its end (its
+// sender never blocks; close it).
+func StreamFunc[T any](ctx context.Context, q *Queue, in <-chan T, parallel int, task func(T) (Task, error), fn func(item T, r Result, refused error)) error {
+	s := newStreamGate(fn)
+	var readers sync.WaitGroup
 	for range cmp.Or(max(parallel, 0), StreamFuncParallelDefault) {
-		wg.Go(func() {
+		readers.Go(func() {
 			for item := range in {
 				chunk := []T{item}
 			gather:
@@ -170,166 +106,139 @@ func StreamFunc[T any](ctx context.Context, q *Queue, in <-chan T, parallel int,
 						break gather
 					}
 				}
-				submit(chunk)
+				s.submit(ctx, q, chunk, task)
 			}
 		})
 	}
-	wg.Wait()
-}
-
-// stream buffers results between the queue's goroutines (which must never
-// block on a slow reader) and the reader.
-type stream struct {
-	mu            sync.Mutex
-	buf           []Result
-	open          int  // tasks submitted or results buffered, not yet sent
-	inDone        bool // in is drained
-	ready         chan struct{}
-	capacityFreed chan struct{}
-}
-
-func (s *stream) signal() {
-	select {
-	case s.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (s *stream) push(r Result) {
-	s.mu.Lock()
-	s.buf = append(s.buf, r)
-	s.mu.Unlock()
-	s.signal()
-}
-
-// done closes one open task: its result was sent, or it will send none
-// (refused, or left unfinished by the queue stopping). Its room goes to
-// the intake, which may be waiting for it, and the sender learns that
-// one fewer result is to come.
-func (s *stream) done() {
-	s.mu.Lock()
-	s.open--
-	sig := s.capacityFreed
-	s.capacityFreed = nil
-	s.mu.Unlock()
-	if sig != nil {
-		close(sig)
-	}
-	s.signal()
-}
-
-// next returns a buffered result; finished once nothing more will come.
-func (s *stream) next() (r Result, ok, finished bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.buf) > 0 {
-		r = s.buf[0]
-		s.buf[0] = Result{}
-		s.buf = s.buf[1:]
-		return r, true, false
-	}
-	return Result{}, false, s.inDone && s.open == 0
-}
-
-// streamBatch bounds how many tasks Stream stores in one call.
-const streamBatch = 256
-
-func (s *stream) intake(ctx context.Context, q *Queue, in <-chan Task) {
-	defer func() {
-		s.mu.Lock()
-		s.inDone = true
-		s.mu.Unlock()
-		s.signal()
+	inDone := make(chan struct{})
+	go func() {
+		readers.Wait()
+		close(inDone)
 	}()
-	for {
-		if !s.reserve(ctx, q.cfg.MaxQueued) {
-			return
-		}
-		var t Task
-		var ok bool
-		select {
-		case t, ok = <-in:
-		case <-ctx.Done():
-			ok = false
-		}
-		if !ok {
-			s.done()
-			return
-		}
-		// Take the tasks already waiting too, while there is room, and
-		// store them together.
-		batch := []Task{t}
-		stop := false
-	more:
-		for len(batch) < streamBatch && s.tryReserve(q.cfg.MaxQueued) {
-			select {
-			case t, ok := <-in:
-				if ok {
-					batch = append(batch, t)
-					continue
-				}
-				stop = true // in is closed
-			default:
+	select {
+	case <-inDone:
+		return s.wait(ctx)
+	case <-s.stopped:
+	case <-ctx.Done():
+		s.stop(ctx.Err())
+	}
+	return s.err()
+}
+
+// streamGate is StreamFunc's bookkeeping: the items still owed a call,
+// the calls themselves (one at a time, none after the stream stopped),
+// and why it stopped.
+type streamGate[T any] struct {
+	fn func(T, Result, error)
+
+	mu      sync.Mutex
+	open    int           // items taken and owed a call
+	idle    chan struct{} // closed when open falls to 0 (replaced when it rises)
+	stopErr error
+	stopped chan struct{} // closed by stop
+}
+
+func newStreamGate[T any](fn func(T, Result, error)) *streamGate[T] {
+	idle := make(chan struct{})
+	close(idle)
+	return &streamGate[T]{fn: fn, idle: idle, stopped: make(chan struct{})}
+}
+
+// submit stores one chunk's tasks: refusals are called back at once,
+// accepted tasks when their results come. After a stop it takes nothing.
+func (s *streamGate[T]) submit(ctx context.Context, q *Queue, chunk []T, task func(T) (Task, error)) {
+	if s.err() != nil {
+		return
+	}
+	var items []T
+	var tasks []Task
+	for _, item := range chunk {
+		t, err := task(item)
+		if err != nil {
+			r := Result{ID: t.ID, Status: StatusFailed, Method: t.Method, Error: err.Error(), ErrorCode: RefusalCode(err)}
+			if rr, ok := refusal(t, err); ok {
+				r = rr
 			}
-			s.done()
-			break more
+			s.add(1)
+			s.call(item, r, err)
+			continue
 		}
-		errs := q.acceptBatch(ctx, batch, func(int) func(Result, error) {
-			return func(r Result, err error) {
-				if err != nil {
-					s.done()
-					return
-				}
-				s.push(r)
+		items, tasks = append(items, item), append(tasks, t)
+	}
+	s.add(len(tasks))
+	errs := q.acceptBatch(ctx, tasks, func(i int) func(Result, error) {
+		return func(r Result, err error) {
+			if err != nil {
+				s.stop(err) // the queue stopped before the result
+				s.add(-1)
+				return
 			}
-		})
-		for i, err := range errs {
-			if err == nil {
-				continue
-			}
-			if r, ok := invalidResult(batch[i], err); ok {
-				s.push(r)
-				continue
-			}
-			s.done()
-			stop = true
+			s.call(items[i], r, nil)
 		}
-		if stop {
-			return
+	})
+	for i, err := range errs {
+		if err == nil {
+			continue
 		}
+		if r, ok := refusal(tasks[i], err); ok {
+			s.call(items[i], r, err)
+			continue
+		}
+		s.stop(err)
+		s.add(-1)
 	}
 }
 
-// reserve waits until fewer than max tasks are open and opens one; false
-// when ctx ends first.
-func (s *stream) reserve(ctx context.Context, max int) bool {
-	for {
-		s.mu.Lock()
-		if s.open < max {
-			s.open++
-			s.mu.Unlock()
-			return true
-		}
-		if s.capacityFreed == nil {
-			s.capacityFreed = make(chan struct{})
-		}
-		sig := s.capacityFreed
-		s.mu.Unlock()
-		select {
-		case <-sig:
-		case <-ctx.Done():
-			return false
-		}
-	}
-}
-
-// tryReserve opens one task if fewer than max are open.
-func (s *stream) tryReserve(max int) bool {
+// add counts n more items owed a call (n < 0: fewer).
+func (s *streamGate[T]) add(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.open < max {
-		s.open++
-		return true
+	if s.open == 0 && n > 0 {
+		s.idle = make(chan struct{})
 	}
-	return false
+	s.open += n
+	if s.open == 0 && n < 0 {
+		close(s.idle)
+	}
+}
+
+// call makes an item's one call, unless the stream stopped.
+func (s *streamGate[T]) call(item T, r Result, refused error) {
+	s.mu.Lock()
+	if s.stopErr == nil {
+		s.fn(item, r, refused)
+	}
+	s.mu.Unlock()
+	s.add(-1)
+}
+
+// stop ends the stream with err (the first one wins).
+func (s *streamGate[T]) stop(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopErr == nil {
+		s.stopErr = err
+		close(s.stopped)
+	}
+}
+
+func (s *streamGate[T]) err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stopErr
+}
+
+// wait waits until every item taken has had its call, or the stream
+// stops.
+func (s *streamGate[T]) wait(ctx context.Context) error {
+	s.mu.Lock()
+	idle := s.idle
+	s.mu.Unlock()
+	select {
+	case <-idle:
+	case <-s.stopped:
+	case <-ctx.Done():
+		s.stop(ctx.Err())
+	}
+	return s.err()
 }

@@ -70,43 +70,11 @@ func Example() {
 	// solved 2 threads 5
 }
 
-// Stream is the producer/consumer form: tasks in on one channel, results
-// out on another in completion order.
-func ExampleQueue_Stream() {
-	client, stop := demo()
-	defer stop()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	q, err := captchaq.New(captchaq.Config{Provider: client, Threads: 3, PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		panic(err)
-	}
-	if err := q.Start(ctx); err != nil {
-		panic(err)
-	}
-	defer q.Shutdown(ctx)
-
-	in := make(chan captchaq.Task)
-	go func() {
-		defer close(in)
-		for i := range 5 {
-			in <- captchaq.Task{ID: fmt.Sprint("task-", i), Method: "turnstile", Params: map[string]string{
-				"sitekey": "0x4AAAAAAAB", "pageurl": fmt.Sprint("https://shop.example/", i)}}
-		}
-	}()
-	var done []string
-	for r := range q.Stream(ctx, in) {
-		done = append(done, r.ID+" "+string(r.Status))
-	}
-	sort.Strings(done)
-	fmt.Println(done)
-	// Output: [task-0 solved task-1 solved task-2 solved task-3 solved task-4 solved]
-}
-
-// StreamFunc reads items that carry tasks (here, a task and its input line)
-// and calls back once per item: with its result, or with why it was
-// refused. Parallel 1 hands the tasks to the queue in the input's order.
+// StreamFunc is the producer/consumer form: it reads items that carry
+// tasks (here, a task and its input line) and calls back once per item
+// with its result; a task refused at the door gets a failed result too,
+// with the refusal. Parallel 1 hands the tasks to the queue in the
+// input's order.
 func ExampleStreamFunc() {
 	client, stop := demo()
 	defer stop()
@@ -135,24 +103,13 @@ func ExampleStreamFunc() {
 		}
 		in <- line{4, captchaq.Task{ID: "task-3", Method: "turnstile"}} // no sitekey
 	}()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	var outcomes []string
-	wg.Add(4)
-	captchaq.StreamFunc(ctx, q, in, 1, func(l line) captchaq.Task { return l.task }, func(l line, r captchaq.Result, err error) {
-		defer wg.Done()
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			outcomes = append(outcomes, fmt.Sprintf("line %d: %s", l.n, captchaq.RefusalCode(err)))
-			return
-		}
-		outcomes = append(outcomes, fmt.Sprintf("line %d: %s", l.n, r.Status))
+	err = captchaq.StreamFunc(ctx, q, in, 1, func(l line) (captchaq.Task, error) { return l.task, nil }, func(l line, r captchaq.Result, refused error) {
+		outcomes = append(outcomes, fmt.Sprintf("line %d: %s %s", l.n, r.Status, r.ErrorCode))
 	})
-	wg.Wait()
 	sort.Strings(outcomes)
-	fmt.Println(outcomes)
-	// Output: [line 1: solved line 2: solved line 3: solved line 4: INVALID_TASK]
+	fmt.Println(err, outcomes)
+	// Output: <nil> [line 1: solved  line 2: solved  line 3: solved  line 4: failed INVALID_TASK]
 }
 
 // SubmitBatchFunc hands many tasks over in one call, stored together; each

@@ -159,13 +159,15 @@ func TestSolveBatchInputOrder(t *testing.T) {
 	}
 }
 
-func TestStream(t *testing.T) {
+// TestStreamFuncBackpressure: a stream larger than MaxQueued is read no
+// faster than the queue takes it, every task gets its result, and a task
+// refused at the door comes back as a failed result.
+func TestStreamFuncBackpressure(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{MaxQueued: 4})
 	b.start(t)
 	in := make(chan captchaq.Task)
 	ctx := testbound.Context(t)
-	out := b.q.Stream(ctx, in)
 	want := ids("s", 20)
 	go func() {
 		defer close(in)
@@ -176,16 +178,16 @@ func TestStream(t *testing.T) {
 	}()
 	var got []string
 	solved := 0
-	for r := range out {
+	err := captchaq.StreamFunc(ctx, b.q, in, 0, func(t captchaq.Task) (captchaq.Task, error) { return t, nil }, func(_ captchaq.Task, r captchaq.Result, refused error) {
 		got = append(got, r.ID)
 		if r.Status == captchaq.StatusSolved {
 			solved++
-		} else if r.ID != "bad" || r.ErrorCode != captchaq.CodeInvalidTask {
-			t.Errorf("unexpected result %+v", r)
+		} else if r.ID != "bad" || r.ErrorCode != captchaq.CodeInvalidTask || refused == nil {
+			t.Errorf("unexpected result %+v (refused: %v)", r, refused)
 		}
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("Stream still open after %v: hung (%d results)", testbound.Bound, len(got))
+	})
+	if err != nil {
+		t.Fatalf("StreamFunc: %v (%d results)", err, len(got))
 	}
 	sort.Strings(got)
 	if !slices.Equal(got, sortedWith(want, "bad")) {
@@ -196,30 +198,34 @@ func TestStream(t *testing.T) {
 	}
 }
 
-// A Stream waiting for room ends when the queue stops: the tasks it held
-// will send no result, so their room is free and the rest of in is
-// refused; out closes with no result (the accepted task stays in the
-// Store).
-func TestStreamEndsWhenQueueClosesWhileFull(t *testing.T) {
+// A stream waiting for room ends when the queue stops: the task it held
+// will send no result, StreamFunc returns ErrClosed with no result, the
+// rest of in is not stored (the accepted task stays in the Store).
+func TestStreamFuncEndsWhenQueueClosesWhileFull(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{MaxQueued: 1})
 	in := make(chan captchaq.Task, 2)
 	in <- task("held", 5)
 	in <- task("waiting", 5)
 	close(in)
-	out := b.q.Stream(context.Background(), in)
+	done := make(chan error, 1)
+	go func() {
+		done <- captchaq.StreamFunc(context.Background(), b.q, in, 1, func(t captchaq.Task) (captchaq.Task, error) { return t, nil }, func(_ captchaq.Task, r captchaq.Result, _ error) {
+			t.Errorf("result %+v after Close, want none", r)
+		})
+	}()
 	eventually(t, "the first task accepted", func() bool {
 		_, err := b.store.Get(context.Background(), "held")
 		return err == nil
 	})
 	b.q.Close()
 	select {
-	case r, ok := <-out:
-		if ok {
-			t.Fatalf("result %+v after Close, want none", r)
+	case err := <-done:
+		if !errors.Is(err, captchaq.ErrClosed) {
+			t.Fatalf("StreamFunc returned %v after Close, want ErrClosed", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("Stream still open 30 s after the queue closed")
+		t.Fatal("StreamFunc still running 30 s after the queue closed")
 	}
 	if _, err := b.store.Get(context.Background(), "waiting"); !errors.Is(err, captchaq.ErrNotFound) {
 		t.Fatalf("the task read after Close: %v, want ErrNotFound (never stored)", err)

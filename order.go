@@ -18,12 +18,16 @@ func (t Task) ExpectedSolveTime() time.Duration {
 	return provider.MedianSolveTime(k)
 }
 
-// LongestFirst reorders tasks so the kinds that take longest to solve go
-// first (reCAPTCHA before Turnstile before images), keeping input order
-// among tasks of equal ExpectedSolveTime; tasks that do not validate go
-// last. Submitted in this order, a batch's last answers come from short
-// tasks, so the batch ends sooner: in input order, the whole batch can
-// wait for a reCAPTCHA submitted near the end.
+// LongestFirst reorders tasks as the queue serves them, lower priority
+// numbers first, and within a priority so the kinds that take longest to
+// solve go first (reCAPTCHA before Turnstile before images), keeping
+// input order among tasks of equal ExpectedSolveTime; tasks that do not
+// validate go last among their priority. Submitted in this order, a
+// batch's last answers come from short tasks, so the batch ends sooner:
+// in input order, the whole batch can wait for a reCAPTCHA submitted near
+// the end. Priority first keeps the order the queue's own whoever takes
+// the tasks first: on one thread, the first task handed over is the one
+// the queue would pick.
 //
 // The queue itself orders this way the tasks of one burst (accepted
 // within a second of each other, see bursts) and keeps lower priority
@@ -40,13 +44,17 @@ func LongestFirst(tasks []Task) {
 func SortLongestFirst[E any](s []E, task func(E) Task) {
 	type keyed struct {
 		e        E
+		priority int
 		expected time.Duration
 	}
 	ks := make([]keyed, len(s))
 	for i, e := range s {
-		ks[i] = keyed{e, task(e).ExpectedSolveTime()}
+		t := task(e)
+		ks[i] = keyed{e, effectivePriority(t), t.ExpectedSolveTime()}
 	}
-	slices.SortStableFunc(ks, func(a, b keyed) int { return cmp.Compare(b.expected, a.expected) })
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(b.expected, a.expected))
+	})
 	for i, k := range ks {
 		s[i] = k.e
 	}

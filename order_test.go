@@ -28,4 +28,13 @@ func TestLongestFirst(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("order = %v, want %v", got, want)
 	}
+	// Priority comes first, as the queue serves it: an urgent image before
+	// a reCAPTCHA of the default priority.
+	urgent := img("i0")
+	urgent.Priority = 1
+	tasks = []captchaq.Task{rc("r1"), urgent, ts("t1")}
+	captchaq.LongestFirst(tasks)
+	if got := []string{tasks[0].ID, tasks[1].ID, tasks[2].ID}; !slices.Equal(got, []string{"i0", "r1", "t1"}) {
+		t.Fatalf("order = %v, want the urgent image first", got)
+	}
 }

@@ -3,8 +3,8 @@ package captchaq_test
 import (
 	"errors"
 	"slices"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/testbound"
@@ -17,38 +17,39 @@ type line struct {
 	task captchaq.Task
 }
 
-// streamAll runs StreamFunc over tasks and returns, by line, the one
-// outcome each got (a second call for a line fails the test).
-func streamAll(t *testing.T, q *captchaq.Queue, parallel int, tasks []captchaq.Task) (results map[int]captchaq.Result, errs map[int]error, done func()) {
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	results, errs = map[int]captchaq.Result{}, map[int]error{}
+// streamAll runs StreamFunc over tasks in the background and returns, by
+// line, the one result each got and the refusals among them (a second
+// call for a line fails the test); done waits for StreamFunc's return
+// and gives its error.
+func streamAll(t *testing.T, q *captchaq.Queue, parallel int, tasks []captchaq.Task) (results map[int]captchaq.Result, refused map[int]error, done func() error) {
+	results, refused = map[int]captchaq.Result{}, map[int]error{}
 	in := make(chan line)
 	go func() {
 		defer close(in)
 		for i, tk := range tasks {
-			wg.Add(1)
 			in <- line{i, tk}
 		}
 	}()
-	captchaq.StreamFunc(testbound.Context(t), q, in, parallel, func(l line) captchaq.Task { return l.task }, func(l line, r captchaq.Result, err error) {
-		defer wg.Done()
-		mu.Lock()
-		defer mu.Unlock()
-		_, twice := results[l.n]
-		if _, e := errs[l.n]; twice || e {
-			t.Errorf("line %d: a second outcome (%+v, %v)", l.n, r, err)
+	ret := make(chan error, 1)
+	go func() {
+		ret <- captchaq.StreamFunc(testbound.Context(t), q, in, parallel, func(l line) (captchaq.Task, error) { return l.task, nil }, func(l line, r captchaq.Result, err error) {
+			if _, twice := results[l.n]; twice {
+				t.Errorf("line %d: a second result (%+v, %v)", l.n, r, err)
+			}
+			results[l.n] = r
+			if err != nil {
+				refused[l.n] = err
+			}
+		})
+	}()
+	return results, refused, func() error {
+		select {
+		case err := <-ret:
+			return err
+		case <-time.After(testbound.Bound):
+			t.Fatalf("StreamFunc still running after %v", testbound.Bound)
+			return nil
 		}
-		if err != nil {
-			errs[l.n] = err
-			return
-		}
-		results[l.n] = r
-	})
-	return results, errs, func() {
-		testbound.WaitGroup(t, "an outcome for every line", &wg)
-		mu.Lock()
-		defer mu.Unlock()
 	}
 }
 
@@ -70,9 +71,11 @@ func TestStreamFunc(t *testing.T) {
 
 	results, errs, wait := streamAll(t, b.q, 1, tasks)
 	b.start(t)
-	wait()
-	if len(results) != len(want) {
-		t.Fatalf("%d results, want %d", len(results), len(want))
+	if err := wait(); err != nil {
+		t.Fatalf("StreamFunc: %v", err)
+	}
+	if len(results) != len(want)+2 || len(errs) != 2 {
+		t.Fatalf("%d results and %d refusals, want %d and 2", len(results), len(errs), len(want)+2)
 	}
 	for i, id := range want {
 		if r := results[i]; r.ID != id || r.Status != captchaq.StatusSolved {
@@ -80,19 +83,20 @@ func TestStreamFunc(t *testing.T) {
 		}
 	}
 	var te *captchaq.TaskError
-	if err := errs[len(want)]; !errors.As(err, &te) || te.Code != captchaq.CodeInvalidTask {
-		t.Errorf("bad task: %v, want a *TaskError %s", err, captchaq.CodeInvalidTask)
+	if err, r := errs[len(want)], results[len(want)]; !errors.As(err, &te) || te.Code != captchaq.CodeInvalidTask ||
+		r.ID != "bad" || r.Status != captchaq.StatusFailed || r.ErrorCode != captchaq.CodeInvalidTask {
+		t.Errorf("bad task: %v, %+v; want a *TaskError %s and its failed result", err, r, captchaq.CodeInvalidTask)
 	}
-	if err := errs[len(want)+1]; !errors.Is(err, captchaq.ErrIDConflict) {
-		t.Errorf("conflicting task: %v, want ErrIDConflict", err)
+	if err, r := errs[len(want)+1], results[len(want)+1]; !errors.Is(err, captchaq.ErrIDConflict) || r.ErrorCode != captchaq.CodeIDConflict {
+		t.Errorf("conflicting task: %v, %+v; want ErrIDConflict and a failed result %s", err, r, captchaq.CodeIDConflict)
 	}
 	if got := b.prov.order(); !slices.Equal(got, want) {
 		t.Errorf("submit order differs from the input's (first %v)", got[:min(len(got), 5)])
 	}
 }
 
-// TestStreamFuncAfterClose: once the queue is closed every item is refused
-// with ErrClosed, and in is still read to its end.
+// TestStreamFuncAfterClose: once the queue is closed StreamFunc returns
+// ErrClosed, no item gets a result, and in is still read to its end.
 func TestStreamFuncAfterClose(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{})
@@ -102,14 +106,23 @@ func TestStreamFuncAfterClose(t *testing.T) {
 	for _, id := range ids("c", 300) {
 		tasks = append(tasks, task(id, 5))
 	}
-	results, errs, wait := streamAll(t, b.q, 0, tasks)
-	wait()
-	if len(results) != 0 || len(errs) != len(tasks) {
-		t.Fatalf("%d results and %d refusals, want 0 and %d", len(results), len(errs), len(tasks))
-	}
-	for n, err := range errs {
-		if !errors.Is(err, captchaq.ErrClosed) {
-			t.Fatalf("line %d: %v, want ErrClosed", n, err)
+	in := make(chan line)
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		defer close(in)
+		for i, tk := range tasks {
+			in <- line{i, tk}
 		}
+	}()
+	results := 0
+	err := captchaq.StreamFunc(testbound.Context(t), b.q, in, 0, func(l line) (captchaq.Task, error) { return l.task, nil }, func(line, captchaq.Result, error) { results++ })
+	if !errors.Is(err, captchaq.ErrClosed) || results != 0 {
+		t.Fatalf("StreamFunc returned %v with %d results, want ErrClosed and none", err, results)
+	}
+	select {
+	case <-sent:
+	case <-time.After(testbound.Bound):
+		t.Fatalf("in not read to its end within %v", testbound.Bound)
 	}
 }

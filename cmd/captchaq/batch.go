@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -57,7 +56,6 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer closeIn()
-
 	w := env.stdout
 	if *out != "" {
 		f, err := os.Create(*out)
@@ -67,8 +65,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		defer f.Close()
 		w = f
 	}
-
-	// The reader, the submitters and the queue's pause hook all report on
+	// The reader, the stream and the queue's pause hook all report on
 	// stderr; the progress bar keeps the real file to detect a terminal.
 	term := env.stderr
 	env = env.withStderr(&lockedWriter{w: env.stderr})
@@ -77,147 +74,135 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer rt.close()
-
-	results := newResultWriter(w)
 	bar := newProgress(term, total, *progress, rt.queue)
 	defer bar.finish()
+	return solveLines(ctx, env, rt, in, newResultWriter(w), bar, *order == "longest-first")
+}
 
-	// A fatal account error stops the reading too: with MaxQueued tasks
-	// waiting, SubmitFunc would wait for room that never comes.
-	readCtx, stopReading := context.WithCancel(ctx)
-	defer stopReading()
+// solveLines is the batch itself: the input's lines, read as tasks,
+// streamed through the queue (captchaq.StreamFunc), each result written
+// as it comes, refusals included; then the summary and the exit code.
+func solveLines(ctx context.Context, env *environment, rt *queueRuntime, in io.Reader, results *resultWriter, bar *progress, longestFirst bool) error {
+	// A fatal account error stops the batch: its tasks would wait for a
+	// Resume that does not come.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	fatal := make(chan error, 1)
 	go func() {
 		select {
 		case err := <-rt.fatal:
 			fatal <- err
-			stopReading()
-		case <-readCtx.Done():
+			stop()
+		case <-runCtx.Done():
 		}
 	}()
-
 	start := time.Now()
-	var wg sync.WaitGroup
-	var invalid, refused atomic.Int64
-	reject := func(task captchaq.Task, raw []byte, line int, err error) {
-		code := captchaq.RefusalCode(err)
-		if errors.Is(err, captchaq.ErrIDConflict) {
-			code = captchaq.CodeIDConflict
-			refused.Add(1)
-		} else {
-			invalid.Add(1)
-		}
-		fmt.Fprintf(env.stderr, "line %d: %v\n", line, err)
-		r := captchaq.Result{ID: task.ID, Status: captchaq.StatusFailed, Method: task.Method,
-			Error: fmt.Sprintf("line %d: %v", line, err), ErrorCode: code}
-		if r.ID == "" {
-			r.ID = lineID(raw, line)
+	parallel := 0 // captchaq.StreamFuncParallelDefault
+	if longestFirst {
+		parallel = 1 // the queue takes them in exactly the sorted order
+	}
+	lines, readErr := readLines(runCtx, in, longestFirst)
+	var invalid, refused int
+	err := captchaq.StreamFunc(runCtx, rt.queue, lines, parallel, batchLine.task, func(l batchLine, r captchaq.Result, why error) {
+		if why != nil {
+			if errors.Is(why, captchaq.ErrIDConflict) {
+				refused++
+			} else {
+				invalid++
+			}
+			fmt.Fprintf(env.stderr, "line %d: %v\n", l.n, why)
+			r.Error = fmt.Sprintf("line %d: %v", l.n, why)
+			if r.ID == "" {
+				r.ID = lineID(l.raw, l.n)
+			}
 		}
 		results.write(r)
 		bar.add(r)
-	}
-
-	// The library stores the lines read meanwhile together, several
-	// Store writes at once (captchaq.StreamFunc); longest-first holds every
-	// valid line until the input ends, then hands them over on one
-	// goroutine, so the queue takes them in exactly the sorted order.
-	type job struct {
-		task captchaq.Task
-		raw  []byte
-		line int
-	}
-	parallel := 0 // captchaq.StreamFuncParallelDefault
-	if *order == "longest-first" {
-		parallel = 1
-	}
-	jobs := make(chan job, 256)
-	intakeDone := make(chan struct{})
-	go func() {
-		defer close(intakeDone)
-		captchaq.StreamFunc(readCtx, rt.queue, jobs, parallel, func(j job) captchaq.Task { return j.task }, func(j job, r captchaq.Result, err error) {
-			defer wg.Done()
-			switch {
-			case err == nil:
-				results.write(r)
-				bar.add(r)
-			case readCtx.Err() != nil || errors.Is(err, captchaq.ErrClosed):
-				stopReading()
-			default:
-				reject(j.task, j.raw, j.line, err)
-			}
-		})
-	}()
-	put := func(j job) bool {
-		wg.Add(1)
-		select {
-		case jobs <- j:
-			return true
-		case <-readCtx.Done():
-			wg.Done()
-			return false
-		}
-	}
-	var held []job
-	send := put
-	if *order == "longest-first" {
-		send = func(j job) bool { held = append(held, j); return true }
-	}
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
-	line := 0
-	for sc.Scan() {
-		line++
-		raw := sc.Bytes()
-		if len(trimSpace(raw)) == 0 {
-			continue
-		}
-		task, err := readTask(raw)
-		if err != nil {
-			reject(task, raw, line, err)
-			continue
-		}
-		if !send(job{task: task, raw: append([]byte(nil), raw...), line: line}) {
-			break
-		}
-	}
-	captchaq.SortLongestFirst(held, func(j job) captchaq.Task { return j.task })
-	for _, j := range held {
-		if !put(j) {
-			break
-		}
-	}
-	close(jobs)
-	<-intakeDone
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("reading tasks (line %d): %w", line+1, err)
-	}
-
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case err := <-fatal:
-		bar.finish()
-		return &exitError{code: 3, err: accountStop(err)}
-	case <-ctx.Done():
-		bar.finish()
-		return &exitError{code: 130, err: errors.New("interrupted: every accepted task is kept in the store; run the same command again to resume")}
-	}
+	})
 	bar.finish()
-	if err := results.err(); err != nil {
-		return fmt.Errorf("writing results: %w", err)
+	select {
+	case err := <-fatal:
+		return &exitError{code: 3, err: accountStop(err)}
+	default:
+	}
+	switch {
+	case ctx.Err() != nil:
+		return &exitError{code: 130, err: errors.New("interrupted: every accepted task is kept in the store; run the same command again to resume")}
+	case err != nil:
+		return err
+	}
+	if err := errors.Join(readErr(), results.err()); err != nil {
+		return err
 	}
 	solved, failed := results.counts()
-	nRefused := int(refused.Load())
-	fmt.Fprintln(env.stderr, summary(solved, failed, int(invalid.Load()), nRefused, time.Since(start), rt.queue.Metrics()))
-	if nRefused > 0 {
+	fmt.Fprintln(env.stderr, summary(solved, failed, invalid, refused, time.Since(start), rt.queue.Metrics()))
+	if refused > 0 {
 		where := "the store"
 		if rt.storePath != "" {
 			where = rt.storePath
 		}
-		return &exitError{code: exitTasksFailed, err: fmt.Errorf("%d tasks refused (%s): their ids already name other tasks in %s; give them ids of their own, or use a store of their own (--store PATH)", nRefused, captchaq.CodeIDConflict, where)}
+		return &exitError{code: exitTasksFailed, err: fmt.Errorf("%d tasks refused (%s): their ids already name other tasks in %s; give them ids of their own, or use a store of their own (--store PATH)", refused, captchaq.CodeIDConflict, where)}
 	}
-	return batchOutcome(solved, failed, int(invalid.Load())+nRefused)
+	return batchOutcome(solved, failed, invalid+refused)
+}
+
+// batchLine is one non-empty line of a batch's input, read as a task
+// (readTask: captchaq.ParseTask, and a local image file for method post).
+type batchLine struct {
+	raw []byte
+	n   int // its line number
+	t   captchaq.Task
+	err error
+}
+
+func (l batchLine) task() (captchaq.Task, error) { return l.t, l.err }
+
+// readLines sends the non-empty lines of in, in order, until in ends or
+// ctx does; with hold, it reads them all first and sends them longest
+// first (captchaq.SortLongestFirst). readErr is the reading's error, once
+// the channel is closed.
+func readLines(ctx context.Context, in io.Reader, hold bool) (lines <-chan batchLine, readErr func() error) {
+	out := make(chan batchLine, 256)
+	var err error
+	go func() {
+		defer close(out)
+		send := func(l batchLine) bool {
+			select {
+			case out <- l:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		var held []batchLine
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), maxLineBytes)
+		n := 0
+		for sc.Scan() {
+			n++
+			raw := sc.Bytes()
+			if len(trimSpace(raw)) == 0 {
+				continue
+			}
+			l := batchLine{raw: append([]byte(nil), raw...), n: n}
+			l.t, l.err = readTask(l.raw)
+			if hold {
+				held = append(held, l)
+			} else if !send(l) {
+				return
+			}
+		}
+		if e := sc.Err(); e != nil {
+			err = fmt.Errorf("reading tasks (line %d): %w", n+1, e)
+		}
+		captchaq.SortLongestFirst(held, func(l batchLine) captchaq.Task { return l.t })
+		for _, l := range held {
+			if !send(l) {
+				return
+			}
+		}
+	}()
+	return out, func() error { return err }
 }
 
 // batchOutcome is the error for a finished batch's exit code: bad input when
@@ -396,7 +381,10 @@ func (rw *resultWriter) counts() (solved, failed int) {
 func (rw *resultWriter) err() error {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	return rw.firstErr
+	if rw.firstErr != nil {
+		return fmt.Errorf("writing results: %w", rw.firstErr)
+	}
+	return nil
 }
 
 // lockedWriter serializes writes from several goroutines.
