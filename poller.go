@@ -121,7 +121,11 @@ func (p *poller) nextRound(now time.Time) time.Time {
 		if g := p.last.Add(p.minGap()); g.After(now) && q.inflightAt(p.lane) > 0 {
 			return g
 		}
-		due = p.learned.Decide(p.inflight(), now, p.last.Add(p.minGap()), q.queue.Len() == 0, q.cfg.PollGap)
+		decide := p.learned.Decide
+		if p.eachID() {
+			decide = p.learned.DecideEach
+		}
+		due = decide(p.inflight(), now, p.last.Add(p.minGap()), q.queue.Len() == 0, q.cfg.PollGap)
 	} else {
 		for _, st := range q.inflight {
 			if !p.polls(st) {
@@ -152,6 +156,34 @@ func (p *poller) inflight() []pollsched.InFlight {
 		if p.polls(st) {
 			out = append(out, p.timing(st))
 		}
+	}
+	return out
+}
+
+// eachID reports whether the provider answers one id a request (a
+// createTask provider, an in.php one without bulk polls): then every id a
+// round asks for costs a request, and the default scheduler weighs each
+// alone (pollsched.DecideEach).
+func (p *poller) eachID() bool {
+	b, ok := p.lane.Provider().(interface{ BulkSupported() bool })
+	return ok && !b.BulkSupported()
+}
+
+// dueEach is, for a provider that answers one id a request, the tasks in
+// flight there worth their own request at now. Callers hold q.mu.
+func (p *poller) dueEach(now time.Time) map[*taskState]bool {
+	var sts []*taskState
+	var tasks []pollsched.InFlight
+	for _, st := range p.q.inflight {
+		if p.polls(st) {
+			sts = append(sts, st)
+			tasks = append(tasks, p.timing(st))
+		}
+	}
+	worth := p.learned.DueEach(tasks, now, p.q.queue.Len() == 0, p.q.cfg.PollGap)
+	out := make(map[*taskState]bool, len(sts))
+	for i, st := range sts {
+		out[st] = worth[i]
 	}
 	return out
 }
@@ -213,9 +245,17 @@ func (p *poller) round(now time.Time) {
 	// its id out (a reCAPTCHA v3 solved in 5.1 s, after one learned
 	// 5.0–5.6 s, waited 2.2 s on the model of the realistic mix).
 	model := p.learned.Models(true)
+	var each map[*taskState]bool // ids worth their own request, when each costs one
+	if adaptive && p.eachID() {
+		each = p.dueEach(now)
+	}
 	for _, st := range q.inflight {
 		switch {
 		case !p.polls(st):
+		case each != nil:
+			if each[st] {
+				due = append(due, st)
+			}
 		case adaptive:
 			if pollsched.Due(p.timing(st), now, q.cfg.PollGap, model) {
 				due = append(due, st)

@@ -315,15 +315,58 @@ func (l *Learned) Decide(tasks []InFlight, now, from time.Time, idle bool, gap t
 	if len(ps) == 0 {
 		return time.Time{}
 	}
-	from = Later(now, from)
+	return firstWorth(func(t time.Time) float64 { return worth(ps, t) }, now, Later(now, from), gap)
+}
+
+// DecideEach is Decide for a provider that answers one id a request (the
+// createTask protocol's getTaskResult; an in.php service without bulk
+// polls): a round costs a request per id it asks for, so each id is
+// weighed alone, and the next round is the first time, not before from,
+// when some id's own waiting reaches a request's cost. Zero: nothing in
+// flight.
+func (l *Learned) DecideEach(tasks []InFlight, now, from time.Time, idle bool, gap time.Duration) time.Time {
+	var first time.Time
+	for _, c := range l.snapshot(tasks, now, idle, gap) {
+		at := firstWorth(c.worth, now, Later(Later(now, from), c.eligible), gap)
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first
+}
+
+// DueEach says, for a provider that answers one id a request, which of
+// tasks a round at now asks for: those whose per-id gap has ended and
+// whose own waiting has reached a request's cost.
+func (l *Learned) DueEach(tasks []InFlight, now time.Time, idle bool, gap time.Duration) []bool {
 	cost := requestCost * gap.Seconds()
-	if worth(ps, from) >= cost {
+	out := make([]bool, len(tasks))
+	for i, c := range l.snapshot(tasks, now, idle, gap) {
+		out[i] = c.worth(now) >= cost
+	}
+	return out
+}
+
+// worth is the weighted answer-seconds a poll of c alone at t would end.
+func (c pending) worth(t time.Time) float64 {
+	if c.eligible.After(t) {
+		return 0
+	}
+	return c.waited(t)
+}
+
+// firstWorth is the first time, not before from, when worth (which only
+// grows with time) reaches a request's cost, to within gap/50; past an
+// hour from now it gives up.
+func firstWorth(worth func(time.Time) float64, now, from time.Time, gap time.Duration) time.Time {
+	cost := requestCost * gap.Seconds()
+	if worth(from) >= cost {
 		return from
 	}
 	// Waiting only grows with time: search forward, then bisect.
 	step := gap / roundsPerGap
 	lo, hi := from, from.Add(step)
-	for worth(ps, hi) < cost {
+	for worth(hi) < cost {
 		lo, step = hi, step*2
 		hi = hi.Add(step)
 		if hi.Sub(now) > time.Hour {
@@ -332,7 +375,7 @@ func (l *Learned) Decide(tasks []InFlight, now, from time.Time, idle bool, gap t
 	}
 	for hi.Sub(lo) > gap/50 {
 		mid := lo.Add(hi.Sub(lo) / 2)
-		if worth(ps, mid) >= cost {
+		if worth(mid) >= cost {
 			hi = mid
 		} else {
 			lo = mid

@@ -63,3 +63,40 @@ func TestPriorFollowsPace(t *testing.T) {
 		t.Fatalf("CDF at the paced median %v, want 0.5", got)
 	}
 }
+
+// For a provider that answers one id a request, each id is weighed alone.
+// A kind always solved in exactly 2 s on a busy queue (weight 2): one task
+// submitted 2 s before another. Each alone is worth a request (0.5
+// answer-seconds) 2.25 s after its own submit: the first at 2.25 s, the
+// second at 4.25 s; a round at 2.3 s asks for the first only.
+func TestDecideEachAndDueEach(t *testing.T) {
+	l := NewLearned()
+	l.Learn(provider.KindTurnstile, t0.Add(-time.Minute), t0.Add(-time.Minute+2*time.Second), t0.Add(-time.Minute+2*time.Second))
+	gap := 500 * time.Millisecond
+	a := InFlight{Kind: provider.KindTurnstile, Submitted: t0}
+	b := InFlight{Kind: provider.KindTurnstile, Submitted: t0.Add(2 * time.Second)}
+	tasks := []InFlight{a, b}
+	within := func(what string, got, lo time.Duration) {
+		t.Helper()
+		if got < lo || got >= lo+10*time.Millisecond {
+			t.Fatalf("%s at %v after the first submit, want [%v, %v)", what, got, lo, lo+10*time.Millisecond)
+		}
+	}
+	within("DecideEach", l.DecideEach(tasks, t0, t0, false, gap).Sub(t0), 2250*time.Millisecond)
+	within("DecideEach once the first is polled", l.DecideEach([]InFlight{b}, t0.Add(2300*time.Millisecond), t0, false, gap).Sub(t0), 4250*time.Millisecond)
+	if at := l.DecideEach(nil, t0, t0, false, gap); !at.IsZero() {
+		t.Fatalf("nothing in flight: round at %v, want none", at)
+	}
+	// At 2.3 s the first is worth its request, the second (0.3 s old, its
+	// kind never ready before 2 s) is not.
+	got := l.DueEach(tasks, t0.Add(2300*time.Millisecond), false, gap)
+	if !got[0] || got[1] {
+		t.Fatalf("DueEach at 2.3 s = %v, want [true false]", got)
+	}
+	// Polled 100 ms ago: its per-id gap holds it back whatever its worth.
+	a.PolledAt = t0.Add(2200 * time.Millisecond)
+	if got := l.DueEach([]InFlight{a}, t0.Add(2300*time.Millisecond), false, gap); got[0] {
+		t.Fatal("DueEach within the per-id gap: due")
+	}
+	within("DecideEach after its gap", l.DecideEach([]InFlight{a}, t0.Add(2300*time.Millisecond), t0, false, gap).Sub(t0), 2700*time.Millisecond)
+}
