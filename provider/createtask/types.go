@@ -219,7 +219,7 @@ func ParseTask(raw []byte) (provider.Task, *Fault) {
 		if f != nil {
 			return provider.Task{}, f
 		}
-		if s != "" {
+		if strings.TrimSpace(s) != "" { // an empty optional field is not sent, as in.php's
 			t.Params[fd.param] = s
 		}
 	}
