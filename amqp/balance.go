@@ -230,7 +230,7 @@ func (l *balanceListener) balance() (float64, time.Time, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.at.IsZero() {
-		return 0, time.Time{}, errors.New("no worker has reported the provider's balance yet (workers read it every minute and send it in their status beats)")
+		return 0, time.Time{}, errors.New("no worker has reported the provider's balance yet (workers read it when they start and every minute)")
 	}
 	if age := time.Since(l.at); age > balanceStale {
 		return 0, l.at, fmt.Errorf("the latest balance a worker reported is %s old: are the workers running?", age.Round(time.Second))
@@ -255,7 +255,14 @@ func (g *Gateway) Balance(ctx context.Context) (float64, error) {
 	g.balances.wait(wctx)
 	v, _, err := g.balances.balance()
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrBalanceUnknown, err)
+		return 0, balanceUnknown{err.Error()}
 	}
 	return v, nil
 }
+
+// balanceUnknown is ErrBalanceUnknown with the reason, which is its text
+// (a client reads it).
+type balanceUnknown struct{ why string }
+
+func (e balanceUnknown) Error() string        { return e.why }
+func (e balanceUnknown) Is(target error) bool { return target == ErrBalanceUnknown }
