@@ -101,7 +101,7 @@ func TestExitCodes(t *testing.T) {
 	key := map[string]string{"CAPTCHAAI_KEY": batchKey}
 	wrongKey := map[string]string{"CAPTCHAAI_KEY": "wrong-Key-000"}
 	noKey := map[string]string{}
-	turnstile := []string{"--method", "turnstile", "--param", "sitekey=0x4AAA", "--param", "pageurl=https://shop.example/", "--first-poll", "10ms", "--poll-interval", "20ms"}
+	turnstile := []string{"--method", "turnstile", "--param", "sitekey=0x4AAA", "--param", "pageurl=https://shop.example/", "--poll-interval", "20ms"}
 	cat := func(a []string, b ...string) []string { return append(append([]string{}, a...), b...) }
 
 	cases := []struct {

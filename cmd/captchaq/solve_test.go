@@ -3,71 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
 )
 
 const solveKey = "cli-Secret-Key-123"
-
-// protocolFake is a small in.php/res.php server: each submit gets the next
-// scripted answers.
-type protocolFake struct {
-	mu       sync.Mutex
-	submits  []url.Values
-	polls    int
-	submitQ  []string // answers to in.php, one per request; the last repeats
-	pollQ    []string // answers to res.php, one per request; the last repeats
-	rejected int      // requests with a wrong key
-}
-
-func (f *protocolFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	r.ParseForm()
-	if r.Form.Get("key") != solveKey {
-		f.rejected++
-		io.WriteString(w, `{"status":0,"request":"ERROR_WRONG_USER_KEY"}`)
-		return
-	}
-	next := func(q []string, n int) string { return q[min(n, len(q)-1)] }
-	switch r.URL.Path {
-	case "/in.php":
-		f.submits = append(f.submits, r.PostForm)
-		io.WriteString(w, next(f.submitQ, len(f.submits)-1))
-	case "/res.php":
-		if r.Form.Get("id") != "4242" {
-			io.WriteString(w, `{"status":0,"request":"ERROR_WRONG_CAPTCHA_ID"}`)
-			return
-		}
-		f.polls++
-		io.WriteString(w, next(f.pollQ, f.polls-1))
-	default:
-		http.NotFound(w, r)
-	}
-}
-
-func (f *protocolFake) counts() (submits, polls, rejected int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.submits), f.polls, f.rejected
-}
-
-func jsonOK(v any) string {
-	b, _ := json.Marshal(map[string]any{"status": 1, "request": v})
-	return string(b)
-}
-
-func jsonErr(code string) string { return `{"status":0,"request":"` + code + `"}` }
 
 type solveRun struct {
 	code           int
@@ -89,65 +39,63 @@ func runCLI(t *testing.T, envVars map[string]string, args ...string) solveRun {
 	return r
 }
 
-func newProtocolFake(t *testing.T, submitQ, pollQ []string) (*protocolFake, string) {
-	f := &protocolFake{submitQ: submitQ, pollQ: pollQ}
-	srv := httptest.NewServer(f)
-	t.Cleanup(srv.Close)
-	return f, srv.URL
-}
+var (
+	solveEnv  = map[string]string{"CAPTCHAAI_KEY": solveKey}
+	turnstile = []string{"solve", "--method", "turnstile", "--param", "sitekey=0x4AAA", "--param", "pageurl=https://shop.example/checkout"}
+)
 
-var fast = []string{"--first-poll", "0s", "--poll-interval", "1ms"}
-
+// solve runs on the queue: one submit, the answer fetched by the queue's
+// poller, the token on stdout and nothing else.
 func TestSolveTurnstile(t *testing.T) {
 	t.Parallel()
-	f, base := newProtocolFake(t, []string{jsonOK("4242")}, []string{jsonErr("CAPCHA_NOT_READY"), jsonErr("CAPCHA_NOT_READY"), jsonOK("0.TURNSTILE-TOKEN")})
-	r := runCLI(t, map[string]string{"CAPTCHAAI_KEY": solveKey},
-		append([]string{"solve", "--method", "turnstile", "--param", "sitekey=0x4AAA", "--param", "pageurl=https://shop.example/checkout", "--api-url", base}, fast...)...)
-	if r.code != 0 || r.stdout != "0.TURNSTILE-TOKEN\n" || r.stderr != "" {
+	s, base := startFastSim(t, sim.Config{Threads: 5, Key: solveKey})
+	r := runCLI(t, solveEnv, append(turnstile, "--api-url", base)...)
+	if r.code != 0 || r.stderr != "" || !regexp.MustCompile(`^0\.[A-Za-z0-9_.-]{100,}\n$`).MatchString(r.stdout) {
 		t.Fatalf("run = %+v", r)
 	}
-	submits, polls, _ := f.counts()
-	if submits != 1 || polls != 3 {
-		t.Errorf("submits %d polls %d; want 1 3", submits, polls)
-	}
-	want := url.Values{"key": {solveKey}, "method": {"turnstile"}, "json": {"1"}, "sitekey": {"0x4AAA"}, "pageurl": {"https://shop.example/checkout"}}
-	if diff := cmp.Diff(want, f.submits[0]); diff != "" {
-		t.Errorf("submit (-want +got):\n%s", diff)
+	if st := s.Stats(); st.Accepted != 1 || st.Fetched != 1 || st.Duplicates != 0 {
+		t.Errorf("simulator accepted %d fetched %d duplicates %d; want 1 1 0", st.Accepted, st.Fetched, st.Duplicates)
 	}
 }
 
-func TestSolvePrintsRawAnswerForImages(t *testing.T) {
+func TestSolvePrintsTheTextOfImages(t *testing.T) {
 	t.Parallel()
-	_, base := newProtocolFake(t, []string{"OK|4242"}, []string{"OK|x7Kp2"})
+	_, base := startFastSim(t, sim.Config{Threads: 5})
 	r := runCLI(t, map[string]string{"CAPTCHAAI_KEY": solveKey, "CAPTCHAAI_URL": base},
-		append([]string{"solve", "--method", "base64", "--param", "body=R0lGODlh"}, fast...)...)
-	if r.code != 0 || r.stdout != "x7Kp2\n" {
+		"solve", "--method", "base64", "--param", "body=R0lGODlh", "--param", "numeric=1")
+	if r.code != 0 || !regexp.MustCompile(`^[0-9]{4,7}\n$`).MatchString(r.stdout) {
 		t.Fatalf("run = %+v", r)
 	}
 }
 
-func TestSolveCloudflarePrintsClearance(t *testing.T) {
+// With neither a key nor a provider URL, solve runs on the built-in
+// simulator, as batch does, and says so.
+func TestSolveOnTheBuiltInSimulator(t *testing.T) {
 	t.Parallel()
-	_, base := newProtocolFake(t, []string{jsonOK(4242)}, []string{`{"status":1,"request":"cfv-1","user_agent":"UA"}`})
-	r := runCLI(t, map[string]string{"CAPTCHAAI_KEY": solveKey},
-		append([]string{"solve", "--method", "cloudflare_challenge", "--param", "pageurl=https://a.example/", "--param", "proxy=u:p@h:8080", "--param", "proxytype=HTTP", "--api-url", base}, fast...)...)
-	if r.code != 0 || r.stdout != "cfv-1\n" {
+	r := runCLI(t, map[string]string{}, "solve", "--method", "base64", "--param", "body=R0lGODlh")
+	if r.code != 0 || r.stderr != "captchaq: no CAPTCHAAI_KEY set: solving against the built-in simulator (set CAPTCHAAI_KEY to use CaptchaAI)\n" ||
+		!regexp.MustCompile(`^[A-Za-z0-9]{4,7}\n$`).MatchString(r.stdout) {
 		t.Fatalf("run = %+v", r)
 	}
 }
 
-func TestSolveRetriesNoSlot(t *testing.T) {
+// A full plan answers "no free thread": the queue waits for a thread and
+// submits again, as it does for a batch.
+func TestSolveWaitsForAThread(t *testing.T) {
 	t.Parallel()
-	// The first submit meets a full plan; solve waits RetryAfter (5 s) and
-	// tries again. A real wait, but only one.
-	f, base := newProtocolFake(t, []string{jsonErr("ERROR_NO_SLOT_AVAILABLE"), jsonOK("4242")}, []string{jsonOK("TOK")})
-	r := runCLI(t, map[string]string{"CAPTCHAAI_KEY": solveKey},
-		append([]string{"solve", "--method", "userrecaptcha", "--param", "googlekey=6Le", "--param", "pageurl=https://a.example/", "--api-url", base}, fast...)...)
-	if r.code != 0 || r.stdout != "TOK\n" {
+	lat := map[provider.Kind]sim.Latency{provider.KindRecaptchaV2: {Median: 300 * time.Millisecond, Min: 300 * time.Millisecond, Max: 300 * time.Millisecond}}
+	s, base := startFastSim(t, sim.Config{Threads: 1, Key: solveKey, Latency: lat, LatencyScale: 1})
+	// Another client holds the plan's one thread for 300 ms.
+	resp, err := postForm(base+"/in.php", url.Values{"key": {solveKey}, "method": {"userrecaptcha"}, "googlekey": {"6Le"}, "pageurl": {"https://a.example/other"}})
+	if err != nil || !strings.HasPrefix(resp, "OK|") {
+		t.Fatalf("the other client's submit: %q %v", resp, err)
+	}
+	r := runCLI(t, solveEnv, "solve", "--method", "userrecaptcha", "--param", "googlekey=6Le", "--param", "pageurl=https://a.example/", "--api-url", base)
+	if r.code != 0 || r.stdout == "" {
 		t.Fatalf("run = %+v", r)
 	}
-	if submits, _, _ := f.counts(); submits != 2 {
-		t.Errorf("submits %d, want 2", submits)
+	if st := s.Stats(); st.NoSlot < 1 || st.Accepted != 2 || st.PeakThreadsInUse != 1 {
+		t.Errorf("no-slot answers %d, accepted %d, peak threads %d; want at least 1, 2, 1", st.NoSlot, st.Accepted, st.PeakThreadsInUse)
 	}
 }
 
@@ -157,29 +105,29 @@ func TestSolveFailures(t *testing.T) {
 	os.WriteFile(keyFile, []byte("  "+solveKey+"\n"), 0o600)
 	emptyFile := filepath.Join(t.TempDir(), "empty")
 	os.WriteFile(emptyFile, []byte("\n"), 0o600)
-	turnstile := []string{"solve", "--method", "turnstile", "--param", "sitekey=s", "--param", "pageurl=https://a.example/"}
+	slow := map[provider.Kind]sim.Latency{provider.KindTurnstile: {Median: time.Hour, Min: time.Hour, Max: time.Hour}}
 
 	tests := []struct {
 		name     string
+		sim      sim.Config
 		env      map[string]string
 		args     []string
-		pollQ    []string
 		code     int
 		stderr   string // exact
-		requests bool   // whether any request may reach the server
+		requests bool   // whether any request may reach the simulator
 	}{
-		{name: "missing field", env: map[string]string{"CAPTCHAAI_KEY": solveKey},
+		{name: "missing field", env: solveEnv,
 			args: []string{"solve", "--method", "turnstile", "--param", "pageurl=https://a.example/"}, code: 2,
 			stderr: "captchaq solve: params.sitekey: required for turnstile; the widget's site key (data-sitekey in the page)\n"},
-		{name: "url without scheme", env: map[string]string{"CAPTCHAAI_KEY": solveKey},
+		{name: "url without scheme", env: solveEnv,
 			args: []string{"solve", "--method", "turnstile", "--param", "sitekey=s", "--param", "pageurl=shop.example/x"}, code: 2,
 			stderr: `captchaq solve: params.pageurl: "shop.example/x" has no scheme; add https:// (e.g. https://shop.example/x)` + "\n"},
-		{name: "unsupported", env: map[string]string{"CAPTCHAAI_KEY": solveKey},
+		{name: "unsupported", env: solveEnv,
 			args: []string{"solve", "--method", "hcaptcha", "--param", "sitekey=s"}, code: 2,
 			stderr: `captchaq solve: validate: unsupported captcha type hCaptcha (method "hcaptcha"): the provider does not support it; supported methods: base64, bls, captchafox, cloudflare_challenge, friendly_captcha, geetest, lemin, post, turnstile, userrecaptcha` + "\n"},
-		{name: "no method", env: map[string]string{"CAPTCHAAI_KEY": solveKey}, args: []string{"solve"}, code: 2,
+		{name: "no method", env: solveEnv, args: []string{"solve"}, code: 2,
 			stderr: "captchaq solve: --method is required, e.g. --method turnstile\n"},
-		{name: "bad param", env: map[string]string{"CAPTCHAAI_KEY": solveKey}, args: []string{"solve", "--method", "turnstile", "--param", "sitekey"}, code: 2,
+		{name: "bad param", env: solveEnv, args: []string{"solve", "--method", "turnstile", "--param", "sitekey"}, code: 2,
 			stderr: "invalid value \"sitekey\" for flag -param: \"sitekey\": write key=value, e.g. --param pageurl=https://example.com/login\n"},
 		{name: "no key", env: map[string]string{}, args: turnstile, code: 2,
 			stderr: "captchaq solve: no provider key: set CAPTCHAAI_KEY to the account key, or CAPTCHAAI_KEY_FILE to a file that holds it\n"},
@@ -187,30 +135,20 @@ func TestSolveFailures(t *testing.T) {
 			stderr: "captchaq solve: CAPTCHAAI_KEY_FILE: \"" + emptyFile + "\" is empty; put the account key in it\n"},
 		{name: "missing key file", env: map[string]string{"CAPTCHAAI_KEY_FILE": "/nonexistent/key"}, args: turnstile, code: 2,
 			stderr: "captchaq solve: CAPTCHAAI_KEY_FILE: cannot read \"/nonexistent/key\": no such file or directory\n"},
-		{name: "wrong key", env: map[string]string{"CAPTCHAAI_KEY": "not-the-key"}, args: turnstile, code: 3, requests: true,
-			stderr: "captchaq solve: submit: ERROR_WRONG_USER_KEY: the account key is malformed; check CAPTCHAAI_KEY (the account cannot be used: check the key, the plan and the allowed IPs)\n"},
-		{name: "unsolvable", env: map[string]string{"CAPTCHAAI_KEY_FILE": keyFile}, args: turnstile, code: 4, requests: true,
-			pollQ:  []string{jsonErr("CAPCHA_NOT_READY"), jsonErr("ERROR_CAPTCHA_UNSOLVABLE")},
-			stderr: "captchaq solve: captcha 4242 failed: poll: ERROR_CAPTCHA_UNSOLVABLE: the provider could not solve it\n"},
-		{name: "timeout", env: map[string]string{"CAPTCHAAI_KEY": solveKey}, args: append(slicesClone(turnstile), "--timeout", "50ms"), code: 4, requests: true,
-			pollQ:  []string{jsonErr("CAPCHA_NOT_READY")},
-			stderr: "captchaq solve: no answer for captcha 4242 within 50ms; raise --timeout\n"},
-		{name: "interval too slow", env: map[string]string{"CAPTCHAAI_KEY": solveKey}, args: append(slicesClone(turnstile), "--poll-interval", "10s"), code: 2,
-			stderr: "captchaq solve: --poll-interval 10s must be above 0 and at most 5s\n"},
+		{name: "wrong key", sim: sim.Config{Key: solveKey}, env: map[string]string{"CAPTCHAAI_KEY": "not-the-key"}, args: turnstile, code: 3, requests: true,
+			stderr: "captchaq solve: stopped: the provider refused the account (…); fix the key (CAPTCHAAI_KEY or CAPTCHAAI_KEY_FILE), plan or IP allow-list, then run the same command again: tasks accepted so far are kept in the store\n"},
+		{name: "unsolvable", sim: sim.Config{UnsolvableRate: 1}, env: map[string]string{"CAPTCHAAI_KEY_FILE": keyFile}, args: append(slicesClone(turnstile), "--max-attempts", "2"), code: 4, requests: true,
+			stderr: "captchaq solve: failed after 2 attempts: poll: ERROR_CAPTCHA_UNSOLVABLE: The captcha could not be solved.\n"},
+		{name: "timeout", sim: sim.Config{Latency: slow, LatencyScale: 1}, env: solveEnv, args: append(slicesClone(turnstile), "--timeout", "300ms"), code: 4, requests: true,
+			stderr: "captchaq solve: no answer within 300ms; raise --timeout\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			pollQ := tt.pollQ
-			if pollQ == nil {
-				pollQ = []string{jsonOK("TOK")}
-			}
-			f, base := newProtocolFake(t, []string{jsonOK("4242")}, pollQ)
-			args := append(slicesClone(tt.args), "--api-url", base)
-			if tt.name != "interval too slow" {
-				args = append(args, fast...)
-			}
-			r := runCLI(t, tt.env, args...)
+			cfg := tt.sim
+			cfg.Threads = 5
+			s, base := startFastSim(t, cfg)
+			r := runCLI(t, tt.env, append(slicesClone(tt.args), "--api-url", base)...)
 			if r.code != tt.code || r.stdout != "" {
 				t.Errorf("code %d stdout %q; want %d and nothing", r.code, r.stdout, tt.code)
 			}
@@ -218,15 +156,34 @@ func TestSolveFailures(t *testing.T) {
 			if tt.name == "bad param" {
 				got = firstLine(got)
 			}
-			if got != tt.stderr {
+			if !lineMatches(tt.stderr, got) {
 				t.Errorf("stderr\n got %q\nwant %q", got, tt.stderr)
 			}
-			submits, polls, rejected := f.counts()
-			if !tt.requests && submits+polls+rejected != 0 {
-				t.Errorf("requests were made: %d %d %d", submits, polls, rejected)
+			if st := s.Stats(); !tt.requests && st.Calls.Submit+st.Calls.PollSingle+st.Calls.PollBulk != 0 {
+				t.Errorf("requests were made: %+v", st.Calls)
 			}
 		})
 	}
+}
+
+// lineMatches reports whether got is want, with … standing for any text.
+func lineMatches(want, got string) bool {
+	parts := strings.Split(want, "…")
+	for i := range parts {
+		parts[i] = regexp.QuoteMeta(parts[i])
+	}
+	return regexp.MustCompile(`^(?s)` + strings.Join(parts, `.*`) + `$`).MatchString(got)
+}
+
+// postForm posts v and returns the answer's body.
+func postForm(u string, v url.Values) (string, error) {
+	resp, err := http.PostForm(u, v)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }
 
 func TestProviderURLPrecedence(t *testing.T) {

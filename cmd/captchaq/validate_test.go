@@ -43,7 +43,7 @@ func TestValidateTableSolve(t *testing.T) {
 	t.Parallel()
 	_, base := startFastSim(t, sim.Config{Threads: 5})
 	for _, c := range tasktest.Cases {
-		args := []string{"solve", "--api-url", base, "--method", c.Method, "--first-poll", "10ms", "--poll-interval", "20ms"}
+		args := []string{"solve", "--api-url", base, "--method", c.Method, "--poll-interval", "20ms"}
 		for k, v := range c.Params {
 			args = append(args, "--param", k+"="+v)
 		}
