@@ -38,7 +38,7 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (read it with go tool pprof)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq bench [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
+		fmt.Fprintln(env.stderr, "usage: captchaq bench [--scenario mixed|scale|store|all] [--mix M,...] [--scale F] [--seeds N] [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

@@ -23,6 +23,11 @@ func runCollect(ctx context.Context, env *environment, args []string) error {
 	af.register(fs, env.getenv)
 	count := fs.Int("count", 0, "stop after this many results (0: until --timeout or interrupted)")
 	timeout := fs.Duration("timeout", 0, "stop after this long (0: no limit)")
+	fs.Usage = func() {
+		fmt.Fprintln(env.stderr, "usage: captchaq collect --amqp URL [--prefix P] [--count N] [--timeout D]")
+		fmt.Fprintln(env.stderr, "\nWrites the fleet's results as JSONL on stdout, each task once; exits 4 when fewer than --count\ncame within --timeout.\n\nflags:")
+		fs.PrintDefaults()
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

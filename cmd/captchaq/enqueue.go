@@ -25,7 +25,7 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 	af.register(fs, env.getenv)
 	providersFile := fs.String("providers", "", "the workers' providers `FILE`: take the types any of its providers solves (no key is read)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [--providers FILE] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.")
+		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [--providers FILE] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseInterspersed(fs, args); err != nil {

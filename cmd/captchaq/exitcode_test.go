@@ -276,3 +276,24 @@ func TestExitCodesFleet(t *testing.T) {
 		}
 	}
 }
+
+// Every command's --help opens with its synopsis, "usage: captchaq NAME"
+// and what it takes, and exits 0.
+func TestEveryHelpOpensWithASynopsis(t *testing.T) {
+	t.Parallel()
+	if len(commands) < 12 {
+		t.Fatalf("%d commands registered, want the 12 of the README", len(commands))
+	}
+	for name := range commands {
+		for _, flag := range []string{"--help", "-h"} {
+			r := runWith(t, "", nil, name, flag)
+			first, _, _ := strings.Cut(r.stderr+r.stdout, "\n")
+			if r.code != 0 || !strings.HasPrefix(first, "usage: captchaq "+name+" ") || strings.HasSuffix(first, name+" [flags]") {
+				t.Errorf("captchaq %s %s: exit %d, first line %q; want 0 and a synopsis", name, flag, r.code, first)
+			}
+			if strings.Contains(r.stderr, "Usage of ") || strings.Contains(r.stderr, "(default -1") {
+				t.Errorf("captchaq %s %s prints Go's bare usage or a negative default:\n%s", name, flag, r.stderr)
+			}
+		}
+	}
+}

@@ -35,7 +35,7 @@ func runLoadtest(ctx context.Context, env *environment, args []string) error {
 	duration := fs.Duration("duration", 10*time.Second, "how long to submit (at most 2m); polling of the last tasks ends 10s after")
 	pollEvery := fs.Duration("poll-every", 20*time.Millisecond, "each client's wait between res.php polls")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq loadtest [flags]\n\nRuns a simulator and the serve front on loopback, drives the front with\nin.php submits and res.php polls, and reports requests/s, the time spent in\nthe front's handlers (its added latency) and whether every task got exactly\none result.\n\nflags:")
+		fmt.Fprintln(env.stderr, "usage: captchaq loadtest [--duration D] [--clients N] [--rate R] [flags]\n\nRuns a simulator and the serve front on loopback, drives the front with\nin.php submits and res.php polls, and reports requests/s, the time spent in\nthe front's handlers (its added latency) and whether every task got exactly\none result.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

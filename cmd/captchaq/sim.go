@@ -54,7 +54,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		mix      = fs.String("mix", "", "solve times of a `NAME`d task mix of captchaq bench ("+strings.Join(bench.MixNames(), ", ")+"; default: the simulator's own, which the realistic and short mixes use)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq sim [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. Flags:")
+		fmt.Fprintln(env.stderr, "usage: captchaq sim [--addr HOST:PORT] [--threads N] [--key K] [--latency-scale F] [--mix fast] [--methods M,... --price P] [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. Flags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
