@@ -515,10 +515,10 @@ type ClientStats struct {
 // Stats is GET /v1/stats.
 type Stats struct {
 	// Metrics is the whole queue's: admin clients only.
-	Metrics     *captchaq.Metrics `json:"metrics,omitempty"`
-	Clients     []ClientStats     `json:"clients"`
-	DeadLetters int               `json:"dead_letters"`
-	Ready       bool              `json:"ready"`
+	Metrics     *StatsMetrics `json:"metrics,omitempty"`
+	Clients     []ClientStats `json:"clients"`
+	DeadLetters int           `json:"dead_letters"`
+	Ready       bool          `json:"ready"`
 	// Broker is the messages ready in each broker queue, for a Backend
 	// that is a QueueDepther (a gateway); absent otherwise.
 	Broker map[string]int `json:"broker,omitempty"`
@@ -528,8 +528,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientS
 	st := Stats{Ready: s.ready(r.Context()) == nil}
 	if cs.Admin {
 		// Whole-queue numbers are the operator's; a client sees its own.
-		m := s.backend.Metrics()
-		st.Metrics = &m
+		st.Metrics = statsMetrics(s.backend.Metrics())
 	}
 	if qd, ok := s.backend.(QueueDepther); ok && cs.Admin {
 		// Best effort: a broker that does not answer soon leaves it out.

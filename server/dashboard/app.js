@@ -22,22 +22,22 @@
 
   function render(st) {
     const m = st.metrics;
-    set("threads-in-use", m.ThreadsInUse); set("threads", m.Threads); set("window", m.Window);
-    $("threads-bar").style.width = (m.Threads ? Math.min(100, 100 * m.ThreadsInUse / m.Threads) : 0) + "%";
-    set("submitted", m.Submitted); set("solved", m.Solved); set("failed", m.Failed);
-    set("success", m.Solved + m.Failed ? (100 * m.SuccessRate).toFixed(1) + "%" : "–");
-    set("throughput", m.ThroughputPerMin.toFixed(1));
+    set("threads-in-use", m.threads_in_use); set("threads", m.threads); set("window", m.window);
+    $("threads-bar").style.width = (m.threads ? Math.min(100, 100 * m.threads_in_use / m.threads) : 0) + "%";
+    set("submitted", m.submitted); set("solved", m.solved); set("failed", m.failed);
+    set("success", m.solved + m.failed ? (100 * m.success_rate).toFixed(1) + "%" : "–");
+    set("throughput", m.throughput_per_min.toFixed(1));
     if (last) {
       const dt = (Date.now() - last.at) / 1000;
-      set("rate", dt > 0 ? ((m.Solved - last.solved) / dt).toFixed(1) : "0");
+      set("rate", dt > 0 ? ((m.solved - last.solved) / dt).toFixed(1) : "0");
     }
-    last = { at: Date.now(), solved: m.Solved };
-    set("delay-p50", ms(m.DeliveryDelayP50)); set("delay-p99", ms(m.DeliveryDelayP99));
-    set("oldest", m.OldestWaitingSeconds.toFixed(1));
-    set("depth", m.QueueDepth);
+    last = { at: Date.now(), solved: m.solved };
+    set("delay-p50", ms(m.delivery_delay_p50)); set("delay-p99", ms(m.delivery_delay_p99));
+    set("oldest", m.oldest_waiting_seconds.toFixed(1));
+    set("depth", m.queue_depth);
     const dp = $("depth-by-priority");
-    dp.replaceChildren(...Object.keys(m.DepthByPriority || {}).sort((a, b) => a - b).map((p) => {
-      const li = document.createElement("li"); li.textContent = "priority " + p + ": " + m.DepthByPriority[p]; return li;
+    dp.replaceChildren(...Object.keys(m.depth_by_priority || {}).sort((a, b) => a - b).map((p) => {
+      const li = document.createElement("li"); li.textContent = "priority " + p + ": " + m.depth_by_priority[p]; return li;
     }));
     // A gateway's threads are its workers'; it shows the broker instead.
     const broker = st.broker || null;
@@ -49,14 +49,14 @@
       }));
     }
     const state = $("state");
-    state.textContent = m.Paused ? "paused: " + m.PausedReason : (st.ready ? "ready" : "not ready");
-    state.className = "badge " + (m.Paused || !st.ready ? "bad" : "ok");
+    state.textContent = m.paused ? "paused: " + m.paused_reason : (st.ready ? "ready" : "not ready");
+    state.className = "badge " + (m.paused || !st.ready ? "bad" : "ok");
     // Several providers (--providers): each one's health, tasks and spend.
-    const ps = (m.Providers || []).filter((p) => p.Name);
+    const ps = (m.providers || []).filter((p) => p.name);
     $("providers-section").hidden = ps.length === 0;
-    $("providers").replaceChildren(...ps.map((p) => row([p.Name, p.Healthy ? "in routing" : (p.Down ? "down" : "paused"),
-      p.ThreadsInUse + " / " + p.Threads, p.Solved, p.Failed, p.Moved, p.Spend.toFixed(4),
-      p.SpendLastHour.toFixed(4) + (p.MaxSpendPerHour ? " / " + p.MaxSpendPerHour.toFixed(2) : ""), p.CostPer1000.toFixed(2)])));
+    $("providers").replaceChildren(...ps.map((p) => row([p.name, p.healthy ? "in routing" : (p.down ? "down" : "paused"),
+      p.threads_in_use + " / " + p.threads, p.solved, p.failed, p.moved, p.spend.toFixed(4),
+      p.spend_last_hour.toFixed(4) + (p.max_spend_per_hour ? " / " + p.max_spend_per_hour.toFixed(2) : ""), p.cost_per_1000.toFixed(2)])));
     $("clients").replaceChildren(...(st.clients || []).map((c) => row([c.name, c.weight, c.inflight, c.accepted, c.solved, c.failed])));
     set("dead-count", st.dead_letters);
   }

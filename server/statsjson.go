@@ -1,0 +1,110 @@
+package server
+
+import (
+	"encoding/json"
+	"maps"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+// StatsMetrics is the queue's captchaq.Metrics as GET /v1/stats writes
+// them, in the API's one naming convention (snake_case). Until the next
+// release the object also carries each field under its former Go name
+// ("Submitted", "AvgSolveSeconds", "Providers":[{"Name":…}]), for clients
+// that read those; they are deprecated.
+type StatsMetrics struct {
+	Submitted            int64            `json:"submitted"`
+	Solved               int64            `json:"solved"`
+	Failed               int64            `json:"failed"`
+	Retries              int64            `json:"retries"`
+	RetriesByReason      map[string]int64 `json:"retries_by_reason"`
+	Renewed              int64            `json:"renewed"`
+	AvgSolveSeconds      float64          `json:"avg_solve_seconds"`
+	SuccessRate          float64          `json:"success_rate"`
+	ThroughputPerMin     float64          `json:"throughput_per_min"`
+	ThreadsInUse         int              `json:"threads_in_use"`
+	Window               int              `json:"window"`
+	Threads              int              `json:"threads"`
+	QueueDepth           int              `json:"queue_depth"`
+	DepthByPriority      map[int]int      `json:"depth_by_priority"`
+	OldestWaitingSeconds float64          `json:"oldest_waiting_seconds"`
+	Requests             int64            `json:"requests"`
+	RequestsPerSolved    float64          `json:"requests_per_solved"`
+	DeliveryDelayP50     float64          `json:"delivery_delay_p50"`
+	DeliveryDelayP99     float64          `json:"delivery_delay_p99"`
+	Paused               bool             `json:"paused"`
+	PausedReason         string           `json:"paused_reason,omitempty"`
+	StartedAt            string           `json:"started_at,omitempty"`
+	Providers            []StatsProvider  `json:"providers"`
+
+	legacy captchaq.Metrics // written beside, under the Go names
+}
+
+// StatsProvider is one provider's captchaq.ProviderMetrics in /v1/stats.
+type StatsProvider struct {
+	Name            string  `json:"name,omitempty"`
+	Threads         int     `json:"threads"`
+	ThreadsInUse    int     `json:"threads_in_use"`
+	Window          int     `json:"window"`
+	Submitted       int64   `json:"submitted"`
+	Solved          int64   `json:"solved"`
+	Failed          int64   `json:"failed"`
+	Moved           int64   `json:"moved"`
+	Spend           float64 `json:"spend"`
+	SpendLastHour   float64 `json:"spend_last_hour"`
+	MaxSpendPerHour float64 `json:"max_spend_per_hour"`
+	CostPer1000     float64 `json:"cost_per_1000"`
+	Healthy         bool    `json:"healthy"`
+	Down            bool    `json:"down"`
+	Paused          bool    `json:"paused"`
+}
+
+// statsMetrics converts m.
+func statsMetrics(m captchaq.Metrics) *StatsMetrics {
+	s := &StatsMetrics{
+		Submitted: m.Submitted, Solved: m.Solved, Failed: m.Failed, Retries: m.Retries,
+		RetriesByReason: m.RetriesByReason, Renewed: m.Renewed,
+		AvgSolveSeconds: m.AvgSolveSeconds, SuccessRate: m.SuccessRate, ThroughputPerMin: m.ThroughputPerMin,
+		ThreadsInUse: m.ThreadsInUse, Window: m.Window, Threads: m.Threads,
+		QueueDepth: m.QueueDepth, DepthByPriority: m.DepthByPriority, OldestWaitingSeconds: m.OldestWaitingSeconds,
+		Requests: m.Requests, RequestsPerSolved: m.RequestsPerSolved,
+		DeliveryDelayP50: m.DeliveryDelayP50, DeliveryDelayP99: m.DeliveryDelayP99,
+		Paused: m.Paused, PausedReason: m.PausedReason,
+		Providers: []StatsProvider{},
+		legacy:    m,
+	}
+	if !m.StartedAt.IsZero() {
+		s.StartedAt = m.StartedAt.UTC().Format(time.RFC3339Nano)
+	}
+	for _, p := range m.Providers {
+		s.Providers = append(s.Providers, StatsProvider{Name: p.Name, Threads: p.Threads, ThreadsInUse: p.ThreadsInUse,
+			Window: p.Window, Submitted: p.Submitted, Solved: p.Solved, Failed: p.Failed, Moved: p.Moved,
+			Spend: p.Spend, SpendLastHour: p.SpendLastHour, MaxSpendPerHour: p.MaxSpendPerHour,
+			CostPer1000: p.CostPer1000, Healthy: p.Healthy, Down: p.Down, Paused: p.Paused})
+	}
+	return s
+}
+
+// MarshalJSON writes the snake_case fields and, until the next release,
+// the former Go-named ones beside them.
+func (s StatsMetrics) MarshalJSON() ([]byte, error) {
+	type plain StatsMetrics
+	out := map[string]json.RawMessage{}
+	b, err := json.Marshal(s.legacy)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	var cur map[string]json.RawMessage
+	if b, err = json.Marshal(plain(s)); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &cur); err != nil {
+		return nil, err
+	}
+	maps.Copy(out, cur)
+	return json.Marshal(out)
+}
