@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/promq"
 )
@@ -54,10 +56,11 @@ type Server struct {
 	started atomic.Bool
 	paused  atomic.Bool // a permanent account error
 
-	balMu   sync.Mutex
-	balAt   time.Time
-	balVal  float64
-	handler http.Handler
+	balMu    sync.Mutex
+	balReads singleflight.Group
+	balAt    time.Time
+	balVal   float64
+	handler  http.Handler
 }
 
 // clientState is one client with its limits and live counts.
@@ -413,20 +416,38 @@ func (s *Server) submitBatch(ctx context.Context, tasks []captchaq.Task) []error
 	return errs
 }
 
-// balance answers getbalance from a short cache.
+// balance answers getbalance from a short cache. Requests that find it
+// stale share one reading: a reading may wait (a gateway without one
+// waits up to amqp.BalanceWait for its workers), and the requests must
+// not each wait in turn. The reading is not cancelled by the request
+// that started it.
 func (s *Server) balance(ctx context.Context) (float64, error) {
 	if s.cfg.Balance == nil {
 		return 0, errors.New("balance is not available on this server")
 	}
 	s.balMu.Lock()
-	defer s.balMu.Unlock()
 	if !s.balAt.IsZero() && time.Since(s.balAt) < BalanceCacheDefault {
-		return s.balVal, nil
+		v := s.balVal
+		s.balMu.Unlock()
+		return v, nil
 	}
-	v, err := s.cfg.Balance(ctx)
-	if err != nil {
-		return 0, err
+	s.balMu.Unlock()
+	reading := s.balReads.DoChan("", func() (any, error) {
+		v, err := s.cfg.Balance(context.WithoutCancel(ctx))
+		if err == nil {
+			s.balMu.Lock()
+			s.balVal, s.balAt = v, time.Now()
+			s.balMu.Unlock()
+		}
+		return v, err
+	})
+	select {
+	case r := <-reading:
+		if r.Err != nil {
+			return 0, r.Err
+		}
+		return r.Val.(float64), nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
-	s.balVal, s.balAt = v, time.Now()
-	return v, nil
 }
