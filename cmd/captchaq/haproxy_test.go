@@ -309,5 +309,6 @@ func TestNPMClientThroughBalancer(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	checkNPMClients(t, runNPMClients(t, node, startHAProxy(t, addrs...), "npm-client-key", ""), 3.5)
+	const official = "@2captcha/captcha-solver"
+	checkNPMClients(t, runNPMClients(t, node, startHAProxy(t, addrs...), "npm-client-key", "", official), 3.5, official)
 }
