@@ -8,6 +8,10 @@ import (
 	"github.com/captchaq/captchaq"
 )
 
+// errNotRecordedYet: a result for a task the shared store does not hold
+// yet, as another gateway of the front records it after its publish.
+var errNotRecordedYet = errors.New("amqp: gateway: the task is not recorded yet")
+
 // errChanged: a shared store's record changed between the read and the
 // write (another gateway of the front wrote it).
 var errChanged = errors.New("amqp: gateway: the task's record changed meanwhile")

@@ -40,6 +40,10 @@ const (
 	// storeRetryAfter is how long a result whose store write failed waits
 	// before it goes back to the reply queue.
 	storeRetryAfter = time.Second
+	// notRecordedRetryAfter is how long a result that came before its
+	// task's record (another gateway of a shared store records it) waits
+	// before it goes back to the reply queue.
+	notRecordedRetryAfter = 20 * time.Millisecond
 	// depthsFresh is how long QueueDepths answers from its last reading.
 	depthsFresh = time.Second
 	// maxWireID is AMQP's limit on a message id (a short string).
@@ -510,13 +514,29 @@ func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 	// is out of reach (a database restarting), or its result is dropped
 	// and the client, refused, sends it again to be solved twice.
 	var recs []captchaq.Record
+	answered := false
 	err := retryStore(sctx, func() error {
 		var err error
 		if recs, _, err = g.store.Enqueue(sctx, []captchaq.Task{t}, now); err != nil {
 			return err
 		}
-		return g.markPublished(sctx, t.ID, "", 0, now)
+		err = g.markPublished(sctx, t.ID, "", 0, now)
+		if err != nil && g.shared != nil {
+			// Another gateway of the front may have taken its answer
+			// and stored it already (an instant solve).
+			if cur, gerr := g.store.Get(sctx, t.ID); gerr == nil && final(cur.Status) {
+				answered = true
+				return nil
+			}
+		}
+		return err
 	})
+	if err == nil && answered {
+		g.mu.Lock()
+		g.counts.Accepted++
+		g.mu.Unlock()
+		return nil
+	}
 	if err != nil {
 		g.log.Error("task published but not recorded: its result will be dropped", "id", t.ID, "err", err)
 		return fmt.Errorf("amqp: gateway: record %q: %w", t.ID, err)

@@ -40,10 +40,17 @@ func (g *Gateway) handle(ctx context.Context, d *Delivery) {
 		return
 	}
 	fresh, err := g.record(r, gen)
-	if err != nil {
+	pause := storeRetryAfter
+	if errors.Is(err, errNotRecordedYet) {
+		// The record is a round trip away: look again soon.
+		pause = notRecordedRetryAfter
+		g.log.Debug("a result came before its task's record; it goes back to the reply queue", "id", r.ID)
+	} else if err != nil {
 		g.log.Error("recording a result failed; it goes back to the reply queue", "id", r.ID, "err", err)
+	}
+	if err != nil {
 		select {
-		case <-time.After(storeRetryAfter):
+		case <-time.After(pause):
 		case <-ctx.Done():
 		}
 		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) {
@@ -123,6 +130,10 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 	for {
 		rec, err := g.store.Get(ctx, r.ID)
 		switch {
+		case errors.Is(err, captchaq.ErrNotFound) && g.shared != nil && time.Since(r.FinishedAt) < 2*storeTimeout:
+			// Another gateway of the front published it and is
+			// recording it right now: this answer waits for the record.
+			return false, errNotRecordedYet
 		case errors.Is(err, captchaq.ErrNotFound):
 			g.log.Warn("dropping a result for a task this gateway has no record of (published just before a crash, or pruned)", "id", r.ID)
 			g.mu.Lock()

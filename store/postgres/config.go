@@ -13,6 +13,10 @@ const (
 	RetentionDefault      = 7 * 24 * time.Hour
 	PruneIntervalDefault  = time.Hour
 	ConnectTimeoutDefault = 10 * time.Second
+	// PoolDefault is the least size of the pool when the connection
+	// string sets no pool_max_conns (the default is the larger of it and
+	// 4 × the number of CPUs).
+	PoolDefault = 16
 )
 
 // RetentionOff, as Config.Retention, turns the automatic prune off.

@@ -69,25 +69,23 @@ func (s *Store) FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.R
 	if seen.Result != nil {
 		captchaID, finished = seen.Result.CaptchaID, timeArg(seen.Result.FinishedAt)
 	}
-	args := append(finishArgs(r), string(seen.Status), clean(captchaID), seen.AcceptedAt.UTC(), finished,
-		notifyChannel, s.instance+":"+string(EventFinished)+":")
-	var id string
-	err := s.pool.QueryRow(ctx, `WITH u AS (`+finishTask+` WHERE id = $1 AND status = $19 AND captcha_id = $20
-		AND accepted_at = $21 AND finished_at IS NOT DISTINCT FROM $22 RETURNING id)
-		SELECT id, pg_notify($23, $24 || id)::text FROM u`, args...).Scan(&id, nil)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
+	args := append(finishArgs(r), string(seen.Status), clean(captchaID), seen.AcceptedAt.UTC(), finished)
+	tag, err := s.pool.Exec(ctx, finishTask+` WHERE id = $1 AND status = $19 AND captcha_id = $20
+		AND accepted_at = $21 AND finished_at IS NOT DISTINCT FROM $22`, args...)
 	if err != nil {
 		return false, s.wrap("FinishIf", err)
 	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	s.announce(EventFinished, r.ID)
 	return true, nil
 }
 
 // Watch starts calling fn, on one goroutine of the store, with each task
 // another Store on the database accepted (when it has Config.Notify) or
-// finished (FinishIf). It listens on a connection of its own, taken from
-// the pool; when that connection drops it takes another, once a second
+// finished (FinishIf). It listens on a connection of its own (not one of
+// the pool's); when that connection drops it opens another, once a second
 // until it can, and then calls fn with EventResync. Call it once; Close
 // stops it.
 func (s *Store) Watch(fn func(Event)) error {
@@ -122,11 +120,12 @@ func (s *Store) listen(ctx context.Context, fn func(Event)) {
 }
 
 func (s *Store) listenOnce(ctx context.Context, fn func(Event), resync bool) error {
-	conn, err := s.pool.Acquire(ctx)
+	// A connection of its own, not the pool's: it waits all the time.
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
+	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		return err
 	}
@@ -134,12 +133,8 @@ func (s *Store) listenOnce(ctx context.Context, fn func(Event), resync bool) err
 		fn(Event{Kind: EventResync})
 	}
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				// The connection is broken: the pool must not keep it.
-				_ = conn.Conn().Close(context.Background())
-			}
 			return err
 		}
 		inst, rest, ok := strings.Cut(n.Payload, ":")

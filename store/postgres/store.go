@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,6 +63,11 @@ type Store struct {
 	notify   bool   // Config.Notify
 	closed   atomic.Bool
 
+	// announced carries the events to announce to the other Stores;
+	// announcer sends them (announce.go).
+	announced chan string
+	announcer *startstop.Loop
+
 	mu      sync.Mutex
 	watcher *startstop.Loop // Watch's; nil until it is called
 }
@@ -88,21 +94,33 @@ func Open(ctx context.Context, connString string, cfg Config) (*Store, error) {
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	}
+	if !strings.Contains(connString, "pool_max_conns") {
+		// A front's handlers each hold a connection for a round trip,
+		// and a round trip is mostly waiting: pgxpool's default (the
+		// number of CPUs, at least 4) makes them queue for connections.
+		pc.MaxConns = max(PoolDefault, 4*int32(runtime.NumCPU()))
+	}
+
 	name := Redact(connString)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", name, scrub(err, connString))
 	}
-	s := &Store{name: name, pool: pool, log: cfg.Logger, instance: newInstance(), notify: cfg.Notify}
+	s := &Store{name: name, pool: pool, log: cfg.Logger, instance: newInstance(), notify: cfg.Notify,
+		announced: make(chan string, announceBuffer)}
+	s.announcer = startstop.New(s.announceLoop)
+	_ = s.announcer.Start(context.Background())
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("store %s cannot be reached: %w", name, scrub(err, connString))
 	}
 	if err := migrate(ctx, pool, name); err != nil {
+		s.announcer.Stop()
 		pool.Close()
 		return nil, err
 	}
 	if err := s.claimOwner(ctx, cfg.Owner); err != nil {
+		s.announcer.Stop()
 		pool.Close()
 		return nil, err
 	}
@@ -205,6 +223,7 @@ func (s *Store) Close() error {
 		s.watcher.Stop()
 	}
 	s.mu.Unlock()
+	s.announcer.Stop()
 	s.pool.Close()
 	return nil
 }
@@ -238,21 +257,13 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 	existed = make([]bool, len(rows))
 	batch := &pgx.Batch{}
 	for _, r := range rows {
-		if s.notify {
-			batch.Queue(insertNotify, append(r.args(), notifyChannel, s.instance+":"+string(EventAccepted)+":")...)
-		} else {
-			batch.Queue(insertTask, r.args()...)
-		}
+		batch.Queue(insertTask, r.args()...)
 	}
 	br := s.pool.SendBatch(ctx, batch)
 	var known []string
 	for i, r := range rows {
 		var seq int64
-		dst := []any{&seq}
-		if s.notify {
-			dst = append(dst, nil)
-		}
-		err := br.QueryRow().Scan(dst...)
+		err := br.QueryRow().Scan(&seq)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			existed[i] = true
@@ -266,6 +277,13 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 	}
 	if err := br.Close(); err != nil {
 		return nil, nil, s.wrap("Enqueue", err)
+	}
+	if s.notify {
+		for i, r := range rows {
+			if !existed[i] {
+				s.announce(EventAccepted, r.task.ID)
+			}
+		}
 	}
 	if len(known) == 0 {
 		return recs, existed, nil
@@ -292,10 +310,6 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 const insertTask = `INSERT INTO tasks (id, status, priority, tenant, method, params, deadline, max_attempts,
 	proxy, proxy_type, pingback, accepted_at, fingerprint) VALUES ($1, 'queued', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 	ON CONFLICT (id) DO NOTHING RETURNING seq`
-
-// insertNotify is insertTask announcing a new task to the other Stores
-// on the database ($13 the channel, $14 the payload before the id).
-const insertNotify = `WITH ins AS (` + insertTask + `, id) SELECT seq, pg_notify($13, $14 || id)::text FROM ins`
 
 // Checkpoint implements captchaq.Store. It clears NotBefore, and fails for
 // a task that is already final.
