@@ -60,10 +60,25 @@
 // statement. PostgreSQL commits concurrent calls together (group commit),
 // so no writer goroutine is needed as in store/sqlite.
 //
+// # Several processes on one database
+//
+// The replicas of a front (docs/fronts.md) share more than the tasks:
+// FinishIf stores a result only while the record is as its caller read it
+// (one of several replicas stores it); Watch tells a Store what the others
+// accepted (Config.Notify) and finished, over LISTEN/NOTIFY, announced
+// after each commit in batches (announce.go says why); IDBlock hands out
+// blocks of task ids from a sequence; Activate holds the database's
+// active-queue lock for a queue that solves tasks itself; ClaimOwner lets
+// processes that start at once agree on one owner.
+//
 // # Background loops and Close
 //
-// Open starts one loop, unless Retention is RetentionOff: the pruner
-// (pruner.go), which deletes final tasks Config.Retention after they
-// finished, at Open and every Config.PruneInterval. Close stops it, then
-// closes the pool, which waits for the connections in use to come back.
+// Open starts the announcer (announce.go) and, unless Retention is
+// RetentionOff, the pruner (pruner.go), which deletes final tasks
+// Config.Retention after they finished, at Open and every
+// Config.PruneInterval; Watch starts the watcher on a connection of its
+// own; Activate starts a check of its lock's connection, stopped by
+// Release. Close stops, in order, the pruner, the watcher and the
+// announcer (which sends what is queued), then closes the pool, which
+// waits for the connections in use to come back.
 package postgres

@@ -108,22 +108,20 @@ func Open(ctx context.Context, connString string, cfg Config) (*Store, error) {
 	}
 	s := &Store{name: name, pool: pool, log: cfg.Logger, instance: newInstance(), notify: cfg.Notify,
 		announced: make(chan string, announceBuffer)}
-	s.announcer = startstop.New(s.announceLoop)
-	_ = s.announcer.Start(context.Background())
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("store %s cannot be reached: %w", name, scrub(err, connString))
 	}
 	if err := migrate(ctx, pool, name); err != nil {
-		s.announcer.Stop()
 		pool.Close()
 		return nil, err
 	}
 	if err := s.claimOwner(ctx, cfg.Owner); err != nil {
-		s.announcer.Stop()
 		pool.Close()
 		return nil, err
 	}
+	s.announcer = startstop.New(s.announceLoop)
+	_ = s.announcer.Start(context.Background())
 	if cfg.Retention != RetentionOff {
 		s.pruner = newPruner(s, cfg.Retention, cfg.PruneInterval, cfg.Logger, cfg.pruned)
 		_ = s.pruner.Start(context.Background())
