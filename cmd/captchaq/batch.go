@@ -103,7 +103,13 @@ func solveLines(ctx context.Context, env *environment, rt *queueRuntime, in io.R
 	}
 	lines, readErr := readLines(runCtx, in, longestFirst)
 	var invalid, refused int
-	err := captchaq.StreamFunc(runCtx, rt.queue, lines, parallel, batchLine.task, func(l batchLine, r captchaq.Result, why error) {
+	taskOf := func(l batchLine) (captchaq.Task, error) {
+		if l.err == nil {
+			bar.read(l.t) // for the ETA's model
+		}
+		return l.t, l.err
+	}
+	err := captchaq.StreamFunc(runCtx, rt.queue, lines, parallel, taskOf, func(l batchLine, r captchaq.Result, why error) {
 		if why != nil {
 			if errors.Is(why, captchaq.ErrIDConflict) {
 				refused++

@@ -18,100 +18,133 @@ import (
 	"github.com/captchaq/captchaq/provider"
 )
 
-// progress reports a batch on stderr while it runs. On a terminal it keeps
-// one line current: done/total, threads in use, rate and ETA. Elsewhere (a
-// pipe, a file) it stays quiet while all goes well, and prints a notice when
-// attempts are being retried, so a provider that does not answer is not
-// met with silence.
+// progress reports a batch on stderr while it runs: done/total, threads
+// in use, the rate of this run's answers and an ETA from the solve-time
+// model (etaModel). On a terminal it keeps one line current; elsewhere (a
+// pipe, a file, CI's log) it prints a line every progressEvery, with the
+// attempts retried since the last one when there were any, so a long
+// batch, or a provider that does not answer, is not met with silence.
+//
+// The line is drawn by hand: a status line is three escape codes, and the
+// progress-bar libraries (schollz/progressbar, vbauerster/mpb) compute
+// their ETA from the rate, which is what misleads here, and redraw with
+// carriage returns off a terminal too, where a log wants whole lines.
 type progress struct {
 	w     io.Writer
 	term  bool
 	total int // -1: unknown (stdin)
 	q     *captchaq.Queue
 	start time.Time
-	every time.Duration
-	mu    sync.Mutex
-	done  int
-	loop  *startstop.Loop // report, every period, until finish
-	// lastBy is the retries by reason at the last notice (off a terminal).
-	lastBy map[string]int64
+	loop  *startstop.Loop // report, every tick, until finish
+
+	mu   sync.Mutex
+	done int
+	eta  *etaModel
+	// lastLine and lastBy: when the last line was printed off a terminal,
+	// and the retries by reason then.
+	lastLine time.Time
+	lastBy   map[string]int64
 }
 
-// Redraw and notice intervals.
+// Redraw and line intervals.
 const (
-	progressRedraw = 250 * time.Millisecond
-	retryNotice    = 3 * time.Second
+	progressRedraw = 250 * time.Millisecond // on a terminal
+	progressSample = time.Second            // off a terminal: the model's samples
+	progressEvery  = 5 * time.Second        // off a terminal: a line
 )
 
 func newProgress(w io.Writer, total int, enabled bool, q *captchaq.Queue) *progress {
-	p := &progress{w: w, total: total, q: q, start: time.Now()}
+	p := &progress{w: w, total: total, q: q, start: time.Now(), eta: newETAModel()}
+	p.lastLine = p.start
 	p.loop = startstop.New(p.run)
 	if !enabled {
 		return p
 	}
 	f, ok := w.(*os.File)
 	p.term = ok && term.IsTerminal(int(f.Fd()))
-	p.every = retryNotice
-	if p.term {
-		p.every = progressRedraw
-	}
 	_ = p.loop.Start(context.Background())
 	return p
 }
 
 func (p *progress) run(ctx context.Context) {
-	startstop.Tick(ctx, p.every, p.report)
+	every := progressSample
+	if p.term {
+		every = progressRedraw
+	}
+	startstop.Every(ctx, every, p.report)
 	if p.term {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
 }
 
-// report redraws the terminal's line, or prints a notice of retries.
+// report samples the queue, and redraws the terminal's line or prints a
+// line when one is due.
 func (p *progress) report(context.Context) {
 	m := p.q.Metrics()
+	now := time.Now()
 	p.mu.Lock()
+	p.eta.sample(now, m.ThreadsInUse)
 	done := p.done
+	eta := "-"
+	if p.total >= 0 && !m.Paused {
+		if d, ok := p.eta.left(m, max(p.total-done-len(p.eta.open), 0)); ok {
+			eta = d.Round(time.Second).String()
+		}
+	}
 	p.mu.Unlock()
+	elapsed := now.Sub(p.start)
 	if p.term {
-		fmt.Fprint(p.w, "\r\033[K"+progressLine(done, p.total, m, time.Since(p.start)))
+		fmt.Fprint(p.w, "\r\033[K"+progressLine(done, p.total, m, elapsed, eta))
 		return
 	}
-	if line, ok := retryLine(done, p.total, m, p.lastBy, p.every); ok {
-		fmt.Fprintln(p.w, line)
+	if now.Sub(p.lastLine) < progressEvery-progressSample/2 {
+		return
 	}
-	p.lastBy = maps.Clone(m.RetriesByReason)
+	line := logLine(done, p.total, m, elapsed, eta)
+	if retried, ok := retryNote(m, p.lastBy, now.Sub(p.lastLine).Round(time.Second)); ok {
+		line += "; " + retried
+	}
+	fmt.Fprintln(p.w, line)
+	p.lastLine, p.lastBy = now, maps.Clone(m.RetriesByReason)
 }
 
-// progressLine is the terminal's status line. The rate counts only tasks
-// finished by this run (results the store already held took no work) and
-// shows once a second has passed; until then, and while no task has
-// finished, rate and ETA read "-". The ETA is at least a second while tasks
-// remain.
-func progressLine(done, total int, m captchaq.Metrics, elapsed time.Duration) string {
+// answerRate is this run's answers per second: results the store already held
+// took no work. It reads "-" until a task of this run has finished and a
+// second has passed.
+func answerRate(m captchaq.Metrics, elapsed time.Duration) string {
+	worked := float64(m.Solved + m.Failed)
+	if worked == 0 || elapsed < time.Second {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f tasks/s", worked/elapsed.Seconds())
+}
+
+// progressLine is the terminal's status line.
+func progressLine(done, total int, m captchaq.Metrics, elapsed time.Duration, eta string) string {
 	count := fmt.Sprintf("%d", done)
 	if total >= 0 {
 		count = fmt.Sprintf("%d/%d", done, total)
 	}
-	rate, eta := "-", "-"
-	worked := float64(m.Solved + m.Failed)
-	if worked > 0 && elapsed >= time.Second {
-		r := worked / elapsed.Seconds()
-		rate = fmt.Sprintf("%.1f tasks/s", r)
-		if total >= 0 {
-			left := time.Duration(float64(total-done) / r * float64(time.Second))
-			if total > done && left < time.Second {
-				left = time.Second
-			}
-			eta = left.Round(time.Second).String()
-		}
-	}
-	return fmt.Sprintf("solving %s  threads %d/%d  %s  ETA %s", count, m.ThreadsInUse, m.Threads, rate, eta)
+	return fmt.Sprintf("solving %s  threads %d/%d  %s  ETA %s", count, m.ThreadsInUse, m.Threads, answerRate(m, elapsed), eta)
 }
 
-// retryLine is the notice, off a terminal, that attempts were retried in
-// the last interval for reasons other than a busy plan (no free thread is
-// the queue's normal pace, not trouble); ok is false when there were none.
-func retryLine(done, total int, m captchaq.Metrics, before map[string]int64, every time.Duration) (line string, ok bool) {
+// logLine is the line off a terminal.
+func logLine(done, total int, m captchaq.Metrics, elapsed time.Duration, eta string) string {
+	count := fmt.Sprintf("%d", done)
+	if total >= 0 {
+		count = fmt.Sprintf("%d of %d", done, total)
+	}
+	s := fmt.Sprintf("captchaq batch: %s done, threads %d/%d, %s, ETA %s", count, m.ThreadsInUse, m.Threads, answerRate(m, elapsed), eta)
+	if m.Paused {
+		s += "; paused: " + m.PausedReason
+	}
+	return s
+}
+
+// retryNote says how many attempts were retried since before for reasons
+// other than a busy plan (no free thread is the queue's normal pace, not
+// trouble); ok is false when there were none.
+func retryNote(m captchaq.Metrics, before map[string]int64, over time.Duration) (note string, ok bool) {
 	var reasons []string
 	var retried int64
 	for _, r := range slices.Sorted(maps.Keys(m.RetriesByReason)) {
@@ -126,17 +159,20 @@ func retryLine(done, total int, m captchaq.Metrics, before map[string]int64, eve
 	if retried == 0 {
 		return "", false
 	}
-	count := fmt.Sprintf("%d", done)
-	if total >= 0 {
-		count = fmt.Sprintf("%d of %d", done, total)
-	}
-	return fmt.Sprintf("captchaq batch: %s done; %d attempts retried in the last %s (%s); still trying",
-		count, retried, every, strings.Join(reasons, ", ")), true
+	return fmt.Sprintf("%d attempts retried in the last %s (%s); still trying", retried, over, strings.Join(reasons, ", ")), true
 }
 
-func (p *progress) add(captchaq.Result) {
+// read notes a task read from the input, for the model.
+func (p *progress) read(t captchaq.Task) {
+	p.mu.Lock()
+	p.eta.read(t)
+	p.mu.Unlock()
+}
+
+func (p *progress) add(r captchaq.Result) {
 	p.mu.Lock()
 	p.done++
+	p.eta.finished(r)
 	p.mu.Unlock()
 }
 

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -19,19 +21,45 @@ func TestProgressLine(t *testing.T) {
 		done, total int
 		m           captchaq.Metrics
 		elapsed     time.Duration
-		want        string
+		eta         string
+		term, log   string
 	}{
 		// Results from the store at the start are no rate.
-		{"first frame after a rerun", 40, 50, captchaq.Metrics{Threads: 20}, 150 * time.Microsecond, "solving 40/50  threads 0/20  -  ETA -"},
-		{"first task finished at once", 1, 50, captchaq.Metrics{Solved: 1, Threads: 20, ThreadsInUse: 20}, 200 * time.Millisecond, "solving 1/50  threads 20/20  -  ETA -"},
-		{"a slow task still running", 0, 1, captchaq.Metrics{Threads: 5, ThreadsInUse: 1}, 3 * time.Second, "solving 0/1  threads 1/5  -  ETA -"},
-		{"steady", 10, 30, captchaq.Metrics{Solved: 9, Failed: 1, Threads: 5, ThreadsInUse: 5}, 5 * time.Second, "solving 10/30  threads 5/5  2.0 tasks/s  ETA 10s"},
-		{"last task running", 99, 100, captchaq.Metrics{Solved: 99, Threads: 5, ThreadsInUse: 1}, 10 * time.Second, "solving 99/100  threads 1/5  9.9 tasks/s  ETA 1s"},
-		{"stdin", 7, -1, captchaq.Metrics{Solved: 7, Threads: 5}, 7 * time.Second, "solving 7  threads 0/5  1.0 tasks/s  ETA -"},
+		{"first frame after a rerun", 40, 50, captchaq.Metrics{Threads: 20}, 150 * time.Microsecond, "8s",
+			"solving 40/50  threads 0/20  -  ETA 8s", "captchaq batch: 40 of 50 done, threads 0/20, -, ETA 8s"},
+		{"first task finished at once", 1, 50, captchaq.Metrics{Solved: 1, Threads: 20, ThreadsInUse: 20}, 200 * time.Millisecond, "25s",
+			"solving 1/50  threads 20/20  -  ETA 25s", "captchaq batch: 1 of 50 done, threads 20/20, -, ETA 25s"},
+		{"steady", 10, 30, captchaq.Metrics{Solved: 9, Failed: 1, Threads: 5, ThreadsInUse: 5}, 5 * time.Second, "16s",
+			"solving 10/30  threads 5/5  2.0 tasks/s  ETA 16s", "captchaq batch: 10 of 30 done, threads 5/5, 2.0 tasks/s, ETA 16s"},
+		{"paused", 3, 30, captchaq.Metrics{Solved: 3, Threads: 5, Paused: true, PausedReason: "ERROR_ZERO_BALANCE"}, 3 * time.Second, "-",
+			"solving 3/30  threads 0/5  1.0 tasks/s  ETA -", "captchaq batch: 3 of 30 done, threads 0/5, 1.0 tasks/s, ETA -; paused: ERROR_ZERO_BALANCE"},
+		{"stdin", 7, -1, captchaq.Metrics{Solved: 7, Threads: 5}, 7 * time.Second, "-",
+			"solving 7  threads 0/5  1.0 tasks/s  ETA -", "captchaq batch: 7 done, threads 0/5, 1.0 tasks/s, ETA -"},
 	} {
-		if got := progressLine(c.done, c.total, c.m, c.elapsed); got != c.want {
-			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		if got := progressLine(c.done, c.total, c.m, c.elapsed, c.eta); got != c.term {
+			t.Errorf("%s: %q, want %q", c.name, got, c.term)
 		}
+		if got := logLine(c.done, c.total, c.m, c.elapsed, c.eta); got != c.log {
+			t.Errorf("%s: %q, want %q", c.name, got, c.log)
+		}
+	}
+}
+
+// Off a terminal, a batch prints a line every few seconds with its count
+// and the ETA of the model: a Turnstile's 8 s less the time it has been in
+// flight.
+func TestBatchProgressOffATerminal(t *testing.T) {
+	t.Parallel()
+	seven := sim.Latency{Median: 7 * time.Second, Min: 7 * time.Second, Max: 7 * time.Second}
+	_, base := startFastSim(t, sim.Config{Threads: 5, LatencyScale: 1, Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: seven}})
+	in := writeFile(t, "tasks.jsonl", jsonl(t, turnstileTasks("slow", 3)))
+	r := runWith(t, "", keyEnv, "batch", in, "--store", "memory", "--api-url", base)
+	if r.code != 0 {
+		t.Fatalf("batch = %+v", r)
+	}
+	line := regexp.MustCompile(`(?m)^captchaq batch: 0 of 3 done, threads 3/5, -, ETA ([1-7])s$`)
+	if !line.MatchString(r.stderr) {
+		t.Errorf("no progress line of the model's ETA in:\n%s", r.stderr)
 	}
 }
 
@@ -56,10 +84,10 @@ func TestBatchUnreachableProviderSaysSo(t *testing.T) {
 		code <- run(ctx, env, []string{"batch", in, "--store", "memory", "--api-url", "http://127.0.0.1:1"})
 	}()
 	waitFor(t, "a retry notice", func() bool { return strings.Contains(text(), "attempts retried in the last") })
-	if waited := time.Since(start); waited > 2*retryNotice+5*time.Second {
+	if waited := time.Since(start); waited > 2*progressEvery+5*time.Second {
 		t.Errorf("first notice after %v", waited)
 	}
-	if !strings.Contains(text(), "captchaq batch: 0 of 3 done; ") || !strings.Contains(text(), "(NETWORK ") {
+	if !strings.Contains(text(), "captchaq batch: 0 of 3 done, threads ") || !strings.Contains(text(), "(NETWORK ") {
 		t.Errorf("notice: %q", text())
 	}
 	cancel()
@@ -104,16 +132,16 @@ func TestServeLogsItsStorePath(t *testing.T) {
 	}
 }
 
-func TestRetryLine(t *testing.T) {
+func TestRetryNote(t *testing.T) {
 	t.Parallel()
 	m := captchaq.Metrics{RetriesByReason: map[string]int64{"ERROR_NO_SLOT_AVAILABLE": 9, "NETWORK": 5}}
-	if line, ok := retryLine(2, 10, m, map[string]int64{"NETWORK": 5}, 3*time.Second); ok {
-		t.Errorf("only no-slot retries: %q, want no notice", line)
+	if note, ok := retryNote(m, map[string]int64{"NETWORK": 5}, 5*time.Second); ok {
+		t.Errorf("only no-slot retries: %q, want no note", note)
 	}
 	m.RetriesByReason["NETWORK"] = 8
 	m.RetriesByReason["ERROR_BAD_DUPLICATES"] = 1
-	line, ok := retryLine(2, 10, m, map[string]int64{"NETWORK": 5}, 3*time.Second)
-	if want := "captchaq batch: 2 of 10 done; 4 attempts retried in the last 3s (ERROR_BAD_DUPLICATES 1, NETWORK 3); still trying"; !ok || line != want {
-		t.Errorf("notice %q, want %q", line, want)
+	note, ok := retryNote(m, map[string]int64{"NETWORK": 5}, 5*time.Second)
+	if want := "4 attempts retried in the last 5s (ERROR_BAD_DUPLICATES 1, NETWORK 3); still trying"; !ok || note != want {
+		t.Errorf("note %q, want %q", note, want)
 	}
 }

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/captchaq/captchaq"
+)
+
+func etaTasks(method string, n int, params map[string]string) []captchaq.Task {
+	var out []captchaq.Task
+	for i := range n {
+		out = append(out, captchaq.Task{ID: fmt.Sprintf("%s-%d", method, i), Method: method, Params: params})
+	}
+	return out
+}
+
+// The examples' mix: 8 images (0.7 s), 8 Turnstile (8 s), 4 reCAPTCHA v2
+// (25 s), 2 v3 (9 s), 1 GeeTest (10 s) on 20 threads.
+func examplesModel() *etaModel {
+	e := newETAModel()
+	page := "https://shop.example/"
+	for _, ts := range [][]captchaq.Task{
+		etaTasks("base64", 8, map[string]string{"body": "aW1hZ2U="}),
+		etaTasks("turnstile", 8, map[string]string{"sitekey": "0x4AAA", "pageurl": page}),
+		etaTasks("userrecaptcha", 4, map[string]string{"googlekey": "6Le", "pageurl": page}),
+		etaTasks("userrecaptcha", 2, map[string]string{"googlekey": "6Le", "pageurl": page, "version": "v3", "action": "a", "min_score": "0.3"}),
+		etaTasks("geetest", 1, map[string]string{"gt": "81388ea1fc187e0c335c0a8907ff2625", "challenge": "c", "pageurl": page}),
+	} {
+		for _, t := range ts {
+			if t.Method == "userrecaptcha" && t.Params["version"] == "v3" {
+				t.ID = "v3-" + t.ID
+			}
+			e.read(t)
+		}
+	}
+	return e
+}
+
+func TestETAModel(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+
+	// At the start the last of the four reCAPTCHAs bounds it: the 4/5
+	// quantile of solve times log-normal around 25 s with spread 0.35,
+	// 25 s × e^(0.35 × 0.8416) = 33.564 s, more than the work spread over
+	// the threads (197.6 s / 20 = 9.9 s).
+	e := examplesModel()
+	if len(e.open) != 23 {
+		t.Fatalf("%d open tasks, want 23", len(e.open))
+	}
+	e.sample(t0, 0)
+	m := captchaq.Metrics{Threads: 20, Window: 20, ThreadsInUse: 20}
+	if d, ok := e.left(m, 0); !ok || d.Round(time.Millisecond) != 33564*time.Millisecond {
+		t.Errorf("at the start: %v %v, want 33.564s", d, ok)
+	}
+
+	// Two seconds in, the 8 images are done: the rate says 16 left at 4 a
+	// second, 4 s; the model what the last reCAPTCHA still takes at the 15
+	// tasks in flight's average age, (20 threads × 2 s − 8 × 0.7 s) / 15 =
+	// 2.293 s: 33.564 s − 2.293 s (that early, having taken it says
+	// nothing of a solve time).
+	e.sample(t0.Add(2*time.Second), 20)
+	for i := range 8 {
+		e.finished(captchaq.Result{ID: fmt.Sprintf("base64-%d", i), Status: captchaq.StatusSolved, SolveSeconds: 0.7})
+	}
+	m = captchaq.Metrics{Threads: 20, Window: 20, ThreadsInUse: 15, Solved: 8, AvgSolveSeconds: 0.7}
+	if d, ok := e.left(m, 0); !ok || d.Round(time.Millisecond) != 31270*time.Millisecond {
+		t.Errorf("8 of 23 done after 2 s: %v, want 31.270s", d)
+	}
+
+	// Answers teach it: two Turnstiles solved in 2 s move its 8 s to
+	// (2 × 8 s + 2 × 2 s) / 4 = 5 s.
+	e.finished(captchaq.Result{ID: "turnstile-0", Status: captchaq.StatusSolved, SolveSeconds: 2})
+	e.finished(captchaq.Result{ID: "turnstile-1", Status: captchaq.StatusSolved, SolveSeconds: 2})
+	if got := e.expected("turnstile"); got != 5*time.Second {
+		t.Errorf("expected Turnstile %v, want 5s", got)
+	}
+	// A failure teaches nothing; an unknown id changes nothing.
+	e.finished(captchaq.Result{ID: "turnstile-2", Status: captchaq.StatusFailed, SolveSeconds: 30})
+	e.finished(captchaq.Result{ID: "never-read", Status: captchaq.StatusSolved, SolveSeconds: 30})
+	if got, n := e.expected("turnstile"), len(e.open); got != 5*time.Second || n != 12 {
+		t.Errorf("expected Turnstile %v with %d open, want 5s and 12", got, n)
+	}
+}
+
+func TestETAModelWaitingAndUnread(t *testing.T) {
+	t.Parallel()
+	e := newETAModel()
+	for _, task := range etaTasks("turnstile", 3, map[string]string{"sitekey": "0x4AAA", "pageurl": "https://a.example/"}) {
+		e.read(task)
+	}
+	// One thread: one Turnstile in flight, two waiting, and three lines
+	// not read yet, counted at the mean of those read (8 s): 48 s of work.
+	if d, ok := e.left(captchaq.Metrics{Threads: 1, Window: 1, ThreadsInUse: 1}, 3); !ok || d != 48*time.Second {
+		t.Errorf("%v %v, want 48s", d, ok)
+	}
+	// Nothing in flight (paused, or not started): the longest waiting
+	// task's whole solve time at least.
+	if d, ok := e.left(captchaq.Metrics{Threads: 5, Window: 5}, 0); !ok || d != 8*time.Second {
+		t.Errorf("%v %v, want 8s", d, ok)
+	}
+	for i := range 3 {
+		e.finished(captchaq.Result{ID: fmt.Sprintf("turnstile-%d", i), Status: captchaq.StatusSolved, SolveSeconds: 8})
+	}
+	if d, ok := e.left(captchaq.Metrics{Threads: 5, Window: 5}, 0); ok {
+		t.Errorf("nothing left: %v %v", d, ok)
+	}
+}
+
+// The last of n tasks in flight lands at the n/(n+1) quantile of the solve
+// times longer than its age: for solve times log-normal around 25 s with
+// spread 0.35, one task alone at its median (25 s); one at 22 s, where
+// Φ(ln(22/25)/0.35) = 0.3575 of the solve times are shorter, at the
+// 0.6787 quantile, 25 s × e^(0.35 × 0.4637) = 29.41 s, 7.41 s more; the
+// last of three at 15 s at the 0.7681 quantile, 32.31 s.
+func TestTailLeft(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		median, age time.Duration
+		n           int
+		want        time.Duration
+	}{
+		{25 * time.Second, 0, 1, 25 * time.Second},
+		{25 * time.Second, 22 * time.Second, 1, 7410 * time.Millisecond},
+		{25 * time.Second, 40 * time.Second, 1, 5281 * time.Millisecond},
+		{25 * time.Second, 15 * time.Second, 3, 17305 * time.Millisecond},
+		{25 * time.Second, 0, 4, 33564 * time.Millisecond},
+	} {
+		if got := tailLeft(c.median, c.age, c.n).Round(time.Millisecond); got != c.want {
+			t.Errorf("tailLeft(%v, %v, %d) = %v, want %v", c.median, c.age, c.n, got, c.want)
+		}
+	}
+}
