@@ -95,7 +95,7 @@ func (s *Server) handleCreateTask(w http.ResponseWriter, r *http.Request) {
 	case "getBalance":
 		v, err := s.balance(r.Context())
 		if err != nil {
-			ctFail(w, "ERROR_BAD_PARAMETERS", "getBalance: "+scrubURLs(err.Error()))
+			ctFail(w, CodeBalanceUnknown, "getBalance: "+scrubURLs(err.Error())+"; try again in a few seconds")
 			return
 		}
 		writeCT(w, map[string]any{"errorId": 0, "balance": v})
