@@ -485,6 +485,30 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 	return nil
 }
 
+// Abandon lets go of a task this queue holds, queued or in flight,
+// because another process holds it now (amqp's Worker, once the broker
+// has given the task to the fleet): it is not submitted or polled again,
+// its thread is freed, and it finishes failed with ErrorCode CANCELED
+// through the Store's Finish, whose job is to record nothing for it. A
+// task being submitted right now gives ErrInFlight (try again once the
+// submit is answered); a finished or unknown one, as Cancel.
+func (q *Queue) Abandon(ctx context.Context, id string) error {
+	q.mu.Lock()
+	st, ok := q.tasks[id]
+	if !ok {
+		q.mu.Unlock()
+		return q.Cancel(ctx, id)
+	}
+	_, queued := q.queue.Remove(id)
+	if !queued && q.inflight[id] != st {
+		q.mu.Unlock()
+		return fmt.Errorf("captchaq: abandon %q: %w", id, ErrInFlight)
+	}
+	q.mu.Unlock()
+	q.finish(st, q.failure(st, st.rec.Attempts, CodeCanceled, "abandoned: another process holds it now"))
+	return nil
+}
+
 // Resume lifts every pause caused by an account error (after the key or
 // allow-list is fixed); sending starts again at once.
 func (q *Queue) Resume() {

@@ -30,6 +30,7 @@ type Conn struct {
 
 	mu        sync.Mutex
 	conn      *amqp091.Connection // nil while reconnecting
+	epoch     uint64              // numbers conn: one more at every connection
 	ready     chan struct{}       // closed while conn is usable
 	unblocked chan struct{}       // closed while the broker is not blocking publishes
 	// queues declared on request (checkpoint and reply queues, the
@@ -65,6 +66,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		queues:    map[string]declareFunc{},
 		closing:   make(chan struct{}),
 	}
+	c.epoch = 1
 	close(c.ready)
 	close(c.unblocked)
 	c.watcher = startstop.New(func(ctx context.Context) { c.watch(ctx, conn) })
@@ -211,6 +213,7 @@ func (c *Conn) setConn(conn *amqp091.Connection) {
 		return
 	}
 	c.conn = conn
+	c.epoch++
 	close(c.ready)
 }
 
@@ -262,19 +265,28 @@ func (c *Conn) waitUnblocked(ctx context.Context) error {
 
 // connection waits for a usable connection.
 func (c *Conn) connection(ctx context.Context) (*amqp091.Connection, error) {
+	conn, _, err := c.connectionEpoch(ctx)
+	return conn, err
+}
+
+// connectionEpoch is connection with its epoch: channels opened on one
+// connection share it, and a message published on a channel of the same
+// epoch as a delivery reached the broker while that delivery was held
+// (the broker closes a connection's channels together).
+func (c *Conn) connectionEpoch(ctx context.Context) (*amqp091.Connection, uint64, error) {
 	for {
 		c.mu.Lock()
-		conn, ready := c.conn, c.ready
+		conn, ready, epoch := c.conn, c.ready, c.epoch
 		c.mu.Unlock()
 		if conn != nil && !conn.IsClosed() {
-			return conn, nil
+			return conn, epoch, nil
 		}
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("amqp: waiting for the broker: %w", ctx.Err())
+			return nil, 0, fmt.Errorf("amqp: waiting for the broker: %w", ctx.Err())
 		case <-c.closing:
-			return nil, ErrClosed
+			return nil, 0, ErrClosed
 		}
 		if conn != nil {
 			// ready was already closed but the connection died: wait for
@@ -282,7 +294,7 @@ func (c *Conn) connection(ctx context.Context) (*amqp091.Connection, error) {
 			select {
 			case <-time.After(10 * time.Millisecond):
 			case <-ctx.Done():
-				return nil, fmt.Errorf("amqp: waiting for the broker: %w", ctx.Err())
+				return nil, 0, fmt.Errorf("amqp: waiting for the broker: %w", ctx.Err())
 			}
 		}
 	}
@@ -291,17 +303,23 @@ func (c *Conn) connection(ctx context.Context) (*amqp091.Connection, error) {
 // channel opens a channel on the current connection and gives it a new
 // generation.
 func (c *Conn) channel(ctx context.Context) (*amqp091.Channel, uint64, error) {
+	ch, gen, _, err := c.channelEpoch(ctx)
+	return ch, gen, err
+}
+
+// channelEpoch is channel with the epoch of its connection.
+func (c *Conn) channelEpoch(ctx context.Context) (ch *amqp091.Channel, gen, epoch uint64, err error) {
 	for {
-		conn, err := c.connection(ctx)
+		conn, epoch, err := c.connectionEpoch(ctx)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		ch, err := conn.Channel()
 		if err == nil {
-			return ch, c.gens.Add(1), nil
+			return ch, c.gens.Add(1), epoch, nil
 		}
 		if !conn.IsClosed() {
-			return nil, 0, fmt.Errorf("amqp: open channel: %w", err)
+			return nil, 0, 0, fmt.Errorf("amqp: open channel: %w", err)
 		}
 	}
 }

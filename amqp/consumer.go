@@ -62,6 +62,7 @@ type Delivery struct {
 	ch       *amqp091.Channel
 	acks     *acker
 	tag      uint64
+	epoch    uint64 // of the connection it came on (Conn.connectionEpoch)
 	settled  atomic.Bool
 }
 
@@ -157,7 +158,7 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 		}
 		return err
 	}
-	ch, gen, err := k.c.channel(ctx)
+	ch, gen, epoch, err := k.c.channelEpoch(ctx)
 	if err != nil {
 		return report(err)
 	}
@@ -209,7 +210,7 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 					Queue: q, Exchange: d.Exchange, RoutingKey: d.RoutingKey, MessageID: d.MessageId,
 					Type: d.Type, ReplyTo: d.ReplyTo, Priority: d.Priority, Redelivered: d.Redelivered, Timestamp: d.Timestamp,
 					Headers: d.Headers, Body: d.Body, Generation: gen,
-					consumer: k, ch: ch, acks: acks, tag: d.DeliveryTag,
+					consumer: k, ch: ch, acks: acks, tag: d.DeliveryTag, epoch: epoch,
 				}
 				select {
 				case merged <- del:

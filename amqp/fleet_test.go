@@ -339,8 +339,10 @@ func fleetConfig(t *testing.T) Config { return fleetSettings(testConfig(t)) }
 // or closes connections (see disruptiveConfig).
 func disruptiveFleetConfig(t *testing.T) Config { return fleetSettings(disruptiveConfig(t)) }
 
+// fleetSettings are the fleet tests' settings: short retry delays. The
+// checkpoint lease stays at its default: a dead worker's checkpoints come
+// back through the broker, not by their lease.
 func fleetSettings(cfg Config) Config {
-	cfg.InflightLease = time.Second
 	cfg.RetryDelays = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond}
 	return cfg
 }

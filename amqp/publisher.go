@@ -42,6 +42,7 @@ type Publisher struct {
 	mu       sync.Mutex
 	ch       *amqp091.Channel
 	gen      uint64
+	epoch    uint64 // of ch's connection
 	returns  chan amqp091.Return
 	returned map[string]amqp091.Return
 }
@@ -63,22 +64,28 @@ func (p *Publisher) Close() error {
 }
 
 func (p *Publisher) channel(ctx context.Context) (*amqp091.Channel, uint64, error) {
+	ch, gen, _, err := p.channelEpoch(ctx)
+	return ch, gen, err
+}
+
+// channelEpoch is channel with the epoch of its connection.
+func (p *Publisher) channelEpoch(ctx context.Context) (*amqp091.Channel, uint64, uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ch != nil && !p.ch.IsClosed() {
-		return p.ch, p.gen, nil
+		return p.ch, p.gen, p.epoch, nil
 	}
-	ch, gen, err := p.c.channel(ctx)
+	ch, gen, epoch, err := p.c.channelEpoch(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	if err := ch.Confirm(false); err != nil {
 		_ = ch.Close()
-		return nil, 0, fmt.Errorf("amqp: confirm mode: %w", err)
+		return nil, 0, 0, fmt.Errorf("amqp: confirm mode: %w", err)
 	}
 	p.returns = ch.NotifyReturn(make(chan amqp091.Return, maxOutstanding))
-	p.ch, p.gen = ch, gen
-	return ch, gen, nil
+	p.ch, p.gen, p.epoch = ch, gen, epoch
+	return ch, gen, epoch, nil
 }
 
 // takeReturn reports whether the message with token came back. The broker
@@ -129,6 +136,29 @@ type Confirm func(ctx context.Context) error
 // must be called: until then the message holds one of the Publisher's
 // maxOutstanding places.
 func (p *Publisher) Send(ctx context.Context, exchange, key string, msg amqp091.Publishing) (Confirm, error) {
+	return p.send(ctx, 0, exchange, key, msg)
+}
+
+// errLetGo is returned by publishIn when the connection it was bound to
+// closed: what it held there is the fleet's now (see "Recovery" in the
+// package doc).
+var errLetGo = errors.New("amqp: the connection that held the task closed; the fleet has it now")
+
+// publishIn publishes msg as Publish does, but only on a channel of the
+// connection of epoch (Conn.connectionEpoch), and never again on another:
+// a message confirmed on it reached the broker while that connection's
+// deliveries were still held. It returns errLetGo when that connection
+// closed before the confirm.
+func (p *Publisher) publishIn(ctx context.Context, epoch uint64, exchange, key string, msg amqp091.Publishing) error {
+	confirm, err := p.send(ctx, epoch, exchange, key, msg)
+	if err != nil {
+		return err
+	}
+	return confirm(ctx)
+}
+
+// send is Send bound to a connection epoch when it is not 0 (publishIn).
+func (p *Publisher) send(ctx context.Context, epoch uint64, exchange, key string, msg amqp091.Publishing) (Confirm, error) {
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -140,7 +170,7 @@ func (p *Publisher) Send(ctx context.Context, exchange, key string, msg amqp091.
 	for k, v := range msg.Headers {
 		h[k] = v
 	}
-	o := &outgoing{p: p, exchange: exchange, key: key, token: hex.EncodeToString(tok[:]), msg: msg}
+	o := &outgoing{p: p, exchange: exchange, key: key, token: hex.EncodeToString(tok[:]), msg: msg, epoch: epoch}
 	h[publishTokenHeader] = o.token
 	o.msg.Headers = h
 	o.msg.DeliveryMode = amqp091.Persistent
@@ -167,6 +197,7 @@ type outgoing struct {
 	msg           amqp091.Publishing
 	ch            *amqp091.Channel
 	dc            *amqp091.DeferredConfirmation
+	epoch         uint64 // not 0: only on a channel of this connection, once
 }
 
 // send publishes o on the publisher's channel, on the next one if that
@@ -176,14 +207,20 @@ func (o *outgoing) send(ctx context.Context) error {
 		if err := o.p.c.waitUnblocked(ctx); err != nil {
 			return err
 		}
-		ch, _, err := o.p.channel(ctx)
+		ch, _, epoch, err := o.p.channelEpoch(ctx)
 		if err != nil {
 			return err
+		}
+		if o.epoch != 0 && epoch != o.epoch {
+			return errLetGo
 		}
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, o.exchange, o.key, true, false, o.msg)
 		if err == nil {
 			o.ch, o.dc = ch, dc
 			return nil
+		}
+		if o.epoch != 0 {
+			return errLetGo
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("amqp: publish to %q/%q: %w", o.exchange, o.key, err)
@@ -218,6 +255,9 @@ func (o *outgoing) confirm(ctx context.Context) error {
 		}
 		if ack {
 			return nil
+		}
+		if o.epoch != 0 && o.ch.IsClosed() {
+			return errLetGo
 		}
 		if !o.ch.IsClosed() {
 			// Refused on a healthy channel.
@@ -273,27 +313,32 @@ func (p *Publisher) PublishResult(ctx context.Context, r captchaq.Result) error 
 // gateway retired and the queue deleted) makes the message unroutable; the
 // result then goes to the results queue, so it is not lost.
 func (p *Publisher) Reply(ctx context.Context, replyTo string, r captchaq.Result) error {
-	if !p.c.Names().isReplyQueue(replyTo) {
-		return p.PublishResult(ctx, r)
-	}
+	return p.replyIn(ctx, 0, replyTo, r)
+}
+
+// replyIn is Reply bound to a connection epoch when it is not 0 (see
+// publishIn).
+func (p *Publisher) replyIn(ctx context.Context, epoch uint64, replyTo string, r captchaq.Result) error {
 	msg, err := resultPublishing(r)
 	if err != nil {
 		return err
 	}
-	err = p.Publish(ctx, "", replyTo, msg)
-	if errors.Is(err, ErrUnroutable) {
+	if p.c.Names().isReplyQueue(replyTo) {
+		err = p.publishIn(ctx, epoch, "", replyTo, msg)
+		if !errors.Is(err, ErrUnroutable) {
+			return err
+		}
 		p.c.cfg.Logger.Warn("reply queue is gone; the result goes to the results queue", "queue", replyTo, "id", r.ID)
-		return p.PublishResult(ctx, r)
 	}
-	return err
+	return p.publishIn(ctx, epoch, "", p.c.Names().Results, msg)
 }
 
 // Checkpoint publishes a task that the provider has accepted, with its
 // captcha id, to owner's checkpoint queue (see Conn.DeclareInflight). Once
 // it is confirmed the original task delivery may be acked: if owner dies,
-// the checkpoint's lease runs out and it goes back to the task exchange
-// still carrying the captcha id, so whoever takes it polls instead of
-// paying for a second solve.
+// the broker dead-letters the checkpoint to Names.Adopt, still carrying
+// the captcha id, so whoever takes it polls instead of paying for a
+// second solve.
 func (p *Publisher) Checkpoint(ctx context.Context, owner string, m TaskMessage) error {
 	if m.CaptchaID == "" {
 		return fmt.Errorf("amqp: checkpoint of %q without a captcha id", m.Task.ID)
@@ -319,7 +364,7 @@ func (p *Publisher) park(ctx context.Context, owner, run string, m TaskMessage, 
 		msg.Headers[HeaderSeq] = int32(seq)
 	}
 	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
-	return p.Publish(ctx, p.c.Names().Inflight, KindOf(m.Task), msg)
+	return p.Publish(ctx, "", p.c.Names().InflightQueue(owner), msg)
 }
 
 // Claim tells every worker that this one holds a confirmed checkpoint of
@@ -347,10 +392,16 @@ func (p *Publisher) Retry(ctx context.Context, m TaskMessage) (time.Duration, er
 // DeadLetter publishes a task that failed for good to the dead letters with
 // reason (ReasonPermanent, ReasonExhausted) and its last error in headers.
 func (p *Publisher) DeadLetter(ctx context.Context, m TaskMessage, reason string) error {
+	return p.deadLetterIn(ctx, 0, m, reason)
+}
+
+// deadLetterIn is DeadLetter bound to a connection epoch when it is not
+// 0 (see publishIn).
+func (p *Publisher) deadLetterIn(ctx context.Context, epoch uint64, m TaskMessage, reason string) error {
 	msg, err := m.publishing(p.c.cfg.MaxPriority)
 	if err != nil {
 		return err
 	}
 	msg.Headers[HeaderReason] = reason
-	return p.Publish(ctx, p.c.Names().DLX, FailedRoutingKey, msg)
+	return p.publishIn(ctx, epoch, p.c.Names().DLX, FailedRoutingKey, msg)
 }

@@ -11,7 +11,11 @@ import (
 // staleSweeper finds tasks whose every delivery came on a channel that has
 // since died, before anything was checkpointed: the broker has put them
 // back for the fleet, so the queue drops its copy if it has not sent it
-// yet (one sent already is checkpointed and polled as usual).
+// yet (one sent already is checkpointed and polled as usual). It also
+// finds the tasks at the provider whose holder went back to the fleet
+// (entry.gone: the broker dead-lettered their checkpoint for another
+// worker to adopt), and has the queue let go of them: no more polls, and
+// their result is not this worker's to deliver.
 type staleSweeper struct {
 	s     *WorkerStore
 	q     *captchaq.Queue
@@ -22,6 +26,11 @@ type staleSweeper struct {
 func (w *staleSweeper) run(ctx context.Context) { startstop.Tick(ctx, w.every, w.sweepOnce) }
 
 func (w *staleSweeper) sweepOnce(ctx context.Context) {
+	for _, id := range w.s.letGo(time.Now()) {
+		if err := w.q.Abandon(ctx, id); err != nil {
+			w.s.unmarkLost(id)
+		}
+	}
 	for _, id := range w.s.ids() {
 		if !w.s.markHandBack(id, true) {
 			continue

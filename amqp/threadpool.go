@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/captchaq/captchaq"
 )
 
 // Timing of the thread pool (see "Threads: one plan for the fleet" in the
@@ -35,9 +33,13 @@ const (
 	threadsTick = 50 * time.Millisecond
 	// threadsLockWait bounds the wait for another worker's fill.
 	threadsLockWait = 30 * time.Second
-	// threadsSolveSamples is how many recent solves bound the time a dead
-	// holder's tasks may still run at the provider.
-	threadsSolveSamples = 64
+	// threadsAdoptWindow is how long a dead holder's token waits in
+	// ThreadsReturning for the worker that adopts one of its tasks at
+	// the provider to take it over (see Returning in the package doc).
+	// The broker lets go of a dead worker's checkpoints and tokens in
+	// the same moment, and adoption takes milliseconds; the tokens of its
+	// tasks not at the provider come back to the fleet after the window.
+	threadsAdoptWindow = 3 * time.Second
 )
 
 // threadsQueueArgs are the token queue's arguments: it never holds more
@@ -195,25 +197,28 @@ type threadPool struct {
 	n     int
 	names ThreadsNames // its queues
 	log   *slog.Logger
-	ready chan struct{} // Held grew
+	// window is how long a dead holder's token waits for a takeover
+	// (threadsAdoptWindow).
+	window time.Duration
+	ready  chan struct{} // Held grew
 	wake  chan struct{} // demand changed
 	// taken counts token deliveries, returned the tokens given back,
-	// parked the tokens of a dead holder sent to wait in ThreadsReturning:
-	// the broker's work for the pool (see the package doc).
-	taken, returned, parked atomic.Int64
+	// parked the tokens of a dead holder sent to wait in ThreadsReturning,
+	// tookOver those taken from there for an adopted task: the broker's
+	// work for the pool (see the package doc).
+	taken, returned, parked, tookOver atomic.Int64
 
 	mu            sync.Mutex
 	busy, waiting int
-	pinned        int                                // what Held returned since the last Want, -1 if not read: give nothing back below it
-	held          int                                // tokens held
-	limit         int                                // tokens the queue may use: the target (a fair share may be below held)
-	fleetInUse    int                                // plan minus ready tokens at the last refresh; -1 unknown
-	solves        [threadsSolveSamples]time.Duration // recent solve times, a ring
-	solvesSeen    int
+	pinned        int // what Held returned since the last Want, -1 if not read: give nothing back below it
+	held          int // tokens held
+	limit         int // tokens the queue may use: the target (a fair share may be below held)
+	fleetInUse    int // plan minus ready tokens at the last refresh; -1 unknown
+	takeovers     int // adopted tasks at the provider whose token to look for in ThreadsReturning
 }
 
 func newThreadPool(c *Conn, names ThreadsNames, n int, log *slog.Logger) *threadPool {
-	return &threadPool{c: c, n: n, names: names, log: log, ready: make(chan struct{}, 1), wake: make(chan struct{}, 1),
+	return &threadPool{c: c, n: n, names: names, log: log, window: threadsAdoptWindow, ready: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		pinned: -1, limit: n, fleetInUse: -1}
 }
 
@@ -237,35 +242,23 @@ func (p *threadPool) Held() int {
 	return h
 }
 
-// observe records a result's solve time (captchaq.Config.OnResult).
-func (p *threadPool) observe(r captchaq.Result) {
-	if r.Status != captchaq.StatusSolved || r.SolveSeconds <= 0 {
-		return
-	}
+// takeOver says that the worker adopts a dead holder's task at the
+// provider: its next token comes from ThreadsReturning, where the dead
+// holder's tokens wait, if one is there (see Returning).
+func (p *threadPool) takeOver() {
 	p.mu.Lock()
-	p.solves[p.solvesSeen%threadsSolveSamples] = time.Duration(r.SolveSeconds * float64(time.Second))
-	p.solvesSeen++
+	p.takeovers++
 	p.mu.Unlock()
+	wakeUp(p.wake)
 }
 
-// returnDelay is how long a dead holder's token waits before the fleet
-// may use it again: until the tasks it held at the provider are done.
-// Those tasks were submitted before the holder died, so the longest solve
-// time bounds them, estimated from this worker's last k solves as the
-// longest plus the range over k (the longest of k samples falls short of
-// the true bound by about that). Their checkpoints are no bound: one
-// whose lease runs out takes a token again only once a worker adopts it,
-// behind whatever waits in the task queue. Before any solve, the
-// checkpoint lease.
-func (p *threadPool) returnDelay() time.Duration {
+// takeovers returns and clears the pending takeovers.
+func (p *threadPool) pendingTakeovers() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.solvesSeen == 0 {
-		return p.c.cfg.InflightLease
-	}
-	seen := p.solves[:min(p.solvesSeen, threadsSolveSamples)]
-	longest := slices.Max(seen)
-	return longest + (longest-slices.Min(seen))/time.Duration(len(seen))
+	n := p.takeovers
+	p.takeovers = 0
+	return n
 }
 
 // Ready implements captchaq.ThreadPool.
@@ -412,15 +405,16 @@ func (s *poolSession) receive(d amqp091.Delivery) error {
 }
 
 // park moves a dead holder's token to ThreadsReturning, from which it
-// expires back into the token queue after returnDelay: the holder's tasks
-// may still run at the provider, and the plan's threads with them. Only
+// expires back into the token queue after the window (threadsAdoptWindow), unless the
+// worker that adopts one of the holder's tasks at the provider takes it
+// over first (takeOver): the task still runs there, on that thread. Only
 // a holder's death requeues a token (one given back is acked and
 // published again), so a redelivered token is always such a token.
 func (s *poolSession) park(tag uint64) error {
 	if err := s.ch.Ack(tag, false); err != nil {
 		return fmt.Errorf("amqp: park a thread: %w", err)
 	}
-	expiration := strconv.FormatInt(max(s.p.returnDelay().Milliseconds(), 1), 10)
+	expiration := strconv.FormatInt(s.p.window.Milliseconds(), 10)
 	if err := s.publish(s.p.names.Returning, expiration); err != nil {
 		return fmt.Errorf("amqp: park a thread: %w", err)
 	}
@@ -499,6 +493,11 @@ func (s *poolSession) adjust(now time.Time) error {
 	} else {
 		s.surplusSince = time.Time{}
 	}
+	if n := p.pendingTakeovers(); n > 0 {
+		if err := s.takeOver(n); err != nil {
+			return err
+		}
+	}
 	switch {
 	case want > len(s.tokens):
 		// Hungry: consume, so the others see it, and take tokens up to
@@ -520,6 +519,26 @@ func (s *poolSession) adjust(now time.Time) error {
 		// holds none.
 		return s.cancel()
 	}
+	return nil
+}
+
+// takeOver takes up to n of a dead holder's tokens from ThreadsReturning
+// for the tasks at the provider this worker adopted from it; a token not
+// there (already back in the token queue, or the holder had none) is
+// taken from the token queue as usual.
+func (s *poolSession) takeOver(n int) error {
+	for range n {
+		d, ok, err := s.ch.Get(s.p.names.Returning, false)
+		if err != nil {
+			return fmt.Errorf("amqp: take over a thread: %w", err)
+		}
+		if !ok {
+			return nil
+		}
+		s.tokens = append(s.tokens, d.DeliveryTag)
+		s.p.tookOver.Add(1)
+	}
+	s.p.setHeld(len(s.tokens), s.limit)
 	return nil
 }
 

@@ -12,7 +12,6 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
@@ -105,10 +104,11 @@ func TestFleetSharesOnePlan(t *testing.T) {
 }
 
 // TestThreadsOfADeadHolderWait: tokens the broker requeues from a holder
-// whose connection died are parked in ThreadsReturning for the longest
-// recent solve, so no worker uses them while the dead holder's tasks may
-// still run at the provider; tokens given back are not parked. Every token
-// is counted at each step.
+// whose connection died are parked in ThreadsReturning, so no worker uses
+// them for new tasks while the dead holder's tasks may still run at the
+// provider; a worker that adopts one of those tasks takes its token over
+// from there at once; the others come back after the adoption window.
+// Tokens given back are not parked. Every token is counted at each step.
 func TestThreadsOfADeadHolderWait(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.InflightLease = time.Minute
@@ -156,13 +156,9 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 	_ = dead.Close()
 
 	p := newThreadPool(c, c.Names().PlanThreads(), plan, slog.New(slog.DiscardHandler))
-	p.observe(captchaq.Result{Status: captchaq.StatusSolved, SolveSeconds: 2.5})
-	p.observe(captchaq.Result{Status: captchaq.StatusSolved, SolveSeconds: 1.5})
-	p.observe(captchaq.Result{Status: captchaq.StatusFailed, SolveSeconds: 9})
-	// The longest solve, 2.5 s, plus the range (1 s) over 2 samples.
-	if got, want := p.returnDelay(), 3*time.Second; got != want {
-		t.Fatalf("returnDelay %v, want %v", got, want)
-	}
+	// Long enough for the takeover below on a loaded machine (it takes
+	// one turn of the pool's loop, 50 ms); threadsAdoptWindow is 3 s.
+	p.window = 5 * time.Second
 	loop := startstop.New(p.run)
 	if err := loop.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -174,12 +170,21 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 	if held := p.Held(); held != 0 {
 		t.Errorf("Held %d while the dead holder's tokens are parked, want 0", held)
 	}
-	until("both tokens back and held", func() bool { return p.Held() == plan })
+	// This worker adopts one of the dead holder's tasks at the provider:
+	// it takes that task's token from the parked ones.
+	p.takeOver()
+	until("a token taken over", func() bool { return p.Held() == 1 })
+	if got := p.tookOver.Load(); got != 1 {
+		t.Fatalf("%d tokens taken over, want 1 (the parked one, before its window ended)", got)
+	}
+	until("the other token back and held", func() bool { return p.Held() == plan })
 	if r, q := depth(names.ThreadsReturning), depth(names.Threads); r != 0 || q != 0 {
 		t.Errorf("holding %d tokens of %d, yet %d parked and %d ready", plan, plan, r, q)
 	}
-	if taken, parked := p.taken.Load(), p.parked.Load(); taken != 2*plan || parked != plan {
-		t.Errorf("%d deliveries, %d parked; want %d and %d", taken, parked, 2*plan, plan)
+	// Each token delivered by the dead holder's requeue, then one back
+	// from ThreadsReturning by expiry; the other by takeover.
+	if taken, parked := p.taken.Load(), p.parked.Load(); taken != plan+1 || parked != plan {
+		t.Errorf("%d deliveries, %d parked; want %d and %d", taken, parked, plan+1, plan)
 	}
 
 	// Given back, then taken again: never parked. (How many times a token

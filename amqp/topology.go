@@ -179,7 +179,7 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 		func() bool { return queue(n.Results, amqp091.Table{"x-queue-type": "classic"}) },
 		func() bool { return queue(n.Reports, amqp091.Table{"x-queue-type": "classic"}) },
 		func() bool { return exchange(n.Delay, amqp091.ExchangeHeaders, nil) },
-		func() bool { return exchange(n.Inflight, amqp091.ExchangeHeaders, nil) },
+		func() bool { return queue(n.Adopt, amqp091.Table{"x-queue-type": "classic"}) },
 		func() bool { return exchange(n.Status, amqp091.ExchangeFanout, nil) },
 		func() bool { return exchange(n.Claims, amqp091.ExchangeFanout, nil) },
 		func() bool {
@@ -218,17 +218,35 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 	return errors.Join(d.errs...)
 }
 
-// declareInflight declares the checkpoint queue of one owner: checkpoints
-// published with its owner header land there; when the owner is gone and a
-// checkpoint's lease runs out, it goes back to the task exchange under its
-// kind, still carrying the captcha id.
+// declareInflight declares the checkpoint queue of one owner. It is a
+// quorum queue with x-delivery-limit 0: a checkpoint its holder lets go
+// unacked (its channel or connection closed, the broker gave up on its
+// heartbeats, or it nacked) is dead-lettered at once, reason
+// delivery_limit, to Names.Adopt, still carrying its captcha id. A
+// checkpoint held never expires; one left ready (its owner died before
+// receiving it) expires after its lease (InflightLease) into Adopt too.
 func declareInflight(conn *amqp091.Connection, c Config, owner string) error {
 	n := NamesFor(c.Prefix)
-	return declareBound(conn, n.InflightQueue(owner), amqp091.Table{
-		"x-queue-type":           "classic",
-		"x-dead-letter-exchange": n.Types,
-		"x-expires":              int32(InflightQueueIdleDefault.Milliseconds()),
-	}, n.Inflight, amqp091.Table{"x-match": "all", HeaderOwner: owner})
+	d := &declarer{conn: conn}
+	defer d.close()
+	q := n.InflightQueue(owner)
+	d.do("queue", q, func(ch *amqp091.Channel) error {
+		_, err := ch.QueueDeclare(q, true, false, false, false, inflightQueueArgs(n))
+		return err
+	})
+	return errors.Join(d.errs...)
+}
+
+// inflightQueueArgs are a checkpoint queue's arguments (see
+// declareInflight).
+func inflightQueueArgs(n Names) amqp091.Table {
+	return amqp091.Table{
+		"x-queue-type":              "quorum",
+		"x-delivery-limit":          int32(0),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": n.Adopt,
+		"x-expires":                 int32(InflightQueueIdleDefault.Milliseconds()),
+	}
 }
 
 // declareClaims declares the claim queue of one worker, bound to the
@@ -297,7 +315,7 @@ func replyQueueArgs() amqp091.Table {
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
 	n := NamesFor(c.Prefix)
-	queues := []string{n.Tasks, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled, n.Routing, n.Balance}
+	queues := []string{n.Tasks, n.Adopt, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled, n.Routing, n.Balance}
 	for _, k := range c.Lanes {
 		queues = append(queues, n.Lane(k))
 	}
@@ -307,7 +325,7 @@ func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	for _, o := range owners {
 		queues = append(queues, n.InflightQueue(o), n.ClaimQueue(o))
 	}
-	return deleteAll(ctx, c, queues, []string{n.Types, n.TasksAll, n.DLX, n.Delay, n.Inflight, n.Status, n.Claims})
+	return deleteAll(ctx, c, queues, []string{n.Types, n.TasksAll, n.DLX, n.Delay, n.Status, n.Claims})
 }
 
 // DeleteProviderThreads deletes the thread pools of the named providers

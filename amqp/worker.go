@@ -107,8 +107,10 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	qc := cfg.Queue
 	qc.Store = store
 	qc.Admit = store.admit
-	// A task never waits locally for longer than the broker holds it.
-	qc.MaxQueued = cmp.Or(qc.MaxQueued, cfg.Prefetch+threads)
+	// A task never waits locally for longer than the broker holds it;
+	// adopted tasks (Names.Adopt, up to threads at once) come on top, so
+	// a full prefetch of waiting tasks never holds one back.
+	qc.MaxQueued = cmp.Or(qc.MaxQueued, cfg.Prefetch+2*threads)
 	var pools []*threadPool
 	if cfg.SharedThreads {
 		qc, pools = sharedThreads(c, qc, threads, log)
@@ -124,30 +126,19 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 // sharedThreads gives qc its thread pools: the plan's (Names.PlanThreads)
 // for a queue of one provider; for a queue of several, one per provider
 // (Names.ProviderThreads), so the fleet never has more tasks at any
-// provider than its Threads. Each result's solve time goes to the pool of
-// the provider that solved it.
+// provider than its Threads.
 func sharedThreads(c *Conn, qc captchaq.Config, threads int, log *slog.Logger) (captchaq.Config, []*threadPool) {
 	var pools []*threadPool
-	byProvider := map[string]*threadPool{}
 	if len(qc.Providers) == 0 {
 		p := newThreadPool(c, c.Names().PlanThreads(), threads, log)
-		qc.ThreadPool, pools, byProvider[""] = p, []*threadPool{p}, p
+		qc.ThreadPool, pools = p, []*threadPool{p}
 	} else {
 		qc.Providers = slices.Clone(qc.Providers)
 		for i := range qc.Providers {
 			pc := &qc.Providers[i]
 			p := newThreadPool(c, c.Names().ProviderThreads(pc.Name), cmp.Or(pc.Threads, captchaq.ThreadsDefault), log.With("provider", pc.Name))
-			pc.ThreadPool, byProvider[pc.Name] = p, p
+			pc.ThreadPool = p
 			pools = append(pools, p)
-		}
-	}
-	onResult := qc.OnResult
-	qc.OnResult = func(r captchaq.Result) {
-		if p := byProvider[r.Provider]; p != nil {
-			p.observe(r)
-		}
-		if onResult != nil {
-			onResult(r)
 		}
 	}
 	return qc, pools
@@ -304,6 +295,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		claims.Close()
 		return err
 	}
+	// Checkpoints whose holder is gone come on a channel of their own,
+	// so they reach this worker at once however many tasks wait in its
+	// prefetch; each is at the provider, to be polled, not submitted.
+	adopt, err := w.c.Consume(bg, []string{w.c.Names().Adopt}, w.cfg.threads())
+	if err != nil {
+		w.q.Close()
+		parked.Close()
+		claims.Close()
+		tasks.Close()
+		return err
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -343,6 +345,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopping := false
 	for !stopping {
 		select {
+		case d, ok := <-adopt.Deliveries():
+			if !ok {
+				stopping = true
+				break
+			}
+			w.take(ctx, d)
 		case d, ok := <-tasks.Deliveries():
 			if !ok {
 				stopping = true
@@ -353,7 +361,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			stopping = true
 		}
 	}
-	w.shutdown(tasks)
+	w.shutdown(tasks, adopt)
 	stopBg()
 	parked.Close()
 	claims.Close()
@@ -410,9 +418,12 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 		AcceptedAt: m.Accepted, SubmittedAt: m.Submitted,
 	}
 	if m.CaptchaID != "" {
-		// A lease ran out on a dead worker's checkpoint: poll, do not
-		// solve again.
+		// A checkpoint whose holder is gone: poll, do not solve again,
+		// on the thread token its holder had (see Returning).
 		rec.Status, rec.CaptchaID = captchaq.StatusInFlight, m.CaptchaID
+		if p := w.poolOf(m.CaptchaID); p != nil {
+			p.takeOver()
+		}
 	}
 	_, err := w.q.Adopt(ctx, rec)
 	switch {
@@ -428,6 +439,24 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 		w.store.markHandBack(m.Task.ID, false)
 		_ = w.store.handBack(context.WithoutCancel(ctx), m.Task.ID)
 	}
+}
+
+// poolOf is the thread pool of the provider of captchaID (NAME:ID with
+// several providers), nil without SharedThreads.
+func (w *Worker) poolOf(captchaID string) *threadPool {
+	if len(w.pools) == 0 {
+		return nil
+	}
+	if len(w.cfg.Queue.Providers) == 0 {
+		return w.pools[0]
+	}
+	name, _, _ := strings.Cut(captchaID, ":")
+	for i, p := range w.cfg.Queue.Providers {
+		if p.Name == name {
+			return w.pools[i]
+		}
+	}
+	return nil
 }
 
 // claimed drops this worker's copy of a task another worker has
@@ -463,18 +492,23 @@ func (w *Worker) deadLetterWith(ctx context.Context, d *Delivery, h map[string]a
 
 // shutdown stops intake, hands back queued tasks and waits up to Grace for
 // the rest.
-func (w *Worker) shutdown(tasks *Consumer) {
-	if err := tasks.Stop(); err != nil {
-		w.log.Warn("stop consuming", "err", err)
+func (w *Worker) shutdown(tasks, adopt *Consumer) {
+	for _, k := range []*Consumer{tasks, adopt} {
+		if err := k.Stop(); err != nil {
+			w.log.Warn("stop consuming", "err", err)
+		}
 	}
 	// Deliveries already on their way are handed back.
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		for d := range tasks.Deliveries() {
-			_ = d.Nack(true)
-		}
-	}()
+	var drains sync.WaitGroup
+	for _, k := range []*Consumer{tasks, adopt} {
+		drains.Add(1)
+		go func() {
+			defer drains.Done()
+			for d := range k.Deliveries() {
+				_ = d.Nack(true)
+			}
+		}()
+	}
 	handed := 0
 	for _, id := range w.store.ids() {
 		if w.store.endWait(id) {
@@ -499,5 +533,6 @@ func (w *Worker) shutdown(tasks *Consumer) {
 	left := w.Held()
 	w.log.Info("worker stopped", "handed_back", handed, "left_to_checkpoints", left, "grace_exceeded", err != nil)
 	tasks.Close()
-	<-drained
+	adopt.Close()
+	drains.Wait()
 }

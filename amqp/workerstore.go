@@ -37,6 +37,7 @@ type WorkerStore struct {
 	pub   *Publisher
 	owner string
 	run   string // this run's mark on its checkpoints (HeaderRun)
+	lease time.Duration
 	log   *slog.Logger
 
 	mu      sync.Mutex
@@ -63,16 +64,59 @@ type entry struct {
 	// seq numbers the copies parked in the checkpoint queue; confirmed is
 	// the newest confirmed one (0: none, the task delivery is the copy).
 	seq, confirmed int
-	parkedAt       time.Time
+	parkedAt       time.Time         // when the newest copy was confirmed, or the delivery received
 	checkpoints    map[int]*Delivery // checkpoint-queue deliveries held, by seq
 	handback       bool              // being handed back, not finished
 	claimed        bool              // another worker checkpointed it: dropped, not finished
 	waiting        bool              // a redelivered copy, not yet given to the queue (see redeliveredWait)
+	// lost: the copy that held the task for this worker went back to
+	// the fleet (its channel closed): the queue lets go of the task and
+	// Finish publishes nothing (see "Recovery" in the package doc).
+	lost bool
+}
+
+// holder is the delivery that holds e for this worker: the checkpoint of
+// the newest confirmed copy, or with none confirmed a task delivery (a
+// live one if any). arriving is true when the newest copy is confirmed
+// but its delivery has not come yet. Callers hold s.mu.
+func (e *entry) holder() (d *Delivery, arriving bool) {
+	if e.confirmed > 0 {
+		d = e.checkpoints[e.confirmed]
+		return d, d == nil
+	}
+	for _, t := range e.deliveries {
+		if d == nil || t.live() {
+			d = t
+		}
+	}
+	return d, false
+}
+
+// gone reports whether e's holder has gone back to the fleet: its
+// channel closed (the broker dead-letters a checkpoint to Names.Adopt, and
+// requeues a task delivery), or its newest copy, published while the
+// checkpoint consumer was away, may have outlived its lease unreceived.
+// A task delivery without a captcha id whose channel closed is the stale
+// sweeper's to hand back, not gone: nothing was submitted. Callers hold
+// s.mu.
+func (e *entry) gone(now time.Time, lease time.Duration) bool {
+	d, arriving := e.holder()
+	switch {
+	case arriving:
+		return now.Sub(e.parkedAt) > lease*9/10
+	case d == nil || d.live():
+		return false
+	}
+	return e.confirmed > 0 || e.msg.CaptchaID != ""
 }
 
 var _ captchaq.Store = (*WorkerStore)(nil)
 
 func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore {
+	return newWorkerStoreLease(pub, owner, pub.c.cfg.InflightLease, log)
+}
+
+func newWorkerStoreLease(pub *Publisher, owner string, lease time.Duration, log *slog.Logger) *WorkerStore {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &WorkerStore{
@@ -80,6 +124,7 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 		pub:     pub,
 		owner:   owner,
 		run:     hex.EncodeToString(b[:]),
+		lease:   lease,
 		log:     log,
 		entries: map[string]*entry{},
 		claims:  map[string]time.Time{},
@@ -107,13 +152,29 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 			s.settle(d)
 			return false
 		}
-		e := &entry{msg: m, deliveries: []*Delivery{d}, checkpoints: map[int]*Delivery{}}
+		e := &entry{msg: m, deliveries: []*Delivery{d}, checkpoints: map[int]*Delivery{}, parkedAt: time.Now()}
 		e.waiting = suspect
 		s.entries[m.Task.ID] = e
 		s.mu.Unlock()
 		return true
 	}
-	if e.confirmed == 0 {
+	switch {
+	case e.lost:
+		// Being let go: the copy goes back for the fleet.
+		s.mu.Unlock()
+		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
+			s.log.Warn("returning a copy of a task being let go failed", "id", m.Task.ID, "err", err)
+		}
+		return false
+	case m.CaptchaID != "" && e.gone(time.Now(), s.lease):
+		// This worker's own checkpoint, back through Names.Adopt after
+		// its channel closed: it holds the task again, and the queue
+		// polls on as if nothing happened.
+		e.deliveries, e.confirmed, e.msg, e.parkedAt = []*Delivery{d}, 0, m, time.Now()
+		clear(e.checkpoints)
+		s.mu.Unlock()
+		return false
+	case e.confirmed == 0:
 		e.deliveries = append(e.deliveries, d)
 		s.mu.Unlock()
 		return false
@@ -121,6 +182,31 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 	s.mu.Unlock()
 	s.settle(d)
 	return false
+}
+
+// letGo marks the tasks whose holder has gone back to the fleet (see
+// entry.gone) and returns them: the queue must stop polling them.
+func (s *WorkerStore) letGo(now time.Time) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, e := range s.entries {
+		if !e.lost && !e.handback && !e.waiting && e.gone(now, s.lease) {
+			e.lost = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// unmarkLost undoes letGo for a task the queue could not let go of now
+// (its submit was being answered): the next sweep decides again.
+func (s *WorkerStore) unmarkLost(id string) {
+	s.mu.Lock()
+	if e, ok := s.entries[id]; ok {
+		e.lost = false
+	}
+	s.mu.Unlock()
 }
 
 // conflict returns an *captchaq.IDConflictError when t's id names another
@@ -325,6 +411,16 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	if err := s.mem.Checkpoint(ctx, id, captchaID, attempt, at); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	e, ok := s.entries[id]
+	adopted := ok && e.confirmed == 0 && e.msg.CaptchaID == captchaID
+	s.mu.Unlock()
+	if adopted {
+		// Adopted from Names.Adopt: the delivery held carries this
+		// captcha id already, and holds the task as a checkpoint does
+		// (its channel closing sends it back to the fleet at once).
+		return nil
+	}
 	lost, err := s.park(ctx, id, func(m *TaskMessage) {
 		m.CaptchaID, m.Attempts, m.Submitted = captchaID, attempt, at
 	})
@@ -361,7 +457,11 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 }
 
 // Finish implements captchaq.Store: the result (and for a failure the dead
-// letter) is confirmed on the broker before anything held is acked.
+// letter) is confirmed on the broker before anything held is acked. It is
+// published only on the connection of the delivery that holds the task
+// (publishIn), and only while that delivery is live: a task whose holder
+// went back to the fleet is someone else's to answer, so its result is
+// dropped, never delivered twice.
 func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	s.mu.Lock()
 	e, ok := s.entries[r.ID]
@@ -375,23 +475,38 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 		return s.handBack(ctx, r.ID)
 	}
 	replyTo, reply := "", r
+	var epoch uint64
 	if ok {
 		// A replay's result goes under the task's own id (Conn.Replay).
 		replyTo, reply.ID = e.msg.ReplyTo, e.msg.ownID()
+		d, err := s.holderOf(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		if d == nil {
+			s.log.Info("letting go of a task the fleet holds now; its result is someone else's to deliver", "id", r.ID)
+			s.release(r.ID)
+			return nil
+		}
+		epoch = d.epoch
 	}
-	if err := s.pub.Reply(ctx, replyTo, reply); err != nil {
-		return err
-	}
-	if r.Status == captchaq.StatusFailed {
+	err := s.pub.replyIn(ctx, epoch, replyTo, reply)
+	if err == nil && r.Status == captchaq.StatusFailed {
 		m := TaskMessage{Task: captchaq.Task{ID: r.ID, Method: r.Method}}
 		if ok {
 			m = e.msg
 		}
 		m.CaptchaID, m.Attempts = "", r.Attempts
 		m.LastError, m.LastErrorCode = r.Error, r.ErrorCode
-		if err := s.pub.DeadLetter(ctx, m, deadReason(r)); err != nil {
-			return err
-		}
+		err = s.pub.deadLetterIn(ctx, epoch, m, deadReason(r))
+	}
+	if errors.Is(err, errLetGo) {
+		s.log.Info("letting go of a task whose connection closed before its result was confirmed", "id", r.ID)
+		s.release(r.ID)
+		return nil
+	}
+	if err != nil {
+		return err
 	}
 	if ok {
 		s.finished.add(e.msg.Task, s.finishedSize)
@@ -401,6 +516,40 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	}
 	s.release(r.ID)
 	return nil
+}
+
+// checkpointArrival is how often Finish looks again for a checkpoint
+// delivery confirmed but not yet received.
+const checkpointArrival = 10 * time.Millisecond
+
+// holderOf returns the live delivery that holds task id for this worker,
+// waiting for the newest checkpoint's delivery when it is confirmed but
+// not yet received; nil when the task has gone back to the fleet (see
+// entry.gone), which marks it lost.
+func (s *WorkerStore) holderOf(ctx context.Context, id string) (*Delivery, error) {
+	for {
+		s.mu.Lock()
+		e, ok := s.entries[id]
+		if !ok {
+			s.mu.Unlock()
+			return nil, nil
+		}
+		d, arriving := e.holder()
+		if e.lost || e.gone(time.Now(), s.lease) || d == nil && !arriving {
+			e.lost = true
+			s.mu.Unlock()
+			return nil, nil
+		}
+		s.mu.Unlock()
+		if !arriving {
+			return d, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(checkpointArrival):
+		}
+	}
 }
 
 // release forgets a finished task and acks everything held for it.
@@ -514,14 +663,17 @@ func (s *WorkerStore) handBack(ctx context.Context, id string) error {
 	return nil
 }
 
-// refreshDue republishes every parked copy held longer than age, so the
-// broker's consumer_timeout never closes the channel under it.
+// refreshDue republishes every parked or adopted copy held longer than
+// age, so the broker's consumer_timeout never closes the channel under it.
 func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
 	s.mu.Lock()
 	var due []string
 	now := time.Now()
 	for id, e := range s.entries {
-		if e.confirmed > 0 && !e.handback && now.Sub(e.parkedAt) >= age {
+		// An adopted task is held by its delivery from Names.Adopt until
+		// then: the refresh moves it to this worker's checkpoint queue.
+		held := e.confirmed > 0 || e.msg.CaptchaID != "" && len(e.deliveries) > 0
+		if held && !e.handback && !e.lost && now.Sub(e.parkedAt) >= age {
 			due = append(due, id)
 		}
 	}

@@ -4,10 +4,14 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/captchaq/captchaq/bench"
@@ -23,7 +27,7 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	var (
-		scenario = fs.String("scenario", "mixed", "what to run: mixed, scale, store, or all")
+		scenario = fs.String("scenario", "mixed", "what to run: mixed, scale, store, all (those three), or fleet")
 		tasks    = fs.Int("tasks", bench.MixedTasksDefault, "tasks of the mixed and store scenarios")
 		threads  = fs.Int("threads", bench.MixedThreadsDefault, "plan threads of the mixed and store scenarios")
 		scale    = fs.Float64("scale", 1, "multiply every latency, the poll ban window, the seed's 5 s poll and the engine's PollInterval by this `factor`")
@@ -36,6 +40,9 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		sThreads = fs.Int("scale-threads", 5000, "threads of the scale scenario")
 		sLat     = fs.Float64("scale-latency", 0.01, "latency scale of the scale scenario")
 		cpuProf  = fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (read it with go tool pprof)")
+		amqpURL  = fs.String("amqp", env.getenv("CAPTCHAQ_AMQP_URL"), "fleet scenario: the RabbitMQ broker its worker processes use (env CAPTCHAQ_AMQP_URL)")
+		faults   = fs.String("faults", "none,sigkill,partition,close,sigstop", "fleet scenario: the faults to run, comma-separated, from "+strings.Join(bench.FleetFaults, ", ")+" (restart restarts the broker with rabbitmqctl: every user of it is cut off for a moment)")
+		runs     = fs.Int("runs", 1, "fleet scenario: runs of each fault")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: captchaq bench [--scenario mixed|scale|store|all] [--mix M,...] [--scale F] [--seeds N] [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
@@ -80,12 +87,27 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 	}
 	run := map[string]bool{}
 	switch *scenario {
-	case "mixed", "scale", "store":
+	case "mixed", "scale", "store", "fleet":
 		run[*scenario] = true
 	case "all":
 		run["mixed"], run["scale"], run["store"] = true, true, true
 	default:
-		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store or all", *scenario)}
+		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store, all or fleet", *scenario)}
+	}
+	var faultList []string
+	if run["fleet"] {
+		if *amqpURL == "" {
+			return &exitError{code: 2, err: fmt.Errorf("--scenario fleet: give the broker with --amqp amqp://guest:guest@127.0.0.1:5672/")}
+		}
+		if *runs <= 0 {
+			return &exitError{code: 2, err: fmt.Errorf("--runs is %d: give a positive count", *runs)}
+		}
+		for _, f := range strings.Split(*faults, ",") {
+			if !slices.Contains(bench.FleetFaults, f) {
+				return &exitError{code: 2, err: fmt.Errorf("--faults: %q is not a fault; use %s", f, strings.Join(bench.FleetFaults, ", "))}
+			}
+			faultList = append(faultList, f)
+		}
 	}
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)
@@ -130,6 +152,11 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		}
 		rep.Markdown(out)
 	}
+	if run["fleet"] {
+		if err := runFleetBench(ctx, env, *amqpURL, faultList, *runs, *seed, out); err != nil {
+			return err
+		}
+	}
 	if run["store"] {
 		rep, err := bench.Store(ctx, bench.StoreConfig{Mixed: mc, Log: env.stderr})
 		if err != nil {
@@ -138,6 +165,51 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		rep.Markdown(out)
 	}
 	return nil
+}
+
+// runFleetBench runs the fleet scenario: worker processes of this very
+// binary (`captchaq worker` at its defaults), each fault runs times.
+func runFleetBench(ctx context.Context, env *environment, url string, faults []string, runs int, seed uint64, out io.Writer) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("fleet: find this binary: %w", err)
+	}
+	var reps []bench.FleetReport
+	for _, f := range faults {
+		for i := range runs {
+			fmt.Fprintf(env.stderr, "fleet: %s, run %d of %d\n", f, i+1, runs)
+			rep, err := bench.Fleet(ctx, bench.FleetConfig{Binary: self, URL: url, Fault: f, Seed: seed + uint64(i), Disrupt: brokerLock(env)})
+			if err != nil {
+				return err
+			}
+			reps = append(reps, rep)
+		}
+	}
+	bench.FleetMarkdown(out, reps)
+	return nil
+}
+
+// brokerLock takes, for a fault that cuts every user of the broker off
+// (close, restart), the lock the project's broker tests share
+// (internal/brokertest), exclusively: tests on the same machine wait
+// instead of failing.
+func brokerLock(env *environment) func() (release func()) {
+	return func() func() {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), "captchaq-broker-test.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			fmt.Fprintf(env.stderr, "fleet: no broker lock (%v); going on without it\n", err)
+			return func() {}
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			fmt.Fprintf(env.stderr, "fleet: no broker lock (%v); going on without it\n", err)
+			return func() {}
+		}
+		return func() {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			f.Close()
+		}
+	}
 }
 
 // cpuModel names the CPU from /proc/cpuinfo, or "unknown CPU".

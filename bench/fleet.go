@@ -1,0 +1,640 @@
+package bench
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// Faults of the fleet scenario: what happens to one worker (or the broker)
+// FleetConfig.FaultAt into the run.
+const (
+	FaultNone      = "none"      // nothing
+	FaultSIGKILL   = "sigkill"   // the worker is SIGKILLed; a new one starts
+	FaultPartition = "partition" // its traffic to the broker and the provider stops, sockets open, for FleetConfig.Outage
+	FaultClose     = "close"     // rabbitmqctl close_connection of its connection
+	FaultRestart   = "restart"   // rabbitmqctl stop_app, then start_app
+	FaultSIGSTOP   = "sigstop"   // SIGSTOP, then SIGCONT after FleetConfig.Outage
+)
+
+// FleetFaults lists the faults in the order the report gives them.
+var FleetFaults = []string{FaultNone, FaultSIGKILL, FaultPartition, FaultClose, FaultRestart, FaultSIGSTOP}
+
+// Defaults of FleetConfig: issue 27's run as an operator makes it.
+const (
+	FleetTasksDefault   = 150
+	FleetThreadsDefault = 10
+	FleetWorkersDefault = 3
+	FleetFaultAtDefault = 4 * time.Second
+	FleetOutageDefault  = 30 * time.Second
+)
+
+// FleetLatencyDefault is the Turnstile solve time of the fleet scenario:
+// 0.5–2 s.
+var FleetLatencyDefault = sim.Latency{Median: time.Second, Min: 500 * time.Millisecond, Max: 2 * time.Second}
+
+// FleetConfig is one run of the fleet scenario: real `captchaq worker`
+// processes at their default flags (but --threads), tasks from `captchaq
+// enqueue`, a simulator in this process, and one fault.
+type FleetConfig struct {
+	// Binary is the captchaq command the workers and enqueue run as.
+	Binary string
+	// URL is the broker's; the run uses a prefix of its own and deletes
+	// its topology after.
+	URL string
+	// Fault is one of FleetFaults. Default FaultNone.
+	Fault string
+	// Tasks, Threads (the plan, every worker's --threads) and Workers.
+	Tasks, Threads, Workers int
+	// FaultAt is when the fault strikes, after the enqueue starts.
+	FaultAt time.Duration
+	// Outage is how long a partition or a SIGSTOP lasts.
+	Outage time.Duration
+	// Latency is the Turnstile solve time. Default FleetLatencyDefault.
+	Latency sim.Latency
+	// Seed seeds the simulator.
+	Seed uint64
+	// Disrupt, when set, is called before a fault that disturbs every
+	// user of the broker (close, restart) and its result after: tests
+	// take the broker lock exclusively there (internal/brokertest).
+	Disrupt func() (release func())
+	// Log receives the workers' logs and progress. Default: discard.
+	Log io.Writer
+}
+
+func (c FleetConfig) withDefaults() FleetConfig {
+	c.Fault = cmp.Or(c.Fault, FaultNone)
+	c.Tasks = cmp.Or(c.Tasks, FleetTasksDefault)
+	c.Threads = cmp.Or(c.Threads, FleetThreadsDefault)
+	c.Workers = cmp.Or(c.Workers, FleetWorkersDefault)
+	c.FaultAt = cmp.Or(c.FaultAt, FleetFaultAtDefault)
+	c.Outage = cmp.Or(c.Outage, FleetOutageDefault)
+	if c.Latency == (sim.Latency{}) {
+		c.Latency = FleetLatencyDefault
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	return c
+}
+
+// FleetReport is what one fleet run measured.
+type FleetReport struct {
+	Config FleetConfig
+	// Results counts tasks with a result; Lost those without one;
+	// DeliveredTwice those whose result reached the results queue more
+	// than once (collect dedupes them, but each is an answer given twice).
+	Results, Lost, DeliveredTwice int
+	// PaidTwice counts the simulator's second accepted submits of a task.
+	PaidTwice int64
+	// ReadyToFetched is the simulator's: from each answer ready to its
+	// first delivery to a worker's poll.
+	ReadyToFetched sim.Quantiles
+	// Makespan runs from the enqueue's start to the last result; Floor is
+	// max(drawn solve times ÷ threads, longest).
+	Makespan, Floor time.Duration
+	// Utilization is the simulator's saturated utilization (from the
+	// first to the last accepted submit).
+	Utilization float64
+	// NoSlot counts "no free thread" answers among Submits.
+	NoSlot, Submits int64
+	// FaultDone is when the fault ended (the broker back, SIGCONT, the
+	// partition lifted), after the enqueue started; 0 for none and sigkill.
+	FaultDone time.Duration
+	// Load is the 1-minute load average at the end.
+	Load string
+}
+
+// Fleet runs the fleet scenario once.
+func Fleet(ctx context.Context, cfg FleetConfig) (FleetReport, error) {
+	cfg = cfg.withDefaults()
+	if !slices.Contains(FleetFaults, cfg.Fault) {
+		return FleetReport{}, fmt.Errorf("fleet: fault %q: use one of %s", cfg.Fault, strings.Join(FleetFaults, ", "))
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	r := &fleetRun{cfg: cfg, prefix: "bench-fleet-" + hex.EncodeToString(b[:]), procs: map[string]*exec.Cmd{}, log: &syncWriter{w: cfg.Log}}
+	defer r.cleanup()
+	return r.run(ctx)
+}
+
+// fleetRun is one run's simulator, processes and proxies.
+type fleetRun struct {
+	cfg    FleetConfig
+	prefix string
+	sim    *sim.Server
+	apiURL string
+	log    *syncWriter // cfg.Log, one write at a time
+
+	mu      sync.Mutex
+	procs   map[string]*exec.Cmd
+	proxies []*tcpProxy
+}
+
+// fleetKey is the provider key the run's workers send to its simulator.
+const fleetKey = "fleet-bench-key"
+
+func (r *fleetRun) run(ctx context.Context) (FleetReport, error) {
+	cfg := r.cfg
+	rep := FleetReport{Config: cfg}
+	srv, apiURL, err := sim.Start(sim.Config{Threads: cfg.Threads, Key: fleetKey, Seed: cfg.Seed,
+		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: cfg.Latency}}, "127.0.0.1:0")
+	if err != nil {
+		return rep, err
+	}
+	r.sim, r.apiURL = srv, apiURL
+	// The topology first, so results have a queue before any worker runs.
+	conn, err := amqp.Dial(ctx, amqp.Config{URL: cfg.URL, Prefix: r.prefix})
+	if err != nil {
+		return rep, err
+	}
+	conn.Close()
+	counts, stopCount, err := r.countResults(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer stopCount()
+	names := make([]string, cfg.Workers)
+	for i := range names {
+		names[i] = fmt.Sprintf("w%d", i)
+		if err := r.startWorker(names[i], i == 0 && cfg.Fault != FaultSIGKILL && cfg.Fault != FaultSIGSTOP); err != nil {
+			return rep, err
+		}
+	}
+	if err := r.waitConsumers(ctx, cfg.Workers); err != nil {
+		return rep, err
+	}
+	ids := make([]string, cfg.Tasks)
+	var in bytes.Buffer
+	for i := range ids {
+		ids[i] = fmt.Sprintf("fleet-%04d", i)
+		fmt.Fprintf(&in, `{"id":%q,"method":"turnstile","params":{"sitekey":"0x4AAAAAAA%04d","pageurl":"https://shop.example/%d"}}`+"\n", ids[i], i, i)
+	}
+	start := time.Now()
+	enq := exec.CommandContext(ctx, cfg.Binary, "enqueue", "--amqp", cfg.URL, "--prefix", r.prefix, "-")
+	enq.Stdin, enq.Stderr = &in, &lineWriter{w: r.log, prefix: "[enqueue] "}
+	if err := enq.Run(); err != nil {
+		return rep, fmt.Errorf("fleet: captchaq enqueue: %w", err)
+	}
+	type faultEnd struct {
+		err error
+		at  time.Duration
+	}
+	faultDone := make(chan faultEnd, 1)
+	go func() {
+		select {
+		case <-time.After(time.Until(start.Add(cfg.FaultAt))):
+		case <-ctx.Done():
+			faultDone <- faultEnd{err: ctx.Err()}
+			return
+		}
+		err := r.fault(ctx)
+		faultDone <- faultEnd{err: err, at: time.Since(start)}
+	}()
+	last, err := counts.waitAll(ctx, ids)
+	if err != nil {
+		return rep, err
+	}
+	end := <-faultDone
+	if end.err != nil {
+		return rep, end.err
+	}
+	if cfg.Fault != FaultNone && cfg.Fault != FaultSIGKILL {
+		rep.FaultDone = end.at
+	}
+	rep.Makespan = last.Sub(start)
+	// Stop every worker cleanly: a result a worker was still going to
+	// publish comes before the count below.
+	if err := r.stopWorkers(); err != nil {
+		return rep, err
+	}
+	if err := counts.drain(ctx); err != nil {
+		return rep, err
+	}
+	for _, id := range ids {
+		switch n := counts.n(id); {
+		case n == 0:
+			rep.Lost++
+		case n > 1:
+			rep.DeliveredTwice++
+			rep.Results++
+		default:
+			rep.Results++
+		}
+	}
+	st := srv.Stats()
+	rep.PaidTwice, rep.ReadyToFetched, rep.Utilization = st.Duplicates, st.ReadyToFetched, st.Utilization
+	rep.NoSlot, rep.Submits = st.NoSlot, st.Calls.Submit
+	rep.Floor = time.Duration(max(st.SolveSecondsDrawn/float64(cfg.Threads), st.SolveSecondsLongest) * float64(time.Second))
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		rep.Load = strings.Fields(string(b))[0]
+	}
+	return rep, nil
+}
+
+// startWorker runs `captchaq worker` at its defaults but --threads; with
+// proxied, its broker and provider traffic goes through proxies the
+// partition and close faults act on.
+func (r *fleetRun) startWorker(name string, proxied bool) error {
+	brokerURL, apiURL := r.cfg.URL, r.apiURL
+	if proxied {
+		bp, err := newTCPProxy(hostPort(brokerURL))
+		if err != nil {
+			return err
+		}
+		ap, err := newTCPProxy(hostPort(apiURL))
+		if err != nil {
+			bp.close()
+			return err
+		}
+		r.mu.Lock()
+		r.proxies = append(r.proxies, bp, ap)
+		r.mu.Unlock()
+		brokerURL = strings.Replace(brokerURL, hostPort(brokerURL), bp.addr(), 1)
+		apiURL = strings.Replace(apiURL, hostPort(apiURL), ap.addr(), 1)
+	}
+	cmd := exec.Command(r.cfg.Binary, "worker", "--amqp", brokerURL, "--prefix", r.prefix, "--api-url", apiURL,
+		"--threads", fmt.Sprint(r.cfg.Threads))
+	cmd.Env = append(os.Environ(), "CAPTCHAAI_KEY="+fleetKey)
+	cmd.Stderr = &lineWriter{w: r.log, prefix: "[" + name + "] "}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("fleet: start worker %s: %w", name, err)
+	}
+	r.mu.Lock()
+	r.procs[name] = cmd
+	r.mu.Unlock()
+	return nil
+}
+
+// hostPort is the host:port of an amqp:// or http:// URL.
+func hostPort(u string) string {
+	s := u[strings.Index(u, "://")+3:]
+	if at := strings.LastIndex(s, "@"); at >= 0 {
+		s = s[at+1:]
+	}
+	if i := strings.IndexAny(s, "/?"); i >= 0 {
+		s = s[:i]
+	}
+	if !strings.Contains(s, ":") {
+		s += ":5672"
+	}
+	return s
+}
+
+// fault strikes worker w0 (or the broker) and returns once it is over.
+func (r *fleetRun) fault(ctx context.Context) error {
+	cfg := r.cfg
+	r.mu.Lock()
+	victim := r.procs["w0"]
+	r.mu.Unlock()
+	switch cfg.Fault {
+	case FaultSIGKILL:
+		if err := victim.Process.Kill(); err != nil {
+			return err
+		}
+		_ = victim.Wait()
+		r.mu.Lock()
+		delete(r.procs, "w0")
+		r.mu.Unlock()
+		return r.startWorker("w3", false)
+	case FaultSIGSTOP:
+		if err := victim.Process.Signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		sleepCtx(ctx, cfg.Outage)
+		return victim.Process.Signal(syscall.SIGCONT)
+	case FaultPartition:
+		for _, p := range r.proxies {
+			p.setCut(true)
+		}
+		sleepCtx(ctx, cfg.Outage)
+		for _, p := range r.proxies {
+			p.setCut(false)
+		}
+		return nil
+	case FaultClose:
+		if cfg.Disrupt != nil {
+			defer cfg.Disrupt()()
+		}
+		return closeConnectionsFrom(r.proxies[0].upstreamPorts())
+	case FaultRestart:
+		if cfg.Disrupt != nil {
+			defer cfg.Disrupt()()
+		}
+		if out, err := exec.Command("rabbitmqctl", "stop_app").CombinedOutput(); err != nil {
+			return fmt.Errorf("fleet: rabbitmqctl stop_app: %v: %s", err, out)
+		}
+		// Down for a moment, as a restart is.
+		sleepCtx(ctx, time.Second)
+		if out, err := exec.Command("rabbitmqctl", "start_app").CombinedOutput(); err != nil {
+			return fmt.Errorf("fleet: rabbitmqctl start_app: %v: %s", err, out)
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+// closeConnectionsFrom closes, from the broker's side, the connections
+// whose peer port is one of ports (a proxy's side of them).
+func closeConnectionsFrom(ports []int) error {
+	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "pid", "peer_port").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("fleet: rabbitmqctl list_connections: %v: %s", err, out)
+	}
+	closed := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 || !slices.Contains(ports, atoi(f[1])) {
+			continue
+		}
+		if o, err := exec.Command("rabbitmqctl", "-q", "close_connection", f[0], "fleet bench: forced close").CombinedOutput(); err != nil {
+			return fmt.Errorf("fleet: rabbitmqctl close_connection: %v: %s", err, o)
+		}
+		closed++
+	}
+	if closed == 0 {
+		return errors.New("fleet: no connection of the worker to close")
+	}
+	return nil
+}
+
+func atoi(s string) int {
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// waitConsumers waits until n workers consume the task queue.
+func (r *fleetRun) waitConsumers(ctx context.Context, n int) error {
+	c, err := amqp.Dial(ctx, amqp.Config{URL: r.cfg.URL, Prefix: r.prefix})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for {
+		qs, err := c.Depths(ctx, c.Names().Tasks)
+		if err != nil {
+			return err
+		}
+		if qs[0].Consumers >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fleet: waiting for %d workers: %w", n, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stopWorkers sends SIGTERM to every worker and waits for each.
+func (r *fleetRun) stopWorkers() error {
+	r.mu.Lock()
+	procs := r.procs
+	r.procs = map[string]*exec.Cmd{}
+	r.mu.Unlock()
+	var errs []error
+	for name, p := range procs {
+		_ = p.Process.Signal(syscall.SIGCONT)
+		_ = p.Process.Signal(syscall.SIGTERM)
+		if err := p.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("fleet: worker %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *fleetRun) cleanup() {
+	r.mu.Lock()
+	for _, p := range r.procs {
+		_ = p.Process.Kill()
+		_ = p.Wait()
+	}
+	for _, p := range r.proxies {
+		p.close()
+	}
+	r.mu.Unlock()
+	if r.sim != nil {
+		r.sim.Close()
+	}
+	_ = amqp.DeleteTopology(context.Background(), amqp.Config{URL: r.cfg.URL, Prefix: r.prefix})
+	deleteWorkerQueues(r.cfg.URL, r.prefix)
+}
+
+// deleteWorkerQueues deletes the run's per-worker queues, whose names
+// carry the workers' process names.
+func deleteWorkerQueues(url, prefix string) {
+	out, err := exec.Command("rabbitmqctl", "-q", "list_queues", "name").CombinedOutput()
+	if err != nil {
+		return
+	}
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for _, q := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(q, prefix+".") {
+			continue
+		}
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(q, false, false, false)
+			_ = ch.Close()
+		}
+	}
+}
+
+// resultCounts counts each task's results as they reach the results
+// queue, before any dedupe.
+type resultCounts struct {
+	mu     sync.Mutex
+	counts map[string]int
+	last   time.Time
+	more   chan struct{}
+	get    func(ctx context.Context) error
+}
+
+func (c *resultCounts) n(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[id]
+}
+
+// waitAll waits until every id has a result and returns when the last
+// first arrived.
+func (c *resultCounts) waitAll(ctx context.Context, ids []string) (time.Time, error) {
+	for {
+		c.mu.Lock()
+		missing := 0
+		for _, id := range ids {
+			if c.counts[id] == 0 {
+				missing++
+			}
+		}
+		last, more := c.last, c.more
+		c.mu.Unlock()
+		if missing == 0 {
+			return last, nil
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("fleet: %d of %d tasks have no result: %w", missing, len(ids), ctx.Err())
+		}
+	}
+}
+
+// drain takes what is left in the results queue.
+func (c *resultCounts) drain(ctx context.Context) error { return c.get(ctx) }
+
+// countResults consumes the results queue and counts each id's results.
+func (r *fleetRun) countResults(ctx context.Context) (*resultCounts, func(), error) {
+	conn, err := amqp091.Dial(r.cfg.URL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fleet: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("fleet: %w", err)
+	}
+	queue := amqp.NamesFor(r.prefix).Results
+	c := &resultCounts{counts: map[string]int{}, more: make(chan struct{})}
+	record := func(d amqp091.Delivery) {
+		c.mu.Lock()
+		c.counts[d.MessageId]++
+		if c.counts[d.MessageId] == 1 {
+			c.last = time.Now()
+		}
+		close(c.more)
+		c.more = make(chan struct{})
+		c.mu.Unlock()
+	}
+	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("fleet: consume %s: %w", queue, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for d := range ds {
+			record(d)
+		}
+	}()
+	c.get = func(ctx context.Context) error {
+		gch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		defer gch.Close()
+		// Past every result already routed: the consumer above has them
+		// or is about to; a passive declare is a round trip behind them.
+		for {
+			q, err := gch.QueueDeclarePassive(queue, true, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			if q.Messages == 0 {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return c, func() { conn.Close(); <-done }, nil
+}
+
+// syncWriter lets one write through at a time.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// lineWriter prefixes each line of a process's log for the run's log.
+type lineWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(string(p), "\n") {
+		if line != "" {
+			b.WriteString(l.prefix + line)
+		}
+	}
+	_, _ = io.WriteString(l.w, b.String())
+	return len(p), nil
+}
+
+// FleetMarkdown writes the fleet runs as one table, with the targets of
+// issue 27 under it.
+func FleetMarkdown(w io.Writer, reps []FleetReport) {
+	if len(reps) == 0 {
+		return
+	}
+	c := reps[0].Config
+	fmt.Fprintf(w, "## fleet: %d Turnstile tasks of %v–%v, a %d-thread plan, %d × `captchaq worker --threads %d` at their defaults\n\n",
+		c.Tasks, c.Latency.Min, c.Latency.Max, c.Threads, c.Workers, c.Threads)
+	fmt.Fprintf(w, "The fault strikes one worker (or the broker) %v after the enqueue starts; a partition and a SIGSTOP last %v. "+
+		"Ready→fetched is the simulator's: from each answer ready to the poll that first fetched it. "+
+		"Twice counts results that reached the results queue twice; paid twice, the simulator's second accepted submits of one task.\n\n", c.FaultAt, c.Outage)
+	fmt.Fprintln(w, "| fault | lost | twice | paid twice | ready→fetched p50 | p99 | max | makespan | floor | 1.4×floor+3 s | utilization | no free thread | fault over at | load |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range reps {
+		over := "–"
+		if r.FaultDone > 0 {
+			over = secs(r.FaultDone)
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %.2f s | %.2f s | %.2f s | %s | %s | %s | %.3f | %d of %d | %s | %s |\n",
+			r.Config.Fault, r.Lost, r.DeliveredTwice, r.PaidTwice, r.ReadyToFetched.P50, r.ReadyToFetched.P99, r.ReadyToFetched.Max,
+			secs(r.Makespan), secs(r.Floor), secs(r.MakespanTarget()), r.Utilization, r.NoSlot, r.Submits, over, r.Load)
+	}
+	fmt.Fprintln(w, "\nTargets with one worker SIGKILLed: ready→fetched p99 ≤ 3 s, makespan ≤ 1.4 × the floor + 3 s, utilization ≥ 0.92, "+
+		"\"no free thread\" ≤ 1% of submits, 0 lost, ≤ 1 paid twice; a partition: answers wait no longer than the broker's heartbeat timeout + 3 s.")
+	fmt.Fprintln(w)
+}
+
+// MakespanTarget is 1.4 × the floor + 3 s.
+func (r FleetReport) MakespanTarget() time.Duration {
+	return time.Duration(1.4*float64(r.Floor)) + 3*time.Second
+}
