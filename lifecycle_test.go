@@ -373,6 +373,46 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// TestAbandon: a task let go of in flight is polled no more, frees its
+// thread for the next task at once, and finishes CANCELED through the
+// Store; one being let go of while queued is never submitted.
+func TestAbandon(t *testing.T) {
+	t.Parallel()
+	// The provider has a thread more than the queue: "held" stays on
+	// one there (its solve takes an hour) once the queue lets go of it.
+	b := setup(t, sim.Config{Threads: 2, Latency: fastLatency(time.Hour)}, captchaq.Config{Threads: 1})
+	ctx := testbound.Context(t)
+	b.start(t)
+	fs := submitAll(t, b.q, task("held", 1), task("queued", 5), task("next", 9))
+	eventually(t, "held in flight", func() bool {
+		r, _ := b.store.Get(ctx, "held")
+		return r.Status == captchaq.StatusInFlight
+	})
+	if err := b.q.Abandon(ctx, "queued"); err != nil {
+		t.Fatalf("Abandon queued: %v", err)
+	}
+	if err := b.q.Abandon(ctx, "held"); err != nil {
+		t.Fatalf("Abandon in flight: %v", err)
+	}
+	for i, id := range []string{"held", "queued"} {
+		r, err := fs[i].Wait(ctx)
+		if err != nil || r.Status != captchaq.StatusFailed || r.ErrorCode != captchaq.CodeCanceled {
+			t.Fatalf("%s: %+v, %v; want failed CANCELED", id, r, err)
+		}
+		if rec, _ := b.store.Get(ctx, id); rec.Status != captchaq.StatusFailed {
+			t.Fatalf("%s in the store: %s, want failed", id, rec.Status)
+		}
+	}
+	// The one thread is free again: the last task goes out on it.
+	eventually(t, "next submitted", func() bool { return slices.Equal(b.prov.order(), []string{"held", "next"}) })
+	if err := b.q.Abandon(ctx, "held"); !errors.Is(err, captchaq.ErrFinal) {
+		t.Fatalf("Abandon finished: %v", err)
+	}
+	if err := b.q.Abandon(ctx, "nope"); !errors.Is(err, captchaq.ErrNotFound) {
+		t.Fatalf("Abandon unknown: %v", err)
+	}
+}
+
 // pingbackServer serves pingbacks at url with the handler given to serve,
 // holding requests until it is given.
 func pingbackServer(t *testing.T) (url string, serve func(http.Handler)) {
