@@ -15,7 +15,10 @@
 //	captcha.dlx        dead-letter exchange → captcha.failed
 //	captcha.delay      headers exchange → captcha.delay.<ms>: retry tiers whose
 //	                   TTL dead-letters back to captcha.types under the kind
-//	captcha.inflight   headers exchange → captcha.inflight.<owner>: checkpoints
+//	captcha.checkpoints.<owner>
+//	                   a worker's checkpoints: a quorum queue that
+//	                   dead-letters what its holder lets go to captcha.adopt
+//	captcha.adopt      checkpoints whose holder is gone, for any worker
 //	captcha.status     fanout for status beats (see Stats)
 //	captcha.replies.G  gateway G's reply queue: the results of the tasks it
 //	                   published, and a copy of every dead letter (see Gateway)
@@ -62,10 +65,9 @@
 // its consumer's own checkpoint queue (Publisher.Checkpoint) and confirmed;
 // then the task delivery is acked. The consumer holds the checkpoint
 // delivery while it polls, and acks it once the result is confirmed. If the
-// consumer dies, the checkpoint goes back to ready, its lease
-// (Config.InflightLease) runs out, and the queue dead-letters it to
-// captcha.types under its kind: whoever takes it sees the captcha id and
-// polls instead of submitting again. A checkpoint held longer than
+// consumer dies, the broker dead-letters the checkpoint to captcha.adopt
+// at once (see Recovery): whoever takes it sees the captcha id and polls
+// instead of submitting again. A checkpoint held longer than
 // Config.InflightRefresh must be republished and the old delivery acked by
 // its holder, so the
 // broker's consumer_timeout (30 minutes) never fires. Idle checkpoint
@@ -96,6 +98,70 @@
 // the confirm, taking the task's ack with it (its delivery was alive at
 // the confirm, so no claim). The submit cap bounds how many tasks are in
 // the window at once.
+//
+// # Recovery: from what the broker knows
+//
+// A worker's checkpoint queue is a quorum queue with x-delivery-limit 0
+// and captcha.adopt as its dead-letter target. RabbitMQ 3.10 counts a
+// delivery returned for any reason (the holder's channel or connection
+// closed, or it nacked), so the first return dead-letters the checkpoint,
+// reason delivery_limit, carrying its captcha id; a checkpoint held never
+// expires, and the lease (Config.InflightLease) only sends on the
+// checkpoints a worker died with before it received them (published while
+// its checkpoint consumer was away). So the fleet has a dead worker's
+// tasks as soon as the broker knows the worker is gone:
+//
+//   - at once when its connection closes: SIGKILL, a crash, an OOM kill,
+//     rabbitmqctl close_connection, a broker restart;
+//   - for a silent worker (power loss, a partition, SIGSTOP), when the
+//     broker gives up on its heartbeats: two to three Config.Heartbeat
+//     (5 s by default; measured 14 s, and 29 s at 10 s).
+//
+// Every worker consumes captcha.adopt on a channel of its own, prefetch
+// its plan's threads, and its queue's MaxQueued leaves room for them, so
+// an adopted checkpoint reaches a worker at once even when every worker's
+// prefetch is full of tasks waiting for a thread. The adopter polls it
+// (Queue.Adopt of an in-flight record) and holds that delivery as its
+// checkpoint: its own death sends the task on again.
+//
+// A worker that is alive is never robbed, and nothing is answered twice.
+// A worker holds a task through one delivery: its newest checkpoint, or
+// the task's (or adopted checkpoint's) delivery before that. When that
+// delivery's channel closes, the task is the fleet's: the stale sweeper
+// has the queue let go of it (Queue.Abandon: no more polls, its thread
+// freed), and Finish publishes a result only on the connection that
+// holds the task (connection epochs; Publisher.publishIn sends once, and
+// never again on another connection): a result confirmed there reached
+// the broker while the task's checkpoint was still held. So a worker that
+// comes back from a partition, a SIGSTOP or a closed connection drops the
+// tasks whose checkpoints died with its channel, answered or not; its own
+// checkpoint coming back to it through captcha.adopt is taken up as it
+// was. A checkpoint is dead-lettered only when its holder's channel is
+// gone, and a live holder's channel is gone only once the broker closed
+// it: no timer on ready checkpoints decides it.
+//
+// Threads come back on the same clock (see Returning): a dead worker's
+// tokens wait in captcha.threads.returning for 3 s; a worker that adopts
+// one of its tasks at the provider takes that task's token from there,
+// and the rest (tasks not at the provider, threads it held spare) go
+// back to the fleet when the 3 s run out.
+//
+// Windows that stay: a connection that closes between a result's confirm
+// and its checkpoint's ack (one round trip) lets the adopter answer the
+// task again (collect and gateways dedupe by id); a checkpoint republished
+// (a retry, InflightRefresh) and a channel that closes between the new
+// copy's confirm and the old one's ack leave two copies to adopt; a worker
+// killed between the provider's answer to a submit and its checkpoint's
+// confirm costs a second solve (see Checkpoints); a partitioned worker's
+// tasks wait for the broker's heartbeat timeout, as nothing sooner tells
+// a slow worker from a dead one.
+//
+// Measured (captchaq bench --scenario fleet: a 10-thread plan, three
+// captchaq worker --threads 10 processes at their defaults, 150 Turnstile
+// tasks of 0.5–2 s from captchaq enqueue, the fault 4 s in, on a shared
+// 2-core machine; see docs/fleet.md for every run):
+//
+//	MEASURED-TABLE
 //
 // # Threads: one plan for the fleet
 //
@@ -204,9 +270,8 @@
 //	own --threads each, short, SIGKILL     0.64–0.91 (8 runs, median 0.73);
 //	                                       24–49 of 174–199 submits
 //
-// With the expiration bounded by the lease (1 s in the benchmark) the
-// realistic SIGKILL runs had 1–2 refusals in 90–92 submits: see
-// Returning. The SIGKILL runs also count 0–4 second solves: the benchmark
+// (Those runs had a 1 s lease; at the defaults, before the recovery
+// above, a dead worker's answers waited a minute.) The SIGKILL runs also count 0–4 second solves: the benchmark
 // kills right after an accepted submit, so often inside the window of a
 // killed worker between the provider's answer and the checkpoint (see
 // Checkpoints). At shorter solves (BenchmarkFleetRealistic, 0.4 s, 100 ms
@@ -218,26 +283,28 @@
 // Returning. A worker killed with tasks at the provider loses its tokens at
 // once, while those tasks run on there until solved. A worker that receives
 // a redelivered token therefore does not use it: in one transaction it acks
-// it and publishes a token to captcha.threads.returning with an expiration,
-// and that queue dead-letters it back into captcha.threads when it expires.
-// The expiration estimates the longest solve time, which bounds how long a
-// task submitted before the death can still hold a provider thread: the
-// longest of the receiving worker's last k ≤ 64 solves plus their range
-// over k, since the longest of k samples falls short of the bound by about
-// that (Config.InflightLease before its first solve). The lease is no
-// bound: a dead worker's checkpoint that expires goes to the tail of the
-// task queue, and takes a token again only once a worker adopts it, which
-// with a backlog is long after. A transaction's ack and publish take effect
+// it and publishes a token to captcha.threads.returning with an expiration
+// of 3 s (the adoption window), and that queue dead-letters it back into
+// captcha.threads when it expires. The broker lets go of the dead
+// worker's checkpoints in the same moment (see Recovery), and a worker
+// that adopts one of them at the provider takes a token from
+// captcha.threads.returning (basic.get, held as any other): the task
+// still takes its thread at the provider, and the adopter holds its token
+// until the task ends. Tokens nobody takes over, of tasks that were not
+// at the provider and spare ones, are back after the window. A takeover
+// that finds none parked (they went back before the adoption, or were
+// never parked as no worker was hungry) takes a token from
+// captcha.threads as usual. A transaction's ack and publish take effect
 // together at commit, and a channel that dies before the commit leaves the
 // token unacked, so the broker requeues it again: a token is never lost or
 // doubled (TestThreadsOfADeadHolderWait counts them). A worker whose
-// connection drops parks its own tokens the same way and takes fresh ones
-// for its tasks when its channel is back; a clean stop gives back at once
-// the tokens of no task at the provider. Stats counts parked tokens as in
-// use: they are, at the provider. Limits: the estimate is the receiving
-// worker's, so workers that solve different kinds (lanes) may park a token
-// too briefly, and the provider's "no free thread" answers, which AIMD
-// absorbs, are then the cost; RabbitMQ makes a transaction atomic per
+// connection drops has its own tokens parked the same way (its tasks at
+// the provider go to the fleet with their checkpoints, and their
+// adopters, itself among them, take the tokens over); a clean stop gives
+// back at once the tokens of no task at the provider. Stats counts parked
+// tokens as in use: they are, at the provider. Limits: an adopter that
+// dies holding a token taken over returns it to captcha.threads.returning
+// past its expiration, so it goes straight back to captcha.threads; RabbitMQ makes a transaction atomic per
 // queue, so a broker that crashes in the middle of a commit may lose or
 // keep a second copy of a parked token.
 //
@@ -403,11 +470,14 @@
 //
 // # A worker's loops and its shutdown
 //
-// Beside its queue, a running Worker has three background loops, each an
+// Beside its queue and its consumers (tasks, captcha.adopt, its
+// checkpoints and its claims), a running Worker has three background
+// loops, each an
 // internal/startstop Loop on the same background context: the refresher
 // (refresher.go: republishes checkpoints before consumer_timeout), the
 // beater (beater.go: status beats) and the stale sweeper (sweeper.go:
-// hands back tasks held on a dead channel); with WorkerConfig.Report, a
+// hands back tasks held on a dead channel, and lets go of those whose
+// checkpoint went to the fleet); with WorkerConfig.Report, a
 // fourth, the report forwarder (reports.go). When Run's ctx ends, the
 // worker stops in this order: it stops taking tasks and hands back those
 // not yet at the provider; lets the queue finish those at the provider for

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
-
 )
 
 // Timing of the thread pool (see "Threads: one plan for the fleet" in the
@@ -201,7 +200,7 @@ type threadPool struct {
 	// (threadsAdoptWindow).
 	window time.Duration
 	ready  chan struct{} // Held grew
-	wake  chan struct{} // demand changed
+	wake   chan struct{} // demand changed
 	// taken counts token deliveries, returned the tokens given back,
 	// parked the tokens of a dead holder sent to wait in ThreadsReturning,
 	// tookOver those taken from there for an adopted task: the broker's

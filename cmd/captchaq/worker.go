@@ -34,7 +34,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	metricsTLS := addTLSFlags(fs, "/metrics (--metrics-addr)")
 	lanes := fs.String("lanes", "", "comma-separated task kinds that have their own queue (must match enqueue's)")
 	taskTTL := fs.Duration("task-ttl", amqp.TaskTTLDefault, "how long a task may wait in the broker before it is dead-lettered (must match enqueue's)")
-	lease := fs.Duration("inflight-lease", amqp.InflightLeaseDefault, "how soon a dead worker's checkpoints return to the fleet")
+	lease := fs.Duration("inflight-lease", amqp.InflightLeaseDefault, "how long a checkpoint may wait unreceived before it goes to the fleet (a dead worker's held checkpoints go at once)")
 	owner := fs.String("owner", "", "name of this worker's checkpoint queue (default host-pid-random)")
 	shared := fs.Bool("shared-threads", true, "share --threads with every worker on the prefix through a pool of thread tokens on the broker (give every worker the same --threads); false: each worker uses --threads on its own")
 	verbose := fs.Bool("v", false, "log every task")
