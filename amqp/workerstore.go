@@ -113,10 +113,6 @@ func (e *entry) gone(now time.Time, lease time.Duration) bool {
 var _ captchaq.Store = (*WorkerStore)(nil)
 
 func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore {
-	return newWorkerStoreLease(pub, owner, pub.c.cfg.InflightLease, log)
-}
-
-func newWorkerStoreLease(pub *Publisher, owner string, lease time.Duration, log *slog.Logger) *WorkerStore {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &WorkerStore{
@@ -124,7 +120,7 @@ func newWorkerStoreLease(pub *Publisher, owner string, lease time.Duration, log 
 		pub:     pub,
 		owner:   owner,
 		run:     hex.EncodeToString(b[:]),
-		lease:   lease,
+		lease:   pub.c.cfg.InflightLease,
 		log:     log,
 		entries: map[string]*entry{},
 		claims:  map[string]time.Time{},
