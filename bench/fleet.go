@@ -64,7 +64,9 @@ type FleetConfig struct {
 	Fault string
 	// Tasks, Threads (the plan, every worker's --threads) and Workers.
 	Tasks, Threads, Workers int
-	// FaultAt is when the fault strikes, after the enqueue starts.
+	// FaultAt is when the fault strikes, after the enqueue starts: then,
+	// or later once the worker it strikes holds a checkpoint (a task at
+	// the provider).
 	FaultAt time.Duration
 	// Outage is how long a partition or a SIGSTOP lasts.
 	Outage time.Duration
@@ -205,6 +207,14 @@ func (r *fleetRun) run(ctx context.Context) (FleetReport, error) {
 		case <-ctx.Done():
 			faultDone <- faultEnd{err: ctx.Err()}
 			return
+		}
+		if cfg.Fault != FaultNone && cfg.Fault != FaultRestart {
+			// A fault on a worker with no task at the provider tests
+			// nothing of recovery: wait for one of its checkpoints.
+			if err := r.waitCheckpoint(ctx, "w0"); err != nil {
+				faultDone <- faultEnd{err: err}
+				return
+			}
 		}
 		err := r.fault(ctx)
 		faultDone <- faultEnd{err: err, at: time.Since(start)}
@@ -391,6 +401,34 @@ func atoi(s string) int {
 		n = n*10 + int(c-'0')
 	}
 	return n
+}
+
+// waitCheckpoint waits until worker name holds a checkpoint: a task at
+// the provider. Its checkpoint queue carries its process id in its name
+// (the default owner is host-pid-random).
+func (r *fleetRun) waitCheckpoint(ctx context.Context, name string) error {
+	r.mu.Lock()
+	p := r.procs[name]
+	r.mu.Unlock()
+	mark := fmt.Sprintf("-%d-", p.Process.Pid)
+	base := amqp.NamesFor(r.prefix).InflightQueue("")
+	for {
+		out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "list_queues", "name", "messages_unacknowledged").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("fleet: rabbitmqctl list_queues: %v: %s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && strings.HasPrefix(f[0], base) && strings.Contains(f[0], mark) && atoi(f[1]) > 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fleet: waiting for worker %s to hold a checkpoint: %w", name, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // waitConsumers waits until n workers consume the task queue.

@@ -14,7 +14,8 @@ import (
 // The recovery tests run the fleet scenario of `captchaq bench` in its
 // short form: three `captchaq worker --threads 10` processes at their
 // defaults, 60 Turnstile tasks of 0.5–2 s from `captchaq enqueue`, one
-// fault 2 s in (a partition or a SIGSTOP lasts 30 s). Each checks that
+// fault 2 s in, or later once the worker it strikes has a task at the
+// provider (a partition or a SIGSTOP lasts 30 s). Each checks that
 // nothing is lost and each answer reaches the results queue once, and
 // bounds how long an answer waited from ready to fetched. A worker that
 // died with its connection closed (SIGKILL, close_connection, a broker
