@@ -324,7 +324,10 @@ func (r *fleetRun) fault(ctx context.Context) error {
 		r.mu.Lock()
 		delete(r.procs, "w0")
 		r.mu.Unlock()
-		return r.startWorker("w3", false)
+		if err := r.startWorker("w3", false); err != nil {
+			return err
+		}
+		return r.waitConsumers(ctx, cfg.Workers)
 	case FaultSIGSTOP:
 		if err := victim.Process.Signal(syscall.SIGSTOP); err != nil {
 			return err
