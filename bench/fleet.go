@@ -146,9 +146,10 @@ type fleetRun struct {
 	apiURL string
 	log    *syncWriter // cfg.Log, one write at a time
 
-	mu      sync.Mutex
-	procs   map[string]*exec.Cmd
-	proxies []*tcpProxy
+	mu     sync.Mutex
+	procs  map[string]*exec.Cmd
+	api    *apiProxy // w0's way to the provider
+	broker *tcpProxy // w0's way to the broker (partition, close)
 }
 
 // fleetKey is the provider key the run's workers send to its simulator.
@@ -177,7 +178,7 @@ func (r *fleetRun) run(ctx context.Context) (FleetReport, error) {
 	names := make([]string, cfg.Workers)
 	for i := range names {
 		names[i] = fmt.Sprintf("w%d", i)
-		if err := r.startWorker(names[i], i == 0 && cfg.Fault != FaultSIGKILL && cfg.Fault != FaultSIGSTOP); err != nil {
+		if err := r.startWorker(names[i]); err != nil {
 			return rep, err
 		}
 	}
@@ -210,8 +211,8 @@ func (r *fleetRun) run(ctx context.Context) (FleetReport, error) {
 		}
 		if cfg.Fault != FaultNone && cfg.Fault != FaultRestart {
 			// A fault on a worker with no task at the provider tests
-			// nothing of recovery: wait for one of its checkpoints.
-			if err := r.waitCheckpoint(ctx, "w0"); err != nil {
+			// nothing of recovery: wait for one.
+			if err := r.waitAtProvider(ctx); err != nil {
 				faultDone <- faultEnd{err: err}
 				return
 			}
@@ -260,26 +261,31 @@ func (r *fleetRun) run(ctx context.Context) (FleetReport, error) {
 	return rep, nil
 }
 
-// startWorker runs `captchaq worker` at its defaults but --threads; with
-// proxied, its broker and provider traffic goes through proxies the
-// partition and close faults act on.
-func (r *fleetRun) startWorker(name string, proxied bool) error {
+// startWorker runs `captchaq worker` at its defaults but --threads. The
+// worker the faults strike (w0) reaches the provider through an apiProxy,
+// and, for a partition or a closed connection, the broker through a
+// tcpProxy.
+func (r *fleetRun) startWorker(name string) error {
 	brokerURL, apiURL := r.cfg.URL, r.apiURL
-	if proxied {
-		bp, err := newTCPProxy(hostPort(brokerURL))
+	if name == "w0" && r.cfg.Fault != FaultNone && r.cfg.Fault != FaultRestart {
+		ap, err := newAPIProxy(apiURL)
 		if err != nil {
-			return err
-		}
-		ap, err := newTCPProxy(hostPort(apiURL))
-		if err != nil {
-			bp.close()
 			return err
 		}
 		r.mu.Lock()
-		r.proxies = append(r.proxies, bp, ap)
+		r.api = ap
 		r.mu.Unlock()
-		brokerURL = strings.Replace(brokerURL, hostPort(brokerURL), bp.addr(), 1)
-		apiURL = strings.Replace(apiURL, hostPort(apiURL), ap.addr(), 1)
+		apiURL = ap.url()
+		if r.cfg.Fault == FaultPartition || r.cfg.Fault == FaultClose {
+			bp, err := newTCPProxy(hostPort(brokerURL))
+			if err != nil {
+				return err
+			}
+			r.mu.Lock()
+			r.broker = bp
+			r.mu.Unlock()
+			brokerURL = strings.Replace(brokerURL, hostPort(brokerURL), bp.addr(), 1)
+		}
 	}
 	cmd := exec.Command(r.cfg.Binary, "worker", "--amqp", brokerURL, "--prefix", r.prefix, "--api-url", apiURL,
 		"--threads", fmt.Sprint(r.cfg.Threads))
@@ -324,7 +330,7 @@ func (r *fleetRun) fault(ctx context.Context) error {
 		r.mu.Lock()
 		delete(r.procs, "w0")
 		r.mu.Unlock()
-		if err := r.startWorker("w3", false); err != nil {
+		if err := r.startWorker("w3"); err != nil {
 			return err
 		}
 		return r.waitConsumers(ctx, cfg.Workers)
@@ -335,19 +341,17 @@ func (r *fleetRun) fault(ctx context.Context) error {
 		sleepCtx(ctx, cfg.Outage)
 		return victim.Process.Signal(syscall.SIGCONT)
 	case FaultPartition:
-		for _, p := range r.proxies {
-			p.setCut(true)
-		}
+		r.broker.setCut(true)
+		r.api.setCut(true)
 		sleepCtx(ctx, cfg.Outage)
-		for _, p := range r.proxies {
-			p.setCut(false)
-		}
+		r.broker.setCut(false)
+		r.api.setCut(false)
 		return nil
 	case FaultClose:
 		if cfg.Disrupt != nil {
 			defer cfg.Disrupt()()
 		}
-		return closeConnectionsFrom(r.proxies[0].upstreamPorts())
+		return closeConnectionsFrom(r.broker.upstreamPorts())
 	case FaultRestart:
 		if cfg.Disrupt != nil {
 			defer cfg.Disrupt()()
@@ -406,30 +410,21 @@ func atoi(s string) int {
 	return n
 }
 
-// waitCheckpoint waits until worker name holds a checkpoint: a task at
-// the provider. Its checkpoint queue carries its process id in its name
-// (the default owner is host-pid-random).
-func (r *fleetRun) waitCheckpoint(ctx context.Context, name string) error {
-	r.mu.Lock()
-	p := r.procs[name]
-	r.mu.Unlock()
-	mark := fmt.Sprintf("-%d-", p.Process.Pid)
-	base := amqp.NamesFor(r.prefix).InflightQueue("")
+// waitAtProvider waits until w0 has a task at the provider whose
+// checkpoint is on the broker: the provider accepted one of its submits
+// between checkpointed (200 ms: a confirm takes milliseconds) and 450 ms
+// ago (no solve is shorter than FleetConfig.Latency.Min, 500 ms by
+// default).
+func (r *fleetRun) waitAtProvider(ctx context.Context) error {
+	const checkpointed, atProvider = 200 * time.Millisecond, 450 * time.Millisecond
 	for {
-		out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "list_queues", "name", "messages_unacknowledged").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("fleet: rabbitmqctl list_queues: %v: %s", err, out)
-		}
-		for _, line := range strings.Split(string(out), "\n") {
-			f := strings.Fields(line)
-			if len(f) == 2 && strings.HasPrefix(f[0], base) && strings.Contains(f[0], mark) && atoi(f[1]) > 0 {
-				return nil
-			}
+		if age := time.Since(r.api.lastAccepted()); age >= checkpointed && age < min(atProvider, r.cfg.Latency.Min) {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("fleet: waiting for worker %s to hold a checkpoint: %w", name, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+			return fmt.Errorf("fleet: waiting for w0 to have a task at the provider: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }
@@ -480,8 +475,11 @@ func (r *fleetRun) cleanup() {
 		_ = p.Process.Kill()
 		_ = p.Wait()
 	}
-	for _, p := range r.proxies {
-		p.close()
+	if r.api != nil {
+		r.api.close()
+	}
+	if r.broker != nil {
+		r.broker.close()
 	}
 	r.mu.Unlock()
 	if r.sim != nil {

@@ -1,9 +1,17 @@
 package bench
 
 import (
+	"bytes"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // tcpProxy forwards connections to a target. Cut, it forwards nothing
@@ -89,4 +97,93 @@ func (p *tcpProxy) close() {
 	for _, c := range p.conns {
 		c.Close()
 	}
+}
+
+// apiProxy is a worker's way to the provider: it notes when the provider
+// last accepted a submit of that worker (an in.php "OK|"), and, cut,
+// holds every request unanswered until the cut is over, as a partition
+// holds a live TCP connection's bytes.
+type apiProxy struct {
+	srv *httptest.Server
+	cut atomic.Bool
+
+	mu       sync.Mutex
+	uncut    chan struct{} // closed while not cut
+	accepted time.Time     // the last accepted submit
+}
+
+func newAPIProxy(target string) (*apiProxy, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	p := &apiProxy{uncut: make(chan struct{})}
+	close(p.uncut)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if !strings.HasSuffix(resp.Request.URL.Path, "/in.php") {
+			return nil
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if bytes.HasPrefix(body, []byte("OK|")) {
+			p.mu.Lock()
+			p.accepted = time.Now()
+			p.mu.Unlock()
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		return nil
+	}
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		uncut := p.uncut
+		p.mu.Unlock()
+		select {
+		case <-uncut:
+		case <-r.Context().Done():
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	return p, nil
+}
+
+func (p *apiProxy) url() string { return p.srv.URL }
+
+// lastAccepted is when the provider last accepted a submit through p.
+func (p *apiProxy) lastAccepted() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
+func (p *apiProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cut == !isClosed(p.uncut) {
+		return
+	}
+	if cut {
+		p.uncut = make(chan struct{})
+	} else {
+		close(p.uncut)
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *apiProxy) close() {
+	p.setCut(false)
+	p.srv.CloseClientConnections()
+	p.srv.Close()
 }
