@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -100,7 +101,8 @@ func (p *tcpProxy) close() {
 }
 
 // apiProxy is a worker's way to the provider: it notes when the provider
-// last accepted a submit of that worker (an in.php "OK|"), and, cut,
+// last accepted a submit of that worker (in.php's "OK|ID", or status 1
+// in JSON), and, cut,
 // holds every request unanswered until the cut is over, as a partition
 // holds a live TCP connection's bytes.
 type apiProxy struct {
@@ -129,7 +131,10 @@ func newAPIProxy(target string) (*apiProxy, error) {
 		if err != nil {
 			return err
 		}
-		if bytes.HasPrefix(body, []byte("OK|")) {
+		var js struct {
+			Status int `json:"status"`
+		}
+		if bytes.HasPrefix(body, []byte("OK|")) || json.Unmarshal(body, &js) == nil && js.Status == 1 {
 			p.mu.Lock()
 			p.accepted = time.Now()
 			p.mu.Unlock()
