@@ -18,8 +18,8 @@ import (
 // provider (a partition or a SIGSTOP lasts 30 s). Each checks that
 // nothing is lost and each answer reaches the results queue once, and
 // bounds how long an answer waited from ready to fetched. A worker that
-// died with its connection closed (SIGKILL, close_connection, a broker
-// restart) has its tasks adopted when the broker lets go of them: the
+// died with its connection closed (SIGKILL, close_connection) has its
+// tasks adopted when the broker lets go of them: the
 // bound is half the checkpoint lease, which they waited in full before
 // (measured on the commit before: 59.0 s). A silent worker (a partition,
 // SIGSTOP) has them adopted once the broker gives up on its heartbeats,
@@ -29,7 +29,6 @@ import (
 
 func TestRecoverySIGKILL(t *testing.T)   { recoveryTest(t, bench.FaultSIGKILL, 1) }
 func TestRecoveryClose(t *testing.T)     { recoveryTest(t, bench.FaultClose, 0) }
-func TestRecoveryRestart(t *testing.T)   { recoveryTest(t, bench.FaultRestart, 0) }
 func TestRecoveryPartition(t *testing.T) { recoveryTest(t, bench.FaultPartition, 0) }
 func TestRecoverySIGSTOP(t *testing.T)   { recoveryTest(t, bench.FaultSIGSTOP, 0) }
 
@@ -39,7 +38,7 @@ func TestRecoverySIGSTOP(t *testing.T)   { recoveryTest(t, bench.FaultSIGSTOP, 0
 func recoveryTest(t *testing.T, fault string, maxPaidTwice int64) {
 	var url string
 	switch fault {
-	case bench.FaultClose, bench.FaultRestart:
+	case bench.FaultClose:
 		url = brokertest.Disrupt(t)
 	default:
 		url = brokertest.Use(t)
