@@ -222,7 +222,7 @@ func (r *fleetRun) run(ctx context.Context) (FleetReport, error) {
 	}()
 	last, err := counts.waitAll(ctx, ids)
 	if err != nil {
-		return rep, err
+		return rep, fmt.Errorf("%w; the run's queues (ready, unacked, consumers):\n%s", err, r.queueSnapshot())
 	}
 	end := <-faultDone
 	if end.err != nil {
@@ -427,6 +427,22 @@ func (r *fleetRun) waitAtProvider(ctx context.Context) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// queueSnapshot lists the run's queues with their ready and unacked
+// messages and consumers, for a run that did not finish.
+func (r *fleetRun) queueSnapshot() string {
+	out, err := exec.Command("rabbitmqctl", "-q", "list_queues", "name", "messages_ready", "messages_unacknowledged", "consumers").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("rabbitmqctl list_queues: %v: %s", err, out)
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, r.prefix+".") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }
 
 // waitConsumers waits until n workers consume the task queue.
