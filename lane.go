@@ -141,7 +141,7 @@ func (q *Queue) probe(l *lane.Lane) {
 	}
 	l.ProbeDone(up, q.now())
 	q.dispatcher.wake()
-	q.pollerOf(l).wake()
+	q.pollerOf(l).Wake()
 }
 
 // moveInflight takes every task in flight at l off it and queues it for

@@ -72,14 +72,10 @@ func (q *Queue) PingbackHandler() http.Handler {
 func (q *Queue) pingbackArrived(st *taskState, captchaID, code string, at time.Time) {
 	if strings.HasPrefix(code, "ERROR") || code == "CAPCHA_NOT_READY" {
 		q.mu.Lock()
-		var l *lane.Lane
-		if !st.done && st.rec.CaptchaID == captchaID {
-			st.due = at
-			l = st.lane
-		}
+		l := st.lane
 		q.mu.Unlock()
 		if l != nil {
-			q.pollerOf(l).wake()
+			q.pollerOf(l).DueNow(st.rec.Task.ID, captchaID, at)
 		}
 		return
 	}
@@ -87,5 +83,5 @@ func (q *Queue) pingbackArrived(st *taskState, captchaID, code string, at time.T
 	if t := strings.TrimSpace(code); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
 		a.JSON = json.RawMessage(t)
 	}
-	q.solved(st, captchaID, a, at, true)
+	q.solved(st, captchaID, a, at, time.Time{}, true)
 }

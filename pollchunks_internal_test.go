@@ -7,10 +7,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/poller"
 	"github.com/captchaq/captchaq/provider"
 )
 
-// A round with more ids due than one request carries (pollChunk) goes out
+// A round with more ids due than one request carries (poller.Chunk) goes out
 // in several chunks; each answer must be matched to the id its chunk
 // asked for. Every id answers at once with a token naming it, so each is
 // polled exactly once: a task matched to another chunk's id would have its
@@ -18,7 +19,7 @@ import (
 func TestRoundOfSeveralChunksAnswersEachTask(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		const n = 2*pollChunk + 50
+		const n = 2*poller.Chunk + 50
 		var mu sync.Mutex
 		largest, polled := 0, 0
 		p := &scriptedLane{prefix: "C", poll: func(ids []string) ([]provider.PollResult, error) {
@@ -59,8 +60,8 @@ func TestRoundOfSeveralChunksAnswersEachTask(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if largest != pollChunk {
-			t.Errorf("largest poll asked for %d ids; want full chunks of %d (a round of several chunks)", largest, pollChunk)
+		if largest != poller.Chunk {
+			t.Errorf("largest poll asked for %d ids; want full chunks of %d (a round of several chunks)", largest, poller.Chunk)
 		}
 		if polled != n {
 			t.Errorf("%d ids polled for %d tasks all ready at their first poll; want each once", polled, n)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
+	"github.com/captchaq/captchaq/internal/poller"
 	"github.com/captchaq/captchaq/internal/pollsched"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/startstop"
@@ -30,7 +31,7 @@ type Queue struct {
 	// lanes are the providers, in order of preference; one for
 	// Config.Provider. pollers[i] polls the tasks in flight at lanes[i].
 	lanes   []*lane.Lane
-	pollers []*poller
+	pollers []*poller.Poller[*taskState]
 
 	// runCtx ends on Close or at the end of Shutdown; store writes use a
 	// context without its cancellation so a checkpoint is never lost.
@@ -87,11 +88,6 @@ type taskState struct {
 	slot        bool // holds a limiter slot
 	done        bool // finishing or finished
 
-	// While in flight:
-	due      time.Time // next poll
-	lastPoll time.Time // last poll that found it not ready
-	polledAt time.Time // start of the round that last polled it
-	polls    int
 	// resumed: the captcha id came from the Store or another process, not
 	// from a submit of this queue's. If the provider no longer knows it (a
 	// provider restarted, or the answer expired while nobody polled), the
@@ -125,9 +121,9 @@ func New(cfg Config) (*Queue, error) {
 	q.lanes = newLanes(cfg)
 	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.run)}
 	for _, l := range q.lanes {
-		p := newPoller(q, l)
+		p := q.newPoller(l)
 		q.pollers = append(q.pollers, p)
-		q.loops = append(q.loops, startstop.New(p.run))
+		q.loops = append(q.loops, startstop.New(p.Run))
 	}
 	return q, nil
 }
@@ -222,10 +218,10 @@ func (q *Queue) register(r Record, w func(Result, error)) *taskState {
 			st.slot, st.lane, st.price = true, l, priceAt(l, r.Task)
 			st.rec.CaptchaID = id
 			st.resumed = true
-			st.due = q.now() // answers may have waited while we were away
 			q.inflight[r.Task.ID] = st
 			q.byCaptchaID[l.StoredID(id)] = st
-			q.pollerOf(l).wake()
+			// Due at once: answers may have waited while we were away.
+			q.pollerOf(l).Track(r.Task.ID, st, id, st.kind, r.SubmittedAt, r.Task.Deadline, q.now(), true)
 			return st
 		}
 		q.log.Warn("task in flight at a provider this queue no longer has: submitting it again", "id", r.Task.ID)
@@ -525,7 +521,7 @@ func (q *Queue) Resume() {
 	}
 	q.dispatcher.wake()
 	for _, p := range q.pollers {
-		p.wake()
+		p.Wake()
 	}
 }
 
@@ -564,7 +560,7 @@ func accountError(l *lane.Lane, p *lane.Pause) *AccountError {
 }
 
 // pollerOf is the poller of l's tasks in flight.
-func (q *Queue) pollerOf(l *lane.Lane) *poller { return q.pollers[l.Index()] }
+func (q *Queue) pollerOf(l *lane.Lane) *poller.Poller[*taskState] { return q.pollers[l.Index()] }
 
 // epoch identifies the pause state a request was sent under.
 func (q *Queue) epoch() int {
@@ -620,7 +616,7 @@ func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
 		q.cfg.OnPause(ae, permanent)
 	}
 	q.dispatcher.wake()
-	q.pollerOf(l).wake()
+	q.pollerOf(l).Wake()
 }
 
 // Shutdown stops intake (Submit and its kin return ErrClosed), then waits

@@ -86,6 +86,9 @@ func (q *Queue) claimSolved(st *taskState, captchaID string, at time.Time) bool 
 // leaveFlightLocked takes st off the poller and frees its slot, if it has
 // them. Callers hold q.mu.
 func (q *Queue) leaveFlightLocked(st *taskState) {
+	if _, ok := q.inflight[st.rec.Task.ID]; ok {
+		q.pollerOf(st.lane).Forget(st.rec.Task.ID)
+	}
 	delete(q.inflight, st.rec.Task.ID)
 	if st.rec.CaptchaID != "" && st.lane != nil {
 		if key := st.lane.StoredID(st.rec.CaptchaID); q.byCaptchaID[key] == st {

@@ -70,8 +70,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	st.rec.NotBefore = time.Time{}
 	st.transient = 0
 	l.Accepted(now, st.price)
-	st.lastPoll, st.polledAt, st.polls = time.Time{}, time.Time{}, 0
-	st.due = q.pollerOf(l).align(now, now.Add(q.firstPoll(st.kind)))
+	q.pollerOf(l).Track(t.ID, st, captchaID, st.kind, now, t.Deadline, now.Add(q.firstPoll(st.kind)), false)
 	q.inflight[t.ID] = st
 	key := l.StoredID(captchaID)
 	q.byCaptchaID[key] = st
@@ -81,9 +80,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.Name())
 	if isEarly {
 		q.pingbackArrived(st, captchaID, early.code, early.at)
-		return
 	}
-	q.pollerOf(l).wake()
 }
 
 // firstPoll is how long after submit the first poll goes out: the learned

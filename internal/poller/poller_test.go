@@ -1,12 +1,14 @@
-package captchaq
+package poller
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -27,27 +29,43 @@ func (p *pollRecorder) PollMany(_ context.Context, ids []string) ([]provider.Pol
 	return make([]provider.PollResult, len(ids)), nil
 }
 
+// sink records nothing and says whether tasks wait for a thread.
+type sink struct{ busy bool }
+
+func (sink) Ready(string, string, provider.Answer, time.Time, time.Time) bool { return true }
+func (sink) Refused(string, string, error, time.Time, int)                    {}
+func (sink) RoundFailed(error, time.Time, int)                                {}
+func (s sink) Busy() bool                                                     { return s.busy }
+func (sink) Epoch() int                                                       { return 0 }
+
+func newPoller(rec *pollRecorder, adaptive, busy bool, now time.Time) *Poller[string] {
+	log := slog.New(slog.DiscardHandler)
+	l := lane.New(lane.Config{Provider: rec, Threads: 8, Methods: provider.CaptchaAIMethods, DownAfter: time.Minute, Logger: log})
+	return New(Config{
+		Lane: l, Adaptive: adaptive, PollInterval: time.Second, PollGap: 500 * time.Millisecond, Repoll: time.Second,
+		Backoff: func(int) time.Duration { return time.Second }, Requests: context.Background(),
+		Now: func() time.Time { return now }, Logger: log,
+	}, sink{busy})
+}
+
 // A round asks for every id due before the next round, not only those
 // due now: an answer left for the next round would sit ready for up to a
 // whole interval. An id polled less than PollInterval ago waits.
 func TestRoundTakesIDsDueBeforeNextRound(t *testing.T) {
 	rec := &pollRecorder{}
 	const every = time.Second
-	q, err := New(Config{Provider: rec, Threads: 8, PollInterval: every})
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
+	p := newPoller(rec, false, false, now)
 	add := func(id string, due, polledAt time.Time) {
-		st := &taskState{rec: Record{Task: Task{ID: id}, CaptchaID: id}, due: due, polledAt: polledAt, lane: q.lanes[0]}
-		q.inflight[id] = st
+		p.Track(id, id, id, provider.KindTurnstile, now.Add(-time.Minute), time.Time{}, due, true)
+		p.tasks[id].polledAt = polledAt
 	}
 	add("due", now, time.Time{})
 	add("soon", now.Add(600*time.Millisecond), time.Time{})
 	add("next-round", now.Add(every), time.Time{})
 	add("later", now.Add(every+time.Millisecond), time.Time{})
 	add("just-polled", now, now.Add(-every/2))
-	q.pollers[0].round(now)
+	p.round(now)
 	if len(rec.ids) != 1 {
 		t.Fatalf("%d requests, want 1: %v", len(rec.ids), rec.ids)
 	}
@@ -67,32 +85,42 @@ func TestRoundTakesIDsDueBeforeNextRound(t *testing.T) {
 // mix).
 func TestRoundAsksYoungerThanTheFewAnswersLearned(t *testing.T) {
 	rec := &pollRecorder{}
-	q, err := New(Config{Provider: rec, Threads: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
-	p := q.pollers[0]
+	p := newPoller(rec, true, true, now) // a task waits for a thread: busy
 	// One reCAPTCHA v3 answer learned: not ready at 5.0 s, ready at 5.6 s.
 	p.learned.Learn(provider.KindRecaptchaV3, now.Add(-time.Minute), now.Add(-time.Minute+5*time.Second), now.Add(-time.Minute+5600*time.Millisecond))
 	add := func(id string, age time.Duration) {
-		q.inflight[id] = &taskState{rec: Record{Task: Task{ID: id}, CaptchaID: id, SubmittedAt: now.Add(-age)},
-			kind: provider.KindRecaptchaV3, lane: q.lanes[0]}
+		p.Track(id, id, id, provider.KindRecaptchaV3, now.Add(-age), time.Time{}, now, true)
 	}
 	add("young", 3*time.Second)
 	add("old", 6*time.Second)
-	// A task waits for a thread: the queue is busy.
-	q.mu.Lock()
-	q.push(&taskState{rec: Record{Task: Task{ID: "waiting"}, AcceptedAt: now}, kind: provider.KindImage})
-	q.mu.Unlock()
-	if q.queue.Len() != 1 {
-		t.Fatalf("%d tasks waiting, want 1", q.queue.Len())
-	}
 	p.round(now)
 	if len(rec.ids) != 1 {
 		t.Fatalf("%d requests, want 1: %v", len(rec.ids), rec.ids)
 	}
 	if got, want := slices.Sorted(slices.Values(rec.ids[0])), []string{"old", "young"}; !slices.Equal(got, want) {
 		t.Fatalf("polled %v, want %v", got, want)
+	}
+}
+
+// Forget takes an id out of the rounds; DueNow brings one due at once,
+// but only for the attempt it names.
+func TestForgetAndDueNow(t *testing.T) {
+	rec := &pollRecorder{}
+	now := time.Now()
+	p := newPoller(rec, false, false, now)
+	p.Track("a", "a", "c1", provider.KindTurnstile, now, time.Time{}, now.Add(time.Hour), true)
+	p.Track("b", "b", "c2", provider.KindTurnstile, now, time.Time{}, now.Add(time.Hour), true)
+	p.Forget("b")
+	if n := p.Len(); n != 1 {
+		t.Fatalf("%d in flight after Forget, want 1", n)
+	}
+	p.DueNow("a", "c-other", now)
+	if at := p.nextRound(now); !at.Equal(now.Add(time.Hour)) {
+		t.Fatalf("next round at %v after a DueNow for another attempt, want unchanged", at.Sub(now))
+	}
+	p.DueNow("a", "c1", now)
+	if at := p.nextRound(now); !at.Equal(now) {
+		t.Fatalf("next round in %v after DueNow, want now", at.Sub(now))
 	}
 }

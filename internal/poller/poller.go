@@ -1,0 +1,471 @@
+// Package poller is the loop that polls one provider's tasks in flight:
+// one Poller per lane. It owns their poll timing (submitted at, last
+// not-ready poll, last polled, next due) and the provider's learned solve
+// time distributions, behind its own lock, and is fed by events from the
+// task table: Track when a task's captcha id is durable, Forget when it
+// leaves flight, DueNow when a pingback says to look at once. What a
+// round finds goes back to the table through its Sink: an answer, a
+// per-id refusal, a round that failed as a whole.
+//
+// Its lock is a leaf: no other lock is taken while it is held, and the
+// Sink is never called under it. Rounds follow the default scheduler
+// (internal/pollsched) or, with Config.Adaptive false, a fixed interval.
+package poller
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/captchaq/captchaq/internal/lane"
+	"github.com/captchaq/captchaq/internal/pollsched"
+	"github.com/captchaq/captchaq/internal/startstop"
+	"github.com/captchaq/captchaq/provider"
+)
+
+// Chunk is the most ids asked in one res.php request (2captcha's
+// documented bulk limit).
+const Chunk = 100
+
+// parallel bounds poll requests in flight within one round.
+const parallel = 4
+
+// Config is one poller's.
+type Config struct {
+	// Lane is the provider polled.
+	Lane *lane.Lane
+	// Adaptive: rounds follow the default scheduler (PollInterval left 0
+	// and no pingbacks); else a fixed cadence of PollInterval.
+	Adaptive     bool
+	PollInterval time.Duration
+	PollGap      time.Duration
+	// Repoll is the time between two polls of one task on the fixed
+	// cadence: PollInterval, or the slow fallback behind pingbacks.
+	Repoll time.Duration
+	// Backoff is the wait after the nth failed round in a row.
+	Backoff func(n int) time.Duration
+	// Requests is the context of every poll request: it ends when the
+	// queue stops (a loop stopped and started again keeps its requests).
+	Requests context.Context
+	Now      func() time.Time
+	Logger   *slog.Logger
+}
+
+// Sink is the task table's side of a round. Its methods are called
+// without the poller's lock; they may call the poller back.
+type Sink[T any] interface {
+	// Ready gives an answer to the attempt with captchaID, seen at `at`;
+	// lastPoll is the last poll that found it not ready (zero: none). It
+	// reports whether the answer was taken (a pingback, or a move of the
+	// task, may have come first).
+	Ready(ref T, captchaID string, a provider.Answer, at, lastPoll time.Time) bool
+	// Refused gives a per-id error of class unsolvable, task or account.
+	Refused(ref T, captchaID string, err error, at time.Time, epoch int)
+	// RoundFailed gives a round that failed as a whole with an account
+	// error or a transport failure (lane.TransportFailure).
+	RoundFailed(err error, at time.Time, epoch int)
+	// Busy reports whether tasks wait for a thread.
+	Busy() bool
+	// Epoch identifies the pause state a request is sent under.
+	Epoch() int
+}
+
+// entry is one task in flight.
+type entry[T any] struct {
+	ref                 T
+	captchaID           string
+	kind                provider.Kind
+	submitted, deadline time.Time
+	due                 time.Time // next poll
+	lastPoll            time.Time // last poll that found it not ready
+	polledAt            time.Time // start of the round that last polled it
+}
+
+// Poller polls one lane's tasks in flight. Its methods are safe for
+// concurrent use; Run is its loop.
+type Poller[T any] struct {
+	cfg    Config
+	sink   Sink[T]
+	wakeCh chan struct{}
+
+	mu             sync.Mutex
+	tasks          map[string]*entry[T] // by task id
+	last           time.Time            // start of the last round
+	chain          time.Time            // when the tasks polled in the last round are due again
+	pollsHeldUntil time.Time            // no rounds before (rate limit, backoff)
+	failures       int                  // consecutive failed rounds
+	learned        *pollsched.Learned
+}
+
+// New returns a Poller that reports to sink.
+func New[T any](c Config, sink Sink[T]) *Poller[T] {
+	return &Poller[T]{cfg: c, sink: sink, wakeCh: make(chan struct{}, 1), tasks: map[string]*entry[T]{}, learned: pollsched.NewLearned()}
+}
+
+// Adaptive reports whether rounds follow the default scheduler.
+func (p *Poller[T]) Adaptive() bool { return p.cfg.Adaptive }
+
+// Wake asks the loop to look again soon; it never blocks.
+func (p *Poller[T]) Wake() {
+	select {
+	case p.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Track starts polling task id, in flight under captchaID since
+// submitted: its first poll at firstDue (on the fixed cadence, moved onto
+// the round nearest to it), or, with resumed, at once (answers may have
+// waited while nobody polled).
+func (p *Poller[T]) Track(id string, ref T, captchaID string, kind provider.Kind, submitted, deadline, firstDue time.Time, resumed bool) {
+	p.mu.Lock()
+	due := firstDue
+	if !resumed {
+		due = p.alignLocked(p.cfg.Now(), firstDue)
+	}
+	p.tasks[id] = &entry[T]{ref: ref, captchaID: captchaID, kind: kind, submitted: submitted, deadline: deadline, due: due}
+	p.mu.Unlock()
+	p.Wake()
+}
+
+// Forget stops polling task id.
+func (p *Poller[T]) Forget(id string) {
+	p.mu.Lock()
+	delete(p.tasks, id)
+	p.mu.Unlock()
+}
+
+// DueNow asks for task id at once, if it is still in flight under
+// captchaID (a pingback said its state changed).
+func (p *Poller[T]) DueNow(id, captchaID string, at time.Time) {
+	p.mu.Lock()
+	e, ok := p.tasks[id]
+	if ok && e.captchaID == captchaID {
+		e.due = at
+	}
+	p.mu.Unlock()
+	if ok {
+		p.Wake()
+	}
+}
+
+// Len is how many tasks are in flight here.
+func (p *Poller[T]) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.tasks)
+}
+
+// minGap is the least time between two rounds: the request rate bound.
+// The default scheduler starts rounds at least PollGap apart, so every
+// round may ask for every id (none is within its per-id gap) and ids
+// polled together stay together.
+func (p *Poller[T]) minGap() time.Duration {
+	if p.cfg.Adaptive {
+		return p.cfg.PollGap
+	}
+	return p.cfg.PollInterval / 4
+}
+
+// Run is the loop: it sleeps until the next round is due, runs it, and
+// returns when ctx ends.
+func (p *Poller[T]) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := p.cfg.Now()
+		next := p.nextRound(now)
+		if !next.IsZero() && !next.After(now) {
+			p.round(now)
+			continue
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = next.Sub(now)
+		}
+		timer.Reset(wait)
+		select {
+		case <-p.wakeCh:
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// nextRound is when the next round may go: the earliest due time, no
+// sooner than the rate bound and any hold allow. Zero: nothing to poll.
+func (p *Poller[T]) nextRound(now time.Time) time.Time {
+	if pause := p.cfg.Lane.Paused(now); pause != nil {
+		return pause.Until
+	}
+	idle := !p.sink.Busy()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var due time.Time
+	if p.cfg.Adaptive {
+		// No round can go before the rate bound allows: deciding now
+		// would only be done again then (each submit wakes the loop).
+		if g := p.last.Add(p.minGap()); g.After(now) && len(p.tasks) > 0 {
+			return g
+		}
+		decide := p.learned.Decide
+		if p.eachID() {
+			decide = p.learned.DecideEach
+		}
+		due = decide(p.timingsLocked(nil), now, p.last.Add(p.minGap()), idle, p.cfg.PollGap)
+	} else {
+		for _, e := range p.tasks {
+			if at := p.pollAtLocked(e); due.IsZero() || at.Before(due) {
+				due = at
+			}
+		}
+	}
+	if due.IsZero() {
+		return due
+	}
+	if g := p.last.Add(p.minGap()); g.After(due) {
+		due = g
+	}
+	if p.pollsHeldUntil.After(due) {
+		due = p.pollsHeldUntil
+	}
+	return due
+}
+
+// timingsLocked is the tasks in flight as the default scheduler weighs
+// them; with es, the entries in the same order.
+func (p *Poller[T]) timingsLocked(es *[]*entry[T]) []pollsched.InFlight {
+	out := make([]pollsched.InFlight, 0, len(p.tasks))
+	for _, e := range p.tasks {
+		out = append(out, e.timing())
+		if es != nil {
+			*es = append(*es, e)
+		}
+	}
+	return out
+}
+
+func (e *entry[T]) timing() pollsched.InFlight {
+	return pollsched.InFlight{Kind: e.kind, Submitted: e.submitted, LastPoll: e.lastPoll, PolledAt: e.polledAt, Deadline: e.deadline}
+}
+
+// eachID reports whether the provider answers one id a request (a
+// createTask provider, an in.php one without bulk polls): then every id a
+// round asks for costs a request, and the default scheduler weighs each
+// alone (pollsched.DecideEach).
+func (p *Poller[T]) eachID() bool {
+	b, ok := p.cfg.Lane.Provider().(interface{ BulkSupported() bool })
+	return ok && !b.BulkSupported()
+}
+
+// floor is the earliest e may be polled again on the fixed cadence:
+// PollInterval after the round that last polled it.
+func (p *Poller[T]) floor(e *entry[T]) time.Time {
+	if e.polledAt.IsZero() {
+		return time.Time{}
+	}
+	return e.polledAt.Add(p.cfg.PollInterval)
+}
+
+// pollAtLocked is when e is next polled: its due time, not before its
+// floor.
+func (p *Poller[T]) pollAtLocked(e *entry[T]) time.Time {
+	if f := p.floor(e); f.After(e.due) {
+		return f
+	}
+	return e.due
+}
+
+// alignLocked moves a first poll wanted at want onto the round cadence:
+// the round of the last round's tasks nearest to it, or want itself when
+// no round is coming. Without it every task would keep its own phase and
+// rounds would go out up to four times per PollInterval.
+func (p *Poller[T]) alignLocked(now, want time.Time) time.Time {
+	every := p.cfg.Repoll
+	if p.chain.IsZero() || !p.chain.After(now) {
+		return want
+	}
+	if !want.After(p.chain) {
+		return p.chain
+	}
+	k := (want.Sub(p.chain) + every/2) / every
+	return p.chain.Add(k * every)
+}
+
+// dueLocked is the tasks a round at now asks for, marked polled.
+//
+// Which ids a round asks for is judged with the prior blended in, busy
+// or idle: a kind learned from its first few answers (its fastest) would
+// otherwise rule out every id younger than all of them, and an answer
+// that came sooner waited for rounds that left its id out (a reCAPTCHA
+// v3 solved in 5.1 s, after one learned 5.0–5.6 s, waited 2.2 s on the
+// model of the realistic mix). On the fixed cadence a round takes every
+// id due before the next round, but none sooner than PollInterval after
+// its last poll: providers ban an IP that polls one id too often.
+func (p *Poller[T]) dueLocked(now time.Time, idle bool) []*entry[T] {
+	var due []*entry[T]
+	switch {
+	case p.cfg.Adaptive && p.eachID():
+		var es []*entry[T]
+		worth := p.learned.DueEach(p.timingsLocked(&es), now, idle, p.cfg.PollGap)
+		for i, e := range es {
+			if worth[i] {
+				due = append(due, e)
+			}
+		}
+	case p.cfg.Adaptive:
+		model := p.learned.Models(true)
+		for _, e := range p.tasks {
+			if pollsched.Due(e.timing(), now, p.cfg.PollGap, model) {
+				due = append(due, e)
+			}
+		}
+	default:
+		for _, e := range p.tasks {
+			if !e.due.After(now.Add(p.cfg.Repoll)) && !p.floor(e).After(now) {
+				due = append(due, e)
+			}
+		}
+	}
+	for _, e := range due {
+		e.polledAt = now
+	}
+	if !p.cfg.Adaptive {
+		p.chain = now.Add(p.cfg.Repoll)
+		// Tasks polled in an earlier round that would come due before
+		// the next one wait for it instead: phases merge, and the cadence
+		// stays one request per interval however the tasks came in.
+		for _, e := range p.tasks {
+			if e.polledAt.Before(now) && !e.polledAt.IsZero() && e.due.Before(p.chain) {
+				e.due = p.chain
+			}
+		}
+	}
+	slices.SortFunc(due, func(a, b *entry[T]) int { return a.due.Compare(b.due) })
+	return due
+}
+
+// round polls, in bulk, every task due before the next round: asking for
+// an id a little early costs nothing in a bulk request, while leaving it
+// for the next round would let its answer sit ready for up to a whole
+// interval.
+func (p *Poller[T]) round(now time.Time) {
+	idle := !p.sink.Busy()
+	p.mu.Lock()
+	p.last = now
+	due := p.dueLocked(now, idle)
+	ids := make([]string, len(due))
+	for i, e := range due {
+		ids[i] = e.captchaID
+	}
+	p.mu.Unlock()
+	// Chunks go out a few at a time, so a plan with thousands of threads
+	// still gets through a round within the interval.
+	var (
+		pool = startstop.NewPool(parallel)
+		fmu  sync.Mutex
+		fail error
+		fAt  time.Time
+		fEp  int
+		ok   bool
+	)
+	for start := 0; start < len(due); start += Chunk {
+		end := min(start+Chunk, len(due))
+		chunk, chunkIDs := due[start:end], ids[start:end]
+		pool.Go(func() {
+			epoch := p.sink.Epoch()
+			res, err := p.cfg.Lane.Provider().PollMany(p.cfg.Requests, chunkIDs)
+			at := p.cfg.Now()
+			fmu.Lock()
+			if err != nil {
+				fail, fAt, fEp = err, at, epoch
+			} else {
+				ok = true
+			}
+			fmu.Unlock()
+			if err != nil {
+				return
+			}
+			for i, e := range chunk {
+				if i < len(res) {
+					p.handle(e, chunkIDs[i], res[i], now, at, epoch)
+				}
+			}
+		})
+	}
+	pool.Wait()
+	if ok {
+		p.mu.Lock()
+		p.failures = 0
+		p.mu.Unlock()
+		p.cfg.Lane.Answered()
+	}
+	if fail != nil && p.cfg.Requests.Err() == nil {
+		p.failed(fail, fAt, fEp)
+	}
+}
+
+// failed acts on a round that failed as a whole.
+func (p *Poller[T]) failed(err error, now time.Time, epoch int) {
+	var pe *provider.Error
+	errors.As(err, &pe)
+	switch provider.ClassOf(err) {
+	case provider.ClassAccount:
+		p.sink.RoundFailed(err, now, epoch)
+	case provider.ClassRateLimit:
+		wait := p.cfg.PollInterval
+		if pe != nil && pe.RetryAfter > 0 {
+			wait = pe.RetryAfter
+		}
+		p.mu.Lock()
+		p.pollsHeldUntil = now.Add(wait)
+		p.mu.Unlock()
+		p.cfg.Logger.Warn("provider rate limit: polls held", "for", wait)
+	default:
+		if lane.TransportFailure(err) {
+			p.sink.RoundFailed(err, now, epoch)
+		}
+		p.mu.Lock()
+		p.failures++
+		n := p.failures
+		p.pollsHeldUntil = now.Add(p.cfg.Backoff(n))
+		p.mu.Unlock()
+		p.cfg.Logger.Warn("poll failed; retrying", "provider", p.cfg.Lane.Name(), "err", err, "retry", n)
+	}
+}
+
+// handle acts on the poll result for captchaID, e's id when the round
+// started at sent asked for it, answered at at.
+func (p *Poller[T]) handle(e *entry[T], captchaID string, r provider.PollResult, sent, at time.Time, epoch int) {
+	switch {
+	case r.Ready:
+		p.mu.Lock()
+		lastPoll := e.lastPoll
+		p.mu.Unlock()
+		if p.sink.Ready(e.ref, captchaID, r.Answer, at, lastPoll) && p.cfg.Adaptive {
+			p.mu.Lock()
+			p.learned.Learn(e.kind, e.submitted, lastPoll, at)
+			p.mu.Unlock()
+		}
+	case r.Err != nil:
+		switch provider.ClassOf(r.Err) {
+		case provider.ClassUnsolvable, provider.ClassTask, provider.ClassAccount:
+			p.sink.Refused(e.ref, captchaID, r.Err, at, epoch)
+		default:
+			p.mu.Lock()
+			e.due = at.Add(p.cfg.PollInterval)
+			p.mu.Unlock()
+		}
+	default:
+		p.mu.Lock()
+		e.lastPoll = at
+		// Due again with the rest of its round: tasks polled together stay
+		// together, so one request per PollInterval covers them all.
+		e.due = sent.Add(p.cfg.Repoll)
+		p.mu.Unlock()
+	}
+}
