@@ -438,6 +438,10 @@ func TestDocShellBlocks(t *testing.T) {
 		base = append(base, kv)
 	}
 	base = append(base, "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// The copy's packages sit at another path than the tree's: without
+	// their paths in the build, the go commands of the blocks (go run,
+	// go test) reuse the build cache from one run of the test to the next.
+	base = append(base, "GOFLAGS=-trimpath")
 
 	var mu sync.Mutex
 	counts := map[string]int{}
