@@ -19,8 +19,9 @@ import (
 // published median (provider.MedianSolveTime), moved towards the mean of
 // this batch's answers of that kind as they come (the median counts as
 // priorWeight answers). The work done so far on the tasks in flight is the
-// thread-time the queue has used (sampled) less the solve times of the
-// tasks it solved. The time left is the largest of: the work left spread
+// thread-time the queue has used (sampled) less what the
+// tasks it finished took of it (from their submit, or this run's start,
+// to their answer). The time left is the largest of: the work left spread
 // over the threads; what the last of the longest kind in flight (the queue
 // starts the longest kinds first) is expected to take still at the tasks
 // in flight's average age (tailLeft); the longest waiting task's whole
@@ -31,6 +32,8 @@ type etaModel struct {
 	learned map[provider.Kind]kindMean
 	busy    time.Duration // thread-time used up to sampled
 	sampled time.Time
+	started time.Time     // the first sample: this run's start
+	done    time.Duration // thread-time of this run the finished tasks took
 }
 
 // solveSpread is the spread of solve times around their median: the
@@ -92,6 +95,11 @@ func (e *etaModel) finished(r captchaq.Result) {
 	}
 	delete(e.open, r.ID)
 	e.count[k]--
+	// Only this run's part: a task resumed from an earlier run, or
+	// answered from the store, held no thread of it before.
+	if !r.FinishedAt.IsZero() && !e.started.IsZero() {
+		e.done += max(r.FinishedAt.Sub(later(r.SubmittedAt, e.started)), 0)
+	}
 	if r.Status == captchaq.StatusSolved && r.SolveSeconds > 0 {
 		m := e.learned[k]
 		m.sum += time.Duration(r.SolveSeconds * float64(time.Second))
@@ -104,6 +112,9 @@ func (e *etaModel) finished(r captchaq.Result) {
 func (e *etaModel) sample(now time.Time, threadsInUse int) {
 	if !e.sampled.IsZero() && now.After(e.sampled) {
 		e.busy += time.Duration(max(threadsInUse, 0)) * now.Sub(e.sampled)
+	}
+	if e.started.IsZero() {
+		e.started = now
 	}
 	e.sampled = now
 }
@@ -147,8 +158,7 @@ func (e *etaModel) left(m captchaq.Metrics, unread int) (time.Duration, bool) {
 		return 0, false
 	}
 	slices.SortFunc(groups, func(a, b group) int { return cmp.Compare(b.d, a.d) })
-	solvedWork := time.Duration(m.AvgSolveSeconds * float64(m.Solved) * float64(time.Second))
-	inFlightDone := max(e.busy-solvedWork, 0)
+	inFlightDone := max(e.busy-e.done, 0)
 	flying := min(max(m.ThreadsInUse, 0), n)
 	left := max(work-inFlightDone, 0) / time.Duration(max(m.Window, 1))
 	if flying > 0 {
@@ -162,4 +172,11 @@ func (e *etaModel) left(m captchaq.Metrics, unread int) (time.Duration, bool) {
 		}
 	}
 	return max(left, time.Second), true
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -63,9 +63,10 @@ func TestETAModel(t *testing.T) {
 	// nothing of a solve time).
 	e.sample(t0.Add(2*time.Second), 20)
 	for i := range 8 {
-		e.finished(captchaq.Result{ID: fmt.Sprintf("base64-%d", i), Status: captchaq.StatusSolved, SolveSeconds: 0.7})
+		e.finished(captchaq.Result{ID: fmt.Sprintf("base64-%d", i), Status: captchaq.StatusSolved, SolveSeconds: 0.7,
+			SubmittedAt: t0, FinishedAt: t0.Add(700 * time.Millisecond)})
 	}
-	m = captchaq.Metrics{Threads: 20, Window: 20, ThreadsInUse: 15, Solved: 8, AvgSolveSeconds: 0.7}
+	m = captchaq.Metrics{Threads: 20, Window: 20, ThreadsInUse: 15, Solved: 8}
 	if d, ok := e.left(m, 0); !ok || d.Round(time.Millisecond) != 31270*time.Millisecond {
 		t.Errorf("8 of 23 done after 2 s: %v, want 31.270s", d)
 	}
@@ -131,5 +132,36 @@ func TestTailLeft(t *testing.T) {
 		if got := tailLeft(c.median, c.age, c.n).Round(time.Millisecond); got != c.want {
 			t.Errorf("tailLeft(%v, %v, %d) = %v, want %v", c.median, c.age, c.n, got, c.want)
 		}
+	}
+}
+
+// A rerun resumes tasks submitted in the run before: only the thread-time
+// of this run counts as done, so one resumed task finishing does not hide
+// the age of the others; a result from the store took none of it.
+func TestETAModelResumed(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	e := newETAModel()
+	for _, task := range etaTasks("userrecaptcha", 3, map[string]string{"googlekey": "6Le", "pageurl": "https://a.example/"}) {
+		e.read(task)
+	}
+	e.read(captchaq.Task{ID: "stored", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAA", "pageurl": "https://a.example/"}})
+	e.sample(t0, 0)
+	e.finished(captchaq.Result{ID: "stored", Status: captchaq.StatusSolved, SolveSeconds: 8,
+		SubmittedAt: t0.Add(-time.Hour), FinishedAt: t0.Add(-time.Hour + 8*time.Second)})
+	e.sample(t0.Add(10*time.Second), 3)
+	// Submitted 20 s before this run, answered 10 s into it: 10 s of it.
+	e.finished(captchaq.Result{ID: "userrecaptcha-0", Status: captchaq.StatusSolved, SolveSeconds: 30,
+		SubmittedAt: t0.Add(-20 * time.Second), FinishedAt: t0.Add(10 * time.Second)})
+	if e.done != 10*time.Second || e.busy != 30*time.Second {
+		t.Fatalf("done %v busy %v, want 10s and 30s", e.done, e.busy)
+	}
+	// The two left in flight are 10 s old (20 s of thread-time over two).
+	// Their kind: (2 × 25 s + 30 s) / 3 = 26.667 s. The last of two at its
+	// 10 s age: Φ(ln(10/26.667)/0.35) = 0.00256, so the 0.6675 quantile,
+	// 26.667 s × e^(0.35 × 0.4331) = 31.031 s: 21.031 s more.
+	m := captchaq.Metrics{Threads: 5, Window: 5, ThreadsInUse: 2, Solved: 1}
+	if d, ok := e.left(m, 0); !ok || d.Round(time.Millisecond) != 21031*time.Millisecond {
+		t.Errorf("left %v %v, want 21.031s", d, ok)
 	}
 }
