@@ -2,7 +2,9 @@ package captchaq
 
 import (
 	"context"
+
 	"fmt"
+	"github.com/captchaq/captchaq/provider"
 	"slices"
 	"time"
 )
@@ -23,9 +25,10 @@ import (
 func (q *Queue) acceptBatch(ctx context.Context, tasks []Task, waiter func(i int) func(Result, error)) []error {
 	errs := make([]error, len(tasks))
 	ws := make([]func(Result, error), len(tasks))
+	pts := make([]provider.Checked, len(tasks)) // as checked: carried to the provider
 	todo := make([]int, 0, len(tasks))
 	for i, t := range tasks {
-		if errs[i] = q.Validate(t); errs[i] == nil {
+		if pts[i], errs[i] = q.check(t); errs[i] == nil {
 			ws[i] = waiter(i)
 			todo = append(todo, i)
 		}
@@ -36,7 +39,7 @@ func (q *Queue) acceptBatch(ctx context.Context, tasks []Task, waiter func(i int
 	for len(todo) > 0 {
 		capacity, err := q.waitCapacity(ctx, min(len(todo), max(1, q.cfg.MaxQueued/8)))
 		if err == nil {
-			todo, err = q.intakeRound(ctx, tasks, todo, ws, errs, capacity, now)
+			todo, err = q.intakeRound(ctx, tasks, pts, todo, ws, errs, capacity, now)
 		}
 		if err != nil {
 			for _, i := range todo {
@@ -70,7 +73,7 @@ func (q *Queue) attachKnown(tasks []Task, todo []int, ws []func(Result, error), 
 // stores those tasks in one Store call and registers them. It returns the
 // tasks left for another round, or with an error the tasks it did not
 // accept.
-func (q *Queue) intakeRound(ctx context.Context, tasks []Task, todo []int, ws []func(Result, error), errs []error, capacity int, now time.Time) ([]int, error) {
+func (q *Queue) intakeRound(ctx context.Context, tasks []Task, pts []provider.Checked, todo []int, ws []func(Result, error), errs []error, capacity int, now time.Time) ([]int, error) {
 	var claimed, held []int
 	var busy chan struct{}
 	rest := todo[:0]
@@ -146,7 +149,7 @@ func (q *Queue) intakeRound(ctx context.Context, tasks []Task, todo []int, ws []
 			// Durable already: the next Start picks it up.
 			errs[i] = ErrClosed
 		default:
-			q.register(r, ws[i])
+			q.register(r, ws[i], pts[i])
 			if !existed[j] {
 				q.metrics.submitted++
 			}

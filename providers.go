@@ -169,8 +169,15 @@ func newLanes(cfg Config) []*lane.Lane {
 // provider solves is refused with CodeUnsupportedType, and the error says
 // which provider would solve it.
 func (q *Queue) Validate(t Task) error {
+	_, err := q.check(t)
+	return err
+}
+
+// check is Validate returning the provider task as checked, which the
+// queue carries to the provider: a task is validated once, at the door.
+func (q *Queue) check(t Task) (provider.Checked, error) {
 	if q.lanes[0].Name() == "" {
-		return t.Validate()
+		return t.checkFor(nil)
 	}
-	return t.ValidateFor(q.cfg.Providers)
+	return t.checkFor(q.cfg.Providers)
 }

@@ -65,7 +65,10 @@ type Queue struct {
 
 // taskState is the queue's memory of one unfinished task.
 type taskState struct {
-	rec     Record
+	rec Record
+	// pt is the task as the provider is sent it, checked at the door
+	// (provider.Task.Check): it is not validated again.
+	pt      provider.Checked
 	kind    provider.Kind
 	burst   int64 // the burst it was accepted in (order.go)
 	waiters []func(Result, error)
@@ -173,7 +176,7 @@ func (q *Queue) Start(ctx context.Context) error {
 		if _, ok := q.accepting[r.Task.ID]; ok {
 			return nil // a Submit is storing it now and registers the stored record
 		}
-		q.register(r, nil)
+		q.register(r, nil, provider.Checked{})
 		resumed++
 		if r.Status == StatusInFlight {
 			polling++
@@ -205,8 +208,16 @@ func (q *Queue) Start(ctx context.Context) error {
 // register adds an unfinished record to memory: queued ones to the
 // scheduler, in-flight ones to the poller with a slot taken. Callers hold
 // q.mu.
-func (q *Queue) register(r Record, w func(Result, error)) *taskState {
-	st := &taskState{rec: r, class: q.routeClass(r.Task), burst: q.bursts.of(r.AcceptedAt)}
+func (q *Queue) register(r Record, w func(Result, error), pt provider.Checked) *taskState {
+	if pt.Method == "" {
+		// From the Store: checked here, at this door. A task that fails
+		// is sent unchecked, and the provider's client refuses it.
+		var err error
+		if pt, err = q.check(r.Task); err != nil {
+			pt = provider.Unchecked(r.Task.ProviderTask())
+		}
+	}
+	st := &taskState{rec: r, pt: pt, class: q.routeClass(r.Task), burst: q.bursts.of(r.AcceptedAt)}
 	st.kind, _ = r.Task.ProviderTask().KindFor(provider.KnownMethods)
 	if w != nil {
 		st.waiters = append(st.waiters, w)
@@ -388,7 +399,8 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 		f.resolve(*r.Result, nil)
 		return f, nil
 	}
-	if err := q.Validate(t); err != nil {
+	pt, err := q.check(t)
+	if err != nil {
 		return nil, err
 	}
 	if q.attach(t.ID, f.resolve) {
@@ -442,7 +454,7 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 	if q.closed {
 		return nil, ErrClosed
 	}
-	q.register(stored, f.resolve)
+	q.register(stored, f.resolve, pt)
 	if !existed[0] {
 		q.metrics.submitted++
 	}

@@ -38,7 +38,7 @@ func (q *Queue) submit(st *taskState) {
 		return
 	}
 	epoch := q.epoch()
-	captchaID, err := l.Provider().Submit(q.runCtx, t.ProviderTask(), l.PingbackURL(q.cfg.PingbackURL))
+	captchaID, err := l.Submit(q.runCtx, st.pt, l.PingbackURL(q.cfg.PingbackURL))
 	now := q.now()
 	if err == nil {
 		l.Answered()

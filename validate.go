@@ -39,22 +39,28 @@ import (
 // Validate checks t as every door does before accepting it: the queue's
 // fields, then the provider's (type supported, fields present and well
 // formed). The error is a *TaskError naming the field and the fix.
-func (t Task) Validate() error { return t.validateFor(provider.CaptchaAIMethods) }
+func (t Task) Validate() error {
+	_, err := t.checkFor(nil)
+	return err
+}
 
-// validateFor is Validate with the methods the providers solve: the one
-// body of Validate and ValidateFor.
-func (t Task) validateFor(methods []string) error {
+// checkedFor checks t for the methods the providers solve (the one body
+// of Validate and ValidateFor) and returns the provider task as checked
+// (provider.Task.Check): what the queue carries to the provider, which
+// does not validate it again.
+func (t Task) checkedFor(methods []string) (provider.Checked, error) {
 	if err := t.check(); err != nil {
-		return err
+		return provider.Checked{}, err
 	}
-	if err := t.ProviderTask().ValidateFor(methods); err != nil {
+	pt, err := t.ProviderTask().Check(methods)
+	if err != nil {
 		code := CodeInvalidTask
 		if errors.Is(err, provider.ErrUnsupportedType) {
 			code = CodeUnsupportedType
 		}
-		return &TaskError{ID: t.ID, Code: code, Msg: err.Error(), Err: err}
+		return provider.Checked{}, &TaskError{ID: t.ID, Code: code, Msg: err.Error(), Err: err}
 	}
-	return nil
+	return pt, nil
 }
 
 // ValidateFor checks t as Validate does, for a queue of these providers
@@ -65,8 +71,14 @@ func (t Task) validateFor(methods []string) error {
 // CLI's enqueue check with it what a worker on the same providers will
 // take.
 func (t Task) ValidateFor(providers []ProviderConfig) error {
+	_, err := t.checkFor(providers)
+	return err
+}
+
+// checkFor is ValidateFor returning the checked provider task.
+func (t Task) checkFor(providers []ProviderConfig) (provider.Checked, error) {
 	if len(providers) == 0 {
-		return t.Validate()
+		return t.checkedFor(provider.CaptchaAIMethods)
 	}
 	methodsOf := func(p ProviderConfig) []string {
 		if p.Methods == nil {
@@ -83,10 +95,10 @@ func (t Task) ValidateFor(providers []ProviderConfig) error {
 			}
 		}
 	}
-	err := t.validateFor(methods)
+	pt, err := t.checkedFor(methods)
 	var te *TaskError
 	if !errors.As(err, &te) || te.Code != CodeUnsupportedType {
-		return err
+		return pt, err
 	}
 	m := t.ProviderTask().RouteMethod()
 	var each []string
@@ -102,7 +114,7 @@ func (t Task) ValidateFor(providers []ProviderConfig) error {
 	}
 	te.Msg = fmt.Sprintf("unsupported captcha type %s (method %q): no configured provider solves it (%s); %s",
 		cmp.Or(provider.TypeName(m), m), t.Method, strings.Join(each, "; "), would)
-	return te
+	return pt, te
 }
 
 // RefusalCode is the Result.ErrorCode for a task a door refused with err:

@@ -235,9 +235,19 @@ func (c *Client) get(ctx context.Context, op string, q url.Values) (int, []byte,
 // to in.php. It returns the provider's captcha id. pingback, when set, is
 // sent for the provider to call when the task is solved.
 func (c *Client) Submit(ctx context.Context, t Task, pingback string) (string, error) {
+	return c.SubmitChecked(ctx, Unchecked(t), pingback)
+}
+
+// SubmitChecked is Submit for a task checked at the door (Task.Check): one
+// checked for a method the client solves is sent without validating it,
+// or decoding its image, again.
+func (c *Client) SubmitChecked(ctx context.Context, ct Checked, pingback string) (string, error) {
 	const op = "submit"
-	if err := t.ValidateFor(c.methods); err != nil {
-		return "", invalid(op, err)
+	t := ct.Task
+	if !ct.CheckedFor(c.methods) {
+		if err := t.ValidateFor(c.methods); err != nil {
+			return "", invalid(op, err)
+		}
 	}
 	if pingback != "" {
 		if reason := checkPageURL(pingback); reason != "" {
@@ -264,7 +274,10 @@ func (c *Client) Submit(ctx context.Context, t Task, pingback string) (string, e
 			continue // ours to set
 		case "file":
 			if t.Method == "post" {
-				file, _ = decodeBase64(v) // Validate checked it
+				file = ct.file
+				if file == nil {
+					file, _ = decodeBase64(v) // validated above
+				}
 				continue
 			}
 		case "proxytype":

@@ -16,9 +16,41 @@ import (
 type ValidationError struct {
 	Field  string // "method", "params.pageurl", ...
 	Reason string // what is wrong and the fix
+	// Code is the in.php answer for it (ERROR_PAGEURL,
+	// ERROR_TOO_BIG_CAPTCHA_FILESIZE, ...) where the rule that refused
+	// the task names one; empty: ProtocolCode decides by the field.
+	Code string
 }
 
 func (e *ValidationError) Error() string { return e.Field + ": " + e.Reason }
+
+// ProtocolCode is the in.php error code a service of the protocol
+// answers for this refusal: the rule's own Code, else the field's
+// (ERROR_GOOGLEKEY, ERROR_PAGEURL, ERROR_BAD_PROXY,
+// ERROR_IMAGE_TYPE_NOT_SUPPORTED for an image that cannot be read), else
+// ERROR_BAD_PARAMETERS.
+func (e *ValidationError) ProtocolCode() string {
+	if e.Code != "" {
+		return e.Code
+	}
+	switch strings.TrimPrefix(e.Field, "params.") {
+	case "googlekey":
+		return "ERROR_GOOGLEKEY"
+	case "pageurl":
+		return "ERROR_PAGEURL"
+	case "proxy":
+		return "ERROR_BAD_PROXY"
+	case "body", "file":
+		return "ERROR_IMAGE_TYPE_NOT_SUPPORTED"
+	}
+	return "ERROR_BAD_PARAMETERS"
+}
+
+// The in.php codes of an image's size.
+const (
+	codeZeroFileSize   = "ERROR_ZERO_CAPTCHA_FILESIZE"
+	codeTooBigFileSize = "ERROR_TOO_BIG_CAPTCHA_FILESIZE"
+)
 
 // Is makes every ValidationError match ErrInvalidTask and ErrClassTask.
 func (e *ValidationError) Is(target error) bool {
@@ -287,6 +319,42 @@ func (t Task) KindFor(supported []string) (Kind, error) {
 // ErrInvalidTask) or an *Error matching ErrUnsupportedType.
 func (t Task) Validate() error { return t.ValidateFor(CaptchaAIMethods) }
 
+// Checked is a task that passed validation (Task.Check). What the check
+// found travels with it: its kind and, for a "post" task, its decoded
+// image, so it is not validated, nor its image decoded, again on its way
+// to the provider (Client.SubmitChecked).
+type Checked struct {
+	Task
+	Kind  Kind
+	route string // Task.RouteMethod
+	file  []byte // the decoded image of a "post" task
+}
+
+// Check validates t as ValidateFor does and returns it checked, with
+// Params of its own: a change to t's map after Check does not reach it.
+func (t Task) Check(supported []string) (Checked, error) {
+	if err := t.ValidateFor(supported); err != nil {
+		return Checked{}, err
+	}
+	k, _ := t.KindFor(supported)
+	c := Checked{Task: Task{Method: t.Method, Params: maps.Clone(t.Params)}, Kind: k, route: t.RouteMethod()}
+	if t.Method == "post" {
+		c.file, _ = decodeBase64(t.Params["file"]) // ValidateFor read it
+	}
+	return c, nil
+}
+
+// Unchecked carries t as a Checked that says it was not checked: a
+// Client's SubmitChecked validates it as Submit does.
+func Unchecked(t Task) Checked { return Checked{Task: t} }
+
+// CheckedFor reports whether c was checked and its method is one of
+// supported: then it needs no validation for a provider that solves
+// them.
+func (c Checked) CheckedFor(supported []string) bool {
+	return c.route != "" && slices.Contains(supported, c.route)
+}
+
 // ValidateFor is Validate for a provider that solves the given methods
 // (names as RouteMethod gives them).
 func (t Task) ValidateFor(supported []string) error {
@@ -337,7 +405,7 @@ func validateImage(t Task) error {
 	case "base64":
 		body := t.Params["body"]
 		if strings.TrimSpace(body) == "" {
-			return &ValidationError{Field: "params.body", Reason: "required for method base64; the image encoded as base64"}
+			return &ValidationError{Field: "params.body", Reason: "required for method base64; the image encoded as base64", Code: codeZeroFileSize}
 		}
 		b, err := decodeBase64(body)
 		if err != nil {
@@ -347,7 +415,7 @@ func validateImage(t Task) error {
 	case "post":
 		file := t.Params["file"]
 		if strings.TrimSpace(file) == "" {
-			return &ValidationError{Field: "params.file", Reason: "required for method post; the image's bytes, base64-encoded (the command line reads a local path at intake)"}
+			return &ValidationError{Field: "params.file", Reason: "required for method post; the image's bytes, base64-encoded (the command line reads a local path at intake)", Code: codeZeroFileSize}
 		}
 		b, err := decodeBase64(file)
 		if err != nil {
@@ -368,10 +436,10 @@ const MaxImageBytes = 600 << 10
 
 func checkImageSize(field string, n int) error {
 	if n == 0 {
-		return &ValidationError{Field: field, Reason: "decodes to an empty image"}
+		return &ValidationError{Field: field, Reason: "decodes to an empty image", Code: codeZeroFileSize}
 	}
 	if n > MaxImageBytes {
-		return &ValidationError{Field: field, Reason: fmt.Sprintf("the image is %d bytes; the provider takes at most %d (600 KiB): scale it down or crop it", n, MaxImageBytes)}
+		return &ValidationError{Field: field, Reason: fmt.Sprintf("the image is %d bytes; the provider takes at most %d (600 KiB): scale it down or crop it", n, MaxImageBytes), Code: codeTooBigFileSize}
 	}
 	return nil
 }

@@ -269,23 +269,7 @@ func submitErrorCode(err error) (string, string) {
 	var pe *provider.Error
 	switch {
 	case errors.As(err, &ve):
-		switch f := strings.TrimPrefix(ve.Field, "params."); f {
-		case "googlekey":
-			return "ERROR_GOOGLEKEY", ve.Error()
-		case "pageurl":
-			return "ERROR_PAGEURL", ve.Error()
-		case "proxy":
-			return "ERROR_BAD_PROXY", ve.Error()
-		case "body", "file":
-			if strings.Contains(ve.Reason, "the provider takes at most") {
-				return "ERROR_TOO_BIG_CAPTCHA_FILESIZE", ve.Error()
-			}
-			if strings.Contains(ve.Reason, "required") || strings.Contains(ve.Reason, "empty") {
-				return "ERROR_ZERO_CAPTCHA_FILESIZE", ve.Error()
-			}
-			return "ERROR_IMAGE_TYPE_NOT_SUPPORTED", ve.Error()
-		}
-		return "ERROR_BAD_PARAMETERS", ve.Error()
+		return ve.ProtocolCode(), ve.Error()
 	case errors.As(err, &pe) && pe.Code == provider.CodeUnsupportedType:
 		// in.php answers it ERROR_BAD_PARAMETERS (inPHPCode); createTask
 		// has a code of its own.

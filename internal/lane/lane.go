@@ -165,6 +165,21 @@ func (l *Lane) Pool() Pool { return l.pool }
 // one takes it.
 func (l *Lane) SpillAfter() time.Duration { return l.spillAfter }
 
+// checkedSubmitter is a Provider that sends a task checked at the door
+// without validating it again (provider.Client).
+type checkedSubmitter interface {
+	SubmitChecked(ctx context.Context, t provider.Checked, pingback string) (string, error)
+}
+
+// Submit sends a task checked at the door to the lane's provider: as it
+// is to one that takes checked tasks, else as a plain provider.Task.
+func (l *Lane) Submit(ctx context.Context, t provider.Checked, pingback string) (string, error) {
+	if cs, ok := l.prov.(checkedSubmitter); ok {
+		return cs.SubmitChecked(ctx, t, pingback)
+	}
+	return l.prov.Submit(ctx, t.Task, pingback)
+}
+
 // StoredID is a captcha id as the Store keeps it: "name:id" for a named
 // provider, so a restart polls the right one; the bare id for a queue of
 // one Config.Provider.
