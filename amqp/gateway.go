@@ -810,7 +810,10 @@ func (g *Gateway) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, err := g.store.Get(ctx, "\x00readyz"); err != nil && !errors.Is(err, captchaq.ErrNotFound) {
-		return fmt.Errorf("store: %w", err)
+		// The store's words name its file: they go to the log, not to
+		// whoever asks /readyz.
+		g.log.Warn("not ready: the store cannot be read", "err", err)
+		return errors.New("store: not readable (the cause is in the gateway's log)")
 	}
 	return nil
 }

@@ -493,7 +493,10 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, cs *client
 		apiFail(w, http.StatusNotFound, "id", "no task with id "+strconv.Quote(r.PathValue("id")))
 		return
 	default:
-		apiFail(w, http.StatusConflict, "id", err.Error())
+		// The store's or the broker's own words name files and hosts:
+		// the operator's log has them, the client a plain answer.
+		s.log.Error("cancel failed", "id", id, "err", err)
+		apiFail(w, http.StatusInternalServerError, "", "the task could not be canceled now: try again shortly")
 		return
 	}
 	rec, ok := s.getVisible(w, r, cs, id)
@@ -629,7 +632,8 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 	}
 	replayed, held, err := s.replay(r.Context(), ids)
 	if err != nil {
-		apiFail(w, http.StatusInternalServerError, "", err.Error())
+		s.log.Error("replay failed", "client", cs.Name, "replayed", len(replayed), "err", err)
+		apiFail(w, http.StatusInternalServerError, "", fmt.Sprintf("the replay stopped (%d dead letters replayed): the store or the broker failed; try again shortly", len(replayed)))
 		return
 	}
 	if held != nil && len(replayed) == 0 {
@@ -709,10 +713,7 @@ func (s *Server) replay(ctx context.Context, ids []string) ([]string, *replayHel
 			s.releaseID(id)
 		}
 	}
-	if err != nil {
-		return nil, held, err
-	}
-	return replayed, held, nil
+	return replayed, held, err
 }
 
 // releaseID gives back the room a Store id took in its client's limits.

@@ -244,7 +244,18 @@ func storeReady(ctx context.Context, st captchaq.Store) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if _, err := st.Get(ctx, "\x00readyz"); err != nil && !errors.Is(err, captchaq.ErrNotFound) {
-		return errors.New("store: " + err.Error())
+		return unreadableStore{cause: err}
 	}
 	return nil
 }
+
+// unreadableStore is a store that failed the readiness read. Its text is
+// for anyone who asks /readyz; the cause (a SQLite error names the file)
+// is for the server's log.
+type unreadableStore struct{ cause error }
+
+func (e unreadableStore) Error() string {
+	return "store: not readable (the cause is in the server's log)"
+}
+
+func (e unreadableStore) Unwrap() error { return e.cause }

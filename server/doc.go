@@ -179,5 +179,11 @@
 //     still validated as client input (a post task with a path fails
 //     alone, it is never opened).
 //   - Pingback receivers are the clients': they get their own results
-//     only, and nothing they answer is followed.
+//     only, and nothing they answer is followed. A pingback URL may hold
+//     the client's secret (in its path or query): logs show its scheme
+//     and host only.
+//   - Errors a client (or anyone asking /readyz) sees name no file, host
+//     or address of the operator's: a store's or broker's failure under
+//     a replay, a cancel or the readiness check is logged whole and
+//     answered in plain words.
 package server

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -206,8 +207,27 @@ func (ps *pingbackSender) send(j pingbackJob) {
 			backoff *= 2
 		}
 	}
+	ps.p.log.Warn("client pingback failed", "id", j.res.ID, "pingback", origin(target), "attempts", ps.p.attempts, "err", withoutURL(err))
 	ps.metrics.WithLabelValues(pingbackFailed).Inc()
-	ps.p.log.Warn("client pingback failed", "id", j.res.ID, "attempts", ps.p.attempts, "err", err)
+}
+
+// origin is a pingback URL as logs show it: scheme and host. Clients are
+// told to put a secret in the path or the query, so the rest is theirs.
+func origin(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unreadable URL)"
+	}
+	return p.Scheme + "://" + p.Host
+}
+
+// withoutURL is err without the URL an HTTP call's error repeats.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 func (ps *pingbackSender) post(ctx context.Context, u, ctype string, body []byte) error {

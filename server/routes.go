@@ -41,6 +41,9 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.ready(r.Context()); err != nil {
+			if us := (unreadableStore{}); errors.As(err, &us) {
+				s.log.Warn("not ready: the store cannot be read", "err", us.cause)
+			}
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
