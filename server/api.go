@@ -51,6 +51,13 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *clientState)
 		if !ok && r.URL.Path == "/v1/events" {
 			// EventSource cannot set headers; everywhere else a key in the
 			// URL would end up in logs and histories, so it is not read.
+			// An admin's key, which sees every client, is not read here
+			// either.
+			if cs := s.client(strings.TrimSpace(r.URL.Query().Get("key"))); cs != nil && cs.Admin {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="captchaq"`)
+				apiFail(w, http.StatusUnauthorized, "key", "an admin key is not taken from the URL (it would stay in logs and histories): send Authorization: Bearer <admin key>")
+				return
+			}
 			key = r.URL.Query().Get("key")
 		}
 		cs := s.client(strings.TrimSpace(key))

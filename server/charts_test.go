@@ -115,7 +115,7 @@ func TestDashboardChartsInBrowser(t *testing.T) {
 	stop := loadRun(t, b, bursts)
 	defer stop()
 
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900), chromedp.Navigate(b.url+"/?key="+keyAdmin)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900), openDashboard(b.url, keyAdmin)); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until every chart has what this run must put in it.

@@ -160,7 +160,16 @@
 //     once, at intake, at most provider.MaxImageBytes).
 //   - An admin client sees every client's tasks, the whole-queue numbers,
 //     /metrics and the dashboard; it cannot read files or reach the
-//     network through the server.
+//     network through the server. Its key is read from the
+//     Authorization header only, never from a URL, where it would stay
+//     in histories and logs and go out as Referer: the dashboard asks for
+//     it in a form (kept in the browser's localStorage, sent as
+//     Authorization: Bearer), / with ?key= answers 400, and /v1/events
+//     refuses an admin key in ?key= (a client's own key is read there,
+//     as EventSource sends no header). Every answer carries
+//     Referrer-Policy: no-referrer, X-Frame-Options: DENY and a
+//     Content-Security-Policy of the server's own scripts, styles and
+//     calls only (script-src 'self', frame-ancestors 'none').
 //   - A client is untrusted: its tasks are data. No param names a path
 //     (post tasks carry the image's bytes); protocol names (key, method,
 //     json, soft_id, pingback, header_acao) are refused in params in any

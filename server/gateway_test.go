@@ -656,7 +656,7 @@ func TestGatewayDashboard(t *testing.T) {
 	ctx := browser(t)
 	tasks, failed := f.cfg.Prefix+".tasks", f.cfg.Prefix+".failed"
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(g.url+"/?key="+keyAdmin),
+		openDashboard(g.url, keyAdmin),
 		waitText("#solved", "0"),
 		waitText("#broker li:first-child", failed+": 0"),
 	); err != nil {

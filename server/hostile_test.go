@@ -151,7 +151,7 @@ func TestOperatorSurfaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("Content-Security-Policy") != "frame-ancestors 'none'" {
+	if resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("Content-Security-Policy") != dashboardCSP {
 		t.Errorf("framing headers: %v", resp.Header)
 	}
 

@@ -61,7 +61,7 @@ func TestDashboardShowsProviders(t *testing.T) {
 	ctx := browser(t)
 	b.waitFinal(t, keyQA, b.inOK(t, keyQA, hcaptcha()))
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(b.url+"/?key="+keyAdmin),
+		openDashboard(b.url, keyAdmin),
 		waitText("#providers tr:nth-child(2) td:first-child", "backup"),
 		waitText("#providers tr:nth-child(2) td:nth-child(4)", "1"),
 		waitText("#providers tr:nth-child(2) td:nth-child(7)", "0.0020"),

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/captchaq/captchaq/internal/apiform"
 )
 
 //go:embed dashboard
@@ -50,8 +52,22 @@ func (s *Server) routes() http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	sub, _ := fs.Sub(dashboardFiles, "dashboard")
-	mux.Handle("/", http.FileServerFS(sub))
-	return noFraming(mux)
+	mux.Handle("/", noKeyInURL(http.FileServerFS(sub)))
+	return securityHeaders(mux)
+}
+
+// noKeyInURL refuses a dashboard address that carries a key: it would
+// stay in the browser's history and logs. The page asks for the key in
+// its form and sends it as Authorization: Bearer.
+func noKeyInURL(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := apiform.QueryKey(r); ok {
+			w.Header().Set("Cache-Control", "no-store")
+			http.Error(w, "A key does not go in the address: it stays in the browser's history and logs. Open / without it and type it into the page's form (the page sends it as Authorization: Bearer). If this address was shared or bookmarked, give the admin client a new key.", http.StatusBadRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // MetricsHandler serves the Prometheus metrics without a key check, for an
@@ -77,13 +93,19 @@ func (s *Server) adminOnly(h http.Handler) http.Handler {
 	})
 }
 
-// noFraming refuses to let any page of the server be framed (clickjacking
-// of the dashboard).
-func noFraming(h http.Handler) http.Handler {
+// dashboardCSP lets the dashboard run its own scripts and styles and call
+// its own origin, nothing else, and no page be framed (clickjacking).
+const dashboardCSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// securityHeaders sets on every answer: no framing, the content security
+// policy, no type sniffing, and no Referer sent from the dashboard.
+func securityHeaders(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Frame-Options", "DENY")
-		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
-		w.Header().Set("X-Content-Type-Options", "nosniff")
+		hd := w.Header()
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Content-Security-Policy", dashboardCSP)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
 		h.ServeHTTP(w, r)
 	})
 }

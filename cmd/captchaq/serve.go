@@ -96,7 +96,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		fmt.Fprintln(env.stderr, "usage: captchaq serve --clients FILE [--store PATH | --amqp URL] [flags]\n\n"+
 			"Serves /in.php and /res.php (the provider's protocol, with the clients' own keys), the JSON API\n"+
 			"under /v1/ (Authorization: Bearer KEY), /metrics, /healthz, /readyz and the dashboard at /\n"+
-			"(open it with an admin client's key: /?key=KEY or type it once).\n\n"+
+			"(open it and type an admin client's key into its form; a key in the address is refused).\n\n"+
 			"Without --amqp the server solves the tasks itself: the provider key comes from "+envKey+" or\n"+
 			"the file named by "+envKeyFile+" and never leaves the server.\n"+
 			"With --amqp URL it is a gateway to the fleet: each task is published to PREFIX.tasks\n"+

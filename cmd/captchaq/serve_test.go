@@ -21,6 +21,7 @@ func TestServeFlags(t *testing.T) {
 		want string
 	}{
 		{"help names gateway mode", []string{"serve", "--help"}, 0, "With --amqp URL it is a gateway to the fleet"},
+		{"help: the dashboard's key goes in its form", []string{"serve", "--help"}, 0, "type an admin client's key into its form; a key in the address is refused"},
 		{"local flag with amqp", []string{"serve", "--clients", clients, "--amqp", "amqp://127.0.0.1", "--threads", "5"}, 2, "--threads: applies to the local queue; with --amqp the workers solve the tasks"},
 		{"gateway flag without amqp", []string{"serve", "--clients", clients, "--gateway", "web-1"}, 2, "--gateway: applies with --amqp only"},
 		{"fair burst zero", []string{"serve", "--clients", clients, "--amqp", "amqp://127.0.0.1", "--fair-burst", "0"}, 2, "--fair-burst 0: give a positive number"},

@@ -1,10 +1,10 @@
 "use strict";
 // The dashboard polls /v1/stats and /v1/deadletters once a second with an
-// admin key, given as ?key=… or typed once (kept in localStorage).
+// admin key, typed once into the form (kept in localStorage) and sent as
+// Authorization: Bearer, never in the address.
 (function () {
   const $ = (id) => document.getElementById(id);
-  const params = new URLSearchParams(location.search);
-  let key = params.get("key") || localStorage.getItem("captchaq-key") || "";
+  let key = localStorage.getItem("captchaq-key") || "";
   let last = null;
 
   function api(path, opts) {

@@ -5,8 +5,7 @@
 // Each uPlot is left on window.captchaqCharts[id] for anyone who wants
 // to read its data.
 (function () {
-  const params = new URLSearchParams(location.search);
-  const key = params.get("key") || localStorage.getItem("captchaq-key") || "";
+  const key = localStorage.getItem("captchaq-key") || "";
   if (!key || typeof uPlot === "undefined") { return; }
 
   const palette = ["#1976d2", "#2e7d32", "#c62828", "#f9a825", "#6a1b9a", "#00838f", "#ef6c00", "#5d4037", "#455a64", "#ad1457"];
