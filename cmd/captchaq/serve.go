@@ -79,7 +79,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		pollInterval:  addPollIntervalFlag(fs),
 		maxBody:       fs.Int64("max-body", server.MaxBodyBytesDefault, "largest request body in bytes (images are sent in the body)"),
 		shutdown:      fs.Duration("shutdown-timeout", serveShutdownDefault, "on SIGTERM, how long to wait for accepted tasks (with --amqp: for results being recorded)"),
-		amqpURL:       fs.String("amqp", "", "run as a gateway to the RabbitMQ fleet at `URL` (amqp://user:pass@host:5672/): tasks go to 'captchaq worker' processes, which hold the provider key"),
+		amqpURL:       fs.String("amqp", "", "run as a gateway to the RabbitMQ fleet at `URL` (amqp://user:pass@host:5672/): tasks go to 'captchaq worker' processes, which hold the provider key (default: $"+envAMQPURL+", which keeps the password out of ps; --amqp '' serves locally although it is set)"),
 		prefix:        fs.String("prefix", amqp.PrefixDefault, "with --amqp: name prefix of the fleet's queues and exchanges"),
 		gateway:       fs.String("gateway", "", "with --amqp: this gateway's `NAME`; results come to PREFIX.replies.NAME, so keep it with the store (default: host name and a hash of the store's path)"),
 		lanes:         fs.String("lanes", "", "with --amqp: comma-separated task kinds that have their own queue (as the workers' --lanes)"),
@@ -113,10 +113,17 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q; serve takes only flags", fs.Arg(0))}
 	}
+	// The broker URL holds its password: from the environment it stays
+	// out of ps, as for worker and enqueue.
+	withAMQP := "with --amqp"
+	if !f.set["amqp"] && env.getenv(envAMQPURL) != "" {
+		*f.amqpURL = env.getenv(envAMQPURL)
+		withAMQP = "with " + envAMQPURL + " set (serve is a gateway then; --amqp '' serves locally)"
+	}
 	gateway := *f.amqpURL != ""
 	for _, name := range localOnly {
 		if gateway && f.set[name] {
-			return &exitError{code: 2, err: fmt.Errorf("--%s: applies to the local queue; with --amqp the workers solve the tasks (give it to captchaq worker)", name)}
+			return &exitError{code: 2, err: fmt.Errorf("--%s: applies to the local queue; %s the workers solve the tasks (give it to captchaq worker)", name, withAMQP)}
 		}
 	}
 	for _, name := range gatewayOnly {

@@ -177,11 +177,24 @@ func (f *processFleet) serve(db, clients string) (*process, string, string) {
 	return f.serveWith(db, clients, nil)
 }
 
+// serveFromEnv is serve with the broker URL in CAPTCHAQ_AMQP_URL instead
+// of on the command line.
+func (f *processFleet) serveFromEnv(db, clients string) (*process, string, string) {
+	f.t.Helper()
+	return f.serveArgs(db, clients, []string{"CAPTCHAQ_AMQP_URL=" + f.brokerURL})
+}
+
 // serveWith is serve with more environment and flags.
 func (f *processFleet) serveWith(db, clients string, env []string, more ...string) (*process, string, string) {
 	f.t.Helper()
+	return f.serveArgs(db, clients, env, append([]string{"--amqp", f.brokerURL}, more...)...)
+}
+
+// serveArgs starts serve on the fleet's prefix with env and flags.
+func (f *processFleet) serveArgs(db, clients string, env []string, more ...string) (*process, string, string) {
+	f.t.Helper()
 	p, m := startProcess(f.t, f.bin, env, gatewayServingRE,
-		append([]string{"serve", "--amqp", f.brokerURL, "--prefix", f.prefix, "--store", db, "--clients", clients, "--listen", "127.0.0.1:0"}, more...)...)
+		append([]string{"serve", "--prefix", f.prefix, "--store", db, "--clients", clients, "--listen", "127.0.0.1:0"}, more...)...)
 	f.mu.Lock()
 	if !slices.Contains(f.gateways, m[2]) {
 		f.gateways = append(f.gateways, m[2])
@@ -237,9 +250,18 @@ func TestServeAsGatewayProcess(t *testing.T) {
 	// getbalance through the gateway: TestNPMClientAgainstGateway.
 	gw1.stop(t)
 
-	gw2, base2, name2 := f.serve(db, clients)
+	// Started again with the broker URL in the environment: the same
+	// gateway, and its password is not on its command line (ps).
+	gw2, base2, name2 := f.serveFromEnv(db, clients)
 	if name2 != name {
 		t.Fatalf("the restarted gateway is %q, want %q", name2, name)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", gw2.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := url.Parse(f.brokerURL); strings.Contains(string(cmdline), f.brokerURL) || strings.Contains(string(cmdline), "@"+u.Host) {
+		t.Errorf("the gateway's command line holds the broker URL: %q", cmdline)
 	}
 	for _, id := range ids {
 		deadline := time.Now().Add(90 * time.Second)

@@ -39,3 +39,43 @@ func TestServeFlags(t *testing.T) {
 		})
 	}
 }
+
+// serve reads the broker URL from CAPTCHAQ_AMQP_URL, as worker and enqueue
+// do, so its password stays out of ps; no command's help prints it.
+func TestServeReadsAMQPURLFromEnv(t *testing.T) {
+	t.Parallel()
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"qa-key-000001"}]`)
+	const url = "amqp://fleet:hunter2-secret@127.0.0.1:5672/"
+	getenv := func(k string) string {
+		if k == "CAPTCHAQ_AMQP_URL" {
+			return url
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"a local flag with the URL from the environment", []string{"serve", "--clients", clients, "--threads", "5"}, 2,
+			"--threads: applies to the local queue; with CAPTCHAQ_AMQP_URL set (serve is a gateway then; --amqp '' serves locally)"},
+		{"a gateway flag with the URL from the environment", []string{"serve", "--clients", clients, "--fair-burst", "0"}, 2, "--fair-burst 0"},
+		{"--amqp '' serves locally", []string{"serve", "--clients", clients, "--amqp", "", "--gateway", "web-1"}, 2, "--gateway: applies with --amqp only"},
+		{"serve's help", []string{"serve", "--help"}, 0, "$CAPTCHAQ_AMQP_URL"},
+		{"worker's help", []string{"worker", "--help"}, 0, "$CAPTCHAQ_AMQP_URL"},
+		{"enqueue's help", []string{"enqueue", "--help"}, 0, "$CAPTCHAQ_AMQP_URL"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out bytes.Buffer
+			env := &environment{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: getenv}
+			code := run(context.Background(), env, c.args)
+			if code != c.code || !strings.Contains(out.String(), c.want) {
+				t.Errorf("exit %d, want %d; output lacks %q:\n%s", code, c.code, c.want, out.String())
+			}
+			if strings.Contains(out.String(), "hunter2") {
+				t.Errorf("the output shows the broker's password:\n%s", out.String())
+			}
+		})
+	}
+}
