@@ -214,6 +214,36 @@ func TestLaneRouting(t *testing.T) {
 	}
 }
 
+// A task goes to the lane of the kind its validation decided, however the
+// client spelt it (version=3, recaptcha=true).
+func TestLaneRoutingFollowsValidation(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Lanes = []string{"recaptcha_v3", "grid"}
+	c := setup(t, cfg)
+	ctx := testCtx(t)
+	p := c.NewPublisher()
+	defer p.Close()
+	v3 := func(id, version string) captchaq.Task {
+		return captchaq.Task{ID: id, Method: "userrecaptcha", Params: map[string]string{"googlekey": "6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-", "pageurl": "https://a.example/", "version": version}}
+	}
+	grid := func(id, flag string) captchaq.Task {
+		return captchaq.Task{ID: id, Method: "base64", Params: map[string]string{"body": "aGk=", "textinstructions": "buses", "recaptcha": flag}}
+	}
+	for _, tk := range []captchaq.Task{v3("a", "v3"), v3("b", "3"), grid("c", "1"), grid("d", "true"), v3("e", "2")} {
+		if err := tk.Validate(); err != nil {
+			t.Fatalf("%s: %v", tk.ID, err)
+		}
+		if err := p.PublishTask(ctx, TaskMessage{Task: tk}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := c.Names()
+	if a, b, d := depth(t, ctx, c, n.Lane("recaptcha_v3")), depth(t, ctx, c, n.Lane("grid")), depth(t, ctx, c, n.Tasks); a != 2 || b != 2 || d != 1 {
+		t.Fatalf("recaptcha_v3 lane %d, grid lane %d, default %d; want 2, 2 and 1", a, b, d)
+	}
+}
+
 func TestExpiredTaskIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)

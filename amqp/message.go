@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -48,22 +47,19 @@ const (
 // result.
 var ErrBadMessage = errors.New("amqp: bad message")
 
-// KindOf is the routing key of a task: its kind as users think of it
-// (recaptcha_v2, turnstile, image, ...), or the method itself for methods
-// this package does not know, so they still route (to the default queue).
+// KindOf is the routing key of a task: the kind its validation decides
+// (provider.Task.KindFor over every method captchaq knows: recaptcha_v2,
+// turnstile, image, ...), so a task goes to the lane of the kind it was
+// accepted as, however the client spelt it (version=3 is reCAPTCHA v3,
+// recaptcha=true a grid). A task validation cannot place (a method this
+// package does not know) routes by its method, to the default queue unless
+// a lane names it.
 func KindOf(t captchaq.Task) string {
-	switch t.Method {
-	case "userrecaptcha":
-		if strings.EqualFold(t.Params["version"], "v3") {
-			return string(provider.KindRecaptchaV3)
-		}
-		return string(provider.KindRecaptchaV2)
-	case "base64", "post":
-		if t.Params["recaptcha"] == "1" {
-			return string(provider.KindGrid)
-		}
-		return string(provider.KindImage)
-	case "":
+	pt := provider.Task{Method: t.Method, Params: t.Params}
+	if k, err := pt.KindFor(provider.KnownMethods); err == nil {
+		return string(k)
+	}
+	if t.Method == "" {
 		return "unknown"
 	}
 	return t.Method
