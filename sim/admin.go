@@ -1,12 +1,15 @@
 package sim
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
-// serveAdmin serves the /sim/ API:
+// serveAdmin serves the /sim/ API, with Config.AdminKey as a Bearer
+// token when one is set:
 //
 //	GET  /sim/stats        the Stats document
 //	POST /sim/stats/reset  ResetStats; answers the fresh Stats
@@ -16,6 +19,14 @@ import (
 //	                       not given keep their value; answers the Account
 //	POST /sim/unban        lift every poll ban
 func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.AdminKey != "" {
+		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(key)), []byte(s.cfg.AdminKey)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="captchaq sim"`)
+			writeAdmin(w, http.StatusUnauthorized, map[string]string{"error": "the /sim/ endpoints need the simulator's admin key: send Authorization: Bearer <key>"})
+			return
+		}
+	}
 	switch r.URL.Path {
 	case "/sim/stats":
 		if !allow(w, r, http.MethodGet) {

@@ -45,6 +45,11 @@ type Config struct {
 	NoSlotAnswer string
 	// Key is the one valid account key. Empty: any non-empty key is valid.
 	Key string
+	// AdminKey, when set, is required on the /sim/ endpoints (stats,
+	// reset, account, unban) as Authorization: Bearer AdminKey: 401
+	// without it. Empty: they are open, which suits a simulator on
+	// loopback only.
+	AdminKey string
 	// Balance is what getbalance answers. Default BalanceDefault. With
 	// PricePer1000 set, each solve takes its price from it, and submits
 	// are answered ERROR_ZERO_BALANCE once it cannot pay for one.

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +22,29 @@ func init() {
 
 // simAddrDefault is where `captchaq sim` listens unless told otherwise.
 const simAddrDefault = "127.0.0.1:8085"
+
+// envSimAdminKey names the environment variable whose value the /sim/
+// endpoints then require as Authorization: Bearer (from the environment,
+// so it stays out of ps).
+const envSimAdminKey = "CAPTCHAQ_SIM_ADMIN_KEY"
+
+// exposedWarning is what sim says when it listens beyond loopback (base is
+// its URL), or "".
+func exposedWarning(base string, adminKey bool) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return ""
+	}
+	if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.IsLoopback() {
+		return ""
+	}
+	admin := "/sim/account, /sim/stats/reset and /sim/unban answer anyone: export " + envSimAdminKey + " to require a key there"
+	if adminKey {
+		admin = "/sim/ needs the admin key from " + envSimAdminKey
+	}
+	return "captchaq sim: warning: listening on " + u.Host + ", beyond loopback: anyone who reaches it can submit tasks, and it calls their pingback URLs, whatever address they name; " +
+		admin + ". Give --addr 127.0.0.1:PORT unless other machines must reach it."
+}
 
 // runSim serves a provider simulator until ctx is cancelled (SIGINT or
 // SIGTERM). It prints the base URL to stderr once it listens.
@@ -54,7 +79,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		mix      = fs.String("mix", "", "solve times of a `NAME`d task mix of captchaq bench ("+strings.Join(bench.MixNames(), ", ")+"; default: the simulator's own, which the realistic and short mixes use)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq sim [--addr HOST:PORT] [--threads N] [--key K] [--latency-scale F] [--mix fast] [--methods M,... --price P] [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. Flags:")
+		fmt.Fprintln(env.stderr, "usage: captchaq sim [--addr HOST:PORT] [--threads N] [--key K] [--latency-scale F] [--mix fast] [--methods M,... --price P] [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. With "+envSimAdminKey+" set, /sim/ needs it as Authorization: Bearer.\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -89,6 +114,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		Balance:        *balance,
 		ResultTTL:      *retained,
 		PricePer1000:   *price,
+		AdminKey:       env.getenv(envSimAdminKey),
 	}
 	if *methods != "" {
 		for _, m := range strings.Split(*methods, ",") {
@@ -125,6 +151,9 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		times = "the " + *mix + " mix's solve times"
 	}
 	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, %s, latency scale %v, accepts %s%s)\n", base, *threads, times, *scale, keyNote, priceNote)
+	if w := exposedWarning(base, cfg.AdminKey != ""); w != "" {
+		fmt.Fprintln(env.stderr, w)
+	}
 	<-ctx.Done()
 	closed := make(chan struct{})
 	go func() { srv.Close(); close(closed) }()

@@ -77,10 +77,91 @@ func TestSimServesUntilCancelled(t *testing.T) {
 	if c := <-code; c != 0 {
 		t.Fatalf("exit code %d", c)
 	}
-	if out := <-rest; !strings.Contains(out, "stopped") {
+	if out := <-rest; !strings.Contains(out, "stopped") || strings.Contains(out, "warning") {
 		t.Fatalf("closing output %q", out)
 	}
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// On an address beyond loopback sim says what anyone who reaches it can
+// do, and with CAPTCHAQ_SIM_ADMIN_KEY its /sim/ endpoints need that key.
+func TestSimBeyondLoopback(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	for _, adminKey := range []string{"", "sim-admin-secret"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		pr, pw := io.Pipe()
+		getenv := func(k string) string {
+			if k == "CAPTCHAQ_SIM_ADMIN_KEY" {
+				return adminKey
+			}
+			return ""
+		}
+		env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, getenv: getenv}
+		code := make(chan int, 1)
+		go func() {
+			code <- run(ctx, env, []string{"sim", "--addr", "0.0.0.0:0", "--instant"})
+			pw.Close()
+		}()
+		lines := bufio.NewScanner(pr)
+		var first, second string
+		if lines.Scan() {
+			first = lines.Text()
+		}
+		if lines.Scan() {
+			second = lines.Text()
+		}
+		go io.Copy(io.Discard, pr)
+		// The listener on every address shows as 0.0.0.0 or [::].
+		port := regexp.MustCompile(`http://(0\.0\.0\.0|\[::\]):(\d+)`).FindStringSubmatch(first)
+		if port == nil {
+			cancel()
+			t.Fatalf("first line %q carries no URL of every address", first)
+		}
+		port = port[1:]
+		wantAdmin := "/sim/account, /sim/stats/reset and /sim/unban answer anyone: export CAPTCHAQ_SIM_ADMIN_KEY to require a key there"
+		if adminKey != "" {
+			wantAdmin = "/sim/ needs the admin key from CAPTCHAQ_SIM_ADMIN_KEY"
+		}
+		if want := "captchaq sim: warning: listening on " + port[0] + ":" + port[1] + ", beyond loopback: anyone who reaches it can submit tasks, and it calls their pingback URLs, whatever address they name; " + wantAdmin + ". Give --addr 127.0.0.1:PORT unless other machines must reach it."; second != want {
+			t.Errorf("second line:\n%s\nwant:\n%s", second, want)
+		}
+		if strings.Contains(first+second, "sim-admin-secret") {
+			t.Errorf("the admin key shows in the output")
+		}
+		admin := func(method, path, key string) int {
+			req, _ := http.NewRequest(method, "http://127.0.0.1:"+port[1]+path, strings.NewReader("bad_key=1"))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		wantOpen := http.StatusOK
+		if adminKey != "" {
+			wantOpen = http.StatusUnauthorized
+		}
+		if got := admin("GET", "/sim/stats", ""); got != wantOpen {
+			t.Errorf("admin key %q: /sim/stats without a key: HTTP %d, want %d", adminKey, got, wantOpen)
+		}
+		if got := admin("POST", "/sim/account", "wrong-key"); got != wantOpen {
+			t.Errorf("admin key %q: POST /sim/account with a wrong key: HTTP %d, want %d", adminKey, got, wantOpen)
+		}
+		if adminKey != "" {
+			if got := admin("GET", "/sim/stats", adminKey); got != http.StatusOK {
+				t.Errorf("/sim/stats with the admin key: HTTP %d", got)
+			}
+		}
+		cancel()
+		if c := <-code; c != 0 {
+			t.Fatalf("exit code %d", c)
+		}
+		http.DefaultClient.CloseIdleConnections()
+	}
 }
 
 func TestSimHelpAndBadFlags(t *testing.T) {
