@@ -157,7 +157,10 @@
 //   - The operator runs serve, worker and enqueue, holds the provider key,
 //     the clients file and the machine: trusted with everything. Only the
 //     operator's command line reads local files (a post task's image,
-//     once, at intake, at most provider.MaxImageBytes).
+//     once, at intake, at most provider.MaxImageBytes). Other users of
+//     the machine are not trusted: the SQLite store's files (tasks carry
+//     their proxies' passwords) are created 0600, and serve names a
+//     clients file or key file they can read, with the fix.
 //   - An admin client sees every client's tasks, the whole-queue numbers,
 //     /metrics and the dashboard; it cannot read files or reach the
 //     network through the server. Its key is read from the

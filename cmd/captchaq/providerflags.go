@@ -48,7 +48,18 @@ func providerKey(env *environment) (string, error) {
 	if k == "" {
 		return "", usageError(fmt.Errorf("%s: %q is empty; put the account key in it", envKeyFile, path))
 	}
+	warnShared(env, envKeyFile, path, "it holds the provider account's key")
 	return k, nil
+}
+
+// warnShared warns on stderr when the file at path, a secret of kind what
+// (why says what it holds), can be read by other users than its owner.
+func warnShared(env *environment, what, path, why string) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm()&0o077 == 0 {
+		return
+	}
+	fmt.Fprintf(env.stderr, "captchaq: warning: %s %s can be read by other users (mode %04o) and %s: chmod 600 %s\n", what, path, fi.Mode().Perm(), why, path)
 }
 
 // providerURL picks the base URL: the flag, else CAPTCHAAI_URL, else the

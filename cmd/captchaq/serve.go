@@ -145,6 +145,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	warnShared(env, "--clients file", *f.clients, "it holds every client's key, the admin's too")
 	allow, err := parsePrefixes(*f.pingbackAllow)
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--pingback-allow: %v", err)}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,5 +78,55 @@ func TestServeReadsAMQPURLFromEnv(t *testing.T) {
 				t.Errorf("the output shows the broker's password:\n%s", out.String())
 			}
 		})
+	}
+}
+
+// A clients file or a key file that other users can read is named at
+// start, with the fix.
+func TestSecretFilesReadableByOthersAreNamed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	clients := filepath.Join(dir, "clients.json")
+	keyFile := filepath.Join(dir, "provider.key")
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o600} {
+		if err := os.WriteFile(clients, []byte(`[{"name":"qa","key":"qa-key-000001"}]`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(keyFile, []byte("provider-secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{clients, keyFile} {
+			if err := os.Chmod(p, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out bytes.Buffer
+		// No key at all: serve stops after reading the clients file.
+		env := &environment{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: func(string) string { return "" }}
+		if code := run(context.Background(), env, []string{"serve", "--clients", clients, "--store", "memory"}); code != 2 {
+			t.Fatalf("mode %04o: serve without a key: exit %d\n%s", mode, code, out.String())
+		}
+		wantClients := fmt.Sprintf("captchaq: warning: --clients file %s can be read by other users (mode %04o) and it holds every client's key, the admin's too: chmod 600 %s", clients, mode, clients)
+		if got := strings.Contains(out.String(), wantClients); got != (mode != 0o600) {
+			t.Errorf("mode %04o: warning shown %v:\n%s", mode, got, out.String())
+		}
+
+		out.Reset()
+		env.getenv = func(k string) string {
+			if k == "CAPTCHAAI_KEY_FILE" {
+				return keyFile
+			}
+			return ""
+		}
+		if k, err := providerKey(env); err != nil || k != "provider-secret" {
+			t.Fatalf("providerKey: %q %v", k, err)
+		}
+		wantKey := fmt.Sprintf("captchaq: warning: CAPTCHAAI_KEY_FILE %s can be read by other users (mode %04o) and it holds the provider account's key: chmod 600 %s\n", keyFile, mode, keyFile)
+		if mode == 0o600 {
+			wantKey = ""
+		}
+		if out.String() != wantKey {
+			t.Errorf("mode %04o: key file: %q, want %q", mode, out.String(), wantKey)
+		}
 	}
 }

@@ -41,7 +41,7 @@ type fileLock struct {
 
 func lockStore(path string) (*fileLock, error) {
 	name := path + ".lock"
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: open lock file: %w", path, err)
 	}

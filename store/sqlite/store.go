@@ -230,11 +230,18 @@ func open(ctx context.Context, path string, cfg Config, lock *fileLock) (*Store,
 }
 
 // checkHeader refuses a file that is not empty and not an SQLite database,
-// before SQLite touches it, and one that cannot be opened for writing.
+// before SQLite touches it, and one that cannot be opened for writing. A
+// file that does not exist yet is created for its owner alone (0600):
+// the store holds tasks with their proxies' passwords, and SQLite gives
+// the WAL and its index the database file's mode.
 func checkHeader(path string) error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("store %s cannot be created: %w", path, err)
+		}
+		return f.Close()
 	}
 	if err != nil {
 		return fmt.Errorf("store %s cannot be opened for reading and writing: %w", path, err)
