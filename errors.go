@@ -26,6 +26,8 @@ var (
 	ErrInFlight = errors.New("captchaq: task already submitted to the provider; it cannot be canceled")
 	// ErrFinal: Cancel of a task that already has its result.
 	ErrFinal = errors.New("captchaq: task already finished")
+	// ErrNotSolved: Store.Report of a task that is not solved.
+	ErrNotSolved = errors.New("captchaq: task is not solved")
 )
 
 // Error codes of the queue's own, in Result.ErrorCode.

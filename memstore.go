@@ -292,6 +292,9 @@ func (f DeadLetterFilter) match(r *Record) bool {
 	if r.Status != StatusFailed {
 		return false
 	}
+	if f.Tenant != "" && r.Task.Tenant != f.Tenant {
+		return false
+	}
 	if f.All {
 		return true
 	}
@@ -335,6 +338,30 @@ func (s *MemoryStore) Replay(ctx context.Context, f DeadLetterFilter, now time.T
 		n++
 	}
 	return n, nil
+}
+
+// Report implements Store.
+func (s *MemoryStore) Report(ctx context.Context, id string, good bool, at time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mr, err := s.open(id)
+	if err != nil {
+		return false, err
+	}
+	if mr.rec.Status != StatusSolved {
+		return false, fmt.Errorf("captchaq: report %q: task is %s: %w", id, mr.rec.Status, ErrNotSolved)
+	}
+	if mr.rec.Report != "" {
+		return false, nil
+	}
+	mr.rec.Report, mr.rec.ReportedAt = ReportBad, at
+	if good {
+		mr.rec.Report = ReportGood
+	}
+	return true, nil
 }
 
 // Prune implements Store.

@@ -36,7 +36,18 @@ type Record struct {
 	SubmittedAt   time.Time `json:"submitted_at,omitzero"`
 	// Result is set once Status is final.
 	Result *Result `json:"result,omitempty"`
+	// Report is a client's verdict on a solved task's answer, ReportGood
+	// or ReportBad, set once by Store.Report, with ReportedAt; "" when
+	// none. Renew clears it (a new solve, a new answer).
+	Report     string    `json:"report,omitempty"`
+	ReportedAt time.Time `json:"reported_at,omitzero"`
 }
+
+// The verdicts of Record.Report.
+const (
+	ReportGood = "good"
+	ReportBad  = "bad"
+)
 
 // Store keeps tasks durable. The queue calls it at each step of a task's
 // life, and only moves on once the call has returned:
@@ -84,6 +95,13 @@ type Store interface {
 	// Replay puts the dead letters that match f back in the queue with their
 	// attempts reset, and returns how many it moved.
 	Replay(ctx context.Context, f DeadLetterFilter, now time.Time) (int, error)
+	// Report records a client's verdict on a solved task's answer, once
+	// (the provider is told once): good is ReportGood, else ReportBad.
+	// The first report of a task stores the verdict and at, and Report
+	// returns true; a later one, of either verdict, changes nothing and
+	// returns false. It fails with ErrNotFound for an unknown id and with
+	// ErrNotSolved for a task that is not solved.
+	Report(ctx context.Context, id string, good bool, at time.Time) (first bool, err error)
 	// Prune deletes final tasks that finished before the given time and
 	// returns how many it deleted.
 	Prune(ctx context.Context, finishedBefore time.Time) (int, error)
@@ -92,9 +110,12 @@ type Store interface {
 }
 
 // DeadLetterFilter selects dead letters. The zero value selects none; set
-// All, IDs or ErrorCode.
+// All, IDs or ErrorCode. Tenant, when set, narrows what they select to one
+// tenant's dead letters (with All: every dead letter of that tenant); a
+// Store finds them without reading the others' (an index).
 type DeadLetterFilter struct {
 	All       bool
 	IDs       []string
 	ErrorCode string // matches Result.ErrorCode exactly
+	Tenant    string // matches Task.Tenant exactly
 }

@@ -732,6 +732,12 @@ func (s *WorkerStore) Replay(context.Context, captchaq.DeadLetterFilter, time.Ti
 	return 0, errors.New("amqp: replay dead letters from the broker (captchaq dlq --amqp ... replay)")
 }
 
+// Report implements captchaq.Store for the worker's own results; a
+// client's report reaches the fleet as a message (PREFIX.reports).
+func (s *WorkerStore) Report(ctx context.Context, id string, good bool, at time.Time) (bool, error) {
+	return s.mem.Report(ctx, id, good, at)
+}
+
 // Prune implements captchaq.Store.
 func (s *WorkerStore) Prune(ctx context.Context, finishedBefore time.Time) (int, error) {
 	return s.mem.Prune(ctx, finishedBefore)

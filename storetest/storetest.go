@@ -36,7 +36,14 @@
 //     Attempts to 0, and clears CaptchaID, NotBefore, SubmittedAt and
 //     Result.
 //   - A DeadLetterFilter with both IDs and ErrorCode selects the dead
-//     letters that match both; All selects every one.
+//     letters that match both; All selects every one. Tenant narrows
+//     each of them (All included) to that tenant's, for DeadLetters and
+//     Replay alike.
+//   - Report of a solved task stores the first verdict and its time and
+//     returns true; every later one (concurrent ones too: exactly one
+//     wins) returns false and changes nothing. Of a queued, in-flight or
+//     failed task it is ErrNotSolved, of an unknown id ErrNotFound. Renew
+//     clears the report.
 //   - Prune's cutoff is exclusive: a task finished exactly at it stays.
 //   - Seq keeps growing after the newest task was pruned.
 //   - Times come back equal to within a millisecond, in any location;
@@ -83,6 +90,8 @@ func Run(t *testing.T, open func(t *testing.T) captchaq.Store) {
 		{"UnknownIDIsErrNotFound", testUnknownID},
 		{"CheckpointOrRetryOfFinalTaskFails", testFinalIsFinal},
 		{"DeadLetterFilters", testDeadLetterFilters},
+		{"DeadLetterFiltersByTenant", testDeadLetterTenant},
+		{"ReportOnce", testReportOnce},
 		{"Replay", testReplay},
 		{"PendingIsQueuedAndInFlightInSeqOrder", testPending},
 		{"CallbackErrorStopsIteration", testCallbackError},
@@ -899,6 +908,7 @@ func testClosed(t *testing.T, s captchaq.Store) {
 		{"Replay", func() error { _, err := s.Replay(ctx, captchaq.DeadLetterFilter{All: true}, t0); return err }()},
 		{"Prune", func() error { _, err := s.Prune(ctx, at(time.Hour)); return err }()},
 		{"Renew", func() error { _, err := s.Renew(ctx, task("a"), t0); return err }()},
+		{"Report", func() error { _, err := s.Report(ctx, "a", true, t0); return err }()},
 	}
 	for _, c := range calls {
 		if !errors.Is(c.err, captchaq.ErrStoreClosed) {
@@ -977,5 +987,125 @@ func testRenew(t *testing.T, s captchaq.Store) {
 	}
 	if _, err := s.Renew(ctx, task("nope"), t0); !errors.Is(err, captchaq.ErrNotFound) {
 		t.Errorf("Renew of an unknown id: %v, want ErrNotFound", err)
+	}
+}
+
+// testDeadLetterTenant: dead letters of two tenants, interleaved in Seq.
+func testDeadLetterTenant(t *testing.T, s captchaq.Store) {
+	ctx := context.Background()
+	var tasks []captchaq.Task
+	for _, id := range []string{"a1", "b1", "a2", "b2", "a3"} {
+		tk := task(id)
+		tk.Tenant = id[:1]
+		tasks = append(tasks, tk)
+	}
+	enqueue(t, s, t0, tasks...)
+	finish(t, s, failed("a1", "ERROR_X", 1, at(time.Second)))
+	finish(t, s, failed("b1", "ERROR_X", 1, at(time.Second)))
+	finish(t, s, failed("a2", "ERROR_Y", 1, at(time.Second)))
+	finish(t, s, failed("b2", "ERROR_Y", 1, at(time.Second)))
+	finish(t, s, solved("a3", 1, at(time.Second)))
+	for _, tc := range []struct {
+		name   string
+		filter captchaq.DeadLetterFilter
+		want   []string
+	}{
+		{"all of a", captchaq.DeadLetterFilter{All: true, Tenant: "a"}, []string{"a1", "a2"}},
+		{"all of b", captchaq.DeadLetterFilter{All: true, Tenant: "b"}, []string{"b1", "b2"}},
+		{"all of nobody", captchaq.DeadLetterFilter{All: true, Tenant: "c"}, nil},
+		{"ids of a only", captchaq.DeadLetterFilter{IDs: []string{"a1", "b1", "a3"}, Tenant: "a"}, []string{"a1"}},
+		{"error code of b only", captchaq.DeadLetterFilter{ErrorCode: "ERROR_Y", Tenant: "b"}, []string{"b2"}},
+		{"a tenant alone selects none", captchaq.DeadLetterFilter{Tenant: "a"}, nil},
+	} {
+		if d := diff(tc.want, ids(deadLetters(t, s, tc.filter))); d != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, d)
+		}
+	}
+	n, err := s.Replay(ctx, captchaq.DeadLetterFilter{All: true, Tenant: "b"}, at(time.Hour))
+	if err != nil || n != 2 {
+		t.Fatalf("Replay(all of b) = %d, %v; want 2, nil", n, err)
+	}
+	if d := diff([]string{"a1", "a2"}, ids(deadLetters(t, s, captchaq.DeadLetterFilter{All: true}))); d != "" {
+		t.Errorf("DeadLetters after replaying b's (-want +got):\n%s", d)
+	}
+	if d := diff([]string{"b1", "b2"}, ids(pending(t, s))); d != "" {
+		t.Errorf("Pending after replaying b's (-want +got):\n%s", d)
+	}
+}
+
+func testReportOnce(t *testing.T, s captchaq.Store) {
+	ctx := context.Background()
+	enqueue(t, s, t0, task("a"), task("q"), task("i"), task("f"), task("c"))
+	checkpoint(t, s, "i", "cid-i", 1, at(time.Second))
+	finish(t, s, solved("a", 1, at(time.Minute)))
+	finish(t, s, failed("f", "ERROR_CAPTCHA_UNSOLVABLE", 1, at(time.Minute)))
+	finish(t, s, solved("c", 1, at(time.Minute)))
+	if _, err := s.Report(ctx, "nope", false, at(time.Hour)); !errors.Is(err, captchaq.ErrNotFound) {
+		t.Errorf("Report of an unknown id: %v, want ErrNotFound", err)
+	}
+	for _, id := range []string{"q", "i", "f"} {
+		before := get(t, s, id)
+		if first, err := s.Report(ctx, id, false, at(time.Hour)); first || !errors.Is(err, captchaq.ErrNotSolved) {
+			t.Errorf("Report of %s task %s: %v, %v; want false, ErrNotSolved", before.Status, id, first, err)
+		}
+		if d := diff(before, get(t, s, id)); d != "" {
+			t.Errorf("a refused Report changed %s (-want +got):\n%s", id, d)
+		}
+	}
+
+	want := get(t, s, "a")
+	first, err := s.Report(ctx, "a", false, at(time.Hour))
+	if err != nil || !first {
+		t.Fatalf("first Report of a: %v, %v; want true, nil", first, err)
+	}
+	want.Report, want.ReportedAt = captchaq.ReportBad, at(time.Hour)
+	if d := diff(want, get(t, s, "a")); d != "" {
+		t.Errorf("Get after Report (-want +got):\n%s", d)
+	}
+	for _, good := range []bool{true, false} {
+		if first, err := s.Report(ctx, "a", good, at(2*time.Hour)); err != nil || first {
+			t.Errorf("a second Report (good %v): %v, %v; want false, nil", good, first, err)
+		}
+	}
+	if d := diff(want, get(t, s, "a")); d != "" {
+		t.Errorf("a second Report changed the task (-want +got):\n%s", d)
+	}
+
+	// Many at once: exactly one stores its verdict.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	firsts := 0
+	for i := range 16 {
+		wg.Go(func() {
+			first, err := s.Report(ctx, "c", i%2 == 0, at(3*time.Hour))
+			if err != nil {
+				t.Errorf("concurrent Report: %v", err)
+			}
+			if first {
+				mu.Lock()
+				firsts++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if rec := get(t, s, "c"); firsts != 1 || rec.Report == "" {
+		t.Errorf("16 concurrent Reports: %d stored, record's report %q; want 1 and a verdict", firsts, rec.Report)
+	}
+
+	// A new solve is a new answer: its report is a new one.
+	rec, err := s.Renew(ctx, task("a"), at(4*time.Hour))
+	if err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if rec.Report != "" || !rec.ReportedAt.IsZero() || get(t, s, "a").Report != "" {
+		t.Errorf("Renew kept the report: %q at %v", rec.Report, rec.ReportedAt)
+	}
+	finish(t, s, solved("a", 1, at(5*time.Hour)))
+	if first, err := s.Report(ctx, "a", true, at(6*time.Hour)); err != nil || !first {
+		t.Errorf("Report after Renew: %v, %v; want true, nil", first, err)
+	}
+	if r := get(t, s, "a"); r.Report != captchaq.ReportGood {
+		t.Errorf("report after Renew: %q, want good", r.Report)
 	}
 }

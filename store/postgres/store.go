@@ -414,7 +414,7 @@ func (s *Store) Renew(ctx context.Context, t captchaq.Task, now time.Time) (capt
 	rec, err := scanRecord(s.pool.QueryRow(ctx, `UPDATE tasks SET status = 'queued', priority = $2, tenant = $3, method = $4,
 		params = $5, deadline = $6, max_attempts = $7, proxy = $8, proxy_type = $9, pingback = $10, accepted_at = $11,
 		fingerprint = $12, attempts = 0, captcha_id = '', not_before = NULL, last_error = '', last_error_code = '',
-		submitted_at = NULL,`+clearResult+` WHERE id = $1 AND status = 'solved' RETURNING `+recordColumns, r.args()...))
+		submitted_at = NULL, report = '', reported_at = NULL,`+clearResult+` WHERE id = $1 AND status = 'solved' RETURNING `+recordColumns, r.args()...))
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return rec, s.wrap("Renew", err)
 	}
@@ -441,12 +441,41 @@ func (s *Store) Replay(ctx context.Context, f captchaq.DeadLetterFilter, now tim
 		return 0, ErrClosed
 	}
 	tag, err := s.pool.Exec(ctx, `UPDATE tasks SET status = 'queued', attempts = 0, captcha_id = '', not_before = NULL,
-		accepted_at = $4, submitted_at = NULL,`+clearResult+` WHERE status = 'failed' AND `+filterWhere,
+		accepted_at = $5, submitted_at = NULL,`+clearResult+` WHERE status = 'failed' AND `+filterWhere,
 		append(filterArgs(f), now.UTC())...)
 	if err != nil {
 		return 0, s.wrap("Replay", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// Report implements captchaq.Store.
+func (s *Store) Report(ctx context.Context, id string, good bool, at time.Time) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	if !storable(id) {
+		return false, fmt.Errorf("%w: %q", captchaq.ErrNotFound, id)
+	}
+	verdict := captchaq.ReportBad
+	if good {
+		verdict = captchaq.ReportGood
+	}
+	// One statement: of several processes reporting at once, one sets it.
+	var status string
+	var first bool
+	err := s.pool.QueryRow(ctx, `WITH set AS (
+			UPDATE tasks SET report = $2, reported_at = $3 WHERE id = $1 AND status = 'solved' AND report = '' RETURNING id)
+		SELECT status, EXISTS (SELECT 1 FROM set) FROM tasks WHERE id = $1`, id, verdict, at.UTC()).Scan(&status, &first)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("%w: %q", captchaq.ErrNotFound, id)
+	case err != nil:
+		return false, s.wrap("Report", err)
+	case status != string(captchaq.StatusSolved):
+		return false, fmt.Errorf("postgres: Report %q: task is %s: %w", id, status, captchaq.ErrNotSolved)
+	}
+	return first, nil
 }
 
 // Prune implements captchaq.Store.
@@ -491,7 +520,12 @@ func (s *Store) Results(ctx context.Context, fn func(captchaq.Result) error) err
 // DeadLetters implements captchaq.Store. IDs and ErrorCode, when both are
 // set, must both match; All selects every dead letter whatever else is set.
 func (s *Store) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, fn func(captchaq.Record) error) error {
-	return s.each(ctx, "DeadLetters", fn, selectRecord+` WHERE status = 'failed' AND `+filterWhere+` ORDER BY seq`, filterArgs(f)...)
+	where := filterWhere
+	if f.Tenant != "" {
+		// Planned on tasks_dead_by_tenant, also as a generic plan.
+		where += ` AND tenant = $4`
+	}
+	return s.each(ctx, "DeadLetters", fn, selectRecord+` WHERE status = 'failed' AND `+where+` ORDER BY seq`, filterArgs(f)...)
 }
 
 // each calls fn for every record the query returns, stopping at fn's first
@@ -537,7 +571,8 @@ func (s *Store) wrap(op string, err error) error {
 // from filterArgs. The zero filter selects none.
 const filterWhere = `($1 OR (($2::text[] IS NOT NULL OR $3 <> '')
 	AND ($2::text[] IS NULL OR id = ANY($2::text[]))
-	AND ($3 = '' OR result_error_code = $3)))`
+	AND ($3 = '' OR result_error_code = $3)))
+	AND ($4 = '' OR tenant = $4)`
 
 func filterArgs(f captchaq.DeadLetterFilter) []any {
 	var ids []string
@@ -550,7 +585,7 @@ func filterArgs(f captchaq.DeadLetterFilter) []any {
 	if len(f.IDs) > 0 {
 		idArg = append([]string{}, ids...)
 	}
-	return []any{f.All, idArg, clean(f.ErrorCode)}
+	return []any{f.All, idArg, clean(f.ErrorCode), clean(f.Tenant)}
 }
 
 // storable reports whether PostgreSQL can hold s as text: valid UTF-8
@@ -630,7 +665,7 @@ const recordColumns = `seq, id, status, priority, tenant, method, params, deadli
 	proxy, proxy_type, pingback, captcha_id, attempts, not_before, last_error, last_error_code,
 	accepted_at, submitted_at, result_method, result_kind, result_token, result_answer, result_error,
 	result_error_code, result_attempts, result_solve_seconds, result_expires_at, result_accepted_at,
-	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned`
+	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned, report, reported_at`
 
 const selectRecord = `SELECT ` + recordColumns + ` FROM tasks`
 
@@ -645,13 +680,14 @@ func scanRecord(row pgx.Row) (captchaq.Record, error) {
 		rAttempts                              *int
 		rSolve, rPrice                         *float64
 		rAbandoned                             []string
+		reportedAt                             *time.Time
 	)
 	t := &rec.Task
 	err := row.Scan(&rec.Seq, &t.ID, &status, &t.Priority, &t.Tenant, &t.Method, &params, &deadline, &t.MaxAttempts,
 		&t.Proxy, &t.ProxyType, &t.Pingback, &rec.CaptchaID, &rec.Attempts, &notBefore, &rec.LastError, &rec.LastErrorCode,
 		&acceptedAt, &subAt, &rMethod, &rKind, &rToken, &rAnswer, &rErr,
 		&rCode, &rAttempts, &rSolve, &rExpires, &rAccepted,
-		&rSub, &finAt, &rec.Fingerprint, &rProvider, &rPrice, &rAbandoned)
+		&rSub, &finAt, &rec.Fingerprint, &rProvider, &rPrice, &rAbandoned, &rec.Report, &reportedAt)
 	if err != nil {
 		return captchaq.Record{}, err
 	}
@@ -662,6 +698,7 @@ func scanRecord(row pgx.Row) (captchaq.Record, error) {
 		}
 	}
 	t.Deadline, rec.NotBefore, rec.AcceptedAt, rec.SubmittedAt = utc(deadline), utc(notBefore), utc(acceptedAt), utc(subAt)
+	rec.ReportedAt = utc(reportedAt)
 	if rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed {
 		r := &captchaq.Result{
 			ID: t.ID, Status: rec.Status, Method: str(rMethod), Kind: provider.Kind(str(rKind)), Token: str(rToken),

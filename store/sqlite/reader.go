@@ -74,9 +74,13 @@ func OpenReader(ctx context.Context, path string) (*Reader, error) {
 		return nil, err
 	}
 	r := &Reader{path: abs, db: db, selectRec: selectRecord}
+	if version < 4 {
+		// Before reports: none.
+		r.selectRec = strings.Replace(r.selectRec, "report, reported_at FROM", "'', NULL FROM", 1)
+	}
 	if version < 3 {
 		// Before providers: results name none.
-		r.selectRec = strings.Replace(r.selectRec, "result_provider, result_price, result_abandoned FROM", "NULL, NULL, NULL FROM", 1)
+		r.selectRec = strings.Replace(r.selectRec, "result_provider, result_price, result_abandoned,", "NULL, NULL, NULL,", 1)
 	}
 	if version < 2 {
 		// Before fingerprints: records read with none (compared by task).
@@ -132,7 +136,7 @@ func (r *Reader) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, f
 	if err != nil {
 		return err
 	}
-	return r.each(ctx, fn, r.selectRec+` WHERE status = 'failed' AND `+filterWhere+` ORDER BY seq`, args...)
+	return r.each(ctx, fn, r.selectRec+` WHERE status = 'failed' AND `+deadLettersWhere(f)+` ORDER BY seq`, args...)
 }
 
 // Pending calls fn for every queued or in-flight task, in Seq order.

@@ -54,6 +54,12 @@ var migrations = []string{
 	`ALTER TABLE tasks ADD COLUMN result_provider TEXT;
 	ALTER TABLE tasks ADD COLUMN result_price REAL;
 	ALTER TABLE tasks ADD COLUMN result_abandoned TEXT;`,
+	// Version 4: a client's report on a solved task's answer (once), and
+	// an index of each tenant's dead letters, so one client's are found
+	// without reading the others'.
+	`ALTER TABLE tasks ADD COLUMN report TEXT NOT NULL DEFAULT '';
+	ALTER TABLE tasks ADD COLUMN reported_at TEXT;
+	CREATE INDEX tasks_dead_by_tenant ON tasks (tenant, seq) WHERE status = 'failed';`,
 }
 
 // schemaVersion is the version this code writes and reads.

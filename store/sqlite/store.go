@@ -515,7 +515,7 @@ func (s *Store) Renew(ctx context.Context, t captchaq.Task, now time.Time) (capt
 				}
 				return serr
 			}
-			return &rejectedError{fmt.Sprintf("sqlite: Renew %q: task is %s, not solved", t.ID, status)}
+			return &rejectedError{msg: fmt.Sprintf("sqlite: Renew %q: task is %s, not solved", t.ID, status)}
 		}
 		rec, err = scanRecord(st.getByID.QueryRowContext(ctx, t.ID))
 		return err
@@ -543,6 +543,41 @@ func (s *Store) Replay(ctx context.Context, f captchaq.DeadLetterFilter, now tim
 		return err
 	})
 	return int(n), s.wrap("Replay", err)
+}
+
+// Report implements captchaq.Store.
+func (s *Store) Report(ctx context.Context, id string, good bool, at time.Time) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	verdict := captchaq.ReportBad
+	if good {
+		verdict = captchaq.ReportGood
+	}
+	first := false
+	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+		res, err := st.report.ExecContext(ctx, id, verdict, timeText(at))
+		err = affected(id)(res, err)
+		if err == nil {
+			first = true
+			return nil
+		}
+		if !errors.Is(err, captchaq.ErrNotFound) {
+			return err
+		}
+		var status string
+		if serr := st.statusOf.QueryRowContext(ctx, id).Scan(&status); serr != nil {
+			if errors.Is(serr, sql.ErrNoRows) {
+				return err
+			}
+			return serr
+		}
+		if status != string(captchaq.StatusSolved) {
+			return &rejectedError{msg: fmt.Sprintf("sqlite: Report %q: task is %s, not solved", id, status), is: captchaq.ErrNotSolved}
+		}
+		return nil // reported before
+	})
+	return first, s.wrap("Report", err)
 }
 
 // Prune implements captchaq.Store.
@@ -592,7 +627,7 @@ func (s *Store) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, fn
 	if err != nil {
 		return err
 	}
-	return s.each(ctx, "DeadLetters", fn, selectRecord+` WHERE status = 'failed' AND `+filterWhere+` ORDER BY seq`, args...)
+	return s.each(ctx, "DeadLetters", fn, selectRecord+` WHERE status = 'failed' AND `+deadLettersWhere(f)+` ORDER BY seq`, args...)
 }
 
 // each calls fn for every record the query returns, stopping at fn's first
@@ -665,7 +700,7 @@ func (st *statements) unfinished(ctx context.Context, id, op string) func(sql.Re
 			}
 			return serr
 		}
-		return &rejectedError{fmt.Sprintf("sqlite: %s %q: task is already %s", op, id, status)}
+		return &rejectedError{msg: fmt.Sprintf("sqlite: %s %q: task is already %s", op, id, status)}
 	}
 }
 
@@ -673,7 +708,18 @@ func (st *statements) unfinished(ctx context.Context, id, op string) func(sql.Re
 // from filterArgs. The zero filter selects none.
 const filterWhere = `(?1 OR ((?2 IS NOT NULL OR ?3 <> '')
 	AND (?2 IS NULL OR id IN (SELECT value FROM json_each(?2)))
-	AND (?3 = '' OR result_error_code = ?3)))`
+	AND (?3 = '' OR result_error_code = ?3)))
+	AND (?4 = '' OR tenant = ?4)`
+
+// deadLettersWhere is filterWhere for a read of f: with a Tenant, the
+// tenant's own term too, which SQLite plans on the tasks_dead_by_tenant
+// index (it cannot plan on the term that lets an empty ?4 match all).
+func deadLettersWhere(f captchaq.DeadLetterFilter) string {
+	if f.Tenant != "" {
+		return filterWhere + ` AND tenant = ?4`
+	}
+	return filterWhere
+}
 
 func filterArgs(f captchaq.DeadLetterFilter) ([]any, error) {
 	var ids any
@@ -684,7 +730,7 @@ func filterArgs(f captchaq.DeadLetterFilter) ([]any, error) {
 		}
 		ids = string(b)
 	}
-	return []any{f.All, ids, f.ErrorCode}, nil
+	return []any{f.All, ids, f.ErrorCode, f.Tenant}, nil
 }
 
 // timeLayout is fixed width so that text order is time order (prune and the
@@ -759,7 +805,7 @@ const selectRecord = `SELECT seq, id, status, priority, tenant, method, params, 
 	proxy, proxy_type, pingback, captcha_id, attempts, not_before, last_error, last_error_code,
 	accepted_at, submitted_at, result_method, result_kind, result_token, result_answer, result_error,
 	result_error_code, result_attempts, result_solve_seconds, result_expires_at, result_accepted_at,
-	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned FROM tasks`
+	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned, report, reported_at FROM tasks`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -772,14 +818,14 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 		rCode, rExpires, rAccepted, rSub, finAt sql.NullString
 		rAttempts                               sql.NullInt64
 		rSolve, rPrice                          sql.NullFloat64
-		rProvider, rAbandoned                   sql.NullString
+		rProvider, rAbandoned, reportedAt       sql.NullString
 	)
 	t := &rec.Task
 	err := sc.Scan(&rec.Seq, &t.ID, &status, &t.Priority, &t.Tenant, &t.Method, &params, &deadline, &t.MaxAttempts,
 		&t.Proxy, &t.ProxyType, &t.Pingback, &rec.CaptchaID, &rec.Attempts, &notBefore, &rec.LastError, &rec.LastErrorCode,
 		&acceptedAt, &subAt, &rMethod, &rKind, &rToken, &rAnswer, &rErr,
 		&rCode, &rAttempts, &rSolve, &rExpires, &rAccepted,
-		&rSub, &finAt, &rec.Fingerprint, &rProvider, &rPrice, &rAbandoned)
+		&rSub, &finAt, &rec.Fingerprint, &rProvider, &rPrice, &rAbandoned, &rec.Report, &reportedAt)
 	if err != nil {
 		return captchaq.Record{}, err
 	}
@@ -794,6 +840,7 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 		src sql.NullString
 	}{
 		{&t.Deadline, deadline}, {&rec.NotBefore, notBefore}, {&rec.AcceptedAt, acceptedAt}, {&rec.SubmittedAt, subAt},
+		{&rec.ReportedAt, reportedAt},
 	}
 	if rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed {
 		r := &captchaq.Result{
@@ -831,7 +878,7 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 type statements struct {
 	begin, commit                                                       *sql.Stmt
 	insert, getByID, statusOf, checkpoint, retry, finish, replay, prune *sql.Stmt
-	renew                                                               *sql.Stmt
+	renew, report                                                       *sql.Stmt
 }
 
 func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
@@ -858,7 +905,7 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			result_solve_seconds = ?10, result_expires_at = ?11, result_accepted_at = ?12, result_submitted_at = ?13,
 			finished_at = ?14, result_provider = ?17, result_price = ?18, result_abandoned = ?19 WHERE id = ?15`},
 		{&st.replay, `UPDATE tasks SET status = 'queued', attempts = 0, captcha_id = '', not_before = NULL,
-			accepted_at = ?4, submitted_at = NULL,
+			accepted_at = ?5, submitted_at = NULL,
 			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
 			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
 			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL,
@@ -871,8 +918,9 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
 			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
 			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL,
-			result_provider = NULL, result_price = NULL, result_abandoned = NULL
+			result_provider = NULL, result_price = NULL, result_abandoned = NULL, report = '', reported_at = NULL
 			WHERE id = ?1 AND status = 'solved'`},
+		{&st.report, `UPDATE tasks SET report = ?2, reported_at = ?3 WHERE id = ?1 AND status = 'solved' AND report = ''`},
 		{&st.prune, `DELETE FROM tasks WHERE status IN ('solved', 'failed') AND finished_at < ?`},
 	} {
 		stmt, err := conn.PrepareContext(ctx, p.query)

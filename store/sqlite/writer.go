@@ -159,9 +159,14 @@ func (w *writer) walPages() int {
 
 // rejectedError is a write refused for what the task is, not for a failure
 // of the database.
-type rejectedError struct{ msg string }
+type rejectedError struct {
+	msg string
+	is  error // the sentinel it matches, if any
+}
 
 func (e *rejectedError) Error() string { return e.msg }
+
+func (e *rejectedError) Unwrap() error { return e.is }
 
 // refused reports whether err refuses a write without having written: the
 // transaction holding it goes on for the other writes in it.
