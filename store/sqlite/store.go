@@ -505,15 +505,9 @@ func (s *Store) Renew(ctx context.Context, t captchaq.Task, now time.Time) (capt
 	err = s.w.do(ctx, func(ctx context.Context, st *statements) error {
 		res, err := st.renew.ExecContext(ctx, r.args()...)
 		if err := affected(t.ID)(res, err); err != nil {
-			if !errors.Is(err, captchaq.ErrNotFound) {
+			status, err := st.statusAfterNone(ctx, t.ID, err)
+			if err != nil {
 				return err
-			}
-			var status string
-			if serr := st.statusOf.QueryRowContext(ctx, t.ID).Scan(&status); serr != nil {
-				if errors.Is(serr, sql.ErrNoRows) {
-					return err
-				}
-				return serr
 			}
 			return &rejectedError{msg: fmt.Sprintf("sqlite: Renew %q: task is %s, not solved", t.ID, status)}
 		}
@@ -562,15 +556,9 @@ func (s *Store) Report(ctx context.Context, id string, good bool, at time.Time) 
 			first = true
 			return nil
 		}
-		if !errors.Is(err, captchaq.ErrNotFound) {
+		status, err := st.statusAfterNone(ctx, id, err)
+		if err != nil {
 			return err
-		}
-		var status string
-		if serr := st.statusOf.QueryRowContext(ctx, id).Scan(&status); serr != nil {
-			if errors.Is(serr, sql.ErrNoRows) {
-				return err
-			}
-			return serr
 		}
 		if status != string(captchaq.StatusSolved) {
 			return &rejectedError{msg: fmt.Sprintf("sqlite: Report %q: task is %s, not solved", id, status), is: captchaq.ErrNotSolved}
@@ -689,19 +677,33 @@ func affected(id string) func(sql.Result, error) error {
 // in-flight tasks, into ErrNotFound or an error saying the task is final.
 func (st *statements) unfinished(ctx context.Context, id, op string) func(sql.Result, error) error {
 	return func(res sql.Result, err error) error {
-		err = affected(id)(res, err)
-		if !errors.Is(err, captchaq.ErrNotFound) {
-			return err
+		if err = affected(id)(res, err); err == nil {
+			return nil
 		}
-		var status string
-		if serr := st.statusOf.QueryRowContext(ctx, id).Scan(&status); serr != nil {
-			if errors.Is(serr, sql.ErrNoRows) {
-				return err
-			}
-			return serr
+		status, err := st.statusAfterNone(ctx, id, err)
+		if err != nil {
+			return err
 		}
 		return &rejectedError{msg: fmt.Sprintf("sqlite: %s %q: task is already %s", op, id, status)}
 	}
+}
+
+// statusAfterNone reads the status of task id after an UPDATE of it that
+// changed no row (err is affected's ErrNotFound): the row is not there
+// (err itself), or not in a state the UPDATE takes. Any other err is
+// returned as it is.
+func (st *statements) statusAfterNone(ctx context.Context, id string, err error) (string, error) {
+	if !errors.Is(err, captchaq.ErrNotFound) {
+		return "", err
+	}
+	var status string
+	if serr := st.statusOf.QueryRowContext(ctx, id).Scan(&status); serr != nil {
+		if errors.Is(serr, sql.ErrNoRows) {
+			return "", err
+		}
+		return "", serr
+	}
+	return status, nil
 }
 
 // filterWhere selects the dead letters a filter names; its arguments come
