@@ -773,6 +773,13 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 	return true, nil
 }
 
+// RecordReport records a client's report on a solved task once, in the
+// Store (server.Backend): the first report of a task returns true and is
+// then published (Report); a later one returns false and goes nowhere.
+func (g *Gateway) RecordReport(ctx context.Context, id string, good bool) (bool, error) {
+	return g.store.Report(ctx, id, good, time.Now())
+}
+
 // Metrics reports what the gateway knows: tasks accepted since Start,
 // results recorded, the unfinished tasks by priority and the age of the
 // oldest (they are at the fleet: waiting or being solved), and the delay

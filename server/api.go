@@ -88,6 +88,9 @@ type TaskView struct {
 	// refuse it). POST the same task again to have it solved again.
 	Expired bool             `json:"expired,omitempty"`
 	Result  *captchaq.Result `json:"result,omitempty"`
+	// Report is the client's report on the answer (reportgood or
+	// reportbad on res.php): "good" or "bad", once.
+	Report string `json:"report,omitempty"`
 }
 
 // view shows rec to cs: an admin sees "client/id", others their own id.
@@ -100,7 +103,7 @@ func view(rec captchaq.Record, cs *clientState) TaskView {
 	v := TaskView{
 		ID: id, Client: client, Status: rec.Status, Method: rec.Task.Method,
 		Priority: rec.Task.Priority, Attempts: rec.Attempts, AcceptedAt: rec.AcceptedAt,
-		LastError: scrubURLs(rec.LastError), LastErrorCode: rec.LastErrorCode,
+		LastError: scrubURLs(rec.LastError), LastErrorCode: rec.LastErrorCode, Report: rec.Report,
 	}
 	if v.Priority == 0 {
 		v.Priority = captchaq.PriorityDefault

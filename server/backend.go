@@ -51,6 +51,12 @@ type Backend interface {
 	// Replay runs the dead letters among ids again and returns the ids now
 	// unfinished again, also when it returns an error.
 	Replay(ctx context.Context, ids []string) ([]string, error)
+	// RecordReport records a client's report on a solved task's answer
+	// (good: reportgood), once, in the Store (captchaq.Store.Report): true
+	// for the first report of the task, which the server then forwards to
+	// the provider; false for any later one. captchaq.ErrNotFound for an
+	// unknown id, captchaq.ErrNotSolved for a task that is not solved.
+	RecordReport(ctx context.Context, id string, good bool) (bool, error)
 	// Metrics is a snapshot of the counts the dashboard and /metrics show.
 	Metrics() captchaq.Metrics
 	// Ready says why no work can be taken now (captchaq.ErrClosed after
@@ -209,6 +215,10 @@ func (b *localBackend) Replay(ctx context.Context, ids []string) ([]string, erro
 		}
 	}
 	return dead, nil
+}
+
+func (b *localBackend) RecordReport(ctx context.Context, id string, good bool) (bool, error) {
+	return b.store.Report(ctx, id, good, time.Now())
 }
 
 func (b *localBackend) Metrics() captchaq.Metrics { return b.queue.Metrics() }

@@ -53,10 +53,15 @@
 //     (ERROR_NO_SLOT_AVAILABLE, "try again later"), never a parameter
 //     error.
 //   - reportbad/reportgood are checked (the id must be the caller's solved
-//     task), forwarded to the provider by its captcha id (Result.CaptchaID,
-//     through Config.Report) and recorded in the captchaq_reports_total
-//     metric; a provider's refusal (ERROR_DUPLICATE_REPORT, …) is answered
-//     as it came.
+//     task) and count against the client's rate like a submit
+//     (MAX_USER_TURN past it). A task is reported once: the first report
+//     is stored with the task (Backend.RecordReport, captchaq.Store.Report;
+//     "report" in GET /v1/tasks/{id}), counted in captchaq_reports_total
+//     and forwarded to the provider by its captcha id (Result.CaptchaID,
+//     through Config.Report); a later one is answered OK_REPORT_RECORDED
+//     and goes nowhere. A provider's refusal of the first
+//     (ERROR_DUPLICATE_REPORT, …) is answered as it came; a report that
+//     could not reach the provider stays recorded and is not sent again.
 //   - in.php and res.php read the query string, urlencoded, multipart and
 //     JSON-object bodies alike (internal/apiform, shared with the
 //     simulator), as the real services read them: a JSON object under any
@@ -143,9 +148,9 @@
 //     has read the balance yet) answers CodeBalanceUnknown with the
 //     reason.
 //   - reportbad/reportgood are answered OK_REPORT_RECORDED once the
-//     report is on the broker (amqp.Gateway.Report publishes it on
-//     PREFIX.reports, confirmed); a worker forwards it to the provider
-//     with the key. The provider's own answer (a refusal such as
+//     first report of the task is on the broker (amqp.Gateway.Report
+//     publishes it on PREFIX.reports, confirmed; repeats publish
+//     nothing); a worker forwards it to the provider with the key. The provider's own answer (a refusal such as
 //     ERROR_DUPLICATE_REPORT) is in the worker's log, not the client's.
 //   - /v1/stats and /metrics count what this gateway accepted and
 //     received; threads are the workers' (zero here); "broker" and
@@ -173,7 +178,10 @@
 //     Referrer-Policy: no-referrer, X-Frame-Options: DENY and a
 //     Content-Security-Policy of the server's own scripts, styles and
 //     calls only (script-src 'self', frame-ancestors 'none').
-//   - A client is untrusted: its tasks are data. No param names a path
+//   - A client is untrusted: its tasks are data. Nothing it repeats
+//     reaches the provider twice: a report of a task is forwarded once,
+//     with the operator's key, so one client cannot get the shared
+//     account or address rate-limited for all. No param names a path
 //     (post tasks carry the image's bytes); protocol names (key, method,
 //     json, soft_id, pingback, header_acao) are refused in params in any
 //     letter case, and so is a param given twice in two letter cases (the

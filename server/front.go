@@ -327,8 +327,12 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 }
 
 // frontReport checks a client's report on its task id (the caller's
-// solved task), forwards it to the provider that solved it and counts it;
-// code is the in.php refusal, "" once recorded.
+// solved task) and counts it against the client's rate like a submit;
+// code is the refusal, "" once recorded. A task is reported once: the
+// first report is recorded in the Store (Backend.RecordReport), counted
+// and forwarded to the provider (Config.Report); a later one of the same
+// task is recorded already and goes nowhere, so no client can make the
+// provider's account or address look abusive with repeats.
 func (s *Server) frontReport(r *http.Request, cs *clientState, id string, good bool) (code, text string) {
 	rec, code := s.frontRecord(r, cs, id)
 	if code != "" {
@@ -337,21 +341,36 @@ func (s *Server) frontReport(r *http.Request, cs *clientState, id string, good b
 	if rec.Status != captchaq.StatusSolved {
 		return "ERROR_WRONG_CAPTCHA_ID", "only a solved task can be reported"
 	}
-	action := "reportbad"
-	if good {
-		action = "reportgood"
+	if le := cs.takeRate(1); le != nil {
+		return "MAX_USER_TURN", le.msg + " (reports count as tasks)"
 	}
+	first, err := s.backend.RecordReport(r.Context(), rec.Task.ID, good)
+	switch {
+	case errors.Is(err, captchaq.ErrNotSolved), errors.Is(err, captchaq.ErrNotFound):
+		// Solved again or pruned since it was read.
+		return "ERROR_WRONG_CAPTCHA_ID", "only a solved task can be reported"
+	case err != nil:
+		s.log.Error("recording a report failed", "id", rec.Task.ID, "err", err)
+		return "ERROR_INTERNAL_SERVER_ERROR", "the report could not be recorded; try again"
+	case !first:
+		return "", ""
+	}
+	verdict := captchaq.ReportBad
+	if good {
+		verdict = captchaq.ReportGood
+	}
+	s.metrics.reports.WithLabelValues(verdict).Inc()
 	if s.cfg.Report != nil && rec.Result.CaptchaID != "" {
+		// Forwarded once, whatever comes of it: a repeat is not sent.
 		if err := s.cfg.Report(r.Context(), *rec.Result, good); err != nil {
 			var pe *provider.Error
 			if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "ERROR_") {
 				return pe.Code, pe.Text
 			}
-			s.log.Warn("report not forwarded to the provider", "action", action, "err", err)
-			return "ERROR_INTERNAL_SERVER_ERROR", "the report could not reach the provider; try again"
+			s.log.Warn("report recorded but not forwarded to the provider", "id", rec.Task.ID, "report", verdict, "err", err)
+			return "ERROR_INTERNAL_SERVER_ERROR", "the report is recorded but could not reach the provider; it is not sent again"
 		}
 	}
-	s.metrics.reports.WithLabelValues(strings.TrimPrefix(action, "report")).Inc()
 	return "", ""
 }
 

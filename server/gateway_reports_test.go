@@ -13,11 +13,12 @@ import (
 
 // reportbad and reportgood on res.php in front of a fleet reach the
 // provider: the gateway publishes them by the result's captcha id and a
-// worker forwards them with the provider key.
+// worker forwards them with the provider key. A task is reported once: 50
+// reports of it make one message, and one request to the provider.
 func TestGatewayForwardsReportsToTheProvider(t *testing.T) {
 	t.Parallel()
 	f := newFleetRig(t, sim.Config{LatencyScale: 0.005, PollBan: sim.PollBan{Disabled: true}})
-	f.worker("rep-w", 4)
+	stopWorker := f.worker("rep-w", 4)
 	g := f.serve("rep", filepath.Join(t.TempDir(), "gw.db"), nil)
 	var ids []string
 	for _, n := range []string{"1", "2"} {
@@ -27,11 +28,26 @@ func TestGatewayForwardsReportsToTheProvider(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
+	// No worker takes reports while they are counted on the broker.
+	stopWorker()
 	for i, action := range []string{"reportbad", "reportgood"} {
-		if got := g.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {action}, "id": {ids[i]}}); got != "OK_REPORT_RECORDED" {
-			t.Fatalf("%s: %q", action, got)
+		n := 1
+		if action == "reportbad" {
+			n = 50
+		}
+		for range n {
+			if got := g.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {action}, "id": {ids[i]}}); got != "OK_REPORT_RECORDED" {
+				t.Fatalf("%s: %q", action, got)
+			}
 		}
 	}
+	c := f.dial()
+	depth, err := c.Depths(t.Context(), c.Names().Reports)
+	c.Close()
+	if err != nil || len(depth) != 1 || depth[0].Ready != 2 {
+		t.Fatalf("the reports queue after 50 bad reports of one task and 1 good of another: %+v %v, want 2 messages", depth, err)
+	}
+	f.worker("rep-w2", 4)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		st := f.sim.Stats()
@@ -42,5 +58,8 @@ func TestGatewayForwardsReportsToTheProvider(t *testing.T) {
 			t.Fatalf("the provider recorded %d bad and %d good reports, want 1 and 1", st.ReportsBad, st.ReportsGood)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if n := f.sim.Stats().Calls.Report; n != 2 {
+		t.Errorf("the provider got %d report calls, want 2", n)
 	}
 }

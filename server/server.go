@@ -342,19 +342,30 @@ func (cs *clientState) reserve(ids []string) *limitError {
 	if cs.MaxInflight > 0 && len(cs.inflight)+fresh > cs.MaxInflight {
 		return &limitError{inflight: true, msg: fmt.Sprintf("client %q has %d unfinished tasks; its max_inflight is %d", cs.Name, len(cs.inflight), cs.MaxInflight), retry: time.Second}
 	}
-	if cs.limiter != nil {
-		now := time.Now()
-		r := cs.limiter.ReserveN(now, max(len(ids), 1))
-		if !r.OK() {
-			return &limitError{msg: fmt.Sprintf("client %q sent %d tasks at once; its rate allows %d per second", cs.Name, len(ids), cs.limiter.Burst()), retry: time.Second}
-		}
-		if d := r.DelayFrom(now); d > 0 {
-			r.CancelAt(now)
-			return &limitError{msg: fmt.Sprintf("client %q is over its rate of %g tasks per second", cs.Name, cs.Rate), retry: d}
-		}
+	if le := cs.takeRate(len(ids)); le != nil {
+		return le
 	}
 	for _, id := range ids {
 		cs.inflight[id] = struct{}{}
+	}
+	return nil
+}
+
+// takeRate takes n of cs's rate (its tasks per second: submits, replays
+// and reports alike), or returns why not. Called with cs.mu held or not:
+// the limiter has its own lock.
+func (cs *clientState) takeRate(n int) *limitError {
+	if cs.limiter == nil {
+		return nil
+	}
+	now := time.Now()
+	r := cs.limiter.ReserveN(now, max(n, 1))
+	if !r.OK() {
+		return &limitError{msg: fmt.Sprintf("client %q sent %d tasks at once; its rate allows %d per second", cs.Name, n, cs.limiter.Burst()), retry: time.Second}
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return &limitError{msg: fmt.Sprintf("client %q is over its rate of %g tasks per second", cs.Name, cs.Rate), retry: d}
 	}
 	return nil
 }

@@ -13,7 +13,7 @@
 // server.New and Server.Shutdown do, and checks what the Backend interface
 // promises: the errors of each method, idempotent ids, a token solved
 // again once it expired, one durable result per task, cancel, dead
-// letters and replay, and a closed backend.
+// letters and replay, a report recorded once, and a closed backend.
 package backendtest
 
 import (
@@ -80,6 +80,7 @@ func Run(t *testing.T, newBackend func(t *testing.T, env Env) server.Backend) {
 		{"CancelUnfinished", slow, testCancelUnfinished},
 		{"CancelFinal", instant, testCancelFinal},
 		{"DeadLettersAndReplay", refusing, testDeadLetters},
+		{"ReportRecordedOnce", refusing, testReportOnce},
 		{"Closed", instant, testClosed},
 	}
 	for _, tc := range tests {
@@ -488,6 +489,37 @@ func testDeadLetters(t *testing.T, r *rig) {
 		t.Fatalf("Replay of a solved task: %v, %v; want none, nil", ids, err)
 	}
 	r.none()
+}
+
+// testReportOnce: the first report of a solved task is recorded (true),
+// every later one is not (false); a failed task and an unknown id are
+// refused.
+func testReportOnce(t *testing.T, r *rig) {
+	tk, _ := r.solve("l")
+	first, err := r.b.RecordReport(r.ctx, tk.ID, false)
+	if err != nil || !first {
+		t.Fatalf("first report: %v, %v; want true, nil", first, err)
+	}
+	for _, good := range []bool{false, true} {
+		if again, err := r.b.RecordReport(r.ctx, tk.ID, good); err != nil || again {
+			t.Fatalf("a later report (good %v): %v, %v; want false, nil", good, again, err)
+		}
+	}
+	if rec := r.get(tk.ID); rec.Report != captchaq.ReportBad || rec.ReportedAt.IsZero() {
+		t.Fatalf("record after the reports: report %q at %v, want bad", rec.Report, rec.ReportedAt)
+	}
+	r.sw.refuse.Store(true)
+	bad := task("m")
+	r.submit(bad)
+	if res := r.next(); res.ID != bad.ID || res.Status != captchaq.StatusFailed {
+		t.Fatalf("result %+v, want %s failed", res, bad.ID)
+	}
+	if _, err := r.b.RecordReport(r.ctx, bad.ID, false); !errors.Is(err, captchaq.ErrNotSolved) {
+		t.Fatalf("report of a failed task: %v, want ErrNotSolved", err)
+	}
+	if _, err := r.b.RecordReport(r.ctx, tenant+"/never", true); !errors.Is(err, captchaq.ErrNotFound) {
+		t.Fatalf("report of an unknown id: %v, want ErrNotFound", err)
+	}
 }
 
 // testClosed: after Shutdown, Submit and Ready say ErrClosed, records
