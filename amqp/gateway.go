@@ -17,8 +17,6 @@ import (
 	"sync"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
-
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/internal/tally"
@@ -114,10 +112,11 @@ type GatewayConfig struct {
 // still solve it (the thread is billed); that result is dropped.
 //
 // Dead letters are the gateway's failed tasks as it recorded them. Replay
-// takes their copies out of the fleet's dead-letter queue and publishes
-// them again with the same reply-to, under a wire id of a new generation
-// (as for a renew: a worker that failed the task answers its first wire id
-// only once). A task replayed from the fleet's side
+// publishes them again from their records, with the same reply-to, under
+// a wire id of a new generation (as for a renew: a worker that failed the
+// task answers its first wire id only once); it never reads the fleet's
+// dead-letter queue, where the copies of every gateway's dead letters
+// stay for the operator. A task replayed from the fleet's side
 // (captchaq dlq replay --amqp) comes back too: a solved result replaces a
 // failure, unless the failure was a cancel.
 //
@@ -674,62 +673,33 @@ func (g *Gateway) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, 
 	return g.store.DeadLetters(ctx, f, fn)
 }
 
-// Replay publishes the gateway's dead letters among ids again: each
-// copy of them in the fleet's dead-letter queue leaves it once its task is
-// published again, and a task without a copy there (canceled here) is
-// published from its record. It returns the ids unfinished again.
+// Replay publishes the gateway's dead letters among ids again, each from
+// its record in the Store, and returns the ids unfinished again. It never
+// reads the fleet's dead-letter queue: PREFIX.failed holds every
+// gateway's and the fleet's dead letters, and a replay that took and held
+// them would make one client's replay everyone's wait (and hide them from
+// captchaq dlq meanwhile). A task's copy there stays for the operator;
+// replayed from the fleet's side as well, the task is solved again and
+// the gateway keeps one answer (see record).
 func (g *Gateway) Replay(ctx context.Context, ids []string) ([]string, error) {
 	if err := g.open(); err != nil {
 		return nil, err
 	}
 	var order []string
-	recs := map[string]captchaq.Record{}
 	err := g.store.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
 		order = append(order, r.Task.ID)
-		recs[r.Task.ID] = r
 		return nil
 	})
-	if err != nil || len(order) == 0 {
+	if err != nil {
 		return nil, err
 	}
 	var replayed []string
-	done := map[string]bool{}
-	step := func(id string) error {
-		if done[id] {
-			return nil
-		}
-		done[id] = true
+	for _, id := range order {
 		ok, err := g.replayOne(ctx, id)
 		if ok {
 			replayed = append(replayed, id)
 		}
-		return err
-	}
-	err = g.c.drainFailed(ctx, func(ch *amqp091.Channel, m amqp091.Delivery) error {
-		// A failed replay from the fleet's side names the task in
-		// HeaderReplayOf (see Conn.Replay).
-		id, _, ours := g.storeID(cmpOr(headerString(m.Headers, HeaderReplayOf), m.MessageId))
-		if m.ReplyTo != g.reply || !ours {
-			return nil
-		}
-		if _, want := recs[id]; !want {
-			return nil
-		}
-		if err := step(id); err != nil {
-			return err
-		}
-		if err := ch.Ack(m.DeliveryTag, false); err != nil {
-			// Replayed but still a dead letter here: a second replay
-			// finds the task unfinished and only takes the copy out.
-			return fmt.Errorf("amqp: gateway: replay %q: ack its dead letter: %w", id, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return replayed, err
-	}
-	for _, id := range order {
-		if err := step(id); err != nil {
+		if err != nil {
 			return replayed, err
 		}
 	}

@@ -343,10 +343,10 @@ func TestGatewayFairShareDemotes(t *testing.T) {
 }
 
 // TestGatewayOutcomes: a task that expires in the task queue is recorded
-// failed EXPIRED; Replay takes its dead letter out of the fleet's queue
-// and publishes it again with the reply-to; a solved result replaces a
-// failure (a replay from the fleet's side) but not a cancel; copies are
-// dropped and counted.
+// failed EXPIRED; Replay publishes it again with the reply-to from its
+// record, leaving the fleet's dead-letter queue as it is; a solved result
+// replaces a failure (a replay from the fleet's side) but not a cancel;
+// copies are dropped and counted.
 func TestGatewayOutcomes(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
@@ -369,7 +369,8 @@ func TestGatewayOutcomes(t *testing.T) {
 	if d := depth(t, ctx, r.c, r.c.Names().Failed); d != 2 {
 		t.Fatalf("fleet dead letters: %d, want 2", d)
 	}
-	// Replay x1: its dead letter leaves, the task is published again.
+	// Replay x1: the task is published again; the fleet's dead letters
+	// stay as they were, the operator's.
 	k, err := r.c.Consume(ctx, []string{r.c.Names().Tasks}, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -395,8 +396,8 @@ func TestGatewayOutcomes(t *testing.T) {
 	if err := r.c.DeadLetters(ctx, func(dl DeadLetter) error { left = append(left, dl.Task.Task.ID); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(left) != "[outcomes/x2]" {
-		t.Fatalf("fleet dead letters after replay: %v, want [outcomes/x2]", left)
+	if fmt.Sprint(left) != "[outcomes/x1 outcomes/x2]" {
+		t.Fatalf("fleet dead letters after replay: %v, want [outcomes/x1 outcomes/x2]", left)
 	}
 	// Workers answer x1 (solved) and x2 (solved, as after a replay from
 	// the fleet's side): both recorded; a second copy of x1 is dropped.

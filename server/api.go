@@ -569,13 +569,43 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientS
 }
 
 // deadLetters calls fn for the dead letters cs may see.
+// A client's own are found by tenant (an index in the Store), not by
+// reading every client's.
 func (s *Server) deadLetters(ctx context.Context, cs *clientState, fn func(captchaq.Record) error) error {
-	return s.backend.DeadLetters(ctx, captchaq.DeadLetterFilter{All: true}, func(r captchaq.Record) error {
+	f := captchaq.DeadLetterFilter{All: true}
+	if !cs.Admin {
+		f.Tenant = cs.Name
+	}
+	return s.backend.DeadLetters(ctx, f, func(r captchaq.Record) error {
 		if !cs.Admin && r.Task.Tenant != cs.Name {
 			return nil
 		}
 		return fn(r)
 	})
+}
+
+// errEnough stops an iteration that has what it needs.
+var errEnough = errors.New("enough")
+
+// replaySlot lets one replay of cs run at a time, and at most one start
+// per Config.ReplayEvery; otherwise it answers 429 and returns false. The
+// caller gives the slot back with cs.replays.give(1).
+func (s *Server) replaySlot(w http.ResponseWriter, cs *clientState) bool {
+	if !cs.replays.take(1, 1) {
+		retryAfter(w, time.Second)
+		apiFail(w, http.StatusTooManyRequests, "", "a replay of this client is running: wait for its answer")
+		return false
+	}
+	now := time.Now()
+	res := cs.replayRate.ReserveN(now, 1)
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		cs.replays.give(1)
+		retryAfter(w, d)
+		apiFail(w, http.StatusTooManyRequests, "", fmt.Sprintf("a client replays at most once per %v: try again in %v", s.cfg.ReplayEvery, d.Round(time.Millisecond)))
+		return false
+	}
+	return true
 }
 
 // deadLettersMax bounds one listing.
@@ -623,10 +653,28 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 		apiFail(w, http.StatusBadRequest, "ids", `give either "ids" (a non-empty list) or "all": true`)
 		return
 	}
+	if len(req.IDs) > s.cfg.MaxTasksPerRequest {
+		apiFail(w, http.StatusRequestEntityTooLarge, "ids", fmt.Sprintf("ids: %d in one request; the server takes at most %d: split them", len(req.IDs), s.cfg.MaxTasksPerRequest))
+		return
+	}
+	if !s.replaySlot(w, cs) {
+		return
+	}
+	defer cs.replays.give(1)
 	var ids []string
+	more := false
 	if req.All {
-		err = s.deadLetters(r.Context(), cs, func(rec captchaq.Record) error { ids = append(ids, rec.Task.ID); return nil })
-		if err != nil {
+		// At most MaxTasksPerRequest at once; "more" says to ask again.
+		err = s.deadLetters(r.Context(), cs, func(rec captchaq.Record) error {
+			if len(ids) == s.cfg.MaxTasksPerRequest {
+				more = true
+				return errEnough
+			}
+			ids = append(ids, rec.Task.ID)
+			return nil
+		})
+		if err != nil && !errors.Is(err, errEnough) {
+			s.log.Error("store read failed", "err", err)
 			apiFail(w, http.StatusServiceUnavailable, "", "the store could not be read; try again shortly")
 			return
 		}
@@ -660,6 +708,9 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 		}
 	}
 	out := map[string]any{"replayed": len(replayed), "ids": views}
+	if more {
+		out["more"] = true
+	}
 	if held != nil {
 		// Some were left as dead letters: replay counts against the
 		// owner's max_inflight and rate like a new submit.

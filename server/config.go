@@ -25,6 +25,7 @@ const (
 	PingbackAttemptsDefault = 3
 	PingbackParallelDefault = 16
 	WaitMaxDefault          = 60 * time.Second
+	ReplayEveryDefault      = time.Second
 	BulkMaxIDs              = 100
 )
 
@@ -176,6 +177,11 @@ type Config struct {
 	MaxStreams          int
 	MaxWaitsPerClient   int
 	MaxWaits            int
+	// ReplayEvery is the least time between the starts of two dead-letter
+	// replays of one client (POST /v1/deadletters/replay; 429 with
+	// Retry-After sooner); a client has one replay running at a time (429
+	// while it runs). Default ReplayEveryDefault.
+	ReplayEvery time.Duration
 	// PingbackAllow lets clients' pingbacks reach these internal networks
 	// (loopback, private, link-local, CGNAT, metadata addresses are refused
 	// otherwise, checked on every connect). Default none; for tests and an
@@ -208,6 +214,7 @@ func (c Config) withDefaults() Config {
 	c.MaxStreams = cmp.Or(c.MaxStreams, MaxStreamsDefault)
 	c.MaxWaitsPerClient = cmp.Or(c.MaxWaitsPerClient, MaxWaitsPerClientDefault)
 	c.MaxWaits = cmp.Or(c.MaxWaits, MaxWaitsDefault)
+	c.ReplayEvery = cmp.Or(c.ReplayEvery, ReplayEveryDefault)
 	c.MaxBodyInflight = cmp.Or(c.MaxBodyInflight, max(MaxBodyInflightDefault, c.MaxBodyBytes))
 	c.Logger = cmp.Or(c.Logger, c.Queue.Logger, discardLogger)
 	return c
@@ -238,7 +245,7 @@ func (c Config) validate() error {
 		{"MaxStreams", int64(c.MaxStreams)}, {"MaxWaitsPerClient", int64(c.MaxWaitsPerClient)}, {"MaxWaits", int64(c.MaxWaits)},
 		{"MaxBodyBytes", c.MaxBodyBytes}, {"MaxBodyInflight", c.MaxBodyInflight}, {"SubmitWait", int64(c.SubmitWait)},
 		{"PingbackTimeout", int64(c.PingbackTimeout)}, {"PingbackAttempts", int64(c.PingbackAttempts)},
-		{"PingbackParallel", int64(c.PingbackParallel)},
+		{"PingbackParallel", int64(c.PingbackParallel)}, {"ReplayEvery", int64(c.ReplayEvery)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("server: %s: must not be negative (0 for the default)", f.name))

@@ -109,7 +109,13 @@
 //     only, so priority_min is how one client is kept from going before
 //     the others. A dead-letter replay counts against its owner's
 //     max_inflight and rate like a submit: what does not fit stays a dead
-//     letter ("held" in the answer; 429 when none fit).
+//     letter ("held" in the answer; 429 when none fit). A client has one
+//     replay running at a time and starts at most one per
+//     Config.ReplayEvery (429 with Retry-After); {"all":true} replays at
+//     most MaxTasksPerRequest at once ("more": true when more wait), and
+//     finds the client's own dead letters by tenant in the Store
+//     (captchaq.DeadLetterFilter.Tenant, an index), without reading the
+//     other clients'.
 //   - The tasks of an array go to the queue in one call, stored together
 //     (one commit on the SQLite store).
 //   - A pingback is sent at most once, after its result is recorded (in
@@ -152,6 +158,12 @@
 //     publishes it on PREFIX.reports, confirmed; repeats publish
 //     nothing); a worker forwards it to the provider with the key. The provider's own answer (a refusal such as
 //     ERROR_DUPLICATE_REPORT) is in the worker's log, not the client's.
+//   - A replay publishes the client's dead letters again from the
+//     gateway's store (amqp.Gateway.Replay); it never reads the fleet's
+//     dead-letter queue, which holds every gateway's and the fleet's dead
+//     letters, so no client's replay takes, holds or delays another's or
+//     the operator's (captchaq dlq). A task's copy there stays for the
+//     operator.
 //   - /v1/stats and /metrics count what this gateway accepted and
 //     received; threads are the workers' (zero here); "broker" and
 //     captchaq_broker_queue_ready add the broker's queue depths.

@@ -69,6 +69,10 @@ type clientState struct {
 	limiter *rate.Limiter
 
 	streams, waits gauge // open event streams and long polls
+	// replays is the replay running (at most one); replayRate spaces
+	// their starts by Config.ReplayEvery.
+	replays    gauge
+	replayRate *rate.Limiter
 
 	mu       sync.Mutex
 	inflight map[string]struct{} // unfinished task ids (store ids)
@@ -91,7 +95,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	weights := map[string]int{}
 	for _, c := range cfg.Clients {
-		cs := &clientState{Client: c, inflight: map[string]struct{}{}}
+		cs := &clientState{Client: c, inflight: map[string]struct{}{}, replayRate: rate.NewLimiter(rate.Every(cfg.ReplayEvery), 1)}
 		if c.Rate > 0 {
 			cs.limiter = rate.NewLimiter(rate.Limit(c.Rate), max(1, int(c.Rate)))
 		}

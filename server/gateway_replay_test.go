@@ -1,0 +1,127 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/captchaq/captchaq/server"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// A client's replay through a gateway finds its dead letter in the
+// gateway's store and publishes it again; the fleet's dead-letter queue,
+// which holds 20,000 dead letters of other gateways and of the fleet, is
+// not read: none of them is taken, held or put back (redelivered).
+func TestGatewayReplayTouchesNoForeignDeadLetter(t *testing.T) {
+	t.Parallel()
+	const foreign = 20000
+	var refuse atomic.Bool
+	refuse.Store(true)
+	f := newFleetRig(t, sim.Config{Instant: true, Seed: 3, PollBan: sim.PollBan{Disabled: true},
+		RefuseSubmit: func(map[string]string) string {
+			if refuse.Load() {
+				return "ERROR_BAD_PARAMETERS"
+			}
+			return ""
+		}})
+	f.worker("replay-w", 4)
+	f.config = func(c *server.Config) { c.ReplayEvery = time.Hour }
+	g := f.serve("replay", filepath.Join(t.TempDir(), "gw.db"), nil)
+	id := g.inOK(t, keyQA, turnstile())
+	if got := g.resFinal(t, keyQA, id); got != "ERROR_BAD_PARAMETERS" {
+		t.Fatalf("the refused task: %q", got)
+	}
+
+	conn, err := amqp091.Dial(f.cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := f.cfg.Prefix + ".failed"
+	waitDepth := func(what string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			q, err := ch.QueueDeclarePassive(failed, true, false, false, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if q.Messages == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s holds %d messages, want %d", what, failed, q.Messages, n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitDepth("the gateway's own dead letter", 1)
+	// Other gateways' dead letters (their reply queues) and the fleet's
+	// (no reply-to), as workers and the broker leave them.
+	ctx := context.Background()
+	for i := range foreign {
+		m := amqp091.Publishing{MessageId: fmt.Sprintf("other-gw/%d", i), Type: "task", DeliveryMode: amqp091.Persistent,
+			Headers: amqp091.Table{"x-captchaq-reason": "permanent"},
+			Body:    []byte(`{"id":"x","method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://a.example/"}}`)}
+		if i%2 == 0 {
+			m.ReplyTo = f.cfg.Prefix + ".replies.other-gw"
+		} else {
+			m.MessageId = fmt.Sprintf("fleet-task-%d", i)
+		}
+		if err := ch.PublishWithContext(ctx, "", failed, false, false, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDepth("the foreign dead letters", foreign+1)
+
+	refuse.Store(false)
+	var out struct {
+		Replayed int      `json:"replayed"`
+		IDs      []string `json:"ids"`
+	}
+	g.api(t, "POST", "/v1/deadletters/replay", keyQA, `{"ids":["`+id+`"]}`, http.StatusOK, &out)
+	if out.Replayed != 1 || len(out.IDs) != 1 || out.IDs[0] != id {
+		t.Fatalf("replay: %+v, want %s", out, id)
+	}
+	if got := g.resFinal(t, keyQA, id); !strings.HasPrefix(got, "OK|") {
+		t.Fatalf("the replayed task: %q, want solved", got)
+	}
+	// Every message is still there, none ever taken: read them all once.
+	waitDepth("after the replay", foreign+1)
+	if err := ch.Qos(1000, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume(failed, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redelivered := 0
+	for n := 0; n < foreign+1; n++ {
+		select {
+		case d := <-deliveries:
+			if d.Redelivered {
+				redelivered++
+			}
+			if err := d.Ack(false); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d dead letters read, then none within a minute", n, foreign+1)
+		}
+	}
+	if redelivered != 0 {
+		t.Errorf("%d of the %d dead letters were taken and put back", redelivered, foreign+1)
+	}
+}
