@@ -297,13 +297,12 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 			return
 		}
 	}
-	room, ok := s.bodyRoom(w, r)
-	if !ok {
-		return
-	}
-	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	s.bodies.give(room)
+	body, err := s.readClientBody(w, r, cs)
 	if err != nil {
+		if errors.Is(err, errBodiesBusy) {
+			bodyRefused(w, err)
+			return
+		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			apiFail(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over the server's limit of %d bytes", mbe.Limit))
@@ -420,10 +419,19 @@ func cmpOr(a, b int) int {
 	return a
 }
 
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
+// readClientBody reads the body of cs's API request, at most
+// Config.MaxBodyBytes, metered against cs's share of the bodies being read
+// (see bodyBudget).
+func (s *Server) readClientBody(w http.ResponseWriter, r *http.Request, cs *clientState) ([]byte, error) {
+	m, release := s.clientBody(r, cs)
+	defer release()
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	var buf bytes.Buffer
 	_, err := buf.ReadFrom(r.Body)
+	if m.err != nil {
+		err = m.err
+		cutShort(w, r)
+	}
 	return buf.Bytes(), err
 }
 
@@ -629,13 +637,12 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request, cs *c
 }
 
 func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *clientState) {
-	room, ok := s.bodyRoom(w, r)
-	if !ok {
-		return
-	}
-	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	s.bodies.give(room)
+	body, err := s.readClientBody(w, r, cs)
 	if err != nil {
+		if errors.Is(err, errBodiesBusy) {
+			bodyRefused(w, err)
+			return
+		}
 		apiFail(w, http.StatusBadRequest, "", "body could not be read: "+err.Error())
 		return
 	}

@@ -15,6 +15,7 @@ const (
 	MaxStreamsDefault          = 256
 	MaxWaitsPerClientDefault   = 64
 	MaxWaitsDefault            = 1024
+	KeylessBodyTimeoutDefault  = 10 * time.Second
 )
 
 // gauge is a count of things held, with a cap: take refuses past it. A
@@ -30,6 +31,18 @@ func (g *gauge) take(k, limit int64) bool {
 		}
 		if g.n.CompareAndSwap(n, n+k) {
 			return true
+		}
+	}
+}
+
+// takeUpTo takes as much of k as fits under limit, maybe none, and
+// returns what it took.
+func (g *gauge) takeUpTo(k, limit int64) int64 {
+	for {
+		n := g.n.Load()
+		got := min(k, max(limit-n, 0))
+		if got == 0 || g.n.CompareAndSwap(n, n+got) {
+			return got
 		}
 	}
 }
@@ -53,31 +66,9 @@ func slot(w http.ResponseWriter, mine, all *gauge, perClient, overall int, what 
 	return true
 }
 
-// takeBodyRoom reserves room for a request body among the bodies of g
-// being read (the most it may be: its Content-Length, else the body cap)
-// and reports whether there was room. The caller gives the room back
-// with g.give.
-func (s *Server) takeBodyRoom(g *gauge, r *http.Request) (int64, bool) {
-	n := s.cfg.MaxBodyBytes
-	if r.ContentLength >= 0 && r.ContentLength < n {
-		n = r.ContentLength
-	}
-	return n, g.take(n, s.cfg.MaxBodyInflight)
-}
-
-// bodiesBusy says why a body was not read: the bodies being read fill
-// Config.MaxBodyInflight.
-func (s *Server) bodiesBusy() string {
-	return fmt.Sprintf("the server is reading %d bytes of request bodies, its limit: try again shortly", s.cfg.MaxBodyInflight)
-}
-
-// bodyRoom is takeBodyRoom for the JSON API: without room it answers 429
-// and returns false.
-func (s *Server) bodyRoom(w http.ResponseWriter, r *http.Request) (int64, bool) {
-	n, ok := s.takeBodyRoom(&s.bodies, r)
-	if !ok {
-		retryAfter(w, time.Second)
-		apiFail(w, http.StatusTooManyRequests, "", s.bodiesBusy())
-	}
-	return n, ok
+// bodyRefused answers an API request whose body was cut short: 429 for
+// want of room.
+func bodyRefused(w http.ResponseWriter, err error) {
+	retryAfter(w, time.Second)
+	apiFail(w, http.StatusTooManyRequests, "", err.Error())
 }

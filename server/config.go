@@ -162,17 +162,33 @@ type Config struct {
 	PingbackAttempts int
 	PingbackParallel int
 	// MaxTasksPerRequest bounds the tasks of one POST /v1/tasks (413
-	// past it). MaxBodyInflight bounds the request bodies being read at
-	// once, in bytes (429, on the front ERROR_NO_SLOT_AVAILABLE, past it):
-	// the API's and the front's with a client's key in the query string
-	// together, and apart, with a budget of the same size, the front's
-	// whose key is only in the body, so clients without a key cannot take
-	// the room of those with one. MaxStreamsPerClient and MaxStreams
-	// bound open event streams, MaxWaitsPerClient and MaxWaits long polls
-	// (?wait=), per client and overall (429 past them). Defaults: the
-	// *Default constants.
+	// past it). MaxStreamsPerClient and MaxStreams bound open event
+	// streams, MaxWaitsPerClient and MaxWaits long polls (?wait=), per
+	// client and overall (429 past them). Defaults: the *Default
+	// constants.
+	//
+	// Request bodies being read are counted as their bytes arrive (429,
+	// on the front ERROR_NO_SLOT_AVAILABLE, past a bound): a client's
+	// (the API's, and in.php and res.php with key= in the query string)
+	// take their first MaxBodyPerClient bytes from the client's own share,
+	// which no other client can take, the rest from a pool of
+	// MaxBodyInflight bytes shared by the clients; the front's bodies
+	// whose key is only inside them take at most MaxBodyPerAddress from
+	// one source address (IPv6 by /64) out of a pool of MaxBodyInflight
+	// of their own, and are cut off unless they arrive within
+	// KeylessBodyTimeout. Defaults: MaxBodyInflightDefault,
+	// MaxBodyBytes, twice MaxBodyBytes, KeylessBodyTimeoutDefault.
+	//
+	// MaxConns and MaxConnsPerAddress cap the connections open at once on
+	// the server's Listener, overall and from one source address (IPv6 by
+	// /64). Defaults MaxConnsDefault and MaxConnsPerAddressDefault.
 	MaxTasksPerRequest  int
+	MaxConns            int
+	MaxConnsPerAddress  int
 	MaxBodyInflight     int64
+	MaxBodyPerClient    int64
+	MaxBodyPerAddress   int64
+	KeylessBodyTimeout  time.Duration
 	MaxStreamsPerClient int
 	MaxStreams          int
 	MaxWaitsPerClient   int
@@ -215,7 +231,12 @@ func (c Config) withDefaults() Config {
 	c.MaxWaitsPerClient = cmp.Or(c.MaxWaitsPerClient, MaxWaitsPerClientDefault)
 	c.MaxWaits = cmp.Or(c.MaxWaits, MaxWaitsDefault)
 	c.ReplayEvery = cmp.Or(c.ReplayEvery, ReplayEveryDefault)
+	c.MaxConns = cmp.Or(c.MaxConns, MaxConnsDefault)
+	c.MaxConnsPerAddress = cmp.Or(c.MaxConnsPerAddress, MaxConnsPerAddressDefault)
 	c.MaxBodyInflight = cmp.Or(c.MaxBodyInflight, max(MaxBodyInflightDefault, c.MaxBodyBytes))
+	c.MaxBodyPerClient = cmp.Or(c.MaxBodyPerClient, c.MaxBodyBytes)
+	c.MaxBodyPerAddress = cmp.Or(c.MaxBodyPerAddress, 2*c.MaxBodyBytes)
+	c.KeylessBodyTimeout = cmp.Or(c.KeylessBodyTimeout, KeylessBodyTimeoutDefault)
 	c.Logger = cmp.Or(c.Logger, c.Queue.Logger, discardLogger)
 	return c
 }
@@ -244,6 +265,8 @@ func (c Config) validate() error {
 		{"MaxTasksPerRequest", int64(c.MaxTasksPerRequest)}, {"MaxStreamsPerClient", int64(c.MaxStreamsPerClient)},
 		{"MaxStreams", int64(c.MaxStreams)}, {"MaxWaitsPerClient", int64(c.MaxWaitsPerClient)}, {"MaxWaits", int64(c.MaxWaits)},
 		{"MaxBodyBytes", c.MaxBodyBytes}, {"MaxBodyInflight", c.MaxBodyInflight}, {"SubmitWait", int64(c.SubmitWait)},
+		{"MaxConns", int64(c.MaxConns)}, {"MaxConnsPerAddress", int64(c.MaxConnsPerAddress)},
+		{"MaxBodyPerClient", c.MaxBodyPerClient}, {"MaxBodyPerAddress", c.MaxBodyPerAddress}, {"KeylessBodyTimeout", int64(c.KeylessBodyTimeout)},
 		{"PingbackTimeout", int64(c.PingbackTimeout)}, {"PingbackAttempts", int64(c.PingbackAttempts)},
 		{"PingbackParallel", int64(c.PingbackParallel)}, {"ReplayEvery", int64(c.ReplayEvery)},
 	} {

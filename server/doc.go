@@ -90,12 +90,21 @@
 //     "field"}: code INVALID_TASK or UNSUPPORTED_TYPE, as in a Result.
 //   - Request bodies are limited to Config.MaxBodyBytes (8 MiB by default):
 //     in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE, the API 413. Bodies
-//     being read at once are limited to Config.MaxBodyInflight: past it
-//     in.php and res.php answer ERROR_NO_SLOT_AVAILABLE, the API 429. The
-//     front's bodies whose key is only inside them (read before the key is
-//     known) count apart, against a budget of the same size, so clients
-//     without a key cannot take the room of the API's and of in.php
-//     requests with the key in the query string.
+//     being read are counted as their bytes arrive, never as a
+//     Content-Length declares them, and give their bytes back once read
+//     (see Config.MaxBodyInflight): a client's bodies (the API's, in.php
+//     and res.php with key= in the query) take the client's own share
+//     first (MaxBodyPerClient), which no other client can take, then a
+//     pool shared by the clients; the front's bodies whose key is only
+//     inside them take at most MaxBodyPerAddress from one source address
+//     out of a pool of their own, and are cut off unless they arrive
+//     within KeylessBodyTimeout (10 s). A body cut short is answered
+//     ERROR_NO_SLOT_AVAILABLE on in.php and res.php, 429 on the API, with
+//     the reason and the fix, and its connection closes.
+//   - The server's Listener (serve --listen) caps open connections at
+//     Config.MaxConns and Config.MaxConnsPerAddress (--max-conns,
+//     --max-conns-per-address): one past either is closed as it is
+//     accepted.
 //   - A client's rate (tasks per second) and max_inflight (unfinished
 //     tasks) bound submits only: in.php answers MAX_USER_TURN and
 //     ERROR_NO_SLOT_AVAILABLE, the API 429 with Retry-After. A queue full
@@ -190,6 +199,14 @@
 //     Referrer-Policy: no-referrer, X-Frame-Options: DENY and a
 //     Content-Security-Policy of the server's own scripts, styles and
 //     calls only (script-src 'self', frame-ancestors 'none').
+//   - Anyone who can connect, with a key or without, is untrusted with
+//     the server's room: slow or large bodies hold only the bytes that
+//     came, within their client's or address's share, and a keyless one
+//     only for KeylessBodyTimeout; connections are capped per address and
+//     overall. A client within its share is never refused for another's
+//     bytes. Behind a proxy every connection and keyless body comes from
+//     the proxy's address: raise MaxConnsPerAddress and
+//     MaxBodyPerAddress to what it carries.
 //   - A client is untrusted: its tasks are data. Nothing it repeats
 //     reaches the provider twice: a report of a task is forwarded once,
 //     with the operator's key, so one client cannot get the shared

@@ -1,11 +1,11 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -74,34 +74,39 @@ func (f frontReply) text(s string) {
 	io.WriteString(f.w, s)
 }
 
-// errBodiesBusy: the bodies being read fill Config.MaxBodyInflight.
-var errBodiesBusy = errors.New("request bodies in flight at the server's limit")
-
 // frontForm reads an in.php/res.php request through the parser the
 // simulator shares: a key in the query string is checked before the body
-// is read, and the body is capped at Config.MaxBodyBytes and counted
-// against Config.MaxBodyInflight: with the API's bodies when the query
-// names a client's key, else among the bodies whose key is not known
-// until they are read, which have a budget of their own. Without room,
-// only the query is read, for the answer's form.
+// is read, and the body is capped at Config.MaxBodyBytes and metered as
+// it arrives (see bodyBudget): against the client's share when the query
+// names its key, else as a body whose key is only inside it, from its
+// address's share and within KeylessBodyTimeout. Refused or too slow, it
+// is cut short with errBodiesBusy or errBodyTooSlow; the query's fields
+// are read all the same, for the answer's form.
 func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (*apiform.Request, error) {
 	o := apiform.Options{
 		MaxBody: s.cfg.MaxBodyBytes,
 		KeyOK:   func(key string) bool { return s.client(key) != nil },
 	}
-	g := &s.keylessBodies
-	if key, ok := apiform.QueryKey(r); ok && s.client(key) != nil {
-		g = &s.bodies
+	var m *meteredBody
+	var release func()
+	if r.Body != nil && r.Body != http.NoBody {
+		if key, ok := apiform.QueryKey(r); ok {
+			if cs := s.client(key); cs != nil {
+				m, release = s.clientBody(r, cs)
+			}
+		} else {
+			m, release = s.keylessBody(w, r)
+		}
 	}
-	room, ok := s.takeBodyRoom(g, r)
-	if !ok {
-		q := r.Clone(r.Context())
-		q.Body, q.ContentLength = http.NoBody, 0
-		form, err := apiform.Parse(w, q, o)
-		return form, cmp.Or(err, errBodiesBusy)
+	form, err := apiform.Parse(w, r, o)
+	if m != nil {
+		release()
+		if m.err != nil {
+			err = m.err // the parser may have wrapped or replaced it
+			cutShort(w, r)
+		}
 	}
-	defer g.give(room)
-	return apiform.Parse(w, r, o)
+	return form, err
 }
 
 // replyFor is the answer form the request asked for, with
@@ -120,7 +125,9 @@ func formErrorCode(s *Server, err error) (string, string) {
 	case errors.Is(err, apiform.ErrWrongKey):
 		return "ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file"
 	case errors.Is(err, errBodiesBusy):
-		return "ERROR_NO_SLOT_AVAILABLE", s.bodiesBusy()
+		return "ERROR_NO_SLOT_AVAILABLE", err.Error()
+	case errors.Is(err, errBodyTooSlow):
+		return "ERROR_NO_SLOT_AVAILABLE", fmt.Sprintf("the request body did not arrive within %v: a body whose key is only inside it must come at once; send key= in the query string for a slow upload", s.cfg.KeylessBodyTimeout)
 	case errors.Is(err, apiform.ErrTooBig):
 		return "ERROR_TOO_BIG_CAPTCHA_FILESIZE", "request body " + strings.TrimPrefix(err.Error(), "apiform: request body too large: ") + ", the server's limit"
 	}

@@ -34,12 +34,11 @@ type Server struct {
 	local   *localBackend           // nil with Config.Backend
 	clients map[string]*clientState // by key
 	byName  map[string]*clientState
-	// bodies, streams and waits count request bodies being read (bytes),
-	// open event streams and long polls, against the Config caps.
-	// keylessBodies counts the front's bodies read before their key is
-	// known (none in the query string): a budget of their own, so clients
-	// without a key cannot take the room of those with one.
-	bodies, keylessBodies, streams, waits gauge
+	// budget bounds the request bodies being read; streams and waits
+	// count open event streams and long polls, against the Config caps.
+	budget         *bodyBudget
+	conns          *connMetrics
+	streams, waits gauge
 
 	ids       atomic.Uint64 // the last numeric id handed out
 	idMu      sync.Mutex
@@ -69,6 +68,9 @@ type clientState struct {
 	limiter *rate.Limiter
 
 	streams, waits gauge // open event streams and long polls
+	// bodyShare is the client's own share of the bodies being read
+	// (Config.MaxBodyPerClient): no other client's bytes take it.
+	bodyShare gauge
 	// replays is the replay running (at most one); replayRate spaces
 	// their starts by Config.ReplayEvery.
 	replays    gauge
@@ -91,7 +93,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger,
 		clients: map[string]*clientState{}, byName: map[string]*clientState{},
-		events: newBroker(),
+		events: newBroker(), budget: newBodyBudget(cfg), conns: newConnMetrics(),
 	}
 	weights := map[string]int{}
 	for _, c := range cfg.Clients {
@@ -142,6 +144,8 @@ func New(cfg Config) (*Server, error) {
 	s.registry = prometheus.NewRegistry()
 	s.metrics = newHTTPMetrics()
 	s.registry.MustRegister(promq.NewCollector(s.backend), newClientCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports)
+	s.registry.MustRegister(s.budget.collectors()...)
+	s.registry.MustRegister(s.conns.collectors()...)
 	if qd, ok := s.backend.(QueueDepther); ok {
 		s.registry.MustRegister(newBrokerCollector(qd))
 	}

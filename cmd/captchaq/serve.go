@@ -41,6 +41,7 @@ type serveFlags struct {
 	threads                                         *int
 	pollInterval, shutdown                          *time.Duration
 	maxBody                                         *int64
+	maxConns, maxConnsPerAddr                       *int
 
 	amqpURL, prefix, gateway, lanes *string
 	taskTTL                         *time.Duration
@@ -67,30 +68,32 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	f := serveFlags{
-		listen:        fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)"),
-		clients:       fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
-		apiURL:        addAPIURLFlag(fs),
-		providers:     addProvidersFlag(fs, "api-url", "threads", "plan"),
-		store:         fs.String("store", "", "task store: a SQLite file `PATH`, a PostgreSQL database postgres://USER@HOST/DB (password from PGPASSWORD or ~/.pgpass), or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
-		publicURL:     fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
-		threads:       fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
-		standby:       fs.Bool("standby", false, "with a PostgreSQL --store that another serve has active: wait, and take over when it stops (one queue solves the tasks of a database)"),
-		plan:          fs.String("plan", "", "plan name (BASIC … VIP-3) when --threads is not given"),
-		pollInterval:  addPollIntervalFlag(fs),
-		maxBody:       fs.Int64("max-body", server.MaxBodyBytesDefault, "largest request body in bytes (images are sent in the body)"),
-		shutdown:      fs.Duration("shutdown-timeout", serveShutdownDefault, "on SIGTERM, how long to wait for accepted tasks (with --amqp: for results being recorded)"),
-		amqpURL:       fs.String("amqp", "", "run as a gateway to the RabbitMQ fleet at `URL` (amqp://user:pass@host:5672/): tasks go to 'captchaq worker' processes, which hold the provider key (default: $"+envAMQPURL+", which keeps the password out of ps; --amqp '' serves locally although it is set)"),
-		prefix:        fs.String("prefix", amqp.PrefixDefault, "with --amqp: name prefix of the fleet's queues and exchanges"),
-		gateway:       fs.String("gateway", "", "with --amqp: this gateway's `NAME`; results come to PREFIX.replies.NAME, so keep it with the store (default: host name and a hash of the store's path)"),
-		lanes:         fs.String("lanes", "", "with --amqp: comma-separated task kinds that have their own queue (as the workers' --lanes)"),
-		taskTTL:       fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
-		fairBurst:     fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
-		pingbackAllow: fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
-		maxAttempts:   fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good, and the most a client's max_attempts may ask for (default %d)", captchaq.MaxAttemptsDefault)),
-		metricsListen: fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
-		metricsTLS:    fs.Bool("metrics-tls", false, "serve --metrics-listen over TLS too, with the front's certificate (--tls-cert or --tls-self-signed)"),
-		tls:           addTLSFlags(fs, "the front (in.php, res.php, the API, the dashboard)"),
-		set:           map[string]bool{},
+		listen:          fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)"),
+		clients:         fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
+		apiURL:          addAPIURLFlag(fs),
+		providers:       addProvidersFlag(fs, "api-url", "threads", "plan"),
+		store:           fs.String("store", "", "task store: a SQLite file `PATH`, a PostgreSQL database postgres://USER@HOST/DB (password from PGPASSWORD or ~/.pgpass), or \"memory\" (lost on exit) (default: "+serveStoreDefault+", or "+gatewayStoreDefault+" with --amqp, in the user's data directory)"),
+		publicURL:       fs.String("public-url", "", "this server's URL as the provider can reach it; enables provider pingbacks at URL/pingback/<secret>"),
+		threads:         fs.Int("threads", 0, "plan threads (default: from --plan, else 5)"),
+		standby:         fs.Bool("standby", false, "with a PostgreSQL --store that another serve has active: wait, and take over when it stops (one queue solves the tasks of a database)"),
+		plan:            fs.String("plan", "", "plan name (BASIC … VIP-3) when --threads is not given"),
+		pollInterval:    addPollIntervalFlag(fs),
+		maxBody:         fs.Int64("max-body", server.MaxBodyBytesDefault, "largest request body in bytes (images are sent in the body)"),
+		maxConns:        fs.Int("max-conns", server.MaxConnsDefault, "connections open at once on --listen; past it a new one is closed at once"),
+		maxConnsPerAddr: fs.Int("max-conns-per-address", server.MaxConnsPerAddressDefault, "connections open at once on --listen from one source address (IPv6 by /64); behind a proxy or balancer every connection comes from its address: raise it to what the proxy opens"),
+		shutdown:        fs.Duration("shutdown-timeout", serveShutdownDefault, "on SIGTERM, how long to wait for accepted tasks (with --amqp: for results being recorded)"),
+		amqpURL:         fs.String("amqp", "", "run as a gateway to the RabbitMQ fleet at `URL` (amqp://user:pass@host:5672/): tasks go to 'captchaq worker' processes, which hold the provider key (default: $"+envAMQPURL+", which keeps the password out of ps; --amqp '' serves locally although it is set)"),
+		prefix:          fs.String("prefix", amqp.PrefixDefault, "with --amqp: name prefix of the fleet's queues and exchanges"),
+		gateway:         fs.String("gateway", "", "with --amqp: this gateway's `NAME`; results come to PREFIX.replies.NAME, so keep it with the store (default: host name and a hash of the store's path)"),
+		lanes:           fs.String("lanes", "", "with --amqp: comma-separated task kinds that have their own queue (as the workers' --lanes)"),
+		taskTTL:         fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
+		fairBurst:       fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
+		pingbackAllow:   fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
+		maxAttempts:     fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good, and the most a client's max_attempts may ask for (default %d)", captchaq.MaxAttemptsDefault)),
+		metricsListen:   fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
+		metricsTLS:      fs.Bool("metrics-tls", false, "serve --metrics-listen over TLS too, with the front's certificate (--tls-cert or --tls-self-signed)"),
+		tls:             addTLSFlags(fs, "the front (in.php, res.php, the API, the dashboard)"),
+		set:             map[string]bool{},
 	}
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: captchaq serve --clients FILE [--store PATH | --amqp URL] [flags]\n\n"+
@@ -173,6 +176,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	}
 	defer stop()
 	cfg.Clients, cfg.MaxBodyBytes, cfg.Logger = clients, *f.maxBody, log
+	cfg.MaxConns, cfg.MaxConnsPerAddress = *f.maxConns, *f.maxConnsPerAddr
 	cfg.PingbackAllow = allow
 	cfg.MaxAttempts, cfg.Queue.MaxAttempts = *f.maxAttempts, *f.maxAttempts
 	if cfg.Backend != nil {
@@ -190,6 +194,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		srv.Shutdown(context.Background())
 		return fmt.Errorf("--listen %s: %w", *f.listen, err)
 	}
+	ln = srv.Listener(ln) // the connection caps
 	hs := newHTTPServer(srv.Handler())
 	errc := make(chan error, 2)
 	go func() { errc <- serveHTTP(hs, ln, tlsCfg) }()

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/captchaq/captchaq/sim"
 )
@@ -72,6 +75,40 @@ func TestServePollCadence(t *testing.T) {
 		p.stop(t)
 		if m[1] != c.want {
 			t.Errorf("serve %v: polling %q, want %q", c.flags, m[1], c.want)
+		}
+	}
+}
+
+// serve caps the connections from one address (--max-conns-per-address):
+// past it a connection is closed unanswered, idle keep-alives included.
+func TestServeCapsConnectionsPerAddress(t *testing.T) {
+	ss, apiURL, err := sim.Start(sim.Config{LatencyScale: 0.01, Seed: 3}, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"client-key-1"}]`)
+	p, m := startProcess(t, captchaqBinary(t), []string{"CAPTCHAAI_KEY=conns-test-key"}, regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+)`),
+		"serve", "--store", "memory", "--clients", clients, "--api-url", apiURL, "--listen", "127.0.0.1:0", "--max-conns-per-address", "2")
+	defer p.stop(t)
+	answered := func() bool {
+		c, err := net.Dial("tcp", m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: captchaq.test\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(time.Minute)) // a bound, not a measure
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	for i, want := range []bool{true, true, false, false} {
+		if got := answered(); got != want {
+			t.Errorf("connection %d (the others left open): answered %v, want %v", i+1, got, want)
 		}
 	}
 }
