@@ -235,4 +235,30 @@
 //     or address of the operator's: a store's or broker's failure under
 //     a replay, a cancel or the readiness check is logged whole and
 //     answered in plain words.
+//
+// By endpoint, what the caller is trusted with:
+//   - in.php, res.php (and the createTask methods): a client's key, in
+//     the query or in the body. Without a key in the query the body is
+//     anyone's until read (an address's share, KeylessBodyTimeout); with
+//     one, the client's share. A client submits, reads its own tasks and
+//     balance, and reports its own solved tasks once each, within its
+//     rate.
+//   - POST /v1/tasks, GET and DELETE /v1/tasks/{id}: a client's key in
+//     Authorization; its own tasks only (an admin's: every client's), its
+//     body within its share, submits within its rate and max_inflight.
+//   - GET /v1/events: a client's key in Authorization or, for
+//     EventSource, in ?key= (never an admin's there); its own results.
+//   - GET /v1/deadletters, POST /v1/deadletters/replay: a client's key;
+//     its own dead letters (found by tenant in the Store), one replay at
+//     a time, at most one per ReplayEvery, each task within its rate and
+//     max_inflight; an admin's, every client's. A gateway's replay reads
+//     its own store only, never the fleet's shared dead-letter queue.
+//   - GET /v1/stats, /v1/history: a client sees its own counts; an admin
+//     the whole queue's and the broker's depths.
+//   - / (the dashboard) and /metrics: an admin's key in Authorization
+//     (the dashboard's form); a key in the address is refused.
+//   - /healthz, /readyz: anyone; /readyz says why it is not ready in
+//     words that name no file or host.
+//   - The operator's own: --metrics-listen (no key), the clients file,
+//     the store files and the key file, each for the operator alone.
 package server
