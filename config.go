@@ -51,11 +51,18 @@ type Config struct {
 	// takes PollIntervalDefault for the slow polls behind pingbacks and
 	// the wait of a task Admit refused. At least PollIntervalMin.
 	PollInterval time.Duration
-	// PollGap is, when PollInterval is 0, the shortest time between two
-	// polls of one id: the provider's rule (the simulator bans an id polled
-	// more than 20 times in 10 s, CaptchaAI documents none). The default
-	// scheduler derives its request rate bound from it (see the package
-	// doc). Default PollGapDefault; at least PollGapMin.
+	// PollGap is the shortest time between two polls of one id: the
+	// provider's rule (the simulator bans an id polled more than 20 times
+	// in 10 s, CaptchaAI documents none). The default scheduler derives
+	// its request rate bound and what a request costs from it (see the
+	// package doc). Default PollGapDefault; at least PollGapMin.
+	//
+	// A provider may have a rule of its own (a PollGap() method: a
+	// *createtask.Client gives its service's, e.g. CapMonster Cloud's
+	// 2 s): with PollGap left 0, no id is polled more often than that
+	// there, on the default scheduler and on a fixed PollInterval alike,
+	// while a request still costs PollGapDefault. With Providers, each
+	// provider's rule is its ProviderConfig.PollGap.
 	PollGap time.Duration
 	// PingbackURL, when set, asks the provider to call it (served by
 	// PingbackHandler) when an answer is ready; polling becomes a slow
@@ -108,6 +115,9 @@ type Config struct {
 	// adaptive: PollInterval was left 0, so polls follow the default
 	// scheduler instead of a fixed interval.
 	adaptive bool
+	// providerGap is Provider's own rule for polling one task, when
+	// PollGap was left 0 (0: it has none).
+	providerGap time.Duration
 }
 
 // withDefaults returns c with its zero fields filled in. It checks
@@ -127,6 +137,10 @@ func (c Config) withDefaults() Config {
 	default:
 		c.Threads = cmp.Or(c.Threads, ThreadsDefault)
 		threads = c.Threads
+	}
+	if len(c.Providers) == 0 && c.Provider != nil && c.PollGap == 0 {
+		// One provider: its own rule, unless PollGap says otherwise.
+		c.providerGap = publishedPollGap(c.Provider)
 	}
 	c.PollGap = cmp.Or(c.PollGap, PollGapDefault)
 	if c.PollInterval == 0 {

@@ -2,6 +2,7 @@ package captchaq
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -98,4 +99,59 @@ type nopProvider struct{}
 func (nopProvider) Submit(context.Context, provider.Task, string) (string, error) { return "", nil }
 func (nopProvider) PollMany(context.Context, []string) ([]provider.PollResult, error) {
 	return nil, nil
+}
+
+// ruledProvider is a nopProvider with a poll rule of its own, as a
+// *createtask.Client has.
+type ruledProvider struct {
+	nopProvider
+	gap time.Duration
+}
+
+func (p ruledProvider) PollGap() time.Duration { return p.gap }
+
+// TestConfigPollGaps: each provider's gap between two polls of one task
+// is its ProviderConfig.PollGap, else its own rule, else Config.PollGap,
+// else PollGapDefault; a queue of one Provider takes its rule unless
+// Config.PollGap is set; a gap below PollGapMin is refused by name.
+func TestConfigPollGaps(t *testing.T) {
+	t.Parallel()
+	ruled := ruledProvider{gap: 2 * time.Second}
+	gaps := func(c Config) []time.Duration {
+		var out []time.Duration
+		for _, l := range newLanes(c) {
+			out = append(out, c.pollGapOf(l))
+		}
+		return out
+	}
+	ps := []ProviderConfig{
+		{Name: "inphp", Provider: nopProvider{}},
+		{Name: "ruled", Provider: ruled},
+		{Name: "ruled-set", Provider: ruled, PollGap: 3 * time.Second},
+		{Name: "inphp-set", Provider: nopProvider{}, PollGap: 100 * time.Millisecond},
+	}
+	for _, c := range []struct {
+		cfg  Config
+		want []time.Duration
+	}{
+		{Config{Providers: ps}, []time.Duration{PollGapDefault, 2 * time.Second, 3 * time.Second, 100 * time.Millisecond}},
+		{Config{Providers: ps, PollGap: 700 * time.Millisecond}, []time.Duration{700 * time.Millisecond, 2 * time.Second, 3 * time.Second, 100 * time.Millisecond}},
+		{Config{Provider: ruled}, []time.Duration{2 * time.Second}},
+		{Config{Provider: ruled, PollGap: 5 * time.Second}, []time.Duration{5 * time.Second}},
+		{Config{Provider: nopProvider{}}, []time.Duration{PollGapDefault}},
+	} {
+		c.cfg = c.cfg.withDefaults()
+		if err := c.cfg.validate(); err != nil {
+			t.Errorf("%+v: %v", c.cfg.Providers, err)
+		}
+		if got := gaps(c.cfg); !slices.Equal(got, c.want) {
+			t.Errorf("gaps %v, want %v", got, c.want)
+		}
+	}
+	_, err := New(Config{Providers: []ProviderConfig{{Name: "a", Provider: ruled, PollGap: -time.Second}, {Name: "b", Provider: ruled, PollGap: time.Microsecond}}})
+	want := "captchaq: invalid Config: Providers[0].PollGap: must be at least 1ms, got -1s; leave it out for the provider's own rule\n" +
+		"Providers[1].PollGap: must be at least 1ms, got 1µs; leave it out for the provider's own rule"
+	if err == nil || err.Error() != want {
+		t.Errorf("New: %v\nwant: %s", err, want)
+	}
 }

@@ -148,7 +148,12 @@
 // published pace, which bulk polling of many ids in one request makes
 // moot for the request rate. A rolling count (20 in any 10 s) would allow
 // shorter gaps in bursts; nothing published allows that, so the engine
-// keeps the gap. A lone task costs a few polls: the first
+// keeps the gap. A provider with a rule of its own keeps it
+// (ProviderConfig.PollGap, "poll_gap" in a providers file; a
+// createtask.Client gives its service's, e.g. CapMonster Cloud's 2 s a
+// task): its ids are polled at most once per that gap, counted from the
+// answer to the last poll, while a request still costs Config.PollGap of
+// answers' waiting (docs/protocols.md, Poll rules). A lone task costs a few polls: the first
 // goes out when its kind's answer has probably waited PollGap, and each
 // later one when it has probably waited that long again (1 to 2 polls a
 // task on the fast mix, in TestDefaultPollingLoneTask).

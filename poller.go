@@ -18,7 +18,7 @@ import (
 func (q *Queue) newPoller(l *lane.Lane) *poller.Poller[*taskState] {
 	return poller.New(poller.Config{
 		Lane: l, Adaptive: q.cfg.adaptive && q.cfg.PingbackURL == "",
-		PollInterval: q.cfg.PollInterval, PollGap: q.cfg.PollGap, Repoll: q.repoll(),
+		PollInterval: q.cfg.PollInterval, PollGap: q.cfg.pollGapOf(l), RequestCost: q.cfg.PollGap, Repoll: q.repoll(),
 		Backoff: q.backoff, Requests: q.runCtx, Now: q.cfg.Now, Logger: q.log,
 	}, laneSink{q, l})
 }
@@ -27,7 +27,13 @@ func (q *Queue) newPoller(l *lane.Lane) *poller.Poller[*taskState] {
 func (q *Queue) logPolling() {
 	switch {
 	case q.pollers[0].Adaptive():
-		q.log.Info("polling", "schedule", "default", "poll_gap", q.cfg.PollGap)
+		if !q.multi() && q.lanes[0].Name() == "" {
+			q.log.Info("polling", "schedule", "default", "poll_gap", q.cfg.pollGapOf(q.lanes[0]))
+			return
+		}
+		for _, l := range q.lanes {
+			q.log.Info("polling", "schedule", "default", "provider", l.Name(), "poll_gap", q.cfg.pollGapOf(l))
+		}
 	case q.cfg.PingbackURL != "":
 		q.log.Info("polling", "schedule", "pingback", "fallback_every", q.repoll())
 	default:

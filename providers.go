@@ -46,6 +46,13 @@ type ProviderConfig struct {
 	// out of routing until a probe (getbalance every DownAfter) answers.
 	// Default DownAfterDefault.
 	DownAfter time.Duration
+	// PollGap is the shortest time between two polls of one task here:
+	// the service's own rule (CapMonster Cloud answers a task polled
+	// again within 2 s with ERROR_TOO_MUCH_REQUESTS). Default: the
+	// Provider's PollGap() when it has one (a *createtask.Client gives its
+	// service's published rule, createtask.PublishedPollGap), else
+	// Config.PollGap. At least PollGapMin.
+	PollGap time.Duration
 	// ThreadPool, when set, shares this provider's Threads with other
 	// processes on the same key, as Config.ThreadPool does for a queue
 	// of one provider (amqp.Worker gives each provider a pool of its
@@ -67,6 +74,7 @@ func (c Config) providersWithDefaults() Config {
 			p.Methods = provider.CommonMethods
 		}
 		p.DownAfter = cmp.Or(p.DownAfter, DownAfterDefault)
+		p.PollGap = cmp.Or(p.PollGap, publishedPollGap(p.Provider), c.PollGap, PollGapDefault)
 	}
 	c.Providers = ps
 	return c
@@ -141,8 +149,28 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 		if p.DownAfter < 0 {
 			at("DownAfter", "must be positive, got %v", p.DownAfter)
 		}
+		if p.PollGap < PollGapMin {
+			at("PollGap", "must be at least %v, got %v; leave it out for the provider's own rule", PollGapMin, p.PollGap)
+		}
 	}
 	return errs
+}
+
+// publishedPollGap is p's own rule for polling one task (its PollGap()
+// method: a *createtask.Client has one), or 0.
+func publishedPollGap(p Provider) time.Duration {
+	if g, ok := p.(interface{ PollGap() time.Duration }); ok {
+		return max(g.PollGap(), 0)
+	}
+	return 0
+}
+
+// pollGapOf is the shortest time between two polls of one task at l.
+func (c Config) pollGapOf(l *lane.Lane) time.Duration {
+	if len(c.Providers) > 0 {
+		return c.Providers[l.Index()].PollGap
+	}
+	return cmp.Or(c.providerGap, c.PollGap)
 }
 
 // newLanes builds the queue's lanes: one per Config.Providers entry, or one

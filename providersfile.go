@@ -38,7 +38,7 @@ type ProvidersEnv struct {
 // providersFields are the fields of one entry of a providers file.
 var providersFields = []string{
 	"name", "url", "key_env", "key_file", "threads", "plan", "methods",
-	"price_per_1000", "spill_after", "max_spend_per_hour", "down_after", "protocol",
+	"price_per_1000", "spill_after", "max_spend_per_hour", "down_after", "protocol", "poll_gap",
 }
 
 // ParseProviders reads a providers file: a JSON array of providers, the
@@ -53,8 +53,11 @@ var providersFields = []string{
 // Each entry has a name and a url, and its key in the environment
 // variable key_env names or the file key_file names: never in the file
 // itself. threads (or plan, a plan's name), methods, price_per_1000,
-// spill_after, max_spend_per_hour and down_after (durations as "5s") are
-// the ProviderConfig fields of the same names; methods defaults to
+// spill_after, max_spend_per_hour, down_after and poll_gap (durations as
+// "5s") are the ProviderConfig fields of the same names; poll_gap
+// defaults to the service's published rule for a createtask provider
+// (createtask.PublishedPollGap: 2 s, 5 s at 2captcha, 3 s at CapSolver)
+// and to the queue's PollGap for in.php; methods defaults to
 // CaptchaAI's for CaptchaAI's URL, createtask.Methods for a createtask
 // provider, else to provider.CommonMethods. Field
 // names are lower case; an unknown field is refused. The error lists every
@@ -100,6 +103,7 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 	fileNames := map[string]string{
 		"Name": "name", "Provider": "url", "Threads": "threads", "Methods": "methods", "PricePer1000": "price_per_1000",
 		"SpillAfter": "spill_after", "MaxSpendPerHour": "max_spend_per_hour", "DownAfter": "down_after",
+		"PollGap": "poll_gap",
 	}
 	if perrs := cfg.providersWithDefaults().checkProviders(func(i int, field string) string {
 		return fmt.Sprintf("providers[%d] (%s).%s", i, out[i].Name, fileNames[field])
@@ -237,6 +241,10 @@ func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (
 	pc.SpillAfter = dur("spill_after")
 	pc.MaxSpendPerHour = num("max_spend_per_hour")
 	pc.DownAfter = dur("down_after")
+	pc.PollGap = dur("poll_gap")
+	if _, ok := e["poll_gap"]; ok && pc.PollGap == 0 {
+		fail("poll_gap", "must be at least %v; leave it out for the protocol's default (%v for createtask, the queue's PollGap for in.php)", PollGapMin, createtask.PollGapDefault)
+	}
 
 	if env.WithoutKeys {
 		return pc, errs

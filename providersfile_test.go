@@ -60,7 +60,7 @@ func TestParseProvidersErrors(t *testing.T) {
 	want := []string{
 		`providers[0] (main).URL: write the field name in lower case: "url"`,
 		`providers[0] (main).key: a key is never read from the providers file; put it in an environment variable named by "key_env", or a file named by "key_file"`,
-		`providers[0] (main).thread: unknown field; the fields are name, url, key_env, key_file, threads, plan, methods, price_per_1000, spill_after, max_spend_per_hour, down_after, protocol`,
+		`providers[0] (main).thread: unknown field; the fields are name, url, key_env, key_file, threads, plan, methods, price_per_1000, spill_after, max_spend_per_hour, down_after, protocol, poll_gap`,
 		`providers[0] (main).url: required: the service's base URL, e.g. https://ocr.captchaai.com`,
 		`providers[0] (main).key_env: the environment variable NOPE is not set; export it with the provider's account key`,
 		`providers[1] (main).url: "ftp://x" is not an absolute http(s) URL; use e.g. https://ocr.captchaai.com`,
@@ -174,6 +174,47 @@ func TestParseProvidersCreateTask(t *testing.T) {
 	} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("error lacks %q:\n%v", w, err)
+		}
+	}
+}
+
+// TestParseProvidersPollGap: poll_gap is the provider's own per-task poll
+// rule. Left out, a createtask provider keeps its service's published
+// rule and an in.php one the queue's PollGap; a bad value is refused,
+// naming the field and the fix.
+func TestParseProvidersPollGap(t *testing.T) {
+	t.Parallel()
+	env := providersEnv(map[string]string{"K": "k"})
+	file := `[{"name": "inphp", "url": "https://api.example", "key_env": "K"},
+	 {"name": "capmonster", "url": "https://api.capmonster.cloud", "key_env": "K", "protocol": "createtask"},
+	 {"name": "twocaptcha", "url": "https://api.2captcha.com", "key_env": "K", "protocol": "createtask"},
+	 {"name": "capsolver", "url": "https://api.capsolver.com", "key_env": "K", "protocol": "createtask"},
+	 {"name": "slower", "url": "https://api.capmonster.cloud", "key_env": "K", "protocol": "createtask", "poll_gap": "4s"},
+	 {"name": "inphp-gentle", "url": "https://api.example", "key_env": "K", "poll_gap": "1s"}]`
+	ps, err := captchaq.ParseProviders([]byte(file), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []time.Duration
+	for _, p := range ps {
+		got = append(got, p.PollGap)
+	}
+	if want := []time.Duration{0, 0, 0, 0, 4 * time.Second, time.Second}; !slices.Equal(got, want) {
+		t.Errorf("PollGap as read: %v, want %v (0: the default)", got, want)
+	}
+	if g := ps[1].Provider.(*createtask.Client).PollGap(); g != 2*time.Second {
+		t.Errorf("capmonster's client: PollGap %v, want 2s", g)
+	}
+
+	for _, c := range []struct{ gap, want string }{
+		{`"2 seconds"`, `providers[0] (a).poll_gap: "2 seconds" is not a duration; write it as "5s", "500ms" or "2m"`},
+		{`2`, `providers[0] (a).poll_gap: must be a string, got 2`},
+		{`"0s"`, `providers[0] (a).poll_gap: must be at least 1ms; leave it out for the protocol's default (2s for createtask, the queue's PollGap for in.php)`},
+		{`"-2s"`, `providers[0] (a).poll_gap: must be at least 1ms, got -2s; leave it out for the provider's own rule`},
+	} {
+		_, err := captchaq.ParseProviders([]byte(`[{"name": "a", "url": "https://api.example", "key_env": "K", "protocol": "createtask", "poll_gap": `+c.gap+`}]`), env)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("poll_gap %s: %v; want %q", c.gap, err, c.want)
 		}
 	}
 }

@@ -92,6 +92,13 @@ type Config struct {
 
 	// PollBan bans a client that polls one id too often.
 	PollBan PollBan
+	// TaskResultGap, when set, is the shortest time between two
+	// getTaskResult calls for one task, as CapMonster Cloud has it (2 s):
+	// a call sooner after the task's last answered one is answered
+	// ERROR_TOO_MUCH_REQUESTS (counted in Stats.TooManyRequests) and does
+	// not count as a poll. Zero: no such rule (res.php polls keep
+	// PollBan's either way).
+	TaskResultGap time.Duration
 	// Pingback tunes the calls to a task's pingback URL.
 	Pingback Pingback
 
@@ -281,6 +288,7 @@ func (c Config) validate() error {
 		{"PollBan.Window", c.PollBan.Window}, {"PollBan.Duration", c.PollBan.Duration},
 		{"Faults.SlowDelay", c.Faults.SlowDelay}, {"Pingback.Timeout", c.Pingback.Timeout},
 		{"ResultTTL", c.ResultTTL}, {"FetchedRetention", c.FetchedRetention},
+		{"TaskResultGap", c.TaskResultGap},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("sim: %s is %v: give a positive duration", d.name, d.v))

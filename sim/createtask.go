@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/captchaq/captchaq/provider/createtask"
 )
@@ -128,8 +129,18 @@ func (s *Server) ctResult(w http.ResponseWriter, q, in *request, ip string) {
 		writeFault(w, createtask.FrontFault(gate, errorTexts[gate]))
 		return
 	}
-	s.st.idsPolled++
 	t, code := s.lookupLocked(q.get("taskid"))
+	if gap := s.cfg.TaskResultGap; t != nil && gap > 0 {
+		if !t.resultAt.IsZero() && now.Sub(t.resultAt) < gap {
+			s.st.tooManyRequests++
+			writeFault(w, createtask.FrontFault("ERROR_TOO_MUCH_REQUESTS",
+				"getTaskResult for task "+strconv.FormatUint(t.id, 10)+" came "+now.Sub(t.resultAt).Round(time.Millisecond).String()+
+					" after the last one; ask at most once every "+gap.String()))
+			return
+		}
+		t.resultAt = now
+	}
+	s.st.idsPolled++
 	var st pollState
 	switch {
 	case code != "":

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,4 +135,46 @@ func TestCreateTaskCallback(t *testing.T) {
 		t.Errorf("callback body %v, want task %v ready with 4 digits", m, created["taskId"])
 	}
 	waitFor(t, func() bool { return b.srv.Stats().PingbacksSent == 1 })
+}
+
+// TestTaskResultGap: with Config.TaskResultGap, as CapMonster Cloud has it,
+// a getTaskResult sooner than the gap after the task's last answered one
+// is answered ERROR_TOO_MUCH_REQUESTS and counted; it neither counts as a
+// poll nor moves the gap; other tasks keep their own gaps; res.php polls
+// are not under the rule.
+func TestTaskResultGap(t *testing.T) {
+	t.Parallel()
+	clock := newManualClock()
+	b := setup(t, sim.Config{Key: key, Latency: tenSeconds(), Now: clock.Now, TaskResultGap: 2 * time.Second})
+	create := func() string {
+		created := b.ct(t, "createTask", `{"clientKey":"`+key+`","task":{"type":"TurnstileTaskProxyless","websiteURL":"https://shop.example/login","websiteKey":"0x4AAA"}}`)
+		id, _ := created["taskId"].(float64)
+		return strconv.FormatFloat(id, 'f', 0, 64)
+	}
+	a, other := create(), create()
+	result := func(id string) map[string]any {
+		return b.ct(t, "getTaskResult", `{"clientKey":"`+key+`","taskId":`+id+`}`)
+	}
+	processing := map[string]any{"errorId": 0.0, "status": "processing"}
+	if got := result(a); !cmp.Equal(got, processing) {
+		t.Fatalf("first getTaskResult: %v", got)
+	}
+	clock.Advance(1999 * time.Millisecond)
+	got := result(a)
+	if got["errorId"] != 1.0 || got["errorCode"] != "ERROR_TOO_MUCH_REQUESTS" || !strings.Contains(got["errorDescription"].(string), "at most once every 2s") {
+		t.Fatalf("getTaskResult 1.999 s later: %v, want ERROR_TOO_MUCH_REQUESTS", got)
+	}
+	if got := result(other); !cmp.Equal(got, processing) {
+		t.Fatalf("another task's first getTaskResult: %v", got)
+	}
+	if got := b.get(t, "/res.php", url.Values{"key": {key}, "action": {"get"}, "id": {a}}); got != "CAPCHA_NOT_READY" {
+		t.Fatalf("res.php poll of the same task: %q", got)
+	}
+	clock.Advance(time.Millisecond)
+	if got := result(a); !cmp.Equal(got, processing) {
+		t.Fatalf("getTaskResult 2 s after the last answered one: %v", got)
+	}
+	if st := b.srv.Stats(); st.TooManyRequests != 1 || st.Bans != 0 || st.Calls.PollSingle != 5 || st.IDsPolled != 4 {
+		t.Errorf("stats: %d too many, %d bans, %d single polls, %d ids polled; want 1, 0, 5, 4", st.TooManyRequests, st.Bans, st.Calls.PollSingle, st.IDsPolled)
+	}
 }

@@ -42,6 +42,7 @@ type task struct {
 
 	pollWindow time.Time // start of the current poll-ban window
 	pollCount  int
+	resultAt   time.Time // last getTaskResult answered for it (Config.TaskResultGap)
 }
 
 // Account is the simulated account's state, switchable at run time.

@@ -35,6 +35,9 @@ type Stats struct {
 	Faults FaultCounts `json:"faults"`
 	// Bans counts poll bans imposed.
 	Bans int64 `json:"bans"`
+	// TooManyRequests counts getTaskResult calls refused for coming
+	// within Config.TaskResultGap of the task's last one.
+	TooManyRequests int64 `json:"too_many_requests"`
 	// Spent is what the solves cost (Config.PricePer1000).
 	Spent float64 `json:"spent"`
 	// ReportsBad and ReportsGood count recorded reports.
@@ -112,6 +115,7 @@ type statsState struct {
 	spent                            float64
 	faults5xx, faultsSlow            int64
 	faultsDropped, bans              int64
+	tooManyRequests                  int64
 	reportsBad, reportsGood          int64
 	duplicates                       int64
 	pingbacksSent, pingbacksFailed   int64
@@ -205,6 +209,7 @@ func (s *Server) Stats() Stats {
 			HTTP5xx: st.faults5xx, Slow: st.faultsSlow, Dropped: st.faultsDropped,
 		},
 		Bans:             st.bans,
+		TooManyRequests:  st.tooManyRequests,
 		Spent:            st.spent,
 		ReportsBad:       st.reportsBad,
 		ReportsGood:      st.reportsGood,

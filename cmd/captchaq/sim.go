@@ -70,6 +70,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		banWin   = fs.Duration("poll-ban-window", sim.PollBanWindowDefault, "poll-ban counting window")
 		banFor   = fs.Duration("poll-ban-duration", sim.PollBanDurationDefault, "how long a poll ban lasts")
 		banOff   = fs.Bool("no-poll-ban", false, "never ban for polling")
+		ctGap    = fs.Duration("task-result-gap", 0, "answer a getTaskResult sooner than this after the task's last one with ERROR_TOO_MUCH_REQUESTS, as CapMonster Cloud does at 2s (default 0: no such rule)")
 		seed     = fs.Uint64("seed", 0, "seed of the random source (same seed, same requests: same run)")
 		balance  = fs.Float64("balance", sim.BalanceDefault, "what getbalance answers")
 		retained = fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept")
@@ -110,6 +111,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		NoBulk:         *noBulk,
 		NumericIDs:     *numeric,
 		PollBan:        sim.PollBan{Disabled: *banOff, Max: *banMax, Window: *banWin, Duration: *banFor},
+		TaskResultGap:  *ctGap,
 		Seed:           *seed,
 		Balance:        *balance,
 		ResultTTL:      *retained,

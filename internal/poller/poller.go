@@ -41,7 +41,13 @@ type Config struct {
 	// and no pingbacks); else a fixed cadence of PollInterval.
 	Adaptive     bool
 	PollInterval time.Duration
-	PollGap      time.Duration
+	// PollGap is the provider's rule: the shortest time between two polls
+	// of one id.
+	PollGap time.Duration
+	// RequestCost is what one poll request costs, in answer-seconds, at a
+	// provider polled id by id (pollsched.DecideEach): the queue's
+	// PollGap. Default PollGap.
+	RequestCost time.Duration
 	// Repoll is the time between two polls of one task on the fixed
 	// cadence: PollInterval, or the slow fallback behind pingbacks.
 	Repoll time.Duration
@@ -162,13 +168,30 @@ func (p *Poller[T]) Len() int {
 // minGap is the least time between two rounds: the request rate bound.
 // The default scheduler starts rounds at least PollGap apart, so every
 // round may ask for every id (none is within its per-id gap) and ids
-// polled together stay together.
+// polled together stay together. A provider that answers one id a
+// request is asked id by id, each at most once per PollGap from the
+// answer to its last poll (see round), so rounds there may come every
+// PollGap/eachRoundsPerGap, each asking for the ids whose gap has ended.
 func (p *Poller[T]) minGap() time.Duration {
-	if p.cfg.Adaptive {
+	switch {
+	case p.cfg.Adaptive && p.eachID():
+		return min(p.cfg.PollGap, p.requestCost()) / eachRoundsPerGap
+	case p.cfg.Adaptive:
 		return p.cfg.PollGap
 	}
 	return p.cfg.PollInterval / 4
 }
+
+func (p *Poller[T]) requestCost() time.Duration {
+	if p.cfg.RequestCost > 0 {
+		return p.cfg.RequestCost
+	}
+	return p.cfg.PollGap
+}
+
+// eachRoundsPerGap: rounds per PollGap, at most, at a provider polled id
+// by id.
+const eachRoundsPerGap = 4
 
 // Run is the loop: it sleeps until the next round is due, runs it, and
 // returns when ctx ends.
@@ -212,11 +235,11 @@ func (p *Poller[T]) nextRound(now time.Time) time.Time {
 		if g := p.last.Add(p.minGap()); g.After(now) && len(p.tasks) > 0 {
 			return g
 		}
-		decide := p.learned.Decide
 		if p.eachID() {
-			decide = p.learned.DecideEach
+			due = p.learned.DecideEach(p.timingsLocked(nil), now, p.last.Add(p.minGap()), idle, p.cfg.PollGap, p.requestCost())
+		} else {
+			due = p.learned.Decide(p.timingsLocked(nil), now, p.last.Add(p.minGap()), idle, p.cfg.PollGap)
 		}
-		due = decide(p.timingsLocked(nil), now, p.last.Add(p.minGap()), idle, p.cfg.PollGap)
 	} else {
 		for _, e := range p.tasks {
 			if at := p.pollAtLocked(e); due.IsZero() || at.Before(due) {
@@ -263,12 +286,12 @@ func (p *Poller[T]) eachID() bool {
 }
 
 // floor is the earliest e may be polled again on the fixed cadence:
-// PollInterval after the round that last polled it.
+// PollInterval after it was last polled, and never within PollGap.
 func (p *Poller[T]) floor(e *entry[T]) time.Time {
 	if e.polledAt.IsZero() {
 		return time.Time{}
 	}
-	return e.polledAt.Add(p.cfg.PollInterval)
+	return e.polledAt.Add(max(p.cfg.PollInterval, p.cfg.PollGap))
 }
 
 // pollAtLocked is when e is next polled: its due time, not before its
@@ -311,7 +334,7 @@ func (p *Poller[T]) dueLocked(now time.Time, idle bool) []*entry[T] {
 	switch {
 	case p.cfg.Adaptive && p.eachID():
 		var es []*entry[T]
-		worth := p.learned.DueEach(p.timingsLocked(&es), now, idle, p.cfg.PollGap)
+		worth := p.learned.DueEach(p.timingsLocked(&es), now, idle, p.cfg.PollGap, p.requestCost())
 		for i, e := range es {
 			if worth[i] {
 				due = append(due, e)
@@ -355,6 +378,7 @@ func (p *Poller[T]) dueLocked(now time.Time, idle bool) []*entry[T] {
 // interval.
 func (p *Poller[T]) round(now time.Time) {
 	idle := !p.sink.Busy()
+	each := p.eachID()
 	p.mu.Lock()
 	p.last = now
 	due := p.dueLocked(now, idle)
@@ -380,6 +404,18 @@ func (p *Poller[T]) round(now time.Time) {
 			epoch := p.sink.Epoch()
 			res, err := p.cfg.Lane.Provider().PollMany(p.cfg.Requests, chunkIDs)
 			at := p.cfg.Now()
+			if each {
+				// Its requests went out one by one, some well after the
+				// round began: the gap of each id runs from this answer,
+				// which came after all of them, so the service never sees
+				// one id polled twice within PollGap however long a round
+				// takes.
+				p.mu.Lock()
+				for _, e := range chunk {
+					e.polledAt = at
+				}
+				p.mu.Unlock()
+			}
 			fmu.Lock()
 			if err != nil {
 				fail, fAt, fEp = err, at, epoch

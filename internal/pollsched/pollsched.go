@@ -322,12 +322,16 @@ func (l *Learned) Decide(tasks []InFlight, now, from time.Time, idle bool, gap t
 // createTask protocol's getTaskResult; an in.php service without bulk
 // polls): a round costs a request per id it asks for, so each id is
 // weighed alone, and the next round is the first time, not before from,
-// when some id's own waiting reaches a request's cost. Zero: nothing in
-// flight.
-func (l *Learned) DecideEach(tasks []InFlight, now, from time.Time, idle bool, gap time.Duration) time.Time {
+// when some id's own waiting reaches a request's cost. gap is the
+// provider's rule for one id (none is asked for within gap of its last
+// poll); unit is what a request costs, as PollGap is for Decide (the
+// queue's PollGap): a service that asks for a longer gap between two
+// polls of one task is not also asked less often once that gap is over.
+// Zero: nothing in flight.
+func (l *Learned) DecideEach(tasks []InFlight, now, from time.Time, idle bool, gap, unit time.Duration) time.Time {
 	var first time.Time
 	for _, c := range l.snapshot(tasks, now, idle, gap) {
-		at := firstWorth(c.worth, now, Later(Later(now, from), c.eligible), gap)
+		at := firstWorth(c.worth, now, Later(Later(now, from), c.eligible), unit)
 		if first.IsZero() || at.Before(first) {
 			first = at
 		}
@@ -337,9 +341,9 @@ func (l *Learned) DecideEach(tasks []InFlight, now, from time.Time, idle bool, g
 
 // DueEach says, for a provider that answers one id a request, which of
 // tasks a round at now asks for: those whose per-id gap has ended and
-// whose own waiting has reached a request's cost.
-func (l *Learned) DueEach(tasks []InFlight, now time.Time, idle bool, gap time.Duration) []bool {
-	cost := requestCost * gap.Seconds()
+// whose own waiting has reached a request's cost (unit, as DecideEach).
+func (l *Learned) DueEach(tasks []InFlight, now time.Time, idle bool, gap, unit time.Duration) []bool {
+	cost := requestCost * unit.Seconds()
 	out := make([]bool, len(tasks))
 	for i, c := range l.snapshot(tasks, now, idle, gap) {
 		out[i] = c.worth(now) >= cost
@@ -356,8 +360,8 @@ func (c pending) worth(t time.Time) float64 {
 }
 
 // firstWorth is the first time, not before from, when worth (which only
-// grows with time) reaches a request's cost, to within gap/50; past an
-// hour from now it gives up.
+// grows with time) reaches a request's cost (requestCost × gap), to
+// within gap/50; past an hour from now it gives up.
 func firstWorth(worth func(time.Time) float64, now, from time.Time, gap time.Duration) time.Time {
 	cost := requestCost * gap.Seconds()
 	if worth(from) >= cost {

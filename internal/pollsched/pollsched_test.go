@@ -82,21 +82,21 @@ func TestDecideEachAndDueEach(t *testing.T) {
 			t.Fatalf("%s at %v after the first submit, want [%v, %v)", what, got, lo, lo+10*time.Millisecond)
 		}
 	}
-	within("DecideEach", l.DecideEach(tasks, t0, t0, false, gap).Sub(t0), 2250*time.Millisecond)
-	within("DecideEach once the first is polled", l.DecideEach([]InFlight{b}, t0.Add(2300*time.Millisecond), t0, false, gap).Sub(t0), 4250*time.Millisecond)
-	if at := l.DecideEach(nil, t0, t0, false, gap); !at.IsZero() {
+	within("DecideEach", l.DecideEach(tasks, t0, t0, false, gap, gap).Sub(t0), 2250*time.Millisecond)
+	within("DecideEach once the first is polled", l.DecideEach([]InFlight{b}, t0.Add(2300*time.Millisecond), t0, false, gap, gap).Sub(t0), 4250*time.Millisecond)
+	if at := l.DecideEach(nil, t0, t0, false, gap, gap); !at.IsZero() {
 		t.Fatalf("nothing in flight: round at %v, want none", at)
 	}
 	// At 2.3 s the first is worth its request, the second (0.3 s old, its
 	// kind never ready before 2 s) is not.
-	got := l.DueEach(tasks, t0.Add(2300*time.Millisecond), false, gap)
+	got := l.DueEach(tasks, t0.Add(2300*time.Millisecond), false, gap, gap)
 	if !got[0] || got[1] {
 		t.Fatalf("DueEach at 2.3 s = %v, want [true false]", got)
 	}
 	// Polled 100 ms ago: its per-id gap holds it back whatever its worth.
 	a.PolledAt = t0.Add(2200 * time.Millisecond)
-	if got := l.DueEach([]InFlight{a}, t0.Add(2300*time.Millisecond), false, gap); got[0] {
+	if got := l.DueEach([]InFlight{a}, t0.Add(2300*time.Millisecond), false, gap, gap); got[0] {
 		t.Fatal("DueEach within the per-id gap: due")
 	}
-	within("DecideEach after its gap", l.DecideEach([]InFlight{a}, t0.Add(2300*time.Millisecond), t0, false, gap).Sub(t0), 2700*time.Millisecond)
+	within("DecideEach after its gap", l.DecideEach([]InFlight{a}, t0.Add(2300*time.Millisecond), t0, false, gap, gap).Sub(t0), 2700*time.Millisecond)
 }

@@ -323,3 +323,25 @@ func TestNewClientConfig(t *testing.T) {
 		t.Errorf("no base URL: %v", err)
 	}
 }
+
+// TestPublishedPollGap: each service's own rule for polling one task, by
+// its host in any letter case; any other host keeps CapMonster Cloud's 2 s.
+func TestPublishedPollGap(t *testing.T) {
+	for base, want := range map[string]time.Duration{
+		"https://api.2captcha.com":        5 * time.Second,
+		"https://API.RuCaptcha.com/":      5 * time.Second,
+		"https://api.capsolver.com":       3 * time.Second,
+		"https://api.capmonster.cloud":    2 * time.Second,
+		"https://api.anti-captcha.com":    2 * time.Second,
+		"http://127.0.0.1:8095":           2 * time.Second,
+		"https://api.2captcha.com.evil.x": 2 * time.Second,
+		"not a url":                       2 * time.Second,
+	} {
+		if got := createtask.PublishedPollGap(base); got != want {
+			t.Errorf("PublishedPollGap(%q) = %v, want %v", base, got, want)
+		}
+	}
+	if got := newClient(t, "https://api.capsolver.com", "k").PollGap(); got != 3*time.Second {
+		t.Errorf("a CapSolver client's PollGap = %v, want 3s", got)
+	}
+}
