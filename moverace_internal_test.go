@@ -114,10 +114,10 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 			q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/pingback?provider=a&id=A1&code="+tokenA, nil))
 		}},
 		{name: "pingback looked up before the move, finished during it", duringMove: func(q *Queue, st *taskState) {
-			q.pingbackArrived(st, "A1", tokenA, time.Now())
+			q.pingbackArrived(st, "A1", pingback{answer: provider.Answer{Raw: tokenA, Token: tokenA}, at: time.Now()})
 		}},
 		{name: "pingback looked up before the move, finished at the other provider", atFirstPollB: func(q *Queue, st *taskState) {
-			q.pingbackArrived(st, "A1", tokenA, time.Now())
+			q.pingbackArrived(st, "A1", pingback{answer: provider.Answer{Raw: tokenA, Token: tokenA}, at: time.Now()})
 		}},
 	}
 	for _, c := range cases {

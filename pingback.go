@@ -2,6 +2,9 @@ package captchaq
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -9,29 +12,42 @@ import (
 
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 )
 
 // earlyPingbacksMax bounds pingbacks kept for ids not yet checkpointed.
 const earlyPingbacksMax = 1024
 
+// pingback is what a provider's pingback says of one task.
 type pingback struct {
-	code string
-	at   time.Time
+	code   string          // not solved: an ERROR_… or CAPCHA_NOT_READY (in.php's codes)
+	answer provider.Answer // solved: its answer
+	at     time.Time
 }
 
-// PingbackHandler serves the provider's pingback: a GET or POST with the
-// provider's id and the answer (id=…&code=…). The task is finished at
-// once. Serve it at Config.PingbackURL; use a URL that is hard to guess,
-// since the answer is taken as sent. With Config.Providers each
-// provider's submits carry the URL with provider=NAME added to its query,
-// and a pingback is matched by that name and the id together: two
-// providers may give out the same id, and an id must never finish another
-// provider's task. A pingback without a provider is refused then.
+// PingbackHandler serves the provider's pingback. Two forms are read:
+//
+//   - in.php's: a GET or POST with the provider's id and the answer
+//     (id=…&code=…), as 2captcha and CaptchaAI send it (and 2captcha's
+//     API v2 for its callbackUrl);
+//   - createTask's: a POST of getTaskResult's JSON with the task's taskId
+//     (Content-Type application/json), as CapMonster Cloud and
+//     Anti-Captcha send to a callbackUrl (createtask.ReadCallback).
+//
+// A solved task is finished at once; a failed one, or one said to be
+// still processing, is polled at once for the authoritative state. Serve
+// it at Config.PingbackURL; use a URL that is hard to guess, since the
+// answer is taken as sent. With Config.Providers each provider's submits
+// carry the URL with provider=NAME added to its query, and a pingback is
+// matched by that name and the id together: two providers may give out
+// the same id, and an id must never finish another provider's task. A
+// pingback without a provider is refused then; one for an id the named
+// provider has not given out changes no task.
 func (q *Queue) PingbackHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, code := r.FormValue("id"), r.FormValue("code")
-		if id == "" || code == "" {
-			http.Error(w, "id and code are required", http.StatusBadRequest)
+		id, pb, err := readPingback(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		l := q.lanes[0]
@@ -45,7 +61,7 @@ func (q *Queue) PingbackHandler() http.Handler {
 			l = q.lanes[i]
 		}
 		key := l.StoredID(id) // as byCaptchaID holds it
-		now := q.now()
+		pb.at = q.now()
 		q.mu.Lock()
 		st, ok := q.byCaptchaID[key]
 		if !ok {
@@ -56,32 +72,59 @@ func (q *Queue) PingbackHandler() http.Handler {
 					break
 				}
 			}
-			q.earlyPingbacks[key] = pingback{code: code, at: now}
+			q.earlyPingbacks[key] = pb
 		}
 		q.mu.Unlock()
 		if ok {
-			q.pingbackArrived(st, id, code, now)
+			q.pingbackArrived(st, id, pb)
 		}
 		w.Write([]byte("OK"))
 	})
 }
 
-// pingbackArrived finishes a task from a pingback for its attempt with
-// captchaID. An error code in a pingback makes the poller ask for the
-// authoritative state at once.
-func (q *Queue) pingbackArrived(st *taskState, captchaID, code string, at time.Time) {
-	if strings.HasPrefix(code, "ERROR") || code == "CAPCHA_NOT_READY" {
-		q.mu.Lock()
-		l := st.lane
-		q.mu.Unlock()
-		if l != nil {
-			q.pollerOf(l).DueNow(st.rec.Task.ID, captchaID, at)
+// readPingback reads a pingback of either form: the provider's id and
+// what it says.
+func readPingback(r *http.Request) (string, pingback, error) {
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); r.Method == http.MethodPost && ct == "application/json" {
+		body, err := io.ReadAll(io.LimitReader(r.Body, createtask.CallbackLimit+1))
+		if err != nil {
+			return "", pingback{}, errors.New("reading the body failed")
 		}
-		return
+		cb, err := createtask.ReadCallback(body)
+		if err != nil {
+			return "", pingback{}, err
+		}
+		if !cb.Ready {
+			return cb.TaskID, pingback{code: cb.Code}, nil
+		}
+		return cb.TaskID, pingback{answer: cb.Answer}, nil
+	}
+	id, code := r.FormValue("id"), r.FormValue("code")
+	if id == "" || code == "" {
+		return "", pingback{}, errors.New("id and code are required (or a createTask callback: getTaskResult's JSON with the taskId)")
+	}
+	if strings.HasPrefix(code, "ERROR") || code == "CAPCHA_NOT_READY" {
+		return id, pingback{code: code}, nil
 	}
 	a := provider.Answer{Raw: code, Token: code}
 	if t := strings.TrimSpace(code); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
 		a.JSON = json.RawMessage(t)
 	}
-	q.solved(st, captchaID, a, at, time.Time{}, true)
+	return id, pingback{answer: a}, nil
+}
+
+// pingbackArrived finishes a task from a pingback for its attempt with
+// captchaID. A pingback that says the task is not solved makes the poller
+// ask for the authoritative state at once.
+func (q *Queue) pingbackArrived(st *taskState, captchaID string, pb pingback) {
+	if pb.code != "" {
+		q.mu.Lock()
+		l := st.lane
+		q.mu.Unlock()
+		if l != nil {
+			q.pollerOf(l).DueNow(st.rec.Task.ID, captchaID, pb.at)
+		}
+		return
+	}
+	q.solved(st, captchaID, pb.answer, pb.at, time.Time{}, true)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/tasktest"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -31,10 +33,14 @@ type lanePair struct {
 	results      chan captchaq.Result
 }
 
+// createTaskLane, as a lane's Provider given to setupLanes, makes it a
+// createtask.Client on its simulator instead of an in.php one.
+var createTaskLane captchaq.Provider = &createtask.Client{}
+
 func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLane captchaq.ProviderConfig, opts ...func(*captchaq.Config)) *lanePair {
 	t.Helper()
 	p := &lanePair{results: make(chan captchaq.Result, 1000)}
-	start := func(c sim.Config, methods []string) (*sim.Server, captchaq.Provider) {
+	start := func(c sim.Config, methods []string, createTask bool) (*sim.Server, captchaq.Provider) {
 		if c.Latency == nil {
 			c.Latency = fastLatency(20 * time.Millisecond)
 		}
@@ -45,7 +51,13 @@ func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLan
 			t.Fatal(err)
 		}
 		tr := &http.Transport{}
-		client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "test-key", HTTPClient: &http.Client{Transport: tr, Timeout: 10 * time.Second}, Methods: methods})
+		cc := provider.ClientConfig{BaseURL: base, Key: "test-key", HTTPClient: &http.Client{Transport: tr, Timeout: 10 * time.Second}, Methods: methods}
+		var client captchaq.Provider
+		if createTask {
+			client, err = createtask.NewClient(cc)
+		} else {
+			client, err = provider.NewClient(cc)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,8 +68,18 @@ func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLan
 		return srv, client
 	}
 	backupSim.Methods = tasktest.BackupMethods
-	p.main, mainLane.Provider = start(mainSim, nil)
-	p.backup, backupLane.Provider = start(backupSim, tasktest.BackupMethods)
+	mainMethods := []string(nil)
+	if mainLane.Provider == createTaskLane {
+		mainMethods = createtask.Methods
+		if mainLane.Methods != nil {
+			mainMethods = mainLane.Methods
+		}
+		if mainSim.Methods == nil {
+			mainSim.Methods = provider.KnownMethods
+		}
+	}
+	p.main, mainLane.Provider = start(mainSim, mainMethods, mainLane.Provider == createTaskLane)
+	p.backup, backupLane.Provider = start(backupSim, tasktest.BackupMethods, backupLane.Provider == createTaskLane)
 	mainLane.Name, backupLane.Name = "main", "backup"
 	if mainLane.Methods == nil {
 		mainLane.Methods = provider.CaptchaAIMethods
@@ -541,6 +563,136 @@ func TestProvidersDownThenBackAfterProbe(t *testing.T) {
 	eventually(t, "a probe bringing main back", func() bool { return q.Metrics().Providers[0].Healthy })
 	if p := solveAt("after"); p != "main" {
 		t.Fatalf("after the probe: solved at %q", p)
+	}
+}
+
+// TestCreateTaskCallbacksByProvider: two createTask services give out the
+// same task ids (the same seed); each is sent the queue's pingback URL
+// as callbackUrl and POSTs getTaskResult's JSON there with the taskId,
+// as CapMonster Cloud and Anti-Captcha do; each answer finishes the task
+// of its own provider, with nothing polled.
+func TestCreateTaskCallbacksByProvider(t *testing.T) {
+	t.Parallel()
+	pbURL, serve := pingbackServer(t)
+	p := setupLanes(t, sim.Config{Threads: 5}, sim.Config{Threads: 5},
+		captchaq.ProviderConfig{Threads: 5, Provider: createTaskLane, Methods: []string{"turnstile"}},
+		captchaq.ProviderConfig{Threads: 5, Provider: createTaskLane, SpillAfter: time.Hour},
+		func(c *captchaq.Config) { c.PingbackURL, c.PollInterval = pbURL, time.Hour })
+	serve(p.q.PingbackHandler())
+	for i := range 4 {
+		for _, tk := range []captchaq.Task{task(fmt.Sprintf("t%d", i), 0), hcaptchaTask(fmt.Sprintf("h%d", i))} {
+			if _, err := p.q.Submit(context.Background(), tk); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ids := map[string]map[string]bool{"main": {}, "backup": {}}
+	for id, r := range p.collect(t, 8) {
+		turnstile := strings.HasPrefix(id, "t")
+		want := map[bool]string{true: "main", false: "backup"}[turnstile]
+		if r.Status != captchaq.StatusSolved || r.Provider != want || strings.HasPrefix(r.Token, "0.") != turnstile || r.Token == "" {
+			t.Errorf("%s: %s at %q with answer %.12q…; want solved at %q with an answer of its kind", id, r.Status, r.Provider, r.Token, want)
+		}
+		ids[r.Provider][r.CaptchaID] = true
+	}
+	shared := 0
+	for id := range ids["main"] {
+		if ids["backup"][id] {
+			shared++
+		}
+	}
+	if shared == 0 {
+		t.Errorf("no task id given out by both providers (%v); the test needs them", ids)
+	}
+	eventually(t, "4 callbacks from each", func() bool { return p.main.Stats().PingbacksSent == 4 && p.backup.Stats().PingbacksSent == 4 })
+	for name, st := range map[string]sim.Stats{"main": p.main.Stats(), "backup": p.backup.Stats()} {
+		if st.Calls.CreateTask != 4 || st.Calls.Submit != 4 || st.Calls.PollSingle+st.Calls.PollBulk != 0 || st.PingbacksFailed != 0 {
+			t.Errorf("%s: %d createTask-protocol calls, %d submits, %d polls, %d failed callbacks; want 4, 4, 0, 0",
+				name, st.Calls.CreateTask, st.Calls.Submit, st.Calls.PollSingle+st.Calls.PollBulk, st.PingbacksFailed)
+		}
+	}
+}
+
+// TestCreateTaskCallbackGuards: a createTask callback goes through the
+// pingback's checks. One naming the wrong provider, or an id its provider
+// did not give out, changes nothing; one naming no provider or none of
+// the queue's, or that is not getTaskResult's JSON with a taskId, is
+// refused; one saying the task failed makes the queue ask the service
+// (which says it is still processing); the genuine one finishes the task.
+func TestCreateTaskCallbackGuards(t *testing.T) {
+	t.Parallel()
+	pbURL, serve := pingbackServer(t)
+	long := map[provider.Kind]sim.Latency{provider.KindHCaptcha: {Median: time.Hour, Min: time.Hour, Max: time.Hour}}
+	p := setupLanes(t, sim.Config{Threads: 5}, sim.Config{Threads: 5, Latency: long},
+		captchaq.ProviderConfig{Threads: 5, Provider: createTaskLane, Methods: []string{"turnstile"}},
+		captchaq.ProviderConfig{Threads: 5, Provider: createTaskLane},
+		func(c *captchaq.Config) { c.PingbackURL, c.PollInterval = pbURL, time.Hour })
+	serve(p.q.PingbackHandler())
+	ctx := context.Background()
+	if _, err := p.q.Submit(ctx, hcaptchaTask("h")); err != nil {
+		t.Fatal(err)
+	}
+	var rec captchaq.Record
+	eventually(t, "h in flight at backup", func() bool {
+		rec, _ = p.cfg.Store.Get(ctx, "h")
+		return rec.Status == captchaq.StatusInFlight
+	})
+	_, taskID, _ := strings.Cut(rec.CaptchaID, ":")
+	if taskID == "" {
+		t.Fatalf("stored captcha id %q", rec.CaptchaID)
+	}
+	post := func(query, body string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(pbURL+query, "application/json; charset=utf-8", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	ready := func(id, token string) string {
+		return `{"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"` + token + `"},"cost":"0.00100","taskId":` + id + `}`
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		if r, _ := p.cfg.Store.Get(ctx, "h"); r.Status != captchaq.StatusInFlight || len(p.results) != 0 {
+			t.Fatalf("after %s: h is %s, %d results; want it in flight, none", what, r.Status, len(p.results))
+		}
+	}
+	for _, c := range []struct {
+		what, query, body string
+		status            int
+		answer            string
+	}{
+		{"the wrong provider", "?provider=main", ready(taskID, "forged-at-main"), 200, "OK"},
+		{"an id backup did not give out", "?provider=backup", ready("4242", "forged-id"), 200, "OK"},
+		{"no provider", "", ready(taskID, "forged-none"), 400, "provider names none of the queue's providers"},
+		{"an unknown provider", "?provider=nope", ready(taskID, "forged-nope"), 400, "provider names none of the queue's providers"},
+		{"no taskId", "?provider=backup", `{"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"x"}}`, 400, "callback: taskId is missing or not a task id (a number or a string of printable characters, at most 100)"},
+		{"not JSON", "?provider=backup", `id=` + taskID + `&code=x`, 400, "callback: the body must be getTaskResult's JSON object with the taskId, got id=" + taskID + "&code=x"},
+		{"an unknown status", "?provider=backup", `{"errorId":0,"status":"done","taskId":` + taskID + `}`, 400, `callback: status "done" is neither ready nor processing`},
+		{"a body over the limit", "?provider=backup", `{"taskId":` + taskID + `,"pad":"` + strings.Repeat("x", createtask.CallbackLimit) + `"}`, 400, "callback: the body is over 1048576 bytes"},
+	} {
+		if status, answer := post(c.query, c.body); status != c.status || answer != c.answer {
+			t.Errorf("%s: HTTP %d %q, want %d %q", c.what, status, answer, c.status, c.answer)
+		}
+		unchanged(c.what)
+	}
+	// A failed task: the queue asks the service, which knows better.
+	polls := p.backup.Stats().Calls.PollSingle
+	if status, _ := post("?provider=backup", `{"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE","errorDescription":"x","taskId":`+taskID+`}`); status != 200 {
+		t.Fatalf("an unsolvable callback: HTTP %d", status)
+	}
+	eventually(t, "a poll of h after its unsolvable callback", func() bool { return p.backup.Stats().Calls.PollSingle > polls })
+	unchanged("an unsolvable callback answered by a poll saying processing")
+
+	if status, answer := post("?provider=backup", ready(taskID, "tok-from-callback")); status != 200 || answer != "OK" {
+		t.Fatalf("the genuine callback: HTTP %d %q", status, answer)
+	}
+	r := p.collect(t, 1)["h"]
+	if r.Status != captchaq.StatusSolved || r.Token != "tok-from-callback" || r.Provider != "backup" || r.CaptchaID != taskID {
+		t.Errorf("h: %+v; want solved at backup with the callback's token", r)
 	}
 }
 

@@ -79,7 +79,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	q.mu.Unlock()
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.Name())
 	if isEarly {
-		q.pingbackArrived(st, captchaID, early.code, early.at)
+		q.pingbackArrived(st, captchaID, early)
 	}
 }
 

@@ -181,10 +181,10 @@ func (c *Client) parse(op string, status int, raw []byte) (map[string]json.RawMe
 
 // Submit validates t (an invalid task makes no request) and sends it by
 // createTask; the answer's taskId (a number, or a string at services
-// such as CapSolver) is the captcha id. pingback is not sent as
-// callbackUrl: a createTask service POSTs getTaskResult's JSON, which the
-// queue's pingback handler (in.php's id and code) does not read, so the
-// task is polled.
+// such as CapSolver) is the captcha id. pingback, when set, is sent as
+// callbackUrl: the service POSTs getTaskResult's JSON there, with the
+// taskId, once the task is done (ReadCallback reads it; 2captcha's API v2
+// posts in.php's id and code instead).
 func (c *Client) Submit(ctx context.Context, t provider.Task, pingback string) (string, error) {
 	const op = "submit"
 	if err := t.ValidateFor(c.methods); err != nil {
@@ -201,6 +201,9 @@ func (c *Client) Submit(ctx context.Context, t provider.Task, pingback string) (
 		return "", invalid(op, err)
 	}
 	body := map[string]any{"task": obj}
+	if pingback != "" {
+		body["callbackUrl"] = pingback
+	}
 	if c.softID != "" {
 		body["softId"] = c.softID
 	}

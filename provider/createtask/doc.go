@@ -14,7 +14,12 @@
 //     one request per id: the protocol has no bulk form), Balance by
 //     getBalance and reports by the report methods, with each of the
 //     protocol's error codes mapped to the in.php code of the same meaning
-//     and so to the queue's classes (provider.Classify).
+//     and so to the queue's classes (provider.Classify). Submit sends the
+//     queue's pingback URL as callbackUrl, and ReadCallback reads what the
+//     service POSTs there (getTaskResult's JSON with the taskId); PollGap
+//     is the service's published rule for polling one task
+//     (PublishedPollGap: 2 s, 5 s at 2captcha, 3 s at CapSolver), which
+//     the queue keeps.
 //
 // Wire forms, as the services document them and their official clients
 // send them:
