@@ -182,6 +182,8 @@ func (p *Poller[T]) minGap() time.Duration {
 	return p.cfg.PollInterval / 4
 }
 
+// requestCost is what a request costs at a provider polled id by id:
+// Config.RequestCost, else PollGap.
 func (p *Poller[T]) requestCost() time.Duration {
 	if p.cfg.RequestCost > 0 {
 		return p.cfg.RequestCost
