@@ -111,18 +111,18 @@ type ruledProvider struct {
 func (p ruledProvider) PollGap() time.Duration { return p.gap }
 
 // TestConfigPollGaps: each provider's gap between two polls of one task
-// is its ProviderConfig.PollGap, else its own rule, else Config.PollGap,
-// else PollGapDefault; a queue of one Provider takes its rule unless
-// Config.PollGap is set; a gap below PollGapMin is refused by name.
+// on the default scheduler is its ProviderConfig.PollGap, else its own
+// rule, else Config.PollGap, else PollGapDefault; a queue of one Provider
+// takes its rule unless Config.PollGap is set; a fixed PollInterval keeps
+// only a provider's own rule; a gap below PollGapMin is refused by name.
 func TestConfigPollGaps(t *testing.T) {
 	t.Parallel()
 	ruled := ruledProvider{gap: 2 * time.Second}
-	gaps := func(c Config) []time.Duration {
-		var out []time.Duration
+	gaps := func(c Config) (gaps, rules []time.Duration) {
 		for _, l := range newLanes(c) {
-			out = append(out, c.pollGapOf(l))
+			gaps, rules = append(gaps, c.pollGapOf(l)), append(rules, c.pollRuleOf(l))
 		}
-		return out
+		return gaps, rules
 	}
 	ps := []ProviderConfig{
 		{Name: "inphp", Provider: nopProvider{}},
@@ -130,22 +130,23 @@ func TestConfigPollGaps(t *testing.T) {
 		{Name: "ruled-set", Provider: ruled, PollGap: 3 * time.Second},
 		{Name: "inphp-set", Provider: nopProvider{}, PollGap: 100 * time.Millisecond},
 	}
+	// rules: what a fixed PollInterval keeps too (0: no rule of its own).
 	for _, c := range []struct {
-		cfg  Config
-		want []time.Duration
+		cfg         Config
+		gaps, rules []time.Duration
 	}{
-		{Config{Providers: ps}, []time.Duration{PollGapDefault, 2 * time.Second, 3 * time.Second, 100 * time.Millisecond}},
-		{Config{Providers: ps, PollGap: 700 * time.Millisecond}, []time.Duration{700 * time.Millisecond, 2 * time.Second, 3 * time.Second, 100 * time.Millisecond}},
-		{Config{Provider: ruled}, []time.Duration{2 * time.Second}},
-		{Config{Provider: ruled, PollGap: 5 * time.Second}, []time.Duration{5 * time.Second}},
-		{Config{Provider: nopProvider{}}, []time.Duration{PollGapDefault}},
+		{Config{Providers: ps}, []time.Duration{PollGapDefault, 2 * time.Second, 3 * time.Second, 100 * time.Millisecond}, []time.Duration{0, 2 * time.Second, 3 * time.Second, 100 * time.Millisecond}},
+		{Config{Providers: ps, PollGap: 700 * time.Millisecond}, []time.Duration{700 * time.Millisecond, 2 * time.Second, 3 * time.Second, 100 * time.Millisecond}, []time.Duration{0, 2 * time.Second, 3 * time.Second, 100 * time.Millisecond}},
+		{Config{Provider: ruled}, []time.Duration{2 * time.Second}, []time.Duration{2 * time.Second}},
+		{Config{Provider: ruled, PollGap: 5 * time.Second}, []time.Duration{5 * time.Second}, []time.Duration{2 * time.Second}},
+		{Config{Provider: nopProvider{}}, []time.Duration{PollGapDefault}, []time.Duration{0}},
 	} {
 		c.cfg = c.cfg.withDefaults()
 		if err := c.cfg.validate(); err != nil {
 			t.Errorf("%+v: %v", c.cfg.Providers, err)
 		}
-		if got := gaps(c.cfg); !slices.Equal(got, c.want) {
-			t.Errorf("gaps %v, want %v", got, c.want)
+		if gaps, rules := gaps(c.cfg); !slices.Equal(gaps, c.gaps) || !slices.Equal(rules, c.rules) {
+			t.Errorf("gaps %v rules %v, want %v and %v", gaps, rules, c.gaps, c.rules)
 		}
 	}
 	_, err := New(Config{Providers: []ProviderConfig{{Name: "a", Provider: ruled, PollGap: -time.Second}, {Name: "b", Provider: ruled, PollGap: time.Microsecond}}})

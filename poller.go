@@ -18,7 +18,7 @@ import (
 func (q *Queue) newPoller(l *lane.Lane) *poller.Poller[*taskState] {
 	return poller.New(poller.Config{
 		Lane: l, Adaptive: q.cfg.adaptive && q.cfg.PingbackURL == "",
-		PollInterval: q.cfg.PollInterval, PollGap: q.cfg.pollGapOf(l), RequestCost: q.cfg.PollGap, Repoll: q.repoll(),
+		PollInterval: q.cfg.PollInterval, PollGap: q.cfg.pollGapOf(l), Rule: q.cfg.pollRuleOf(l), RequestCost: q.cfg.PollGap, Repoll: q.repoll(),
 		Backoff: q.backoff, Requests: q.runCtx, Now: q.cfg.Now, Logger: q.log,
 	}, laneSink{q, l})
 }

@@ -48,10 +48,12 @@ type ProviderConfig struct {
 	DownAfter time.Duration
 	// PollGap is the shortest time between two polls of one task here:
 	// the service's own rule (CapMonster Cloud answers a task polled
-	// again within 2 s with ERROR_TOO_MUCH_REQUESTS). Default: the
+	// again within 2 s with ERROR_TOO_MUCH_REQUESTS), kept on the default
+	// scheduler and on a fixed Config.PollInterval alike. Default: the
 	// Provider's PollGap() when it has one (a *createtask.Client gives its
-	// service's published rule, createtask.PublishedPollGap), else
-	// Config.PollGap. At least PollGapMin.
+	// service's published rule, createtask.PublishedPollGap); with neither,
+	// the provider has no rule of its own and the default scheduler keeps
+	// Config.PollGap there. At least PollGapMin when set.
 	PollGap time.Duration
 	// ThreadPool, when set, shares this provider's Threads with other
 	// processes on the same key, as Config.ThreadPool does for a queue
@@ -74,7 +76,7 @@ func (c Config) providersWithDefaults() Config {
 			p.Methods = provider.CommonMethods
 		}
 		p.DownAfter = cmp.Or(p.DownAfter, DownAfterDefault)
-		p.PollGap = cmp.Or(p.PollGap, publishedPollGap(p.Provider), c.PollGap, PollGapDefault)
+		p.PollGap = cmp.Or(p.PollGap, publishedPollGap(p.Provider)) // 0: none of its own
 	}
 	c.Providers = ps
 	return c
@@ -149,7 +151,7 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 		if p.DownAfter < 0 {
 			at("DownAfter", "must be positive, got %v", p.DownAfter)
 		}
-		if p.PollGap < PollGapMin {
+		if p.PollGap != 0 && p.PollGap < PollGapMin {
 			at("PollGap", "must be at least %v, got %v; leave it out for the provider's own rule", PollGapMin, p.PollGap)
 		}
 	}
@@ -165,12 +167,22 @@ func publishedPollGap(p Provider) time.Duration {
 	return 0
 }
 
-// pollGapOf is the shortest time between two polls of one task at l.
+// pollGapOf is the shortest time between two polls of one task at l on
+// the default scheduler: its own rule, else PollGap.
 func (c Config) pollGapOf(l *lane.Lane) time.Duration {
+	if len(c.Providers) > 0 {
+		return cmp.Or(c.Providers[l.Index()].PollGap, c.PollGap)
+	}
+	return cmp.Or(c.providerGap, c.PollGap)
+}
+
+// pollRuleOf is l's own rule for polling one task (0: none), which a
+// fixed PollInterval keeps too.
+func (c Config) pollRuleOf(l *lane.Lane) time.Duration {
 	if len(c.Providers) > 0 {
 		return c.Providers[l.Index()].PollGap
 	}
-	return cmp.Or(c.providerGap, c.PollGap)
+	return publishedPollGap(c.Provider)
 }
 
 // newLanes builds the queue's lanes: one per Config.Providers entry, or one

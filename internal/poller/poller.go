@@ -41,9 +41,12 @@ type Config struct {
 	// and no pingbacks); else a fixed cadence of PollInterval.
 	Adaptive     bool
 	PollInterval time.Duration
-	// PollGap is the provider's rule: the shortest time between two polls
-	// of one id.
+	// PollGap is the shortest time between two polls of one id on the
+	// default scheduler.
 	PollGap time.Duration
+	// Rule is the provider's own rule for one id (0: none), which the
+	// fixed cadence keeps too.
+	Rule time.Duration
 	// RequestCost is what one poll request costs, in answer-seconds, at a
 	// provider polled id by id (pollsched.DecideEach): the queue's
 	// PollGap. Default PollGap.
@@ -288,12 +291,13 @@ func (p *Poller[T]) eachID() bool {
 }
 
 // floor is the earliest e may be polled again on the fixed cadence:
-// PollInterval after it was last polled, and never within PollGap.
+// PollInterval after it was last polled, and never within the provider's
+// Rule.
 func (p *Poller[T]) floor(e *entry[T]) time.Time {
 	if e.polledAt.IsZero() {
 		return time.Time{}
 	}
-	return e.polledAt.Add(max(p.cfg.PollInterval, p.cfg.PollGap))
+	return e.polledAt.Add(max(p.cfg.PollInterval, p.cfg.Rule))
 }
 
 // pollAtLocked is when e is next polled: its due time, not before its
