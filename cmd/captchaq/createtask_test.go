@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/sim"
@@ -127,5 +128,58 @@ func TestBatchProvidersSpillToCreateTask(t *testing.T) {
 	}
 	if st := s.Stats(); st.Accepted != 16 || st.Calls.CreateTask < 2*int64(by["spill"]) {
 		t.Errorf("simulator: %d accepted, calls %+v for %v; want each spilled task created and polled by createTask", st.Accepted, st.Calls, by)
+	}
+}
+
+// serve --public-url with a createTask provider: the provider is sent the
+// service's pingback URL as callbackUrl, POSTs getTaskResult's JSON there,
+// and the answers reach serve's clients with nothing polled at the
+// provider.
+func TestServeCreateTaskProviderCallbacks(t *testing.T) {
+	t.Parallel()
+	s, simURL := startFastSim(t, sim.Config{Threads: 10, LatencyScale: 0.02})
+	providers := writeFile(t, "providers.json", fmt.Sprintf(`[
+ {"name": "capmonster", "url": %q, "key_env": "CM_KEY", "protocol": "createtask", "threads": 10, "methods": ["turnstile"]}]`, simURL))
+	clients := writeFile(t, "clients.json", fmt.Sprintf(`[{"name":"qa","key":%q}]`, frontClient))
+	addr := freeAddr(t)
+	_, m := startProcess(t, captchaqBinary(t), []string{"CM_KEY=cm-key-0077"}, servingRE,
+		"serve", "--providers", providers, "--clients", clients, "--store", filepath.Join(t.TempDir(), "serve.db"),
+		"--listen", addr, "--public-url", "http://"+addr)
+	base := "http://" + m[1]
+	ids := map[int]string{}
+	for i := range 4 {
+		id, err := inPHP(base, frontTask(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	deadline := time.Now().Add(60 * time.Second) // only a hang reaches it
+	for i, id := range ids {
+		for {
+			answer, err := resPHP(base, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok, ok := strings.CutPrefix(answer, "OK|"); ok {
+				if host := siteverifyHost(t, simURL, tok); host != fmt.Sprintf("t%d.shop.example", i) {
+					t.Errorf("task %d: its token is for %q", i, host)
+				}
+				break
+			}
+			if answer != "CAPCHA_NOT_READY" || time.Now().After(deadline) {
+				t.Fatalf("task %d: res.php %q", i, answer)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// The simulator counts a callback once serve has answered it.
+	for s.Stats().PingbacksSent < 4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := s.Stats()
+	if st.Accepted != 4 || st.PingbacksSent != 4 || st.PingbacksFailed != 0 || st.Calls.PollSingle+st.Calls.PollBulk != 0 {
+		t.Errorf("at the provider: %d accepted, %d callbacks sent (%d failed), %d polls; want 4, 4, 0 and none",
+			st.Accepted, st.PingbacksSent, st.PingbacksFailed, st.Calls.PollSingle+st.Calls.PollBulk)
 	}
 }
