@@ -1,6 +1,7 @@
 package captchaq
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"time"
@@ -8,10 +9,6 @@ import (
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
 )
-
-// DownAfterDefault is how long a provider may fail (network errors, 5xx)
-// before it leaves routing.
-const DownAfterDefault = 30 * time.Second
 
 // The queue's lanes are its providers (internal/lane), in order of
 // preference: one per Config.Providers entry, or one unnamed lane for
@@ -175,4 +172,59 @@ func (q *Queue) moveInflight(l *lane.Lane, code string, err error) {
 	for _, st := range moved {
 		q.storeRetry(st)
 	}
+}
+
+// pollGapOf is the shortest time between two polls of one task at l on
+// the default scheduler: its own rule, else PollGap.
+func (c Config) pollGapOf(l *lane.Lane) time.Duration {
+	if len(c.Providers) > 0 {
+		return cmp.Or(c.Providers[l.Index()].PollGap, c.PollGap)
+	}
+	return cmp.Or(c.providerGap, c.PollGap)
+}
+
+// pollRuleOf is l's own rule for polling one task (0: none), which a
+// fixed PollInterval keeps too.
+func (c Config) pollRuleOf(l *lane.Lane) time.Duration {
+	if len(c.Providers) > 0 {
+		return c.Providers[l.Index()].PollGap
+	}
+	return publishedPollGap(c.Provider)
+}
+
+// newLanes builds the queue's lanes: one per Config.Providers entry, or one
+// unnamed lane for Config.Provider, solving CaptchaAI's methods. Only a
+// queue of several takes a failing lane out of routing.
+func newLanes(cfg Config) []*lane.Lane {
+	ps := cfg.Providers
+	if len(ps) == 0 {
+		ps = []ProviderConfig{{Provider: cfg.Provider, Threads: cfg.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault, ThreadPool: cfg.ThreadPool}}
+	}
+	lanes := make([]*lane.Lane, len(ps))
+	for i, p := range ps {
+		lanes[i] = lane.New(lane.Config{
+			Index: i, Name: p.Name, Provider: p.Provider, Threads: p.Threads, Methods: p.Methods,
+			PricePer1000: p.PricePer1000, SpillAfter: p.SpillAfter, MaxSpendPerHour: p.MaxSpendPerHour,
+			DownAfter: p.DownAfter, Pool: p.ThreadPool, MayGoDown: len(ps) > 1, Logger: cfg.Logger,
+		})
+	}
+	return lanes
+}
+
+// Validate checks t as Submit does: Task.ValidateFor the queue's
+// providers (Task.Validate for a queue of one Provider). A type no
+// provider solves is refused with CodeUnsupportedType, and the error says
+// which provider would solve it.
+func (q *Queue) Validate(t Task) error {
+	_, err := q.check(t)
+	return err
+}
+
+// check is Validate returning the provider task as checked, which the
+// queue carries to the provider: a task is validated once, at the door.
+func (q *Queue) check(t Task) (provider.Checked, error) {
+	if q.lanes[0].Name() == "" {
+		return t.checkFor(nil)
+	}
+	return t.checkFor(q.cfg.Providers)
 }

@@ -86,3 +86,11 @@ func (b *bursts) of(accepted time.Time) int64 {
 	}
 	return b.n
 }
+
+// effectivePriority is t's priority, PriorityDefault for none.
+func effectivePriority(t Task) int {
+	if t.Priority == 0 {
+		return PriorityDefault
+	}
+	return t.Priority
+}

@@ -254,13 +254,6 @@ func (q *Queue) push(st *taskState) {
 	q.dispatcher.wake()
 }
 
-func effectivePriority(t Task) int {
-	if t.Priority == 0 {
-		return PriorityDefault
-	}
-	return t.Priority
-}
-
 func (q *Queue) maxAttempts(t Task) int {
 	if t.MaxAttempts > 0 {
 		return t.MaxAttempts
