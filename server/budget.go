@@ -129,11 +129,16 @@ func (m *meteredBody) Read(p []byte) (int, error) {
 
 // cutShort is called once a body was cut short (refused or too slow):
 // the rest of it is not read, so the HTTP/1 connection ends after the
-// answer (net/http would otherwise wait to read the rest before
-// answering, for as long as the sender takes).
+// answer. Connection: close keeps net/http from reading the rest before
+// answering; the read deadline, passed already, keeps it from reading
+// the rest after answering (it discards up to 256 KiB of a body before
+// it closes a connection, for as long as the sender takes, within the
+// read deadline: KeylessBodyTimeout, or the http.Server's ReadTimeout).
 func cutShort(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 1 {
 		w.Header().Set("Connection", "close")
+		// Not every ResponseWriter can (a recorder in tests).
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
 }
 

@@ -2,17 +2,24 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -70,6 +77,23 @@ func (h *heldBody) answer(t *testing.T) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// closes waits for the server to close the connection after its answer
+// to a body it cut short: it reads none of the rest (net/http would
+// otherwise read up to 256 KiB of it, for as long as the sender takes,
+// before it closes). The minute bounds a server that never closes, it
+// is not a measure.
+func (h *heldBody) closes(t *testing.T) {
+	t.Helper()
+	h.conn.SetReadDeadline(time.Now().Add(time.Minute))
+	n, err := io.Copy(io.Discard, h.r)
+	if errors.Is(err, syscall.ECONNRESET) {
+		err = nil // closed with bytes of ours unread
+	}
+	if err != nil || n != 0 {
+		t.Errorf("the connection after the answer to a body cut short: %d more bytes, %v; want it closed", n, err)
+	}
+}
+
 // bodyBytes is what the server holds of the bodies being read, by budget.
 func (b *bundle) bodyBytes(t *testing.T, budget string) float64 {
 	t.Helper()
@@ -120,6 +144,13 @@ func TestClientBodiesCountedAsTheyArrive(t *testing.T) {
 	if !strings.Contains(e.Error, `the clients' request bodies being read fill the server's 1000 bytes, and client "qa" is past its own 300`) || h.Get("Retry-After") == "" {
 		t.Errorf("qa past its share with the pool full: %q", e.Error)
 	}
+	// One that is still coming is answered the same and its connection
+	// closed, the rest of it unread.
+	more := b.holdBody(t, "127.0.0.1", "POST", "/v1/tasks", auth, 801, "["+strings.Repeat(" ", 99))
+	if code, body := more.answer(t); code != http.StatusTooManyRequests || !strings.Contains(body, `client \"qa\" is past its own 300`) {
+		t.Errorf("a body of qa still coming, past its share with the pool full: HTTP %d %s", code, body)
+	}
+	more.closes(t)
 	// other is within its own share: never refused for qa's bytes, on
 	// the API and on in.php with its key in the query.
 	if got := b.status(t, "POST", "/v1/tasks", keyOther, padded); got != http.StatusBadRequest {
@@ -133,8 +164,8 @@ func TestClientBodiesCountedAsTheyArrive(t *testing.T) {
 		t.Errorf("in.php?key= of another client within its share: %q", got)
 	}
 	refused := testutilCounter(t, b, "captchaq_http_bodies_refused_total", map[string]string{"budget": "clients", "reason": "budget"})
-	if refused != 1 {
-		t.Errorf("bodies refused: %v, want 1", refused)
+	if refused != 2 {
+		t.Errorf("bodies refused: %v, want 2", refused)
 	}
 }
 
@@ -192,6 +223,7 @@ func TestKeylessBodiesPerAddress(t *testing.T) {
 	if code != http.StatusOK || ans.Request != "ERROR_NO_SLOT_AVAILABLE" || !strings.Contains(ans.Text, "this address is sending 1000 bytes of request bodies whose key is only inside them, its share: send key= in the query string") {
 		t.Errorf("a body past its address's share: HTTP %d %s", code, body)
 	}
+	second.closes(t)
 	// Another address, its key in the body as the 2captcha libraries
 	// send it: answered.
 	v := turnstile()
@@ -236,69 +268,145 @@ func TestKeylessBodyDeadline(t *testing.T) {
 	}
 }
 
-// The issue's attack, scaled down: 64 slow uploads without a key (in the
-// query) from one address and 64 slow uploads of another client, each
-// sending half of what it declares and then waiting. Meanwhile a
-// well-behaved client, from an address of its own, is answered as usual
-// on in.php with its key in the body (as the 2captcha libraries send it)
-// and on POST /v1/tasks, again and again.
+// trickle opens request after request from ip, each its head (request
+// line, headers, a Content-Length it never reaches) and then chunk every
+// gap, until the server cuts it off (answers and closes) and the next one
+// starts; until ctx ends. opened counts the requests.
+func (b *bundle) trickle(ctx context.Context, t *testing.T, ip, head string, chunk []byte, gap time.Duration, opened *atomic.Int64) {
+	addr := strings.TrimPrefix(b.url, "http://")
+	for ctx.Err() == nil {
+		c, err := dialerFrom(ip).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("a slow upload from %s: %v", ip, err)
+			}
+			return
+		}
+		opened.Add(1)
+		closed := make(chan struct{})
+		go func() {
+			// The server's answer to a body cut short, then its close.
+			io.Copy(io.Discard, c)
+			close(closed)
+		}()
+		_, err = io.WriteString(c, head)
+		for err == nil {
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-closed:
+				err = io.EOF
+			case <-time.After(gap):
+				_, err = c.Write(chunk)
+			}
+		}
+		c.Close()
+		<-closed
+	}
+}
+
+// The issue's attack on a server as captchaq serve runs it (its
+// Listener, its http.Server timeouts) at the defaults' proportions (a
+// pool of 16 bodies; a client's own share one body, an address's two; a
+// keyless body's 10 s) with bodies a test can fill: 64 connections from
+// one address trickle in.php bodies without a key in the query, and 64
+// of another client trickle POST /v1/tasks bodies, each declaring the
+// largest body and never finishing it; a connection cut off opens
+// again. All the while a well-behaved client, from an address of its
+// own, submits on in.php with its key in the body (as the 2captcha
+// libraries send it) and on POST /v1/tasks, and is answered as usual:
+// OK|id for a task of its own, 202 with its task.
 func TestSlowUploadsStarveNoOne(t *testing.T) {
 	t.Parallel()
 	const keyEvil = "evil-key-0001"
-	const bodyMax = 256 << 10
+	const bodyMax = 64 << 10
 	b := setup(t, options{
 		clients: []server.Client{{Name: "qa", Key: keyQA}, {Name: "evil", Key: keyEvil}, {Name: "ops", Key: keyAdmin, Admin: true}},
-		server: func(c *server.Config) {
-			// The defaults' proportions (a pool of 16 bodies; a client's
-			// own share one body, an address's two) at a size a test can
-			// hold; the deadline has a test of its own.
-			c.MaxBodyBytes, c.MaxBodyInflight = bodyMax, 16*bodyMax
-			c.KeylessBodyTimeout = time.Hour
-		},
+		served:  true,
+		server:  func(c *server.Config) { c.MaxBodyBytes, c.MaxBodyInflight = bodyMax, 16*bodyMax },
 	})
-	half := bodyMax / 2
-	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stop(); wg.Wait() }) // before the server closes
+	var keylessOpened, evilOpened atomic.Int64
+	keyless := fmt.Sprintf("POST /in.php HTTP/1.1\r\nHost: captchaq.test\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\nmethod=base64&body=", bodyMax)
+	evil := fmt.Sprintf("POST /v1/tasks HTTP/1.1\r\nHost: captchaq.test\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n[", keyEvil, bodyMax)
 	for range 64 {
-		b.holdBody(t, "127.0.0.2", "POST", "/in.php", form, bodyMax, "method=base64&body="+strings.Repeat("A", half-19))
-		b.holdBody(t, "127.0.0.4", "POST", "/v1/tasks", map[string]string{"Authorization": "Bearer " + keyEvil}, bodyMax, "["+strings.Repeat(" ", half-1))
+		wg.Go(func() {
+			b.trickle(ctx, t, "127.0.0.2", keyless, []byte(strings.Repeat("A", 128)), 50*time.Millisecond, &keylessOpened)
+		})
+		wg.Go(func() {
+			b.trickle(ctx, t, "127.0.0.4", evil, []byte(strings.Repeat(" ", 1024)), 50*time.Millisecond, &evilOpened)
+		})
 	}
-	// Both attacks have hit their bounds: the keyless one its address's
-	// share, evil its share and the clients' pool.
+	refused := func(budget, reason string) float64 {
+		return testutilCounter(t, b, "captchaq_http_bodies_refused_total", map[string]string{"budget": budget, "reason": reason})
+	}
+	// Both attacks at their bounds: the keyless one its address's share,
+	// evil its own share and the clients' pool.
 	until(t, "the slow uploads at their bounds", func() bool {
-		return testutilCounter(t, b, "captchaq_http_bodies_refused_total", map[string]string{"budget": "keyless", "reason": "share"}) > 0 &&
-			testutilCounter(t, b, "captchaq_http_bodies_refused_total", map[string]string{"budget": "clients", "reason": "budget"}) > 0
+		return refused("keyless", "share") > 0 && refused("clients", "budget") > 0
 	})
-	if held := b.bodyBytes(t, "clients"); held < 16*bodyMax {
-		t.Fatalf("evil holds %v bytes, want the pool full (%d) and more", held, 16*bodyMax)
-	}
+	shareCuts, poolCuts := refused("keyless", "share"), refused("clients", "budget")
+
 	good := clientFrom("127.0.0.3")
-	img := base64.StdEncoding.EncodeToString(make([]byte, 64<<10)) // a 64 KiB image
-	for round := range 5 {
-		v := url.Values{"key": {keyQA}, "method": {"base64"}, "body": {img}}
-		resp, err := good.PostForm(b.url+"/in.php", v)
+	defer good.CloseIdleConnections()
+	img := base64.StdEncoding.EncodeToString(make([]byte, 24<<10)) // a 24 KiB image
+	okID := regexp.MustCompile(`^OK\|([0-9]+)$`)
+	call := func(req *http.Request, want int) string {
+		t.Helper()
+		resp, err := good.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer resp.Body.Close()
 		got, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !strings.HasPrefix(string(got), "OK|") {
-			t.Errorf("round %d: in.php with the key in the body: %q", round, got)
+		if resp.StatusCode != want {
+			t.Fatalf("%s %s: HTTP %d %s, want %d", req.Method, req.URL.Path, resp.StatusCode, got, want)
 		}
-		task := fmt.Sprintf(`{"id":"good-%d","method":"base64","params":{"body":%q}}`, round, img)
-		req, _ := http.NewRequest("POST", b.url+"/v1/tasks", strings.NewReader(task))
-		req.Header.Set("Authorization", "Bearer "+keyQA)
-		resp, err = good.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Errorf("round %d: POST /v1/tasks: HTTP %d %s", round, resp.StatusCode, got)
-		}
+		return string(got)
 	}
-	// The attacks held throughout: bodies of both still being read.
-	if k, c := b.bodyBytes(t, "keyless"), b.bodyBytes(t, "clients"); k == 0 || c < 16*bodyMax {
+	// Round after round until every slow upload was, on average, cut off
+	// and opened again while the rounds went on: the attack throughout.
+	rounds := 0
+	deadline := time.Now().Add(2 * time.Minute) // a bound for a hang, not a measure
+	for rounds < 10 || refused("keyless", "share")-shareCuts < 64 || refused("clients", "budget")-poolCuts < 64 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d rounds the slow uploads were cut off %v and %v more times, want 64 each", rounds,
+				refused("keyless", "share")-shareCuts, refused("clients", "budget")-poolCuts)
+		}
+		in, _ := http.NewRequest("POST", b.url+"/in.php", strings.NewReader(url.Values{"key": {keyQA}, "method": {"base64"}, "body": {img}}.Encode()))
+		in.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		got := call(in, http.StatusOK)
+		m := okID.FindStringSubmatch(got)
+		if m == nil {
+			t.Fatalf("round %d: in.php with the key in the body: %q, want OK|id", rounds, got)
+		}
+		get, _ := http.NewRequest("GET", b.url+"/v1/tasks/"+m[1], nil)
+		get.Header.Set("Authorization", "Bearer "+keyQA)
+		var v server.TaskView
+		if err := json.Unmarshal([]byte(call(get, http.StatusOK)), &v); err != nil || v.ID != m[1] || v.Client != "qa" || v.Method != "base64" {
+			t.Fatalf("round %d: in.php's task %s: %+v %v", rounds, m[1], v, err)
+		}
+		id := fmt.Sprintf("good-%d", rounds)
+		post, _ := http.NewRequest("POST", b.url+"/v1/tasks", strings.NewReader(fmt.Sprintf(`{"id":%q,"method":"base64","params":{"body":%q}}`, id, img)))
+		post.Header.Set("Authorization", "Bearer "+keyQA)
+		var ans struct{ Tasks []server.TaskView }
+		if err := json.Unmarshal([]byte(call(post, http.StatusAccepted)), &ans); err != nil || len(ans.Tasks) != 1 ||
+			ans.Tasks[0].ID != id || ans.Tasks[0].Client != "qa" || ans.Tasks[0].Status != captchaq.StatusQueued || ans.Tasks[0].Existed {
+			t.Fatalf("round %d: POST /v1/tasks: %+v %v, want task %s queued", rounds, ans, err, id)
+		}
+		rounds++
+	}
+	// The attacks were still on: bodies of both being read, and the
+	// keyless one never reached the keyless pool (its address's share
+	// held it), so nobody else's key in the body met it.
+	if k, c := b.bodyBytes(t, "keyless"), b.bodyBytes(t, "clients"); k == 0 || c == 0 {
 		t.Errorf("after the rounds: keyless %v, clients %v bytes held; want the slow uploads still there", k, c)
 	}
+	if n := refused("keyless", "budget"); n != 0 {
+		t.Errorf("keyless bodies refused for the keyless pool: %v, want 0", n)
+	}
+	t.Logf("%d rounds answered; slow uploads opened: %d keyless, %d of evil; cut off at their bounds: %v keyless (address share), %v of evil (clients' pool)",
+		rounds, keylessOpened.Load(), evilOpened.Load(), refused("keyless", "share"), refused("clients", "budget"))
 }

@@ -39,6 +39,9 @@ type options struct {
 	server  func(*server.Config)
 	sim     func(*sim.Config)
 	noStart bool
+	// served: the Handler on the server's capped Listener, with the
+	// http.Server timeouts captchaq serve sets, not httptest's bare one.
+	served bool
 }
 
 // slowRecaptcha keeps reCAPTCHA v2 tasks in flight for the whole test.
@@ -80,7 +83,14 @@ func setup(t *testing.T, o options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	if o.served {
+		hs.Listener = srv.Listener(hs.Listener)
+		hc := hs.Config
+		hc.ReadHeaderTimeout, hc.ReadTimeout, hc.WriteTimeout, hc.IdleTimeout = 5*time.Second, 60*time.Second, 30*time.Second, 120*time.Second
+		hc.MaxHeaderBytes = 64 << 10
+	}
+	hs.Start()
 	t.Cleanup(func() {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
