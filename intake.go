@@ -149,9 +149,11 @@ func (q *Queue) intakeRound(ctx context.Context, tasks []Task, pts []provider.Ch
 			// Durable already: the next Start picks it up.
 			errs[i] = ErrClosed
 		default:
-			q.register(r, ws[i], pts[i])
+			st := q.register(r, ws[i], pts[i])
 			if !existed[j] {
 				q.metrics.submitted++
+			} else {
+				q.metrics.countResumed(st)
 			}
 		}
 	}

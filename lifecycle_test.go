@@ -55,6 +55,9 @@ func TestResumeInFlightPollsWithoutResubmit(t *testing.T) {
 	if got := rec2.order(); len(got) != 0 {
 		t.Fatalf("second queue submitted %v", got)
 	}
+	if m := q2.Metrics(); m.Resumed != 1 || m.ResumedInFlight != 1 || m.Submitted != 0 {
+		t.Fatalf("Metrics Resumed %d, ResumedInFlight %d, Submitted %d; want 1, 1, 0", m.Resumed, m.ResumedInFlight, m.Submitted)
+	}
 }
 
 // A resumed captcha id that the provider no longer knows (here: a new

@@ -18,6 +18,11 @@ type Metrics struct {
 	// Renewed counts known tasks submitted again whose stored token had
 	// expired: they are solved again instead of answered from the Store.
 	Renewed int64
+	// Resumed counts the unfinished tasks taken over from the Store (left
+	// by a run that stopped before they finished), at Start or by a Submit
+	// of their id; ResumedInFlight those of them still at a provider,
+	// polled by their stored captcha ids instead of submitted again.
+	Resumed, ResumedInFlight int64
 	// AvgSolveSeconds is over solved tasks; SuccessRate is Solved over
 	// Solved+Failed; ThroughputPerMin is solved tasks per minute since
 	// Start.
@@ -70,12 +75,21 @@ type ProviderMetrics struct {
 type counters struct {
 	tally.Results
 	submitted, retries, renewed int64
+	resumed, resumedInFlight    int64
 	retriesBy                   map[string]int64
 }
 
 func (c *counters) init() {
 	c.Results = tally.NewResults(time.Time{}) // Start sets Started
 	c.retriesBy = map[string]int64{}
+}
+
+// countResumed counts st, an unfinished task taken over from the Store.
+func (c *counters) countResumed(st *taskState) {
+	c.resumed++
+	if st.resumed {
+		c.resumedInFlight++
+	}
 }
 
 func (c *counters) retry(code string) {
@@ -105,6 +119,7 @@ func (q *Queue) Metrics() Metrics {
 	rates := c.Rates(now)
 	m := Metrics{
 		Submitted: c.submitted, Solved: c.Solved, Failed: c.Failed, Retries: c.retries, Renewed: c.renewed,
+		Resumed: c.resumed, ResumedInFlight: c.resumedInFlight,
 		RetriesByReason: maps.Clone(c.retriesBy),
 		QueueDepth:      q.queue.Len(), Requests: reqs, StartedAt: c.Started,
 		AvgSolveSeconds: rates.AvgSolveSeconds, SuccessRate: rates.SuccessRate, ThroughputPerMin: rates.ThroughputPerMin,

@@ -176,8 +176,9 @@ func (q *Queue) Start(ctx context.Context) error {
 		if _, ok := q.accepting[r.Task.ID]; ok {
 			return nil // a Submit is storing it now and registers the stored record
 		}
-		q.register(r, nil, provider.Checked{})
+		st := q.register(r, nil, provider.Checked{})
 		resumed++
+		q.metrics.countResumed(st)
 		if r.Status == StatusInFlight {
 			polling++
 		}

@@ -20,6 +20,8 @@ type StatsMetrics struct {
 	Retries              int64            `json:"retries"`
 	RetriesByReason      map[string]int64 `json:"retries_by_reason"`
 	Renewed              int64            `json:"renewed"`
+	Resumed              int64            `json:"resumed"`
+	ResumedInFlight      int64            `json:"resumed_in_flight"`
 	AvgSolveSeconds      float64          `json:"avg_solve_seconds"`
 	SuccessRate          float64          `json:"success_rate"`
 	ThroughputPerMin     float64          `json:"throughput_per_min"`
@@ -65,6 +67,7 @@ func statsMetrics(m captchaq.Metrics) *StatsMetrics {
 	s := &StatsMetrics{
 		Submitted: m.Submitted, Solved: m.Solved, Failed: m.Failed, Retries: m.Retries,
 		RetriesByReason: m.RetriesByReason, Renewed: m.Renewed,
+		Resumed: m.Resumed, ResumedInFlight: m.ResumedInFlight,
 		AvgSolveSeconds: m.AvgSolveSeconds, SuccessRate: m.SuccessRate, ThroughputPerMin: m.ThroughputPerMin,
 		ThreadsInUse: m.ThreadsInUse, Window: m.Window, Threads: m.Threads,
 		QueueDepth: m.QueueDepth, DepthByPriority: m.DepthByPriority, OldestWaitingSeconds: m.OldestWaitingSeconds,
@@ -98,6 +101,9 @@ func (s StatsMetrics) MarshalJSON() ([]byte, error) {
 	if err := json.Unmarshal(b, &out); err != nil {
 		return nil, err
 	}
+	// Fields added since have their snake_case name only.
+	delete(out, "Resumed")
+	delete(out, "ResumedInFlight")
 	var cur map[string]json.RawMessage
 	if b, err = json.Marshal(plain(s)); err != nil {
 		return nil, err

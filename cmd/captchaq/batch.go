@@ -236,7 +236,8 @@ func accountStop(err error) error {
 
 // summary is the closing line on stderr. Results the store already held
 // took no work, so the rate counts only tasks finished in this run, and a
-// rerun of a finished batch says where its results came from instead.
+// rerun of a finished batch says where its results came from instead, and
+// one after a stop how many unfinished tasks it took over.
 func summary(solved, failed, invalid, refused int, elapsed time.Duration, m captchaq.Metrics) string {
 	s := fmt.Sprintf("captchaq batch: %d solved, %d failed (%d invalid lines) of %d in %s",
 		solved, failed, invalid, solved+failed, elapsed.Round(10*time.Millisecond))
@@ -246,6 +247,9 @@ func summary(solved, failed, invalid, refused int, elapsed time.Duration, m capt
 	worked := int(m.Solved + m.Failed)
 	if stored := solved + failed - invalid - refused - worked; stored > 0 {
 		s += fmt.Sprintf("; %d from the store", stored)
+	}
+	if m.Resumed > 0 {
+		s += fmt.Sprintf("; %d resumed from an earlier run, %d of them polled by the provider ids it stored (not submitted again)", m.Resumed, m.ResumedInFlight)
 	}
 	if m.Renewed > 0 {
 		s += fmt.Sprintf("; %d solved again: their tokens had expired", m.Renewed)

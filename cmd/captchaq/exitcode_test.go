@@ -41,7 +41,15 @@ func (r *binRun) errText() string {
 // variables and a data directory of its own.
 func startBinary(t *testing.T, vars map[string]string, stdin string, args ...string) *binRun {
 	t.Helper()
+	return startBinaryIn(t, "", vars, stdin, args...)
+}
+
+// startBinaryIn is startBinary in the working directory dir ("": the
+// test's).
+func startBinaryIn(t *testing.T, dir string, vars map[string]string, stdin string, args ...string) *binRun {
+	t.Helper()
 	r := &binRun{cmd: exec.Command(captchaqBinary(t), args...)}
+	r.cmd.Dir = dir
 	home := t.TempDir()
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "CAPTCHAAI_") && !strings.HasPrefix(kv, "CAPTCHAQ_") &&

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,4 +116,161 @@ func acceptedBySim(t *testing.T, path string) map[string]int {
 		}
 	}
 	return n
+}
+
+// The README's first command, `captchaq batch examples/tasks.jsonl --out
+// results.jsonl` with no key (the built-in simulator, the store in the data
+// directory), killed with SIGKILL once every valid task is at the simulator
+// and before the slow ones are answered, then run again as the README
+// says: no task is paid for twice (the simulator accepted each task's
+// in.php exactly once over both runs), and the rerun's summary says what
+// it took over from the killed run. The moment is chosen so that no submit
+// is in flight at the kill: a kill between the simulator's answer to a
+// submit and the store's commit of its id may cost that one task a second
+// submit (TestBatchKill9OnTheBuiltInSimulator covers that moment).
+func TestReadmeFirstCommandKill9PaysNothingTwice(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "examples"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "examples", "tasks.jsonl"), raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The valid tasks, by the simulator's fingerprint (the eight images
+	// share one); the last line is the unsupported hCaptcha one.
+	want := map[string]int{}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	for i, l := range lines {
+		task, err := readTask([]byte(l))
+		if err != nil {
+			t.Fatalf("examples/tasks.jsonl line %d: %v", i+1, err)
+		}
+		if i == len(lines)-1 {
+			if task.Method != "hcaptcha" {
+				t.Fatalf("the last line of examples/tasks.jsonl is %s, want the unsupported hcaptcha one", task.Method)
+			}
+			continue
+		}
+		want[fingerprintOf(task)]++
+	}
+	valid := len(lines) - 1
+	vars := map[string]string{"XDG_DATA_HOME": filepath.Join(dir, "data")}
+	args := []string{"batch", "examples/tasks.jsonl", "--out", "results.jsonl"}
+
+	first := startBinaryIn(t, dir, vars, "", args...)
+	exited := make(chan int, 1)
+	go func() { exited <- first.wait(t) }()
+	var journal string
+	var atKill []captchaq.Record // the store's unfinished tasks at the kill
+	waitFor(t, "every valid task at the simulator, with its id in the store, before the batch ends", func() bool {
+		select {
+		case code := <-exited:
+			t.Fatalf("the first run ended (exit %d) before every task was at the simulator with an unfinished one left: %s", code, first.errText())
+		default:
+		}
+		m, _ := filepath.Glob(filepath.Join(dir, "data", "captchaq", "batch-sim-*.db.sim"))
+		if len(m) != 1 {
+			return false
+		}
+		journal = m[0]
+		n := 0
+		for _, c := range acceptedBySim(t, journal) {
+			n += c
+		}
+		if n < valid {
+			return false
+		}
+		pending := pendingIn(t, strings.TrimSuffix(journal, ".sim"))
+		for _, rec := range pending {
+			if rec.CaptchaID == "" {
+				return false // its submit was answered, its id not stored yet
+			}
+		}
+		if len(pending) == 0 {
+			t.Fatalf("the first run finished every task before the kill: %s", first.errText())
+		}
+		atKill = pending
+		return true
+	})
+	if err := syscall.Kill(first.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-exited; code != -1 && code != 137 {
+		// ExitCode is -1 for a process ended by a signal.
+		t.Fatalf("the first run exited %d, want killed: %s", code, first.errText())
+	}
+	// The store only gains ids and results after the check above, and the
+	// process is gone: what it holds now is at least what was checked.
+	after := pendingIn(t, strings.TrimSuffix(journal, ".sim"))
+	if len(after) > len(atKill) {
+		t.Fatalf("%d unfinished tasks after the kill, %d before", len(after), len(atKill))
+	}
+	for _, rec := range after {
+		if rec.CaptchaID == "" {
+			t.Fatalf("task %s has no provider id in the store after the kill", rec.Task.ID)
+		}
+	}
+
+	second := startBinaryIn(t, dir, vars, "", args...)
+	if code := second.wait(t); code != exitTasksFailed {
+		t.Fatalf("the rerun exited %d, want %d (the hCaptcha line): %s", code, exitTasksFailed, second.errText())
+	}
+	e := second.errText()
+	stored := valid - len(after)
+	resumed := fmt.Sprintf("; %d from the store; %d resumed from an earlier run, %d of them polled by the provider ids it stored (not submitted again); %d finished in this run",
+		stored, len(after), len(after), len(after))
+	if !strings.Contains(e, fmt.Sprintf("captchaq batch: %d solved, 1 failed (1 invalid lines) of %d in ", valid, valid+1)) ||
+		!strings.Contains(e, resumed) || strings.Contains(e, "retried") || strings.Contains(e, "ERROR_") {
+		t.Errorf("the rerun's stderr:\n%s\nwant its summary to say %q", e, resumed)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := parseResults(t, string(b))
+	solved := 0
+	for _, r := range results {
+		if r.Status == captchaq.StatusSolved && r.Token != "" {
+			solved++
+		}
+	}
+	if len(results) != valid+1 || solved != valid {
+		t.Errorf("results.jsonl has %d lines, %d solved with a token; want %d and %d", len(results), solved, valid+1, valid)
+	}
+
+	accepted := acceptedBySim(t, journal)
+	for fp, n := range want {
+		if accepted[fp] != n {
+			t.Errorf("the simulator accepted %d submits of the task(s) with fingerprint %s over both runs, want %d", accepted[fp], fp, n)
+		}
+	}
+	if len(accepted) != len(want) {
+		t.Errorf("the simulator accepted %d distinct tasks, want %d: %v", len(accepted), len(want), accepted)
+	}
+	summaryAt := strings.Index(e, fmt.Sprintf("captchaq batch: %d solved", valid))
+	t.Logf("killed with %d of %d tasks at the simulator; the rerun: %s", len(after), valid, e[max(summaryAt, 0):])
+}
+
+// pendingIn reads a store's unfinished tasks, without a lock: the queue
+// may have it open.
+func pendingIn(t *testing.T, path string) []captchaq.Record {
+	t.Helper()
+	rd, err := sqlite.OpenReader(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var recs []captchaq.Record
+	if err := rd.Pending(context.Background(), func(rec captchaq.Record) error {
+		recs = append(recs, rec)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
