@@ -163,6 +163,9 @@ func (l *lockedBuffer) String() string {
 }
 
 // cutAfterSubmit holds the first submit's answer until proceed closes.
+// The queue sends a task checked at its door through SubmitChecked when
+// the provider has it (as *provider.Client does), so both ways to submit
+// are held: an embedded client's own SubmitChecked would pass the hold by.
 type cutAfterSubmit struct {
 	*provider.Client
 	once               sync.Once
@@ -171,11 +174,21 @@ type cutAfterSubmit struct {
 
 func (p *cutAfterSubmit) Submit(ctx context.Context, t provider.Task, pingback string) (string, error) {
 	id, err := p.Client.Submit(ctx, t, pingback)
+	p.hold()
+	return id, err
+}
+
+func (p *cutAfterSubmit) SubmitChecked(ctx context.Context, t provider.Checked, pingback string) (string, error) {
+	id, err := p.Client.SubmitChecked(ctx, t, pingback)
+	p.hold()
+	return id, err
+}
+
+func (p *cutAfterSubmit) hold() {
 	p.once.Do(func() {
 		close(p.submitted)
 		<-p.proceed
 	})
-	return id, err
 }
 
 // cutProxy forwards TCP connections to the broker; cut drops every one
