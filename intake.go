@@ -2,11 +2,11 @@ package captchaq
 
 import (
 	"context"
-
 	"fmt"
-	"github.com/captchaq/captchaq/provider"
 	"slices"
 	"time"
+
+	"github.com/captchaq/captchaq/provider"
 )
 
 // acceptBatch validates tasks, stores the new ones and registers them, in
@@ -23,88 +23,80 @@ import (
 // for a later round, and rounds release their claims, so two batches never
 // wait for each other.
 func (q *Queue) acceptBatch(ctx context.Context, tasks []Task, waiter func(i int) func(Result, error)) []error {
-	errs := make([]error, len(tasks))
-	ws := make([]func(Result, error), len(tasks))
-	pts := make([]provider.Checked, len(tasks)) // as checked: carried to the provider
+	in := &intakeBatch{
+		tasks: tasks,
+		pts:   make([]provider.Checked, len(tasks)),
+		ws:    make([]func(Result, error), len(tasks)),
+		errs:  make([]error, len(tasks)),
+	}
 	todo := make([]int, 0, len(tasks))
 	for i, t := range tasks {
-		if pts[i], errs[i] = q.check(t); errs[i] == nil {
-			ws[i] = waiter(i)
+		if in.pts[i], in.errs[i] = q.check(t); in.errs[i] == nil {
+			in.ws[i] = waiter(i)
 			todo = append(todo, i)
 		}
 	}
 	// Known and unfinished: attach without waiting for room.
-	todo = q.attachKnown(tasks, todo, ws, errs)
+	todo = q.attachKnown(in, todo)
 	now := q.now()
 	for len(todo) > 0 {
 		capacity, err := q.waitCapacity(ctx, min(len(todo), max(1, q.cfg.MaxQueued/8)))
 		if err == nil {
-			todo, err = q.intakeRound(ctx, tasks, pts, todo, ws, errs, capacity, now)
+			todo, err = q.intakeRound(ctx, in, todo, capacity, now)
 		}
 		if err != nil {
 			for _, i := range todo {
-				errs[i] = err
+				in.errs[i] = err
 			}
 			break
 		}
 	}
-	return errs
+	return in.errs
+}
+
+// intakeBatch is a batch on its way in: task i, as checked (carried to the
+// provider), its waiter and its error.
+type intakeBatch struct {
+	tasks []Task
+	pts   []provider.Checked
+	ws    []func(Result, error)
+	errs  []error
 }
 
 // attachKnown adds the waiters of tasks already registered to them (or
 // refuses a task whose id names another one), and returns the others.
-func (q *Queue) attachKnown(tasks []Task, todo []int, ws []func(Result, error), errs []error) []int {
+func (q *Queue) attachKnown(in *intakeBatch, todo []int) []int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	left := todo[:0]
 	for _, i := range todo {
-		if st, ok := q.tasks[tasks[i].ID]; ok {
-			if errs[i] = st.rec.Conflict(tasks[i]); errs[i] == nil {
-				st.waiters = append(st.waiters, ws[i])
-			}
-			continue
+		if !q.attachLocked(in, i) {
+			left = append(left, i)
 		}
-		left = append(left, i)
 	}
 	return left
+}
+
+// attachLocked adds task i's waiter to the registered task of its id, or
+// refuses it when that task is another one. It returns false when no
+// task of the id is registered. Callers hold q.mu.
+func (q *Queue) attachLocked(in *intakeBatch, i int) bool {
+	st, ok := q.tasks[in.tasks[i].ID]
+	if !ok {
+		return false
+	}
+	if in.errs[i] = st.rec.Conflict(in.tasks[i]); in.errs[i] == nil {
+		st.waiters = append(st.waiters, in.ws[i])
+	}
+	return true
 }
 
 // intakeRound claims the ids of up to capacity tasks from the start of todo,
 // stores those tasks in one Store call and registers them. It returns the
 // tasks left for another round, or with an error the tasks it did not
 // accept.
-func (q *Queue) intakeRound(ctx context.Context, tasks []Task, pts []provider.Checked, todo []int, ws []func(Result, error), errs []error, capacity int, now time.Time) ([]int, error) {
-	var claimed, held []int
-	var busy chan struct{}
-	rest := todo[:0]
-	q.mu.Lock()
-	for k, i := range todo {
-		if len(claimed) == capacity {
-			rest = todo[k:]
-			break
-		}
-		id := tasks[i].ID
-		if st, ok := q.tasks[id]; ok {
-			if errs[i] = st.rec.Conflict(tasks[i]); errs[i] == nil {
-				st.waiters = append(st.waiters, ws[i])
-			}
-			continue
-		}
-		if ch, ok := q.accepting[id]; ok {
-			if busy == nil {
-				busy = ch
-			}
-			held = append(held, i)
-			continue
-		}
-		q.accepting[id] = make(chan struct{})
-		claimed = append(claimed, i)
-	}
-	q.mu.Unlock()
-	left := rest
-	if len(held) > 0 {
-		left = append(held, rest...)
-	}
+func (q *Queue) intakeRound(ctx context.Context, in *intakeBatch, todo []int, capacity int, now time.Time) ([]int, error) {
+	claimed, left, busy := q.claimIDs(in, todo, capacity)
 	if len(claimed) == 0 {
 		if busy == nil {
 			return left, nil
@@ -117,11 +109,11 @@ func (q *Queue) intakeRound(ctx context.Context, tasks []Task, pts []provider.Ch
 			return left, ctx.Err()
 		}
 	}
-	defer q.releaseIntake(tasks, claimed)
+	defer q.releaseIntake(in.tasks, claimed)
 
 	batch := make([]Task, len(claimed))
 	for j, i := range claimed {
-		t := tasks[i]
+		t := in.tasks[i]
 		if t.TTL > 0 {
 			t.Deadline, t.TTL = now.Add(t.TTL), 0
 		}
@@ -135,21 +127,68 @@ func (q *Queue) intakeRound(ctx context.Context, tasks []Task, pts []provider.Ch
 	if err != nil {
 		return slices.Concat(left, claimed), err
 	}
-	var finished []int
+	for _, j := range q.registerStored(in, claimed, batch, recs, existed, renewed) {
+		in.ws[claimed[j]](*recs[j].Result, nil)
+	}
+	return left, nil
+}
+
+// claimIDs claims the ids of up to capacity tasks from the start of todo
+// (those already registered are attached instead). It returns the tasks
+// claimed, the tasks left for another round (those whose id another
+// caller is storing first) and a channel closed when the first of those
+// ids is stored.
+func (q *Queue) claimIDs(in *intakeBatch, todo []int, capacity int) (claimed, left []int, busy chan struct{}) {
+	var held []int
+	rest := todo[:0]
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	for k, i := range todo {
+		if len(claimed) == capacity {
+			rest = todo[k:]
+			break
+		}
+		if q.attachLocked(in, i) {
+			continue
+		}
+		id := in.tasks[i].ID
+		if ch, ok := q.accepting[id]; ok {
+			if busy == nil {
+				busy = ch
+			}
+			held = append(held, i)
+			continue
+		}
+		q.accepting[id] = make(chan struct{})
+		claimed = append(claimed, i)
+	}
+	if len(held) > 0 {
+		return claimed, append(held, rest...), busy
+	}
+	return claimed, rest, busy
+}
+
+// registerStored registers the claimed tasks as the Store answered for
+// them (recs, existed: batch as Enqueue and renewExpired left it), refuses
+// a stored task of the id that is another one, and returns the indexes in
+// claimed of those already finished, whose waiters the caller answers
+// with the stored result.
+func (q *Queue) registerStored(in *intakeBatch, claimed []int, batch []Task, recs []Record, existed []bool, renewed int) (finished []int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.metrics.renewed += int64(renewed)
 	for j, i := range claimed {
 		r := recs[j]
 		switch {
 		case existed[j] && r.Conflict(batch[j]) != nil:
-			errs[i] = r.Conflict(batch[j])
+			in.errs[i] = r.Conflict(batch[j])
 		case existed[j] && r.Result != nil && final(r.Status):
 			finished = append(finished, j)
 		case q.closed:
 			// Durable already: the next Start picks it up.
-			errs[i] = ErrClosed
+			in.errs[i] = ErrClosed
 		default:
-			st := q.register(r, ws[i], pts[i])
+			st := q.register(r, in.ws[i], in.pts[i])
 			if !existed[j] {
 				q.metrics.submitted++
 			} else {
@@ -157,11 +196,7 @@ func (q *Queue) intakeRound(ctx context.Context, tasks []Task, pts []provider.Ch
 			}
 		}
 	}
-	q.mu.Unlock()
-	for _, j := range finished {
-		ws[claimed[j]](*recs[j].Result, nil)
-	}
-	return left, nil
+	return finished
 }
 
 // renewExpired puts back in the queue the known tasks of batch (same

@@ -113,155 +113,205 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 	return out, nil
 }
 
+// parseProviderEntry reads entry i of a providers file: its ProviderConfig
+// (with its client, unless env.WithoutKeys) and every problem it has.
 func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (ProviderConfig, []error) {
-	var (
-		pc   ProviderConfig
-		errs []error
-	)
-	name := fmt.Sprintf("providers[%d]", i)
-	if raw, ok := e["name"]; ok {
-		var n string
-		if json.Unmarshal(raw, &n) == nil && n != "" {
-			name = fmt.Sprintf("providers[%d] (%s)", i, n)
-		}
-	}
-	fail := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s.%s: %s", name, field, fmt.Sprintf(format, args...)))
-	}
-	for k := range e {
-		if slices.Contains(providersFields, k) {
-			continue
-		}
-		lk := strings.ToLower(k)
-		switch {
-		case slices.Contains(providersFields, lk):
-			fail(k, "write the field name in lower case: %q", lk)
-		case lk == "key" || lk == "api_key" || lk == "apikey":
-			fail(k, "a key is never read from the providers file; put it in an environment variable named by \"key_env\", or a file named by \"key_file\"")
-		default:
-			fail(k, "unknown field; the fields are %s", strings.Join(providersFields, ", "))
-		}
-	}
-	str := func(field string) string {
-		raw, ok := e[field]
-		if !ok {
-			return ""
-		}
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			fail(field, "must be a string, got %s", shortJSON(raw))
-		}
-		return strings.TrimSpace(s)
-	}
-	num := func(field string) float64 {
-		raw, ok := e[field]
-		if !ok {
-			return 0
-		}
-		var f float64
-		if err := json.Unmarshal(raw, &f); err != nil {
-			fail(field, "must be a number, got %s", shortJSON(raw))
-		}
-		return f
-	}
-	dur := func(field string) time.Duration {
-		s := str(field)
-		if s == "" {
-			return 0
-		}
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			fail(field, "%q is not a duration; write it as \"5s\", \"500ms\" or \"2m\"", s)
-		}
-		return d
-	}
-
-	pc.Name = str("name")
+	r := newEntryReader(i, e)
+	r.checkFields()
+	var pc ProviderConfig
+	pc.Name = r.str("name")
 	if _, ok := e["name"]; !ok {
-		fail("name", "required: the provider's name in results and metrics, e.g. \"main\"")
+		r.fail("name", "required: the provider's name in results and metrics, e.g. \"main\"")
 	}
-	base := str("url")
-	if base == "" {
-		fail("url", "required: the service's base URL, e.g. %s", provider.BaseURLDefault)
-	} else if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		fail("url", "%q is not an absolute http(s) URL; use e.g. %s", base, provider.BaseURLDefault)
-		base = ""
-	}
-	threads := num("threads")
-	if threads != float64(int(threads)) || threads < 0 {
-		fail("threads", "must be a whole number of threads, got %v", threads)
-	}
-	pc.Threads = int(threads)
-	if plan := str("plan"); plan != "" {
-		if pc.Threads != 0 {
-			fail("plan", "give threads or plan, not both")
-		} else if n, err := provider.PlanThreads(plan); err != nil {
-			fail("plan", "%v", err)
-		} else {
-			pc.Threads = n
-		}
-	}
-	newClient := env.NewClient
-	protocol := str("protocol")
-	switch protocol {
-	case "", "in.php":
-	case "createtask":
-		newClient = env.NewCreateTaskClient
-		if isCaptchaAI(base) {
-			fail("protocol", "CaptchaAI speaks only in.php/res.php: leave protocol out for its URL")
-		}
-	default:
-		fail("protocol", "%q is not a protocol captchaq speaks; use \"in.php\" (the default) or \"createtask\"", protocol)
-	}
-	createTask := protocol == "createtask"
-	if raw, ok := e["methods"]; ok {
-		if err := json.Unmarshal(raw, &pc.Methods); err != nil {
-			fail("methods", "must be an array of method names, e.g. [\"hcaptcha\", \"turnstile\"]")
-		} else if pc.Methods == nil {
-			pc.Methods = []string{}
-		}
-		for j, m := range pc.Methods {
-			switch {
-			case !slices.Contains(provider.KnownMethods, m):
-				fail("methods", "[%d] %q is not a method captchaq can validate; use one of %s", j, m, strings.Join(provider.KnownMethods, ", "))
-			case createTask && !slices.Contains(createtask.Methods, m):
-				fail("methods", "[%d] %q has no createTask type; a createtask provider solves %s", j, m, strings.Join(createtask.Methods, ", "))
-			}
-		}
-	} else if createTask {
-		pc.Methods = createtask.Methods
-	} else if isCaptchaAI(base) {
-		pc.Methods = provider.CaptchaAIMethods
-	}
+	base := r.baseURL()
+	pc.Threads = r.threads()
+	createTask, newClient := r.protocol(base, env)
+	pc.Methods = r.methods(base, createTask)
 	if raw, ok := e["price_per_1000"]; ok {
 		if err := json.Unmarshal(raw, &pc.PricePer1000); err != nil {
-			fail("price_per_1000", "must be an object of prices by method, e.g. {\"default\": 2.99, \"base64\": 0.5}")
+			r.fail("price_per_1000", "must be an object of prices by method, e.g. {\"default\": 2.99, \"base64\": 0.5}")
 		}
 	}
-	pc.SpillAfter = dur("spill_after")
-	pc.MaxSpendPerHour = num("max_spend_per_hour")
-	pc.DownAfter = dur("down_after")
-	pc.PollGap = dur("poll_gap")
+	pc.SpillAfter = r.dur("spill_after")
+	pc.MaxSpendPerHour = r.num("max_spend_per_hour")
+	pc.DownAfter = r.dur("down_after")
+	pc.PollGap = r.dur("poll_gap")
 	if _, ok := e["poll_gap"]; ok && pc.PollGap == 0 {
-		fail("poll_gap", "must be at least %v; leave it out for the protocol's default (%v for createtask, the queue's PollGap for in.php)", PollGapMin, createtask.PollGapDefault)
+		r.fail("poll_gap", "must be at least %v; leave it out for the protocol's default (%v for createtask, the queue's PollGap for in.php)", PollGapMin, createtask.PollGapDefault)
 	}
 
 	if env.WithoutKeys {
-		return pc, errs
+		return pc, r.errs
 	}
-	key := providerKey(fail, str("key_env"), str("key_file"), env)
-	if key != "" && base != "" && len(errs) == 0 {
+	key := providerKey(r.fail, r.str("key_env"), r.str("key_file"), env)
+	if key != "" && base != "" && len(r.errs) == 0 {
 		methods := pc.Methods
 		if methods == nil {
 			methods = provider.CommonMethods
 		}
 		cl, err := newClient(provider.ClientConfig{BaseURL: base, Key: key, Methods: methods})
 		if err != nil {
-			fail("url", "%v", err)
+			r.fail("url", "%v", err)
 		}
 		pc.Provider = cl
 	}
-	return pc, errs
+	return pc, r.errs
+}
+
+// entryReader reads the fields of one entry of a providers file and
+// collects its problems, each naming the entry and the field.
+type entryReader struct {
+	e    map[string]json.RawMessage
+	name string // "providers[i] (name)"
+	errs []error
+}
+
+func newEntryReader(i int, e map[string]json.RawMessage) *entryReader {
+	r := &entryReader{e: e, name: fmt.Sprintf("providers[%d]", i)}
+	if raw, ok := e["name"]; ok {
+		var n string
+		if json.Unmarshal(raw, &n) == nil && n != "" {
+			r.name = fmt.Sprintf("providers[%d] (%s)", i, n)
+		}
+	}
+	return r
+}
+
+func (r *entryReader) fail(field, format string, args ...any) {
+	r.errs = append(r.errs, fmt.Errorf("%s.%s: %s", r.name, field, fmt.Sprintf(format, args...)))
+}
+
+// checkFields refuses the fields the format does not have, saying which
+// it meant where it can (a name in another case, a key).
+func (r *entryReader) checkFields() {
+	for k := range r.e {
+		if slices.Contains(providersFields, k) {
+			continue
+		}
+		lk := strings.ToLower(k)
+		switch {
+		case slices.Contains(providersFields, lk):
+			r.fail(k, "write the field name in lower case: %q", lk)
+		case lk == "key" || lk == "api_key" || lk == "apikey":
+			r.fail(k, "a key is never read from the providers file; put it in an environment variable named by \"key_env\", or a file named by \"key_file\"")
+		default:
+			r.fail(k, "unknown field; the fields are %s", strings.Join(providersFields, ", "))
+		}
+	}
+}
+
+func (r *entryReader) str(field string) string {
+	raw, ok := r.e[field]
+	if !ok {
+		return ""
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		r.fail(field, "must be a string, got %s", shortJSON(raw))
+	}
+	return strings.TrimSpace(s)
+}
+
+func (r *entryReader) num(field string) float64 {
+	raw, ok := r.e[field]
+	if !ok {
+		return 0
+	}
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil {
+		r.fail(field, "must be a number, got %s", shortJSON(raw))
+	}
+	return f
+}
+
+func (r *entryReader) dur(field string) time.Duration {
+	s := r.str(field)
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		r.fail(field, "%q is not a duration; write it as \"5s\", \"500ms\" or \"2m\"", s)
+	}
+	return d
+}
+
+// baseURL is the entry's url, or "" when it has none or none usable.
+func (r *entryReader) baseURL() string {
+	base := r.str("url")
+	if base == "" {
+		r.fail("url", "required: the service's base URL, e.g. %s", provider.BaseURLDefault)
+	} else if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		r.fail("url", "%q is not an absolute http(s) URL; use e.g. %s", base, provider.BaseURLDefault)
+		base = ""
+	}
+	return base
+}
+
+// threads is the entry's threads, or its plan's.
+func (r *entryReader) threads() int {
+	threads := r.num("threads")
+	if threads != float64(int(threads)) || threads < 0 {
+		r.fail("threads", "must be a whole number of threads, got %v", threads)
+	}
+	n := int(threads)
+	if plan := r.str("plan"); plan != "" {
+		if n != 0 {
+			r.fail("plan", "give threads or plan, not both")
+		} else if pn, err := provider.PlanThreads(plan); err != nil {
+			r.fail("plan", "%v", err)
+		} else {
+			n = pn
+		}
+	}
+	return n
+}
+
+// protocol reads the entry's protocol: whether it is createTask, and the
+// client env builds for it.
+func (r *entryReader) protocol(base string, env ProvidersEnv) (createTask bool, newClient func(provider.ClientConfig) (Provider, error)) {
+	newClient = env.NewClient
+	protocol := r.str("protocol")
+	switch protocol {
+	case "", "in.php":
+	case "createtask":
+		newClient = env.NewCreateTaskClient
+		if isCaptchaAI(base) {
+			r.fail("protocol", "CaptchaAI speaks only in.php/res.php: leave protocol out for its URL")
+		}
+	default:
+		r.fail("protocol", "%q is not a protocol captchaq speaks; use \"in.php\" (the default) or \"createtask\"", protocol)
+	}
+	return protocol == "createtask", newClient
+}
+
+// methods is the entry's methods, or its protocol's or CaptchaAI's when
+// it names none (nil: provider.CommonMethods, filled in later).
+func (r *entryReader) methods(base string, createTask bool) []string {
+	raw, ok := r.e["methods"]
+	switch {
+	case !ok && createTask:
+		return createtask.Methods
+	case !ok && isCaptchaAI(base):
+		return provider.CaptchaAIMethods
+	case !ok:
+		return nil
+	}
+	var methods []string
+	if err := json.Unmarshal(raw, &methods); err != nil {
+		r.fail("methods", "must be an array of method names, e.g. [\"hcaptcha\", \"turnstile\"]")
+	} else if methods == nil {
+		methods = []string{}
+	}
+	for j, m := range methods {
+		switch {
+		case !slices.Contains(provider.KnownMethods, m):
+			r.fail("methods", "[%d] %q is not a method captchaq can validate; use one of %s", j, m, strings.Join(provider.KnownMethods, ", "))
+		case createTask && !slices.Contains(createtask.Methods, m):
+			r.fail("methods", "[%d] %q has no createTask type; a createtask provider solves %s", j, m, strings.Join(createtask.Methods, ", "))
+		}
+	}
+	return methods
 }
 
 // providerKey reads an entry's key from its key_env variable or key_file.

@@ -70,21 +70,53 @@ func load(root string) (*graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	modData, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	module, err := moduleName(root)
 	if err != nil {
 		return nil, err
 	}
-	module := ""
-	for _, line := range strings.Split(string(modData), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
-			module = f[1]
+	dirs, err := packageDirs(root, module)
+	if err != nil {
+		return nil, err
+	}
+	l := &loader{
+		root: root, module: module, dirs: dirs,
+		fset: token.NewFileSet(), std: importer.Default(),
+		checked: map[string]*types.Package{}, seen: map[string]bool{},
+		g: &graph{edges: map[[2]string]map[string]bool{}},
+	}
+	var ips []string
+	for ip := range dirs {
+		ips = append(ips, ip)
+	}
+	sort.Strings(ips)
+	for _, ip := range ips {
+		if _, err := l.check(ip); err != nil {
+			return nil, err
 		}
 	}
-	if module == "" {
-		return nil, fmt.Errorf("%s/go.mod names no module", root)
+	sort.Strings(l.g.parts)
+	return l.g, nil
+}
+
+// moduleName reads the module's path from root/go.mod.
+func moduleName(root string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		return "", err
 	}
-	dirs := map[string]string{} // import path -> dir
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return f[1], nil
+		}
+	}
+	return "", fmt.Errorf("%s/go.mod names no module", root)
+}
+
+// packageDirs maps the import path of every folder under root that is
+// measured to the folder.
+func packageDirs(root, module string) (map[string]string, error) {
+	dirs := map[string]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -108,137 +140,118 @@ func load(root string) (*graph, error) {
 		dirs[ip] = path
 		return nil
 	})
+	return dirs, err
+}
+
+// loader type-checks the module's packages, each once, and adds to g
+// what each file uses.
+type loader struct {
+	root, module string
+	dirs         map[string]string // import path -> folder
+	fset         *token.FileSet
+	std          types.Importer
+	checked      map[string]*types.Package // nil while being checked
+	seen         map[string]bool           // parts in g
+	g            *graph
+}
+
+// Import is types.Importer: the module's packages checked from source,
+// the others from export data or empty.
+func (l *loader) Import(path string) (*types.Package, error) {
+	if _, ok := l.dirs[path]; ok {
+		return l.check(path)
+	}
+	if p, err := l.std.Import(path); err == nil {
+		return p, nil
+	}
+	p := types.NewPackage(path, filepath.Base(path))
+	p.MarkComplete()
+	return p, nil
+}
+
+// partOf is the part of a file: its path from the root in the root
+// folder, else its top folder with a slash; "" outside the root.
+func (l *loader) partOf(file string) string {
+	rel, err := filepath.Rel(l.root, file)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return ""
+	}
+	rel = filepath.ToSlash(rel)
+	if i := strings.Index(rel, "/"); i >= 0 {
+		return rel[:i+1]
+	}
+	return rel
+}
+
+func (l *loader) addEdge(from, to, name string) {
+	if from == "" || to == "" || from == to {
+		return
+	}
+	k := [2]string{from, to}
+	if l.g.edges[k] == nil {
+		l.g.edges[k] = map[string]bool{}
+	}
+	if name != "" {
+		l.g.edges[k][name] = true
+	}
+}
+
+// check type-checks the package ip and records its files' imports and
+// uses.
+func (l *loader) check(ip string) (*types.Package, error) {
+	if p, ok := l.checked[ip]; ok {
+		if p == nil {
+			return nil, fmt.Errorf("import cycle through %s", ip)
+		}
+		return p, nil
+	}
+	l.checked[ip] = nil
+	dir := l.dirs[ip]
+	bp, err := build.Default.ImportDir(dir, 0)
+	if _, none := err.(*build.NoGoError); none {
+		p := types.NewPackage(ip, filepath.Base(dir))
+		p.MarkComplete()
+		l.checked[ip] = p
+		return p, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-
-	fset := token.NewFileSet()
-	g := &graph{edges: map[[2]string]map[string]bool{}}
-	partOf := func(file string) string {
-		rel, err := filepath.Rel(root, file)
-		if err != nil || strings.HasPrefix(rel, "..") {
-			return ""
-		}
-		rel = filepath.ToSlash(rel)
-		if i := strings.Index(rel, "/"); i >= 0 {
-			return rel[:i+1]
-		}
-		return rel
-	}
-	seen := map[string]bool{}
-	addPart := func(p string) {
-		if p != "" && !seen[p] {
-			seen[p] = true
-			g.parts = append(g.parts, p)
-		}
-	}
-	addEdge := func(from, to, name string) {
-		if from == "" || to == "" || from == to {
-			return
-		}
-		k := [2]string{from, to}
-		if g.edges[k] == nil {
-			g.edges[k] = map[string]bool{}
-		}
-		if name != "" {
-			g.edges[k][name] = true
-		}
-	}
-
-	std := importer.Default()
-	checked := map[string]*types.Package{}
-	var imp importerFunc
-	var check func(ip string) (*types.Package, error)
-	imp = func(path string) (*types.Package, error) {
-		if _, ok := dirs[path]; ok {
-			return check(path)
-		}
-		if p, err := std.Import(path); err == nil {
-			return p, nil
-		}
-		p := types.NewPackage(path, filepath.Base(path))
-		p.MarkComplete()
-		return p, nil
-	}
-	check = func(ip string) (*types.Package, error) {
-		if p, ok := checked[ip]; ok {
-			if p == nil {
-				return nil, fmt.Errorf("import cycle through %s", ip)
-			}
-			return p, nil
-		}
-		checked[ip] = nil
-		dir := dirs[ip]
-		bp, err := build.Default.ImportDir(dir, 0)
+	var files []*ast.File
+	for _, name := range bp.GoFiles {
+		f, err := parser.ParseFile(l.fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
 		if err != nil {
-			var none *build.NoGoError
-			if ok := asNoGo(err, &none); ok {
-				p := types.NewPackage(ip, filepath.Base(dir))
-				p.MarkComplete()
-				checked[ip] = p
-				return p, nil
-			}
 			return nil, err
 		}
-		var files []*ast.File
-		for _, name := range bp.GoFiles {
-			f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
-			if err != nil {
-				return nil, err
-			}
-			files = append(files, f)
-			addPart(partOf(filepath.Join(dir, name)))
-		}
-		info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
-		conf := types.Config{Importer: imp, Error: func(error) {}}
-		p, _ := conf.Check(ip, fset, files, info)
-		checked[ip] = p
-		for _, f := range files {
-			from := partOf(fset.Position(f.Pos()).Filename)
-			for _, is := range f.Imports {
-				path := strings.Trim(is.Path.Value, `"`)
-				if d, ok := dirs[path]; ok && path != module {
-					addEdge(from, partOf(filepath.Join(d, "x.go")), "")
-				}
-			}
-		}
-		for id, obj := range info.Uses {
-			if obj == nil || obj.Pkg() == nil || !obj.Pos().IsValid() {
-				continue
-			}
-			if _, ok := dirs[obj.Pkg().Path()]; !ok {
-				continue
-			}
-			from := partOf(fset.Position(id.Pos()).Filename)
-			to := partOf(fset.Position(obj.Pos()).Filename)
-			addEdge(from, to, objName(obj))
-		}
-		return p, nil
-	}
-	var ips []string
-	for ip := range dirs {
-		ips = append(ips, ip)
-	}
-	sort.Strings(ips)
-	for _, ip := range ips {
-		if _, err := check(ip); err != nil {
-			return nil, err
+		files = append(files, f)
+		if part := l.partOf(filepath.Join(dir, name)); part != "" && !l.seen[part] {
+			l.seen[part] = true
+			l.g.parts = append(l.g.parts, part)
 		}
 	}
-	sort.Strings(g.parts)
-	return g, nil
-}
-
-type importerFunc func(path string) (*types.Package, error)
-
-func (f importerFunc) Import(path string) (*types.Package, error) { return f(path) }
-
-func asNoGo(err error, target **build.NoGoError) bool {
-	e, ok := err.(*build.NoGoError)
-	if ok {
-		*target = e
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+	conf := types.Config{Importer: l, Error: func(error) {}}
+	p, _ := conf.Check(ip, l.fset, files, info)
+	l.checked[ip] = p
+	for _, f := range files {
+		from := l.partOf(l.fset.Position(f.Pos()).Filename)
+		for _, is := range f.Imports {
+			path := strings.Trim(is.Path.Value, `"`)
+			if d, ok := l.dirs[path]; ok && path != l.module {
+				l.addEdge(from, l.partOf(filepath.Join(d, "x.go")), "")
+			}
+		}
 	}
-	return ok
+	for id, obj := range info.Uses {
+		if obj == nil || obj.Pkg() == nil || !obj.Pos().IsValid() {
+			continue
+		}
+		if _, ok := l.dirs[obj.Pkg().Path()]; !ok {
+			continue
+		}
+		l.addEdge(l.partOf(l.fset.Position(id.Pos()).Filename), l.partOf(l.fset.Position(obj.Pos()).Filename), objName(obj))
+	}
+	return p, nil
 }
 
 // objName names a used object as its declaration reads: Type.Method for a
@@ -259,12 +272,36 @@ func objName(obj types.Object) string {
 }
 
 // order returns the parts from the ground up: each part after what it
-// imports wherever the imports allow. A greedy order (Eades, Lin and Smyth:
-// parts that import nothing left go first, parts nothing left imports
-// last, else the part importing least and imported most) is improved by
-// moving one part at a time to the place that leaves fewest imports
-// running back, while a move lowers the count.
+// imports wherever the imports allow. A greedy order (Eades, Lin and Smyth)
+// is improved by moving one part at a time to the place that leaves
+// fewest imports running back, while a move lowers the count.
 func (g *graph) order() []string {
+	order := g.greedy()
+	cur := g.backs(order)
+	for improved := true; improved; {
+		improved = false
+		for i := range order {
+			p := order[i]
+			rest := append(append([]string{}, order[:i]...), order[i+1:]...)
+			for j := 0; j <= len(rest); j++ {
+				if j == i {
+					continue
+				}
+				cand := append(append(append([]string{}, rest[:j]...), p), rest[j:]...)
+				if n := g.backs(cand); n < cur {
+					order, cur, improved = cand, n, true
+					break
+				}
+			}
+		}
+	}
+	return order
+}
+
+// greedy orders the parts from the ground up: those that import nothing
+// left go low, those nothing left imports go high, and when neither is
+// left the part imported least for what it imports goes high.
+func (g *graph) greedy() []string {
 	out := map[string][]string{} // what a part imports
 	in := map[string][]string{}  // who imports a part
 	for k := range g.edges {
@@ -286,77 +323,52 @@ func (g *graph) order() []string {
 	}
 	var low, high []string
 	for len(left) > 0 {
-		moved := true
-		for moved {
+		for moved := true; moved; {
 			moved = false
 			for _, p := range g.parts {
 				if left[p] && count(out[p]) == 0 {
-					low = append(low, p)
+					low, moved = append(low, p), true
 					delete(left, p)
-					moved = true
 				}
 			}
 			for _, p := range g.parts {
 				if left[p] && count(in[p]) == 0 {
-					high = append(high, p)
+					high, moved = append(high, p), true
 					delete(left, p)
-					moved = true
 				}
 			}
-		}
-		if len(left) == 0 {
-			break
 		}
 		best, bestScore := "", 0
 		for _, p := range g.parts {
-			if !left[p] {
-				continue
-			}
-			if s := count(in[p]) - count(out[p]); best == "" || s < bestScore {
+			if s := count(in[p]) - count(out[p]); left[p] && (best == "" || s < bestScore) {
 				best, bestScore = p, s
 			}
 		}
-		// best is imported least for what it imports: it goes high.
-		high = append(high, best)
-		delete(left, best)
+		if best != "" {
+			high = append(high, best)
+			delete(left, best)
+		}
 	}
-	order := append([]string{}, low...)
+	order := low
 	for i := len(high) - 1; i >= 0; i-- {
 		order = append(order, high[i])
 	}
-
-	backs := func(order []string) int {
-		pos := map[string]int{}
-		for i, p := range order {
-			pos[p] = i
-		}
-		n := 0
-		for k := range g.edges {
-			if pos[k[1]] > pos[k[0]] {
-				n++
-			}
-		}
-		return n
-	}
-	cur := backs(order)
-	for improved := true; improved; {
-		improved = false
-		for i := range order {
-			p := order[i]
-			rest := append(append([]string{}, order[:i]...), order[i+1:]...)
-			for j := 0; j <= len(rest); j++ {
-				if j == i {
-					continue
-				}
-				cand := append(append(append([]string{}, rest[:j]...), p), rest[j:]...)
-				if n := backs(cand); n < cur {
-					order, cur, improved = cand, n, true
-					break
-				}
-			}
-		}
-	}
 	return order
+}
+
+// backs counts the imports that run against order.
+func (g *graph) backs(order []string) int {
+	pos := map[string]int{}
+	for i, p := range order {
+		pos[p] = i
+	}
+	n := 0
+	for k := range g.edges {
+		if pos[k[1]] > pos[k[0]] {
+			n++
+		}
+	}
+	return n
 }
 
 // layers puts each part one layer above the highest part it imports that
