@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/brokertest"
 	"github.com/captchaq/captchaq/internal/pgtest"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
@@ -94,6 +95,7 @@ func startHAProxy(t *testing.T, replicas ...string) string {
 // frontRun is what a run of clients through a front saw.
 type frontRun struct {
 	tokens    map[int]string // by task
+	ids       map[int]string // by task: the id its accepted in.php answered
 	temporary atomic.Int64   // answers a client tries again on
 	failures  []string       // anything else
 	mu        sync.Mutex
@@ -118,12 +120,15 @@ func call(req func() (*http.Response, error)) (int, string, error) {
 }
 
 // runFrontClients solves n tasks through base with clients goroutines,
-// each submitting a task, polling it to its answer, and going on; after
-// the disruptAfter-th task is accepted, disrupt runs (on its own
-// goroutine; the run waits for it).
-func runFrontClients(t *testing.T, base string, n, clients, disruptAfter int, disrupt func()) *frontRun {
+// each submitting a task (with pingback as its pingback URL unless it is
+// ""), polling it to its answer, and going on; after the disruptAfter-th
+// task is accepted, disrupt runs (on its own goroutine; the run waits for
+// it). Tasks past disruptAfter+clients are submitted only once disrupt
+// has called down (the part is down), so however slow the disruption,
+// part of the run meets it.
+func runFrontClients(t *testing.T, base, pingback string, n, clients, disruptAfter int, disrupt func(down func())) *frontRun {
 	t.Helper()
-	run := &frontRun{tokens: map[int]string{}}
+	run := &frontRun{tokens: map[int]string{}, ids: map[int]string{}}
 	fail := func(format string, args ...any) {
 		run.mu.Lock()
 		run.failures = append(run.failures, fmt.Sprintf(format, args...))
@@ -131,6 +136,8 @@ func runFrontClients(t *testing.T, base string, n, clients, disruptAfter int, di
 	}
 	var accepted atomic.Int64
 	var disrupted sync.WaitGroup
+	isDown := make(chan struct{})
+	down := sync.OnceFunc(func() { close(isDown) })
 	next := atomic.Int64{}
 	ctx := testbound.Context(t)
 	var wg sync.WaitGroup
@@ -141,11 +148,25 @@ func runFrontClients(t *testing.T, base string, n, clients, disruptAfter int, di
 				if i >= n || ctx.Err() != nil {
 					return
 				}
+				if i >= disruptAfter+clients {
+					select {
+					case <-isDown:
+					case <-ctx.Done():
+						return
+					}
+				}
 				var id string
+				v := frontTask(i)
+				if pingback != "" {
+					v.Set("pingback", pingback)
+				}
 				for ctx.Err() == nil {
-					status, body, err := call(func() (*http.Response, error) { return http.PostForm(base+"/in.php", frontTask(i)) })
+					status, body, err := call(func() (*http.Response, error) { return http.PostForm(base+"/in.php", v) })
 					if got, ok := strings.CutPrefix(body, "OK|"); ok && status == http.StatusOK {
 						id = got
+						run.mu.Lock()
+						run.ids[i] = id
+						run.mu.Unlock()
 						break
 					}
 					if !temporary(status, body, err) {
@@ -156,7 +177,7 @@ func runFrontClients(t *testing.T, base string, n, clients, disruptAfter int, di
 					time.Sleep(50 * time.Millisecond)
 				}
 				if int(accepted.Add(1)) == disruptAfter {
-					disrupted.Go(disrupt)
+					disrupted.Go(func() { defer down(); disrupt(down) })
 				}
 				for ctx.Err() == nil {
 					status, body, err := call(func() (*http.Response, error) {
@@ -214,16 +235,53 @@ func (run *frontRun) check(t *testing.T, f *processFleet, n int) (paidTwice int)
 	return paidTwice
 }
 
+// checkPingbacks waits until every answered task's id has had its
+// pingback, and asserts that none had two: an id another task of the run
+// had (an in.php the client saw fail but a replica had taken) may have
+// one or none.
+func (run *frontRun) checkPingbacks(t *testing.T, p *pingbackCounter) {
+	t.Helper()
+	deadline := time.Now().Add(testbound.Bound)
+	for {
+		c, missing := p.counts(), 0
+		for i := range run.tokens {
+			if c[run.ids[i]] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d answered tasks had no pingback after %v", missing, testbound.Bound)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for id, k := range p.counts() {
+		if k != 1 {
+			t.Errorf("id %s: %d pingbacks, want 1", id, k)
+		}
+	}
+}
+
 // frontFleet starts a fleet, a database and one worker, and returns a
 // function that starts a replica on them.
 func frontFleet(t *testing.T, prefix, db string) (*processFleet, func() (*process, string)) {
 	t.Helper()
-	f := newProcessFleet(t, prefix, sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 7, PollBan: sim.PollBan{Disabled: true}})
+	return frontFleetOn(t, brokertest.Use(t), prefix, db)
+}
+
+// frontFleetOn is frontFleet on the broker at brokerURL, for a test that
+// took the broker test lock its own way (brokertest.Disrupt).
+func frontFleetOn(t *testing.T, brokerURL, prefix, db string) (*processFleet, func() (*process, string)) {
+	t.Helper()
+	f := newProcessFleetOn(t, brokerURL, prefix, sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 7, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+frontClient+`","admin":true}]`)
 	f.worker("cli-front-worker", "front-provider-key", workerStartedRE, "--poll-interval", "20ms")
 	return f, func() (*process, string) {
 		p, m := startProcess(f.t, f.bin, nil, gatewayServingRE, "serve", "--amqp", f.brokerURL, "--prefix", f.prefix,
-			"--store", db, "--clients", clients, "--listen", "127.0.0.1:0")
+			"--store", db, "--clients", clients, "--listen", "127.0.0.1:0", "--pingback-allow", "127.0.0.0/8")
 		f.mu.Lock()
 		f.gateways = append(f.gateways, m[2])
 		f.mu.Unlock()
@@ -243,7 +301,7 @@ func TestFrontBehindHAProxyReplicaKilled(t *testing.T) {
 	_, addrB := replica()
 	base := startHAProxy(t, addrA, addrB)
 	const n = 60
-	run := runFrontClients(t, base, n, 6, 20, func() {
+	run := runFrontClients(t, base, "", n, 6, 20, func(down func()) {
 		if err := a.cmd.Process.Kill(); err != nil {
 			t.Error(err)
 		}
@@ -256,7 +314,8 @@ func TestFrontBehindHAProxyReplicaKilled(t *testing.T) {
 }
 
 // TestFrontPostgresRestarted: the same front, PostgreSQL restarted once 20
-// of 40 tasks are accepted: nothing is lost, each token is its task's.
+// of 40 tasks are accepted: nothing is lost, each token is its task's, no
+// id has two pingbacks.
 func TestFrontPostgresRestarted(t *testing.T) {
 	admin := pgtest.Disrupt(t)
 	db := pgtest.CreateDatabase(t, admin)
@@ -264,14 +323,62 @@ func TestFrontPostgresRestarted(t *testing.T) {
 	_, addrA := replica()
 	_, addrB := replica()
 	base := startHAProxy(t, addrA, addrB)
+	pingbacks := newPingbackCounter(t)
 	const n = 40
-	run := runFrontClients(t, base, n, 4, 20, func() {
+	run := runFrontClients(t, base, pingbacks.url, n, 4, 20, func(down func()) {
+		// The restart stops the server at once, then waits for it to
+		// come back.
+		go func() { time.Sleep(100 * time.Millisecond); down() }()
 		if err := pgtest.Restart(); err != nil {
 			t.Error(err)
 		}
 	})
 	paidTwice := run.check(t, f, n)
+	run.checkPingbacks(t, pingbacks)
 	t.Logf("40 tasks, PostgreSQL restarted after 20: %d answered, %d temporary answers, %d solved twice", len(run.tokens), run.temporary.Load(), paidTwice)
+}
+
+// TestFrontBrokerRestarted: the same front, RabbitMQ stopped once 20 of 40
+// tasks are accepted and started again a second later (under the broker
+// test lock, held exclusively): the replicas and the worker reconnect;
+// nothing is lost, each token is its task's, at most one task is solved
+// twice (an in.php whose publish the stop cut off after the broker took
+// it, which its client sent again), no id has two pingbacks.
+func TestFrontBrokerRestarted(t *testing.T) {
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		t.Fatal("rabbitmqctl is needed to restart the broker")
+	}
+	brokerURL := brokertest.Disrupt(t)
+	f, replica := frontFleetOn(t, brokerURL, "test-cli-brr-", pgStoreURL(t))
+	_, addrA := replica()
+	_, addrB := replica()
+	base := startHAProxy(t, addrA, addrB)
+	pingbacks := newPingbackCounter(t)
+	restarted := atomic.Bool{}
+	t.Cleanup(func() {
+		if !restarted.Load() {
+			_ = exec.Command("rabbitmqctl", "start_app").Run()
+		}
+	})
+	const n = 40
+	run := runFrontClients(t, base, pingbacks.url, n, 4, 20, func(down func()) {
+		if out, err := exec.Command("rabbitmqctl", "stop_app").CombinedOutput(); err != nil {
+			t.Errorf("rabbitmqctl stop_app: %v\n%s", err, out)
+		}
+		down()
+		time.Sleep(time.Second) // the broker stays down a while: submits meet it
+		if out, err := exec.Command("rabbitmqctl", "start_app").CombinedOutput(); err != nil {
+			t.Errorf("rabbitmqctl start_app: %v\n%s", err, out)
+			return
+		}
+		restarted.Store(true)
+	})
+	paidTwice := run.check(t, f, n)
+	if paidTwice > 1 {
+		t.Errorf("%d tasks solved twice, want at most 1", paidTwice)
+	}
+	run.checkPingbacks(t, pingbacks)
+	t.Logf("40 tasks, RabbitMQ restarted after 20: %d answered, %d temporary answers, %d solved twice", len(run.tokens), run.temporary.Load(), paidTwice)
 }
 
 // TestNPMClientThroughBalancer drives the official npm client through

@@ -129,7 +129,13 @@ type processFleet struct {
 // topology's random prefix.
 func newProcessFleet(t *testing.T, prefixStart string, sc sim.Config) *processFleet {
 	t.Helper()
-	brokerURL := brokertest.Use(t)
+	return newProcessFleetOn(t, brokertest.Use(t), prefixStart, sc)
+}
+
+// newProcessFleetOn is newProcessFleet on the broker at brokerURL, for a
+// test that took the broker test lock its own way (brokertest.Disrupt).
+func newProcessFleetOn(t *testing.T, brokerURL, prefixStart string, sc sim.Config) *processFleet {
+	t.Helper()
 	var b [4]byte
 	rand.Read(b[:])
 	f := &processFleet{t: t, brokerURL: brokerURL, prefix: prefixStart + hex.EncodeToString(b[:])}
