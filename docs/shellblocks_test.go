@@ -240,6 +240,31 @@ func missingNeed(need string) string {
 	panic("no check for " + need)
 }
 
+// filesIn lists the files under dir, by their path in it; a node_modules
+// directory counts once, as its path with a slash.
+func filesIn(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	got := map[string]bool{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.IsDir() && d.Name() == "node_modules":
+			got[filepath.ToSlash(rel)+"/"] = true
+			return filepath.SkipDir
+		case !d.IsDir():
+			got[filepath.ToSlash(rel)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // repoCopy copies the repository's tracked files into a new directory, so
 // blocks run in a fresh checkout and write nothing into the tree.
 func repoCopy(t *testing.T, root string) string {
@@ -442,6 +467,24 @@ func TestDocShellBlocks(t *testing.T) {
 	// their paths in the build, the go commands of the blocks (go run,
 	// go test) reuse the build cache from one run of the test to the next.
 	base = append(base, "GOFLAGS=-trimpath")
+
+	// The blocks write their files into a directory of their own (cd
+	// "$(mktemp -d)"), never into the checkout: after them the copy holds
+	// what it held, the README's first command's results.jsonl and the
+	// browser example's npm packages (both ignored by git).
+	before := filesIn(t, copyDir)
+	t.Cleanup(func() {
+		var left []string
+		for f := range filesIn(t, copyDir) {
+			if !before[f] && f != "results.jsonl" && f != "examples/browser-node/node_modules/" {
+				left = append(left, f)
+			}
+		}
+		sort.Strings(left)
+		if len(left) > 0 {
+			t.Errorf("the blocks left %d files in the checkout: %v; have them write into a directory of their own (cd \"$(mktemp -d)\")", len(left), left)
+		}
+	})
 
 	var mu sync.Mutex
 	counts := map[string]int{}

@@ -18,7 +18,15 @@ func init() {
 
 // runDLQ dispatches on which back end the flags name.
 func runDLQ(ctx context.Context, env *environment, args []string) error {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+	// --help anywhere before "--" (dlq list --help too) is the help.
+	help := len(args) > 0 && args[0] == "help"
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		help = help || a == "-h" || a == "-help" || a == "--help"
+	}
+	if help {
 		fmt.Fprintln(env.stderr, dlqHelp)
 		return nil
 	}

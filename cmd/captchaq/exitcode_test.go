@@ -304,4 +304,11 @@ func TestEveryHelpOpensWithASynopsis(t *testing.T) {
 			}
 		}
 	}
+	// dlq's actions take --help too.
+	for _, args := range [][]string{{"dlq", "list", "--help"}, {"dlq", "replay", "-h"}, {"dlq", "list", "--amqp", "amqp://x", "--help"}} {
+		r := runWith(t, "", nil, args...)
+		if first, _, _ := strings.Cut(r.stderr, "\n"); r.code != 0 || !strings.HasPrefix(first, "usage: captchaq dlq ") {
+			t.Errorf("captchaq %v: exit %d, first line %q; want 0 and dlq's synopsis", args, r.code, first)
+		}
+	}
 }
