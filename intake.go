@@ -228,3 +228,84 @@ func (q *Queue) releaseIntake(tasks []Task, claimed []int) {
 		delete(q.accepting, id)
 	}
 }
+
+func (q *Queue) accept(ctx context.Context, t Task, w func(Result, error)) error {
+	return q.acceptBatch(ctx, []Task{t}, func(int) func(Result, error) { return w })[0]
+}
+
+// attach adds a waiter to a known unfinished task.
+func (q *Queue) attach(id string, w func(Result, error)) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st, ok := q.tasks[id]
+	if ok {
+		st.waiters = append(st.waiters, w)
+	}
+	return ok
+}
+
+// claimIntake reserves id for the caller to store and register, or attaches w to
+// the task when it is already registered (attached true). While another
+// caller holds the claim, claimIntake waits for it. release must be called after
+// the task is registered (or storing failed).
+func (q *Queue) claimIntake(ctx context.Context, id string, w func(Result, error)) (release func(), attached bool, err error) {
+	for {
+		q.mu.Lock()
+		if st, ok := q.tasks[id]; ok {
+			st.waiters = append(st.waiters, w)
+			q.mu.Unlock()
+			return nil, true, nil
+		}
+		busy, ok := q.accepting[id]
+		if !ok {
+			done := make(chan struct{})
+			q.accepting[id] = done
+			q.mu.Unlock()
+			return func() {
+				q.mu.Lock()
+				delete(q.accepting, id)
+				q.mu.Unlock()
+				close(done)
+			}, false, nil
+		}
+		q.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+}
+
+// waitCapacity blocks until there is room for want more unfinished tasks
+// under MaxQueued, and returns how many there is room for.
+func (q *Queue) waitCapacity(ctx context.Context, want int) (int, error) {
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return 0, ErrClosed
+		}
+		if room := q.cfg.MaxQueued - len(q.tasks); room >= want {
+			q.mu.Unlock()
+			return room, nil
+		}
+		freed := q.capacityFreed
+		q.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-q.runCtx.Done():
+			return 0, ErrClosed
+		}
+	}
+}
+
+// wakeCapacityWaiters wakes the callers waiting for room (waitCapacity).
+func (q *Queue) wakeCapacityWaiters() {
+	q.mu.Lock()
+	close(q.capacityFreed)
+	q.capacityFreed = make(chan struct{})
+	q.mu.Unlock()
+}

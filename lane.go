@@ -3,6 +3,7 @@ package captchaq
 import (
 	"cmp"
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -227,4 +228,76 @@ func (q *Queue) check(t Task) (provider.Checked, error) {
 		return t.checkFor(nil)
 	}
 	return t.checkFor(q.cfg.Providers)
+}
+
+// pausedLocked returns the pause in force at now when every lane is
+// paused, lifting expired ones.
+func (q *Queue) pausedLocked(now time.Time) *AccountError {
+	var first *AccountError
+	for _, l := range q.lanes {
+		p := l.Paused(now)
+		if p == nil {
+			q.paused = false
+			return nil
+		}
+		if first == nil {
+			first = accountError(l, p)
+		}
+	}
+	return first
+}
+
+// accountError is l's pause as the API tells it.
+func accountError(l *lane.Lane, p *lane.Pause) *AccountError {
+	return &AccountError{Code: p.Code, Until: p.Until, Err: p.Err, Provider: l.Name()}
+}
+
+// pauseAll stops all sending to l after an account error, keeping every
+// task. An answer to a request sent before the latest Resume is stale and
+// does not pause again.
+func (q *Queue) pauseAll(l *lane.Lane, err error, sentAt int) { q.pauseFor(l, err, sentAt, 0) }
+
+// pauseFor is pauseAll with a pause of at least d. OnPause is called when
+// the last lane sending pauses.
+func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
+	var pe *provider.Error
+	errors.As(err, &pe)
+	p := &lane.Pause{Err: err}
+	if pe != nil {
+		p.Code = pe.Code
+		d = max(d, pe.RetryAfter)
+	}
+	now := q.now()
+	if d > 0 {
+		p.Until = now.Add(d)
+	}
+	ae := accountError(l, p)
+	q.mu.Lock()
+	if sentAt != q.resumes {
+		q.mu.Unlock()
+		return
+	}
+	first := l.SetPause(p)
+	all := !q.paused && q.pausedLocked(now) != nil
+	permanent := true
+	if all {
+		q.paused = true
+		for _, o := range q.lanes {
+			op := o.Paused(now)
+			permanent = permanent && op != nil && op.Until.IsZero()
+		}
+	}
+	q.mu.Unlock()
+	if first {
+		if q.multi() {
+			q.log.Error("PROVIDER PAUSED: it refused the account; its tasks go to the other providers", "provider", l.Name(), "code", ae.Code, "reason", ae.Error())
+		} else {
+			q.log.Error("ALL SENDING PAUSED: the provider refused the account; every task is kept", "code", ae.Code, "reason", ae.Error())
+		}
+	}
+	if all && q.cfg.OnPause != nil {
+		q.cfg.OnPause(ae, permanent)
+	}
+	q.dispatcher.wake()
+	q.pollerOf(l).Wake()
 }

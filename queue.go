@@ -4,99 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
-	"github.com/captchaq/captchaq/internal/poller"
-	"github.com/captchaq/captchaq/internal/pollsched"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
-
-// Queue solves tasks through a Provider: it keeps the plan's threads busy,
-// submits urgent tasks first, polls every task in flight in one bulk
-// request, retries by error class and keeps every step in its Store.
-//
-// Create one with New, call Start, Submit tasks, and end with Shutdown (or
-// Close). All methods are safe for concurrent use.
-type Queue struct {
-	cfg      Config
-	log      *slog.Logger
-	store    Store
-	estimate *latency.Estimator
-	// lanes are the providers, in order of preference; one for
-	// Config.Provider. pollers[i] polls the tasks in flight at lanes[i].
-	lanes   []*lane.Lane
-	pollers []*poller.Poller[*taskState]
-
-	// runCtx ends on Close or at the end of Shutdown; store writes use a
-	// context without its cancellation so a checkpoint is never lost.
-	runCtx    context.Context
-	runCancel context.CancelFunc
-	wg        sync.WaitGroup
-
-	dispatcher *dispatcher
-	loops      []*startstop.Loop // the dispatcher's and each lane poller's run
-
-	mu      sync.Mutex
-	started bool
-	closed  bool // intake stopped
-	stopped bool // loops stopped
-	tasks   map[string]*taskState
-	// accepting holds the ids between their claim and their registration
-	// (Enqueue in progress), so one id is stored and registered once while
-	// different ids are stored concurrently (the Store groups their commits).
-	accepting      map[string]chan struct{}
-	queue          *sched.Scheduler[*taskState]
-	inflight       map[string]*taskState // by task id
-	byCaptchaID    map[string]*taskState // by the provider's id as stored (lane.storedID), for pingbacks
-	capacityFreed  chan struct{}         // closed and replaced when a task finishes (waitCapacity)
-	idle           chan struct{}         // closed and replaced when tasks becomes empty
-	resumes        int                   // Resume calls; answers to requests sent before one cannot re-pause
-	earlyPingbacks map[string]pingback   // pingbacks that beat their checkpoint
-	paused         bool                  // every lane paused (OnPause was called)
-	bursts         bursts
-	metrics        counters
-}
-
-// taskState is the queue's memory of one unfinished task.
-type taskState struct {
-	rec Record
-	// pt is the task as the provider is sent it, checked at the door
-	// (provider.Task.Check): it is not validated again.
-	pt      provider.Checked
-	kind    provider.Kind
-	burst   int64 // the burst it was accepted in (order.go)
-	waiters []func(Result, error)
-	// class is the set of lanes that solve it (bit i for lane i).
-	class uint64
-	// waitingSince is when it last joined the queue, for SpillAfter.
-	waitingSince time.Time
-
-	// lane holds it while it has a slot there; price is what the
-	// attempt there costs.
-	lane  *lane.Lane
-	price float64
-	// paid is what earlier attempts cost: the solve abandoned at each
-	// provider in abandoned, which may bill it too.
-	paid      float64
-	abandoned []string
-
-	transient   int  // consecutive transient submit failures (backoff)
-	accountErrs int  // account errors its submits drew that no check told apart
-	slot        bool // holds a limiter slot
-	done        bool // finishing or finished
-
-	// resumed: the captcha id came from the Store or another process, not
-	// from a submit of this queue's. If the provider no longer knows it (a
-	// provider restarted, or the answer expired while nobody polled), the
-	// task is submitted again instead of failing.
-	resumed bool
-}
 
 // New checks cfg and returns a Queue that is not yet started.
 func New(cfg Config) (*Queue, error) {
@@ -141,12 +55,6 @@ const (
 	estimateQuantile = 0.02
 	estimateSamples  = 64
 )
-
-func (q *Queue) now() time.Time { return q.cfg.Now() }
-
-// storeCtx is for store writes: they outlive Close so no checkpoint or
-// result is half-written.
-func (q *Queue) storeCtx() context.Context { return context.WithoutCancel(q.runCtx) }
 
 // Start resumes the Store's pending tasks (tasks in flight are polled, not
 // submitted again) and starts the queue's loops. ctx bounds the resume
@@ -206,62 +114,6 @@ func (q *Queue) Start(ctx context.Context) error {
 	return nil
 }
 
-// register adds an unfinished record to memory: queued ones to the
-// scheduler, in-flight ones to the poller with a slot taken. Callers hold
-// q.mu.
-func (q *Queue) register(r Record, w func(Result, error), pt provider.Checked) *taskState {
-	if pt.Method == "" {
-		// From the Store: checked here, at this door. A task that fails
-		// is sent unchecked, and the provider's client refuses it.
-		var err error
-		if pt, err = q.check(r.Task); err != nil {
-			pt = provider.Unchecked(r.Task.ProviderTask())
-		}
-	}
-	st := &taskState{rec: r, pt: pt, class: q.routeClass(r.Task), burst: q.bursts.of(r.AcceptedAt)}
-	st.kind, _ = r.Task.ProviderTask().KindFor(provider.KnownMethods)
-	if w != nil {
-		st.waiters = append(st.waiters, w)
-	}
-	q.tasks[r.Task.ID] = st
-	if r.Status == StatusInFlight && r.CaptchaID != "" {
-		if l, id, ok := q.laneOf(r.CaptchaID); ok {
-			l.Limiter.Take()
-			st.slot, st.lane, st.price = true, l, priceAt(l, r.Task)
-			st.rec.CaptchaID = id
-			st.resumed = true
-			q.inflight[r.Task.ID] = st
-			q.byCaptchaID[l.StoredID(id)] = st
-			// Due at once: answers may have waited while we were away.
-			q.pollerOf(l).Track(r.Task.ID, st, id, st.kind, r.SubmittedAt, r.Task.Deadline, q.now(), true)
-			return st
-		}
-		q.log.Warn("task in flight at a provider this queue no longer has: submitting it again", "id", r.Task.ID)
-	}
-	st.rec.Status, st.rec.CaptchaID = StatusQueued, ""
-	q.push(st)
-	return st
-}
-
-// push hands a queued task to the scheduler. Callers hold q.mu.
-func (q *Queue) push(st *taskState) {
-	t := st.rec.Task
-	now := q.now()
-	st.waitingSince = pollsched.Later(now, st.rec.NotBefore)
-	q.queue.Push(sched.Item[*taskState]{
-		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
-		Burst: st.burst, Expected: provider.MedianSolveTime(st.kind), Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline, Class: st.class,
-	}, now)
-	q.dispatcher.wake()
-}
-
-func (q *Queue) maxAttempts(t Task) int {
-	if t.MaxAttempts > 0 {
-		return t.MaxAttempts
-	}
-	return q.cfg.MaxAttempts
-}
-
 // Submit accepts a task: it validates it, makes it durable in the Store
 // and returns a Future for its result. A known id with the same task
 // returns a Future for the existing task (resolved at once when it is
@@ -307,79 +159,6 @@ func (q *Queue) SubmitBatchFunc(ctx context.Context, tasks []Task, fn func(i int
 			}
 		}
 	})
-}
-
-func (q *Queue) accept(ctx context.Context, t Task, w func(Result, error)) error {
-	return q.acceptBatch(ctx, []Task{t}, func(int) func(Result, error) { return w })[0]
-}
-
-// attach adds a waiter to a known unfinished task.
-func (q *Queue) attach(id string, w func(Result, error)) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	st, ok := q.tasks[id]
-	if ok {
-		st.waiters = append(st.waiters, w)
-	}
-	return ok
-}
-
-// claimIntake reserves id for the caller to store and register, or attaches w to
-// the task when it is already registered (attached true). While another
-// caller holds the claim, claimIntake waits for it. release must be called after
-// the task is registered (or storing failed).
-func (q *Queue) claimIntake(ctx context.Context, id string, w func(Result, error)) (release func(), attached bool, err error) {
-	for {
-		q.mu.Lock()
-		if st, ok := q.tasks[id]; ok {
-			st.waiters = append(st.waiters, w)
-			q.mu.Unlock()
-			return nil, true, nil
-		}
-		busy, ok := q.accepting[id]
-		if !ok {
-			done := make(chan struct{})
-			q.accepting[id] = done
-			q.mu.Unlock()
-			return func() {
-				q.mu.Lock()
-				delete(q.accepting, id)
-				q.mu.Unlock()
-				close(done)
-			}, false, nil
-		}
-		q.mu.Unlock()
-		select {
-		case <-busy:
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		}
-	}
-}
-
-// waitCapacity blocks until there is room for want more unfinished tasks
-// under MaxQueued, and returns how many there is room for.
-func (q *Queue) waitCapacity(ctx context.Context, want int) (int, error) {
-	for {
-		q.mu.Lock()
-		if q.closed {
-			q.mu.Unlock()
-			return 0, ErrClosed
-		}
-		if room := q.cfg.MaxQueued - len(q.tasks); room >= want {
-			q.mu.Unlock()
-			return room, nil
-		}
-		freed := q.capacityFreed
-		q.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-q.runCtx.Done():
-			return 0, ErrClosed
-		}
-	}
 }
 
 // Adopt takes a record as it is, for tasks handed over from elsewhere (a
@@ -543,88 +322,6 @@ func (q *Queue) Paused() error {
 	return nil
 }
 
-// pausedLocked returns the pause in force at now when every lane is
-// paused, lifting expired ones.
-func (q *Queue) pausedLocked(now time.Time) *AccountError {
-	var first *AccountError
-	for _, l := range q.lanes {
-		p := l.Paused(now)
-		if p == nil {
-			q.paused = false
-			return nil
-		}
-		if first == nil {
-			first = accountError(l, p)
-		}
-	}
-	return first
-}
-
-// accountError is l's pause as the API tells it.
-func accountError(l *lane.Lane, p *lane.Pause) *AccountError {
-	return &AccountError{Code: p.Code, Until: p.Until, Err: p.Err, Provider: l.Name()}
-}
-
-// pollerOf is the poller of l's tasks in flight.
-func (q *Queue) pollerOf(l *lane.Lane) *poller.Poller[*taskState] { return q.pollers[l.Index()] }
-
-// epoch identifies the pause state a request was sent under.
-func (q *Queue) epoch() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.resumes
-}
-
-// pauseAll stops all sending to l after an account error, keeping every
-// task. An answer to a request sent before the latest Resume is stale and
-// does not pause again.
-func (q *Queue) pauseAll(l *lane.Lane, err error, sentAt int) { q.pauseFor(l, err, sentAt, 0) }
-
-// pauseFor is pauseAll with a pause of at least d. OnPause is called when
-// the last lane sending pauses.
-func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
-	var pe *provider.Error
-	errors.As(err, &pe)
-	p := &lane.Pause{Err: err}
-	if pe != nil {
-		p.Code = pe.Code
-		d = max(d, pe.RetryAfter)
-	}
-	now := q.now()
-	if d > 0 {
-		p.Until = now.Add(d)
-	}
-	ae := accountError(l, p)
-	q.mu.Lock()
-	if sentAt != q.resumes {
-		q.mu.Unlock()
-		return
-	}
-	first := l.SetPause(p)
-	all := !q.paused && q.pausedLocked(now) != nil
-	permanent := true
-	if all {
-		q.paused = true
-		for _, o := range q.lanes {
-			op := o.Paused(now)
-			permanent = permanent && op != nil && op.Until.IsZero()
-		}
-	}
-	q.mu.Unlock()
-	if first {
-		if q.multi() {
-			q.log.Error("PROVIDER PAUSED: it refused the account; its tasks go to the other providers", "provider", l.Name(), "code", ae.Code, "reason", ae.Error())
-		} else {
-			q.log.Error("ALL SENDING PAUSED: the provider refused the account; every task is kept", "code", ae.Code, "reason", ae.Error())
-		}
-	}
-	if all && q.cfg.OnPause != nil {
-		q.cfg.OnPause(ae, permanent)
-	}
-	q.dispatcher.wake()
-	q.pollerOf(l).Wake()
-}
-
 // Shutdown stops intake (Submit and its kin return ErrClosed), then waits
 // until every accepted task has its result or ctx is done, then stops the
 // queue's loops and returns. Tasks still unfinished when ctx ends stay in
@@ -704,13 +401,3 @@ func (q *Queue) stopLoops() {
 	}
 	q.wg.Wait()
 }
-
-func (q *Queue) wakeCapacityWaiters() {
-	q.mu.Lock()
-	close(q.capacityFreed)
-	q.capacityFreed = make(chan struct{})
-	q.mu.Unlock()
-}
-
-// stopping reports whether the loops must end.
-func (q *Queue) stopping() bool { return q.runCtx.Err() != nil }

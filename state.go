@@ -1,0 +1,177 @@
+package captchaq
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/captchaq/captchaq/internal/lane"
+	"github.com/captchaq/captchaq/internal/latency"
+	"github.com/captchaq/captchaq/internal/poller"
+	"github.com/captchaq/captchaq/internal/pollsched"
+	"github.com/captchaq/captchaq/internal/sched"
+	"github.com/captchaq/captchaq/internal/startstop"
+	"github.com/captchaq/captchaq/provider"
+)
+
+// The queue's state: the Queue, what it keeps of each unfinished task, and
+// a task's entry into it (register, push), shared by the queue's parts
+// (intake, dispatcher, submits, pollers, results) under q.mu. The other
+// files hold the parts; docs/engine.md says where each part's state goes.
+
+// Queue solves tasks through a Provider: it keeps the plan's threads busy,
+// submits urgent tasks first, polls every task in flight in one bulk
+// request, retries by error class and keeps every step in its Store.
+//
+// Create one with New, call Start, Submit tasks, and end with Shutdown (or
+// Close). All methods are safe for concurrent use.
+type Queue struct {
+	cfg      Config
+	log      *slog.Logger
+	store    Store
+	estimate *latency.Estimator
+	// lanes are the providers, in order of preference; one for
+	// Config.Provider. pollers[i] polls the tasks in flight at lanes[i].
+	lanes   []*lane.Lane
+	pollers []*poller.Poller[*taskState]
+
+	// runCtx ends on Close or at the end of Shutdown; store writes use a
+	// context without its cancellation so a checkpoint is never lost.
+	runCtx    context.Context
+	runCancel context.CancelFunc
+	wg        sync.WaitGroup
+
+	dispatcher *dispatcher
+	loops      []*startstop.Loop // the dispatcher's and each lane poller's run
+
+	mu      sync.Mutex
+	started bool
+	closed  bool // intake stopped
+	stopped bool // loops stopped
+	tasks   map[string]*taskState
+	// accepting holds the ids between their claim and their registration
+	// (Enqueue in progress), so one id is stored and registered once while
+	// different ids are stored concurrently (the Store groups their commits).
+	accepting      map[string]chan struct{}
+	queue          *sched.Scheduler[*taskState]
+	inflight       map[string]*taskState // by task id
+	byCaptchaID    map[string]*taskState // by the provider's id as stored (lane.storedID), for pingbacks
+	capacityFreed  chan struct{}         // closed and replaced when a task finishes (waitCapacity)
+	idle           chan struct{}         // closed and replaced when tasks becomes empty
+	resumes        int                   // Resume calls; answers to requests sent before one cannot re-pause
+	earlyPingbacks map[string]pingback   // pingbacks that beat their checkpoint
+	paused         bool                  // every lane paused (OnPause was called)
+	bursts         bursts
+	metrics        counters
+}
+
+// taskState is the queue's memory of one unfinished task.
+type taskState struct {
+	rec Record
+	// pt is the task as the provider is sent it, checked at the door
+	// (provider.Task.Check): it is not validated again.
+	pt      provider.Checked
+	kind    provider.Kind
+	burst   int64 // the burst it was accepted in (order.go)
+	waiters []func(Result, error)
+	// class is the set of lanes that solve it (bit i for lane i).
+	class uint64
+	// waitingSince is when it last joined the queue, for SpillAfter.
+	waitingSince time.Time
+
+	// lane holds it while it has a slot there; price is what the
+	// attempt there costs.
+	lane  *lane.Lane
+	price float64
+	// paid is what earlier attempts cost: the solve abandoned at each
+	// provider in abandoned, which may bill it too.
+	paid      float64
+	abandoned []string
+
+	transient   int  // consecutive transient submit failures (backoff)
+	accountErrs int  // account errors its submits drew that no check told apart
+	slot        bool // holds a limiter slot
+	done        bool // finishing or finished
+
+	// resumed: the captcha id came from the Store or another process, not
+	// from a submit of this queue's. If the provider no longer knows it (a
+	// provider restarted, or the answer expired while nobody polled), the
+	// task is submitted again instead of failing.
+	resumed bool
+}
+
+func (q *Queue) now() time.Time { return q.cfg.Now() }
+
+// storeCtx is for store writes: they outlive Close so no checkpoint or
+// result is half-written.
+func (q *Queue) storeCtx() context.Context { return context.WithoutCancel(q.runCtx) }
+
+// pollerOf is the poller of l's tasks in flight.
+func (q *Queue) pollerOf(l *lane.Lane) *poller.Poller[*taskState] { return q.pollers[l.Index()] }
+
+// epoch identifies the pause state a request was sent under.
+func (q *Queue) epoch() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.resumes
+}
+
+// stopping reports whether the loops must end.
+func (q *Queue) stopping() bool { return q.runCtx.Err() != nil }
+
+// register adds an unfinished record to memory: queued ones to the
+// scheduler, in-flight ones to the poller with a slot taken. Callers hold
+// q.mu.
+func (q *Queue) register(r Record, w func(Result, error), pt provider.Checked) *taskState {
+	if pt.Method == "" {
+		// From the Store: checked here, at this door. A task that fails
+		// is sent unchecked, and the provider's client refuses it.
+		var err error
+		if pt, err = q.check(r.Task); err != nil {
+			pt = provider.Unchecked(r.Task.ProviderTask())
+		}
+	}
+	st := &taskState{rec: r, pt: pt, class: q.routeClass(r.Task), burst: q.bursts.of(r.AcceptedAt)}
+	st.kind, _ = r.Task.ProviderTask().KindFor(provider.KnownMethods)
+	if w != nil {
+		st.waiters = append(st.waiters, w)
+	}
+	q.tasks[r.Task.ID] = st
+	if r.Status == StatusInFlight && r.CaptchaID != "" {
+		if l, id, ok := q.laneOf(r.CaptchaID); ok {
+			l.Limiter.Take()
+			st.slot, st.lane, st.price = true, l, priceAt(l, r.Task)
+			st.rec.CaptchaID = id
+			st.resumed = true
+			q.inflight[r.Task.ID] = st
+			q.byCaptchaID[l.StoredID(id)] = st
+			// Due at once: answers may have waited while we were away.
+			q.pollerOf(l).Track(r.Task.ID, st, id, st.kind, r.SubmittedAt, r.Task.Deadline, q.now(), true)
+			return st
+		}
+		q.log.Warn("task in flight at a provider this queue no longer has: submitting it again", "id", r.Task.ID)
+	}
+	st.rec.Status, st.rec.CaptchaID = StatusQueued, ""
+	q.push(st)
+	return st
+}
+
+// push hands a queued task to the scheduler. Callers hold q.mu.
+func (q *Queue) push(st *taskState) {
+	t := st.rec.Task
+	now := q.now()
+	st.waitingSince = pollsched.Later(now, st.rec.NotBefore)
+	q.queue.Push(sched.Item[*taskState]{
+		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
+		Burst: st.burst, Expected: provider.MedianSolveTime(st.kind), Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline, Class: st.class,
+	}, now)
+	q.dispatcher.wake()
+}
+
+func (q *Queue) maxAttempts(t Task) int {
+	if t.MaxAttempts > 0 {
+		return t.MaxAttempts
+	}
+	return q.cfg.MaxAttempts
+}
