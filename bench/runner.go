@@ -228,114 +228,22 @@ func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task
 		return Row{}, fmt.Errorf("bench: start simulator: %w", err)
 	}
 	defer srv.Close()
-	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: benchKey, HTTPClient: httpClient(64)})
+	q, stop, err := startEngine(ctx, s, base, e)
 	if err != nil {
 		return Row{}, err
 	}
-	cfg := captchaq.Config{
-		Provider: client, Store: e.Store, Threads: s.Threads, PollInterval: e.PollInterval, PollGap: e.PollGap,
-		RetryBackoff: e.RetryBackoff, MaxQueued: e.MaxQueued,
-	}
-	if cfg.RetryBackoff > 0 {
-		cfg.RetryBackoffMax = max(captchaq.RetryBackoffMaxDefault, cfg.RetryBackoff)
-	}
-	var qp atomic.Pointer[captchaq.Queue]
-	if e.Pingback {
-		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if q := qp.Load(); q != nil {
-				q.PingbackHandler().ServeHTTP(w, r)
-				return
-			}
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-		}))
-		defer hs.Close()
-		cfg.PingbackURL = hs.URL + "/pingback"
-	}
-	q, err := captchaq.New(cfg)
-	if err != nil {
-		return Row{}, err
-	}
-	qp.Store(q)
-	if err := q.Start(ctx); err != nil {
-		return Row{}, err
-	}
-	defer q.Close()
+	defer stop()
 
-	var (
-		mu             sync.Mutex
-		solved, failed int
-		last           time.Time
-		allDone        = make(chan struct{})
-	)
-	onResult := func(r captchaq.Result) {
-		mu.Lock()
-		if r.Status == captchaq.StatusSolved {
-			solved++
-		} else {
-			failed++
-		}
-		last = time.Now()
-		done := solved + failed
-		mu.Unlock()
-		if e.Progress != nil {
-			e.Progress(done)
-		}
-		if done == n {
-			close(allDone)
-		}
-	}
+	t := &engineTally{n: n, progress: e.Progress, allDone: make(chan struct{})}
 	cpu0 := CPUTime()
 	start := time.Now()
-	feedErr := make(chan error, feeders)
-	if e.SolveBatch {
-		go func() {
-			tasks := make([]captchaq.Task, n)
-			for i := range tasks {
-				tasks[i] = task(i)
-			}
-			rs, err := q.SolveBatch(ctx, tasks)
-			if err != nil {
-				feedErr <- fmt.Errorf("bench: SolveBatch: %w", err)
-				return
-			}
-			for _, r := range rs {
-				onResult(r)
-			}
-			feedErr <- nil
-		}()
-	} else {
-		// Several feeders, as a real producer would: the store then
-		// commits many intakes at once. Tasks still go in (nearly) input
-		// order. Longest first needs the queue to take the tasks in
-		// order: one feeder (with several, one can be descheduled while
-		// the others go on).
-		nFeeders := feeders
-		if e.LongestFirst {
-			nFeeders = 1
-		}
-		var next atomic.Int64
-		for range nFeeders {
-			go func() {
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= n {
-						feedErr <- nil
-						return
-					}
-					if err := q.SubmitFunc(ctx, task(i), onResult); err != nil {
-						feedErr <- fmt.Errorf("bench: submit task %d: %w", i, err)
-						return
-					}
-				}
-			}()
-		}
-	}
+	feedErr := feed(ctx, q, n, task, e, t.onResult)
 	if n == 0 {
-		close(allDone)
+		close(t.allDone)
 	}
 	for waiting := true; waiting; {
 		select {
-		case <-allDone:
+		case <-t.allDone:
 			waiting = false
 		case err := <-feedErr:
 			if err != nil {
@@ -353,11 +261,131 @@ func runEngine(ctx context.Context, s Sim, n int, task func(i int) captchaq.Task
 	if err := q.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return Row{Name: e.Name}, err
 	}
-	mu.Lock()
-	row := Row{Name: e.Name, Solved: solved, Failed: failed, Makespan: last.Sub(start), CPU: cpu}
-	mu.Unlock()
+	t.mu.Lock()
+	row := Row{Name: e.Name, Solved: t.solved, Failed: t.failed, Makespan: t.last.Sub(start), CPU: cpu}
+	t.mu.Unlock()
 	row.fill(settledStats(srv))
 	return row, nil
+}
+
+// startEngine starts a queue on the simulator at base as e configures it
+// (with a pingback server when e.Pingback); stop closes both.
+func startEngine(ctx context.Context, s Sim, base string, e EngineRun) (q *captchaq.Queue, stop func(), err error) {
+	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: benchKey, HTTPClient: httpClient(64)})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := captchaq.Config{
+		Provider: client, Store: e.Store, Threads: s.Threads, PollInterval: e.PollInterval, PollGap: e.PollGap,
+		RetryBackoff: e.RetryBackoff, MaxQueued: e.MaxQueued,
+	}
+	if cfg.RetryBackoff > 0 {
+		cfg.RetryBackoffMax = max(captchaq.RetryBackoffMaxDefault, cfg.RetryBackoff)
+	}
+	var qp atomic.Pointer[captchaq.Queue]
+	closeHook := func() {}
+	if e.Pingback {
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if q := qp.Load(); q != nil {
+				q.PingbackHandler().ServeHTTP(w, r)
+				return
+			}
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		}))
+		closeHook = hs.Close
+		cfg.PingbackURL = hs.URL + "/pingback"
+	}
+	q, err = captchaq.New(cfg)
+	if err != nil {
+		closeHook()
+		return nil, nil, err
+	}
+	qp.Store(q)
+	if err := q.Start(ctx); err != nil {
+		closeHook()
+		return nil, nil, err
+	}
+	return q, func() { q.Close(); closeHook() }, nil
+}
+
+// engineTally counts a run's results; allDone is closed at the n-th.
+type engineTally struct {
+	n        int
+	progress func(done int)
+	allDone  chan struct{}
+
+	mu             sync.Mutex
+	solved, failed int
+	last           time.Time
+}
+
+func (t *engineTally) onResult(r captchaq.Result) {
+	t.mu.Lock()
+	if r.Status == captchaq.StatusSolved {
+		t.solved++
+	} else {
+		t.failed++
+	}
+	t.last = time.Now()
+	done := t.solved + t.failed
+	t.mu.Unlock()
+	if t.progress != nil {
+		t.progress(done)
+	}
+	if done == t.n {
+		close(t.allDone)
+	}
+}
+
+// feed hands the n tasks to q, by SolveBatch or by feeders calling
+// SubmitFunc, and returns the channel each feeder reports its end on
+// (nil, or why it stopped).
+func feed(ctx context.Context, q *captchaq.Queue, n int, task func(i int) captchaq.Task, e EngineRun, onResult func(captchaq.Result)) <-chan error {
+	feedErr := make(chan error, feeders)
+	if e.SolveBatch {
+		go func() {
+			tasks := make([]captchaq.Task, n)
+			for i := range tasks {
+				tasks[i] = task(i)
+			}
+			rs, err := q.SolveBatch(ctx, tasks)
+			if err != nil {
+				feedErr <- fmt.Errorf("bench: SolveBatch: %w", err)
+				return
+			}
+			for _, r := range rs {
+				onResult(r)
+			}
+			feedErr <- nil
+		}()
+		return feedErr
+	}
+	// Several feeders, as a real producer would: the store then commits
+	// many intakes at once. Tasks still go in (nearly) input order.
+	// Longest first needs the queue to take the tasks in order: one
+	// feeder (with several, one can be descheduled while the others go
+	// on).
+	nFeeders := feeders
+	if e.LongestFirst {
+		nFeeders = 1
+	}
+	var next atomic.Int64
+	for range nFeeders {
+		go func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					feedErr <- nil
+					return
+				}
+				if err := q.SubmitFunc(ctx, task(i), onResult); err != nil {
+					feedErr <- fmt.Errorf("bench: submit task %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	return feedErr
 }
 
 // settledStats waits (a little) for the simulator's pingback calls to

@@ -39,48 +39,74 @@ func parseSubmit(q *request, served []string) (spec taskSpec, code, text string)
 	if name := provider.TypeName(method); name != "" && !slices.Contains(served, method) {
 		return spec, "ERROR_BAD_PARAMETERS", name + notSupported
 	}
-	need := func(field string) bool { return strings.TrimSpace(q.get(field)) != "" }
-	missing := func(field string) (taskSpec, string, string) {
-		return spec, "ERROR_BAD_PARAMETERS", field + " is missing or empty."
-	}
 	if p := q.get("proxy"); p != "" && !validProxy(p) {
 		return spec, "ERROR_BAD_PROXY", ""
 	}
 	if pt := q.get("proxytype"); pt != "" && !slices.Contains([]string{"HTTP", "HTTPS", "SOCKS4", "SOCKS5"}, strings.ToUpper(pt)) {
 		return spec, "ERROR_BAD_PARAMETERS", "proxytype must be HTTP, HTTPS, SOCKS4 or SOCKS5."
 	}
+	if spec, code, text = parseKind(q, method); code != "" {
+		return spec, code, text
+	}
+	if !validPageURL(q.get("pageurl")) && needsPageURL(method) {
+		return spec, "ERROR_PAGEURL", ""
+	}
+	if pb := q.get("pingback"); pb != "" {
+		if !validPageURL(pb) {
+			return spec, "ERROR_BAD_PARAMETERS", "pingback is not a full http(s) URL."
+		}
+		spec.pingback = pb
+	}
+	spec.fingerprint = fingerprint(method, q.params, q.file, q.hasFile)
+	return spec, "", ""
+}
+
+// tokenMethods are the methods whose task is a site's key and a page: the
+// fields each requires, in the order they are checked, and its kind.
+var tokenMethods = map[string]struct {
+	kind provider.Kind
+	need []string
+}{
+	"turnstile":            {provider.KindTurnstile, []string{"sitekey"}},
+	"cloudflare_challenge": {provider.KindCloudflareChallenge, []string{"proxy", "proxytype"}},
+	"hcaptcha":             {provider.KindHCaptcha, []string{"sitekey"}},
+	"funcaptcha":           {provider.KindFunCaptcha, []string{"publickey"}},
+	"geetest_v4":           {provider.KindGeeTestV4, []string{"captcha_id"}},
+	"geetest":              {provider.KindGeeTest, []string{"gt", "challenge"}},
+	"captchafox":           {provider.KindCaptchaFox, []string{"sitekey"}},
+	"friendly_captcha":     {provider.KindFriendlyCaptcha, []string{"sitekey"}},
+	"lemin":                {provider.KindLemin, []string{"captcha_id"}},
+}
+
+// present reports whether the submit carries field, not blank.
+func (q *request) present(field string) bool { return strings.TrimSpace(q.get(field)) != "" }
+
+// missingField is the refusal of a submit without field.
+func missingField(spec taskSpec, field string) (taskSpec, string, string) {
+	return spec, "ERROR_BAD_PARAMETERS", field + " is missing or empty."
+}
+
+// parseKind reads the fields of method's task and its kind, or refuses
+// the first missing or bad one.
+func parseKind(q *request, method string) (spec taskSpec, code, text string) {
+	if tm, ok := tokenMethods[method]; ok {
+		for _, field := range tm.need {
+			if !q.present(field) {
+				return missingField(spec, field)
+			}
+		}
+		spec.kind = tm.kind
+		switch method {
+		case "cloudflare_challenge":
+			spec.hint.text = q.get("useragent")
+		case "geetest":
+			spec.hint.text = q.get("challenge")
+		}
+		return spec, "", ""
+	}
 	switch method {
 	case "base64", "post":
-		img := q.file
-		if method == "base64" {
-			body := q.get("body")
-			if body == "" {
-				return spec, "ERROR_ZERO_CAPTCHA_FILESIZE", ""
-			}
-			if i := strings.Index(body, ";base64,"); i >= 0 && strings.HasPrefix(body, "data:") {
-				body = body[i+len(";base64,"):]
-			}
-			var err error
-			img, err = decodeBase64(body)
-			if err != nil {
-				return spec, "ERROR_IMAGE_TYPE_NOT_SUPPORTED", ""
-			}
-		}
-		if len(img) == 0 {
-			return spec, "ERROR_ZERO_CAPTCHA_FILESIZE", ""
-		}
-		if len(img) > maxImage {
-			return spec, "ERROR_TOO_BIG_CAPTCHA_FILESIZE", ""
-		}
-		spec.kind = provider.KindImage
-		if q.get("recaptcha") == "1" {
-			if !need("textinstructions") && !need("imginstructions") {
-				return missing("textinstructions")
-			}
-			spec.kind = provider.KindGrid
-		} else {
-			spec.hint = imageHint(q)
-		}
+		return parseImage(q, method)
 	case "bls":
 		found := q.hasFile
 		for name, v := range q.params {
@@ -93,7 +119,7 @@ func parseSubmit(q *request, served []string) (spec taskSpec, code, text string)
 		}
 		spec.kind = provider.KindBLS
 	case "userrecaptcha":
-		if !need("googlekey") {
+		if !q.present("googlekey") {
 			return spec, "ERROR_GOOGLEKEY", ""
 		}
 		spec.kind = provider.KindRecaptchaV2
@@ -105,74 +131,47 @@ func parseSubmit(q *request, served []string) (spec taskSpec, code, text string)
 				}
 			}
 		}
-	case "turnstile":
-		if !need("sitekey") {
-			return missing("sitekey")
-		}
-		spec.kind = provider.KindTurnstile
-	case "cloudflare_challenge":
-		if !need("proxy") {
-			return missing("proxy")
-		}
-		if !need("proxytype") {
-			return missing("proxytype")
-		}
-		spec.kind = provider.KindCloudflareChallenge
-		spec.hint.text = q.get("useragent")
-	case "hcaptcha":
-		if !need("sitekey") {
-			return missing("sitekey")
-		}
-		spec.kind = provider.KindHCaptcha
-	case "funcaptcha":
-		if !need("publickey") {
-			return missing("publickey")
-		}
-		spec.kind = provider.KindFunCaptcha
-	case "geetest_v4":
-		if !need("captcha_id") {
-			return missing("captcha_id")
-		}
-		spec.kind = provider.KindGeeTestV4
-	case "geetest":
-		if !need("gt") {
-			return missing("gt")
-		}
-		if !need("challenge") {
-			return missing("challenge")
-		}
-		spec.kind = provider.KindGeeTest
-		spec.hint.text = q.get("challenge")
-	case "captchafox":
-		if !need("sitekey") {
-			return missing("sitekey")
-		}
-		spec.kind = provider.KindCaptchaFox
-	case "friendly_captcha":
-		if !need("sitekey") {
-			return missing("sitekey")
-		}
-		spec.kind = provider.KindFriendlyCaptcha
-	case "lemin":
-		if !need("captcha_id") {
-			return missing("captcha_id")
-		}
-		spec.kind = provider.KindLemin
 	case "":
-		return missing("method")
+		return missingField(spec, "method")
 	default:
 		return spec, "ERROR_BAD_PARAMETERS", "method " + strconv.Quote(method) + " is not supported."
 	}
-	if !validPageURL(q.get("pageurl")) && needsPageURL(method) {
-		return spec, "ERROR_PAGEURL", ""
-	}
-	if pb := q.get("pingback"); pb != "" {
-		if !validPageURL(pb) {
-			return spec, "ERROR_BAD_PARAMETERS", "pingback is not a full http(s) URL."
+	return spec, "", ""
+}
+
+// parseImage reads an image task (method base64 or post): its image, and
+// for a grid (recaptcha=1) its instructions.
+func parseImage(q *request, method string) (spec taskSpec, code, text string) {
+	img := q.file
+	if method == "base64" {
+		body := q.get("body")
+		if body == "" {
+			return spec, "ERROR_ZERO_CAPTCHA_FILESIZE", ""
 		}
-		spec.pingback = pb
+		if i := strings.Index(body, ";base64,"); i >= 0 && strings.HasPrefix(body, "data:") {
+			body = body[i+len(";base64,"):]
+		}
+		var err error
+		img, err = decodeBase64(body)
+		if err != nil {
+			return spec, "ERROR_IMAGE_TYPE_NOT_SUPPORTED", ""
+		}
 	}
-	spec.fingerprint = fingerprint(method, q.params, q.file, q.hasFile)
+	if len(img) == 0 {
+		return spec, "ERROR_ZERO_CAPTCHA_FILESIZE", ""
+	}
+	if len(img) > maxImage {
+		return spec, "ERROR_TOO_BIG_CAPTCHA_FILESIZE", ""
+	}
+	spec.kind = provider.KindImage
+	if q.get("recaptcha") == "1" {
+		if !q.present("textinstructions") && !q.present("imginstructions") {
+			return missingField(spec, "textinstructions")
+		}
+		spec.kind = provider.KindGrid
+	} else {
+		spec.hint = imageHint(q)
+	}
 	return spec, "", ""
 }
 
