@@ -153,3 +153,34 @@ func retryStore(ctx context.Context, write func() error) error {
 		pause = min(2*pause, time.Second)
 	}
 }
+
+// SlotStore is a FrontStore that keeps clients' max_inflight across the
+// gateways of a front (store/postgres does).
+type SlotStore interface {
+	// TakeSlots takes room for ids among tenant's unfinished tasks of
+	// the whole front, at most max: false, with how many it has, when
+	// they do not fit.
+	TakeSlots(ctx context.Context, tenant string, ids []string, max int) (ok bool, held int, err error)
+	// FreeSlots gives back the room of ids that were not accepted.
+	FreeSlots(ctx context.Context, ids []string) error
+}
+
+// TakeSlots takes room for ids in tenant's max_inflight across the front
+// (server.SlotKeeper): ok with nothing taken when the store is the
+// gateway's own, whose server's count is exact already.
+func (g *Gateway) TakeSlots(ctx context.Context, tenant string, ids []string, max int) (ok bool, held int, err error) {
+	ss, shared := g.shared.(SlotStore)
+	if !shared {
+		return true, 0, nil
+	}
+	return ss.TakeSlots(ctx, tenant, ids, max)
+}
+
+// FreeSlots gives back what TakeSlots took for ids that were not
+// accepted.
+func (g *Gateway) FreeSlots(ctx context.Context, ids []string) error {
+	if ss, shared := g.shared.(SlotStore); shared {
+		return ss.FreeSlots(ctx, ids)
+	}
+	return nil
+}

@@ -350,7 +350,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 		freshIDs[j] = ids[i]
 	}
 	if len(fresh) > 0 {
-		if le := cs.reserve(freshIDs); le != nil {
+		if le := s.reserve(r.Context(), cs, freshIDs); le != nil {
 			retryAfter(w, le.retry)
 			apiFail(w, http.StatusTooManyRequests, "", le.msg)
 			return
@@ -365,7 +365,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 	accepted, failed, failedAt := 0, error(nil), 0
 	for j, err := range errs {
 		if err != nil {
-			cs.release(freshIDs[j])
+			s.release(cs, freshIDs[j])
 			if failed == nil {
 				failed, failedAt = err, fresh[j]
 			}
@@ -758,7 +758,7 @@ func (s *Server) replay(ctx context.Context, ids []string) ([]string, *replayHel
 	var held *replayHeld
 	err := s.backend.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
 		if cs := s.byName[r.Task.Tenant]; cs != nil {
-			if lerr := cs.reserve([]string{r.Task.ID}); lerr != nil {
+			if lerr := s.reserve(ctx, cs, []string{r.Task.ID}); lerr != nil {
 				if held == nil {
 					held = &replayHeld{msg: lerr.msg, retry: lerr.retry}
 				}
@@ -788,7 +788,7 @@ func (s *Server) replay(ctx context.Context, ids []string) ([]string, *replayHel
 func (s *Server) releaseID(id string) {
 	client, _ := splitID(id)
 	if cs := s.byName[client]; cs != nil {
-		cs.release(id)
+		s.release(cs, id)
 	}
 }
 

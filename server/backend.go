@@ -103,6 +103,17 @@ type Replicated interface {
 	AttachReplicas(accepted func(captchaq.Record), finished func(captchaq.Result)) error
 }
 
+// SlotKeeper is a Backend that keeps clients' max_inflight across the
+// replicas of a front (amqp.Gateway on a shared store): after a client's
+// count here lets new tasks in, TakeSlots checks the front's count and
+// takes their room there in one step, so two replicas that take a
+// client's last slot at one moment do not both get it. FreeSlots gives
+// back the room of tasks that were not accepted.
+type SlotKeeper interface {
+	TakeSlots(ctx context.Context, tenant string, ids []string, max int) (ok bool, held int, err error)
+	FreeSlots(ctx context.Context, ids []string) error
+}
+
 // IDSource is a Backend whose numeric task ids come from a source the
 // replicas of a front share: the server hands out ids from the blocks it
 // takes, so two replicas never hand out one id. A block of no ids (n = 0)

@@ -134,6 +134,10 @@ type Config struct {
 	Backend Backend
 	// Clients are the keys the server accepts.
 	Clients []Client
+	// Replica, when set, names this server among the replicas of a front:
+	// every series of /metrics carries the label replica="Replica", so
+	// the replicas' series stay apart where they are scraped together.
+	Replica string
 	// PublicURL, when set, is where the provider can reach this server:
 	// the provider is asked to call PublicURL/pingback/<secret> when an
 	// answer is ready (polling stays as the fallback).

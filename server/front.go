@@ -176,14 +176,14 @@ func inPHPCode(code string) string {
 // within the client's rate and max_inflight, and returns the client's id
 // for it, or the in.php code refusing it.
 func (s *Server) acceptFront(ctx context.Context, cs *clientState, t captchaq.Task) (local, code, text string) {
-	if le := cs.reserve([]string{t.ID}); le != nil {
+	if le := s.reserve(ctx, cs, []string{t.ID}); le != nil {
 		if le.inflight {
 			return "", "ERROR_NO_SLOT_AVAILABLE", le.msg
 		}
 		return "", "MAX_USER_TURN", le.msg
 	}
 	if err := s.submit(ctx, t); err != nil {
-		cs.release(t.ID)
+		s.release(cs, t.ID)
 		code, text := submitErrorCode(err)
 		return "", code, text
 	}

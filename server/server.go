@@ -42,9 +42,10 @@ type Server struct {
 
 	ids       atomic.Uint64 // the last numeric id handed out
 	idMu      sync.Mutex
-	idSource  IDSource // nil: ids from the clock (ids); guarded by idMu
-	idNext    uint64   // with idSource: the next id of the block taken
-	idEnd     uint64   // and the end of that block
+	idSource  IDSource   // nil: ids from the clock (ids); guarded by idMu
+	slots     SlotKeeper // nil: max_inflight is counted here alone
+	idNext    uint64     // with idSource: the next id of the block taken
+	idEnd     uint64     // and the end of that block
 	events    *broker
 	pingbacks *pingbackSender
 	metrics   *httpMetrics
@@ -135,6 +136,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.idSource, _ = s.backend.(IDSource)
+	s.slots, _ = s.backend.(SlotKeeper)
 	// Numeric ids start at the clock in microseconds, so ids of a restarted
 	// server never meet the ones already in the Store.
 	s.ids.Store(uint64(time.Now().UnixMicro()))
@@ -142,12 +144,16 @@ func New(cfg Config) (*Server, error) {
 		timeout: cfg.PingbackTimeout, attempts: cfg.PingbackAttempts, parallel: cfg.PingbackParallel, allow: cfg.PingbackAllow, log: s.log,
 	})
 	s.registry = prometheus.NewRegistry()
+	var reg prometheus.Registerer = s.registry
+	if cfg.Replica != "" {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"replica": cfg.Replica}, s.registry)
+	}
 	s.metrics = newHTTPMetrics()
-	s.registry.MustRegister(promq.NewCollector(s.backend), newClientCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports)
-	s.registry.MustRegister(s.budget.collectors()...)
-	s.registry.MustRegister(s.conns.collectors()...)
+	reg.MustRegister(promq.NewCollector(s.backend), newClientCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports)
+	reg.MustRegister(s.budget.collectors()...)
+	reg.MustRegister(s.conns.collectors()...)
 	if qd, ok := s.backend.(QueueDepther); ok {
-		s.registry.MustRegister(newBrokerCollector(qd))
+		reg.MustRegister(newBrokerCollector(qd))
 	}
 	s.history = newHistory(cfg.HistoryEvery, cfg.HistoryWindow, s.readSample)
 	s.handler = s.routes()
@@ -376,6 +382,47 @@ func (cs *clientState) takeRate(n int) *limitError {
 		return &limitError{msg: fmt.Sprintf("client %q is over its rate of %g tasks per second", cs.Name, cs.Rate), retry: d}
 	}
 	return nil
+}
+
+// reserve is cs.reserve, then, when the Backend keeps max_inflight
+// across the replicas of a front (SlotKeeper), the front's check, which
+// takes the room there.
+func (s *Server) reserve(ctx context.Context, cs *clientState, ids []string) *limitError {
+	if le := cs.reserve(ids); le != nil {
+		return le
+	}
+	if s.slots == nil || cs.MaxInflight <= 0 {
+		return nil
+	}
+	ok, held, err := s.slots.TakeSlots(ctx, cs.Name, ids, cs.MaxInflight)
+	if err == nil && ok {
+		return nil
+	}
+	for _, id := range ids {
+		cs.release(id)
+	}
+	if err != nil {
+		s.log.Error("store read failed", "err", err)
+		return &limitError{inflight: true, msg: "the store cannot be reached now; try again shortly", retry: time.Second}
+	}
+	return &limitError{inflight: true, msg: fmt.Sprintf("client %q has %d unfinished tasks on the front's replicas; its max_inflight is %d", cs.Name, held, cs.MaxInflight), retry: time.Second}
+}
+
+// release gives back the room of tasks of cs that were not accepted,
+// here and at the front (SlotKeeper).
+func (s *Server) release(cs *clientState, ids ...string) {
+	for _, id := range ids {
+		cs.release(id)
+	}
+	if s.slots == nil || cs.MaxInflight <= 0 || len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.slots.FreeSlots(ctx, ids); err != nil {
+		// The room comes back by itself a minute after it was taken.
+		s.log.Warn("giving back a client's room at the front failed", "client", cs.Name, "err", err)
+	}
 }
 
 // release gives back the room of a task that was not accepted.

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +52,7 @@ type serveFlags struct {
 	pingbackAllow *string
 	metricsListen *string
 	metricsTLS    *bool
+	replicaName   *string
 	maxAttempts   *int
 	tls           *tlsFlags
 	standby       *bool
@@ -91,6 +94,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		pingbackAllow:   fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
 		maxAttempts:     fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good, and the most a client's max_attempts may ask for (default %d)", captchaq.MaxAttemptsDefault)),
 		metricsListen:   fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
+		replicaName:     fs.String("replica-name", "", "this server's `NAME` among the replicas of a front: every series of /metrics is labelled replica=NAME (default with --amqp and a PostgreSQL --store: the host name and --listen's port, host:port)"),
 		metricsTLS:      fs.Bool("metrics-tls", false, "serve --metrics-listen over TLS too, with the front's certificate (--tls-cert or --tls-self-signed)"),
 		tls:             addTLSFlags(fs, "the front (in.php, res.php, the API, the dashboard)"),
 		set:             map[string]bool{},
@@ -182,17 +186,25 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	if cfg.Backend != nil {
 		cfg.Queue.MaxAttempts = 0 // the workers' business
 	}
+	// Listening first: a replica's default name holds its port.
+	ln, err := net.Listen("tcp", *f.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", *f.listen, err)
+	}
+	defer ln.Close()
+	cfg.Replica = *f.replicaName
+	if cfg.Replica == "" && gateway && postgres.IsURL(*f.store) {
+		cfg.Replica = replicaName(ln.Addr())
+	}
+	if cfg.Replica != "" {
+		attrs = append(attrs, "replica", cfg.Replica)
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	if err := srv.Start(ctx); err != nil {
 		return err
-	}
-	ln, err := net.Listen("tcp", *f.listen)
-	if err != nil {
-		srv.Shutdown(context.Background())
-		return fmt.Errorf("--listen %s: %w", *f.listen, err)
 	}
 	ln = srv.Listener(ln) // the connection caps
 	hs := newHTTPServer(srv.Handler())
@@ -451,6 +463,20 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 		return gw.Report(ctx, r.Provider, r.CaptchaID, good)
 	}
 	return server.Config{Backend: gw, Balance: gw.Balance, Report: report}, attrs, stop, nil
+}
+
+// replicaName is a replica's default name: the host name and the port
+// it listens on.
+func replicaName(addr net.Addr) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	port := ""
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		port = strconv.Itoa(ta.Port)
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // newHTTPServer sets the timeouts; event streams and long polls lift the

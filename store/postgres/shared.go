@@ -281,3 +281,80 @@ func (a *Active) Release() {
 	_ = a.conn.Conn().Close(context.Background())
 	a.conn.Release()
 }
+
+// slotLock is the first key of the advisory locks TakeSlots takes, one a
+// tenant (the second key is the tenant's hash): "capq".
+const slotLock int32 = 0x63617071
+
+// slotHold is how long a slot TakeSlots took counts when its task is not
+// recorded: a replica that died between its check and its record frees
+// the room then.
+const slotHold = time.Minute
+
+// takeSlots counts a tenant's unfinished tasks of the whole database and
+// its slots still held, and takes slots for ids ($2) only if they fit in
+// $3. Slots whose task is recorded (unfinished, or finished since) or
+// whose hold ran out go first. Run after the tenant's lock, in one
+// transaction: the count is then exact across processes.
+const takeSlots = `WITH gone AS (
+	DELETE FROM front_slots s WHERE s.tenant = $1 AND (s.until < now() OR EXISTS (
+		SELECT 1 FROM tasks t WHERE t.id = s.id AND (t.status IN ('queued', 'inflight') OR t.finished_at >= s.taken)))
+	RETURNING s.id
+), held AS (
+	SELECT (SELECT count(*) FROM tasks WHERE tenant = $1 AND status IN ('queued', 'inflight'))
+	     + (SELECT count(*) FROM front_slots WHERE tenant = $1 AND id NOT IN (SELECT id FROM gone)) AS n
+), taken AS (
+	INSERT INTO front_slots (id, tenant, taken, until)
+	SELECT DISTINCT unnest($2::text[]), $1, now(), now() + make_interval(secs => $4)
+	FROM held WHERE held.n + cardinality($2::text[]) <= $3
+	ON CONFLICT (id) DO UPDATE SET taken = excluded.taken, until = excluded.until
+	RETURNING 1
+)
+SELECT (SELECT n FROM held), (SELECT count(*) FROM taken)`
+
+// TakeSlots takes room for ids among tenant's unfinished tasks of every
+// process on the database, at most max of them: ok is false (and nothing
+// taken) when they do not fit, and held says how many the tenant has.
+// The check and the take are one transaction under the tenant's advisory
+// lock, one round trip: two processes that take a tenant's last slot at
+// one moment do not both get it. A slot counts until its task is
+// recorded (Enqueue, or Replay for a dead letter) and finishes, until
+// FreeSlots gives it back, or for a minute.
+func (s *Store) TakeSlots(ctx context.Context, tenant string, ids []string, max int) (ok bool, held int, err error) {
+	if s.closed.Load() {
+		return false, 0, ErrClosed
+	}
+	if len(ids) == 0 {
+		return true, 0, nil
+	}
+	// One batch is one implicit transaction: the lock is held until its
+	// end, and the count's statement starts after the lock is taken.
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, slotLock, tenant)
+	batch.Queue(takeSlots, tenant, ids, max, slotHold.Seconds())
+	br := s.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return false, 0, s.wrap("TakeSlots", err)
+	}
+	var n, took int64
+	if err := br.QueryRow().Scan(&n, &took); err != nil {
+		return false, 0, s.wrap("TakeSlots", err)
+	}
+	if err := br.Close(); err != nil {
+		return false, 0, s.wrap("TakeSlots", err)
+	}
+	return took > 0, int(n), nil
+}
+
+// FreeSlots gives back the slots TakeSlots took for ids whose tasks were
+// not accepted.
+func (s *Store) FreeSlots(ctx context.Context, ids []string) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM front_slots WHERE id = ANY($1)`, ids); err != nil {
+		return s.wrap("FreeSlots", err)
+	}
+	return nil
+}

@@ -212,3 +212,78 @@ func TestActiveQueue(t *testing.T) {
 	}
 	third.Release()
 }
+
+// TakeSlots keeps a tenant's max_inflight across processes: of 20 takes
+// at once from two stores, 3 fit; a slot counts until its task is
+// recorded and then while the task is unfinished; a finished task, or a
+// slot given back, makes room; a dead letter replayed takes a slot too.
+func TestTakeSlotsAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	a := open(t, url, postgres.Config{})
+	b := open(t, url, postgres.Config{})
+	ctx := t.Context()
+	const max = 3
+	var mu sync.Mutex
+	var took []string
+	var wg sync.WaitGroup
+	for i := range 20 {
+		s := []*postgres.Store{a, b}[i%2]
+		id := "qa/" + string(rune('a'+i))
+		wg.Go(func() {
+			ok, _, err := s.TakeSlots(ctx, "qa", []string{id}, max)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				mu.Lock()
+				took = append(took, id)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(took) != max {
+		t.Fatalf("%d of 20 concurrent takes fitted, want %d: %v", len(took), max, took)
+	}
+	// Another tenant is not held by qa's.
+	if ok, held, err := b.TakeSlots(ctx, "ops", []string{"ops/1"}, 1); err != nil || !ok || held != 0 {
+		t.Fatalf("ops TakeSlots = %v, %d, %v; want true, 0, nil", ok, held, err)
+	}
+	// Recorded, the tasks hold their room (once each, not twice).
+	var tasks []captchaq.Task
+	for _, id := range took {
+		tasks = append(tasks, captchaq.Task{ID: id, Method: "turnstile", Tenant: "qa"})
+	}
+	if _, _, err := a.Enqueue(ctx, tasks, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, held, err := b.TakeSlots(ctx, "qa", []string{"qa/x"}, max); err != nil || ok || held != max {
+		t.Fatalf("TakeSlots with %d recorded = %v, %d, %v; want false, %d, nil", max, ok, held, err, max)
+	}
+	// One finishes (failed: a dead letter): room for one more.
+	if err := a.Finish(ctx, captchaq.Result{ID: took[0], Status: captchaq.StatusFailed, ErrorCode: "EXPIRED", FinishedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, held, err := b.TakeSlots(ctx, "qa", []string{"qa/x"}, max); err != nil || !ok || held != max-1 {
+		t.Fatalf("TakeSlots after a finish = %v, %d, %v; want true, %d, nil", ok, held, err, max-1)
+	}
+	// Given back (not accepted), the slot is free again, and the replay
+	// of the dead letter takes it, and holds it once replayed.
+	if err := b.FreeSlots(ctx, []string{"qa/x"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := a.TakeSlots(ctx, "qa", []string{took[0]}, max); err != nil || !ok {
+		t.Fatalf("TakeSlots for a replay = %v, %v; want true", ok, err)
+	}
+	if ok, held, err := b.TakeSlots(ctx, "qa", []string{"qa/y"}, max); err != nil || ok || held != max {
+		t.Fatalf("TakeSlots while the replay's slot is held = %v, %d, %v; want false, %d, nil", ok, held, err, max)
+	}
+	if n, err := a.Replay(ctx, captchaq.DeadLetterFilter{IDs: []string{took[0]}}, time.Now()); err != nil || n != 1 {
+		t.Fatalf("Replay = %d, %v", n, err)
+	}
+	if ok, held, err := b.TakeSlots(ctx, "qa", []string{"qa/y"}, max); err != nil || ok || held != max {
+		t.Fatalf("TakeSlots after the replay = %v, %d, %v; want false, %d, nil", ok, held, err, max)
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/captchaq/captchaq/internal/pgtest"
+	"github.com/captchaq/captchaq/internal/testbound"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// TestFrontMaxInflightAcrossReplicas: one client with max_inflight 3
+// sends in.php to two replicas at once from 8 goroutines, as hard as they
+// answer, until 24 tasks are accepted. Each task's record spans its
+// acceptance (taken after the client's room was) to its result (dated
+// before it was stored, which frees the room): at no moment do more than
+// 3 of those spans overlap, whichever replica took them.
+func TestFrontMaxInflightAcrossReplicas(t *testing.T) {
+	const maxInflight, n, senders = 3, 24, 8
+	f := newProcessFleet(t, "test-cli-lim-", sim.Config{Threads: 10, LatencyScale: 0.05, Seed: 11, PollBan: sim.PollBan{Disabled: true}})
+	db := pgtest.NewDatabase(t)
+	clients := writeFile(t, "clients.json", fmt.Sprintf(`[{"name":"qa","key":"%s","max_inflight":%d}]`, frontClient, maxInflight))
+	f.worker("cli-lim-worker", "lim-provider-key", workerStartedRE, "--poll-interval", "20ms")
+	var bases []string
+	for range 2 {
+		_, base, _ := f.serveWith(db, clients, nil)
+		bases = append(bases, base)
+	}
+	ctx := testbound.Context(t)
+	var accepted, refused atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []string
+	for g := range senders {
+		wg.Go(func() {
+			for i := g; ctx.Err() == nil && accepted.Load() < n; i += senders {
+				_, err := inPHP(bases[i%2], frontTask(i))
+				switch {
+				case err == nil:
+					accepted.Add(1)
+				case strings.Contains(err.Error(), "ERROR_NO_SLOT_AVAILABLE"):
+					refused.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				default:
+					mu.Lock()
+					failures = append(failures, err.Error())
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	testbound.WaitGroup(t, "the senders", &wg)
+	for _, msg := range failures {
+		t.Error(msg)
+	}
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	type span struct{ from, to time.Time }
+	var spans []span
+	for {
+		spans = spans[:0]
+		rows, err := conn.Query(ctx, `SELECT accepted_at, finished_at FROM tasks WHERE tenant = 'qa'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := 0
+		for rows.Next() {
+			var s span
+			var to *time.Time
+			if err := rows.Scan(&s.from, &to); err != nil {
+				t.Fatal(err)
+			}
+			if to == nil {
+				open++
+			} else {
+				s.to = *to
+			}
+			spans = append(spans, s)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if open == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d tasks unfinished after %v", open, len(spans), testbound.Bound)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(spans) < n {
+		t.Fatalf("%d tasks recorded, want at least %d", len(spans), n)
+	}
+	// The most spans open at once: starts before ends at one instant (a
+	// task accepted at the instant another finished counts both).
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, s := range spans {
+		edges = append(edges, edge{s.from, 1}, edge{s.to, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return b.delta - a.delta
+	})
+	most, cur := 0, 0
+	for _, e := range edges {
+		cur += e.delta
+		most = max(most, cur)
+	}
+	if most > maxInflight {
+		t.Errorf("%d tasks of the client were in flight at once across the replicas, want at most %d", most, maxInflight)
+	}
+	if refused.Load() == 0 {
+		t.Errorf("no submit was refused: the senders never met the bound")
+	}
+	t.Logf("%d tasks accepted, %d submits refused, at most %d in flight at once", len(spans), refused.Load(), most)
+}
