@@ -102,7 +102,11 @@
 // # Recovery: from what the broker knows
 //
 // A worker's checkpoint queue is a quorum queue with x-delivery-limit 0
-// and captcha.adopt as its dead-letter target. RabbitMQ 3.10 counts a
+// and captcha.adopt as its dead-letter target, dead-lettering
+// at-least-once: a broker that restarts returns every checkpoint its old
+// connections held as it boots, maybe before captcha.adopt is up, and
+// the queue keeps each until captcha.adopt has it (at-most-once, the
+// broker's default, lost them all). RabbitMQ 3.10 counts a
 // delivery returned for any reason (the holder's channel or connection
 // closed, or it nacked), so the first return dead-letters the checkpoint,
 // reason delivery_limit, carrying its captcha id; a checkpoint held never

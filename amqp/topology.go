@@ -225,6 +225,13 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 // delivery_limit, to Names.Adopt, still carrying its captcha id. A
 // checkpoint held never expires; one left ready (its owner died before
 // receiving it) expires after its lease (InflightLease) into Adopt too.
+//
+// Dead-lettering is at-least-once (x-dead-letter-strategy, which asks for
+// x-overflow reject-publish): the queue keeps a dead letter until Adopt
+// has confirmed it. At-most-once, RabbitMQ's default, dropped them when a
+// restarted broker returned the checkpoints its old connections held
+// before Adopt was up again: every task then at the provider was lost
+// (TestFleetBrokerRestart).
 func declareInflight(conn *amqp091.Connection, c Config, owner string) error {
 	n := NamesFor(c.Prefix)
 	d := &declarer{conn: conn}
@@ -245,6 +252,8 @@ func inflightQueueArgs(n Names) amqp091.Table {
 		"x-delivery-limit":          int32(0),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": n.Adopt,
+		"x-dead-letter-strategy":    "at-least-once",
+		"x-overflow":                "reject-publish",
 		"x-expires":                 int32(InflightQueueIdleDefault.Milliseconds()),
 	}
 }
