@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -130,6 +132,17 @@ func acceptedBySim(t *testing.T, path string) map[string]int {
 // submit (TestBatchKill9OnTheBuiltInSimulator covers that moment).
 func TestReadmeFirstCommandKill9PaysNothingTwice(t *testing.T) {
 	t.Parallel()
+	readmeFirstCommandStopped(t, syscall.SIGKILL)
+}
+
+// The same, stopped with Ctrl-C (SIGINT): the batch exits 130 and the
+// rerun pays for nothing twice either.
+func TestReadmeFirstCommandCtrlCPaysNothingTwice(t *testing.T) {
+	t.Parallel()
+	readmeFirstCommandStopped(t, syscall.SIGINT)
+}
+
+func readmeFirstCommandStopped(t *testing.T, sig syscall.Signal) {
 	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "tasks.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -163,8 +176,20 @@ func TestReadmeFirstCommandKill9PaysNothingTwice(t *testing.T) {
 	args := []string{"batch", "examples/tasks.jsonl", "--out", "results.jsonl"}
 
 	first := startBinaryIn(t, dir, vars, "", args...)
+	// The first run's exit code: -1 when a signal ended it, -2 when it
+	// could not be waited for.
 	exited := make(chan int, 1)
-	go func() { exited <- first.wait(t) }()
+	go func() {
+		var ee *exec.ExitError
+		switch err := first.cmd.Wait(); {
+		case err == nil:
+			exited <- 0
+		case errors.As(err, &ee):
+			exited <- ee.ExitCode()
+		default:
+			exited <- -2
+		}
+	}()
 	var journal string
 	var atKill []captchaq.Record // the store's unfinished tasks at the kill
 	waitFor(t, "every valid task at the simulator, with its id in the store, before the batch ends", func() bool {
@@ -197,22 +222,25 @@ func TestReadmeFirstCommandKill9PaysNothingTwice(t *testing.T) {
 		atKill = pending
 		return true
 	})
-	if err := syscall.Kill(first.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(first.cmd.Process.Pid, sig); err != nil {
 		t.Fatal(err)
 	}
-	if code := <-exited; code != -1 && code != 137 {
-		// ExitCode is -1 for a process ended by a signal.
+	code := <-exited
+	switch {
+	case sig == syscall.SIGKILL && code != -1:
 		t.Fatalf("the first run exited %d, want killed: %s", code, first.errText())
+	case sig == syscall.SIGINT && (code != exitInterrupted || !strings.Contains(first.errText(), "run the same command again to resume")):
+		t.Fatalf("the first run exited %d after SIGINT, want %d and what to do: %s", code, exitInterrupted, first.errText())
 	}
 	// The store only gains ids and results after the check above, and the
 	// process is gone: what it holds now is at least what was checked.
 	after := pendingIn(t, strings.TrimSuffix(journal, ".sim"))
 	if len(after) > len(atKill) {
-		t.Fatalf("%d unfinished tasks after the kill, %d before", len(after), len(atKill))
+		t.Fatalf("%d unfinished tasks after the %v, %d before", len(after), sig, len(atKill))
 	}
 	for _, rec := range after {
 		if rec.CaptchaID == "" {
-			t.Fatalf("task %s has no provider id in the store after the kill", rec.Task.ID)
+			t.Fatalf("task %s has no provider id in the store after the %v", rec.Task.ID, sig)
 		}
 	}
 
@@ -253,7 +281,7 @@ func TestReadmeFirstCommandKill9PaysNothingTwice(t *testing.T) {
 		t.Errorf("the simulator accepted %d distinct tasks, want %d: %v", len(accepted), len(want), accepted)
 	}
 	summaryAt := strings.Index(e, fmt.Sprintf("captchaq batch: %d solved", valid))
-	t.Logf("killed with %d of %d tasks at the simulator; the rerun: %s", len(after), valid, e[max(summaryAt, 0):])
+	t.Logf("%v with %d of %d tasks at the simulator; the rerun: %s", sig, len(after), valid, e[max(summaryAt, 0):])
 }
 
 // pendingIn reads a store's unfinished tasks, without a lock: the queue
