@@ -24,6 +24,43 @@ func init() {
 // runBench runs the benchmark scenarios and prints a Markdown report to
 // stdout; progress goes to stderr.
 func runBench(ctx context.Context, env *environment, args []string) error {
+	p, err := parseBench(env, args)
+	if err != nil {
+		return err
+	}
+	if p.cpuProfile != "" {
+		f, err := os.Create(p.cpuProfile)
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--cpuprofile: %w", err)}
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	host, _ := os.Hostname()
+	out := env.stdout
+	fmt.Fprintf(out, "# captchaq bench report\n\n`captchaq bench %s`\n\n%s, %s %s/%s, %d CPUs, %s, host %s\n\n",
+		strings.Join(args, " "), time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), host)
+	return p.runScenarios(ctx, env, out)
+}
+
+// benchPlan is what a bench command line asks for.
+type benchPlan struct {
+	run        map[string]bool // the scenarios
+	mixed      bench.MixedConfig
+	mixes      []string
+	seeds      int
+	scale      bench.ScaleConfig
+	amqpURL    string
+	faults     []string
+	runs       int
+	cpuProfile string
+}
+
+// parseBench reads bench's flags; a bad one is a usage error naming it.
+func parseBench(env *environment, args []string) (*benchPlan, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	var (
@@ -49,88 +86,91 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q: bench takes only flags", fs.Arg(0))}
+		return nil, &exitError{code: 2, err: fmt.Errorf("unexpected argument %q: bench takes only flags", fs.Arg(0))}
 	}
 	switch {
 	case *tasks <= 0:
-		return &exitError{code: 2, err: fmt.Errorf("--tasks is %d: give a positive count", *tasks)}
+		return nil, &exitError{code: 2, err: fmt.Errorf("--tasks is %d: give a positive count", *tasks)}
 	case *threads <= 0:
-		return &exitError{code: 2, err: fmt.Errorf("--threads is %d: give a positive count", *threads)}
+		return nil, &exitError{code: 2, err: fmt.Errorf("--threads is %d: give a positive count", *threads)}
 	case *scale <= 0:
-		return &exitError{code: 2, err: fmt.Errorf("--scale is %v: give a positive factor (1 is realistic, 0.2 five times faster)", *scale)}
+		return nil, &exitError{code: 2, err: fmt.Errorf("--scale is %v: give a positive factor (1 is realistic, 0.2 five times faster)", *scale)}
 	case *seeds <= 0:
-		return &exitError{code: 2, err: fmt.Errorf("--seeds is %d: give a positive count", *seeds)}
+		return nil, &exitError{code: 2, err: fmt.Errorf("--seeds is %d: give a positive count", *seeds)}
 	case *sTasks <= 0 || *sThreads <= 0 || *sLat <= 0:
-		return &exitError{code: 2, err: fmt.Errorf("--scale-tasks, --scale-threads and --scale-latency must be positive")}
+		return nil, &exitError{code: 2, err: fmt.Errorf("--scale-tasks, --scale-threads and --scale-latency must be positive")}
 	}
-	var intervals []time.Duration
-	for _, p := range strings.Split(*polls, ",") {
-		d, err := time.ParseDuration(strings.TrimSpace(p))
+	p := &benchPlan{
+		mixed: bench.MixedConfig{Tasks: *tasks, Threads: *threads, Scale: *scale, Seed: *seed, NoPingback: *noPB, Log: env.stderr},
+		seeds: *seeds, amqpURL: *amqpURL, runs: *runs, cpuProfile: *cpuProf,
+		scale: bench.ScaleConfig{Threads: *sThreads, Tasks: *sTasks, LatencyScale: *sLat, Seed: *seed},
+	}
+	if err := p.lists(*scenario, *polls, *mixes, *faults); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// lists reads the flags that list things: the scenarios, the poll
+// intervals, the mixes and the fleet's faults.
+func (p *benchPlan) lists(scenario, polls, mixes, faults string) error {
+	for _, s := range strings.Split(polls, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
 		if err != nil || d <= 0 {
-			return &exitError{code: 2, err: fmt.Errorf("--poll-intervals: %q is not a positive duration; use e.g. 500ms,1s,2s", p)}
+			return &exitError{code: 2, err: fmt.Errorf("--poll-intervals: %q is not a positive duration; use e.g. 500ms,1s,2s", s)}
 		}
-		intervals = append(intervals, d)
+		p.mixed.PollIntervals = append(p.mixed.PollIntervals, d)
 	}
-	mixList := bench.MixNames()
-	if *mixes != "" {
-		mixList = strings.Split(*mixes, ",")
-		for _, m := range mixList {
+	p.mixes = bench.MixNames()
+	if mixes != "" {
+		p.mixes = strings.Split(mixes, ",")
+		for _, m := range p.mixes {
 			if _, ok := bench.Mixes[m]; !ok {
 				return &exitError{code: 2, err: fmt.Errorf("--mix: %q is not a mix; use %s", m, strings.Join(bench.MixNames(), ", "))}
 			}
 		}
-	} else if *scenario != "all" {
-		mixList = []string{"realistic"}
+	} else if scenario != "all" {
+		p.mixes = []string{"realistic"}
 	}
-	run := map[string]bool{}
-	switch *scenario {
+	p.run = map[string]bool{}
+	switch scenario {
 	case "mixed", "scale", "store", "fleet":
-		run[*scenario] = true
+		p.run[scenario] = true
 	case "all":
-		run["mixed"], run["scale"], run["store"] = true, true, true
+		p.run["mixed"], p.run["scale"], p.run["store"] = true, true, true
 	default:
-		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store, all or fleet", *scenario)}
+		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store, all or fleet", scenario)}
 	}
-	var faultList []string
-	if run["fleet"] {
-		if *amqpURL == "" {
-			return &exitError{code: 2, err: fmt.Errorf("--scenario fleet: give the broker with --amqp amqp://guest:guest@127.0.0.1:5672/")}
-		}
-		if *runs <= 0 {
-			return &exitError{code: 2, err: fmt.Errorf("--runs is %d: give a positive count", *runs)}
-		}
-		for _, f := range strings.Split(*faults, ",") {
-			if !slices.Contains(bench.FleetFaults, f) {
-				return &exitError{code: 2, err: fmt.Errorf("--faults: %q is not a fault; use %s", f, strings.Join(bench.FleetFaults, ", "))}
-			}
-			faultList = append(faultList, f)
-		}
+	if !p.run["fleet"] {
+		return nil
 	}
-	if *cpuProf != "" {
-		f, err := os.Create(*cpuProf)
-		if err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("--cpuprofile: %w", err)}
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	if p.amqpURL == "" {
+		return &exitError{code: 2, err: fmt.Errorf("--scenario fleet: give the broker with --amqp amqp://guest:guest@127.0.0.1:5672/")}
 	}
-	host, _ := os.Hostname()
-	out := env.stdout
-	fmt.Fprintf(out, "# captchaq bench report\n\n`captchaq bench %s`\n\n%s, %s %s/%s, %d CPUs, %s, host %s\n\n",
-		strings.Join(args, " "), time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), cpuModel(), host)
-	mc := bench.MixedConfig{Tasks: *tasks, Threads: *threads, Scale: *scale, Seed: *seed, PollIntervals: intervals, NoPingback: *noPB, Log: env.stderr}
-	if run["mixed"] {
-		for _, m := range mixList {
+	if p.runs <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--runs is %d: give a positive count", p.runs)}
+	}
+	for _, f := range strings.Split(faults, ",") {
+		if !slices.Contains(bench.FleetFaults, f) {
+			return &exitError{code: 2, err: fmt.Errorf("--faults: %q is not a fault; use %s", f, strings.Join(bench.FleetFaults, ", "))}
+		}
+		p.faults = append(p.faults, f)
+	}
+	return nil
+}
+
+// runScenarios runs the scenarios of p in order, each printing its
+// Markdown to out.
+func (p *benchPlan) runScenarios(ctx context.Context, env *environment, out io.Writer) error {
+	if p.run["mixed"] {
+		for _, m := range p.mixes {
 			var reps []bench.MixedReport
-			for i := range *seeds {
-				c := mc
-				c.Mix, c.Seed = m, *seed+uint64(i)
+			for i := range p.seeds {
+				c := p.mixed
+				c.Mix, c.Seed = m, p.mixed.Seed+uint64(i)
 				rep, err := bench.Mixed(ctx, c)
 				if err != nil {
 					return err
@@ -140,25 +180,25 @@ func runBench(ctx context.Context, env *environment, args []string) error {
 				}
 				reps = append(reps, rep)
 			}
-			if *seeds > 1 {
+			if p.seeds > 1 {
 				bench.SeedsMarkdown(out, reps)
 			}
 		}
 	}
-	if run["scale"] {
-		rep, err := bench.Scale(ctx, bench.ScaleConfig{Threads: *sThreads, Tasks: *sTasks, LatencyScale: *sLat, Seed: *seed})
+	if p.run["scale"] {
+		rep, err := bench.Scale(ctx, p.scale)
 		if err != nil {
 			return err
 		}
 		rep.Markdown(out)
 	}
-	if run["fleet"] {
-		if err := runFleetBench(ctx, env, *amqpURL, faultList, *runs, *seed, out); err != nil {
+	if p.run["fleet"] {
+		if err := runFleetBench(ctx, env, p.amqpURL, p.faults, p.runs, p.mixed.Seed, out); err != nil {
 			return err
 		}
 	}
-	if run["store"] {
-		rep, err := bench.Store(ctx, bench.StoreConfig{Mixed: mc, Log: env.stderr})
+	if p.run["store"] {
+		rep, err := bench.Store(ctx, bench.StoreConfig{Mixed: p.mixed, Log: env.stderr})
 		if err != nil {
 			return err
 		}

@@ -107,6 +107,54 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 			return nil, usageError(fmt.Errorf("--plan: %w", err))
 		}
 	}
+	st, err := qf.openStore(ctx, env, rt, useSim)
+	if err != nil {
+		return nil, err
+	}
+	apiURL := *qf.apiURL
+	clientEnv := env
+	if useSim {
+		if threads == 0 {
+			threads = simThreadsDefault
+		}
+		if apiURL, err = rt.startSim(env, threads); err != nil {
+			return nil, err
+		}
+		clientEnv = &environment{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, getenv: func(k string) string {
+			if k == "CAPTCHAAI_KEY" {
+				return "simulator"
+			}
+			return ""
+		}}
+	}
+	cfg := captchaq.Config{
+		Providers:    lanes,
+		Store:        st,
+		Threads:      threads,
+		PollInterval: *qf.pollInterval,
+		MaxAttempts:  *qf.maxAttempts,
+		OnPause:      rt.onPause(env),
+	}
+	if lanes == nil {
+		if cfg.Provider, err = newProviderClient(clientEnv, apiURL); err != nil {
+			return nil, err
+		}
+	}
+	q, err := captchaq.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Start(ctx); err != nil {
+		return nil, err
+	}
+	rt.closers = append(rt.closers, func() { q.Close() })
+	rt.queue = q
+	return rt, nil
+}
+
+// openStore opens the store of the flags (or the command's default), and
+// has rt close it.
+func (qf *queueFlags) openStore(ctx context.Context, env *environment, rt *queueRuntime, useSim bool) (captchaq.Store, error) {
 	// Runs against the simulator have a default file of their own, so
 	// simulated tokens never mix with real ones.
 	name := "captchaq.db"
@@ -115,6 +163,7 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	}
 	spec := *qf.store
 	if spec == "" && qf.defaultStore != nil {
+		var err error
 		if name, err = qf.defaultStore(useSim); err != nil {
 			return nil, err
 		}
@@ -131,75 +180,46 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 		rt.storePath = p.Path()
 	}
 	rt.closers = append(rt.closers, func() { st.Close() })
+	return st, nil
+}
 
-	apiURL := *qf.apiURL
-	clientEnv := env
-	if useSim {
-		if threads == 0 {
-			threads = simThreadsDefault
-		}
-		// Beside a store file, the simulator keeps its tasks in a file of
-		// its own, so a rerun after kill -9 finds at the simulator the ids
-		// the store kept, and pays for nothing twice.
-		simCfg := sim.Config{Threads: threads}
-		if rt.storePath != "" {
-			simCfg.StateFile = rt.storePath + ".sim"
-		}
-		s, base, err := sim.Start(simCfg, "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("starting the built-in simulator: %w", err)
-		}
-		rt.closers = append(rt.closers, func() {
-			if err := s.Close(); err != nil {
-				fmt.Fprintf(env.stderr, "captchaq: the built-in simulator: %v\n", err)
-			}
-		})
-		apiURL = base
-		clientEnv = &environment{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, getenv: func(k string) string {
-			if k == "CAPTCHAAI_KEY" {
-				return "simulator"
-			}
-			return ""
-		}}
+// startSim starts the built-in simulator with threads, has rt close it,
+// and returns its URL.
+func (rt *queueRuntime) startSim(env *environment, threads int) (string, error) {
+	// Beside a store file, the simulator keeps its tasks in a file of
+	// its own, so a rerun after kill -9 finds at the simulator the ids
+	// the store kept, and pays for nothing twice.
+	simCfg := sim.Config{Threads: threads}
+	if rt.storePath != "" {
+		simCfg.StateFile = rt.storePath + ".sim"
 	}
-	var client *provider.Client
-	if lanes == nil {
-		if client, err = newProviderClient(clientEnv, apiURL); err != nil {
-			return nil, err
-		}
-	}
-
-	cfg := captchaq.Config{
-		Providers:    lanes,
-		Store:        st,
-		Threads:      threads,
-		PollInterval: *qf.pollInterval,
-		MaxAttempts:  *qf.maxAttempts,
-		OnPause: func(err error, permanent bool) {
-			if !permanent {
-				fmt.Fprintf(env.stderr, "%v\n", err)
-				return
-			}
-			// The command stops and says why; no line here to repeat it.
-			select {
-			case rt.fatal <- err:
-			default:
-			}
-		},
-	}
-	if lanes == nil {
-		cfg.Provider = client
-	}
-	q, err := captchaq.New(cfg)
+	s, base, err := sim.Start(simCfg, "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("starting the built-in simulator: %w", err)
 	}
-	if err := q.Start(ctx); err != nil {
-		return nil, err
+	rt.closers = append(rt.closers, func() {
+		if err := s.Close(); err != nil {
+			fmt.Fprintf(env.stderr, "captchaq: the built-in simulator: %v\n", err)
+		}
+	})
+	return base, nil
+}
+
+// onPause is the queue's OnPause: a pause that lifts by itself is
+// printed; one that does not goes to rt.fatal, for the command to stop
+// and say why.
+func (rt *queueRuntime) onPause(env *environment) func(err error, permanent bool) {
+	return func(err error, permanent bool) {
+		if !permanent {
+			fmt.Fprintf(env.stderr, "%v\n", err)
+			return
+		}
+		// The command stops and says why; no line here to repeat it.
+		select {
+		case rt.fatal <- err:
+		default:
+		}
 	}
-	rt.closers = append(rt.closers, func() { q.Close() })
-	rt.queue = q
-	return rt, nil
 }
 
 func haveKey(env *environment) bool {

@@ -51,34 +51,7 @@ func exposedWarning(base string, adminKey bool) string {
 func runSim(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
-	var (
-		cfg      sim.Config
-		addr     = fs.String("addr", simAddrDefault, "listen address, `host:port` (port 0 picks a free one)")
-		threads  = fs.Int("threads", sim.ThreadsDefault, "plan threads: tasks in progress at once")
-		key      = fs.String("key", "", "the one valid account key (default: any non-empty key)")
-		noSlot   = fs.String("no-slot-answer", sim.NoSlotAnswerDefault, "answer when every thread is busy: ERROR_NO_SLOT_AVAILABLE or ERROR_ZERO_BALANCE")
-		scale    = fs.Float64("latency-scale", sim.LatencyScaleDefault, "multiply every solve time by this `factor` (0.01: a 10 s solve takes 100 ms)")
-		instant  = fs.Bool("instant", false, "solve every task at once")
-		unsolv   = fs.Float64("unsolvable-rate", 0, "share of tasks answered ERROR_CAPTCHA_UNSOLVABLE, 0..1")
-		f5xx     = fs.Float64("fault-5xx", 0, "share of calls answered with an HTML 5xx page, 0..1")
-		fDrop    = fs.Float64("fault-drop", 0, "share of calls whose connection is dropped, 0..1")
-		fSlow    = fs.Float64("fault-slow", 0, "share of calls answered late, 0..1")
-		slow     = fs.Duration("fault-slow-delay", sim.SlowDelayDefault, "delay of a slow answer")
-		noBulk   = fs.Bool("no-bulk", false, "act like a provider without res.php ids= (bulk polling)")
-		numeric  = fs.Bool("numeric-ids", false, "send ids in JSON answers as numbers, not strings")
-		banMax   = fs.Int("poll-ban-max", sim.PollBanMaxDefault, "polls of one id per window before the client's IP is banned")
-		banWin   = fs.Duration("poll-ban-window", sim.PollBanWindowDefault, "poll-ban counting window")
-		banFor   = fs.Duration("poll-ban-duration", sim.PollBanDurationDefault, "how long a poll ban lasts")
-		banOff   = fs.Bool("no-poll-ban", false, "never ban for polling")
-		ctGap    = fs.Duration("task-result-gap", 0, "answer a getTaskResult sooner than this after the task's last one with ERROR_TOO_MUCH_REQUESTS, as CapMonster Cloud does at 2s (default 0: no such rule)")
-		seed     = fs.Uint64("seed", 0, "seed of the random source (same seed, same requests: same run)")
-		balance  = fs.Float64("balance", sim.BalanceDefault, "what getbalance answers")
-		retained = fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept")
-		methods  = fs.String("methods", "", "comma-separated in.php `methods` served, others refused as unsupported (default: CaptchaAI's: "+strings.Join(provider.CaptchaAIMethods, ",")+"; e.g. hcaptcha,turnstile,userrecaptcha,base64 for a per-solve service)")
-		price    = fs.Float64("price", 0, "per-solve provider: 1,000 solves cost this `much` of --balance (default 0: a thread plan)")
-		tlsf     = addTLSFlags(fs, "the simulator")
-		mix      = fs.String("mix", "", "solve times of a `NAME`d task mix of captchaq bench ("+strings.Join(bench.MixNames(), ", ")+"; default: the simulator's own, which the realistic and short mixes use)")
-	)
+	f := addSimFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: captchaq sim [--addr HOST:PORT] [--threads N] [--key K] [--latency-scale F] [--mix fast] [--methods M,... --price P] [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. With "+envSimAdminKey+" set, /sim/ needs it as Authorization: Bearer.\nFlags:")
 		fs.PrintDefaults()
@@ -89,70 +62,33 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	if fs.NArg() > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("unexpected argument %q: sim takes only flags", fs.Arg(0))}
 	}
-	if *threads <= 0 {
-		return &exitError{code: 2, err: fmt.Errorf("--threads is %d: give a positive thread count", *threads)}
-	}
-	if *scale <= 0 && !*instant {
-		return &exitError{code: 2, err: fmt.Errorf("--latency-scale is %v: give a positive factor, or use --instant", *scale)}
-	}
-	latency, ok := bench.MixLatency[*mix]
-	if _, known := bench.Mixes[*mix]; *mix != "" && !known {
-		return &exitError{code: 2, err: fmt.Errorf("--mix %q: use one of %s", *mix, strings.Join(bench.MixNames(), ", "))}
-	}
-	cfg = sim.Config{
-		Latency:        latency,
-		Threads:        *threads,
-		Key:            *key,
-		NoSlotAnswer:   *noSlot,
-		LatencyScale:   *scale,
-		Instant:        *instant,
-		UnsolvableRate: *unsolv,
-		Faults:         sim.Faults{HTTP5xxRate: *f5xx, DropRate: *fDrop, SlowRate: *fSlow, SlowDelay: *slow},
-		NoBulk:         *noBulk,
-		NumericIDs:     *numeric,
-		PollBan:        sim.PollBan{Disabled: *banOff, Max: *banMax, Window: *banWin, Duration: *banFor},
-		TaskResultGap:  *ctGap,
-		Seed:           *seed,
-		Balance:        *balance,
-		ResultTTL:      *retained,
-		PricePer1000:   *price,
-		AdminKey:       env.getenv(envSimAdminKey),
-	}
-	if *methods != "" {
-		for _, m := range strings.Split(*methods, ",") {
-			m = strings.TrimSpace(m)
-			if !slices.Contains(provider.KnownMethods, m) {
-				return &exitError{code: 2, err: fmt.Errorf("--methods: %q is not a method the simulator knows; use some of %s", m, strings.Join(provider.KnownMethods, ","))}
-			}
-			cfg.Methods = append(cfg.Methods, m)
-		}
-	}
-	if *price < 0 {
-		return &exitError{code: 2, err: fmt.Errorf("--price is %v: give 0 (a thread plan) or the price of 1,000 solves", *price)}
+	cfg, err := f.config(env)
+	if err != nil {
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(env.stderr, nil))
-	tlsCfg, err := tlsf.config(ctx, *addr, log)
+	tlsCfg, err := f.tls.config(ctx, *f.addr, log)
 	if err != nil {
 		return err
 	}
 	cfg.TLS = tlsCfg
-	srv, base, err := sim.Start(cfg, *addr)
+	srv, base, err := sim.Start(cfg, *f.addr)
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
 	keyNote := "any non-empty key"
-	if *key != "" {
+	if *f.key != "" {
 		keyNote = "one key (from --key)"
 	}
 	priceNote := ""
-	if *price > 0 {
-		priceNote = fmt.Sprintf(", %v per 1,000 solves", *price)
+	if *f.price > 0 {
+		priceNote = fmt.Sprintf(", %v per 1,000 solves", *f.price)
 	}
 	times := "the simulator's own solve times"
-	if ok {
-		times = "the " + *mix + " mix's solve times"
+	if cfg.Latency != nil {
+		times = "the " + *f.mix + " mix's solve times"
 	}
-	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, %s, latency scale %v, accepts %s%s)\n", base, *threads, times, *scale, keyNote, priceNote)
+	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, %s, latency scale %v, accepts %s%s)\n", base, *f.threads, times, *f.scale, keyNote, priceNote)
 	if w := exposedWarning(base, cfg.AdminKey != ""); w != "" {
 		fmt.Fprintln(env.stderr, w)
 	}
@@ -168,4 +104,91 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	fmt.Fprintf(env.stderr, "captchaq sim: stopped: %d submits accepted, %d solved, %d no-slot answers, utilization %.3f\n",
 		st.Accepted, st.Solved, st.NoSlot, st.Utilization)
 	return nil
+}
+
+// simFlags are sim's flags.
+type simFlags struct {
+	addr, key, noSlot, methods, mix                   *string
+	threads, banMax                                   *int
+	scale, unsolv, f5xx, fDrop, fSlow, balance, price *float64
+	instant, noBulk, numeric, banOff                  *bool
+	slow, banWin, banFor, ctGap, retained             *time.Duration
+	seed                                              *uint64
+	tls                                               *tlsFlags
+}
+
+func addSimFlags(fs *flag.FlagSet) *simFlags {
+	return &simFlags{
+		addr:     fs.String("addr", simAddrDefault, "listen address, `host:port` (port 0 picks a free one)"),
+		threads:  fs.Int("threads", sim.ThreadsDefault, "plan threads: tasks in progress at once"),
+		key:      fs.String("key", "", "the one valid account key (default: any non-empty key)"),
+		noSlot:   fs.String("no-slot-answer", sim.NoSlotAnswerDefault, "answer when every thread is busy: ERROR_NO_SLOT_AVAILABLE or ERROR_ZERO_BALANCE"),
+		scale:    fs.Float64("latency-scale", sim.LatencyScaleDefault, "multiply every solve time by this `factor` (0.01: a 10 s solve takes 100 ms)"),
+		instant:  fs.Bool("instant", false, "solve every task at once"),
+		unsolv:   fs.Float64("unsolvable-rate", 0, "share of tasks answered ERROR_CAPTCHA_UNSOLVABLE, 0..1"),
+		f5xx:     fs.Float64("fault-5xx", 0, "share of calls answered with an HTML 5xx page, 0..1"),
+		fDrop:    fs.Float64("fault-drop", 0, "share of calls whose connection is dropped, 0..1"),
+		fSlow:    fs.Float64("fault-slow", 0, "share of calls answered late, 0..1"),
+		slow:     fs.Duration("fault-slow-delay", sim.SlowDelayDefault, "delay of a slow answer"),
+		noBulk:   fs.Bool("no-bulk", false, "act like a provider without res.php ids= (bulk polling)"),
+		numeric:  fs.Bool("numeric-ids", false, "send ids in JSON answers as numbers, not strings"),
+		banMax:   fs.Int("poll-ban-max", sim.PollBanMaxDefault, "polls of one id per window before the client's IP is banned"),
+		banWin:   fs.Duration("poll-ban-window", sim.PollBanWindowDefault, "poll-ban counting window"),
+		banFor:   fs.Duration("poll-ban-duration", sim.PollBanDurationDefault, "how long a poll ban lasts"),
+		banOff:   fs.Bool("no-poll-ban", false, "never ban for polling"),
+		ctGap:    fs.Duration("task-result-gap", 0, "answer a getTaskResult sooner than this after the task's last one with ERROR_TOO_MUCH_REQUESTS, as CapMonster Cloud does at 2s (default 0: no such rule)"),
+		seed:     fs.Uint64("seed", 0, "seed of the random source (same seed, same requests: same run)"),
+		balance:  fs.Float64("balance", sim.BalanceDefault, "what getbalance answers"),
+		retained: fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept"),
+		methods:  fs.String("methods", "", "comma-separated in.php `methods` served, others refused as unsupported (default: CaptchaAI's: "+strings.Join(provider.CaptchaAIMethods, ",")+"; e.g. hcaptcha,turnstile,userrecaptcha,base64 for a per-solve service)"),
+		price:    fs.Float64("price", 0, "per-solve provider: 1,000 solves cost this `much` of --balance (default 0: a thread plan)"),
+		tls:      addTLSFlags(fs, "the simulator"),
+		mix:      fs.String("mix", "", "solve times of a `NAME`d task mix of captchaq bench ("+strings.Join(bench.MixNames(), ", ")+"; default: the simulator's own, which the realistic and short mixes use)"),
+	}
+}
+
+// config checks the flags and returns the simulator's Config (TLS aside).
+func (f *simFlags) config(env *environment) (sim.Config, error) {
+	if *f.threads <= 0 {
+		return sim.Config{}, &exitError{code: 2, err: fmt.Errorf("--threads is %d: give a positive thread count", *f.threads)}
+	}
+	if *f.scale <= 0 && !*f.instant {
+		return sim.Config{}, &exitError{code: 2, err: fmt.Errorf("--latency-scale is %v: give a positive factor, or use --instant", *f.scale)}
+	}
+	latency := bench.MixLatency[*f.mix]
+	if _, known := bench.Mixes[*f.mix]; *f.mix != "" && !known {
+		return sim.Config{}, &exitError{code: 2, err: fmt.Errorf("--mix %q: use one of %s", *f.mix, strings.Join(bench.MixNames(), ", "))}
+	}
+	cfg := sim.Config{
+		Latency:        latency,
+		Threads:        *f.threads,
+		Key:            *f.key,
+		NoSlotAnswer:   *f.noSlot,
+		LatencyScale:   *f.scale,
+		Instant:        *f.instant,
+		UnsolvableRate: *f.unsolv,
+		Faults:         sim.Faults{HTTP5xxRate: *f.f5xx, DropRate: *f.fDrop, SlowRate: *f.fSlow, SlowDelay: *f.slow},
+		NoBulk:         *f.noBulk,
+		NumericIDs:     *f.numeric,
+		PollBan:        sim.PollBan{Disabled: *f.banOff, Max: *f.banMax, Window: *f.banWin, Duration: *f.banFor},
+		TaskResultGap:  *f.ctGap,
+		Seed:           *f.seed,
+		Balance:        *f.balance,
+		ResultTTL:      *f.retained,
+		PricePer1000:   *f.price,
+		AdminKey:       env.getenv(envSimAdminKey),
+	}
+	if *f.methods != "" {
+		for _, m := range strings.Split(*f.methods, ",") {
+			m = strings.TrimSpace(m)
+			if !slices.Contains(provider.KnownMethods, m) {
+				return sim.Config{}, &exitError{code: 2, err: fmt.Errorf("--methods: %q is not a method the simulator knows; use some of %s", m, strings.Join(provider.KnownMethods, ","))}
+			}
+			cfg.Methods = append(cfg.Methods, m)
+		}
+	}
+	if *f.price < 0 {
+		return sim.Config{}, &exitError{code: 2, err: fmt.Errorf("--price is %v: give 0 (a thread plan) or the price of 1,000 solves", *f.price)}
+	}
+	return cfg, nil
 }

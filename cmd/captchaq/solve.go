@@ -103,7 +103,22 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		return usageError(err)
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	r, err := solveOne(ctx, rt, task, *timeout)
+	if err != nil {
+		return err
+	}
+	if r.Provider != "" {
+		fmt.Fprintf(env.stderr, "captchaq solve: solved by %s for %v\n", r.Provider, r.Price)
+	}
+	_, err = io.WriteString(env.stdout, r.Token+"\n")
+	return err
+}
+
+// solveOne submits task to rt's queue and waits for its answer, at most
+// timeout. A task not solved, an account the provider refuses, an
+// interrupt, are errors with their exit codes.
+func solveOne(ctx context.Context, rt *queueRuntime, task captchaq.Task, timeout time.Duration) (captchaq.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type outcome struct {
 		r   captchaq.Result
@@ -122,24 +137,20 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	var o outcome
 	select {
 	case err := <-rt.fatal:
-		return &exitError{code: 3, err: accountStop(err)}
+		return o.r, &exitError{code: 3, err: accountStop(err)}
 	case o = <-done:
 	}
 	switch {
 	case o.err != nil && errors.Is(context.Cause(ctx), context.Canceled):
-		return &exitError{code: 130, err: errors.New("interrupted")}
+		return o.r, &exitError{code: 130, err: errors.New("interrupted")}
 	case o.err != nil && ctx.Err() != nil:
-		return taskFailed(fmt.Errorf("no answer within %v; raise --timeout", *timeout))
+		return o.r, taskFailed(fmt.Errorf("no answer within %v; raise --timeout", timeout))
 	case o.err != nil:
-		return o.err
+		return o.r, o.err
 	case o.r.Status != captchaq.StatusSolved:
-		return taskFailed(fmt.Errorf("failed after %d attempts: %s", o.r.Attempts, o.r.Error))
+		return o.r, taskFailed(fmt.Errorf("failed after %d attempts: %s", o.r.Attempts, o.r.Error))
 	}
-	if o.r.Provider != "" {
-		fmt.Fprintf(env.stderr, "captchaq solve: solved by %s for %v\n", o.r.Provider, o.r.Price)
-	}
-	_, err = io.WriteString(env.stdout, o.r.Token+"\n")
-	return err
+	return o.r, nil
 }
 
 // taskFailed marks err as the task's own failure (exit code 4), not the
