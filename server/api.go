@@ -166,27 +166,9 @@ func fieldOf(err error) string {
 // parseAPITasks reads one task object or an array, filling ids and the
 // tenant, and checks every task before any is submitted.
 func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState) ([]captchaq.Task, *apiError) {
-	body = bytes.TrimSpace(body)
-	var raws []json.RawMessage
-	switch {
-	case len(body) == 0:
-		return nil, &apiError{Error: "empty body: send one task object or an array of them"}
-	case body[0] == '[':
-		if !json.Valid(body) {
-			err := json.Unmarshal(body, &raws) // for the error's text
-			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
-		}
-		if n := arrayLen(body); n > s.cfg.MaxTasksPerRequest {
-			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", n, s.cfg.MaxTasksPerRequest), status: http.StatusRequestEntityTooLarge}
-		}
-		if err := json.Unmarshal(body, &raws); err != nil {
-			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
-		}
-		if len(raws) == 0 {
-			return nil, &apiError{Error: "body: the array is empty"}
-		}
-	default:
-		raws = []json.RawMessage{body}
+	raws, aerr := s.apiTaskObjects(body)
+	if aerr != nil {
+		return nil, aerr
 	}
 	tasks := make([]captchaq.Task, 0, len(raws))
 	seen := map[string]int{}
@@ -253,6 +235,34 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 		tasks = append(tasks, t)
 	}
 	return tasks, nil
+}
+
+// apiTaskObjects splits a body of tasks into its task objects, unread: one
+// object, or an array of at most MaxTasksPerRequest.
+func (s *Server) apiTaskObjects(body []byte) ([]json.RawMessage, *apiError) {
+	body = bytes.TrimSpace(body)
+	var raws []json.RawMessage
+	switch {
+	case len(body) == 0:
+		return nil, &apiError{Error: "empty body: send one task object or an array of them"}
+	case body[0] == '[':
+		if !json.Valid(body) {
+			err := json.Unmarshal(body, &raws) // for the error's text
+			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
+		}
+		if n := arrayLen(body); n > s.cfg.MaxTasksPerRequest {
+			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", n, s.cfg.MaxTasksPerRequest), status: http.StatusRequestEntityTooLarge}
+		}
+		if err := json.Unmarshal(body, &raws); err != nil {
+			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
+		}
+		if len(raws) == 0 {
+			return nil, &apiError{Error: "body: the array is empty"}
+		}
+	default:
+		raws = []json.RawMessage{body}
+	}
+	return raws, nil
 }
 
 // arrayLen counts the elements of a valid JSON array without decoding
@@ -668,32 +678,10 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 		return
 	}
 	defer cs.replays.give(1)
-	var ids []string
-	more := false
-	if req.All {
-		// At most MaxTasksPerRequest at once; "more" says to ask again.
-		err = s.deadLetters(r.Context(), cs, func(rec captchaq.Record) error {
-			if len(ids) == s.cfg.MaxTasksPerRequest {
-				more = true
-				return errEnough
-			}
-			ids = append(ids, rec.Task.ID)
-			return nil
-		})
-		if err != nil && !errors.Is(err, errEnough) {
-			s.log.Error("store read failed", "err", err)
-			apiFail(w, http.StatusServiceUnavailable, "", "the store could not be read; try again shortly")
-			return
-		}
-	} else {
-		for _, id := range req.IDs {
-			sid := visibleID(cs, id)
-			if sid == "" {
-				apiFail(w, http.StatusBadRequest, "ids", "ids: an id is empty")
-				return
-			}
-			ids = append(ids, sid)
-		}
+	ids, more, aerr := s.replayTargets(r.Context(), cs, req.All, req.IDs)
+	if aerr != nil {
+		apiFail(w, cmp.Or(aerr.status, http.StatusBadRequest), aerr.Field, aerr.Error)
+		return
 	}
 	replayed, held, err := s.replay(r.Context(), ids)
 	if err != nil {
@@ -725,6 +713,36 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 		out["held_reason"] = held.msg
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// replayTargets is the Store ids a replay asks for: the client's dead
+// letters, at most MaxTasksPerRequest of them (more: there are others),
+// with all; else the ids given.
+func (s *Server) replayTargets(ctx context.Context, cs *clientState, all bool, given []string) (ids []string, more bool, _ *apiError) {
+	if !all {
+		for _, id := range given {
+			sid := visibleID(cs, id)
+			if sid == "" {
+				return nil, false, &apiError{Error: "ids: an id is empty", Field: "ids"}
+			}
+			ids = append(ids, sid)
+		}
+		return ids, false, nil
+	}
+	// At most MaxTasksPerRequest at once; "more" says to ask again.
+	err := s.deadLetters(ctx, cs, func(rec captchaq.Record) error {
+		if len(ids) == s.cfg.MaxTasksPerRequest {
+			more = true
+			return errEnough
+		}
+		ids = append(ids, rec.Task.ID)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		s.log.Error("store read failed", "err", err)
+		return nil, false, &apiError{Error: "the store could not be read; try again shortly", status: http.StatusServiceUnavailable}
+	}
+	return ids, more, nil
 }
 
 // Replay puts the dead letters with the given Store ids back to work
