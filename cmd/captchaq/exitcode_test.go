@@ -285,6 +285,24 @@ func TestExitCodesFleet(t *testing.T) {
 	}
 }
 
+// docs/commands.md gives each command's synopsis as its --help's first
+// line says it ("…" for "..."), under "## NAME", for every command.
+func TestCommandsPageHasEachSynopsis(t *testing.T) {
+	t.Parallel()
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "commands.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range commands {
+		r := runWith(t, "", nil, name, "--help")
+		first, _, _ := strings.Cut(r.stderr+r.stdout, "\n")
+		want := "## " + name + "\n\n`" + strings.ReplaceAll(strings.TrimPrefix(first, "usage: "), "...", "…") + "`\n"
+		if !strings.Contains(string(page), want) {
+			t.Errorf("docs/commands.md has no\n%swant the synopsis of captchaq %s --help under its heading", want, name)
+		}
+	}
+}
+
 // Every command's --help opens with its synopsis, "usage: captchaq NAME"
 // and what it takes, and exits 0.
 func TestEveryHelpOpensWithASynopsis(t *testing.T) {
