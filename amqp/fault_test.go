@@ -16,13 +16,13 @@ import (
 
 // TestFleetKill9: a worker killed while its tasks are at the provider, and
 // another killed right after a checkpoint, lose nothing and cost no second
-// solve: their checkpoints come back when the lease runs out and are
-// polled. Every solve takes exactly 5 s, so the moments are exact: at the
-// first, every thread of the victim is in flight and checkpointed and none
-// is being submitted; at the second, the victim (one thread) has just
-// checkpointed its task. Each moment lasts seconds (two or more rounds of
-// 5 s), longer than a rabbitmqctl call that sees it on a loaded machine
-// (1-5 s): with 2 s solves a loaded run missed moment 1.
+// solve: their checkpoints go to the fleet as their connections close and
+// are polled. Each victim stops itself (FreezeAt) at the exact moment, so
+// the kill never lands between a submit's answer and its checkpoint,
+// however slowly the test sees the broker: the first with every thread
+// at the provider and checkpointed, none submitting; the second (one
+// thread) with its one task just checkpointed. Every solve takes 5 s, so
+// all of the first victim's threads are at the provider at once.
 func TestFleetKill9(t *testing.T) {
 	cfg := fleetConfig(t)
 	solve := sim.Latency{Median: 5 * time.Second, Min: 5 * time.Second, Max: 5 * time.Second}
@@ -30,7 +30,8 @@ func TestFleetKill9(t *testing.T) {
 		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: solve}},
 		childConfig{Threads: 20, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 120*time.Second)
-	for _, o := range []string{"k9-a", "k9-b", "k9-c"} {
+	f.start("k9-a", func(c *childConfig) { c.FreezeAt = 20 })
+	for _, o := range []string{"k9-b", "k9-c"} {
 		f.start(o, nil)
 	}
 	f.waitConsumers(ctx, 3)
@@ -38,6 +39,7 @@ func TestFleetKill9(t *testing.T) {
 	ids := f.enqueue(ctx, "k9", n, 0)
 
 	// Moment 1: all of k9-a's threads submitted, checkpointed, polling.
+	f.frozen(ctx, "k9-a")
 	f.until(ctx, "k9-a holding 20 checkpoints", func() bool { return unacked(t, f.c.Names().InflightQueue("k9-a")) == 20 })
 	f.signal("k9-a", syscall.SIGKILL)
 	if err := f.wait("k9-a", 10*time.Second); err == nil {
@@ -45,14 +47,13 @@ func TestFleetKill9(t *testing.T) {
 	}
 	// Moment 2: right after a checkpoint. The first tasks may all be
 	// taken before k9-d starts (it starts slowly on a loaded machine), so
-	// a second batch comes once it consumes: the broker hands deliveries
-	// round robin, and k9-d gets one task in each of the batch's rounds
-	// (about 2.5), holding its checkpoint meanwhile.
-	f.start("k9-d", func(c *childConfig) { c.Threads, c.Prefetch = 1, 1 })
+	// a second batch comes once it consumes.
+	f.start("k9-d", func(c *childConfig) { c.Threads, c.Prefetch, c.FreezeAt = 1, 1, 1 })
 	f.waitConsumers(ctx, 3)
 	const more = 100
 	ids = append(ids, f.enqueue(ctx, "k9-more", more, 0)...)
-	f.until(ctx, "k9-d holding a checkpoint", func() bool { return unacked(t, f.c.Names().InflightQueue("k9-d")) >= 1 })
+	f.frozen(ctx, "k9-d")
+	f.until(ctx, "k9-d holding a checkpoint", func() bool { return unacked(t, f.c.Names().InflightQueue("k9-d")) == 1 })
 	f.signal("k9-d", syscall.SIGKILL)
 	if err := f.wait("k9-d", 10*time.Second); err == nil {
 		t.Fatal("k9-d exited cleanly after SIGKILL")
@@ -324,10 +325,11 @@ func TestFleetKill9RestartSameOwner(t *testing.T) {
 		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: solve}},
 		childConfig{Threads: 5, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
 	ctx := longCtx(t, 60*time.Second)
-	f.start("same", nil)
+	f.start("same", func(c *childConfig) { c.FreezeAt = 5 })
 	f.waitConsumers(ctx, 1)
 	const n = 5
 	ids := f.enqueue(ctx, "same", n, 0)
+	f.frozen(ctx, "same")
 	f.until(ctx, "5 checkpoints held", func() bool { return unacked(t, f.c.Names().InflightQueue("same")) == n })
 	f.signal("same", syscall.SIGKILL)
 	if err := f.wait("same", 10*time.Second); err == nil {

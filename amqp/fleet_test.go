@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,6 +31,10 @@ type childConfig struct {
 	Threads, Prefetch          int
 	RetryDelays                []time.Duration
 	SharedThreads              bool
+	// FreezeAt, when set, stops the worker process (SIGSTOP to itself)
+	// the first time this many of its tasks are at the provider, each
+	// polled and none answered yet (see freezer).
+	FreezeAt int
 }
 
 func TestMain(m *testing.M) {
@@ -62,8 +67,12 @@ func runChild(raw string) int {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		return 1
 	}
+	var p captchaq.Provider = client
+	if cc.FreezeAt > 0 {
+		p = &freezer{Client: client, at: cc.FreezeAt, polled: map[string]bool{}}
+	}
 	w, err := NewWorker(c, WorkerConfig{
-		Queue: captchaq.Config{Provider: client, Threads: cc.Threads, PollInterval: cc.Poll,
+		Queue: captchaq.Config{Provider: p, Threads: cc.Threads, PollInterval: cc.Poll,
 			RetryBackoff: 50 * time.Millisecond, RetryBackoffMax: time.Second, Logger: log},
 		Owner: cc.Owner, Prefetch: cc.Prefetch, Grace: cc.Grace, BeatInterval: time.Second, Logger: log,
 		SharedThreads: cc.SharedThreads,
@@ -77,6 +86,61 @@ func runChild(raw string) int {
 		return 1
 	}
 	return 0
+}
+
+// freezer stops its process (SIGSTOP) in a poll, the first time at tasks
+// are at the provider, polled and not answered: the queue polls a task
+// only once its checkpoint is confirmed, so at that moment, with at
+// equal to the worker's threads, every thread is at the provider with its
+// checkpoint on the broker and none is submitting. A test kills the
+// frozen worker there (fleet.frozen), at an exact moment however slowly
+// the test sees the broker's state.
+type freezer struct {
+	*provider.Client
+	at     int
+	mu     sync.Mutex
+	polled map[string]bool // polled and not answered
+	done   bool
+}
+
+func (f *freezer) Poll(ctx context.Context, id string) (provider.PollResult, error) {
+	f.polling([]string{id})
+	r, err := f.Client.Poll(ctx, id)
+	if err == nil {
+		f.answered([]provider.PollResult{r})
+	}
+	return r, err
+}
+
+func (f *freezer) PollMany(ctx context.Context, ids []string) ([]provider.PollResult, error) {
+	f.polling(ids)
+	rs, err := f.Client.PollMany(ctx, ids)
+	if err == nil {
+		f.answered(rs)
+	}
+	return rs, err
+}
+
+func (f *freezer) polling(ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		f.polled[id] = true
+	}
+	if !f.done && len(f.polled) >= f.at {
+		f.done = true
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
+}
+
+func (f *freezer) answered(rs []provider.PollResult) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range rs {
+		if r.Ready || r.Err != nil {
+			delete(f.polled, r.ID)
+		}
+	}
 }
 
 // fleet is one test's broker topology, simulator and worker processes.
@@ -179,6 +243,24 @@ func (f *fleet) signal(owner string, sig syscall.Signal) {
 	if err := syscall.Kill(p.Process.Pid, sig); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// frozen waits until owner's process has stopped itself (FreezeAt).
+func (f *fleet) frozen(ctx context.Context, owner string) {
+	f.t.Helper()
+	f.mu.Lock()
+	pid := f.procs[owner].Process.Pid
+	f.mu.Unlock()
+	f.until(ctx, owner+" frozen at its tasks", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ...: comm may hold spaces, so after its ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		return i >= 0 && i+2 < len(s) && s[i+2] == 'T'
+	})
 }
 
 // waitConsumers waits until n consumers take from the task queue.
