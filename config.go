@@ -56,7 +56,7 @@ type Config struct {
 	// more requests. Left 0, the default scheduler decides each poll from
 	// the learned solve times (see the package doc), and PollInterval
 	// takes PollIntervalDefault for the slow polls behind pingbacks and
-	// the wait of a task Admit refused. At least PollIntervalMin.
+	// the wait of a task its Fleet did not admit. At least PollIntervalMin.
 	PollInterval time.Duration
 	// PollGap is the shortest time between two polls of one id: the
 	// provider's rule (the simulator bans an id polled more than 20 times
@@ -93,12 +93,6 @@ type Config struct {
 	AgingInterval time.Duration
 	// TenantWeights are fair share weights among tenants; default 1.
 	TenantWeights map[string]int
-	// Admit, when set, is asked right before each submit. False means the
-	// task must not reach the provider now (this queue's copy of it has
-	// gone stale, and another process may be taking it): it is not sent,
-	// counts no attempt, and waits PollInterval before it is asked about
-	// again.
-	Admit func(id string) bool
 	// OnResult, when set, is called with every result after it is durable.
 	// It runs on the queue's goroutines: keep it short.
 	OnResult func(Result)
@@ -107,11 +101,6 @@ type Config struct {
 	// will not lift by itself (bad key, no plan: fix it and call Resume).
 	// It runs on the queue's goroutines: keep it short.
 	OnPause func(err error, permanent bool)
-	// ThreadPool, when set, shares the plan's Threads with other processes
-	// on the same key: the queue submits only on threads the pool holds for
-	// it (see ThreadPool). Default nil: this process has all Threads to
-	// itself, bounded only by the AIMD window.
-	ThreadPool ThreadPool
 	// Logger receives the queue's logs. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock the queue reads for every time it records and every
@@ -260,11 +249,6 @@ type ProviderConfig struct {
 	// the provider has no rule of its own and the default scheduler keeps
 	// Config.PollGap there. At least PollGapMin when set.
 	PollGap time.Duration
-	// ThreadPool, when set, shares this provider's Threads with other
-	// processes on the same key, as Config.ThreadPool does for a queue
-	// of one provider (amqp.Worker gives each provider a pool of its
-	// own). Default nil: this process has all Threads to itself.
-	ThreadPool ThreadPool
 }
 
 var laneNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -305,9 +289,6 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 	var errs []error
 	if c.Provider != nil || c.Threads != 0 || c.Plan != "" {
 		errs = append(errs, errors.New("Provider, Threads, Plan: leave them unset with Providers (each provider has its own Threads)"))
-	}
-	if c.ThreadPool != nil {
-		errs = append(errs, errors.New("ThreadPool: leave it unset with Providers; give each provider its own (Providers[i].ThreadPool)"))
 	}
 	if len(c.Providers) > 63 {
 		errs = append(errs, fmt.Errorf("Providers: at most 63, got %d", len(c.Providers)))

@@ -119,7 +119,7 @@ func TestConfigPollGaps(t *testing.T) {
 	t.Parallel()
 	ruled := ruledProvider{gap: 2 * time.Second}
 	gaps := func(c Config) (gaps, rules []time.Duration) {
-		for _, l := range newLanes(c) {
+		for _, l := range newLanes(c, nil) {
 			gaps, rules = append(gaps, c.pollGapOf(l)), append(rules, c.pollRuleOf(l))
 		}
 		return gaps, rules

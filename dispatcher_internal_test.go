@@ -54,7 +54,15 @@ func TestDispatcherSleepsWhileDueRetryWaitsForThread(t *testing.T) {
 		m := &modelProvider{threads: 1, seed: 1, tasks: map[string]*modelTask{},
 			lat: map[provider.Kind][2]time.Duration{provider.KindTurnstile: {10 * time.Second, 10 * time.Second}}}
 		pool := &passCounter{held: 1}
-		q := startModel(t, Config{PollInterval: time.Second, ThreadPool: pool}, m)
+		cfg := Config{PollInterval: time.Second, Provider: m, Threads: m.threads}
+		q, err := NewFleetQueue(cfg, poolFleet{"": pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { q.Close() })
 		turnstile := func(id string) Task {
 			return Task{ID: id, Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAAAAAAC3DHQFLr1GavRN", "pageurl": "https://a.example/" + id}}
 		}
@@ -124,11 +132,10 @@ func TestSpillToAPooledProviderAtSpillAfter(t *testing.T) {
 		lat := map[provider.Kind][2]time.Duration{provider.KindTurnstile: {20 * time.Second, 20 * time.Second}}
 		mainP := &modelProvider{threads: 1, seed: 1, tasks: map[string]*modelTask{}, lat: lat}
 		backupP := &modelProvider{threads: 5, seed: 2, tasks: map[string]*modelTask{}, lat: lat}
-		q, err := New(Config{PollInterval: time.Second, Providers: []ProviderConfig{
-			{Name: "main", Provider: mainP, Threads: 1, Methods: []string{"turnstile"}, ThreadPool: &passCounter{held: 1}},
-			{Name: "backup", Provider: backupP, Threads: 5, Methods: []string{"turnstile"}, SpillAfter: 2 * time.Second,
-				ThreadPool: &grantingPool{n: 5, ready: make(chan struct{}, 1)}},
-		}})
+		q, err := NewFleetQueue(Config{PollInterval: time.Second, Providers: []ProviderConfig{
+			{Name: "main", Provider: mainP, Threads: 1, Methods: []string{"turnstile"}},
+			{Name: "backup", Provider: backupP, Threads: 5, Methods: []string{"turnstile"}, SpillAfter: 2 * time.Second},
+		}}, poolFleet{"main": &passCounter{held: 1}, "backup": &grantingPool{n: 5, ready: make(chan struct{}, 1)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,3 +164,11 @@ func TestSpillToAPooledProviderAtSpillAfter(t *testing.T) {
 		}
 	})
 }
+
+// poolFleet is a Fleet that admits every task and shares the named
+// providers' threads with the pools it maps them to.
+type poolFleet map[string]ThreadPool
+
+func (poolFleet) Admit(string) bool { return true }
+
+func (f poolFleet) Threads(name string) ThreadPool { return f[name] }

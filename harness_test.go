@@ -103,7 +103,7 @@ func (r *recorder) order() []string {
 
 // setup starts a simulator and a queue (not started) on it. Zero fields of
 // simCfg and cfg get test-friendly values: 20ms solves, 10ms polls.
-func setup(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundle {
+func setup(t *testing.T, simCfg sim.Config, cfg captchaq.Config, fleet ...captchaq.Fleet) *bundle {
 	t.Helper()
 	srv, base, err := sim.Start(simDefaults(simCfg), "127.0.0.1:0")
 	if err != nil {
@@ -111,7 +111,7 @@ func setup(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundle {
 	}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections) // runs after the queue and simulator close
-	return newBundle(t, srv, base, &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg)
+	return newBundle(t, srv, base, &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg, fleet...)
 }
 
 // setupInProcess is setup with no sockets: the queue's requests are served
@@ -119,7 +119,7 @@ func setup(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundle {
 // bubble (call it there) the clock is fake and moves only when every
 // goroutine waits, so what a test counts does not depend on the machine's
 // speed.
-func setupInProcess(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundle {
+func setupInProcess(t *testing.T, simCfg sim.Config, cfg captchaq.Config, fleet ...captchaq.Fleet) *bundle {
 	t.Helper()
 	srv, err := sim.New(simDefaults(simCfg))
 	if err != nil {
@@ -127,7 +127,7 @@ func setupInProcess(t *testing.T, simCfg sim.Config, cfg captchaq.Config) *bundl
 	}
 	hc := srv.InProcessClient()
 	hc.Timeout = 10 * time.Second
-	return newBundle(t, srv, sim.InProcessBaseURL, hc, cfg)
+	return newBundle(t, srv, sim.InProcessBaseURL, hc, cfg, fleet...)
 }
 
 // simDefaults gives the zero fields of simCfg test-friendly values.
@@ -141,8 +141,9 @@ func simDefaults(simCfg sim.Config) sim.Config {
 	return simCfg
 }
 
-// newBundle builds a queue (not started) on srv, reached at base with hc.
-func newBundle(t *testing.T, srv *sim.Server, base string, hc *http.Client, cfg captchaq.Config) *bundle {
+// newBundle builds a queue (not started) on srv, reached at base with hc;
+// in the fleet when one is given (captchaq.NewFleetQueue).
+func newBundle(t *testing.T, srv *sim.Server, base string, hc *http.Client, cfg captchaq.Config, fleet ...captchaq.Fleet) *bundle {
 	t.Helper()
 	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "test-key", HTTPClient: hc})
 	if err != nil {
@@ -163,7 +164,7 @@ func newBundle(t *testing.T, srv *sim.Server, base string, hc *http.Client, cfg 
 	if cfg.RetryBackoff == 0 {
 		cfg.RetryBackoff, cfg.RetryBackoffMax = 5*time.Millisecond, 20*time.Millisecond
 	}
-	q, err := captchaq.New(cfg)
+	q, err := newQueue(cfg, fleet...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,3 +250,22 @@ func statuses(rs []captchaq.Result) map[captchaq.Status]int {
 }
 
 var _ = slices.Equal[[]string]
+
+// newQueue is captchaq.New, or captchaq.NewFleetQueue in the fleet given.
+func newQueue(cfg captchaq.Config, fleet ...captchaq.Fleet) (*captchaq.Queue, error) {
+	if len(fleet) > 0 {
+		return captchaq.NewFleetQueue(cfg, fleet[0])
+	}
+	return captchaq.New(cfg)
+}
+
+// testFleet is a captchaq.Fleet: admit decides (nil: every task), pools
+// are the providers' thread pools by name ("" for Config.Provider).
+type testFleet struct {
+	admit func(id string) bool
+	pools map[string]captchaq.ThreadPool
+}
+
+func (f testFleet) Admit(id string) bool { return f.admit == nil || f.admit(id) }
+
+func (f testFleet) Threads(name string) captchaq.ThreadPool { return f.pools[name] }

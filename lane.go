@@ -196,17 +196,23 @@ func (c Config) pollRuleOf(l *lane.Lane) time.Duration {
 // newLanes builds the queue's lanes: one per Config.Providers entry, or one
 // unnamed lane for Config.Provider, solving CaptchaAI's methods. Only a
 // queue of several takes a failing lane out of routing.
-func newLanes(cfg Config) []*lane.Lane {
+func newLanes(cfg Config, fleet Fleet) []*lane.Lane {
 	ps := cfg.Providers
 	if len(ps) == 0 {
-		ps = []ProviderConfig{{Provider: cfg.Provider, Threads: cfg.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault, ThreadPool: cfg.ThreadPool}}
+		ps = []ProviderConfig{{Provider: cfg.Provider, Threads: cfg.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault}}
 	}
 	lanes := make([]*lane.Lane, len(ps))
 	for i, p := range ps {
+		var pool lane.Pool
+		if fleet != nil {
+			if tp := fleet.Threads(p.Name); tp != nil {
+				pool = tp
+			}
+		}
 		lanes[i] = lane.New(lane.Config{
 			Index: i, Name: p.Name, Provider: p.Provider, Threads: p.Threads, Methods: p.Methods,
 			PricePer1000: p.PricePer1000, SpillAfter: p.SpillAfter, MaxSpendPerHour: p.MaxSpendPerHour,
-			DownAfter: p.DownAfter, Pool: p.ThreadPool, MayGoDown: len(ps) > 1, Logger: cfg.Logger,
+			DownAfter: p.DownAfter, Pool: pool, MayGoDown: len(ps) > 1, Logger: cfg.Logger,
 		})
 	}
 	return lanes

@@ -39,6 +39,12 @@ var createTaskLane captchaq.Provider = &createtask.Client{}
 
 func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLane captchaq.ProviderConfig, opts ...func(*captchaq.Config)) *lanePair {
 	t.Helper()
+	return setupFleetLanes(t, mainSim, backupSim, mainLane, backupLane, nil, opts...)
+}
+
+// setupFleetLanes is setupLanes for a queue in fleet (nil: none).
+func setupFleetLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLane captchaq.ProviderConfig, fleet captchaq.Fleet, opts ...func(*captchaq.Config)) *lanePair {
+	t.Helper()
 	p := &lanePair{results: make(chan captchaq.Result, 1000)}
 	start := func(c sim.Config, methods []string, createTask bool) (*sim.Server, captchaq.Provider) {
 		if c.Latency == nil {
@@ -98,7 +104,11 @@ func setupLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, backupLan
 	for _, o := range opts {
 		o(&cfg)
 	}
-	q, err := captchaq.New(cfg)
+	var fleets []captchaq.Fleet
+	if fleet != nil {
+		fleets = append(fleets, fleet)
+	}
+	q, err := newQueue(cfg, fleets...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,26 @@ import (
 )
 
 // New checks cfg and returns a Queue that is not yet started.
-func New(cfg Config) (*Queue, error) {
+func New(cfg Config) (*Queue, error) { return newQueue(cfg, nil) }
+
+// NewFleetQueue is New for a queue in fleet f: f admits each submit and
+// shares each provider's threads.
+func NewFleetQueue(cfg Config, f Fleet) (*Queue, error) {
+	if f == nil {
+		return nil, errors.New("captchaq: NewFleetQueue: the fleet is nil; use New for a queue of its own")
+	}
+	return newQueue(cfg, f)
+}
+
+// newQueue is New for a queue in fleet f (nil: none).
+func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	q := &Queue{
 		cfg:            cfg,
+		fleet:          f,
 		log:            cfg.Logger,
 		store:          cfg.Store,
 		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
@@ -35,7 +48,7 @@ func New(cfg Config) (*Queue, error) {
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.dispatcher = newDispatcher(q)
-	q.lanes = newLanes(cfg)
+	q.lanes = newLanes(cfg, f)
 	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.run)}
 	for _, l := range q.lanes {
 		p := q.newPoller(l)

@@ -426,7 +426,7 @@ func TestZeroBalanceStreakPauses(t *testing.T) {
 	}
 }
 
-// TestAdmitHoldsBackTasksWithoutAttempts: a task Admit refuses is not
+// TestAdmitHoldsBackTasksWithoutAttempts: a task its Fleet does not admit is not
 // sent and counts no attempt; it is asked about again until admitted.
 // The clock is synctest's: the free task's submit ends before the held
 // one is admitted, however slow the machine.
@@ -435,7 +435,7 @@ func TestAdmitHoldsBackTasksWithoutAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		asks := map[string]int{}
-		b := setupInProcess(t, sim.Config{}, captchaq.Config{Threads: 2, Admit: func(id string) bool {
+		b := setupInProcess(t, sim.Config{}, captchaq.Config{Threads: 2}, testFleet{admit: func(id string) bool {
 			mu.Lock()
 			defer mu.Unlock()
 			asks[id]++

@@ -28,6 +28,7 @@ import (
 // Close). All methods are safe for concurrent use.
 type Queue struct {
 	cfg      Config
+	fleet    Fleet // nil: the queue is not in a fleet
 	log      *slog.Logger
 	store    Store
 	estimate *latency.Estimator

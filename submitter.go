@@ -27,7 +27,7 @@ func (q *Queue) submit(st *taskState) {
 		q.dispatcher.wake()
 	}()
 	t := st.rec.Task
-	if q.cfg.Admit != nil && !q.cfg.Admit(t.ID) {
+	if q.fleet != nil && !q.fleet.Admit(t.ID) {
 		q.mu.Lock()
 		q.leaveFlightLocked(st)
 		st.rec.NotBefore = q.now().Add(q.cfg.PollInterval)

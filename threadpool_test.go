@@ -63,7 +63,7 @@ func TestThreadPoolBoundsSubmits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		pool := &fixedPool{ready: make(chan struct{}, 1)}
 		b := setupInProcess(t, sim.Config{Threads: 10, Latency: fastLatency(50 * time.Millisecond)},
-			captchaq.Config{Threads: 10, ThreadPool: pool})
+			captchaq.Config{Threads: 10}, testFleet{pools: map[string]captchaq.ThreadPool{"": pool}})
 		b.start(t)
 		fs := submitAll(t, b.q, task("p0", 5), task("p1", 5), task("p2", 5), task("p3", 5), task("p4", 5), task("p5", 5))
 		eventually(t, "the pool told of six waiting tasks", func() bool {
@@ -96,9 +96,10 @@ func TestProviderThreadPools(t *testing.T) {
 	t.Parallel()
 	mainPool := &fixedPool{ready: make(chan struct{})}
 	backupPool := &fixedPool{ready: make(chan struct{})}
-	p := setupLanes(t, sim.Config{Threads: 5}, sim.Config{Threads: 5, PricePer1000: 2.99},
-		captchaq.ProviderConfig{Threads: 5, ThreadPool: mainPool},
-		captchaq.ProviderConfig{Threads: 5, ThreadPool: backupPool, SpillAfter: time.Hour})
+	p := setupFleetLanes(t, sim.Config{Threads: 5}, sim.Config{Threads: 5, PricePer1000: 2.99},
+		captchaq.ProviderConfig{Threads: 5},
+		captchaq.ProviderConfig{Threads: 5, SpillAfter: time.Hour},
+		testFleet{pools: map[string]captchaq.ThreadPool{"main": mainPool, "backup": backupPool}})
 	for i := range 3 {
 		for _, tk := range []captchaq.Task{task(fmt.Sprintf("t%d", i), 0), hcaptchaTask(fmt.Sprintf("h%d", i))} {
 			if _, err := p.q.Submit(context.Background(), tk); err != nil {

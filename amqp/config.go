@@ -201,9 +201,6 @@ func (c WorkerConfig) validate() error {
 	if c.Queue.Store != nil {
 		errs = append(errs, errors.New("amqp: WorkerConfig.Queue.Store: leave it nil; the worker's store is the broker"))
 	}
-	if c.Queue.Admit != nil {
-		errs = append(errs, errors.New("amqp: WorkerConfig.Queue.Admit: leave it nil; the worker admits the tasks it holds on a live channel"))
-	}
 	if !prefixRE.MatchString(c.Owner) {
 		errs = append(errs, fmt.Errorf("amqp: WorkerConfig.Owner %q: use letters, digits, '.', '_', ':' or '-'", c.Owner))
 	}

@@ -32,11 +32,10 @@ amqp: ReconnectMin 1m0s exceeds ReconnectMax 1s`
 
 	c := &Conn{cfg: Config{}.withDefaults()}
 	_, err = NewWorker(c, WorkerConfig{
-		Queue: captchaq.Config{Store: captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), Admit: func(string) bool { return true }},
+		Queue: captchaq.Config{Store: captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})},
 		Owner: "a b", Prefetch: -1,
 	})
 	want = `amqp: WorkerConfig.Queue.Store: leave it nil; the worker's store is the broker
-amqp: WorkerConfig.Queue.Admit: leave it nil; the worker admits the tasks it holds on a live channel
 amqp: WorkerConfig.Owner "a b": use letters, digits, '.', '_', ':' or '-'
 amqp: WorkerConfig.Prefetch -1: must be positive`
 	if err == nil || err.Error() != want {

@@ -77,7 +77,7 @@
 // which sends them back to the fleet at once instead of dropping them.
 //
 // A worker submits a task only while it holds it: its delivery's channel
-// is alive, or its checkpoint is confirmed (captchaq.Config.Admit). A task
+// is alive, or its checkpoint is confirmed (captchaq.Fleet's Admit). A task
 // whose channel died is back in its queue for the fleet, so the worker
 // hands its copy back instead of paying for a second solve.
 //

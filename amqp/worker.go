@@ -106,42 +106,56 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	store := newWorkerStore(pub, cfg.Owner, log)
 	qc := cfg.Queue
 	qc.Store = store
-	qc.Admit = store.admit
 	// A task never waits locally for longer than the broker holds it;
 	// adopted tasks (Names.Adopt, up to threads at once) come on top, so
 	// a full prefetch of waiting tasks never holds one back.
 	qc.MaxQueued = cmp.Or(qc.MaxQueued, cfg.Prefetch+2*threads)
-	var pools []*threadPool
+	f := &workerFleet{admit: store.admit}
 	if cfg.SharedThreads {
-		qc, pools = sharedThreads(c, qc, threads, log)
+		f.names, f.pools = sharedThreads(c, qc, threads, log)
 	}
-	q, err := captchaq.New(qc)
+	q, err := captchaq.NewFleetQueue(qc, f)
 	if err != nil {
 		pub.Close()
 		return nil, err
 	}
-	return &Worker{c: c, cfg: cfg, log: log, pub: pub, store: store, q: q, pools: pools}, nil
+	return &Worker{c: c, cfg: cfg, log: log, pub: pub, store: store, q: q, pools: f.pools}, nil
 }
 
-// sharedThreads gives qc its thread pools: the plan's (Names.PlanThreads)
-// for a queue of one provider; for a queue of several, one per provider
+// workerFleet is how a worker's queue takes part in the fleet: it submits
+// only the tasks the worker holds on a live channel (admit), on the
+// threads its pools hold (by provider name, "" for a queue of one).
+type workerFleet struct {
+	admit func(id string) bool
+	names []string      // the providers with a pool
+	pools []*threadPool // pools[i] is names[i]'s
+}
+
+// Admit implements captchaq.Fleet.
+func (f *workerFleet) Admit(id string) bool { return f.admit(id) }
+
+// Threads implements captchaq.Fleet.
+func (f *workerFleet) Threads(provider string) captchaq.ThreadPool {
+	if i := slices.Index(f.names, provider); i >= 0 {
+		return f.pools[i]
+	}
+	return nil // not a nil *threadPool: no pool at all
+}
+
+// sharedThreads makes the queue's thread pools and names their
+// providers: the plan's pool (Names.PlanThreads) for a queue of one
+// provider (""); for a queue of several, one per provider
 // (Names.ProviderThreads), so the fleet never has more tasks at any
 // provider than its Threads.
-func sharedThreads(c *Conn, qc captchaq.Config, threads int, log *slog.Logger) (captchaq.Config, []*threadPool) {
-	var pools []*threadPool
+func sharedThreads(c *Conn, qc captchaq.Config, threads int, log *slog.Logger) (names []string, pools []*threadPool) {
 	if len(qc.Providers) == 0 {
-		p := newThreadPool(c, c.Names().PlanThreads(), threads, log)
-		qc.ThreadPool, pools = p, []*threadPool{p}
-	} else {
-		qc.Providers = slices.Clone(qc.Providers)
-		for i := range qc.Providers {
-			pc := &qc.Providers[i]
-			p := newThreadPool(c, c.Names().ProviderThreads(pc.Name), cmp.Or(pc.Threads, captchaq.ThreadsDefault), log.With("provider", pc.Name))
-			pc.ThreadPool = p
-			pools = append(pools, p)
-		}
+		return []string{""}, []*threadPool{newThreadPool(c, c.Names().PlanThreads(), threads, log)}
 	}
-	return qc, pools
+	for _, pc := range qc.Providers {
+		names = append(names, pc.Name)
+		pools = append(pools, newThreadPool(c, c.Names().ProviderThreads(pc.Name), cmp.Or(pc.Threads, captchaq.ThreadsDefault), log.With("provider", pc.Name)))
+	}
+	return names, pools
 }
 
 // processName is host-pid-random: unique per process, for names of queues

@@ -1,5 +1,22 @@
 package captchaq
 
+// Fleet is how a Queue takes part in a fleet of processes that share
+// tasks and a plan's threads (amqp.Worker is one): NewFleetQueue builds
+// such a queue. A queue of its own (New) has none.
+type Fleet interface {
+	// Admit is asked right before each submit. False means the task must
+	// not reach the provider now (this queue's copy of it has gone stale,
+	// and another process may be taking it): it is not sent, counts no
+	// attempt, and waits Config.PollInterval before it is asked about
+	// again.
+	Admit(id string) bool
+	// Threads is the pool that shares the named provider's threads with
+	// the fleet ("" for Config.Provider): the queue submits there only on
+	// threads the pool holds for it (see ThreadPool). Nil: this process
+	// has them to itself, bounded only by the AIMD window.
+	Threads(provider string) ThreadPool
+}
+
 // ThreadPool shares one plan's threads among processes that use the same
 // key (see amqp.Worker, whose pool is a queue of thread tokens on the
 // broker). With a pool, the queue submits only while its tasks at the
