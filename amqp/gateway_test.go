@@ -42,7 +42,7 @@ func newGatewayRig(t *testing.T, cfg Config) *gatewayRig {
 			queues = append(queues, n.ReplyQueue(g))
 		}
 		for _, o := range r.owners {
-			queues = append(queues, n.InflightQueue(o))
+			queues = append(queues, n.InflightQueue(o), n.ClaimQueue(o))
 		}
 		if err := deleteAll(context.Background(), cfg.withDefaults(), queues, nil); err != nil {
 			t.Errorf("delete the gateway and worker queues: %v", err)

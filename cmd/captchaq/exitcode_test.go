@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/amqp"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -233,6 +235,8 @@ func TestEveryCommandHelp(t *testing.T) {
 // the test broker.
 func TestExitCodesFleet(t *testing.T) {
 	cfg, _ := cliTopology(t)
+	// The worker's checkpoint and claim queues, beside the topology.
+	t.Cleanup(func() { _ = amqp.DeleteTopology(context.Background(), cfg, "exit-test") })
 	_, base := startFastSim(t, sim.Config{Key: batchKey})
 	fleet := []string{"--amqp", cfg.URL, "--prefix", cfg.Prefix}
 	cat := func(a []string, b ...string) []string { return append(append([]string{}, a...), b...) }
