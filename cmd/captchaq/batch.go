@@ -76,6 +76,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	defer rt.close()
 	bar := newProgress(term, total, *progress, rt.queue)
 	defer bar.finish()
+	bar.resumed(ctx, rt.store)
 	return solveLines(ctx, env, rt, in, newResultWriter(w), bar, *order == "longest-first")
 }
 

@@ -25,7 +25,8 @@ import (
 // over the threads; what the last of the longest kind in flight (the queue
 // starts the longest kinds first) is expected to take still at the tasks
 // in flight's average age (tailLeft); the longest waiting task's whole
-// solve time.
+// solve time. A task resumed at the provider from an earlier run counts
+// its age from its submit then (atProviderSince).
 type etaModel struct {
 	open    map[string]provider.Kind // tasks read and not finished
 	count   map[provider.Kind]int    // open tasks by kind
@@ -34,6 +35,10 @@ type etaModel struct {
 	sampled time.Time
 	started time.Time     // the first sample: this run's start
 	done    time.Duration // thread-time of this run the finished tasks took
+	// since holds the submit of each task at the provider since before
+	// this run (resumed from an earlier one): the solve time it has had
+	// already, which the thread-time of this run does not count.
+	since map[string]time.Time
 }
 
 // solveSpread is the spread of solve times around their median: the
@@ -74,7 +79,14 @@ type kindMean struct {
 const priorWeight = 2
 
 func newETAModel() *etaModel {
-	return &etaModel{open: map[string]provider.Kind{}, count: map[provider.Kind]int{}, learned: map[provider.Kind]kindMean{}}
+	return &etaModel{open: map[string]provider.Kind{}, count: map[provider.Kind]int{}, learned: map[provider.Kind]kindMean{},
+		since: map[string]time.Time{}}
+}
+
+// atProviderSince notes a task at the provider since submitted, in an
+// earlier run.
+func (e *etaModel) atProviderSince(id string, submitted time.Time) {
+	e.since[id] = submitted
 }
 
 // read notes a task the batch will submit.
@@ -94,6 +106,7 @@ func (e *etaModel) finished(r captchaq.Result) {
 		return
 	}
 	delete(e.open, r.ID)
+	delete(e.since, r.ID)
 	e.count[k]--
 	// Only this run's part: a task resumed from an earlier run, or
 	// answered from the store, held no thread of it before.
@@ -159,6 +172,12 @@ func (e *etaModel) left(m captchaq.Metrics, unread int) (time.Duration, bool) {
 	}
 	slices.SortFunc(groups, func(a, b group) int { return cmp.Compare(b.d, a.d) })
 	inFlightDone := max(e.busy-e.done, 0)
+	for id, at := range e.since {
+		// What the resumed tasks had before this run.
+		if _, open := e.open[id]; open && !e.started.IsZero() {
+			inFlightDone += max(e.started.Sub(at), 0)
+		}
+	}
 	flying := min(max(m.ThreadsInUse, 0), n)
 	left := max(work-inFlightDone, 0) / time.Duration(max(m.Window, 1))
 	if flying > 0 {

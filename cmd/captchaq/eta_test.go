@@ -165,3 +165,31 @@ func TestETAModelResumed(t *testing.T) {
 		t.Errorf("left %v %v, want 21.031s", d, ok)
 	}
 }
+
+// Tasks resumed at the provider from an earlier run have been solving
+// since their submit then: two reCAPTCHAs submitted 20 s before this run,
+// 5 s into it, are 25 s old, not 5 s.
+func TestETAModelResumedAtTheProvider(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
+	e := newETAModel()
+	for _, task := range etaTasks("userrecaptcha", 2, map[string]string{"googlekey": "6Le", "pageurl": "https://a.example/"}) {
+		e.read(task)
+		e.atProviderSince(task.ID, t0.Add(-20*time.Second))
+	}
+	e.sample(t0, 2)
+	e.sample(t0.Add(5*time.Second), 2)
+	// 10 s of thread-time in this run and 40 s before it: 25 s each. The
+	// kind's 25 s median; the last of two at its median: the 0.8333
+	// quantile, 25 s × e^(0.35 × 0.9674) = 35.074 s: 10.074 s more. Counted
+	// from this run's start they would be 5 s old, 24.068 s to go.
+	m := captchaq.Metrics{Threads: 5, Window: 5, ThreadsInUse: 2}
+	if d, ok := e.left(m, 0); !ok || d.Round(time.Millisecond) != 10074*time.Millisecond {
+		t.Errorf("left %v %v, want 10.074s", d, ok)
+	}
+	e.finished(captchaq.Result{ID: "userrecaptcha-0", Status: captchaq.StatusSolved, SolveSeconds: 26,
+		SubmittedAt: t0.Add(-20 * time.Second), FinishedAt: t0.Add(6 * time.Second)})
+	if _, held := e.since["userrecaptcha-0"]; held || e.done != 6*time.Second || len(e.since) != 1 {
+		t.Errorf("after an answer: since %v, done %v; want the other task alone and 6s", e.since, e.done)
+	}
+}

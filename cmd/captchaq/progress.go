@@ -162,6 +162,32 @@ func retryNote(m captchaq.Metrics, before map[string]int64, over time.Duration) 
 	return fmt.Sprintf("%d attempts retried in the last %s (%s); still trying", retried, over, strings.Join(reasons, ", ")), true
 }
 
+// resumed tells the model which tasks the queue took over at the provider
+// from an earlier run, and since when they have been solving there: a
+// rerun after a kill would otherwise expect their whole solve time again.
+// It reads the store's unfinished tasks once, and only when the queue
+// resumed some at the provider.
+func (p *progress) resumed(ctx context.Context, st captchaq.Store) {
+	if st == nil || p.q.Metrics().ResumedInFlight == 0 {
+		return
+	}
+	since := map[string]time.Time{}
+	err := st.Pending(ctx, func(r captchaq.Record) error {
+		if r.Status == captchaq.StatusInFlight && r.CaptchaID != "" && !r.SubmittedAt.IsZero() {
+			since[r.Task.ID] = r.SubmittedAt
+		}
+		return nil
+	})
+	if err != nil {
+		return // the ETA counts them from now: later, not wrong
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, at := range since {
+		p.eta.atProviderSince(id, at)
+	}
+}
+
 // read notes a task read from the input, for the model.
 func (p *progress) read(t captchaq.Task) {
 	p.mu.Lock()

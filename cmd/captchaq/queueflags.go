@@ -67,6 +67,7 @@ type queueRuntime struct {
 	closers []func()
 	// storePath is the SQLite store's file; "" for a memory store.
 	storePath string
+	store     captchaq.Store
 }
 
 func (rt *queueRuntime) close() {
@@ -111,6 +112,7 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	if err != nil {
 		return nil, err
 	}
+	rt.store = st
 	apiURL := *qf.apiURL
 	clientEnv := env
 	if useSim {
