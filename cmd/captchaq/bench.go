@@ -232,23 +232,33 @@ func runFleetBench(ctx context.Context, env *environment, url string, faults []s
 // brokerLock takes, for a fault that cuts every user of the broker off
 // (close, restart), the lock the project's broker tests share
 // (internal/brokertest), exclusively: tests on the same machine wait
-// instead of failing.
+// instead of failing. As those tests do, it holds the gate in front of
+// the lock while it waits, so shared takers that come later wait too.
 func brokerLock(env *environment) func() (release func()) {
 	return func() func() {
-		f, err := os.OpenFile(filepath.Join(os.TempDir(), "captchaq-broker-test.lock"), os.O_CREATE|os.O_RDWR, 0o666)
-		if err != nil {
-			fmt.Fprintf(env.stderr, "fleet: no broker lock (%v); going on without it\n", err)
-			return func() {}
+		take := func(name string) *os.File {
+			f, err := os.OpenFile(filepath.Join(os.TempDir(), name), os.O_CREATE|os.O_RDWR, 0o666)
+			if err != nil {
+				fmt.Fprintf(env.stderr, "fleet: no broker lock (%v); going on without it\n", err)
+				return nil
+			}
+			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+				f.Close()
+				fmt.Fprintf(env.stderr, "fleet: no broker lock (%v); going on without it\n", err)
+				return nil
+			}
+			return f
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-			f.Close()
-			fmt.Fprintf(env.stderr, "fleet: no broker lock (%v); going on without it\n", err)
-			return func() {}
+		free := func(f *os.File) {
+			if f != nil {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				f.Close()
+			}
 		}
-		return func() {
-			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-			f.Close()
-		}
+		gate := take("captchaq-broker-test.gate")
+		f := take("captchaq-broker-test.lock")
+		free(gate)
+		return func() { free(f) }
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // tryLock reports whether the lock file can be taken with how right now,
@@ -52,5 +53,65 @@ func TestUseSharesAndDisruptExcludes(t *testing.T) {
 		if !tryLock(t, syscall.LOCK_EX) {
 			t.Errorf("%s: lock still held after the test ended", tt.name)
 		}
+	}
+}
+
+// named is a test of another name, to take the lock as several tests do.
+type named struct {
+	testing.TB
+	name string
+}
+
+func (n named) Name() string { return n.name }
+
+// TestDisruptGoesBeforeLaterSharedTakers: a disruptive test that waits
+// for a shared holder gets the lock before a shared taker that comes
+// after it, which waits at the gate; a subtest of a holder passes the gate.
+func TestDisruptGoesBeforeLaterSharedTakers(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir()) // a lock file no other test process sees
+	// A shared holder, as another package's test would be.
+	first := lock(named{t, "First"}, syscall.LOCK_SH)
+	disrupted := make(chan func())
+	go func() { disrupted <- lock(named{t, "Disruptive"}, syscall.LOCK_EX) }()
+	// The disruptive test waits at the lock, holding the gate.
+	for {
+		g, err := os.OpenFile(filepath.Join(os.TempDir(), GateFile), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = syscall.Flock(int(g.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		g.Close()
+		if err == syscall.EWOULDBLOCK {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	later := make(chan func())
+	go func() { later <- lock(named{t, "Later"}, syscall.LOCK_SH) }()
+	// A subtest of the holder does not wait at the gate: the disruptive
+	// test waits for its parent, which waits for it.
+	lock(named{t, "First/step"}, syscall.LOCK_SH)()
+	select {
+	case <-later:
+		t.Fatal("a shared taker got in before the disruptive test waiting for the lock")
+	case <-time.After(200 * time.Millisecond): // four rounds of lockFile's polling
+	}
+	first()
+	release := <-disrupted
+	select {
+	case <-later:
+		t.Fatal("a shared taker got the lock while the disruptive test held it")
+	default:
+	}
+	if tryLock(t, syscall.LOCK_SH) {
+		t.Fatal("the lock is free for a shared taker while the disruptive test holds it")
+	}
+	release()
+	(<-later)()
+	if !tryLock(t, syscall.LOCK_EX) {
+		t.Error("lock still held after every taker let it go")
 	}
 }
