@@ -271,6 +271,24 @@ func readmeFirstCommandStopped(t *testing.T, sig syscall.Signal) {
 		t.Errorf("results.jsonl has %d lines, %d solved with a token; want %d and %d", len(results), solved, valid+1, valid)
 	}
 
+	// Each task's answer came from the one submit the simulator accepted
+	// for it: its captcha id is in the simulator's state, on one attempt,
+	// and no two tasks share one.
+	simIDs := simCaptchaIDs(t, journal)
+	if len(simIDs) != valid {
+		t.Errorf("the simulator accepted %d submits over both runs, want %d (one per valid task)", len(simIDs), valid)
+	}
+	byID := map[string]string{}
+	for _, r := range results {
+		if r.Status != captchaq.StatusSolved {
+			continue
+		}
+		if !simIDs[r.CaptchaID] || r.Attempts != 1 || byID[r.CaptchaID] != "" {
+			t.Errorf("%s: captcha id %q (accepted by the simulator: %v, also %q's), attempts %d; want its own accepted id on attempt 1",
+				r.ID, r.CaptchaID, simIDs[r.CaptchaID], byID[r.CaptchaID], r.Attempts)
+		}
+		byID[r.CaptchaID] = r.ID
+	}
 	accepted := acceptedBySim(t, journal)
 	for fp, n := range want {
 		if accepted[fp] != n {
@@ -282,6 +300,27 @@ func readmeFirstCommandStopped(t *testing.T, sig syscall.Signal) {
 	}
 	summaryAt := strings.Index(e, fmt.Sprintf("captchaq batch: %d solved", valid))
 	t.Logf("%v with %d of %d tasks at the simulator; the rerun: %s", sig, len(after), valid, e[max(summaryAt, 0):])
+}
+
+// simCaptchaIDs is the set of captcha ids the built-in simulator accepted,
+// from its state file.
+func simCaptchaIDs(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var e struct {
+			ID json.Number `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil || e.ID == "" {
+			t.Fatalf("the simulator's state line %q: %v", line, err)
+		}
+		ids[e.ID.String()] = true
+	}
+	return ids
 }
 
 // pendingIn reads a store's unfinished tasks, without a lock: the queue
