@@ -62,13 +62,16 @@ func (g *Gateway) IDBlock(ctx context.Context) (uint64, int, error) {
 
 // OtherAccepted tells the gateway that another gateway of the front
 // accepted task id: it counts toward the client's fair share here, and
-// the server is told (AttachReplicas).
+// the server is told (AttachReplicas). A task already final when the news
+// is read (it came late) is told too, as accepted and not unfinished.
 func (g *Gateway) OtherAccepted(ctx context.Context, id string) {
 	rec, err := g.store.Get(ctx, id)
-	if err != nil || final(rec.Status) {
+	if err != nil {
 		return
 	}
-	g.track(rec)
+	if !final(rec.Status) {
+		g.track(rec)
+	}
 	g.mu.Lock()
 	g.counts.OthersAccepted++
 	fn := g.othersAccepted

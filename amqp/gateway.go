@@ -206,6 +206,14 @@ type FrontStore interface {
 	IDBlock(ctx context.Context) (first uint64, n int, err error)
 }
 
+// MarkedEnqueuer is a Store that records a new task already published,
+// in flight under its mark, in one write (store/postgres does): Submit
+// then writes once where it would Enqueue and then Checkpoint. false says
+// the id is stored already, and nothing was written.
+type MarkedEnqueuer interface {
+	EnqueueMarked(ctx context.Context, t captchaq.Task, now time.Time, captchaID string) (captchaq.Record, bool, error)
+}
+
 // NewGateway checks cfg and builds a Gateway on c; Start starts it.
 func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	cfg = cfg.withDefaults(c.cfg.Logger)
@@ -514,7 +522,20 @@ func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 	// and the client, refused, sends it again to be solved twice.
 	var recs []captchaq.Record
 	answered := false
+	marked, _ := g.store.(MarkedEnqueuer)
 	err := retryStore(sctx, func() error {
+		if marked != nil {
+			// The record and its mark in one write; an id stored already
+			// (a try before whose answer was lost) goes the long way.
+			rec, ok, err := marked.EnqueueMarked(sctx, t, now, g.markFor(""))
+			if err != nil {
+				return err
+			}
+			if ok {
+				recs = []captchaq.Record{rec}
+				return nil
+			}
+		}
 		var err error
 		if recs, _, err = g.store.Enqueue(sctx, []captchaq.Task{t}, now); err != nil {
 			return err

@@ -70,19 +70,30 @@ cpu() {
 }
 pgpids() { pgrep -u postgres -d' ' postgres || true; }
 brokerpids() { pgrep -d' ' beam.smp || true; }
+# dbstats: the bench database's transactions (each statement outside a
+# transaction is one) and the server's WAL flushes, so far.
+dbstats() {
+  psql -h 127.0.0.1 -U postgres -Atc "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '$db'),
+    (SELECT wal_sync FROM pg_stat_wal)" | tr '|' ' '
+}
 snapshot() {
-  echo "$(cpu "$pid_sqlite") $(cpu "$pid_r1") $(cpu "$pid_r2") $(cpu "$pid_haproxy") $(cpu "$pid_worker") $(cpu $(pgpids)) $(cpu $(brokerpids))"
+  echo "$(cpu "$pid_sqlite") $(cpu "$pid_r1") $(cpu "$pid_r2") $(cpu "$pid_haproxy") $(cpu "$pid_worker") $(cpu $(pgpids)) $(cpu $(brokerpids)) $(dbstats)"
 }
 run() { # run LABEL URL
   local before after
   before=($(snapshot))
   echo "== $1 ($(cut -d' ' -f1-3 /proc/loadavg) load before)"
-  /usr/bin/time -f "loadtest client: %U s user %S s system" "$cq" loadtest --front "$2" "${extra[@]}" 2>&1 | sed 's/^/   /' || true
+  /usr/bin/time -f "loadtest client: %U s user %S s system" "$cq" loadtest --front "$2" "${extra[@]}" 2>&1 | tee "$dir/run.out" | sed 's/^/   /' || true
   after=($(snapshot))
   local names=(sqlite-gateway replica1 replica2 haproxy worker postgresql rabbitmq)
   printf '   CPU s during the run:'
   for i in "${!names[@]}"; do printf ' %s %.1f' "${names[$i]}" "$(echo "${after[$i]} - ${before[$i]}" | bc)"; done
   echo
+  local tasks; tasks=$(grep -oE 'tasks: [0-9]+ submitted' "$dir/run.out" | grep -oE '[0-9]+' || echo 0)
+  local xacts=$((after[7] - before[7])) syncs=$((after[8] - before[8]))
+  if [ "$xacts" -gt 0 ] && [ "$tasks" -gt 0 ]; then
+    echo "   PostgreSQL during the run: $xacts statements ($(echo "scale=1; $xacts / $tasks" | bc) a task, res.php and the replicas' reads included), $syncs WAL flushes ($(echo "scale=2; $syncs / $tasks" | bc) a task)"
+  fi
 }
 for r in $(seq 1 "$rounds"); do
   run "round $r: one gateway on SQLite" "http://$a_sqlite"

@@ -240,7 +240,11 @@ func (s *Server) otherAccepted(rec captchaq.Record) {
 	if _, known := cs.inflight[rec.Task.ID]; known {
 		return
 	}
-	cs.inflight[rec.Task.ID] = struct{}{}
+	if rec.Status != captchaq.StatusSolved && rec.Status != captchaq.StatusFailed {
+		// Not when it is final already: its result was told first, and
+		// nothing would take it out again.
+		cs.inflight[rec.Task.ID] = struct{}{}
+	}
 	cs.accepted++
 	if cs.limiter != nil {
 		// The client spent its rate there: the next tasks here wait for it.
@@ -266,27 +270,28 @@ func (s *Server) otherResult(r captchaq.Result) {
 }
 
 // newID hands out a numeric id: from the clock, or from the blocks of the
-// Backend's IDSource.
-func (s *Server) newID(ctx context.Context) (string, error) {
+// Backend's IDSource (shared: no process on the front handed it out
+// before).
+func (s *Server) newID(ctx context.Context) (id string, shared bool, err error) {
 	s.idMu.Lock()
 	defer s.idMu.Unlock()
 	if s.idSource == nil {
-		return strconv.FormatUint(s.ids.Add(1), 10), nil
+		return strconv.FormatUint(s.ids.Add(1), 10), false, nil
 	}
 	if s.idNext >= s.idEnd {
 		first, n, err := s.idSource.IDBlock(ctx)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		if n == 0 {
 			s.idSource = nil // no shared ids: the clock's
-			return strconv.FormatUint(s.ids.Add(1), 10), nil
+			return strconv.FormatUint(s.ids.Add(1), 10), false, nil
 		}
 		s.idNext, s.idEnd = first, first+uint64(n)
 	}
-	id := s.idNext
+	next := s.idNext
 	s.idNext++
-	return strconv.FormatUint(id, 10), nil
+	return strconv.FormatUint(next, 10), true, nil
 }
 
 // freshIDTries bounds the stored ids one request skips.
@@ -298,12 +303,16 @@ var errNoFreshID = errors.New("the ids tried all name stored tasks: try again")
 // freshID hands out a numeric id that names no stored task of client.
 // Ids start at the clock, so a server whose clock reads earlier than its
 // last run's would otherwise hand out ids of tasks it holds, and answer a
-// new task with an old one's result (or refuse it as a conflict).
+// new task with an old one's result (or refuse it as a conflict). An id
+// of the IDSource's blocks is never handed out twice, and is not looked
+// up: one store round trip less a submit on a front's replica (a client
+// that chose such an id for a task of its own through the API finds its
+// in.php with another task refused as a conflict by the Backend).
 func (s *Server) freshID(ctx context.Context, client string) (string, error) {
 	for range freshIDTries {
-		id, err := s.newID(ctx)
-		if err != nil {
-			return "", err
+		id, shared, err := s.newID(ctx)
+		if err != nil || shared {
+			return id, err
 		}
 		_, err = s.backend.Get(ctx, storeID(client, id))
 		if errors.Is(err, captchaq.ErrNotFound) {

@@ -76,7 +76,7 @@ func TestFrontCoversEveryReplica(t *testing.T) {
 	f := newProcessFleet(t, "test-cli-cov-", sim.Config{Threads: 10, LatencyScale: 0.05, Seed: 13, PollBan: sim.PollBan{Disabled: true}})
 	db := pgStoreURL(t)
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+frontClient+`","admin":true}]`)
-	const ttl = "1s"
+	const ttl = "3s"
 	a, baseA, _ := f.serveWith(db, clients, nil, "--task-ttl", ttl, "--replica-name", "front-a")
 	b, baseB, _ := f.serveWith(db, clients, nil, "--task-ttl", ttl)
 	// B's default name: its host and port.

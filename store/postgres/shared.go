@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -87,26 +88,46 @@ func (s *Store) FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.R
 // finished (FinishIf). It listens on a connection of its own (not one of
 // the pool's); when that connection drops it opens another, once a second
 // until it can, and then calls fn with EventResync. Call it once; Close
-// stops it.
+// stops it. It returns once the first connection listens (or its first
+// try failed, or listenWait passed): a task another Store accepts after
+// that is told.
 func (s *Store) Watch(fn func(Event)) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.watcher != nil {
+		s.mu.Unlock()
 		return errors.New("postgres: Watch called twice")
 	}
-	s.watcher = startstop.New(func(ctx context.Context) { s.listen(ctx, fn) })
-	return s.watcher.Start(context.Background())
+	first := make(chan struct{})
+	ready := sync.OnceFunc(func() { close(first) })
+	s.watcher = startstop.New(func(ctx context.Context) { s.listen(ctx, fn, ready) })
+	err := s.watcher.Start(context.Background())
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case <-first:
+	case <-time.After(listenWait):
+	}
+	return nil
 }
 
 // relistenAfter is the pause before the watcher takes a new connection.
 const relistenAfter = time.Second
 
-func (s *Store) listen(ctx context.Context, fn func(Event)) {
+// listenWait bounds Watch's wait for its first connection to listen.
+const listenWait = 30 * time.Second
+
+// listen listens until ctx ends, calling ready once the first connection
+// listens or fails.
+func (s *Store) listen(ctx context.Context, fn func(Event), ready func()) {
+	defer ready()
 	for first := true; ctx.Err() == nil; first = false {
-		err := s.listenOnce(ctx, fn, !first)
+		err := s.listenOnce(ctx, fn, !first, ready)
+		ready()
 		if ctx.Err() != nil {
 			return
 		}
@@ -119,7 +140,7 @@ func (s *Store) listen(ctx context.Context, fn func(Event)) {
 	}
 }
 
-func (s *Store) listenOnce(ctx context.Context, fn func(Event), resync bool) error {
+func (s *Store) listenOnce(ctx context.Context, fn func(Event), resync bool, listening func()) error {
 	// A connection of its own, not the pool's: it waits all the time.
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
@@ -129,6 +150,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(Event), resync bool) err
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		return err
 	}
+	listening()
 	if resync {
 		fn(Event{Kind: EventResync})
 	}

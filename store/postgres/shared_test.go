@@ -287,3 +287,36 @@ func TestTakeSlotsAcrossProcesses(t *testing.T) {
 		t.Fatalf("TakeSlots after the replay = %v, %d, %v; want false, %d, nil", ok, held, err, max)
 	}
 }
+
+// EnqueueMarked stores a new task in flight under its mark in one write,
+// as Enqueue then Checkpoint would; an id stored already is left as it
+// is.
+func TestEnqueueMarked(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	a := open(t, url, postgres.Config{})
+	ctx := t.Context()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	task := captchaq.Task{ID: "qa/1", Method: "turnstile", Tenant: "qa", Params: map[string]string{"sitekey": "k"}}
+	rec, ok, err := a.EnqueueMarked(ctx, task, now, "gateway:front")
+	if err != nil || !ok {
+		t.Fatalf("EnqueueMarked = %v, %v; want true", ok, err)
+	}
+	got, err := a.Get(ctx, "qa/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != captchaq.StatusInFlight || got.CaptchaID != "gateway:front" || got.Attempts != 0 ||
+		!got.AcceptedAt.Equal(now) || !got.SubmittedAt.Equal(now) || got.Seq != rec.Seq || got.Task.Params["sitekey"] != "k" {
+		t.Fatalf("stored %+v, want in flight under gateway:front since %v (seq %d)", got, now, rec.Seq)
+	}
+	if _, ok, err := a.EnqueueMarked(ctx, captchaq.Task{ID: "qa/1", Method: "recaptcha", Tenant: "qa"}, now, "gateway:other"); err != nil || ok {
+		t.Fatalf("EnqueueMarked of a stored id = %v, %v; want false", ok, err)
+	}
+	if got2, _ := a.Get(ctx, "qa/1"); got2.CaptchaID != "gateway:front" || got2.Task.Method != "turnstile" {
+		t.Fatalf("a second EnqueueMarked changed the record: %+v", got2)
+	}
+	if err := a.Finish(ctx, captchaq.Result{ID: "qa/1", Status: captchaq.StatusSolved, Token: "tok", FinishedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+}

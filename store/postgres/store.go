@@ -309,6 +309,45 @@ const insertTask = `INSERT INTO tasks (id, status, priority, tenant, method, par
 	proxy, proxy_type, pingback, accepted_at, fingerprint) VALUES ($1, 'queued', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 	ON CONFLICT (id) DO NOTHING RETURNING seq`
 
+// insertMarked is insertTask for a task already handed to its solver:
+// in flight under captchaID ($13) since it was accepted, attempts 0, as
+// Checkpoint would leave it.
+const insertMarked = `INSERT INTO tasks (id, status, priority, tenant, method, params, deadline, max_attempts,
+	proxy, proxy_type, pingback, accepted_at, fingerprint, captcha_id, attempts, submitted_at)
+	VALUES ($1, 'inflight', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 0, $11)
+	ON CONFLICT (id) DO NOTHING RETURNING seq`
+
+// EnqueueMarked stores one new task already handed to its solver (a
+// gateway's task published to its fleet) as Enqueue then Checkpoint(id,
+// captchaID, 0, now) would, in one statement: one round trip and one
+// commit instead of two. It returns false, storing nothing, when the id
+// is stored already (the caller goes on with Enqueue and Checkpoint).
+func (s *Store) EnqueueMarked(ctx context.Context, t captchaq.Task, now time.Time, captchaID string) (captchaq.Record, bool, error) {
+	if s.closed.Load() {
+		return captchaq.Record{}, false, ErrClosed
+	}
+	if t.ID == "" {
+		return captchaq.Record{}, false, fmt.Errorf("postgres: EnqueueMarked: task (method %q) has no id: every task needs a unique id", t.Method)
+	}
+	r, err := newTaskRow(t, now)
+	if err != nil {
+		return captchaq.Record{}, false, err
+	}
+	var seq int64
+	err = s.pool.QueryRow(ctx, insertMarked, append(r.args(), clean(captchaID))...).Scan(&seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return captchaq.Record{}, false, nil
+	}
+	if err != nil {
+		return captchaq.Record{}, false, s.wrap("EnqueueMarked", err)
+	}
+	if s.notify {
+		s.announce(EventAccepted, r.task.ID)
+	}
+	return captchaq.Record{Task: r.task, Status: captchaq.StatusInFlight, Seq: seq, Fingerprint: r.fingerprint,
+		AcceptedAt: r.acceptedAt, CaptchaID: clean(captchaID), SubmittedAt: r.acceptedAt}, true, nil
+}
+
 // Checkpoint implements captchaq.Store. It clears NotBefore, and fails for
 // a task that is already final.
 func (s *Store) Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error {
