@@ -13,7 +13,7 @@ import (
 var dlqStore func(ctx context.Context, env *environment, args []string) error
 
 func init() {
-	commands["dlq"] = command{summary: "list or replay dead letters (--amqp URL or --store PATH)", run: runDLQ}
+	commands["dlq"] = command{summary: "list or replay dead letters (of a batch: TASKS.jsonl or --store PATH; of the fleet: --amqp URL)", run: runDLQ}
 }
 
 // runDLQ dispatches on which back end the flags name.

@@ -326,6 +326,13 @@ func TestEveryHelpOpensWithASynopsis(t *testing.T) {
 			}
 		}
 	}
+	// captchaq help NAME is NAME's help; an unknown name is an error.
+	if r := runWith(t, "", nil, "help", "batch"); r.code != 0 || !strings.HasPrefix(r.stderr, "usage: captchaq batch ") {
+		t.Errorf("captchaq help batch: exit %d, stderr %q; want 0 and batch's synopsis", r.code, r.stderr)
+	}
+	if r := runWith(t, "", nil, "help", "frob"); r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "frob"`) {
+		t.Errorf("captchaq help frob: exit %d, stderr %q; want %d and the unknown command named", r.code, r.stderr, exitUsage)
+	}
 	// dlq's actions take --help too.
 	for _, args := range [][]string{{"dlq", "list", "--help"}, {"dlq", "replay", "-h"}, {"dlq", "list", "--amqp", "amqp://x", "--help"}} {
 		r := runWith(t, "", nil, args...)

@@ -100,6 +100,9 @@ func main() {
 // run dispatches to a subcommand and turns its error into an exit code and a
 // message on stderr.
 func run(ctx context.Context, env *environment, args []string) int {
+	if len(args) == 2 && args[0] == "help" {
+		args = []string{args[1], "--help"} // captchaq help batch; an unknown name is said so
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(env.stderr)
 		if len(args) == 0 {
