@@ -29,21 +29,13 @@ func submitConcurrency(threads int) int {
 // dispatcher hands queued tasks to the submitter while threads are free:
 // it expires tasks past their deadline, honours pauses and holds, and
 // starts one submit per free slot, several at a time.
+// The other parts ask it for a pass by Queue.wakeDispatcher.
 type dispatcher struct {
-	q      *Queue
-	wakeCh chan struct{}
+	q *Queue
 }
 
 func newDispatcher(q *Queue) *dispatcher {
-	return &dispatcher{q: q, wakeCh: make(chan struct{}, 1)}
-}
-
-// wake asks for a pass soon; it never blocks.
-func (d *dispatcher) wake() {
-	select {
-	case d.wakeCh <- struct{}{}:
-	default:
-	}
+	return &dispatcher{q: q}
 }
 
 func (d *dispatcher) run(ctx context.Context) {
@@ -62,7 +54,7 @@ func (d *dispatcher) run(ctx context.Context) {
 			for {
 				select {
 				case <-pool.Ready():
-					d.wake()
+					d.q.wakeDispatcher()
 				case <-ctx.Done():
 					return
 				}
@@ -77,7 +69,7 @@ func (d *dispatcher) run(ctx context.Context) {
 		}
 		timer.Reset(wait)
 		select {
-		case <-d.wakeCh:
+		case <-d.q.dispatch:
 		case <-timer.C:
 		case <-ctx.Done():
 			return

@@ -97,7 +97,7 @@ func (q *Queue) routeDecision(l *lane.Lane, st *taskState, now time.Time) (ok bo
 func (q *Queue) transportFailed(l *lane.Lane, now time.Time) bool {
 	down, wentDown := l.TransportFailed(now)
 	if wentDown {
-		q.dispatcher.wake()
+		q.wakeDispatcher()
 	}
 	return down
 }
@@ -138,7 +138,7 @@ func (q *Queue) probe(l *lane.Lane) {
 		up = err == nil
 	}
 	l.ProbeDone(up, q.now())
-	q.dispatcher.wake()
+	q.wakeDispatcher()
 	q.pollerOf(l).Wake()
 }
 
@@ -304,6 +304,6 @@ func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
 	if all && q.cfg.OnPause != nil {
 		q.cfg.OnPause(ae, permanent)
 	}
-	q.dispatcher.wake()
+	q.wakeDispatcher()
 	q.pollerOf(l).Wake()
 }

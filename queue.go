@@ -47,9 +47,9 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	}
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
-	q.dispatcher = newDispatcher(q)
+	q.dispatch = make(chan struct{}, 1)
 	q.lanes = newLanes(cfg, f)
-	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.run)}
+	q.loops = []*startstop.Loop{startstop.New(newDispatcher(q).run)}
 	for _, l := range q.lanes {
 		p := q.newPoller(l)
 		q.pollers = append(q.pollers, p)
@@ -317,7 +317,7 @@ func (q *Queue) Resume() {
 	if was {
 		q.log.Info("sending resumed")
 	}
-	q.dispatcher.wake()
+	q.wakeDispatcher()
 	for _, p := range q.pollers {
 		p.Wake()
 	}

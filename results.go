@@ -98,7 +98,7 @@ func (q *Queue) leaveFlightLocked(st *taskState) {
 	if st.slot {
 		st.slot = false
 		st.lane.Limiter.Release()
-		q.dispatcher.wake()
+		q.wakeDispatcher()
 	}
 }
 

@@ -43,8 +43,8 @@ type Queue struct {
 	runCancel context.CancelFunc
 	wg        sync.WaitGroup
 
-	dispatcher *dispatcher
-	loops      []*startstop.Loop // the dispatcher's and each lane poller's run
+	dispatch chan struct{}     // wakes the dispatcher's loop (wakeDispatcher)
+	loops    []*startstop.Loop // the dispatcher's and each lane poller's run
 
 	mu      sync.Mutex
 	started bool
@@ -108,6 +108,14 @@ func (q *Queue) now() time.Time { return q.cfg.Now() }
 // result is half-written.
 func (q *Queue) storeCtx() context.Context { return context.WithoutCancel(q.runCtx) }
 
+// wakeDispatcher asks the dispatcher for a pass soon; it never blocks.
+func (q *Queue) wakeDispatcher() {
+	select {
+	case q.dispatch <- struct{}{}:
+	default:
+	}
+}
+
 // pollerOf is the poller of l's tasks in flight.
 func (q *Queue) pollerOf(l *lane.Lane) *poller.Poller[*taskState] { return q.pollers[l.Index()] }
 
@@ -167,7 +175,7 @@ func (q *Queue) push(st *taskState) {
 		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
 		Burst: st.burst, Expected: provider.MedianSolveTime(st.kind), Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline, Class: st.class,
 	}, now)
-	q.dispatcher.wake()
+	q.wakeDispatcher()
 }
 
 func (q *Queue) maxAttempts(t Task) int {

@@ -24,7 +24,7 @@ func (q *Queue) submit(st *taskState) {
 	// are.
 	defer func() {
 		l.EndSubmit(price)
-		q.dispatcher.wake()
+		q.wakeDispatcher()
 	}()
 	t := st.rec.Task
 	if q.fleet != nil && !q.fleet.Admit(t.ID) {
