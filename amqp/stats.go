@@ -167,42 +167,10 @@ func (c *Conn) Stats(ctx context.Context, window time.Duration) (Stats, error) {
 	}
 	failed0 := st.Queues[len(st.Queues)-1].Ready
 
-	bq, err := ch.QueueDeclare("", false, true, true, false, nil)
+	latest, elapsed, err := listenBeats(ctx, ch, n.Status, window)
 	if err != nil {
-		return st, fmt.Errorf("amqp: status queue: %w", err)
+		return st, err
 	}
-	if err := ch.QueueBind(bq.Name, "", n.Status, false, nil); err != nil {
-		return st, fmt.Errorf("amqp: bind status queue: %w", err)
-	}
-	beats, err := ch.Consume(bq.Name, "", true, true, false, false, nil)
-	if err != nil {
-		return st, fmt.Errorf("amqp: consume status: %w", err)
-	}
-	if statsListening != nil {
-		statsListening()
-	}
-	start := time.Now()
-	latest := map[string]StatusBeat{}
-	timer := time.NewTimer(window)
-	defer timer.Stop()
-listen:
-	for {
-		select {
-		case <-ctx.Done():
-			return st, ctx.Err()
-		case <-timer.C:
-			break listen
-		case m, ok := <-beats:
-			if !ok {
-				break listen
-			}
-			var b StatusBeat
-			if json.Unmarshal(m.Body, &b) == nil && b.Owner != "" {
-				latest[b.Owner] = b
-			}
-		}
-	}
-	elapsed := time.Since(start)
 	failed1, err := inspect(n.Failed)
 	if err != nil {
 		return st, err
@@ -211,7 +179,54 @@ listen:
 	if elapsed > 0 {
 		st.FailedPerMinute = float64(max(failed1.Ready-failed0, 0)) / elapsed.Minutes()
 	}
-	now := time.Now()
+	st.addBeats(latest, time.Now())
+	c.threadsInUse(ctx, &st)
+	return st, nil
+}
+
+// listenBeats listens on ch to the status beats published to exchange for
+// window (or until ctx ends), and returns each owner's latest and how long
+// it listened.
+func listenBeats(ctx context.Context, ch *amqp091.Channel, exchange string, window time.Duration) (map[string]StatusBeat, time.Duration, error) {
+	bq, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("amqp: status queue: %w", err)
+	}
+	if err := ch.QueueBind(bq.Name, "", exchange, false, nil); err != nil {
+		return nil, 0, fmt.Errorf("amqp: bind status queue: %w", err)
+	}
+	beats, err := ch.Consume(bq.Name, "", true, true, false, false, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("amqp: consume status: %w", err)
+	}
+	if statsListening != nil {
+		statsListening()
+	}
+	start := time.Now()
+	latest := map[string]StatusBeat{}
+	timer := time.NewTimer(window)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return latest, time.Since(start), ctx.Err()
+		case <-timer.C:
+			return latest, time.Since(start), nil
+		case m, ok := <-beats:
+			if !ok {
+				return latest, time.Since(start), nil
+			}
+			var b StatusBeat
+			if json.Unmarshal(m.Body, &b) == nil && b.Owner != "" {
+				latest[b.Owner] = b
+			}
+		}
+	}
+}
+
+// addBeats adds to st what the owners' latest beats tell at now: the
+// holders, the tasks and threads they hold, the oldest unacknowledged.
+func (st *Stats) addBeats(latest map[string]StatusBeat, now time.Time) {
 	for _, b := range latest {
 		st.Holders++
 		st.Held += b.Held
@@ -229,6 +244,12 @@ listen:
 			st.OldestUnacked = max(st.OldestUnacked, now.Sub(b.OldestHeld))
 		}
 	}
+}
+
+// threadsInUse fills st's threads in use from the token queues: each
+// provider's, or the plan's.
+func (c *Conn) threadsInUse(ctx context.Context, st *Stats) {
+	n := c.Names()
 	if len(st.ProviderThreads) > 0 {
 		st.Threads = FleetThreads{}
 		for name, ft := range st.ProviderThreads {
@@ -244,5 +265,4 @@ listen:
 			st.Threads.InUse = max(st.Threads.Plan-qs[0].Ready, 0)
 		}
 	}
-	return st, nil
 }
