@@ -62,6 +62,13 @@ func TestReplayOneAtATimePerClient(t *testing.T) {
 	}
 	st := &gatedStore{Store: mem, hold: "qa/hold", entered: make(chan struct{}, 1), gate: make(chan struct{})}
 	b := setup(t, options{server: func(c *server.Config) { c.Queue.Store = st; c.ReplayEvery = time.Hour }})
+	// A bound for a request held behind the first replay (a replay
+	// that waits for another, instead of being refused), not a measure.
+	b.http.Timeout = time.Minute
+	// The first replay is let go when the test ends early too: the
+	// server's close waits for it.
+	release := sync.OnceFunc(func() { close(st.gate) })
+	t.Cleanup(release)
 
 	first := make(chan int, 1)
 	go func() {
@@ -90,7 +97,7 @@ func TestReplayOneAtATimePerClient(t *testing.T) {
 	if out.Replayed != 1 || !slices.Equal(out.IDs, []string{"o1"}) {
 		t.Errorf("another client's replay meanwhile: %+v", out)
 	}
-	close(st.gate)
+	release()
 	if code := <-first; code != http.StatusOK {
 		t.Fatalf("the first replay: HTTP %d", code)
 	}
