@@ -572,16 +572,10 @@ func (c *resultCounts) waitAll(ctx context.Context, ids []string) (time.Time, er
 func (c *resultCounts) drain(ctx context.Context) error { return c.get(ctx) }
 
 // countResults consumes the results queue and counts each id's results.
+// It consumes again on a new connection when its connection ends (a
+// broker restart, FaultRestart): without that, the results published
+// after the restart waited unread and the run reported them lost.
 func (r *fleetRun) countResults(ctx context.Context) (*resultCounts, func(), error) {
-	conn, err := amqp091.Dial(r.cfg.URL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("fleet: %w", err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		conn.Close()
-		return nil, nil, fmt.Errorf("fleet: %w", err)
-	}
 	queue := amqp.NamesFor(r.prefix).Results
 	c := &resultCounts{counts: map[string]int{}, more: make(chan struct{})}
 	record := func(d amqp091.Delivery) {
@@ -594,33 +588,78 @@ func (r *fleetRun) countResults(ctx context.Context) (*resultCounts, func(), err
 		c.more = make(chan struct{})
 		c.mu.Unlock()
 	}
-	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+	var (
+		mu      sync.Mutex
+		conn    *amqp091.Connection
+		stopped bool
+	)
+	open := func() (<-chan amqp091.Delivery, error) {
+		cn, err := amqp091.Dial(r.cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		ch, err := cn.Channel()
+		if err != nil {
+			cn.Close()
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+		ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+		if err != nil {
+			cn.Close()
+			return nil, fmt.Errorf("fleet: consume %s: %w", queue, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			cn.Close()
+			return nil, errors.New("fleet: result counting stopped")
+		}
+		conn = cn
+		return ds, nil
+	}
+	ds, err := open()
 	if err != nil {
-		conn.Close()
-		return nil, nil, fmt.Errorf("fleet: consume %s: %w", queue, err)
+		return nil, nil, err
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for d := range ds {
-			record(d)
+		for {
+			for d := range ds {
+				record(d)
+			}
+			// The connection ended: consume again once the broker is back.
+			for {
+				mu.Lock()
+				over := stopped
+				mu.Unlock()
+				if over || ctx.Err() != nil {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(200 * time.Millisecond):
+				}
+				if ds, err = open(); err == nil {
+					break
+				}
+			}
 		}
 	}()
 	c.get = func(ctx context.Context) error {
-		gch, err := conn.Channel()
-		if err != nil {
-			return err
-		}
-		defer gch.Close()
 		// Past every result already routed: the consumer above has them
 		// or is about to; a passive declare is a round trip behind them.
 		for {
-			q, err := gch.QueueDeclarePassive(queue, true, false, false, false, nil)
-			if err != nil {
-				return err
-			}
-			if q.Messages == 0 {
-				return nil
+			mu.Lock()
+			cn := conn
+			mu.Unlock()
+			if gch, err := cn.Channel(); err == nil {
+				q, err := gch.QueueDeclarePassive(queue, true, false, false, false, nil)
+				gch.Close()
+				if err == nil && q.Messages == 0 {
+					return nil
+				}
 			}
 			select {
 			case <-ctx.Done():
@@ -629,7 +668,15 @@ func (r *fleetRun) countResults(ctx context.Context) (*resultCounts, func(), err
 			}
 		}
 	}
-	return c, func() { conn.Close(); <-done }, nil
+	stop := func() {
+		mu.Lock()
+		stopped = true
+		cn := conn
+		mu.Unlock()
+		cn.Close()
+		<-done
+	}
+	return c, stop, nil
 }
 
 // syncWriter lets one write through at a time.
