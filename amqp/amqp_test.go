@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -386,25 +387,31 @@ func TestRedeclareConflict(t *testing.T) {
 }
 
 // closeConnections closes, from the broker side, every connection whose
-// client name is "captchaq PREFIX", and returns how many it closed.
+// client name is "captchaq PREFIX", and returns how many it closed. One
+// rabbitmqctl call finds and closes them: each call starts a VM, seconds
+// on a loaded machine, and a list_connections and a close_connection per
+// connection took a test's deadline.
 func closeConnections(t *testing.T, prefix string) int {
 	t.Helper()
-	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "pid", "client_properties").CombinedOutput()
+	for _, r := range prefix {
+		if !strings.ContainsRune("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.", r) {
+			t.Fatalf("prefix %q: only letters, digits and -_. go into the rabbitmqctl expression", prefix)
+		}
+	}
+	expr := `Name = <<"captchaq ` + prefix + `">>,
+Ps = [proplists:get_value(pid, I) || I <- rabbit_networking:connection_info_all([pid, client_properties]),
+	lists:member({<<"connection_name">>, longstr, Name}, proplists:get_value(client_properties, I, []))],
+[rabbit_networking:close_connection(P, "test: forced close") || P <- Ps],
+length(Ps).`
+	out, err := exec.Command("rabbitmqctl", "-q", "eval", expr).CombinedOutput()
 	if err != nil {
-		t.Fatalf("rabbitmqctl list_connections: %v\n%s", err, out)
+		t.Fatalf("rabbitmqctl eval (close the connections of %s): %v\n%s", prefix, err, out)
 	}
-	closed := 0
-	for _, line := range strings.Split(string(out), "\n") {
-		if !strings.Contains(line, `"captchaq `+prefix+`"`) {
-			continue
-		}
-		pid := strings.Fields(line)[0]
-		if o, err := exec.Command("rabbitmqctl", "-q", "close_connection", pid, "test: forced close").CombinedOutput(); err != nil {
-			t.Fatalf("close_connection: %v\n%s", err, o)
-		}
-		closed++
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("rabbitmqctl eval (close the connections of %s): %q is not a count", prefix, out)
 	}
-	return closed
+	return n
 }
 
 func TestReconnectAndStaleAck(t *testing.T) {
