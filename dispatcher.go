@@ -2,7 +2,6 @@ package captchaq
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -182,16 +181,4 @@ func (q *Queue) poolDemandsLocked(now time.Time, soonest func(time.Time)) []pool
 		out = append(out, dm)
 	}
 	return out
-}
-
-// backoff is the wait before retry number n (1-based): exponential from
-// RetryBackoff up to RetryBackoffMax, with jitter in [d/2, d] so many
-// tasks failing together do not return together.
-func (q *Queue) backoff(n int) time.Duration {
-	d := q.cfg.RetryBackoff
-	for i := 1; i < n && d < q.cfg.RetryBackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, q.cfg.RetryBackoffMax)
-	return d/2 + rand.N(d/2+1)
 }

@@ -307,3 +307,14 @@ func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
 	q.wakeDispatcher()
 	q.pollerOf(l).Wake()
 }
+
+// accountCheckTimeout bounds the getbalance that confirms an account error.
+const accountCheckTimeout = 30 * time.Second
+
+// checkAccount asks l's provider for the balance (lane.CheckAccount),
+// within accountCheckTimeout.
+func (q *Queue) checkAccount(l *lane.Lane) (lane.AccountState, float64) {
+	ctx, cancel := context.WithTimeout(q.runCtx, accountCheckTimeout)
+	defer cancel()
+	return l.CheckAccount(ctx)
+}

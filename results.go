@@ -2,6 +2,7 @@ package captchaq
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"time"
 
 	"github.com/captchaq/captchaq/provider"
@@ -165,4 +166,71 @@ func (q *Queue) logResult(r Result) {
 		return
 	}
 	q.log.Info("task failed", "id", r.ID, "type", r.Kind, "attempts", r.Attempts, "code", r.ErrorCode, "error", r.Error)
+}
+
+// retryOrFail retries an attempt the provider could not solve, up to the
+// task's max attempts.
+func (q *Queue) retryOrFail(st *taskState, attempts int, code string, err error, now time.Time) {
+	if attempts >= q.maxAttempts(st.rec.Task) {
+		q.finish(st, q.failure(st, attempts, code, err.Error()))
+		return
+	}
+	q.requeue(st, attempts, now.Add(q.backoff(attempts)), code, err)
+}
+
+// requeue puts st back in the queue after a failed attempt. It does
+// nothing to a task already finishing (an answer won: see claimSolved).
+func (q *Queue) requeue(st *taskState, attempts int, notBefore time.Time, code string, err error) {
+	q.mu.Lock()
+	ok := q.retryLocked(st, attempts, notBefore, code, err.Error())
+	q.mu.Unlock()
+	if ok {
+		q.storeRetry(st)
+	}
+}
+
+// retryLocked ends st's attempt in memory: st leaves flight (an answer to
+// the attempt that comes later is stale) and is marked queued with
+// attempts, notBefore and the error; storeRetry stores it and queues it.
+// It reports false, changing nothing, when st is finishing. Callers hold
+// q.mu.
+func (q *Queue) retryLocked(st *taskState, attempts int, notBefore time.Time, code, text string) bool {
+	if st.done {
+		return false
+	}
+	q.leaveFlightLocked(st)
+	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.NotBefore = StatusQueued, "", attempts, notBefore
+	st.rec.LastError, st.rec.LastErrorCode = text, code
+	q.metrics.retry(code)
+	return true
+}
+
+// storeRetry stores the retry retryLocked marked, then queues st: the
+// write comes before the dispatcher can send st again, so the next
+// attempt's checkpoint follows it.
+func (q *Queue) storeRetry(st *taskState) {
+	q.mu.Lock()
+	r := st.rec
+	q.mu.Unlock()
+	if err := q.store.Retry(q.storeCtx(), r.Task.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
+		q.log.Error("storing retry failed", "id", r.Task.ID, "err", err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return
+	}
+	q.push(st)
+}
+
+// backoff is the wait before retry number n (1-based): exponential from
+// RetryBackoff up to RetryBackoffMax, with jitter in [d/2, d] so many
+// tasks failing together do not return together.
+func (q *Queue) backoff(n int) time.Duration {
+	d := q.cfg.RetryBackoff
+	for i := 1; i < n && d < q.cfg.RetryBackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, q.cfg.RetryBackoffMax)
+	return d/2 + rand.N(d/2+1)
 }

@@ -1,7 +1,6 @@
 package captchaq
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -191,17 +190,6 @@ func (q *Queue) accountRefused(st *taskState, err error, code string, epoch int)
 // of the account that tells them apart, fail it alone.
 const accountErrorRepeats = 3
 
-// accountCheckTimeout bounds the getbalance that confirms an account error.
-const accountCheckTimeout = 30 * time.Second
-
-// checkAccount asks l's provider for the balance (lane.CheckAccount),
-// within accountCheckTimeout.
-func (q *Queue) checkAccount(l *lane.Lane) (lane.AccountState, float64) {
-	ctx, cancel := context.WithTimeout(q.runCtx, accountCheckTimeout)
-	defer cancel()
-	return l.CheckAccount(ctx)
-}
-
 // noSlotWait is how long submits pause after "no free thread": the
 // provider's advice (at least RetryBackoff), or the kind's learned solve
 // time if that is shorter, plus up to a quarter more as jitter so
@@ -250,59 +238,4 @@ func (q *Queue) inflightAt(l *lane.Lane) int {
 		}
 	}
 	return n
-}
-
-// retryOrFail retries an attempt the provider could not solve, up to the
-// task's max attempts.
-func (q *Queue) retryOrFail(st *taskState, attempts int, code string, err error, now time.Time) {
-	if attempts >= q.maxAttempts(st.rec.Task) {
-		q.finish(st, q.failure(st, attempts, code, err.Error()))
-		return
-	}
-	q.requeue(st, attempts, now.Add(q.backoff(attempts)), code, err)
-}
-
-// requeue puts st back in the queue after a failed attempt. It does
-// nothing to a task already finishing (an answer won: see claimSolved).
-func (q *Queue) requeue(st *taskState, attempts int, notBefore time.Time, code string, err error) {
-	q.mu.Lock()
-	ok := q.retryLocked(st, attempts, notBefore, code, err.Error())
-	q.mu.Unlock()
-	if ok {
-		q.storeRetry(st)
-	}
-}
-
-// retryLocked ends st's attempt in memory: st leaves flight (an answer to
-// the attempt that comes later is stale) and is marked queued with
-// attempts, notBefore and the error; storeRetry stores it and queues it.
-// It reports false, changing nothing, when st is finishing. Callers hold
-// q.mu.
-func (q *Queue) retryLocked(st *taskState, attempts int, notBefore time.Time, code, text string) bool {
-	if st.done {
-		return false
-	}
-	q.leaveFlightLocked(st)
-	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.NotBefore = StatusQueued, "", attempts, notBefore
-	st.rec.LastError, st.rec.LastErrorCode = text, code
-	q.metrics.retry(code)
-	return true
-}
-
-// storeRetry stores the retry retryLocked marked, then queues st: the
-// write comes before the dispatcher can send st again, so the next
-// attempt's checkpoint follows it.
-func (q *Queue) storeRetry(st *taskState) {
-	q.mu.Lock()
-	r := st.rec
-	q.mu.Unlock()
-	if err := q.store.Retry(q.storeCtx(), r.Task.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
-		q.log.Error("storing retry failed", "id", r.Task.ID, "err", err)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.stopped {
-		return
-	}
-	q.push(st)
 }
