@@ -263,6 +263,7 @@ func TestKeylessBodyDeadline(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "ERROR_NO_SLOT_AVAILABLE") || !strings.Contains(body, "the request body did not arrive within 100ms: a body whose key is only inside it must come at once; send key= in the query string for a slow upload") {
 		t.Errorf("a stalled keyless body: HTTP %d %s", code, body)
 	}
+	slow.closes(t)
 	if n := testutilCounter(t, b, "captchaq_http_bodies_refused_total", map[string]string{"budget": "keyless", "reason": "deadline"}); n != 1 {
 		t.Errorf("bodies cut at the deadline: %v, want 1", n)
 	}

@@ -236,6 +236,16 @@
 //     a replay, a cancel or the readiness check is logged whole and
 //     answered in plain words.
 //
+// What is measured: each of these bounds has a test that runs the attack
+// on real connections and asserts exact answers, listed with what it
+// does in docs/operating.md ("Hostile clients: what is measured"): 64
+// slow keyless and 64 slow keyed uploads beside a client answered OK|id
+// and 202 throughout (TestSlowUploadsStarveNoOne), 50 reports of one task
+// making one provider request and one broker message
+// (TestReportsForwardedOnce, TestGatewayForwardsReportsToTheProvider), a
+// replay beside 20,000 foreign dead letters that takes, holds and
+// redelivers none (TestGatewayReplayTouchesNoForeignDeadLetter).
+//
 // By endpoint, what the caller is trusted with:
 //   - in.php, res.php (and the createTask methods): a client's key, in
 //     the query or in the body. Without a key in the query the body is
