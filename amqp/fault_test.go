@@ -35,7 +35,9 @@ func TestFleetKill9(t *testing.T) {
 		f.start(o, nil)
 	}
 	f.waitConsumers(ctx, 3)
-	const n = 120
+	// 22 for each worker's 20 threads, dealt round robin: k9-a has all
+	// of its threads at the provider at once.
+	const n = 66
 	ids := f.enqueue(ctx, "k9", n, 0)
 
 	// Moment 1: all of k9-a's threads submitted, checkpointed, polling.
@@ -50,7 +52,7 @@ func TestFleetKill9(t *testing.T) {
 	// a second batch comes once it consumes.
 	f.start("k9-d", func(c *childConfig) { c.Threads, c.Prefetch, c.FreezeAt = 1, 1, 1 })
 	f.waitConsumers(ctx, 3)
-	const more = 100
+	const more = 10
 	ids = append(ids, f.enqueue(ctx, "k9-more", more, 0)...)
 	f.frozen(ctx, "k9-d")
 	f.until(ctx, "k9-d holding a checkpoint", func() bool { return unacked(t, f.c.Names().InflightQueue("k9-d")) == 1 })
@@ -201,7 +203,9 @@ func TestFleetBrokerRestart(t *testing.T) {
 		t.Fatalf("publish across the restart: %v", err)
 	}
 	ids = append(ids, "br-late")
-	ids = append(ids, f.enqueue(ctx, "br2", 75, 0)...)
+	// One round of the plan's 45 threads with br-late: the fleet works
+	// on after the restart.
+	ids = append(ids, f.enqueue(ctx, "br2", 44, 0)...)
 	res := f.collect(ctx, ids)
 	f.ledger(res, int64(len(ids)))
 	if f.c.Reconnects() < 1 {
