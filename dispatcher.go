@@ -121,7 +121,7 @@ func (d *dispatcher) pass() time.Time {
 				break
 			}
 			st := it.Value
-			st.slot, st.lane, st.price = true, l, priceAt(l, st.rec.Task)
+			st.slot, st.lane, st.price = true, l, priceAt(l, st)
 			l.StartSubmit(st.price)
 			launch = append(launch, st)
 		}

@@ -41,9 +41,9 @@ func (q *Queue) laneOf(stored string) (l *lane.Lane, captchaID string, ok bool) 
 // to send its tasks otherwise.
 func (q *Queue) multi() bool { return len(q.lanes) > 1 }
 
-// routeClass is the set of lanes (bit i for lane i) that solve t.
-func (q *Queue) routeClass(t Task) uint64 {
-	m := t.ProviderTask().RouteMethod()
+// routeClass is the set of lanes (bit i for lane i) that solve the route
+// method m.
+func (q *Queue) routeClass(m string) uint64 {
 	var c uint64
 	for _, l := range q.lanes {
 		if l.Solves(m) {
@@ -53,8 +53,8 @@ func (q *Queue) routeClass(t Task) uint64 {
 	return c
 }
 
-// priceAt is what one solve of t costs at l (0 on a flat-rate plan).
-func priceAt(l *lane.Lane, t Task) float64 { return l.PriceOf(t.ProviderTask().RouteMethod()) }
+// priceAt is what one solve of st costs at l (0 on a flat-rate plan).
+func priceAt(l *lane.Lane, st *taskState) float64 { return l.PriceOf(st.route) }
 
 // routeDecision tells whether lane l may take the waiting task st at now,
 // and if not, when it may (zero: not by waiting). Callers hold q.mu.
@@ -68,7 +68,7 @@ func (q *Queue) routeDecision(l *lane.Lane, st *taskState, now time.Time) (ok bo
 	if st.class&(1<<l.Index()) == 0 {
 		return false, time.Time{}
 	}
-	if ok, retry := l.Affords(now, priceAt(l, st.rec.Task)); !ok {
+	if ok, retry := l.Affords(now, priceAt(l, st)); !ok {
 		return false, retry
 	}
 	earlier := false

@@ -34,7 +34,8 @@ func TestRouteDecision(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	state := func(method string, deadline time.Time) *taskState {
 		tk := Task{ID: method, Method: method, Deadline: deadline}
-		st := &taskState{rec: Record{Task: tk}, class: q.routeClass(tk), waitingSince: t0}
+		route := tk.ProviderTask().RouteMethod()
+		st := &taskState{rec: Record{Task: tk}, route: route, class: q.routeClass(route), waitingSince: t0}
 		st.kind, _ = tk.ProviderTask().KindFor(provider.KnownMethods)
 		return st
 	}

@@ -73,6 +73,7 @@ type taskState struct {
 	// pt is the task as the provider is sent it, checked at the door
 	// (provider.Task.Check): it is not validated again.
 	pt      provider.Checked
+	route   string // pt's route method (provider.Task.RouteMethod)
 	kind    provider.Kind
 	burst   int64 // the burst it was accepted in (order.go)
 	waiters []func(Result, error)
@@ -141,8 +142,9 @@ func (q *Queue) register(r Record, w func(Result, error), pt provider.Checked) *
 			pt = provider.Unchecked(r.Task.ProviderTask())
 		}
 	}
-	st := &taskState{rec: r, pt: pt, class: q.routeClass(r.Task), burst: q.bursts.of(r.AcceptedAt)}
-	st.kind, _ = r.Task.ProviderTask().KindFor(provider.KnownMethods)
+	route := pt.RouteMethod()
+	st := &taskState{rec: r, pt: pt, route: route, class: q.routeClass(route), burst: q.bursts.of(r.AcceptedAt)}
+	st.kind, _ = pt.KindFor(provider.KnownMethods)
 	if w != nil {
 		st.waiters = append(st.waiters, w)
 	}
@@ -150,7 +152,7 @@ func (q *Queue) register(r Record, w func(Result, error), pt provider.Checked) *
 	if r.Status == StatusInFlight && r.CaptchaID != "" {
 		if l, id, ok := q.laneOf(r.CaptchaID); ok {
 			l.Limiter.Take()
-			st.slot, st.lane, st.price = true, l, priceAt(l, r.Task)
+			st.slot, st.lane, st.price = true, l, priceAt(l, st)
 			st.rec.CaptchaID = id
 			st.resumed = true
 			q.inflight[r.Task.ID] = st
