@@ -148,6 +148,9 @@ type Gateway struct {
 	started       bool
 	closed        bool
 	pending       map[string]pendingTask // unfinished tasks, by store id
+	// read are unfinished records Get read from a shared store, by id,
+	// while their tasks are pending here (see Get).
+	read map[string]readRecord
 	byTenant      map[string]int
 	counts        GatewayCounts
 	tally         tally.Results
@@ -224,7 +227,7 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	return &Gateway{
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(), shared: shared,
 		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
-		pending: map[string]pendingTask{}, byTenant: map[string]int{},
+		pending: map[string]pendingTask{}, byTenant: map[string]int{}, read: map[string]readRecord{},
 		balances: newBalanceListener(c),
 	}, nil
 }
@@ -436,6 +439,7 @@ func (g *Gateway) untrackLocked(id string) {
 		return
 	}
 	delete(g.pending, id)
+	delete(g.read, id)
 	if g.byTenant[p.tenant]--; g.byTenant[p.tenant] <= 0 {
 		delete(g.byTenant, p.tenant)
 	}
@@ -624,9 +628,47 @@ func (g *Gateway) republish(ctx context.Context, r captchaq.Record) error {
 	return nil
 }
 
-// Get returns a task's record from the Store.
+// readFresh is how long Get answers a shared store's unfinished record
+// from its last read.
+const readFresh = time.Second
+
+// readRecord is an unfinished record as Get read it.
+type readRecord struct {
+	rec captchaq.Record
+	at  time.Time
+}
+
+// Get returns a task's record from the Store. On a shared store, a task
+// unfinished here (pending: accepted here, or told by OtherAccepted) that
+// Get read unfinished less than readFresh ago is answered from that read:
+// clients poll an unfinished task many times (res.php), and each read
+// is a database round trip. Its result takes it out at once, stored here
+// or told by OtherFinished; only a result whose news never comes (a
+// replica that died between its commit and its announcement) is seen
+// readFresh late.
 func (g *Gateway) Get(ctx context.Context, id string) (captchaq.Record, error) {
-	return g.store.Get(ctx, id)
+	if g.shared == nil {
+		return g.store.Get(ctx, id)
+	}
+	now := time.Now()
+	g.mu.Lock()
+	if r, ok := g.read[id]; ok && now.Sub(r.at) < readFresh {
+		g.mu.Unlock()
+		return r.rec, nil
+	}
+	g.mu.Unlock()
+	rec, err := g.store.Get(ctx, id)
+	if err == nil && !final(rec.Status) {
+		// Kept only while pending: a result that came during the read
+		// took the task out of pending (and out of read) already, or
+		// takes it out of read when it comes.
+		g.mu.Lock()
+		if _, ok := g.pending[id]; ok {
+			g.read[id] = readRecord{rec: rec, at: now}
+		}
+		g.mu.Unlock()
+	}
+	return rec, err
 }
 
 // Pending calls fn for every unfinished task in the Store.
