@@ -295,30 +295,8 @@ func arrayLen(b []byte) int {
 }
 
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *clientState) {
-	// Cheap refusals before the body is read: a client at its max_inflight
-	// gets nothing parsed, and bodies being read are bounded overall.
-	if cs.MaxInflight > 0 {
-		cs.mu.Lock()
-		n := len(cs.inflight)
-		cs.mu.Unlock()
-		if n >= cs.MaxInflight {
-			retryAfter(w, time.Second)
-			apiFail(w, http.StatusTooManyRequests, "", fmt.Sprintf("client %q has %d unfinished tasks; its max_inflight is %d", cs.Name, n, cs.MaxInflight))
-			return
-		}
-	}
-	body, err := s.readClientBody(w, r, cs)
-	if err != nil {
-		if errors.Is(err, errBodiesBusy) {
-			bodyRefused(w, err)
-			return
-		}
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			apiFail(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over the server's limit of %d bytes", mbe.Limit))
-			return
-		}
-		apiFail(w, http.StatusBadRequest, "", "body could not be read: "+err.Error())
+	body, ok := s.createBody(w, r, cs)
+	if !ok {
 		return
 	}
 	tasks, aerr := s.parseAPITasks(r.Context(), body, cs)
@@ -326,38 +304,16 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 		writeJSON(w, cmp.Or(aerr.status, http.StatusBadRequest), aerr)
 		return
 	}
-	ids := make([]string, len(tasks))
-	for i, t := range tasks {
-		ids[i] = t.ID
-	}
 	// A known id is answered as it is, without counting against limits.
 	views := make([]TaskView, len(tasks))
-	var fresh []int
-	// A known id with another task is refused before anything is
-	// accepted; a solved one whose token expired is solved again.
-	for i, t := range tasks {
-		rec, err := s.backend.Get(r.Context(), t.ID)
-		if err == nil {
-			if cerr := rec.Conflict(t); cerr != nil {
-				_, local := splitID(t.ID)
-				e := apiError{Error: strings.Replace(cerr.Error(), strconv.Quote(t.ID), strconv.Quote(local), 1), Field: "id", Code: captchaq.CodeIDConflict}
-				if len(tasks) > 1 {
-					e.Index = &i
-				}
-				writeJSON(w, http.StatusConflict, e)
-				return
-			}
-			if rec.Result == nil || !rec.Result.Expired(time.Now()) {
-				views[i] = view(rec, cs)
-				views[i].Existed = true
-				continue
-			}
-		}
-		fresh = append(fresh, i)
+	fresh, aerr := s.knownTasks(r.Context(), tasks, views, cs)
+	if aerr != nil {
+		writeJSON(w, aerr.status, aerr)
+		return
 	}
 	freshIDs := make([]string, len(fresh))
 	for j, i := range fresh {
-		freshIDs[j] = ids[i]
+		freshIDs[j] = tasks[i].ID
 	}
 	if len(fresh) > 0 {
 		if le := s.reserve(r.Context(), cs, freshIDs); le != nil {
@@ -387,31 +343,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 	cs.accepted += int64(accepted)
 	cs.mu.Unlock()
 	if failed != nil {
-		if errors.Is(failed, captchaq.ErrIDConflict) {
-			e := apiError{Error: failed.Error(), Field: "id", Code: captchaq.CodeIDConflict}
-			if len(tasks) > 1 {
-				e.Index = &failedAt
-			}
-			writeJSON(w, http.StatusConflict, e)
-			return
-		}
-		if errors.Is(failed, captchaq.ErrInvalidTask) {
-			e := apiError{Error: failed.Error(), Field: fieldOf(failed)}
-			if len(tasks) > 1 {
-				e.Index = &failedAt
-			}
-			writeJSON(w, http.StatusBadRequest, e)
-			return
-		}
-		retryAfter(w, time.Second)
-		msg := "the queue is full: try again shortly"
-		if errors.Is(failed, captchaq.ErrClosed) {
-			msg = "the server is shutting down"
-		}
-		if accepted > 0 {
-			msg += fmt.Sprintf(" (%d of the %d new tasks were accepted)", accepted, len(fresh))
-		}
-		apiFail(w, http.StatusServiceUnavailable, "", msg)
+		createFailed(w, failed, failedAt, len(tasks) > 1, accepted, len(fresh))
 		return
 	}
 	for _, i := range fresh {
@@ -420,6 +352,92 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 		views[i] = TaskView{ID: local, Client: cs.Name, Status: captchaq.StatusQueued, Method: t.Method, Priority: cmpOr(t.Priority, captchaq.PriorityDefault)}
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"tasks": views})
+}
+
+// createBody reads a create's body after the cheap refusals: a client at
+// its max_inflight gets nothing parsed, and bodies being read are bounded
+// overall. false: the answer is written.
+func (s *Server) createBody(w http.ResponseWriter, r *http.Request, cs *clientState) ([]byte, bool) {
+	if cs.MaxInflight > 0 {
+		cs.mu.Lock()
+		n := len(cs.inflight)
+		cs.mu.Unlock()
+		if n >= cs.MaxInflight {
+			retryAfter(w, time.Second)
+			apiFail(w, http.StatusTooManyRequests, "", fmt.Sprintf("client %q has %d unfinished tasks; its max_inflight is %d", cs.Name, n, cs.MaxInflight))
+			return nil, false
+		}
+	}
+	body, err := s.readClientBody(w, r, cs)
+	if err != nil {
+		if errors.Is(err, errBodiesBusy) {
+			bodyRefused(w, err)
+			return nil, false
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			apiFail(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("body over the server's limit of %d bytes", mbe.Limit))
+			return nil, false
+		}
+		apiFail(w, http.StatusBadRequest, "", "body could not be read: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// knownTasks fills views for the tasks whose id the backend knows and
+// returns the indexes of the others. A known id with another task is
+// refused before anything is accepted; a solved one whose token expired
+// is solved again (it is among the others).
+func (s *Server) knownTasks(ctx context.Context, tasks []captchaq.Task, views []TaskView, cs *clientState) (fresh []int, _ *apiError) {
+	for i, t := range tasks {
+		rec, err := s.backend.Get(ctx, t.ID)
+		if err == nil {
+			if cerr := rec.Conflict(t); cerr != nil {
+				_, local := splitID(t.ID)
+				e := &apiError{Error: strings.Replace(cerr.Error(), strconv.Quote(t.ID), strconv.Quote(local), 1), Field: "id", Code: captchaq.CodeIDConflict, status: http.StatusConflict}
+				if len(tasks) > 1 {
+					e.Index = &i
+				}
+				return nil, e
+			}
+			if rec.Result == nil || !rec.Result.Expired(time.Now()) {
+				views[i] = view(rec, cs)
+				views[i].Existed = true
+				continue
+			}
+		}
+		fresh = append(fresh, i)
+	}
+	return fresh, nil
+}
+
+// createFailed answers a create whose batch the queue refused in part:
+// failed is the first refusal, of task failedAt (named when many), after
+// accepted of the fresh new tasks.
+func createFailed(w http.ResponseWriter, failed error, failedAt int, many bool, accepted, fresh int) {
+	if errors.Is(failed, captchaq.ErrIDConflict) || errors.Is(failed, captchaq.ErrInvalidTask) {
+		e := apiError{Error: failed.Error(), Field: "id", Code: captchaq.CodeIDConflict}
+		status := http.StatusConflict
+		if !errors.Is(failed, captchaq.ErrIDConflict) {
+			e = apiError{Error: failed.Error(), Field: fieldOf(failed)}
+			status = http.StatusBadRequest
+		}
+		if many {
+			e.Index = &failedAt
+		}
+		writeJSON(w, status, e)
+		return
+	}
+	retryAfter(w, time.Second)
+	msg := "the queue is full: try again shortly"
+	if errors.Is(failed, captchaq.ErrClosed) {
+		msg = "the server is shutting down"
+	}
+	if accepted > 0 {
+		msg += fmt.Sprintf(" (%d of the %d new tasks were accepted)", accepted, fresh)
+	}
+	apiFail(w, http.StatusServiceUnavailable, "", msg)
 }
 
 func cmpOr(a, b int) int {
