@@ -300,6 +300,25 @@ func (c *Conn) connectionEpoch(ctx context.Context) (*amqp091.Connection, uint64
 	}
 }
 
+// dropped reports whether the connection of epoch has closed, giving
+// the client a moment to mark it closed after a failed call on it.
+func (c *Conn) dropped(ctx context.Context, epoch uint64) bool {
+	gone := func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.epoch != epoch || c.conn == nil || c.conn.IsClosed()
+	}
+	if gone() {
+		return true
+	}
+	select {
+	case <-time.After(jitter(c.cfg.ReconnectMin)):
+	case <-ctx.Done():
+		return false
+	}
+	return gone()
+}
+
 // channel opens a channel on the current connection and gives it a new
 // generation.
 func (c *Conn) channel(ctx context.Context) (*amqp091.Channel, uint64, error) {

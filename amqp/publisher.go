@@ -75,13 +75,27 @@ func (p *Publisher) channelEpoch(ctx context.Context) (*amqp091.Channel, uint64,
 	if p.ch != nil && !p.ch.IsClosed() {
 		return p.ch, p.gen, p.epoch, nil
 	}
-	ch, gen, epoch, err := p.c.channelEpoch(ctx)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	if err := ch.Confirm(false); err != nil {
+	var (
+		ch         *amqp091.Channel
+		gen, epoch uint64
+	)
+	for {
+		var err error
+		ch, gen, epoch, err = p.c.channelEpoch(ctx)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		err = ch.Confirm(false)
+		if err == nil {
+			break
+		}
 		_ = ch.Close()
-		return nil, 0, 0, fmt.Errorf("amqp: confirm mode: %w", err)
+		// A connection that drops between the channel's open and its
+		// confirm mode fails the latter (EOF): the next connection
+		// serves, as for a publish the drop broke.
+		if ctx.Err() != nil || !p.c.dropped(ctx, epoch) {
+			return nil, 0, 0, fmt.Errorf("amqp: confirm mode: %w", err)
+		}
 	}
 	p.returns = ch.NotifyReturn(make(chan amqp091.Return, maxOutstanding))
 	p.ch, p.gen, p.epoch = ch, gen, epoch
