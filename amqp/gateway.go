@@ -217,6 +217,15 @@ type MarkedEnqueuer interface {
 	EnqueueMarked(ctx context.Context, t captchaq.Task, now time.Time, captchaID string) (captchaq.Record, bool, error)
 }
 
+// MarkedFinisher is a FrontStore that stores a result for a task in
+// flight under a given mark in one write (store/postgres does): the
+// gateway then stores most results without reading the record first.
+// false says the task is not in flight under it, and nothing was
+// written.
+type MarkedFinisher interface {
+	FinishMarked(ctx context.Context, r captchaq.Result, captchaID string) (bool, error)
+}
+
 // NewGateway checks cfg and builds a Gateway on c; Start starts it.
 func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	cfg = cfg.withDefaults(c.cfg.Logger)

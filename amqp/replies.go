@@ -124,6 +124,18 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
+	// The common case in one write on a store that can: the task in
+	// flight under this generation's mark takes the result.
+	if mf, ok := g.shared.(MarkedFinisher); ok {
+		if done, err := mf.FinishMarked(ctx, r, g.markFor(gen)); err == nil && done {
+			g.mu.Lock()
+			g.untrackLocked(r.ID)
+			g.countLocked(r, time.Now())
+			g.mu.Unlock()
+			return true, nil
+		}
+		// Not in flight under it, or the write failed: read and decide.
+	}
 	// On a shared store another gateway of the front may write the
 	// record between the read and the write: then read it again and
 	// decide again (errChanged). Each turn means the record moved on.

@@ -22,6 +22,13 @@ cleanup() {
 }
 trap cleanup EXIT
 go build -o "$dir/captchaq" ./cmd/captchaq
+# The broker and the database are shared with tests that restart them:
+# hold their test locks shared, as their tests do (internal/brokertest:
+# through its gate; internal/pgtest), so none restarts them mid-run.
+tmp=${TMPDIR:-/tmp}
+exec 7>"$tmp/captchaq-broker-test.gate" 8>"$tmp/captchaq-broker-test.lock" 9>"$tmp/captchaq-postgres-test.lock"
+flock -s 7; flock -s 8; flock -u 7
+flock -s 9
 cq="$dir/captchaq"
 psql -q -h 127.0.0.1 -U postgres -c "CREATE DATABASE $db" >/dev/null
 export CAPTCHAQ_LOADTEST_KEY=bench-client-key

@@ -83,6 +83,32 @@ func (s *Store) FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.R
 	return true, nil
 }
 
+// FinishMarked stores r for a task in flight under captchaID (the mark
+// its gateway checkpointed it with), in one statement: false, storing
+// nothing, when the task is not in flight under it (the caller reads the
+// record and decides). A stored result is announced as FinishIf's is.
+func (s *Store) FinishMarked(ctx context.Context, r captchaq.Result, captchaID string) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	if r.Status != captchaq.StatusSolved && r.Status != captchaq.StatusFailed {
+		return false, fmt.Errorf("postgres: FinishMarked %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
+	}
+	if !storable(r.ID) || !storable(captchaID) {
+		return false, nil
+	}
+	tag, err := s.pool.Exec(ctx, finishTask+` WHERE id = $1 AND status = 'inflight' AND captcha_id = $19`,
+		append(finishArgs(r), captchaID)...)
+	if err != nil {
+		return false, s.wrap("FinishMarked", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	s.announce(EventFinished, r.ID)
+	return true, nil
+}
+
 // Watch starts calling fn, on one goroutine of the store, with each task
 // another Store on the database accepted (when it has Config.Notify) or
 // finished (FinishIf). It listens on a connection of its own (not one of

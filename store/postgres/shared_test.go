@@ -320,3 +320,31 @@ func TestEnqueueMarked(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// FinishMarked stores a result only for a task in flight under the mark
+// it names, once.
+func TestFinishMarked(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	a := open(t, url, postgres.Config{})
+	ctx := t.Context()
+	now := time.Now()
+	if _, _, err := a.EnqueueMarked(ctx, captchaq.Task{ID: "qa/1", Method: "turnstile", Tenant: "qa"}, now, "gateway:front@g2"); err != nil {
+		t.Fatal(err)
+	}
+	r := captchaq.Result{ID: "qa/1", Status: captchaq.StatusSolved, Token: "tok", FinishedAt: now}
+	if ok, err := a.FinishMarked(ctx, r, "gateway:front@g1"); err != nil || ok {
+		t.Fatalf("FinishMarked under another generation's mark = %v, %v; want false", ok, err)
+	}
+	if ok, err := a.FinishMarked(ctx, r, "gateway:front@g2"); err != nil || !ok {
+		t.Fatalf("FinishMarked under its mark = %v, %v; want true", ok, err)
+	}
+	got, err := a.Get(ctx, "qa/1")
+	if err != nil || got.Status != captchaq.StatusSolved || got.Result == nil || got.Result.Token != "tok" {
+		t.Fatalf("stored %+v, %v; want solved with tok", got, err)
+	}
+	r.Token = "other"
+	if ok, err := a.FinishMarked(ctx, r, "gateway:front@g2"); err != nil || ok {
+		t.Fatalf("FinishMarked of a final task = %v, %v; want false", ok, err)
+	}
+}
