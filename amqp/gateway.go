@@ -144,13 +144,13 @@ type Gateway struct {
 	othersAccepted func(captchaq.Record)
 	othersFinished func(captchaq.Result)
 
-	mu            sync.Mutex
-	started       bool
-	closed        bool
-	pending       map[string]pendingTask // unfinished tasks, by store id
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	pending map[string]pendingTask // unfinished tasks, by store id
 	// read are unfinished records Get read from a shared store, by id,
 	// while their tasks are pending here (see Get).
-	read map[string]readRecord
+	read          map[string]readRecord
 	byTenant      map[string]int
 	counts        GatewayCounts
 	tally         tally.Results
