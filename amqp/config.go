@@ -24,7 +24,7 @@ const (
 	DialTimeoutDefault       = 10 * time.Second
 	SetupTimeoutDefault      = 10 * time.Second
 	ReconnectMinDefault      = 250 * time.Millisecond
-	ReconnectMaxDefault      = 30 * time.Second
+	ReconnectMaxDefault      = 5 * time.Second
 	InflightLeaseDefault     = time.Minute
 	InflightRefreshDefault   = 10 * time.Minute
 	InflightQueueIdleDefault = time.Hour
@@ -78,7 +78,10 @@ type Config struct {
 	DialTimeout  time.Duration
 	SetupTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the exponential backoff between
-	// connection attempts. Default 250 ms and 30 s.
+	// connection attempts. Default 250 ms and 5 s: a worker's answers
+	// wait for its reconnect once the broker is back (after a restart,
+	// at 30 s they waited up to that long), and an attempt every 5 s
+	// costs a down broker nothing.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
 	// InflightLease is the expiration of a checkpoint message while it is

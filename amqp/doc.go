@@ -174,11 +174,12 @@
 //	partition  0     0      0           13.4 s / 23.3 s       32.5 s / 37.4 s
 //	SIGSTOP    0     0      0           12.2 s / 22.2 s       20.3 s / 31.8 s (20 s stop)
 //	close      0     0      0           2.32 s / 12.3 s       not run
-//	restart    0     0      0           12.0 s / 25.5 s       46 of 60 lost
+//	restart    0     0      0           9.11 s / 23.0 s       46 of 60 lost
 //
-// (floor 6.0 s; restart measured alone at load average 10 with go test
+// (floor 6.0 s; restart measured alone at load average 2 with go test
 // -run '^TestRecoveryRestart$' ./cmd/captchaq, its answers waiting for
-// the broker, down about 10 s, and for the workers' reconnect backoff;
+// the broker and for the workers' reconnect backoff, at most
+// ReconnectMax, 5 s;
 // before: checkpoints dead-lettered at-most-once as the broker booted,
 // and a result counter that did not consume again). The full run, 150
 // tasks, one worker SIGKILLed 4 s in and another started (captchaq bench --scenario fleet; docs/fleet.md has
