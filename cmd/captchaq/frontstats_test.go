@@ -70,8 +70,9 @@ var seriesLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? `)
 // before a worker starts): each replica lists all four dead letters and
 // counts them in /v1/stats; once a worker runs, the replica that did not
 // take two of them replays them, and the one that took them answers them;
-// both replicas count the front's solves; every series of either
-// replica's /metrics carries its own replica label.
+// both replicas count the front's solves, in /v1/stats and in the
+// dashboard's charts; every series of either replica's /metrics carries
+// its own replica label.
 func TestFrontCoversEveryReplica(t *testing.T) {
 	f := newProcessFleet(t, "test-cli-cov-", sim.Config{Threads: 10, LatencyScale: 0.05, Seed: 13, PollBan: sim.PollBan{Disabled: true}})
 	db := pgStoreURL(t)
@@ -223,6 +224,39 @@ func TestFrontCoversEveryReplica(t *testing.T) {
 			t.Errorf("%s/metrics: %d samples, client solved 2 found: %v\n%s", r.base, samples, solved, body)
 		}
 	}
+	// The dashboard's charts (/v1/history, a sample every 5 s): each
+	// replica charts the front's failures and solves, whichever replica
+	// stored them.
+	for _, base := range []string{baseA, baseB} {
+		for {
+			status, body := adminCall(t, "GET", base+"/v1/history", nil)
+			var h struct {
+				SolvedPerMin []*float64 `json:"solved_per_min"`
+				FailedPerMin []*float64 `json:"failed_per_min"`
+			}
+			if status != http.StatusOK || json.Unmarshal(body, &h) != nil {
+				t.Fatalf("%s/v1/history: %d %s", base, status, body)
+			}
+			if total(h.SolvedPerMin) > 0 && total(h.FailedPerMin) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s/v1/history charts no solve or no failure: %s", base, body)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
 	a.stop(t)
 	b.stop(t)
+}
+
+// total adds a chart's points, null ones as 0.
+func total(points []*float64) float64 {
+	sum := 0.0
+	for _, p := range points {
+		if p != nil {
+			sum += *p
+		}
+	}
+	return sum
 }
