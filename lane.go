@@ -21,7 +21,7 @@ import (
 // no known prefix belongs to the first lane; ok is false for an id whose
 // prefix names a provider this queue no longer has.
 func (q *Queue) laneOf(stored string) (l *lane.Lane, captchaID string, ok bool) {
-	if len(q.lanes) > 1 || q.lanes[0].Name() != "" {
+	if !q.single {
 		if name, id, found := strings.Cut(stored, ":"); found {
 			for _, l := range q.lanes {
 				if l.Name() == name {
@@ -230,7 +230,7 @@ func (q *Queue) Validate(t Task) error {
 // check is Validate returning the provider task as checked, which the
 // queue carries to the provider: a task is validated once, at the door.
 func (q *Queue) check(t Task) (provider.Checked, error) {
-	if q.lanes[0].Name() == "" {
+	if q.single {
 		return t.checkFor(nil)
 	}
 	return t.checkFor(q.cfg.Providers)

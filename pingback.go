@@ -51,7 +51,7 @@ func (q *Queue) PingbackHandler() http.Handler {
 			return
 		}
 		l := q.lanes[0]
-		if l.Name() != "" {
+		if !q.single {
 			name := r.FormValue("provider")
 			i := slices.IndexFunc(q.lanes, func(o *lane.Lane) bool { return o.Name() == name })
 			if i < 0 {

@@ -27,7 +27,7 @@ func (q *Queue) newPoller(l *lane.Lane) *poller.Poller[*taskState] {
 func (q *Queue) logPolling() {
 	switch {
 	case q.pollers[0].Adaptive():
-		if !q.multi() && q.lanes[0].Name() == "" {
+		if q.single {
 			q.log.Info("polling", "schedule", "default", "poll_gap", q.cfg.pollGapOf(q.lanes[0]))
 			return
 		}

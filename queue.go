@@ -33,6 +33,7 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	q := &Queue{
 		cfg:            cfg,
 		fleet:          f,
+		single:         len(cfg.Providers) == 0,
 		log:            cfg.Logger,
 		store:          cfg.Store,
 		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),

@@ -27,8 +27,11 @@ import (
 // Create one with New, call Start, Submit tasks, and end with Shutdown (or
 // Close). All methods are safe for concurrent use.
 type Queue struct {
-	cfg      Config
-	fleet    Fleet // nil: the queue is not in a fleet
+	cfg   Config
+	fleet Fleet // nil: the queue is not in a fleet
+	// single: a queue of Config.Provider, one unnamed lane solving
+	// CaptchaAI's methods, whose stored captcha ids carry no "name:".
+	single   bool
 	log      *slog.Logger
 	store    Store
 	estimate *latency.Estimator
