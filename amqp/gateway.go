@@ -493,6 +493,18 @@ func (g *Gateway) Validate(t captchaq.Task) error { return t.ValidateFor(g.cfg.P
 // then the task is solved again (renew). The record is written even when ctx ends after the
 // publish was confirmed.
 func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
+	return g.submit(ctx, t, true)
+}
+
+// SubmitNew is Submit for a task whose id names no stored task
+// (server.NewSubmitter: the id came from the front's IDBlock): the id is
+// not looked up before the publish.
+func (g *Gateway) SubmitNew(ctx context.Context, t captchaq.Task) error {
+	return g.submit(ctx, t, false)
+}
+
+// submit publishes t and records it; look reads the id's record first.
+func (g *Gateway) submit(ctx context.Context, t captchaq.Task, look bool) error {
 	if err := g.Validate(t); err != nil {
 		return err
 	}
@@ -509,7 +521,11 @@ func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 	}
 	unlock := g.locks.lock(t.ID)
 	defer unlock()
-	switch rec, err := g.store.Get(ctx, t.ID); {
+	rec, err := captchaq.Record{}, captchaq.ErrNotFound
+	if look {
+		rec, err = g.store.Get(ctx, t.ID)
+	}
+	switch {
 	case err == nil:
 		// The same task is the one recorded; another one under its id is
 		// refused before it is published.
@@ -536,7 +552,7 @@ func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
 	var recs []captchaq.Record
 	answered := false
 	marked, _ := g.store.(MarkedEnqueuer)
-	err := retryStore(sctx, func() error {
+	err = retryStore(sctx, func() error {
 		if marked != nil {
 			// The record and its mark in one write; an id stored already
 			// (a try before whose answer was lost) goes the long way.

@@ -189,7 +189,7 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 			return nil, bad("", "task: null is not a task; send a JSON object such as {\"method\":\"turnstile\",\"params\":{...}}")
 		}
 		if _, ok := obj["id"]; !ok {
-			id, err := s.freshID(ctx, cs.Name)
+			id, _, err := s.freshID(ctx, cs.Name)
 			if errors.Is(err, errNoFreshID) {
 				return nil, &apiError{Error: "id: none given and " + err.Error(), status: http.StatusServiceUnavailable}
 			}

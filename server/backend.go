@@ -114,6 +114,15 @@ type SlotKeeper interface {
 	FreeSlots(ctx context.Context, ids []string) error
 }
 
+// NewSubmitter is a Backend that takes a task whose id names no stored
+// task without looking the id up first: SubmitNew is Submit for a front
+// task whose id the server handed out from the IDSource's blocks, which
+// no process of the front handed out before (one store round trip less a
+// submit).
+type NewSubmitter interface {
+	SubmitNew(ctx context.Context, t captchaq.Task) error
+}
+
 // IDSource is a Backend whose numeric task ids come from a source the
 // replicas of a front share: the server hands out ids from the blocks it
 // takes, so two replicas never hand out one id. A block of no ids (n = 0)

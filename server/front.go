@@ -176,13 +176,22 @@ func inPHPCode(code string) string {
 // within the client's rate and max_inflight, and returns the client's id
 // for it, or the in.php code refusing it.
 func (s *Server) acceptFront(ctx context.Context, cs *clientState, t captchaq.Task) (local, code, text string) {
+	_, isNew := s.newIDs.LoadAndDelete(t.ID)
 	if le := s.reserve(ctx, cs, []string{t.ID}); le != nil {
 		if le.inflight {
 			return "", "ERROR_NO_SLOT_AVAILABLE", le.msg
 		}
 		return "", "MAX_USER_TURN", le.msg
 	}
-	if err := s.submit(ctx, t); err != nil {
+	submit := s.submit
+	if nb, ok := s.backend.(NewSubmitter); ok && isNew {
+		submit = func(ctx context.Context, t captchaq.Task) error {
+			ctx, cancel := context.WithTimeout(ctx, backendSubmitTimeout)
+			defer cancel()
+			return nb.SubmitNew(ctx, t)
+		}
+	}
+	if err := submit(ctx, t); err != nil {
 		s.release(cs, t.ID)
 		code, text := submitErrorCode(err)
 		return "", code, text
@@ -240,7 +249,7 @@ func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.R
 // validation, one set of rules. pingback is the stored Task.Pingback,
 // marked with the protocol of its POST.
 func (s *Server) newFrontTask(ctx context.Context, cs *clientState, pt provider.Task, priority int, pingback string) (captchaq.Task, string, string) {
-	id, err := s.freshID(ctx, cs.Name)
+	id, isNew, err := s.freshID(ctx, cs.Name)
 	if errors.Is(err, errNoFreshID) {
 		return captchaq.Task{}, "ERROR_NO_SLOT_AVAILABLE", err.Error()
 	}
@@ -256,6 +265,9 @@ func (s *Server) newFrontTask(ctx context.Context, cs *clientState, pt provider.
 		return t, code, text
 	}
 	cs.clamp(&t, s.cfg.MaxAttempts)
+	if _, ok := s.backend.(NewSubmitter); ok && isNew {
+		s.newIDs.Store(t.ID, struct{}{})
+	}
 	return t, "", ""
 }
 

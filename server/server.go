@@ -44,6 +44,9 @@ type Server struct {
 	idMu      sync.Mutex
 	idSource  IDSource   // nil: ids from the clock (ids); guarded by idMu
 	slots     SlotKeeper // nil: max_inflight is counted here alone
+	// newIDs are the store ids of front tasks whose ids came from the
+	// IDSource, from newFrontTask to acceptFront (NewSubmitter).
+	newIDs sync.Map
 	idNext    uint64     // with idSource: the next id of the block taken
 	idEnd     uint64     // and the end of that block
 	events    *broker
@@ -308,21 +311,23 @@ var errNoFreshID = errors.New("the ids tried all name stored tasks: try again")
 // up: one store round trip less a submit on a front's replica (a client
 // that chose such an id for a task of its own through the API finds its
 // in.php with another task refused as a conflict by the Backend).
-func (s *Server) freshID(ctx context.Context, client string) (string, error) {
+// isNew says the id came from the IDSource: no process handed it out
+// before (see NewSubmitter).
+func (s *Server) freshID(ctx context.Context, client string) (id string, isNew bool, err error) {
 	for range freshIDTries {
 		id, shared, err := s.newID(ctx)
 		if err != nil || shared {
-			return id, err
+			return id, shared, err
 		}
 		_, err = s.backend.Get(ctx, storeID(client, id))
 		if errors.Is(err, captchaq.ErrNotFound) {
-			return id, nil
+			return id, false, nil
 		}
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 	}
-	return "", errNoFreshID
+	return "", false, errNoFreshID
 }
 
 // storeID is a client's task id as kept in the Store.
