@@ -40,15 +40,15 @@ type Server struct {
 	conns          *connMetrics
 	streams, waits gauge
 
-	ids       atomic.Uint64 // the last numeric id handed out
-	idMu      sync.Mutex
-	idSource  IDSource   // nil: ids from the clock (ids); guarded by idMu
-	slots     SlotKeeper // nil: max_inflight is counted here alone
+	ids      atomic.Uint64 // the last numeric id handed out
+	idMu     sync.Mutex
+	idSource IDSource   // nil: ids from the clock (ids); guarded by idMu
+	slots    SlotKeeper // nil: max_inflight is counted here alone
 	// newIDs are the store ids of front tasks whose ids came from the
 	// IDSource, from newFrontTask to acceptFront (NewSubmitter).
-	newIDs sync.Map
-	idNext    uint64     // with idSource: the next id of the block taken
-	idEnd     uint64     // and the end of that block
+	newIDs    sync.Map
+	idNext    uint64 // with idSource: the next id of the block taken
+	idEnd     uint64 // and the end of that block
 	events    *broker
 	pingbacks *pingbackSender
 	metrics   *httpMetrics
