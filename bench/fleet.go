@@ -576,107 +576,125 @@ func (c *resultCounts) drain(ctx context.Context) error { return c.get(ctx) }
 // broker restart, FaultRestart): without that, the results published
 // after the restart waited unread and the run reported them lost.
 func (r *fleetRun) countResults(ctx context.Context) (*resultCounts, func(), error) {
-	queue := amqp.NamesFor(r.prefix).Results
 	c := &resultCounts{counts: map[string]int{}, more: make(chan struct{})}
-	record := func(d amqp091.Delivery) {
-		c.mu.Lock()
-		c.counts[d.MessageId]++
-		if c.counts[d.MessageId] == 1 {
-			c.last = time.Now()
-		}
-		close(c.more)
-		c.more = make(chan struct{})
-		c.mu.Unlock()
-	}
-	var (
-		mu      sync.Mutex
-		conn    *amqp091.Connection
-		stopped bool
-	)
-	open := func() (<-chan amqp091.Delivery, error) {
-		cn, err := amqp091.Dial(r.cfg.URL)
-		if err != nil {
-			return nil, fmt.Errorf("fleet: %w", err)
-		}
-		ch, err := cn.Channel()
-		if err != nil {
-			cn.Close()
-			return nil, fmt.Errorf("fleet: %w", err)
-		}
-		ds, err := ch.Consume(queue, "", true, false, false, false, nil)
-		if err != nil {
-			cn.Close()
-			return nil, fmt.Errorf("fleet: consume %s: %w", queue, err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped {
-			cn.Close()
-			return nil, errors.New("fleet: result counting stopped")
-		}
-		conn = cn
-		return ds, nil
-	}
-	ds, err := open()
+	feed := &resultFeed{url: r.cfg.URL, queue: amqp.NamesFor(r.prefix).Results}
+	ds, err := feed.open()
 	if err != nil {
 		return nil, nil, err
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			for d := range ds {
-				record(d)
-			}
-			// The connection ended: consume again once the broker is back.
-			for {
-				mu.Lock()
-				over := stopped
-				mu.Unlock()
-				if over || ctx.Err() != nil {
-					return
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(200 * time.Millisecond):
-				}
-				if ds, err = open(); err == nil {
-					break
-				}
-			}
-		}
+		feed.run(ctx, ds, c.record)
 	}()
-	c.get = func(ctx context.Context) error {
-		// Past every result already routed: the consumer above has them
-		// or is about to; a passive declare is a round trip behind them.
+	c.get = feed.drained
+	return c, func() { feed.stop(); <-done }, nil
+}
+
+func (c *resultCounts) record(d amqp091.Delivery) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[d.MessageId]++
+	if c.counts[d.MessageId] == 1 {
+		c.last = time.Now()
+	}
+	close(c.more)
+	c.more = make(chan struct{})
+}
+
+// resultFeed is a consumer of the results queue that consumes again on a
+// new connection when its connection ends, until stop.
+type resultFeed struct {
+	url, queue string
+	mu         sync.Mutex
+	conn       *amqp091.Connection
+	stopped    bool
+}
+
+// open consumes the queue on a new connection.
+func (f *resultFeed) open() (<-chan amqp091.Delivery, error) {
+	cn, err := amqp091.Dial(f.url)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	ch, err := cn.Channel()
+	if err != nil {
+		cn.Close()
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	ds, err := ch.Consume(f.queue, "", true, false, false, false, nil)
+	if err != nil {
+		cn.Close()
+		return nil, fmt.Errorf("fleet: consume %s: %w", f.queue, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		cn.Close()
+		return nil, errors.New("fleet: result counting stopped")
+	}
+	f.conn = cn
+	return ds, nil
+}
+
+// run passes every delivery to record, from ds and then from each
+// consumer after a reconnect, until stop or ctx ends.
+func (f *resultFeed) run(ctx context.Context, ds <-chan amqp091.Delivery, record func(amqp091.Delivery)) {
+	for {
+		for d := range ds {
+			record(d)
+		}
+		// The connection ended: consume again once the broker is back.
 		for {
-			mu.Lock()
-			cn := conn
-			mu.Unlock()
-			if gch, err := cn.Channel(); err == nil {
-				q, err := gch.QueueDeclarePassive(queue, true, false, false, false, nil)
-				gch.Close()
-				if err == nil && q.Messages == 0 {
-					return nil
-				}
+			f.mu.Lock()
+			over := f.stopped
+			f.mu.Unlock()
+			if over || ctx.Err() != nil {
+				return
 			}
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(20 * time.Millisecond):
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			var err error
+			if ds, err = f.open(); err == nil {
+				break
 			}
 		}
 	}
-	stop := func() {
-		mu.Lock()
-		stopped = true
-		cn := conn
-		mu.Unlock()
-		cn.Close()
-		<-done
+}
+
+// drained returns once the queue is empty: past every result already
+// routed, the consumer has them or is about to; a passive declare is a
+// round trip behind them.
+func (f *resultFeed) drained(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		cn := f.conn
+		f.mu.Unlock()
+		if gch, err := cn.Channel(); err == nil {
+			q, err := gch.QueueDeclarePassive(f.queue, true, false, false, false, nil)
+			gch.Close()
+			if err == nil && q.Messages == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	return c, stop, nil
+}
+
+// stop ends the feed: run returns.
+func (f *resultFeed) stop() {
+	f.mu.Lock()
+	f.stopped = true
+	cn := f.conn
+	f.mu.Unlock()
+	cn.Close()
 }
 
 // syncWriter lets one write through at a time.
