@@ -668,3 +668,34 @@ func TestPublishSurvivesDroppedConnection(t *testing.T) {
 	}
 	t.Logf("%d publishes across %d reconnects", published, c.Reconnects())
 }
+
+// TestCheckpointQueueOfAnEarlierVersion: a checkpoint queue an earlier
+// version declared (dead-lettering at-most-once, the broker's default)
+// serves a worker started again under its owner within its idle hour,
+// instead of refusing it with a conflict.
+func TestCheckpointQueueOfAnEarlierVersion(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	c := setup(t, cfg)
+	ctx := testCtx(t)
+	const owner = "earlier"
+	t.Cleanup(func() { _ = DeleteTopology(context.Background(), cfg, owner) })
+	ch, _, err := c.channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	n := c.Names()
+	old := inflightQueueArgs(n)
+	delete(old, "x-dead-letter-strategy")
+	delete(old, "x-overflow")
+	if _, err := ch.QueueDeclare(n.InflightQueue(owner), true, false, false, false, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeclareInflight(ctx, owner); err != nil {
+		t.Fatalf("DeclareInflight on an earlier version's checkpoint queue: %v", err)
+	}
+	if got := depth(t, ctx, c, n.InflightQueue(owner)); got != 0 {
+		t.Fatalf("checkpoint queue holds %d, want 0", got)
+	}
+}

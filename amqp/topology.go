@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
@@ -239,6 +240,23 @@ func declareInflight(conn *amqp091.Connection, c Config, owner string) error {
 	q := n.InflightQueue(owner)
 	d.do("queue", q, func(ch *amqp091.Channel) error {
 		_, err := ch.QueueDeclare(q, true, false, false, false, inflightQueueArgs(n))
+		var ae *amqp091.Error
+		if errors.As(err, &ae) && ae.Code == amqp091.PreconditionFailed && strings.Contains(ae.Reason, "'x-dead-letter-strategy'") {
+			// Declared by a version that dead-lettered at-most-once (a
+			// worker started again under the same owner within the
+			// queue's idle hour): it serves as it is, and goes once idle.
+			pch, perr := d.conn.Channel()
+			if perr != nil {
+				return err
+			}
+			defer pch.Close()
+			if _, perr := pch.QueueDeclarePassive(q, true, false, false, false, nil); perr != nil {
+				return err
+			}
+			c.withDefaults().Logger.Warn("checkpoint queue declared by an earlier version dead-letters at-most-once: a broker restart may drop its checkpoints; it deletes itself an hour after its worker stops, or delete it when drained",
+				"queue", q)
+			return nil
+		}
 		return err
 	})
 	return errors.Join(d.errs...)
