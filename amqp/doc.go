@@ -106,7 +106,9 @@
 // at-least-once: a broker that restarts returns every checkpoint its old
 // connections held as it boots, maybe before captcha.adopt is up, and
 // the queue keeps each until captcha.adopt has it (at-most-once, the
-// broker's default, lost them all). RabbitMQ 3.10 counts a
+// broker's default, lost them all). A checkpoint queue an earlier version
+// declared at-most-once serves as it is, with a warning, until it
+// deletes itself an hour after its worker stops. RabbitMQ 3.10 counts a
 // delivery returned for any reason (the holder's channel or connection
 // closed, or it nacked), so the first return dead-letters the checkpoint,
 // reason delivery_limit, carrying its captcha id; a checkpoint held never
