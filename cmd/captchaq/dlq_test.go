@@ -19,6 +19,7 @@ import (
 // back ends, and on the fleet it selects by the fleet's own reasons as well
 // as by error code.
 func TestDLQReplayReasonOnTheFleet(t *testing.T) {
+	t.Parallel()
 	cfg, ctx := cliTopology(t)
 	c, err := amqp.Dial(ctx, cfg)
 	if err != nil {
@@ -88,6 +89,7 @@ func TestDLQHelp(t *testing.T) {
 // failed for good (the provider refused it) comes back from `dlq replay
 // --amqp` and that same worker solves it; collect reports it under its id.
 func TestDLQReplayReachesTheWorkerThatFailedIt(t *testing.T) {
+	t.Parallel()
 	cfg, _ := cliTopology(t)
 	const owner = "cli-replay-worker"
 	t.Cleanup(func() { _ = amqp.DeleteTopology(context.Background(), cfg, owner) })

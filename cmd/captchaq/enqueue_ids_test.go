@@ -9,6 +9,7 @@ import (
 // task is published once; with another task it is refused before it is
 // published, naming the id and the first line.
 func TestEnqueueRefusesAnotherTaskUnderAnIDOfItsInput(t *testing.T) {
+	t.Parallel()
 	cfg, ctx := cliTopology(t)
 	in := strings.Join([]string{
 		`{"id":"a","method":"turnstile","params":{"sitekey":"0x4","pageurl":"https://x.example/"}}`,

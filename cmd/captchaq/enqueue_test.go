@@ -78,6 +78,7 @@ func queuedTasks(t *testing.T, ctx context.Context, cfg amqp.Config, n int) []am
 }
 
 func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
+	t.Parallel()
 	cfg, ctx := cliTopology(t)
 	url, prefix := cfg.URL, cfg.Prefix
 
@@ -128,6 +129,7 @@ func TestEnqueueReportsInvalidLinesAndCollectDedupes(t *testing.T) {
 // TestEnqueueKeepsFileOrder: many tasks wait for their confirms at once,
 // and still reach the queue in the order of their lines.
 func TestEnqueueKeepsFileOrder(t *testing.T) {
+	t.Parallel()
 	cfg, ctx := cliTopology(t)
 
 	const n = 3 * enqueueWindow

@@ -234,6 +234,7 @@ func TestEveryCommandHelp(t *testing.T) {
 // TestExitCodesFleet runs the fleet's commands into their codes against
 // the test broker.
 func TestExitCodesFleet(t *testing.T) {
+	t.Parallel()
 	cfg, _ := cliTopology(t)
 	// The worker's checkpoint and claim queues, beside the topology.
 	t.Cleanup(func() { _ = amqp.DeleteTopology(context.Background(), cfg, "exit-test") })

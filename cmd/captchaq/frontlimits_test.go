@@ -24,9 +24,10 @@ import (
 // before it was stored, which frees the room): at no moment do more than
 // 3 of those spans overlap, whichever replica took them.
 func TestFrontMaxInflightAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	const maxInflight, n, senders = 3, 24, 8
-	f := newProcessFleet(t, "test-cli-lim-", sim.Config{Threads: 10, LatencyScale: 0.05, Seed: 11, PollBan: sim.PollBan{Disabled: true}})
 	db := pgtest.NewDatabase(t)
+	f := newProcessFleet(t, "test-cli-lim-", sim.Config{Threads: 10, LatencyScale: 0.05, Seed: 11, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", fmt.Sprintf(`[{"name":"qa","key":"%s","max_inflight":%d}]`, frontClient, maxInflight))
 	f.worker("cli-lim-worker", "lim-provider-key", workerStartedRE, "--poll-interval", "20ms")
 	var bases []string

@@ -126,8 +126,9 @@ func (p *pingbackCounter) counts() map[string]int {
 // whichever replica stored it; each task has its own token (siteverify
 // names its page) and one pingback.
 func TestReplicasAreOneFront(t *testing.T) {
-	f := newProcessFleet(t, "test-cli-front-", sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 29, PollBan: sim.PollBan{Disabled: true}})
+	t.Parallel()
 	db := pgStoreURL(t)
+	f := newProcessFleet(t, "test-cli-front-", sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 29, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+frontClient+`","admin":true}]`)
 	worker, _ := f.worker("cli-front-worker", "front-provider-key", workerStartedRE, "--poll-interval", "20ms")
 	pingbacks := newPingbackCounter(t)
@@ -259,6 +260,7 @@ func waitOutput(t *testing.T, p *process, re *regexp.Regexp) []string {
 // A second serve is refused with the fix; a standby waits, and takes over
 // when the active one is SIGKILLed, answering the task it had taken.
 func TestLocalServeOneActivePerDatabase(t *testing.T) {
+	t.Parallel()
 	_, simURL := startFastSim(t, sim.Config{Threads: 5, LatencyScale: 0.5})
 	db := pgStoreURL(t)
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+frontClient+`","admin":true}]`)

@@ -74,8 +74,9 @@ var seriesLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? `)
 // dashboard's charts; every series of either replica's /metrics carries
 // its own replica label.
 func TestFrontCoversEveryReplica(t *testing.T) {
-	f := newProcessFleet(t, "test-cli-cov-", sim.Config{Threads: 10, LatencyScale: 0.05, Seed: 13, PollBan: sim.PollBan{Disabled: true}})
+	t.Parallel()
 	db := pgStoreURL(t)
+	f := newProcessFleet(t, "test-cli-cov-", sim.Config{Threads: 10, LatencyScale: 0.05, Seed: 13, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+frontClient+`","admin":true}]`)
 	const ttl = "3s"
 	a, baseA, _ := f.serveWith(db, clients, nil, "--task-ttl", ttl, "--replica-name", "front-a")

@@ -296,6 +296,7 @@ func frontFleetOn(t *testing.T, brokerURL, prefix, db string) (*processFleet, fu
 // most one task is solved twice (one in.php the dead replica had
 // published but not answered, which its client sent again).
 func TestFrontBehindHAProxyReplicaKilled(t *testing.T) {
+	t.Parallel()
 	f, replica := frontFleet(t, "test-cli-hap-", pgStoreURL(t))
 	a, addrA := replica()
 	_, addrB := replica()
@@ -348,8 +349,11 @@ func TestFrontBrokerRestarted(t *testing.T) {
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		t.Fatal("rabbitmqctl is needed to restart the broker")
 	}
+	// The database first: every test takes the PostgreSQL lock before
+	// the broker's (see pgStoreURL).
+	db := pgStoreURL(t)
 	brokerURL := brokertest.Disrupt(t)
-	f, replica := frontFleetOn(t, brokerURL, "test-cli-brr-", pgStoreURL(t))
+	f, replica := frontFleetOn(t, brokerURL, "test-cli-brr-", db)
 	_, addrA := replica()
 	_, addrB := replica()
 	base := startHAProxy(t, addrA, addrB)
@@ -386,9 +390,10 @@ func TestFrontBrokerRestarted(t *testing.T) {
 // for tasks either took. getbalance answers once both replicas have heard
 // the worker's balance.
 func TestNPMClientThroughBalancer(t *testing.T) {
+	t.Parallel()
 	node := npmClient(t)
-	f := newProcessFleet(t, "test-npm-hap-", sim.Config{Key: "npm-provider-key", LatencyScale: 0.01, Balance: 3.5, PollBan: sim.PollBan{Disabled: true}})
 	db := pgStoreURL(t)
+	f := newProcessFleet(t, "test-npm-hap-", sim.Config{Key: "npm-provider-key", LatencyScale: 0.01, Balance: 3.5, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"npm","key":"npm-client-key"}]`)
 	f.worker("npm-hap-worker", "npm-provider-key", workerStartedRE, "--poll-interval", "50ms")
 	var addrs []string

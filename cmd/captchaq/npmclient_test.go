@@ -290,6 +290,7 @@ func TestNPMClientsAgainstServe(t *testing.T) {
 // gateway starts after the worker and is asked for the balance at once:
 // it answers the worker's reading from its first request.
 func TestNPMClientsAgainstGateway(t *testing.T) {
+	t.Parallel()
 	node := npmClient(t)
 	f := newProcessFleet(t, "test-npm-gw-", sim.Config{Key: "npm-provider-key", LatencyScale: 0.01, Balance: 3.5, Threads: 40, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"npm","key":"npm-client-key"}]`)

@@ -132,6 +132,7 @@ func TestNPMCreateTaskClientsAgainstServe(t *testing.T) {
 // The same against `captchaq serve --amqp` with a `captchaq worker` on the
 // real broker.
 func TestNPMCreateTaskClientsAgainstGateway(t *testing.T) {
+	t.Parallel()
 	node := npmCreateTaskClients(t)
 	f := newProcessFleet(t, "test-npm-ct-gw-", sim.Config{Key: "ct-provider-key", LatencyScale: 0.01, Balance: 3.5, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"ct","key":"ct-client-key"}]`)

@@ -21,7 +21,12 @@ import (
 // trusts its clients, so it is never asked for): no output may show it.
 const pgPassword = "pg-Secret-Pass-314"
 
-// pgStoreURL is a new database's URL with pgPassword in it.
+// pgStoreURL is a new database's URL with pgPassword in it. A test that
+// uses the broker too calls it first: every test takes the PostgreSQL
+// test lock before the broker's, or one holding the broker's exclusively
+// (TestFrontBrokerRestarted) and another holding PostgreSQL's
+// exclusively (TestFrontPostgresRestarted, in another test process on
+// the machine) each wait for the other until their locks' timeouts.
 func pgStoreURL(t *testing.T) string {
 	t.Helper()
 	u, err := url.Parse(pgtest.NewDatabase(t))
@@ -84,6 +89,7 @@ var servingRE = regexp.MustCompile(`msg=serving addr=(127\.0\.0\.1:\d+) .*store=
 // the password, and a gateway restarted on the database answers the tasks
 // the first one took.
 func TestServeOnPostgres(t *testing.T) {
+	t.Parallel()
 	const clientKey, providerKey = "pg-client-key-1", "pg-provider-key"
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+clientKey+`","admin":true}]`)
 	submit := func(base string, i int) string {
@@ -136,8 +142,8 @@ func TestServeOnPostgres(t *testing.T) {
 	})
 
 	t.Run("gateway", func(t *testing.T) {
-		f := newProcessFleet(t, "test-cli-pg-", sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 29, PollBan: sim.PollBan{Disabled: true}})
 		db := pgStoreURL(t)
+		f := newProcessFleet(t, "test-cli-pg-", sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 29, PollBan: sim.PollBan{Disabled: true}})
 		worker, _ := f.worker("cli-pg-worker", providerKey, regexp.MustCompile(`msg="worker started"`), "--poll-interval", "20ms")
 		gw1, base, name := f.serve(db, clients)
 		var ids []string

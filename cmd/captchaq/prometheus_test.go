@@ -106,6 +106,7 @@ func freeAddr(t *testing.T) string {
 // client's and the broker's series, threads taken on the worker at some
 // scrape, and every alert rule loaded and evaluated without error.
 func TestPrometheusScrapesServeAndWorker(t *testing.T) {
+	t.Parallel()
 	promBin := needTool(t, "prometheus", "prometheus")
 	const owner, workerKey, clientKey, adminKey = "prom-worker", "prom-test-provider-key", "prom-client-key-1", "prom-admin-key-01"
 	f := newProcessFleet(t, "test-prom-", sim.Config{Threads: 10, LatencyScale: 0.2, Seed: 41, PollBan: sim.PollBan{Disabled: true}})

@@ -93,6 +93,7 @@ func TestBatchProvidersRefusesBadFile(t *testing.T) {
 // answer comes back through res.php, and /metrics has each provider's
 // series.
 func TestServeProviders(t *testing.T) {
+	t.Parallel()
 	_, mainURL := startFastSim(t, sim.Config{Threads: 5})
 	_, backupURL := startFastSim(t, sim.Config{Threads: 5, PricePer1000: 2, Methods: []string{"hcaptcha", "turnstile"}})
 	file := writeFile(t, "providers.json", fmt.Sprintf(`[
@@ -161,6 +162,7 @@ func TestServeProviders(t *testing.T) {
 // they never have more tasks at a provider than its threads; a worker's
 // /metrics has each provider's series.
 func TestWorkerProviders(t *testing.T) {
+	t.Parallel()
 	brokerURL := brokertest.Use(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -303,13 +305,20 @@ func TestWorkerProviders(t *testing.T) {
 // A batch on two providers whose main simulator, a process of its own, is
 // killed with SIGKILL mid-run: every task still gets its answer, the ones
 // in flight there from backup with "abandoned": ["main"].
-func TestBatchProvidersMainKilled(t *testing.T) { batchMainKilled(t, "in.php", "in.php") }
+func TestBatchProvidersMainKilled(t *testing.T) {
+	t.Parallel()
+	batchMainKilled(t, "in.php", "in.php")
+}
 
 // The same with a createTask main and an in.php backup, and the other way
 // round: failover between protocols is failover between lanes.
-func TestBatchProvidersCreateTaskMainKilled(t *testing.T) { batchMainKilled(t, "createtask", "in.php") }
+func TestBatchProvidersCreateTaskMainKilled(t *testing.T) {
+	t.Parallel()
+	batchMainKilled(t, "createtask", "in.php")
+}
 
 func TestBatchProvidersMainKilledCreateTaskBackup(t *testing.T) {
+	t.Parallel()
 	batchMainKilled(t, "in.php", "createtask")
 }
 

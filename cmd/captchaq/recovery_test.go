@@ -45,6 +45,10 @@ func recoveryTest(t *testing.T, fault string, maxPaidTwice int64) {
 	case bench.FaultClose, bench.FaultRestart:
 		url = brokertest.Disrupt(t)
 	default:
+		// Its fault is its own (a worker killed, stopped, or cut off
+		// behind its proxy): it runs beside the other tests, which it
+		// spends most of its time waiting for the fleet like.
+		t.Parallel()
 		url = brokertest.Use(t)
 	}
 	bin := captchaqBinary(t)

@@ -74,6 +74,10 @@ func startProcess(t *testing.T, bin string, env []string, ready *regexp.Regexp, 
 		// Not cmd.ProcessState: the goroutine above sets it in Wait. A
 		// process already ended makes Kill return os.ErrProcessDone.
 		_ = cmd.Process.Kill()
+		if t.Failed() {
+			// What each process said, to see why the test failed.
+			t.Logf("%s %s logged:\n%s", filepath.Base(bin), args[0], p.output())
+		}
 	})
 	select {
 	case m := <-found:
@@ -216,6 +220,7 @@ func (f *processFleet) serveArgs(db, clients string, env []string, more ...strin
 // the same store (its default name comes from the store's path), answers
 // every task, each solved once.
 func TestServeAsGatewayProcess(t *testing.T) {
+	t.Parallel()
 	const owner, workerKey, clientKey = "cli-gw-worker", "gateway-test-provider-key", "cli-client-key-1"
 	// Turnstile in about 0.8 s: tasks are still at the worker when the
 	// gateway stops.

@@ -16,6 +16,7 @@ import (
 // serve --metrics-listen: /metrics without a key on the operator's
 // address; on --listen it needs an admin key.
 func TestServeMetricsListen(t *testing.T) {
+	t.Parallel()
 	ss, apiURL, err := sim.Start(sim.Config{LatencyScale: 0.01, Seed: 3}, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +83,7 @@ func TestServePollCadence(t *testing.T) {
 // serve caps the connections from one address (--max-conns-per-address):
 // past it a connection is closed unanswered, idle keep-alives included.
 func TestServeCapsConnectionsPerAddress(t *testing.T) {
+	t.Parallel()
 	ss, apiURL, err := sim.Start(sim.Config{LatencyScale: 0.01, Seed: 3}, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -279,6 +279,7 @@ func TestTLSFlagErrors(t *testing.T) {
 // TestWorkerMetricsTLS: `worker --metrics-addr --tls-self-signed` serves
 // /metrics over https with a certificate of the local CA.
 func TestWorkerMetricsTLS(t *testing.T) {
+	t.Parallel()
 	f := newProcessFleet(t, "test-wm-tls-", sim.Config{Key: "wm-provider-key", LatencyScale: 0.01, PollBan: sim.PollBan{Disabled: true}})
 	const owner = "wm-tls-worker"
 	f.mu.Lock()

@@ -58,6 +58,7 @@ func TestValidateTableSolve(t *testing.T) {
 }
 
 func TestValidateTableEnqueue(t *testing.T) {
+	t.Parallel()
 	cfg, ctx := cliTopology(t)
 	var lines []string
 	valid := 0

@@ -31,6 +31,7 @@ import (
 // exactly those 20 solves; cancelling the context (as SIGTERM does) stops
 // the worker with exit 0.
 func TestWorkerSolvesEnqueuedTasksAndServesMetrics(t *testing.T) {
+	t.Parallel()
 	url := brokertest.Use(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -263,6 +264,7 @@ func TestWorkerBadInvocations(t *testing.T) {
 // worker polls with the queue's default scheduler unless --poll-interval
 // is given: the queue says which cadence it follows as it starts.
 func TestWorkerPollCadence(t *testing.T) {
+	t.Parallel()
 	url := brokertest.Use(t)
 	srv, apiURL, err := sim.Start(sim.Config{LatencyScale: 0.01, Seed: 21}, "127.0.0.1:0")
 	if err != nil {
