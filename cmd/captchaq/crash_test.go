@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +27,10 @@ import (
 // simulator's counters and the store that no task was lost and none that
 // had a provider id was submitted again.
 
+// parallelTests is how many parallel tests run at once unless -parallel
+// is given: at least GOMAXPROCS.
+const parallelTests = 4
+
 var (
 	binOnce sync.Once
 	binPath string
@@ -32,6 +39,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// The tests here mostly wait: for child processes, simulators, the
+	// broker and the test locks. go test runs GOMAXPROCS parallel tests
+	// at once (two on a two-core machine), so two of them waiting for
+	// the broker lock held up the whole package; unless -parallel says
+	// otherwise, parallelTests run at once.
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(parallelTests, runtime.GOMAXPROCS(0))))
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
