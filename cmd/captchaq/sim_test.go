@@ -19,7 +19,8 @@ import (
 // learns its URL from the first stderr line, uses it and stops it by
 // cancelling the context as SIGINT/SIGTERM would.
 func TestSimServesUntilCancelled(t *testing.T) {
-	t.Parallel()
+	// Not parallel: goleak counts every goroutine of the process, and a
+	// parallel test's connections would read as this one's leaks.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -88,7 +89,8 @@ func TestSimServesUntilCancelled(t *testing.T) {
 // On an address beyond loopback sim says what anyone who reaches it can
 // do, and with CAPTCHAQ_SIM_ADMIN_KEY its /sim/ endpoints need that key.
 func TestSimBeyondLoopback(t *testing.T) {
-	t.Parallel()
+	// Not parallel: goleak counts every goroutine of the process, and a
+	// parallel test's connections would read as this one's leaks.
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	for _, adminKey := range []string{"", "sim-admin-secret"} {
 		ctx, cancel := context.WithCancel(context.Background())
