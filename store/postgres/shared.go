@@ -71,16 +71,8 @@ func (s *Store) FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.R
 		captchaID, finished = seen.Result.CaptchaID, timeArg(seen.Result.FinishedAt)
 	}
 	args := append(finishArgs(r), string(seen.Status), clean(captchaID), seen.AcceptedAt.UTC(), finished)
-	tag, err := s.pool.Exec(ctx, finishTask+` WHERE id = $1 AND status = $19 AND captcha_id = $20
-		AND accepted_at = $21 AND finished_at IS NOT DISTINCT FROM $22`, args...)
-	if err != nil {
-		return false, s.wrap("FinishIf", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return false, nil
-	}
-	s.announce(EventFinished, r.ID)
-	return true, nil
+	return s.finishWhere(ctx, "FinishIf", r.ID, ` WHERE id = $1 AND status = $19 AND captcha_id = $20
+		AND accepted_at = $21 AND finished_at IS NOT DISTINCT FROM $22`, args)
 }
 
 // FinishMarked stores r for a task in flight under captchaID (the mark
@@ -97,15 +89,22 @@ func (s *Store) FinishMarked(ctx context.Context, r captchaq.Result, captchaID s
 	if !storable(r.ID) || !storable(captchaID) {
 		return false, nil
 	}
-	tag, err := s.pool.Exec(ctx, finishTask+` WHERE id = $1 AND status = 'inflight' AND captcha_id = $19`,
-		append(finishArgs(r), captchaID)...)
+	return s.finishWhere(ctx, "FinishMarked", r.ID, ` WHERE id = $1 AND status = 'inflight' AND captcha_id = $19`,
+		append(finishArgs(r), captchaID))
+}
+
+// finishWhere stores a result with finishTask under where (its arguments
+// after finishArgs'), and announces it: false, storing nothing, when
+// where matched no row.
+func (s *Store) finishWhere(ctx context.Context, op, id, where string, args []any) (bool, error) {
+	tag, err := s.pool.Exec(ctx, finishTask+where, args...)
 	if err != nil {
-		return false, s.wrap("FinishMarked", err)
+		return false, s.wrap(op, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return false, nil
 	}
-	s.announce(EventFinished, r.ID)
+	s.announce(EventFinished, id)
 	return true, nil
 }
 
