@@ -83,15 +83,43 @@ func (d *dispatcher) run(ctx context.Context) {
 func (d *dispatcher) pass() time.Time {
 	q := d.q
 	now := q.now()
-	var launch []*taskState
-	q.mu.Lock()
-	expired := q.queue.Expired(now)
-	next := q.probes(now)
-	soonest := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
+	var (
+		launch  []*taskState
+		expired []sched.Item[*taskState]
+		demands []poolDemand
+		next    time.Time
+	)
+	q.table.Do(func(tx table) {
+		expired = tx.Waiting().Expired(now)
+		next = q.probes(now)
+		soonest := func(t time.Time) {
+			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
 		}
+		launch = q.fill(tx, now, soonest)
+		soonest(tx.Waiting().NextWake(now))
+		demands = q.poolDemandsLocked(tx, now, soonest)
+	})
+	for _, dm := range demands {
+		dm.pool.Want(dm.busy, dm.waiting)
 	}
+	for _, it := range expired {
+		st := it.Value
+		q.finish(st, q.failure(st, st.rec.Attempts, CodeExpired, ErrExpired.Error()))
+	}
+	for _, st := range launch {
+		q.wg.Add(1)
+		go q.submit(st)
+	}
+	return next
+}
+
+// fill takes a slot at each lane for the waiting tasks it may take now,
+// lanes in order of preference, and returns the tasks to submit. It runs
+// inside q.table.Do.
+func (q *Queue) fill(tx table, now time.Time, soonest func(time.Time)) []*taskState {
+	var launch []*taskState
 	for _, l := range q.lanes {
 		if until, blocked := l.SendHold(now); blocked {
 			soonest(until)
@@ -111,7 +139,7 @@ func (d *dispatcher) pass() time.Time {
 				}
 				break
 			}
-			it, ok := q.queue.PopFunc(now, func(it sched.Item[*taskState]) bool {
+			it, ok := tx.Waiting().PopFunc(now, func(it sched.Item[*taskState]) bool {
 				take, retry := q.routeDecision(l, it.Value, now)
 				soonest(retry)
 				return take
@@ -126,21 +154,7 @@ func (d *dispatcher) pass() time.Time {
 			launch = append(launch, st)
 		}
 	}
-	soonest(q.queue.NextWake(now))
-	demands := q.poolDemandsLocked(now, soonest)
-	q.mu.Unlock()
-	for _, dm := range demands {
-		dm.pool.Want(dm.busy, dm.waiting)
-	}
-	for _, it := range expired {
-		st := it.Value
-		q.finish(st, q.failure(st, st.rec.Attempts, CodeExpired, ErrExpired.Error()))
-	}
-	for _, st := range launch {
-		q.wg.Add(1)
-		go q.submit(st)
-	}
-	return next
+	return launch
 }
 
 // poolDemand is what a lane with a ThreadPool tells it after a pass.
@@ -155,8 +169,8 @@ type poolDemand struct {
 // routing would give it now (see routeDecision), so a later provider's
 // pool is asked for threads only for tasks that spill over to it; soonest
 // hears when more would (a lane that holds no thread pops nothing, so
-// the pass does not learn it otherwise). Callers hold q.mu.
-func (q *Queue) poolDemandsLocked(now time.Time, soonest func(time.Time)) []poolDemand {
+// the pass does not learn it otherwise). It runs inside q.table.Do.
+func (q *Queue) poolDemandsLocked(tx table, now time.Time, soonest func(time.Time)) []poolDemand {
 	var out []poolDemand
 	for _, l := range q.lanes {
 		pool := l.Pool()
@@ -168,9 +182,9 @@ func (q *Queue) poolDemandsLocked(now time.Time, soonest func(time.Time)) []pool
 		switch {
 		case blocked:
 		case !q.multi():
-			dm.waiting = q.queue.Len()
+			dm.waiting = tx.Waiting().Len()
 		default:
-			q.queue.Each(func(it sched.Item[*taskState]) {
+			tx.Waiting().Each(func(it sched.Item[*taskState]) {
 				ok, retry := q.routeDecision(l, it.Value, now)
 				if ok {
 					dm.waiting++

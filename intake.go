@@ -66,22 +66,22 @@ type intakeBatch struct {
 // attachKnown adds the waiters of tasks already registered to them (or
 // refuses a task whose id names another one), and returns the others.
 func (q *Queue) attachKnown(in *intakeBatch, todo []int) []int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	left := todo[:0]
-	for _, i := range todo {
-		if !q.attachLocked(in, i) {
-			left = append(left, i)
+	q.table.Do(func(tx table) {
+		for _, i := range todo {
+			if !attachLocked(tx, in, i) {
+				left = append(left, i)
+			}
 		}
-	}
+	})
 	return left
 }
 
 // attachLocked adds task i's waiter to the registered task of its id, or
 // refuses it when that task is another one. It returns false when no
-// task of the id is registered. Callers hold q.mu.
-func (q *Queue) attachLocked(in *intakeBatch, i int) bool {
-	st, ok := q.tasks[in.tasks[i].ID]
+// task of the id is registered. It runs inside q.table.Do.
+func attachLocked(tx table, in *intakeBatch, i int) bool {
+	st, ok := tx.Get(in.tasks[i].ID)
 	if !ok {
 		return false
 	}
@@ -138,30 +138,29 @@ func (q *Queue) intakeRound(ctx context.Context, in *intakeBatch, todo []int, ca
 // claimed, the tasks left for another round (those whose id another
 // caller is storing first) and a channel closed when the first of those
 // ids is stored.
-func (q *Queue) claimIDs(in *intakeBatch, todo []int, capacity int) (claimed, left []int, busy chan struct{}) {
+func (q *Queue) claimIDs(in *intakeBatch, todo []int, capacity int) (claimed, left []int, busy <-chan struct{}) {
 	var held []int
 	rest := todo[:0]
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for k, i := range todo {
-		if len(claimed) == capacity {
-			rest = todo[k:]
-			break
-		}
-		if q.attachLocked(in, i) {
-			continue
-		}
-		id := in.tasks[i].ID
-		if ch, ok := q.accepting[id]; ok {
-			if busy == nil {
-				busy = ch
+	q.table.Do(func(tx table) {
+		for k, i := range todo {
+			if len(claimed) == capacity {
+				rest = todo[k:]
+				break
 			}
-			held = append(held, i)
-			continue
+			if attachLocked(tx, in, i) {
+				continue
+			}
+			ch, ok := tx.Claim(in.tasks[i].ID)
+			if !ok {
+				if busy == nil {
+					busy = ch
+				}
+				held = append(held, i)
+				continue
+			}
+			claimed = append(claimed, i)
 		}
-		q.accepting[id] = make(chan struct{})
-		claimed = append(claimed, i)
-	}
+	})
 	if len(held) > 0 {
 		return claimed, append(held, rest...), busy
 	}
@@ -174,28 +173,28 @@ func (q *Queue) claimIDs(in *intakeBatch, todo []int, capacity int) (claimed, le
 // claimed of those already finished, whose waiters the caller answers
 // with the stored result.
 func (q *Queue) registerStored(in *intakeBatch, claimed []int, batch []Task, recs []Record, existed []bool, renewed int) (finished []int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.metrics.renewed += int64(renewed)
-	for j, i := range claimed {
-		r := recs[j]
-		switch {
-		case existed[j] && r.Conflict(batch[j]) != nil:
-			in.errs[i] = r.Conflict(batch[j])
-		case existed[j] && r.Result != nil && final(r.Status):
-			finished = append(finished, j)
-		case q.closed:
-			// Durable already: the next Start picks it up.
-			in.errs[i] = ErrClosed
-		default:
-			st := q.register(r, in.ws[i], in.pts[i])
-			if !existed[j] {
-				q.metrics.submitted++
-			} else {
-				q.metrics.countResumed(st)
+	q.table.Do(func(tx table) {
+		q.metrics.renewed += int64(renewed)
+		for j, i := range claimed {
+			r := recs[j]
+			switch {
+			case existed[j] && r.Conflict(batch[j]) != nil:
+				in.errs[i] = r.Conflict(batch[j])
+			case existed[j] && r.Result != nil && final(r.Status):
+				finished = append(finished, j)
+			case q.closed.Load():
+				// Durable already: the next Start picks it up.
+				in.errs[i] = ErrClosed
+			default:
+				st := q.register(tx, r, in.ws[i], in.pts[i])
+				if !existed[j] {
+					q.metrics.submitted++
+				} else {
+					q.metrics.countResumed(st)
+				}
 			}
 		}
-	}
+	})
 	return finished
 }
 
@@ -220,13 +219,11 @@ func (q *Queue) renewExpired(ctx context.Context, batch []Task, recs []Record, e
 
 // releaseIntake ends the claims of an intake round.
 func (q *Queue) releaseIntake(tasks []Task, claimed []int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, i := range claimed {
-		id := tasks[i].ID
-		close(q.accepting[id])
-		delete(q.accepting, id)
-	}
+	q.table.Do(func(tx table) {
+		for _, i := range claimed {
+			tx.Release(tasks[i].ID)
+		}
+	})
 }
 
 func (q *Queue) accept(ctx context.Context, t Task, w func(Result, error)) error {
@@ -234,13 +231,13 @@ func (q *Queue) accept(ctx context.Context, t Task, w func(Result, error)) error
 }
 
 // attach adds a waiter to a known unfinished task.
-func (q *Queue) attach(id string, w func(Result, error)) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	st, ok := q.tasks[id]
-	if ok {
-		st.waiters = append(st.waiters, w)
-	}
+func (q *Queue) attach(id string, w func(Result, error)) (ok bool) {
+	q.table.Do(func(tx table) {
+		var st *taskState
+		if st, ok = tx.Get(id); ok {
+			st.waiters = append(st.waiters, w)
+		}
+	})
 	return ok
 }
 
@@ -250,25 +247,22 @@ func (q *Queue) attach(id string, w func(Result, error)) bool {
 // the task is registered (or storing failed).
 func (q *Queue) claimIntake(ctx context.Context, id string, w func(Result, error)) (release func(), attached bool, err error) {
 	for {
-		q.mu.Lock()
-		if st, ok := q.tasks[id]; ok {
-			st.waiters = append(st.waiters, w)
-			q.mu.Unlock()
+		var busy <-chan struct{}
+		var claimed bool
+		q.table.Do(func(tx table) {
+			if st, ok := tx.Get(id); ok {
+				st.waiters = append(st.waiters, w)
+				attached = true
+				return
+			}
+			busy, claimed = tx.Claim(id)
+		})
+		if attached {
 			return nil, true, nil
 		}
-		busy, ok := q.accepting[id]
-		if !ok {
-			done := make(chan struct{})
-			q.accepting[id] = done
-			q.mu.Unlock()
-			return func() {
-				q.mu.Lock()
-				delete(q.accepting, id)
-				q.mu.Unlock()
-				close(done)
-			}, false, nil
+		if claimed {
+			return func() { q.table.Do(func(tx table) { tx.Release(id) }) }, false, nil
 		}
-		q.mu.Unlock()
 		select {
 		case <-busy:
 		case <-ctx.Done():
@@ -281,17 +275,15 @@ func (q *Queue) claimIntake(ctx context.Context, id string, w func(Result, error
 // under MaxQueued, and returns how many there is room for.
 func (q *Queue) waitCapacity(ctx context.Context, want int) (int, error) {
 	for {
-		q.mu.Lock()
-		if q.closed {
-			q.mu.Unlock()
+		// Closed is read after the room: Shutdown closes, then wakes the
+		// channel read here.
+		room, freed := q.table.Room(q.cfg.MaxQueued)
+		if q.closed.Load() {
 			return 0, ErrClosed
 		}
-		if room := q.cfg.MaxQueued - len(q.tasks); room >= want {
-			q.mu.Unlock()
+		if room >= want {
 			return room, nil
 		}
-		freed := q.capacityFreed
-		q.mu.Unlock()
 		select {
 		case <-freed:
 		case <-ctx.Done():
@@ -303,9 +295,4 @@ func (q *Queue) waitCapacity(ctx context.Context, want int) (int, error) {
 }
 
 // wakeCapacityWaiters wakes the callers waiting for room (waitCapacity).
-func (q *Queue) wakeCapacityWaiters() {
-	q.mu.Lock()
-	close(q.capacityFreed)
-	q.capacityFreed = make(chan struct{})
-	q.mu.Unlock()
-}
+func (q *Queue) wakeCapacityWaiters() { q.table.WakeRoom() }

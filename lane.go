@@ -57,7 +57,8 @@ func (q *Queue) routeClass(m string) uint64 {
 func priceAt(l *lane.Lane, st *taskState) float64 { return l.PriceOf(st.route) }
 
 // routeDecision tells whether lane l may take the waiting task st at now,
-// and if not, when it may (zero: not by waiting). Callers hold q.mu.
+// and if not, when it may (zero: not by waiting). It runs inside
+// q.table.Do.
 //
 // A task goes to the first routable lane that solves it. A later lane
 // takes a task an earlier routable lane solves only once it has waited
@@ -151,20 +152,22 @@ func (q *Queue) probe(l *lane.Lane) {
 // not moved, and an answer that comes after the move is dropped.
 func (q *Queue) moveInflight(l *lane.Lane, code string, err error) {
 	now := q.now()
-	q.mu.Lock()
 	var moved []*taskState
 	var spend float64
-	for _, st := range q.inflight {
-		if st.lane != l || st.done {
-			continue
+	q.table.Do(func(tx table) {
+		tx.EachInFlight(func(st *taskState) {
+			if st.lane != l || st.done {
+				return
+			}
+			moved = append(moved, st)
+		})
+		for _, st := range moved {
+			st.abandoned = append(st.abandoned, l.Name())
+			st.paid += st.price
+			spend += st.price
+			q.retryLocked(tx, st, max(st.rec.Attempts-1, 0), now, code, err.Error())
 		}
-		st.abandoned = append(st.abandoned, l.Name())
-		st.paid += st.price
-		spend += st.price
-		q.retryLocked(st, max(st.rec.Attempts-1, 0), now, code, err.Error())
-		moved = append(moved, st)
-	}
-	q.mu.Unlock()
+	})
 	l.Moved(len(moved), spend)
 	if len(moved) == 0 {
 		return

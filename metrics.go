@@ -113,25 +113,29 @@ func (q *Queue) Metrics() Metrics {
 			reqs += rc.Requests()
 		}
 	}
+	var m Metrics
+	q.table.Do(func(tx table) {
+		c := &q.metrics
+		rates := c.Rates(now)
+		m = Metrics{
+			Submitted: c.submitted, Solved: c.Solved, Failed: c.Failed, Retries: c.retries, Renewed: c.renewed,
+			Resumed: c.resumed, ResumedInFlight: c.resumedInFlight,
+			RetriesByReason: maps.Clone(c.retriesBy),
+			QueueDepth:      tx.Waiting().Len(), Requests: reqs, StartedAt: c.Started,
+			AvgSolveSeconds: rates.AvgSolveSeconds, SuccessRate: rates.SuccessRate, ThroughputPerMin: rates.ThroughputPerMin,
+			DeliveryDelayP50: rates.DelayP50, DeliveryDelayP99: rates.DelayP99,
+		}
+		if c.Solved > 0 {
+			m.RequestsPerSolved = float64(reqs) / float64(c.Solved)
+		}
+		waiting := tally.NewWaiting()
+		tx.Waiting().Each(func(it sched.Item[*taskState]) { waiting.Add(it.Priority, it.Enqueued) })
+		m.DepthByPriority, m.OldestWaitingSeconds = waiting.ByPriority, waiting.OldestSeconds(now)
+	})
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	c := &q.metrics
-	rates := c.Rates(now)
-	m := Metrics{
-		Submitted: c.submitted, Solved: c.Solved, Failed: c.Failed, Retries: c.retries, Renewed: c.renewed,
-		Resumed: c.resumed, ResumedInFlight: c.resumedInFlight,
-		RetriesByReason: maps.Clone(c.retriesBy),
-		QueueDepth:      q.queue.Len(), Requests: reqs, StartedAt: c.Started,
-		AvgSolveSeconds: rates.AvgSolveSeconds, SuccessRate: rates.SuccessRate, ThroughputPerMin: rates.ThroughputPerMin,
-		DeliveryDelayP50: rates.DelayP50, DeliveryDelayP99: rates.DelayP99,
-	}
-	if c.Solved > 0 {
-		m.RequestsPerSolved = float64(reqs) / float64(c.Solved)
-	}
-	waiting := tally.NewWaiting()
-	q.queue.Each(func(it sched.Item[*taskState]) { waiting.Add(it.Priority, it.Enqueued) })
-	m.DepthByPriority, m.OldestWaitingSeconds = waiting.ByPriority, waiting.OldestSeconds(now)
-	if p := q.pausedLocked(now); p != nil {
+	p := q.pausedLocked(now)
+	q.mu.Unlock()
+	if p != nil {
 		m.Paused, m.PausedReason = true, p.Error()
 	}
 	for _, l := range q.lanes {

@@ -131,11 +131,11 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 					onceB    sync.Once
 				)
 				a := &scriptedLane{prefix: "A", poll: func(ids []string) ([]provider.PollResult, error) {
-					q.mu.Lock()
-					if st := q.byCaptchaID["a:A1"]; st != nil { // lane.storedID
-						lookedUp = st
-					}
-					q.mu.Unlock()
+					q.table.Do(func(tx table) {
+						if st, ok := tx.ByKey("a:A1"); ok { // lane.storedID
+							lookedUp = st
+						}
+					})
 					return nil, provider.ErrKeyDoesNotExist
 				}}
 				b := &scriptedLane{prefix: "B", poll: func(ids []string) ([]provider.PollResult, error) {
@@ -177,9 +177,8 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 				if na, nb := a.submitted(), b.submitted(); na != 1 || nb != 1 {
 					t.Errorf("submits: %d at a, %d at b; want 1 and 1", na, nb)
 				}
-				q.mu.Lock()
-				tasks, inflight, byID := len(q.tasks), len(q.inflight), len(q.byCaptchaID)
-				q.mu.Unlock()
+				c := q.table.Counts()
+				tasks, inflight, byID := c.Tasks, c.InFlight, c.Keys
 				if tasks != 0 || inflight != 0 || byID != 0 {
 					t.Errorf("left behind: %d tasks, %d in flight, %d provider ids; want none", tasks, inflight, byID)
 				}
@@ -216,9 +215,7 @@ func TestPingbackForAnIDTwoProvidersShare(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		q.mu.Lock()
-		inflight := len(q.inflight)
-		q.mu.Unlock()
+		inflight := q.table.Counts().InFlight
 		if inflight != 2 || a.submitted() != 1 || b.submitted() != 1 {
 			t.Fatalf("%d in flight, %d submits at a, %d at b; want one X1 at each", inflight, a.submitted(), b.submitted())
 		}

@@ -72,7 +72,7 @@ const burstWindow = time.Second
 // answers come from short tasks instead of a long one started last;
 // tasks that stream in are reordered only among those accepted within
 // burstWindow of each other, so none is passed by a task accepted later
-// than that. Guarded by q.mu.
+// than that. Guarded by the task table's lock (Queue.table).
 type bursts struct {
 	n     int64
 	start time.Time // acceptance of the current burst's first task

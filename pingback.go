@@ -60,11 +60,14 @@ func (q *Queue) PingbackHandler() http.Handler {
 			}
 			l = q.lanes[i]
 		}
-		key := l.StoredID(id) // as byCaptchaID holds it
+		key := l.StoredID(id) // as the table indexes it
 		pb.at = q.now()
-		q.mu.Lock()
-		st, ok := q.byCaptchaID[key]
-		if !ok {
+		var st *taskState
+		var ok bool
+		q.table.Do(func(tx table) {
+			if st, ok = tx.ByKey(key); ok {
+				return
+			}
 			// The answer beat our checkpoint: keep it briefly.
 			if len(q.earlyPingbacks) >= earlyPingbacksMax {
 				for k := range q.earlyPingbacks {
@@ -73,8 +76,7 @@ func (q *Queue) PingbackHandler() http.Handler {
 				}
 			}
 			q.earlyPingbacks[key] = pb
-		}
-		q.mu.Unlock()
+		})
 		if ok {
 			q.pingbackArrived(st, id, pb)
 		}
@@ -118,9 +120,8 @@ func readPingback(r *http.Request) (string, pingback, error) {
 // ask for the authoritative state at once.
 func (q *Queue) pingbackArrived(st *taskState, captchaID string, pb pingback) {
 	if pb.code != "" {
-		q.mu.Lock()
-		l := st.lane
-		q.mu.Unlock()
+		var l *lane.Lane
+		q.table.Do(func(table) { l = st.lane })
 		if l != nil {
 			q.pollerOf(l).DueNow(st.rec.Task.ID, captchaID, pb.at)
 		}

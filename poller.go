@@ -61,16 +61,17 @@ func (s laneSink) Refused(st *taskState, captchaID string, err error, at time.Ti
 	}
 	switch provider.ClassOf(err) {
 	case provider.ClassUnsolvable:
-		q.mu.Lock()
-		attempts := st.rec.Attempts
-		q.mu.Unlock()
+		var attempts int
+		q.table.Do(func(table) { attempts = st.rec.Attempts })
 		q.retryOrFail(st, attempts, code, err, at)
 	case provider.ClassTask:
-		q.mu.Lock()
-		unknown := st.resumed && code == provider.ErrWrongCaptchaID.Code
-		st.resumed = false
-		attempts := st.rec.Attempts
-		q.mu.Unlock()
+		var unknown bool
+		var attempts int
+		q.table.Do(func(table) {
+			unknown = st.resumed && code == provider.ErrWrongCaptchaID.Code
+			st.resumed = false
+			attempts = st.rec.Attempts
+		})
 		if unknown {
 			// The provider forgot an id we resumed: the only way to an
 			// answer is a new submit. The lost attempt is not counted.
@@ -99,11 +100,7 @@ func (s laneSink) RoundFailed(err error, at time.Time, epoch int) {
 	}
 }
 
-func (s laneSink) Busy() bool {
-	s.q.mu.Lock()
-	defer s.q.mu.Unlock()
-	return s.q.queue.Len() > 0
-}
+func (s laneSink) Busy() bool { return s.q.table.Counts().Waiting > 0 }
 
 func (s laneSink) Epoch() int { return s.q.epoch() }
 
@@ -129,9 +126,8 @@ func (q *Queue) solved(st *taskState, captchaID string, a provider.Answer, at, l
 		q.log.Debug("answer dropped: the task has another answer or has left this attempt", "id", st.rec.Task.ID, "captcha_id", captchaID)
 		return false
 	}
-	q.mu.Lock()
-	submitted := st.rec.SubmittedAt
-	q.mu.Unlock()
+	var submitted time.Time
+	q.table.Do(func(table) { submitted = st.rec.SubmittedAt })
 	lower := at
 	observed := at.Sub(submitted)
 	if !pingback {

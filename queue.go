@@ -9,6 +9,7 @@ import (
 	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/startstop"
+	"github.com/captchaq/captchaq/internal/tasktable"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -37,14 +38,8 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 		log:            cfg.Logger,
 		store:          cfg.Store,
 		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
-		tasks:          map[string]*taskState{},
-		accepting:      map[string]chan struct{}{},
-		queue:          sched.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}),
-		inflight:       map[string]*taskState{},
-		byCaptchaID:    map[string]*taskState{},
+		table:          tasktable.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}),
 		earlyPingbacks: map[string]pingback{},
-		capacityFreed:  make(chan struct{}),
-		idle:           make(chan struct{}),
 	}
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
@@ -77,34 +72,36 @@ const (
 // running.
 func (q *Queue) Start(ctx context.Context) error {
 	q.mu.Lock()
-	if q.started || q.closed {
+	if q.started || q.closed.Load() {
 		q.mu.Unlock()
 		return errors.New("captchaq: Start called twice or after Close")
 	}
 	q.started = true
-	q.metrics.Started = q.now()
 	q.mu.Unlock()
+	started := q.now()
+	q.table.Do(func(table) { q.metrics.Started = started })
 
 	var resumed, polling int
-	err := q.store.Pending(ctx, func(r Record) error {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		if q.stopped {
-			return ErrClosed
-		}
-		if _, ok := q.tasks[r.Task.ID]; ok {
-			return nil
-		}
-		if _, ok := q.accepting[r.Task.ID]; ok {
-			return nil // a Submit is storing it now and registers the stored record
-		}
-		st := q.register(r, nil, provider.Checked{})
-		resumed++
-		q.metrics.countResumed(st)
-		if r.Status == StatusInFlight {
-			polling++
-		}
-		return nil
+	err := q.store.Pending(ctx, func(r Record) (err error) {
+		q.table.Do(func(tx table) {
+			if q.stopped.Load() {
+				err = ErrClosed
+				return
+			}
+			if _, ok := tx.Get(r.Task.ID); ok {
+				return
+			}
+			if tx.Claimed(r.Task.ID) {
+				return // a Submit is storing it now and registers the stored record
+			}
+			st := q.register(tx, r, nil, provider.Checked{})
+			resumed++
+			q.metrics.countResumed(st)
+			if r.Status == StatusInFlight {
+				polling++
+			}
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("captchaq: resume pending tasks: %w", err)
@@ -115,7 +112,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	// requests after Close.
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.stopped {
+	if q.stopped.Load() {
 		return fmt.Errorf("captchaq: start: %w", ErrClosed)
 	}
 	if resumed > 0 {
@@ -236,14 +233,18 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 		}
 		stored.Attempts, stored.NotBefore, stored.LastError, stored.LastErrorCode = r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return nil, ErrClosed
-	}
-	q.register(stored, f.resolve, pt)
-	if !existed[0] {
-		q.metrics.submitted++
+	q.table.Do(func(tx table) {
+		if q.closed.Load() {
+			err = ErrClosed
+			return
+		}
+		q.register(tx, stored, f.resolve, pt)
+		if !existed[0] {
+			q.metrics.submitted++
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -258,10 +259,14 @@ func (q *Queue) Get(ctx context.Context, id string) (Record, error) {
 // thread either way): Cancel returns ErrInFlight. A finished task gives
 // ErrFinal, an unknown one ErrNotFound.
 func (q *Queue) Cancel(ctx context.Context, id string) error {
-	q.mu.Lock()
-	st, ok := q.tasks[id]
+	var st *taskState
+	var ok, queued bool
+	q.table.Do(func(tx table) {
+		if st, ok = tx.Get(id); ok {
+			_, queued = tx.Waiting().Remove(id)
+		}
+	})
 	if !ok {
-		q.mu.Unlock()
 		r, err := q.store.Get(ctx, id)
 		if err != nil {
 			return err
@@ -271,11 +276,9 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 		}
 		return fmt.Errorf("captchaq: cancel %q: task is not held by this queue", id)
 	}
-	if _, queued := q.queue.Remove(id); !queued {
-		q.mu.Unlock()
+	if !queued {
 		return fmt.Errorf("captchaq: cancel %q: %w", id, ErrInFlight)
 	}
-	q.mu.Unlock()
 	q.finish(st, q.failure(st, st.rec.Attempts, CodeCanceled, "canceled before it was submitted"))
 	return nil
 }
@@ -288,18 +291,24 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 // task being submitted right now gives ErrInFlight (try again once the
 // submit is answered); a finished or unknown one, as Cancel.
 func (q *Queue) Abandon(ctx context.Context, id string) error {
-	q.mu.Lock()
-	st, ok := q.tasks[id]
+	var st *taskState
+	var ok, held bool
+	q.table.Do(func(tx table) {
+		if st, ok = tx.Get(id); !ok {
+			return
+		}
+		_, held = tx.Waiting().Remove(id)
+		if !held {
+			f, flying := tx.InFlight(id)
+			held = flying && f == st
+		}
+	})
 	if !ok {
-		q.mu.Unlock()
 		return q.Cancel(ctx, id)
 	}
-	_, queued := q.queue.Remove(id)
-	if !queued && q.inflight[id] != st {
-		q.mu.Unlock()
+	if !held {
 		return fmt.Errorf("captchaq: abandon %q: %w", id, ErrInFlight)
 	}
-	q.mu.Unlock()
 	q.finish(st, q.failure(st, st.rec.Attempts, CodeCanceled, "abandoned: another process holds it now"))
 	return nil
 }
@@ -345,7 +354,7 @@ func (q *Queue) Paused() error {
 func (q *Queue) Shutdown(ctx context.Context) error {
 	q.mu.Lock()
 	started := q.started
-	q.closed = true
+	q.closed.Store(true)
 	q.mu.Unlock()
 	if !started {
 		// Nothing runs; accepted tasks stay in the Store.
@@ -355,9 +364,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 	q.wakeCapacityWaiters()
 	var err error
 	for {
-		q.mu.Lock()
-		n, idle := len(q.tasks), q.idle
-		q.mu.Unlock()
+		n, idle := q.table.Idle()
 		if n == 0 {
 			break
 		}
@@ -379,7 +386,7 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 // Start); their Futures return ErrClosed. The Store is not closed.
 func (q *Queue) Close() error {
 	q.mu.Lock()
-	q.closed = true
+	q.closed.Store(true)
 	q.mu.Unlock()
 	q.stop()
 	return nil
@@ -387,22 +394,23 @@ func (q *Queue) Close() error {
 
 func (q *Queue) stop() {
 	q.mu.Lock()
-	if q.stopped {
+	if q.stopped.Load() {
 		q.mu.Unlock()
 		q.stopLoops()
 		return
 	}
-	q.stopped, q.closed = true, true
+	q.stopped.Store(true)
+	q.closed.Store(true)
 	q.mu.Unlock()
 	q.runCancel()
 	q.stopLoops()
-	q.mu.Lock()
 	var ws []func(Result, error)
-	for _, st := range q.tasks {
-		ws = append(ws, st.waiters...)
-		st.waiters = nil
-	}
-	q.mu.Unlock()
+	q.table.Do(func(tx table) {
+		tx.Each(func(st *taskState) {
+			ws = append(ws, st.waiters...)
+			st.waiters = nil
+		})
+	})
 	for _, w := range ws {
 		w(Result{}, ErrClosed)
 	}

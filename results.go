@@ -9,35 +9,34 @@ import (
 )
 
 // failure builds a failed Result for st.
-func (q *Queue) failure(st *taskState, attempts int, code, text string) Result {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	r := Result{
-		ID: st.rec.Task.ID, Status: StatusFailed, Method: st.rec.Task.Method, Kind: st.kind,
-		Error: text, ErrorCode: code, Attempts: attempts,
-		AcceptedAt: st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
-		Price: st.paid, Abandoned: st.abandoned,
-	}
-	if st.lane != nil {
-		r.Provider = st.lane.Name()
-	}
+func (q *Queue) failure(st *taskState, attempts int, code, text string) (r Result) {
+	q.table.Do(func(table) {
+		r = Result{
+			ID: st.rec.Task.ID, Status: StatusFailed, Method: st.rec.Task.Method, Kind: st.kind,
+			Error: text, ErrorCode: code, Attempts: attempts,
+			AcceptedAt: st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
+			Price: st.paid, Abandoned: st.abandoned,
+		}
+		if st.lane != nil {
+			r.Provider = st.lane.Name()
+		}
+	})
 	return r
 }
 
 // success builds a solved Result for an answer judged ready at ready;
 // lower is the earliest it can have been ready, which dates the token's
 // expiry conservatively.
-func (q *Queue) success(st *taskState, a provider.Answer, ready, lower time.Time) Result {
-	q.mu.Lock()
-	l := st.lane
-	r := Result{
-		ID: st.rec.Task.ID, Status: StatusSolved, Method: st.rec.Task.Method, Kind: st.kind,
-		Token: a.Token, Attempts: st.rec.Attempts, CaptchaID: st.rec.CaptchaID,
-		SolveSeconds: ready.Sub(st.rec.SubmittedAt).Seconds(),
-		AcceptedAt:   st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
-		Provider: l.Name(), Price: st.paid + st.price, Abandoned: st.abandoned,
-	}
-	q.mu.Unlock()
+func (q *Queue) success(st *taskState, a provider.Answer, ready, lower time.Time) (r Result) {
+	q.table.Do(func(table) {
+		r = Result{
+			ID: st.rec.Task.ID, Status: StatusSolved, Method: st.rec.Task.Method, Kind: st.kind,
+			Token: a.Token, Attempts: st.rec.Attempts, CaptchaID: st.rec.CaptchaID,
+			SolveSeconds: ready.Sub(st.rec.SubmittedAt).Seconds(),
+			AcceptedAt:   st.rec.AcceptedAt, SubmittedAt: st.rec.SubmittedAt,
+			Provider: st.lane.Name(), Price: st.paid + st.price, Abandoned: st.abandoned,
+		}
+	})
 	if r.Token == "" {
 		r.Token = a.Raw
 	}
@@ -52,15 +51,16 @@ func (q *Queue) success(st *taskState, a provider.Answer, ready, lower time.Time
 
 // claim marks st as finishing; only the first caller wins (a pingback and
 // a poll may race). It takes st off the poller and frees its slot.
-func (q *Queue) claim(st *taskState) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if st.done {
-		return false
-	}
-	st.done = true
-	q.leaveFlightLocked(st)
-	return true
+func (q *Queue) claim(st *taskState) (won bool) {
+	q.table.Do(func(tx table) {
+		if st.done {
+			return
+		}
+		st.done = true
+		q.leaveFlight(tx, st)
+		won = true
+	})
+	return won
 }
 
 // claimSolved is claim for an answer to the attempt with captchaID (a poll
@@ -72,29 +72,28 @@ func (q *Queue) claim(st *taskState) bool {
 // rather than delivered beside the new attempt's. at is when the answer
 // was seen: a win counts as a success at the lane's limiter before its
 // slot is freed.
-func (q *Queue) claimSolved(st *taskState, captchaID string, at time.Time) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if st.done || st.rec.CaptchaID != captchaID || q.inflight[st.rec.Task.ID] != st {
-		return false
-	}
-	st.done = true
-	st.lane.Limiter.Success(at)
-	q.leaveFlightLocked(st)
-	return true
+func (q *Queue) claimSolved(st *taskState, captchaID string, at time.Time) (won bool) {
+	q.table.Do(func(tx table) {
+		if f, ok := tx.InFlight(st.rec.Task.ID); st.done || st.rec.CaptchaID != captchaID || !ok || f != st {
+			return
+		}
+		st.done = true
+		st.lane.Limiter.Success(at)
+		q.leaveFlight(tx, st)
+		won = true
+	})
+	return won
 }
 
-// leaveFlightLocked takes st off the poller and frees its slot, if it has
-// them. Callers hold q.mu.
-func (q *Queue) leaveFlightLocked(st *taskState) {
-	if _, ok := q.inflight[st.rec.Task.ID]; ok {
-		q.pollerOf(st.lane).Forget(st.rec.Task.ID)
-	}
-	delete(q.inflight, st.rec.Task.ID)
+// leaveFlight takes st off the poller and frees its slot, if it has
+// them. It runs inside q.table.Do.
+func (q *Queue) leaveFlight(tx table, st *taskState) {
+	key := ""
 	if st.rec.CaptchaID != "" && st.lane != nil {
-		if key := st.lane.StoredID(st.rec.CaptchaID); q.byCaptchaID[key] == st {
-			delete(q.byCaptchaID, key)
-		}
+		key = st.lane.StoredID(st.rec.CaptchaID)
+	}
+	if tx.Land(st.rec.Task.ID, key, st) {
+		q.pollerOf(st.lane).Forget(st.rec.Task.ID)
 	}
 	if st.slot {
 		st.slot = false
@@ -136,21 +135,16 @@ func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 		q.log.Error("storing result failed; delivering it anyway", "id", r.ID, "status", r.Status, "err", err)
 	}
 	delivered := q.now()
-	q.mu.Lock()
-	delete(q.tasks, r.ID)
-	ws := st.waiters
-	st.waiters = nil
-	q.metrics.record(r, ready, delivered)
-	if l := st.lane; l != nil {
-		l.Finished(r.Status == StatusSolved, st.price)
-	}
-	close(q.capacityFreed)
-	q.capacityFreed = make(chan struct{})
-	if len(q.tasks) == 0 {
-		close(q.idle)
-		q.idle = make(chan struct{})
-	}
-	q.mu.Unlock()
+	var ws []func(Result, error)
+	q.table.Do(func(tx table) {
+		tx.Remove(r.ID)
+		ws = st.waiters
+		st.waiters = nil
+		q.metrics.record(r, ready, delivered)
+		if l := st.lane; l != nil {
+			l.Finished(r.Status == StatusSolved, st.price)
+		}
+	})
 	q.logResult(r)
 	for _, w := range ws {
 		w(r, nil)
@@ -181,9 +175,8 @@ func (q *Queue) retryOrFail(st *taskState, attempts int, code string, err error,
 // requeue puts st back in the queue after a failed attempt. It does
 // nothing to a task already finishing (an answer won: see claimSolved).
 func (q *Queue) requeue(st *taskState, attempts int, notBefore time.Time, code string, err error) {
-	q.mu.Lock()
-	ok := q.retryLocked(st, attempts, notBefore, code, err.Error())
-	q.mu.Unlock()
+	var ok bool
+	q.table.Do(func(tx table) { ok = q.retryLocked(tx, st, attempts, notBefore, code, err.Error()) })
 	if ok {
 		q.storeRetry(st)
 	}
@@ -192,13 +185,13 @@ func (q *Queue) requeue(st *taskState, attempts int, notBefore time.Time, code s
 // retryLocked ends st's attempt in memory: st leaves flight (an answer to
 // the attempt that comes later is stale) and is marked queued with
 // attempts, notBefore and the error; storeRetry stores it and queues it.
-// It reports false, changing nothing, when st is finishing. Callers hold
-// q.mu.
-func (q *Queue) retryLocked(st *taskState, attempts int, notBefore time.Time, code, text string) bool {
+// It reports false, changing nothing, when st is finishing. It runs
+// inside q.table.Do.
+func (q *Queue) retryLocked(tx table, st *taskState, attempts int, notBefore time.Time, code, text string) bool {
 	if st.done {
 		return false
 	}
-	q.leaveFlightLocked(st)
+	q.leaveFlight(tx, st)
 	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.NotBefore = StatusQueued, "", attempts, notBefore
 	st.rec.LastError, st.rec.LastErrorCode = text, code
 	q.metrics.retry(code)
@@ -209,18 +202,16 @@ func (q *Queue) retryLocked(st *taskState, attempts int, notBefore time.Time, co
 // write comes before the dispatcher can send st again, so the next
 // attempt's checkpoint follows it.
 func (q *Queue) storeRetry(st *taskState) {
-	q.mu.Lock()
-	r := st.rec
-	q.mu.Unlock()
+	var r Record
+	q.table.Do(func(table) { r = st.rec })
 	if err := q.store.Retry(q.storeCtx(), r.Task.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
 		q.log.Error("storing retry failed", "id", r.Task.ID, "err", err)
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.stopped {
-		return
-	}
-	q.push(st)
+	q.table.Do(func(tx table) {
+		if !q.stopped.Load() {
+			q.push(tx, st)
+		}
+	})
 }
 
 // backoff is the wait before retry number n (1-based): exponential from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/lane"
@@ -12,13 +13,16 @@ import (
 	"github.com/captchaq/captchaq/internal/pollsched"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/startstop"
+	"github.com/captchaq/captchaq/internal/tasktable"
 	"github.com/captchaq/captchaq/provider"
 )
 
 // The queue's state: the Queue, what it keeps of each unfinished task, and
 // a task's entry into it (register, push), shared by the queue's parts
-// (intake, dispatcher, submits, pollers, results) under q.mu. The other
-// files hold the parts; docs/engine.md says where each part's state goes.
+// (intake, dispatcher, submits, pollers, results) through its task table
+// (internal/tasktable), whose lock guards each task's fields too. The
+// other files hold the parts; docs/engine.md says where each part's state
+// goes.
 
 // Queue solves tasks through a Provider: it keeps the plan's threads busy,
 // submits urgent tasks first, polls every task in flight in one bulk
@@ -49,28 +53,32 @@ type Queue struct {
 	dispatch chan struct{}     // wakes the dispatcher's loop (wakeDispatcher)
 	loops    []*startstop.Loop // the dispatcher's and each lane poller's run
 
+	// mu guards the lifecycle (started; closed and stopped are written
+	// under it and read anywhere) and the pause state (resumes, paused).
 	mu      sync.Mutex
 	started bool
-	closed  bool // intake stopped
-	stopped bool // loops stopped
-	tasks   map[string]*taskState
-	// accepting holds the ids between their claim and their registration
-	// (Enqueue in progress), so one id is stored and registered once while
-	// different ids are stored concurrently (the Store groups their commits).
-	accepting      map[string]chan struct{}
-	queue          *sched.Scheduler[*taskState]
-	inflight       map[string]*taskState // by task id
-	byCaptchaID    map[string]*taskState // by the provider's id as stored (lane.storedID), for pingbacks
-	capacityFreed  chan struct{}         // closed and replaced when a task finishes (waitCapacity)
-	idle           chan struct{}         // closed and replaced when tasks becomes empty
-	resumes        int                   // Resume calls; answers to requests sent before one cannot re-pause
-	earlyPingbacks map[string]pingback   // pingbacks that beat their checkpoint
-	paused         bool                  // every lane paused (OnPause was called)
+	closed  atomic.Bool // intake stopped
+	stopped atomic.Bool // loops stopped
+	resumes int         // Resume calls; answers to requests sent before one cannot re-pause
+	paused  bool        // every lane paused (OnPause was called)
+
+	// table holds every unfinished task: by id, the ids being stored
+	// (claims: one id is stored and added once while different ids are
+	// stored concurrently, the Store grouping their commits), those in
+	// flight (by the provider's id as stored, lane.StoredID, for
+	// pingbacks) and the waiting ones in order. Its lock also guards the
+	// fields of each taskState below and the fields after it here, which
+	// are read and written only inside table.Do.
+	table          *tasktable.Table[*taskState]
+	earlyPingbacks map[string]pingback // pingbacks that beat their checkpoint
 	bursts         bursts
 	metrics        counters
 }
 
-// taskState is the queue's memory of one unfinished task.
+// taskState is the queue's memory of one unfinished task. Its fields
+// change only inside q.table.Do (the task table's lock); the ones set at
+// register and never after (pt, route, kind, burst, class) are read
+// anywhere.
 type taskState struct {
 	rec Record
 	// pt is the task as the provider is sent it, checked at the door
@@ -133,10 +141,10 @@ func (q *Queue) epoch() int {
 // stopping reports whether the loops must end.
 func (q *Queue) stopping() bool { return q.runCtx.Err() != nil }
 
-// register adds an unfinished record to memory: queued ones to the
-// scheduler, in-flight ones to the poller with a slot taken. Callers hold
-// q.mu.
-func (q *Queue) register(r Record, w func(Result, error), pt provider.Checked) *taskState {
+// register adds an unfinished record to the table: queued ones to the
+// scheduler, in-flight ones to the poller with a slot taken. It runs
+// inside q.table.Do.
+func (q *Queue) register(tx table, r Record, w func(Result, error), pt provider.Checked) *taskState {
 	if pt.Method == "" {
 		// From the Store: checked here, at this door. A task that fails
 		// is sent unchecked, and the provider's client refuses it.
@@ -151,15 +159,14 @@ func (q *Queue) register(r Record, w func(Result, error), pt provider.Checked) *
 	if w != nil {
 		st.waiters = append(st.waiters, w)
 	}
-	q.tasks[r.Task.ID] = st
+	tx.Add(r.Task.ID, st)
 	if r.Status == StatusInFlight && r.CaptchaID != "" {
 		if l, id, ok := q.laneOf(r.CaptchaID); ok {
 			l.Limiter.Take()
 			st.slot, st.lane, st.price = true, l, priceAt(l, st)
 			st.rec.CaptchaID = id
 			st.resumed = true
-			q.inflight[r.Task.ID] = st
-			q.byCaptchaID[l.StoredID(id)] = st
+			tx.Fly(r.Task.ID, l.StoredID(id), st)
 			// Due at once: answers may have waited while we were away.
 			q.pollerOf(l).Track(r.Task.ID, st, id, st.kind, r.SubmittedAt, r.Task.Deadline, q.now(), true)
 			return st
@@ -167,16 +174,19 @@ func (q *Queue) register(r Record, w func(Result, error), pt provider.Checked) *
 		q.log.Warn("task in flight at a provider this queue no longer has: submitting it again", "id", r.Task.ID)
 	}
 	st.rec.Status, st.rec.CaptchaID = StatusQueued, ""
-	q.push(st)
+	q.push(tx, st)
 	return st
 }
 
-// push hands a queued task to the scheduler. Callers hold q.mu.
-func (q *Queue) push(st *taskState) {
+// table is the task table inside q.table.Do.
+type table = tasktable.Tx[*taskState]
+
+// push hands a queued task to the scheduler. It runs inside q.table.Do.
+func (q *Queue) push(tx table, st *taskState) {
 	t := st.rec.Task
 	now := q.now()
 	st.waitingSince = pollsched.Later(now, st.rec.NotBefore)
-	q.queue.Push(sched.Item[*taskState]{
+	tx.Waiting().Push(sched.Item[*taskState]{
 		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
 		Burst: st.burst, Expected: provider.MedianSolveTime(st.kind), Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline, Class: st.class,
 	}, now)

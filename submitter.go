@@ -27,13 +27,13 @@ func (q *Queue) submit(st *taskState) {
 	}()
 	t := st.rec.Task
 	if q.fleet != nil && !q.fleet.Admit(t.ID) {
-		q.mu.Lock()
-		q.leaveFlightLocked(st)
-		st.rec.NotBefore = q.now().Add(q.cfg.PollInterval)
-		if !q.stopped {
-			q.push(st)
-		}
-		q.mu.Unlock()
+		q.table.Do(func(tx table) {
+			q.leaveFlight(tx, st)
+			st.rec.NotBefore = q.now().Add(q.cfg.PollInterval)
+			if !q.stopped.Load() {
+				q.push(tx, st)
+			}
+		})
 		return
 	}
 	epoch := q.epoch()
@@ -46,9 +46,7 @@ func (q *Queue) submit(st *taskState) {
 	}
 	if q.stopping() {
 		// Abandoned by Close: the task is still queued in the Store.
-		q.mu.Lock()
-		q.leaveFlightLocked(st)
-		q.mu.Unlock()
+		q.table.Do(func(tx table) { q.leaveFlight(tx, st) })
 		return
 	}
 	q.submitFailed(st, err, now, epoch)
@@ -64,18 +62,19 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 		// crash before the next write would cost a second solve.
 		q.log.Error("checkpoint failed; polling anyway", "id", t.ID, "err", err)
 	}
-	q.mu.Lock()
-	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
-	st.rec.NotBefore = time.Time{}
-	st.transient = 0
-	l.Accepted(now, st.price)
-	q.pollerOf(l).Track(t.ID, st, captchaID, st.kind, now, t.Deadline, now.Add(q.firstPoll(st.kind)), false)
-	q.inflight[t.ID] = st
 	key := l.StoredID(captchaID)
-	q.byCaptchaID[key] = st
-	early, isEarly := q.earlyPingbacks[key]
-	delete(q.earlyPingbacks, key)
-	q.mu.Unlock()
+	var early pingback
+	var isEarly bool
+	q.table.Do(func(tx table) {
+		st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
+		st.rec.NotBefore = time.Time{}
+		st.transient = 0
+		l.Accepted(now, st.price)
+		q.pollerOf(l).Track(t.ID, st, captchaID, st.kind, now, t.Deadline, now.Add(q.firstPoll(st.kind)), false)
+		tx.Fly(t.ID, key, st)
+		early, isEarly = q.earlyPingbacks[key]
+		delete(q.earlyPingbacks, key)
+	})
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.Name())
 	if isEarly {
 		q.pingbackArrived(st, captchaID, early)
@@ -220,22 +219,21 @@ const zeroBalancePause = time.Minute
 // zeroBalanceRun counts a refusal and reports whether the streak is long
 // enough to pause.
 func (q *Queue) zeroBalanceRun(l *lane.Lane, code string) bool {
-	q.mu.Lock()
-	n := q.inflightAt(l)
-	q.mu.Unlock()
+	var n int
+	q.table.Do(func(tx table) { n = q.inflightAt(tx, l) })
 	return l.ZeroBalance(code, n)
 }
 
-// inflightAt counts the tasks in flight at l. Callers hold q.mu.
-func (q *Queue) inflightAt(l *lane.Lane) int {
+// inflightAt counts the tasks in flight at l. It runs inside q.table.Do.
+func (q *Queue) inflightAt(tx table, l *lane.Lane) int {
 	if !q.multi() {
-		return len(q.inflight)
+		return tx.Counts().InFlight
 	}
 	n := 0
-	for _, st := range q.inflight {
+	tx.EachInFlight(func(st *taskState) {
 		if st.lane == l {
 			n++
 		}
-	}
+	})
 	return n
 }
