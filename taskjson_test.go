@@ -59,13 +59,21 @@ func TestParseTaskErrorsNameTheField(t *testing.T) {
 		{`{"id":"a",`, `invalid JSON`},
 	}
 	for _, tc := range tests {
-		_, err := ParseTask([]byte(tc.line))
+		// What JSON cannot carry ParseTask refuses; the rest the door's
+		// validation does (ParseTask does not validate).
+		task, err := ParseTask([]byte(tc.line))
+		if err == nil {
+			err = task.check()
+		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ParseTask(%s) = %v, want an error containing %q", tc.line, err, tc.want)
+			t.Errorf("ParseTask(%s) then check = %v, want an error containing %q", tc.line, err, tc.want)
 		}
 	}
-	_, err := ParseTask([]byte(`{"id":"a"}`))
-	if !errors.Is(err, ErrInvalidTask) {
+	task, err := ParseTask([]byte(`{"id":"a"}`))
+	if err != nil {
+		t.Fatalf("ParseTask validated: %v", err)
+	}
+	if err := task.Validate(); !errors.Is(err, ErrInvalidTask) {
 		t.Errorf("missing method: %v does not match ErrInvalidTask", err)
 	}
 }

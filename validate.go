@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/captchaq/captchaq/internal/checkspy"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -26,8 +27,13 @@ import (
 //     range.
 //
 // A new rule goes in check (the queue's own fields) or in the provider's
-// Task.Validate (the provider's params), never in a door. ParseTask runs
-// check alone, so a line is refused for its queue fields as it is read.
+// Task.Validate (the provider's params), never in a door.
+//
+// A task is validated once on its way, at the door (checkspy counts it in
+// the tests): ParseTask reads a line without validating it, and what the
+// check found (provider.Checked: the provider task, a post task's image
+// decoded) is what the queue carries to the provider, which does not
+// validate it again.
 //
 // What a door adds is about the door, not the task, and is refused with
 // the same codes: the service's ids (at most 200 characters, no '/') and
@@ -129,6 +135,7 @@ func RefusalCode(err error) string {
 
 // check validates the queue's own fields.
 func (t Task) check() error {
+	checkspy.Count(checkspy.Queue, t.Params)
 	var errs []string
 	if t.ID == "" {
 		errs = append(errs, "id: required (a unique key for the task)")

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/captchaq/captchaq/internal/checkspy"
 )
 
 // ValidationError says which field of a task is wrong and how to fix it.
@@ -333,13 +335,13 @@ type Checked struct {
 // Check validates t as ValidateFor does and returns it checked, with
 // Params of its own: a change to t's map after Check does not reach it.
 func (t Task) Check(supported []string) (Checked, error) {
-	if err := t.ValidateFor(supported); err != nil {
+	k, image, err := t.validate(supported)
+	if err != nil {
 		return Checked{}, err
 	}
-	k, _ := t.KindFor(supported)
 	c := Checked{Task: Task{Method: t.Method, Params: maps.Clone(t.Params)}, Kind: k, route: t.RouteMethod()}
 	if t.Method == "post" {
-		c.file, _ = decodeBase64(t.Params["file"]) // ValidateFor read it
+		c.file = image // decoded once, by the check
 	}
 	return c, nil
 }
@@ -358,18 +360,26 @@ func (c Checked) CheckedFor(supported []string) bool {
 // ValidateFor is Validate for a provider that solves the given methods
 // (names as RouteMethod gives them).
 func (t Task) ValidateFor(supported []string) error {
+	_, _, err := t.validate(supported)
+	return err
+}
+
+// validate is the one body of ValidateFor and Check: it returns t's kind
+// and, for an image task, its image decoded.
+func (t Task) validate(supported []string) (Kind, []byte, error) {
+	checkspy.Count(checkspy.Provider, t.Params)
 	k, err := t.KindFor(supported)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	if err := checkReserved(t); err != nil {
-		return err
+		return "", nil, err
 	}
 	spec := specs[k]
 	for _, f := range spec.required {
 		v, ok := t.Params[f.name]
 		if !ok || strings.TrimSpace(v) == "" {
-			return &ValidationError{Field: "params." + f.name, Reason: "required for " + string(k) + "; " + f.hint}
+			return "", nil, &ValidationError{Field: "params." + f.name, Reason: "required for " + string(k) + "; " + f.hint}
 		}
 	}
 	for _, f := range append(slices.Clip(spec.required), spec.optional...) {
@@ -381,52 +391,59 @@ func (t Task) ValidateFor(supported []string) error {
 			continue // required ones are non-empty by now; empty optional ones are not sent
 		}
 		if reason := f.check(v); reason != "" {
-			return &ValidationError{Field: "params." + f.name, Reason: reason}
+			return "", nil, &ValidationError{Field: "params." + f.name, Reason: reason}
 		}
 	}
 	// Proxy fields on kinds that take none are not rejected: some services
 	// accept them everywhere. But a proxytype needs a proxy.
 	if t.Params["proxytype"] != "" && strings.TrimSpace(t.Params["proxy"]) == "" {
-		return &ValidationError{Field: "params.proxy", Reason: "required when proxytype is set; " + fProxy.hint}
+		return "", nil, &ValidationError{Field: "params.proxy", Reason: "required when proxytype is set; " + fProxy.hint}
 	}
+	var image []byte
 	if k == KindImage || k == KindGrid {
-		if err := validateImage(t); err != nil {
-			return err
+		if image, err = validateImage(t); err != nil {
+			return "", nil, err
 		}
 	}
 	if spec.extra != nil {
-		return spec.extra(t)
+		if err := spec.extra(t); err != nil {
+			return "", nil, err
+		}
 	}
-	return nil
+	return k, image, nil
 }
 
-func validateImage(t Task) error {
+// validateImage checks the image of a base64 or post task and returns it
+// decoded.
+func validateImage(t Task) ([]byte, error) {
+	field := ""
 	switch t.Method {
 	case "base64":
-		body := t.Params["body"]
-		if strings.TrimSpace(body) == "" {
-			return &ValidationError{Field: "params.body", Reason: "required for method base64; the image encoded as base64", Code: codeZeroFileSize}
-		}
-		b, err := decodeBase64(body)
-		if err != nil {
-			return &ValidationError{Field: "params.body", Reason: "not valid base64 (" + err.Error() + "); send the image bytes base64-encoded"}
-		}
-		return checkImageSize("params.body", len(b))
+		field = "body"
 	case "post":
-		file := t.Params["file"]
-		if strings.TrimSpace(file) == "" {
-			return &ValidationError{Field: "params.file", Reason: "required for method post; the image's bytes, base64-encoded (the command line reads a local path at intake)", Code: codeZeroFileSize}
-		}
-		b, err := decodeBase64(file)
-		if err != nil {
-			// The value is never opened as a path: a task may come from a
-			// remote client, and what exists on this machine is not theirs
-			// to learn.
-			return &ValidationError{Field: "params.file", Reason: "must be the image's bytes, base64-encoded; a path is not read here (send method base64 with body, or let the command line read a local file at intake)"}
-		}
-		return checkImageSize("params.file", len(b))
+		field = "file"
+	default:
+		return nil, nil
 	}
-	return nil
+	v := t.Params[field]
+	if strings.TrimSpace(v) == "" {
+		if field == "body" {
+			return nil, &ValidationError{Field: "params.body", Reason: "required for method base64; the image encoded as base64", Code: codeZeroFileSize}
+		}
+		return nil, &ValidationError{Field: "params.file", Reason: "required for method post; the image's bytes, base64-encoded (the command line reads a local path at intake)", Code: codeZeroFileSize}
+	}
+	checkspy.Count(checkspy.Decode, t.Params)
+	b, err := decodeBase64(v)
+	switch {
+	case err != nil && field == "body":
+		return nil, &ValidationError{Field: "params.body", Reason: "not valid base64 (" + err.Error() + "); send the image bytes base64-encoded"}
+	case err != nil:
+		// The value is never opened as a path: a task may come from a
+		// remote client, and what exists on this machine is not theirs
+		// to learn.
+		return nil, &ValidationError{Field: "params.file", Reason: "must be the image's bytes, base64-encoded; a path is not read here (send method base64 with body, or let the command line read a local file at intake)"}
+	}
+	return b, checkImageSize("params."+field, len(b))
 }
 
 // MaxImageBytes is the largest image taken, the provider's own limit: its

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/captchaq/captchaq/internal/checkspy"
+	"github.com/captchaq/captchaq/sim"
+)
+
+// A task of a batch is validated once on its way to the provider: at the
+// door (the stream's intake), not again when its line is read, queued or
+// sent; a post task's image is decoded once.
+func TestBatchValidatesEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	_, base := startFastSim(t, sim.Config{Threads: 4})
+	img := []byte("GIF89a checks " + t.Name())
+	path := filepath.Join(t.TempDir(), "c.gif")
+	if err := os.WriteFile(path, img, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	page := "https://shop.example/" + t.Name()
+	lines := fmt.Sprintf(`{"id":"turnstile-1","method":"turnstile","params":{"sitekey":"0x4AAAAAAAB3x-test","pageurl":%q}}
+{"id":"image-1","method":"post","params":{"file":%q}}
+`, page, path)
+	in := writeFile(t, "tasks.jsonl", lines)
+	file := base64.StdEncoding.EncodeToString(img)
+	turnstile, stopT := checkspy.Tally(func(p map[string]string) bool { return p["pageurl"] == page })
+	defer stopT()
+	image, stopI := checkspy.Tally(func(p map[string]string) bool { return p["file"] == file })
+	defer stopI()
+
+	r := runWith(t, "", keyEnv, append([]string{"batch", in, "--out", filepath.Join(t.TempDir(), "out.jsonl"),
+		"--store", filepath.Join(t.TempDir(), "q.db"), "--api-url", base}, fastQueue...)...)
+	if r.code != 0 {
+		t.Fatalf("batch = %+v", r)
+	}
+	want := map[checkspy.Kind]int{checkspy.Queue: 1, checkspy.Provider: 1}
+	if d := cmp.Diff(want, turnstile()); d != "" {
+		t.Errorf("turnstile task's checks (-want +got):\n%s", d)
+	}
+	want[checkspy.Decode] = 1
+	if d := cmp.Diff(want, image()); d != "" {
+		t.Errorf("post task's checks (-want +got):\n%s", d)
+	}
+}
