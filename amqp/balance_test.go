@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -67,7 +68,7 @@ func TestGatewayBalanceFromFirstRequest(t *testing.T) {
 		}
 	})
 	n := NamesFor(cfg.Prefix)
-	until(t, testCtx(t), "the reading kept on the broker", func() bool { return depth(t, testCtx(t), r.c, n.Balance) == 1 })
+	testbound.Until(t, "the reading kept on the broker", func() bool { return depth(t, testCtx(t), r.c, n.Balance) == 1 })
 
 	after, _ := r.gateway("gw-after", nil, nil)
 	if v, err := after.Balance(testCtx(t)); err != nil || v != 12.5 {

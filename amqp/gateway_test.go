@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -164,19 +165,6 @@ func await(t *testing.T, ctx context.Context, ch <-chan captchaq.Result, n int) 
 		}
 	}
 	return out
-}
-
-// until checks cond every 20ms until it holds, and fails when ctx ends:
-// for a state of the broker or the simulator that sends no signal.
-func until(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not before the test's deadline", what)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // quietFor fails if ch yields a result within d.
@@ -435,7 +423,7 @@ func TestGatewayOutcomes(t *testing.T) {
 	// x1's second copy, x3's answer and x3's own expiry (its message is
 	// still in the task queue) are dropped.
 	want := GatewayCounts{Accepted: 3, Results: 5, Duplicates: 3}
-	until(t, ctx, fmt.Sprintf("counts %+v", want), func() bool { return g.Counts() == want })
+	testbound.Until(t, fmt.Sprintf("counts %+v", want), func() bool { return g.Counts() == want })
 	for id, want := range map[string]string{"x1": "tok-1", "x2": "tok-2"} {
 		if rec, err := g.Get(ctx, id); err != nil || rec.Status != captchaq.StatusSolved || rec.Result.Token != want {
 			t.Errorf("%s: %+v, %v; want solved with %s", id, rec, err, want)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -39,7 +40,7 @@ func TestGatewayAndFleetRefuseAnotherTaskUnderAKnownID(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dead []DeadLetter
-	until(t, ctx, "the conflicting task dead-lettered", func() bool {
+	testbound.Until(t, "the conflicting task dead-lettered", func() bool {
 		if err := r.c.DeadLetters(ctx, func(dl DeadLetter) error { dead = append(dead, dl); return nil }); err != nil {
 			t.Fatal(err)
 		}

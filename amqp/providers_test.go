@@ -9,6 +9,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/tasktest"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -184,10 +185,10 @@ func TestFleetOnTwoProviders(t *testing.T) {
 	if err := g.Report(ctx, "gone", hr.CaptchaID, false); err != nil {
 		t.Fatal(err)
 	}
-	until(t, ctx, "a good report at main and a bad one at the backup", func() bool {
+	testbound.Until(t, "a good report at main and a bad one at the backup", func() bool {
 		return p.main.Stats().ReportsGood == 1 && p.backup.Stats().ReportsBad == 1
 	})
-	until(t, ctx, "the reports queue empty", func() bool { return depth(t, ctx, r.c, r.c.Names().Reports) == 0 })
+	testbound.Until(t, "the reports queue empty", func() bool { return depth(t, ctx, r.c, r.c.Names().Reports) == 0 })
 	ms, bs = p.main.Stats(), p.backup.Stats()
 	if ms.ReportsBad != 0 || bs.ReportsGood != 0 || ms.Calls.Report != 1 || bs.Calls.Report != 1 {
 		t.Errorf("reports: main %d good %d bad in %d calls, backup %d good %d bad in %d calls; want 1 good at main, 1 bad at the backup, nothing else",
@@ -224,7 +225,7 @@ func TestFleetSpendCapIsPerWorker(t *testing.T) {
 	}
 	// Settled: each worker holds three tasks it may not send this hour,
 	// and none at the provider.
-	until(t, ctx, "each worker holding three tasks, none at the provider", func() bool {
+	testbound.Until(t, "each worker holding three tasks, none at the provider", func() bool {
 		for _, w := range workers {
 			if w.Held() != 3 || w.Queue().Metrics().ThreadsInUse != 0 {
 				return false

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -61,7 +62,7 @@ func TestReplayReachesTheWorkerThatFailedIt(t *testing.T) {
 	failed := r.c.Names().Failed
 	deadLetters := func() string {
 		t.Helper()
-		until(t, ctx, "the dead letter", func() bool { return depth(t, ctx, r.c, failed) == 1 })
+		testbound.Until(t, "the dead letter", func() bool { return depth(t, ctx, r.c, failed) == 1 })
 		var ids []string
 		if err := r.c.DeadLetters(ctx, func(dl DeadLetter) error {
 			ids = append(ids, dl.Task.Task.ID+"/"+dl.Reason+"/"+dl.ErrorCode)
@@ -147,7 +148,7 @@ func TestFleetReplayOfAGatewayTask(t *testing.T) {
 		t.Fatalf("first solve: %+v; want g1 failed ERROR_BAD_PARAMETERS", res)
 	}
 	failed := r.c.Names().Failed
-	until(t, ctx, "the dead letter", func() bool { return depth(t, ctx, r.c, failed) == 1 })
+	testbound.Until(t, "the dead letter", func() bool { return depth(t, ctx, r.c, failed) == 1 })
 	refuse.Store(false)
 	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 1 || err != nil {
 		t.Fatalf("Replay = %d, %v; want 1", n, err)

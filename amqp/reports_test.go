@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -38,12 +39,12 @@ func TestGatewayReportsReachTheProviderThroughAWorker(t *testing.T) {
 	if err := g.Report(ctx, "", byID["good"].CaptchaID, true); err != nil {
 		t.Fatal(err)
 	}
-	until(t, ctx, "one bad and one good report at the provider", func() bool {
+	testbound.Until(t, "one bad and one good report at the provider", func() bool {
 		st := srv.Stats()
 		return st.ReportsBad == 1 && st.ReportsGood == 1
 	})
 	// The refused report is gone from the queue too.
-	until(t, ctx, "the reports queue empty after three report calls", func() bool {
+	testbound.Until(t, "the reports queue empty after three report calls", func() bool {
 		d, err := r.c.Depths(ctx, r.c.Names().Reports)
 		if err != nil {
 			t.Fatal(err)

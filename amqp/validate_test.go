@@ -7,6 +7,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/tasktest"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -62,7 +63,7 @@ func TestValidateTableWorker(t *testing.T) {
 	}
 	s := r.worker("validate-worker", sim.Config{LatencyScale: 0.01}, 2, 4)
 	got := map[string]string{}
-	until(t, ctx, fmt.Sprintf("%d dead letters", len(want)), func() bool {
+	testbound.Until(t, fmt.Sprintf("%d dead letters", len(want)), func() bool {
 		got = map[string]string{}
 		if err := r.c.DeadLetters(ctx, func(dl DeadLetter) error {
 			got[dl.Task.Task.ID] = dl.ErrorCode

@@ -20,6 +20,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/storespy"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -372,7 +373,7 @@ captchaq_http_requests_total{code="200",route="tasks_get"} 3
 	// A bad provider key pauses all sending: not ready.
 	b.sim.SetAccount(simBadKey())
 	b.inOK(t, keyQA, turnstile())
-	until(t, "sending paused by the bad key", func() bool { return b.srv.Queue().Paused() != nil })
+	testbound.Until(t, "sending paused by the bad key", func() bool { return b.srv.Queue().Paused() != nil })
 	body := b.do(t, mustReq("GET", b.url+"/readyz"), http.StatusServiceUnavailable)
 	if !strings.Contains(body, "ERROR_WRONG_USER_KEY") {
 		t.Errorf("readyz while paused: %q", body)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -130,7 +131,7 @@ func TestClientBodiesCountedAsTheyArrive(t *testing.T) {
 	padded := strings.Repeat(" ", 296) + "null" // 300 bytes, read whole: 400
 	// A body that declares 900 and sends one byte holds one byte.
 	b.holdBody(t, "127.0.0.1", "POST", "/v1/tasks", auth, 900, "[")
-	until(t, "the first byte read", func() bool { return b.bodyBytes(t, "clients") == 1 })
+	testbound.Until(t, "the first byte read", func() bool { return b.bodyBytes(t, "clients") == 1 })
 	if got := b.status(t, "POST", "/v1/tasks", keyOther, padded); got != http.StatusBadRequest {
 		t.Fatalf("another client beside a declared 900: HTTP %d, want 400 (read)", got)
 	}
@@ -138,7 +139,7 @@ func TestClientBodiesCountedAsTheyArrive(t *testing.T) {
 	// and 499 more: the pool's 1000 are taken.
 	b.holdBody(t, "127.0.0.1", "POST", "/v1/tasks", auth, 801, "["+strings.Repeat(" ", 799))
 	b.holdBody(t, "127.0.0.1", "POST", "/v1/tasks", auth, 801, "["+strings.Repeat(" ", 498))
-	until(t, "qa's bodies read", func() bool { return b.bodyBytes(t, "clients") == 1300 })
+	testbound.Until(t, "qa's bodies read", func() bool { return b.bodyBytes(t, "clients") == 1300 })
 	var e apiErr
 	h := b.api(t, "POST", "/v1/tasks", keyQA, padded, http.StatusTooManyRequests, &e)
 	if !strings.Contains(e.Error, `the clients' request bodies being read fill the server's 1000 bytes, and client "qa" is past its own 300`) || h.Get("Retry-After") == "" {
@@ -212,7 +213,7 @@ func TestKeylessBodiesPerAddress(t *testing.T) {
 	// 127.0.0.2 holds 600 bytes, then sends 600 more in another body:
 	// past its share of 1000, that one is cut short.
 	b.holdBody(t, "127.0.0.2", "POST", "/in.php", form, 800, "method=turnstile&pad="+strings.Repeat("x", 579))
-	until(t, "the first body read", func() bool { return b.bodyBytes(t, "keyless") == 600 })
+	testbound.Until(t, "the first body read", func() bool { return b.bodyBytes(t, "keyless") == 600 })
 	second := b.holdBody(t, "127.0.0.2", "POST", "/in.php?json=1", form, 800, "method=turnstile&pad="+strings.Repeat("x", 579))
 	code, body := second.answer(t)
 	var ans struct {
@@ -345,7 +346,7 @@ func TestSlowUploadsStarveNoOne(t *testing.T) {
 	}
 	// Both attacks at their bounds: the keyless one its address's share,
 	// evil its own share and the clients' pool.
-	until(t, "the slow uploads at their bounds", func() bool {
+	testbound.Until(t, "the slow uploads at their bounds", func() bool {
 		return refused("keyless", "share") > 0 && refused("clients", "budget") > 0
 	})
 	shareCuts, poolCuts := refused("keyless", "share"), refused("clients", "budget")

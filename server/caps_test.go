@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/captchaq/captchaq/server"
 )
@@ -27,19 +26,6 @@ func (b *bundle) status(t *testing.T, method, path, key, body string) int {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-// until retries f until it is true, for an event the test cannot see
-// directly (a request of another goroutine being held by the server).
-func until(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 90s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestAPIIntakeCaps(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -211,16 +212,12 @@ func TestHistoryAPI(t *testing.T) {
 		b.waitFinal(t, keyQA, fmt.Sprint("h", i))
 	}
 	var h server.History
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	if !testbound.Eventually(func() bool {
 		b.api(t, "GET", "/v1/history", keyAdmin, "", http.StatusOK, &h)
-		if n := len(h.T); n > 1 && h.SolvedPerMin[n-1] != nil && *h.SolvedPerMin[n-1] > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no solved per minute after 90 s: %+v", h)
-		}
-		time.Sleep(20 * time.Millisecond)
+		n := len(h.T)
+		return n > 1 && h.SolvedPerMin[n-1] != nil && *h.SolvedPerMin[n-1] > 0
+	}) {
+		t.Fatalf("no solved per minute after %v: %+v", testbound.Bound, h)
 	}
 	n := len(h.T)
 	for name, col := range map[string]int{"threads_in_use": len(h.ThreadsInUse), "threads_plan": len(h.ThreadsPlan),

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -151,9 +152,9 @@ func TestAPILongPollCaps(t *testing.T) {
 	}
 	wg.Add(2)
 	go hold(keyQA)
-	until(t, "qa's second long poll refused", refusedWith(keyQA, "this client already has 1 open long polls (?wait=), its limit"))
+	testbound.Until(t, "qa's second long poll refused", refusedWith(keyQA, "this client already has 1 open long polls (?wait=), its limit"))
 	go hold(keyOther)
-	until(t, "other's second long poll refused", refusedWith(keyOther, "this client already has 1 open long polls (?wait=), its limit"))
+	testbound.Until(t, "other's second long poll refused", refusedWith(keyOther, "this client already has 1 open long polls (?wait=), its limit"))
 	// Two open overall: a third client is refused by the server's cap.
 	code, body := probe(keyAdmin)
 	if code != http.StatusTooManyRequests || !strings.Contains(body, "the server has 2 open long polls (?wait=), its limit") {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -59,7 +60,7 @@ func TestConnectionCaps(t *testing.T) {
 		}
 	}
 	first.Close()
-	until(t, "the closed connection's place given back", func() bool {
+	testbound.Until(t, "the closed connection's place given back", func() bool {
 		_, ok := healthz(t, addr, "127.0.0.4")
 		return ok
 	})

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/testbound"
@@ -59,17 +58,12 @@ func (b *bundle) ctCreate(t *testing.T, key, task string) string {
 // ctWait polls getTaskResult until the task is no longer processing.
 func (b *bundle) ctWait(t *testing.T, key, id string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(testbound.Bound)
-	for {
-		m := b.ct(t, "getTaskResult", `{"clientKey":"`+key+`","taskId":`+id+`}`)
-		if m["status"] != "processing" {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s still processing", id)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var m map[string]any
+	testbound.Until(t, "task "+id+" done processing", func() bool {
+		m = b.ct(t, "getTaskResult", `{"clientKey":"`+key+`","taskId":`+id+`}`)
+		return m["status"] != "processing"
+	})
+	return m
 }
 
 func fastSim(c *sim.Config) { c.Latency = nil }

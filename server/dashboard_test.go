@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -94,7 +95,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// A dead letter: a task canceled while sending is paused.
 	b.sim.SetAccount(simBadKey())
 	b.api(t, "POST", "/v1/tasks", keyQA, apiTurnstile("dl"), http.StatusAccepted, nil)
-	until(t, "sending paused by the bad key", func() bool { return b.srv.Queue().Paused() != nil })
+	testbound.Until(t, "sending paused by the bad key", func() bool { return b.srv.Queue().Paused() != nil })
 	b.api(t, "DELETE", "/v1/tasks/dl", keyQA, "", http.StatusOK, nil)
 	b.sim.SetAccount(simGoodKey())
 	b.srv.Queue().Resume()

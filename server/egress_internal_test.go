@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 )
 
 func TestBlockedAddr(t *testing.T) {
@@ -83,12 +84,8 @@ func newTestSender(t *testing.T, parallel int, allow []netip.Prefix) *pingbackSe
 
 func waitCount(t *testing.T, ps *pingbackSender, outcome string, n float64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for testutil.ToFloat64(ps.metrics.WithLabelValues(outcome)) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s pingbacks: %v, want %v", outcome, testutil.ToFloat64(ps.metrics.WithLabelValues(outcome)), n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testbound.Eventually(func() bool { return testutil.ToFloat64(ps.metrics.WithLabelValues(outcome)) >= n }) {
+		t.Fatalf("%s pingbacks: %v, want %v", outcome, testutil.ToFloat64(ps.metrics.WithLabelValues(outcome)), n)
 	}
 }
 

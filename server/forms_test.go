@@ -12,8 +12,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
@@ -204,12 +204,12 @@ func TestRequestFormsByActionOnFrontAndSim(t *testing.T) {
 					// res.php get, until solved.
 					tokens := map[string]string{}
 					for _, id := range []string{tsID, imgID} {
-						deadline := time.Now().Add(time.Minute)
-						st, got := call("/res.php", "action", "get", "id", id)
-						for got == "CAPCHA_NOT_READY" && time.Now().Before(deadline) {
-							time.Sleep(20 * time.Millisecond)
+						var st int
+						var got string
+						testbound.Eventually(func() bool {
 							st, got = call("/res.php", "action", "get", "id", id)
-						}
+							return got != "CAPCHA_NOT_READY"
+						})
 						if st != 1 || got == "" || strings.HasPrefix(got, "ERROR_") {
 							t.Fatalf("res.php get %s: %d %q, want OK|<answer>", id, st, got)
 						}

@@ -12,6 +12,7 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -54,19 +55,15 @@ func TestGatewayReplayTouchesNoForeignDeadLetter(t *testing.T) {
 	failed := f.cfg.Prefix + ".failed"
 	waitDepth := func(what string, n int) {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			q, err := ch.QueueDeclarePassive(failed, true, false, false, false, nil)
-			if err != nil {
+		var q amqp091.Queue
+		if !testbound.Eventually(func() bool {
+			var err error
+			if q, err = ch.QueueDeclarePassive(failed, true, false, false, false, nil); err != nil {
 				t.Fatal(err)
 			}
-			if q.Messages == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %s holds %d messages, want %d", what, failed, q.Messages, n)
-			}
-			time.Sleep(20 * time.Millisecond)
+			return q.Messages == n
+		}) {
+			t.Fatalf("%s: %s holds %d messages, want %d", what, failed, q.Messages, n)
 		}
 	}
 	waitDepth("the gateway's own dead letter", 1)

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -62,16 +62,9 @@ func TestGatewayForwardsReportsToTheProvider(t *testing.T) {
 		t.Fatalf("the reports queue after 50 bad reports of one task and 1 good of another: %+v %v, want 2 messages", depth, err)
 	}
 	f.worker("rep-w2", 4)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if !testbound.Eventually(func() bool { st := f.sim.Stats(); return st.ReportsBad == 1 && st.ReportsGood == 1 }) {
 		st := f.sim.Stats()
-		if st.ReportsBad == 1 && st.ReportsGood == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the provider recorded %d bad and %d good reports, want 1 and 1", st.ReportsBad, st.ReportsGood)
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("the provider recorded %d bad and %d good reports, want 1 and 1", st.ReportsBad, st.ReportsGood)
 	}
 	if n := f.sim.Stats().Calls.Report; n != 2 {
 		t.Errorf("the provider got %d report calls, want 2", n)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -174,9 +175,7 @@ func TestServeCreateTaskProviderCallbacks(t *testing.T) {
 		}
 	}
 	// The simulator counts a callback once serve has answered it.
-	for s.Stats().PingbacksSent < 4 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testbound.Eventually(func() bool { return s.Stats().PingbacksSent >= 4 })
 	st := s.Stats()
 	if st.Accepted != 4 || st.PingbacksSent != 4 || st.PingbacksFailed != 0 || st.Calls.PollSingle+st.Calls.PollBulk != 0 {
 		t.Errorf("at the provider: %d accepted, %d callbacks sent (%d failed), %d polls; want 4, 4, 0 and none",

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -86,18 +86,6 @@ func (r *binRun) wait(t *testing.T) int {
 	}
 	t.Fatalf("%v: %v", r.cmd.Args, err)
 	return -1
-}
-
-// waitFor waits, up to a generous limit, until cond holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func TestExitCodes(t *testing.T) {
@@ -205,7 +193,7 @@ func TestExitCodeInterrupted(t *testing.T) {
 			before := s.Stats().Accepted
 			accepted = func() bool { return s.Stats().Accepted > before }
 			r := startBinary(t, key, "", c.args...)
-			waitFor(t, c.name+" to start working", func() bool { return c.ready(r) })
+			testbound.Until(t, c.name+" to start working", func() bool { return c.ready(r) })
 			if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
 				t.Fatal(err)
 			}
@@ -280,7 +268,7 @@ func TestExitCodesFleet(t *testing.T) {
 		{"collect", cat([]string{"collect"}, fleet...), "reading results from"},
 	} {
 		r := startBinary(t, keyEnv, "", c.args...)
-		waitFor(t, c.name+" to start", func() bool { return strings.Contains(r.errText(), c.ready) })
+		testbound.Until(t, c.name+" to start", func() bool { return strings.Contains(r.errText(), c.ready) })
 		if err := r.cmd.Process.Signal(os.Interrupt); err != nil {
 			t.Fatal(err)
 		}

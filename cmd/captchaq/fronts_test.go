@@ -219,9 +219,7 @@ func TestReplicasAreOneFront(t *testing.T) {
 		}
 	}
 	// One pingback a task, from whichever replica stored its answer.
-	for len(pingbacks.counts()) < n && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testbound.Eventually(func() bool { return len(pingbacks.counts()) >= n })
 	c := pingbacks.counts()
 	for _, id := range ids {
 		if c[id] != 1 {
@@ -244,16 +242,11 @@ func TestReplicasAreOneFront(t *testing.T) {
 // the match.
 func waitOutput(t *testing.T, p *process, re *regexp.Regexp) []string {
 	t.Helper()
-	deadline := time.Now().Add(testbound.Bound)
-	for {
-		if m := re.FindStringSubmatch(p.output()); m != nil {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line matches %s after %v:\n%s", re, testbound.Bound, p.output())
-		}
-		time.Sleep(20 * time.Millisecond)
+	var m []string
+	if !testbound.Eventually(func() bool { m = re.FindStringSubmatch(p.output()); return m != nil }) {
+		t.Fatalf("no log line matches %s after %v:\n%s", re, testbound.Bound, p.output())
 	}
+	return m
 }
 
 // Local mode (serve without --amqp) on a shared database: one active queue.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -83,7 +84,7 @@ func TestBatchUnreachableProviderSaysSo(t *testing.T) {
 	go func() {
 		code <- run(ctx, env, []string{"batch", in, "--store", "memory", "--api-url", "http://127.0.0.1:1"})
 	}()
-	waitFor(t, "a retry notice", func() bool { return strings.Contains(text(), "attempts retried in the last") })
+	testbound.Until(t, "a retry notice", func() bool { return strings.Contains(text(), "attempts retried in the last") })
 	if waited := time.Since(start); waited > 2*progressEvery+5*time.Second {
 		t.Errorf("first notice after %v", waited)
 	}
@@ -120,7 +121,7 @@ func TestServeLogsItsStorePath(t *testing.T) {
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"client-key-1"}]`)
 	db := filepath.Join(t.TempDir(), "serve.db")
 	r := startBinary(t, keyEnv, "", "serve", "--clients", clients, "--listen", "127.0.0.1:0", "--store", db, "--api-url", base)
-	waitFor(t, "serve to start", func() bool { return strings.Contains(r.errText(), "serving") })
+	testbound.Until(t, "serve to start", func() bool { return strings.Contains(r.errText(), "serving") })
 	if !strings.Contains(r.errText(), "store="+db) {
 		t.Errorf("serve log does not name its store %s:\n%s", db, r.errText())
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -70,20 +71,14 @@ func (p promAPI) query(expr string) []promSample {
 	return data.Result
 }
 
-// waitFor runs expr until want accepts its result, for up to a minute.
+// waitFor runs expr until want accepts its result (testbound.Until).
 func (p promAPI) waitFor(what, expr string, want func([]promSample) bool) []promSample {
 	p.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		got := p.query(expr)
-		if want(got) {
-			return got
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s: %s still answers %+v after a minute", what, expr, got)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var got []promSample
+	if !testbound.Eventually(func() bool { got = p.query(expr); return want(got) }) {
+		p.t.Fatalf("%s: %s still answers %+v after %v", what, expr, got, testbound.Bound)
 	}
+	return got
 }
 
 // freeAddr returns a loopback address with a port free a moment ago.

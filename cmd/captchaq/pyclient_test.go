@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/internal/tlsconf"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -145,7 +146,7 @@ func TestPythonClientRequestsOverTLS(t *testing.T) {
 				}
 				answer := pyReplay(t, host, tlsCfg, req)
 				if call.idOf != "" {
-					waitFor(t, call.name, func() bool {
+					testbound.Until(t, call.name, func() bool {
 						answer = pyReplay(t, host, tlsCfg, req)
 						return answer != "CAPCHA_NOT_READY"
 					})

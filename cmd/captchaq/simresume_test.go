@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/store/sqlite"
 )
 
@@ -32,7 +33,7 @@ func TestBatchKill9OnTheBuiltInSimulator(t *testing.T) {
 
 	first := startBinary(t, vars, "", "batch", in, "--out", out)
 	var journal string
-	waitFor(t, "20 tasks accepted by the built-in simulator", func() bool {
+	testbound.Until(t, "20 tasks accepted by the built-in simulator", func() bool {
 		m, _ := filepath.Glob(filepath.Join(data, "captchaq", "batch-sim-*.db.sim"))
 		if len(m) != 1 {
 			return false
@@ -192,7 +193,7 @@ func readmeFirstCommandStopped(t *testing.T, sig syscall.Signal) {
 	}()
 	var journal string
 	var atKill []captchaq.Record // the store's unfinished tasks at the kill
-	waitFor(t, "every valid task at the simulator, with its id in the store, before the batch ends", func() bool {
+	testbound.Until(t, "every valid task at the simulator, with its id in the store, before the batch ends", func() bool {
 		select {
 		case code := <-exited:
 			t.Fatalf("the first run ended (exit %d) before every task was at the simulator with an unfinished one left: %s", code, first.errText())

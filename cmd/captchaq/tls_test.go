@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/internal/tlsconf"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -92,7 +93,7 @@ func TestServeTLSSelfSigned(t *testing.T) {
 			"serve", "--api-url", apiURL, "--clients", clients, "--store", "memory", "--listen", "127.0.0.1:0",
 			"--tls-self-signed", "--metrics-listen", "127.0.0.1:0", "--metrics-tls", "--poll-interval", "50ms")
 		var front string
-		waitFor(t, "the serving line", func() bool {
+		testbound.Until(t, "the serving line", func() bool {
 			mm := regexp.MustCompile(`msg=serving addr=127\.0\.0\.1:(\d+) url=https://`).FindStringSubmatch(p.output())
 			if mm != nil {
 				front = "https://localhost:" + mm[1]
@@ -124,7 +125,7 @@ func TestServeTLSSelfSigned(t *testing.T) {
 			t.Fatalf("in.php over %s: %q, want OK|id over %s", proto, body, wantProto)
 		}
 		var answer string
-		waitFor(t, "the answer over TLS", func() bool {
+		testbound.Until(t, "the answer over TLS", func() bool {
 			answer, _ = get(t, c, front+"/res.php?key=tls-client-key&action=get&id="+id)
 			return answer != "CAPCHA_NOT_READY"
 		})
@@ -209,7 +210,7 @@ func TestServeTLSCertRotation(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the SIGHUP reload", func() bool { return strings.Contains(p.output(), "SIGHUP: TLS certificate reloaded") })
+	testbound.Until(t, "the SIGHUP reload", func() bool { return strings.Contains(p.output(), "SIGHUP: TLS certificate reloaded") })
 	if s := served(); s.Cmp(second) != 0 {
 		t.Fatalf("after SIGHUP: serial %v, want %v", s, second)
 	}
@@ -228,7 +229,7 @@ func TestServeTLSCertRotation(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the refused SIGHUP reload", func() bool {
+	testbound.Until(t, "the refused SIGHUP reload", func() bool {
 		return strings.Contains(p.output(), "SIGHUP: the TLS certificate files cannot be used; serving the last good pair")
 	})
 	if s := served(); s.Cmp(second) != 0 {

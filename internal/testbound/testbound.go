@@ -2,7 +2,10 @@
 // bound of their own: receiving a result, a WaitGroup, a call that takes
 // a context. Only a hang reaches the bound; the test then fails, saying
 // what it waited for, instead of the go test timeout stopping the whole
-// run with a goroutine dump ten minutes later. Inside a testing/synctest
+// run with a goroutine dump ten minutes later. A state that sends no
+// signal (a child process's answer, a broker queue's depth, a
+// simulator's count) is polled by Eventually or Until, the one poll loop
+// of the tests. Inside a testing/synctest
 // bubble the bound is fake time, which a hang spins through in little
 // real time (a bubble's timers keep firing while a test waits forever).
 package testbound
@@ -49,4 +52,30 @@ func WaitGroup(t testing.TB, what string, wg *sync.WaitGroup) {
 		close(done)
 	}()
 	Receive(t, what, done)
+}
+
+// PollEvery is how often Eventually checks its condition.
+const PollEvery = 20 * time.Millisecond
+
+// Eventually checks cond every PollEvery until it holds, and reports
+// whether it did within Bound: for a state that sends no signal. The
+// caller fails with what it saw (Until does with a name).
+func Eventually(cond func() bool) bool {
+	deadline := time.Now().Add(Bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(PollEvery)
+	}
+	return true
+}
+
+// Until is Eventually that fails the test, naming what it waited for,
+// when cond does not hold within Bound. Call it on the test's goroutine.
+func Until(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	if !Eventually(cond) {
+		t.Fatalf("waited %v for %s: never", Bound, what)
+	}
 }

@@ -62,6 +62,16 @@ func TestBoundedWaits(t *testing.T) {
 		}
 		wg.Done() // lets WaitGroup's goroutine end with the bubble
 
+		msg, took = run(t, func(tb testing.TB) { Until(tb, "a count of 3", func() bool { return false }) })
+		if msg != "waited 2m0s for a count of 3: never" || took < Bound || took > Bound+PollEvery {
+			t.Errorf("Until of a condition that never holds: failed %q after %v; want it named after %v", msg, took, Bound)
+		}
+		n := 0
+		msg, took = run(t, func(tb testing.TB) { Until(tb, "a count of 3", func() bool { n++; return n == 3 }) })
+		if msg != "" || took != 2*PollEvery || n != 3 {
+			t.Errorf("Until of a condition true on the third check: failed %q after %v, %d checks; want none after %v and 3", msg, took, n, 2*PollEvery)
+		}
+
 		msg, took = run(t, func(tb testing.TB) { <-Context(tb).Done() })
 		if msg != "" || took != Bound {
 			t.Errorf("Context ended after %v (failed %q), want %v", took, msg, Bound)
