@@ -100,3 +100,48 @@ func TestDecideEachAndDueEach(t *testing.T) {
 	}
 	within("DecideEach after its gap", l.DecideEach([]InFlight{a}, t0.Add(2300*time.Millisecond), t0, false, gap, gap).Sub(t0), 2700*time.Millisecond)
 }
+
+// Answers learned only within intervals are placed where the intervals
+// overlap: a kind solved in exactly 1.0 s, polled too early and found
+// 0.03–0.5 s late ([0.5 s, 1.03 s], [0.996 s, 1.5 s], [0.57 s, 1.07 s]),
+// is ready at 0.996–1.03 s, not spread from 0.5 s (where the next round
+// would go, spending each id's gap before its answer); a tenth of each
+// interval stays spread over it. A lone interval stays uniform over
+// itself; two that do not overlap keep their halves.
+func TestLearnedMassWhereIntervalsOverlap(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	learn := func(l *Learned, lo, hi time.Duration) {
+		l.Learn(provider.KindTurnstile, t0, t0.Add(lo), t0.Add(hi))
+	}
+	l := NewLearned()
+	learn(l, ms(500), ms(1030))
+	learn(l, ms(996), ms(1500))
+	learn(l, ms(570), ms(1070))
+	m := l.Models(false)(provider.KindTurnstile)
+	// Spread uniformly, the three put 0.595 of the answers before 0.995 s
+	// and 0.662 by 1.03 s.
+	if got, want := m.CDF(ms(995)), 0.1*0.595; math.Abs(got-want) > 1e-3 {
+		t.Errorf("CDF at 0.995 s = %v, want a tenth of the uniform spread's, %v", got, want)
+	}
+	if got, want := m.CDF(ms(1030)), 0.9+0.1*0.662; math.Abs(got-want) > 1e-3 {
+		t.Errorf("CDF at 1.03 s = %v, want %v", got, want)
+	}
+	// Busy (weight 2), one task: worth a round once its answer has
+	// waited 0.25 s, at 1.26 s. Spread uniformly, the intervals put this
+	// round at 1.16 s, and more rounds earlier in a solve, each spending
+	// its ids' gap before their answers.
+	got := l.Decide([]InFlight{{Kind: provider.KindTurnstile, Submitted: t0}}, t0, t0, false, ms(500)).Sub(t0)
+	if got < ms(1250) || got >= ms(1275) {
+		t.Errorf("round at %v after the submit, want [1.25 s, 1.275 s)", got)
+	}
+
+	lone := NewLearned()
+	learn(lone, ms(1000), ms(2000))
+	if got := lone.Models(false)(provider.KindTurnstile).CDF(ms(1500)); math.Abs(got-0.5) > 1e-9 {
+		t.Errorf("one interval [1 s, 2 s]: CDF at 1.5 s = %v, want 0.5", got)
+	}
+	learn(lone, ms(3000), ms(4000))
+	if got := lone.Models(false)(provider.KindTurnstile).CDF(ms(2500)); math.Abs(got-0.5) > 1e-9 {
+		t.Errorf("[1 s, 2 s] and [3 s, 4 s]: CDF at 2.5 s = %v, want 0.5", got)
+	}
+}
