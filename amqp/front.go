@@ -157,33 +157,34 @@ func retryStore(ctx context.Context, write func() error) error {
 	}
 }
 
-// SlotStore is a FrontStore that keeps clients' max_inflight across the
-// gateways of a front (store/postgres does).
-type SlotStore interface {
-	// TakeSlots takes room for ids among tenant's unfinished tasks of
-	// the whole front, at most max: false, with how many it has, when
-	// they do not fit.
-	TakeSlots(ctx context.Context, tenant string, ids []string, max int) (ok bool, held int, err error)
+// AdmitStore is a FrontStore that keeps clients' max_inflight and rate
+// across the gateways of a front (store/postgres does).
+type AdmitStore interface {
+	// Admit lets ids of tenant in within max unfinished tasks of the
+	// whole front (0: no bound) and rate tasks a second in bursts of
+	// burst (0: no bound), taking both or neither: false, with how many
+	// it has and, refused by the rate, how long until it has room.
+	Admit(ctx context.Context, tenant string, ids []string, max int, rate float64, burst int) (ok bool, held int, wait time.Duration, err error)
 	// FreeSlots gives back the room of ids that were not accepted.
 	FreeSlots(ctx context.Context, ids []string) error
 }
 
-// TakeSlots takes room for ids in tenant's max_inflight across the front
-// (server.SlotKeeper): ok with nothing taken when the store is the
-// gateway's own, whose server's count is exact already.
-func (g *Gateway) TakeSlots(ctx context.Context, tenant string, ids []string, max int) (ok bool, held int, err error) {
-	ss, shared := g.shared.(SlotStore)
+// Admit lets ids of tenant in within its max_inflight and rate across the
+// front (server.FrontLimiter): ok with nothing taken when the store is
+// the gateway's own (Shared is false), whose server's counts are exact
+// already.
+func (g *Gateway) Admit(ctx context.Context, tenant string, ids []string, max int, rate float64, burst int) (ok bool, held int, wait time.Duration, err error) {
+	as, shared := g.shared.(AdmitStore)
 	if !shared {
-		return true, 0, nil
+		return true, 0, 0, nil
 	}
-	return ss.TakeSlots(ctx, tenant, ids, max)
+	return as.Admit(ctx, tenant, ids, max, rate, burst)
 }
 
-// FreeSlots gives back what TakeSlots took for ids that were not
-// accepted.
+// FreeSlots gives back what Admit took for ids that were not accepted.
 func (g *Gateway) FreeSlots(ctx context.Context, ids []string) error {
-	if ss, shared := g.shared.(SlotStore); shared {
-		return ss.FreeSlots(ctx, ids)
+	if as, shared := g.shared.(AdmitStore); shared {
+		return as.FreeSlots(ctx, ids)
 	}
 	return nil
 }

@@ -103,14 +103,16 @@ type Replicated interface {
 	AttachReplicas(accepted func(captchaq.Record), finished func(captchaq.Result)) error
 }
 
-// SlotKeeper is a Backend that keeps clients' max_inflight across the
-// replicas of a front (amqp.Gateway on a shared store): after a client's
-// count here lets new tasks in, TakeSlots checks the front's count and
-// takes their room there in one step, so two replicas that take a
-// client's last slot at one moment do not both get it. FreeSlots gives
-// back the room of tasks that were not accepted.
-type SlotKeeper interface {
-	TakeSlots(ctx context.Context, tenant string, ids []string, max int) (ok bool, held int, err error)
+// FrontLimiter is a Backend that keeps clients' max_inflight and rate
+// across the replicas of a front (amqp.Gateway on a shared store, when
+// Shared says so): Admit checks both against the whole front and takes
+// their room there in one step, so two replicas that take a client's last
+// slot or token at one moment do not both get it; the server then counts
+// neither bound itself. FreeSlots gives back the room of tasks that were
+// not accepted.
+type FrontLimiter interface {
+	Shared() bool
+	Admit(ctx context.Context, tenant string, ids []string, max int, rate float64, burst int) (ok bool, held int, wait time.Duration, err error)
 	FreeSlots(ctx context.Context, ids []string) error
 }
 

@@ -360,7 +360,7 @@ func (s *Server) frontReport(r *http.Request, cs *clientState, id string, good b
 	if rec.Status != captchaq.StatusSolved {
 		return "ERROR_WRONG_CAPTCHA_ID", "only a solved task can be reported"
 	}
-	if le := cs.takeRate(1); le != nil {
+	if le := s.takeRate(r.Context(), cs, rec.Task.ID); le != nil {
 		return "MAX_USER_TURN", le.msg + " (reports count as tasks)"
 	}
 	first, err := s.backend.RecordReport(r.Context(), rec.Task.ID, good)

@@ -42,8 +42,8 @@ type Server struct {
 
 	ids      atomic.Uint64 // the last numeric id handed out
 	idMu     sync.Mutex
-	idSource IDSource   // nil: ids from the clock (ids); guarded by idMu
-	slots    SlotKeeper // nil: max_inflight is counted here alone
+	idSource IDSource     // nil: ids from the clock (ids); guarded by idMu
+	front    FrontLimiter // nil: max_inflight and rate are counted here alone
 	// newIDs are the store ids of front tasks whose ids came from the
 	// IDSource, from newFrontTask to acceptFront (NewSubmitter).
 	newIDs    sync.Map
@@ -139,7 +139,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.idSource, _ = s.backend.(IDSource)
-	s.slots, _ = s.backend.(SlotKeeper)
+	if fl, ok := s.backend.(FrontLimiter); ok && fl.Shared() {
+		s.front = fl
+	}
 	// Numeric ids start at the clock in microseconds, so ids of a restarted
 	// server never meet the ones already in the Store.
 	s.ids.Store(uint64(time.Now().UnixMicro()))
@@ -231,8 +233,9 @@ func (s *Server) result(r captchaq.Result) {
 	s.pingbacks.enqueue(s.backend, r, local)
 }
 
-// otherAccepted counts a task another replica of the front accepted
-// against its client's max_inflight and rate.
+// otherAccepted counts a task another replica of the front accepted among
+// its client's unfinished tasks (its max_inflight and rate are the
+// front's, FrontLimiter).
 func (s *Server) otherAccepted(rec captchaq.Record) {
 	cs := s.byName[rec.Task.Tenant]
 	if cs == nil {
@@ -249,10 +252,6 @@ func (s *Server) otherAccepted(rec captchaq.Record) {
 		cs.inflight[rec.Task.ID] = struct{}{}
 	}
 	cs.accepted++
-	if cs.limiter != nil {
-		// The client spent its rate there: the next tasks here wait for it.
-		cs.limiter.ReserveN(time.Now(), 1)
-	}
 }
 
 // otherResult is a result another replica of the front stored (and sent
@@ -398,42 +397,71 @@ func (cs *clientState) takeRate(n int) *limitError {
 	return nil
 }
 
-// reserve is cs.reserve, then, when the Backend keeps max_inflight
-// across the replicas of a front (SlotKeeper), the front's check, which
-// takes the room there.
+// reserve takes room for new tasks of cs against its max_inflight and
+// rate: counted here (cs.reserve), or, when the Backend keeps them across
+// the replicas of a front (FrontLimiter), there, in one round trip for a
+// client with either bound (none for a client with neither); the tasks
+// then count among the client's unfinished tasks here too.
 func (s *Server) reserve(ctx context.Context, cs *clientState, ids []string) *limitError {
-	if le := cs.reserve(ids); le != nil {
-		return le
+	if s.front == nil {
+		return cs.reserve(ids)
 	}
-	if s.slots == nil || cs.MaxInflight <= 0 {
-		return nil
+	if cs.MaxInflight > 0 || cs.limiter != nil {
+		burst := 0
+		if cs.limiter != nil {
+			burst = cs.limiter.Burst()
+			if len(ids) > burst {
+				return &limitError{msg: fmt.Sprintf("client %q sent %d tasks at once; its rate allows %d per second", cs.Name, len(ids), burst), retry: time.Second}
+			}
+		}
+		ok, held, wait, err := s.front.Admit(ctx, cs.Name, ids, cs.MaxInflight, cs.Rate, burst)
+		switch {
+		case err != nil:
+			s.log.Error("store read failed", "err", err)
+			return &limitError{inflight: true, msg: "the store cannot be reached now; try again shortly", retry: time.Second}
+		case !ok && wait > 0:
+			return &limitError{msg: fmt.Sprintf("client %q is over its rate of %g tasks per second across the front's replicas", cs.Name, cs.Rate), retry: wait}
+		case !ok:
+			return &limitError{inflight: true, msg: fmt.Sprintf("client %q has %d unfinished tasks on the front's replicas; its max_inflight is %d", cs.Name, held, cs.MaxInflight), retry: time.Second}
+		}
 	}
-	ok, held, err := s.slots.TakeSlots(ctx, cs.Name, ids, cs.MaxInflight)
-	if err == nil && ok {
-		return nil
-	}
+	cs.mu.Lock()
 	for _, id := range ids {
-		cs.release(id)
+		cs.inflight[id] = struct{}{}
 	}
-	if err != nil {
+	cs.mu.Unlock()
+	return nil
+}
+
+// takeRate takes n of cs's rate (a report's), here or across the front
+// (FrontLimiter, under id).
+func (s *Server) takeRate(ctx context.Context, cs *clientState, id string) *limitError {
+	if s.front == nil || cs.limiter == nil {
+		return cs.takeRate(1)
+	}
+	ok, _, wait, err := s.front.Admit(ctx, cs.Name, []string{id}, 0, cs.Rate, cs.limiter.Burst())
+	switch {
+	case err != nil:
 		s.log.Error("store read failed", "err", err)
-		return &limitError{inflight: true, msg: "the store cannot be reached now; try again shortly", retry: time.Second}
+		return &limitError{msg: "the store cannot be reached now; try again shortly", retry: time.Second}
+	case !ok:
+		return &limitError{msg: fmt.Sprintf("client %q is over its rate of %g tasks per second across the front's replicas", cs.Name, cs.Rate), retry: wait}
 	}
-	return &limitError{inflight: true, msg: fmt.Sprintf("client %q has %d unfinished tasks on the front's replicas; its max_inflight is %d", cs.Name, held, cs.MaxInflight), retry: time.Second}
+	return nil
 }
 
 // release gives back the room of tasks of cs that were not accepted,
-// here and at the front (SlotKeeper).
+// here and at the front (FrontLimiter).
 func (s *Server) release(cs *clientState, ids ...string) {
 	for _, id := range ids {
 		cs.release(id)
 	}
-	if s.slots == nil || cs.MaxInflight <= 0 || len(ids) == 0 {
+	if s.front == nil || cs.MaxInflight <= 0 || len(ids) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.slots.FreeSlots(ctx, ids); err != nil {
+	if err := s.front.FreeSlots(ctx, ids); err != nil {
 		// The room comes back by itself a minute after it was taken.
 		s.log.Warn("giving back a client's room at the front failed", "client", cs.Name, "err", err)
 	}

@@ -133,3 +133,60 @@ func TestFrontMaxInflightAcrossReplicas(t *testing.T) {
 	}
 	t.Logf("%d tasks accepted, %d submits refused, at most %d in flight at once", len(spans), refused.Load(), most)
 }
+
+// TestFrontRateAcrossReplicas: clients with a rate of one task each
+// 1,000 s (a burst of one) each send 8 in.php at one moment, 4 to each of
+// two replicas: of each client's 8, one is accepted, whichever replica
+// took it, and the others answer MAX_USER_TURN. With a bucket each
+// replica, both replicas' first in.php got in before either heard of the
+// other's.
+func TestFrontRateAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	const clients, each = 6, 8
+	db := pgtest.NewDatabase(t)
+	f := newProcessFleet(t, "test-cli-rate-", sim.Config{Threads: 10, LatencyScale: 0.05, Seed: 12, PollBan: sim.PollBan{Disabled: true}})
+	var list []string
+	for c := range clients {
+		list = append(list, fmt.Sprintf(`{"name":"r%d","key":"rate-key-%d","rate":0.001}`, c, c))
+	}
+	file := writeFile(t, "clients.json", "["+strings.Join(list, ",")+"]")
+	f.worker("cli-rate-worker", "rate-provider-key", workerStartedRE, "--poll-interval", "20ms")
+	var bases []string
+	for range 2 {
+		_, base, _ := f.serveWith(db, file, nil)
+		bases = append(bases, base)
+	}
+	for c := range clients {
+		var accepted, refused atomic.Int64
+		var mu sync.Mutex
+		var failures []string
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range each {
+			v := frontTask(c*each + i)
+			v.Set("key", fmt.Sprintf("rate-key-%d", c))
+			wg.Go(func() {
+				<-start
+				_, err := inPHP(bases[i%2], v)
+				switch {
+				case err == nil:
+					accepted.Add(1)
+				case strings.Contains(err.Error(), "MAX_USER_TURN"):
+					refused.Add(1)
+				default:
+					mu.Lock()
+					failures = append(failures, err.Error())
+					mu.Unlock()
+				}
+			})
+		}
+		close(start)
+		testbound.WaitGroup(t, "the senders", &wg)
+		for _, msg := range failures {
+			t.Error(msg)
+		}
+		if accepted.Load() != 1 || refused.Load() != each-1 {
+			t.Errorf("client r%d: %d of %d in.php at once accepted, %d refused with MAX_USER_TURN; want 1 and %d (its rate across the replicas)", c, accepted.Load(), each, refused.Load(), each-1)
+		}
+	}
+}

@@ -67,9 +67,10 @@
 // (one of several replicas stores it); Watch tells a Store what the others
 // accepted (Config.Notify) and finished, over LISTEN/NOTIFY, announced
 // after each commit in batches (announce.go says why); IDBlock hands out
-// blocks of task ids from a sequence; TakeSlots keeps a client's
-// max_inflight across them (front_slots, under the client's advisory
-// lock, one round trip); Activate holds the database's
+// blocks of task ids from a sequence; Admit keeps a client's
+// max_inflight (front_slots, under the client's advisory lock) and rate
+// (a token bucket a client, front_rates) across them, in one round trip;
+// Activate holds the database's
 // active-queue lock for a queue that solves tasks itself; ClaimOwner lets
 // processes that start at once agree on one owner.
 //

@@ -329,73 +329,121 @@ func (a *Active) Release() {
 	a.conn.Release()
 }
 
-// slotLock is the first key of the advisory locks TakeSlots takes, one a
-// tenant (the second key is the tenant's hash): "capq".
+// slotLock is the first key of the advisory locks Admit takes for a
+// client's max_inflight, one a tenant (the second key is the tenant's
+// hash): "capq".
 const slotLock int32 = 0x63617071
 
-// slotHold is how long a slot TakeSlots took counts when its task is not
+// slotHold is how long a slot Admit took counts when its task is not
 // recorded: a replica that died between its check and its record frees
 // the room then.
 const slotHold = time.Minute
 
-// takeSlots counts a tenant's unfinished tasks of the whole database and
-// its slots still held, and takes slots for ids ($2) only if they fit in
-// $3. Slots whose task is recorded (unfinished, or finished since) or
-// whose hold ran out go first. Run after the tenant's lock, in one
-// transaction: the count is then exact across processes.
-const takeSlots = `WITH gone AS (
-	DELETE FROM front_slots s WHERE s.tenant = $1 AND (s.until < now() OR EXISTS (
+// admit checks a tenant's max_inflight ($3; 0: none) and rate ($5 tasks a
+// second in bursts of $6; 0: none) for ids ($2) in one statement, and
+// takes both or neither. The max_inflight count is the tenant's unfinished
+// tasks of the whole database and its slots still held; slots whose task
+// is recorded (unfinished, or finished since) or whose hold ran out go
+// first. Run after the tenant's lock when $3 > 0: the count is then exact
+// across processes. The rate is a token bucket, the tenant's row of
+// front_rates, updated in place (ON CONFLICT DO UPDATE locks the row and
+// reads its latest version, so concurrent takes queue on it, no lock
+// needed). The last column is the bucket's tokens as of the statement's
+// start, for the wait of a refusal.
+const admit = `WITH gone AS (
+	DELETE FROM front_slots s WHERE $3::int > 0 AND s.tenant = $1 AND (s.until < now() OR EXISTS (
 		SELECT 1 FROM tasks t WHERE t.id = s.id AND (t.status IN ('queued', 'inflight') OR t.finished_at >= s.taken)))
 	RETURNING s.id
 ), held AS (
-	SELECT (SELECT count(*) FROM tasks WHERE tenant = $1 AND status IN ('queued', 'inflight'))
-	     + (SELECT count(*) FROM front_slots WHERE tenant = $1 AND id NOT IN (SELECT id FROM gone)) AS n
+	SELECT CASE WHEN $3::int > 0 THEN
+		(SELECT count(*) FROM tasks WHERE tenant = $1 AND status IN ('queued', 'inflight'))
+		+ (SELECT count(*) FROM front_slots WHERE tenant = $1 AND id NOT IN (SELECT id FROM gone))
+		ELSE 0 END AS n
+), fits AS (
+	SELECT $3::int <= 0 OR n + cardinality($2::text[]) <= $3::int AS ok FROM held
+), bucket AS (
+	INSERT INTO front_rates AS r (tenant, tokens, at)
+	SELECT $1, $6::float8 - cardinality($2::text[]), now() FROM fits WHERE $5::float8 > 0 AND fits.ok
+	ON CONFLICT (tenant) DO UPDATE
+	SET tokens = least($6::float8, r.tokens + greatest(0, extract(epoch FROM now() - r.at)) * $5::float8) - cardinality($2::text[]),
+		at = greatest(r.at, now())
+	WHERE least($6::float8, r.tokens + greatest(0, extract(epoch FROM now() - r.at)) * $5::float8) >= cardinality($2::text[])
+	RETURNING 1
+), paced AS (
+	SELECT $5::float8 <= 0 OR EXISTS (SELECT 1 FROM bucket) AS ok
 ), taken AS (
 	INSERT INTO front_slots (id, tenant, taken, until)
 	SELECT DISTINCT unnest($2::text[]), $1, now(), now() + make_interval(secs => $4)
-	FROM held WHERE held.n + cardinality($2::text[]) <= $3
+	FROM fits, paced WHERE $3::int > 0 AND fits.ok AND paced.ok
 	ON CONFLICT (id) DO UPDATE SET taken = excluded.taken, until = excluded.until
 	RETURNING 1
 )
-SELECT (SELECT n FROM held), (SELECT count(*) FROM taken)`
+SELECT held.n, fits.ok, paced.ok,
+	(SELECT least($6::float8, tokens + greatest(0, extract(epoch FROM now() - at)) * $5::float8) FROM front_rates WHERE tenant = $1)
+FROM held, fits, paced`
 
-// TakeSlots takes room for ids among tenant's unfinished tasks of every
-// process on the database, at most max of them: ok is false (and nothing
-// taken) when they do not fit, and held says how many the tenant has.
-// The check and the take are one transaction under the tenant's advisory
-// lock, one round trip: two processes that take a tenant's last slot at
-// one moment do not both get it. A slot counts until its task is
-// recorded (Enqueue, or Replay for a dead letter) and finishes, until
-// FreeSlots gives it back, or for a minute.
-func (s *Store) TakeSlots(ctx context.Context, tenant string, ids []string, max int) (ok bool, held int, err error) {
+// Admit lets ids of tenant in, within its bounds across every process on
+// the database: at most maxInflight unfinished tasks (0: no bound), and rate
+// tasks a second with bursts of up to burst (rate 0: no bound), each id
+// one task of the rate. ok is false, and nothing taken, when they do not
+// fit: held is then the tenant's unfinished tasks when max_inflight
+// refused them, and wait, when the rate did, is how long until its tokens
+// are there (at most the time to fill them from none). Both checks and both takes are one transaction, one round
+// trip: two processes that take a tenant's last slot or token at one
+// moment do not both get it. A slot counts until its task is recorded
+// (Enqueue, or Replay for a dead letter) and finishes, until FreeSlots
+// gives it back, or for a minute; a token is spent.
+func (s *Store) Admit(ctx context.Context, tenant string, ids []string, maxInflight int, rate float64, burst int) (ok bool, held int, wait time.Duration, err error) {
 	if s.closed.Load() {
-		return false, 0, ErrClosed
+		return false, 0, 0, ErrClosed
 	}
-	if len(ids) == 0 {
-		return true, 0, nil
+	if len(ids) == 0 || (maxInflight <= 0 && rate <= 0) {
+		return true, 0, 0, nil
+	}
+	if rate > 0 && len(ids) > burst {
+		return false, 0, 0, fmt.Errorf("postgres: Admit: %d tasks at once, past the burst of %d", len(ids), burst)
 	}
 	// One batch is one implicit transaction: the lock is held until its
 	// end, and the count's statement starts after the lock is taken.
 	batch := &pgx.Batch{}
-	batch.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, slotLock, tenant)
-	batch.Queue(takeSlots, tenant, ids, max, slotHold.Seconds())
+	if maxInflight > 0 {
+		batch.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, slotLock, tenant)
+	}
+	batch.Queue(admit, tenant, ids, maxInflight, slotHold.Seconds(), rate, burst)
 	br := s.pool.SendBatch(ctx, batch)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return false, 0, s.wrap("TakeSlots", err)
+	if maxInflight > 0 {
+		if _, err := br.Exec(); err != nil {
+			return false, 0, 0, s.wrap("Admit", err)
+		}
 	}
-	var n, took int64
-	if err := br.QueryRow().Scan(&n, &took); err != nil {
-		return false, 0, s.wrap("TakeSlots", err)
+	var n int64
+	var fits, paced bool
+	var tokens *float64
+	if err := br.QueryRow().Scan(&n, &fits, &paced, &tokens); err != nil {
+		return false, 0, 0, s.wrap("Admit", err)
 	}
 	if err := br.Close(); err != nil {
-		return false, 0, s.wrap("TakeSlots", err)
+		return false, 0, 0, s.wrap("Admit", err)
 	}
-	return took > 0, int(n), nil
+	switch {
+	case !fits:
+		return false, int(n), 0, nil
+	case !paced:
+		// The tokens as of the statement's start: a take that committed
+		// meanwhile is not in them (the update saw it), so with enough
+		// there the wait is the one from an empty bucket.
+		need := float64(len(ids))
+		if tokens != nil && *tokens < need {
+			need -= *tokens
+		}
+		return false, int(n), max(time.Millisecond, time.Duration(need/rate*float64(time.Second))), nil
+	}
+	return true, int(n), 0, nil
 }
 
-// FreeSlots gives back the slots TakeSlots took for ids whose tasks were
-// not accepted.
+// FreeSlots gives back the slots Admit took for ids whose tasks were not
+// accepted.
 func (s *Store) FreeSlots(ctx context.Context, ids []string) error {
 	if s.closed.Load() {
 		return ErrClosed

@@ -213,11 +213,11 @@ func TestActiveQueue(t *testing.T) {
 	third.Release()
 }
 
-// TakeSlots keeps a tenant's max_inflight across processes: of 20 takes
+// Admit keeps a tenant's max_inflight across processes: of 20 takes
 // at once from two stores, 3 fit; a slot counts until its task is
 // recorded and then while the task is unfinished; a finished task, or a
 // slot given back, makes room; a dead letter replayed takes a slot too.
-func TestTakeSlotsAcrossProcesses(t *testing.T) {
+func TestAdmitMaxInflightAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDatabase(t)
 	a := open(t, url, postgres.Config{})
@@ -231,7 +231,7 @@ func TestTakeSlotsAcrossProcesses(t *testing.T) {
 		s := []*postgres.Store{a, b}[i%2]
 		id := "qa/" + string(rune('a'+i))
 		wg.Go(func() {
-			ok, _, err := s.TakeSlots(ctx, "qa", []string{id}, max)
+			ok, _, _, err := s.Admit(ctx, "qa", []string{id}, max, 0, 0)
 			if err != nil {
 				t.Error(err)
 				return
@@ -248,8 +248,8 @@ func TestTakeSlotsAcrossProcesses(t *testing.T) {
 		t.Fatalf("%d of 20 concurrent takes fitted, want %d: %v", len(took), max, took)
 	}
 	// Another tenant is not held by qa's.
-	if ok, held, err := b.TakeSlots(ctx, "ops", []string{"ops/1"}, 1); err != nil || !ok || held != 0 {
-		t.Fatalf("ops TakeSlots = %v, %d, %v; want true, 0, nil", ok, held, err)
+	if ok, held, _, err := b.Admit(ctx, "ops", []string{"ops/1"}, 1, 0, 0); err != nil || !ok || held != 0 {
+		t.Fatalf("ops Admit = %v, %d, %v; want true, 0, nil", ok, held, err)
 	}
 	// Recorded, the tasks hold their room (once each, not twice).
 	var tasks []captchaq.Task
@@ -259,32 +259,109 @@ func TestTakeSlotsAcrossProcesses(t *testing.T) {
 	if _, _, err := a.Enqueue(ctx, tasks, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if ok, held, err := b.TakeSlots(ctx, "qa", []string{"qa/x"}, max); err != nil || ok || held != max {
-		t.Fatalf("TakeSlots with %d recorded = %v, %d, %v; want false, %d, nil", max, ok, held, err, max)
+	if ok, held, _, err := b.Admit(ctx, "qa", []string{"qa/x"}, max, 0, 0); err != nil || ok || held != max {
+		t.Fatalf("Admit with %d recorded = %v, %d, %v; want false, %d, nil", max, ok, held, err, max)
 	}
 	// One finishes (failed: a dead letter): room for one more.
 	if err := a.Finish(ctx, captchaq.Result{ID: took[0], Status: captchaq.StatusFailed, ErrorCode: "EXPIRED", FinishedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, held, err := b.TakeSlots(ctx, "qa", []string{"qa/x"}, max); err != nil || !ok || held != max-1 {
-		t.Fatalf("TakeSlots after a finish = %v, %d, %v; want true, %d, nil", ok, held, err, max-1)
+	if ok, held, _, err := b.Admit(ctx, "qa", []string{"qa/x"}, max, 0, 0); err != nil || !ok || held != max-1 {
+		t.Fatalf("Admit after a finish = %v, %d, %v; want true, %d, nil", ok, held, err, max-1)
 	}
 	// Given back (not accepted), the slot is free again, and the replay
 	// of the dead letter takes it, and holds it once replayed.
 	if err := b.FreeSlots(ctx, []string{"qa/x"}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, err := a.TakeSlots(ctx, "qa", []string{took[0]}, max); err != nil || !ok {
-		t.Fatalf("TakeSlots for a replay = %v, %v; want true", ok, err)
+	if ok, _, _, err := a.Admit(ctx, "qa", []string{took[0]}, max, 0, 0); err != nil || !ok {
+		t.Fatalf("Admit for a replay = %v, %v; want true", ok, err)
 	}
-	if ok, held, err := b.TakeSlots(ctx, "qa", []string{"qa/y"}, max); err != nil || ok || held != max {
-		t.Fatalf("TakeSlots while the replay's slot is held = %v, %d, %v; want false, %d, nil", ok, held, err, max)
+	if ok, held, _, err := b.Admit(ctx, "qa", []string{"qa/y"}, max, 0, 0); err != nil || ok || held != max {
+		t.Fatalf("Admit while the replay's slot is held = %v, %d, %v; want false, %d, nil", ok, held, err, max)
 	}
 	if n, err := a.Replay(ctx, captchaq.DeadLetterFilter{IDs: []string{took[0]}}, time.Now()); err != nil || n != 1 {
 		t.Fatalf("Replay = %d, %v", n, err)
 	}
-	if ok, held, err := b.TakeSlots(ctx, "qa", []string{"qa/y"}, max); err != nil || ok || held != max {
-		t.Fatalf("TakeSlots after the replay = %v, %d, %v; want false, %d, nil", ok, held, err, max)
+	if ok, held, _, err := b.Admit(ctx, "qa", []string{"qa/y"}, max, 0, 0); err != nil || ok || held != max {
+		t.Fatalf("Admit after the replay = %v, %d, %v; want false, %d, nil", ok, held, err, max)
+	}
+}
+
+// Admit keeps a tenant's rate across processes: of 20 admits at once
+// from two stores, with a burst of 3 and a rate that adds no token during
+// the test, 3 get in; a refusal says how long until a token is there; a
+// task refused by max_inflight spends no token, and one refused by the
+// rate takes no slot.
+func TestAdmitRateAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	a := open(t, url, postgres.Config{})
+	b := open(t, url, postgres.Config{})
+	ctx := t.Context()
+	const burst, rate = 3, 0.001 // a token every 1,000 s
+	var mu sync.Mutex
+	var took []string
+	var waits []time.Duration
+	var wg sync.WaitGroup
+	for i := range 20 {
+		s := []*postgres.Store{a, b}[i%2]
+		id := "qa/" + string(rune('a'+i))
+		wg.Go(func() {
+			ok, _, wait, err := s.Admit(ctx, "qa", []string{id}, 0, rate, burst)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if ok {
+				took = append(took, id)
+			} else {
+				waits = append(waits, wait)
+			}
+		})
+	}
+	wg.Wait()
+	if len(took) != burst {
+		t.Fatalf("%d of 20 concurrent admits got in, want %d: %v", len(took), burst, took)
+	}
+	for _, w := range waits {
+		if w < 900*time.Second || w > 1000*time.Second {
+			t.Errorf("a refusal's wait is %v, want the 1,000 s to the next token (less the test's time)", w)
+		}
+	}
+	// Another tenant has a bucket of its own; two at once take two tokens.
+	if ok, _, _, err := b.Admit(ctx, "ops", []string{"ops/1", "ops/2"}, 0, rate, 2); err != nil || !ok {
+		t.Fatalf("ops Admit of 2 = %v, %v; want true", ok, err)
+	}
+	if ok, _, _, err := a.Admit(ctx, "ops", []string{"ops/3"}, 0, rate, 2); err != nil || ok {
+		t.Fatalf("ops Admit past its burst = %v, %v; want false", ok, err)
+	}
+	// Both bounds: refused by max_inflight (1 slot held), no token goes;
+	// refused by the rate, no slot is taken.
+	if ok, _, _, err := a.Admit(ctx, "both", []string{"both/1"}, 1, rate, 2); err != nil || !ok {
+		t.Fatalf("both Admit = %v, %v; want true", ok, err)
+	}
+	for range 3 {
+		if ok, held, wait, err := b.Admit(ctx, "both", []string{"both/2"}, 1, rate, 2); err != nil || ok || held != 1 || wait != 0 {
+			t.Fatalf("both Admit past max_inflight = %v, %d, %v, %v; want false, 1, 0, nil", ok, held, wait, err)
+		}
+	}
+	if err := a.FreeSlots(ctx, []string{"both/1"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, _, err := b.Admit(ctx, "both", []string{"both/2"}, 1, rate, 2); err != nil || !ok {
+		t.Fatalf("both Admit with its second token = %v, %v; want true (refusals by max_inflight spend none)", ok, err)
+	}
+	if err := a.FreeSlots(ctx, []string{"both/2"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, held, wait, err := b.Admit(ctx, "both", []string{"both/3"}, 1, rate, 2); err != nil || ok || held != 0 || wait == 0 {
+		t.Fatalf("both Admit past its rate = %v, %d, %v, %v; want false, 0, a wait, nil", ok, held, wait, err)
+	}
+	if ok, held, _, err := b.Admit(ctx, "both", []string{"both/4"}, 1, 0, 0); err != nil || !ok || held != 0 {
+		t.Fatalf("both Admit by max_inflight alone after a rate refusal = %v, %d, %v; want true, 0 (it took no slot)", ok, held, err)
 	}
 }
 
