@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/lane"
@@ -239,14 +240,38 @@ func (q *Queue) check(t Task) (provider.Checked, error) {
 	return t.checkFor(q.cfg.Providers)
 }
 
-// pausedLocked returns the pause in force at now when every lane is
-// paused, lifting expired ones.
+// pauses is the queue's side of its lanes' pauses (each lane keeps its
+// own), under a lock of its own: Resume calls, which tell an answer to a
+// request sent before the latest one (stale: it cannot pause again), and
+// whether every lane is paused (OnPause was called).
+type pauses struct {
+	mu      sync.Mutex
+	resumes int
+	all     bool
+}
+
+// epoch identifies the pause state a request was sent under.
+func (q *Queue) epoch() int {
+	q.pause.mu.Lock()
+	defer q.pause.mu.Unlock()
+	return q.pause.resumes
+}
+
+// pausedNow returns the pause in force at now when every lane is paused,
+// lifting expired ones.
+func (q *Queue) pausedNow(now time.Time) *AccountError {
+	q.pause.mu.Lock()
+	defer q.pause.mu.Unlock()
+	return q.pausedLocked(now)
+}
+
+// pausedLocked is pausedNow with q.pause.mu held.
 func (q *Queue) pausedLocked(now time.Time) *AccountError {
 	var first *AccountError
 	for _, l := range q.lanes {
 		p := l.Paused(now)
 		if p == nil {
-			q.paused = false
+			q.pause.all = false
 			return nil
 		}
 		if first == nil {
@@ -281,22 +306,22 @@ func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
 		p.Until = now.Add(d)
 	}
 	ae := accountError(l, p)
-	q.mu.Lock()
-	if sentAt != q.resumes {
-		q.mu.Unlock()
+	q.pause.mu.Lock()
+	if sentAt != q.pause.resumes {
+		q.pause.mu.Unlock()
 		return
 	}
 	first := l.SetPause(p)
-	all := !q.paused && q.pausedLocked(now) != nil
+	all := !q.pause.all && q.pausedLocked(now) != nil
 	permanent := true
 	if all {
-		q.paused = true
+		q.pause.all = true
 		for _, o := range q.lanes {
 			op := o.Paused(now)
 			permanent = permanent && op != nil && op.Until.IsZero()
 		}
 	}
-	q.mu.Unlock()
+	q.pause.mu.Unlock()
 	if first {
 		if q.multi() {
 			q.log.Error("PROVIDER PAUSED: it refused the account; its tasks go to the other providers", "provider", l.Name(), "code", ae.Code, "reason", ae.Error())

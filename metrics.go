@@ -132,10 +132,7 @@ func (q *Queue) Metrics() Metrics {
 		tx.Waiting().Each(func(it sched.Item[*taskState]) { waiting.Add(it.Priority, it.Enqueued) })
 		m.DepthByPriority, m.OldestWaitingSeconds = waiting.ByPriority, waiting.OldestSeconds(now)
 	})
-	q.mu.Lock()
-	p := q.pausedLocked(now)
-	q.mu.Unlock()
-	if p != nil {
+	if p := q.pausedNow(now); p != nil {
 		m.Paused, m.PausedReason = true, p.Error()
 	}
 	for _, l := range q.lanes {

@@ -316,14 +316,14 @@ func (q *Queue) Abandon(ctx context.Context, id string) error {
 // Resume lifts every pause caused by an account error (after the key or
 // allow-list is fixed); sending starts again at once.
 func (q *Queue) Resume() {
-	q.mu.Lock()
+	q.pause.mu.Lock()
 	was := false
 	for _, l := range q.lanes {
 		was = l.Resume() || was
 	}
-	q.paused = false
-	q.resumes++
-	q.mu.Unlock()
+	q.pause.all = false
+	q.pause.resumes++
+	q.pause.mu.Unlock()
 	if was {
 		q.log.Info("sending resumed")
 	}
@@ -337,9 +337,7 @@ func (q *Queue) Resume() {
 // several providers, sending stops only when every one is paused; the
 // error is the first provider's.
 func (q *Queue) Paused() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if p := q.pausedLocked(q.now()); p != nil {
+	if p := q.pausedNow(q.now()); p != nil {
 		return p
 	}
 	return nil

@@ -53,14 +53,13 @@ type Queue struct {
 	dispatch chan struct{}     // wakes the dispatcher's loop (wakeDispatcher)
 	loops    []*startstop.Loop // the dispatcher's and each lane poller's run
 
-	// mu guards the lifecycle (started; closed and stopped are written
-	// under it and read anywhere) and the pause state (resumes, paused).
+	// mu guards the lifecycle: started; closed and stopped are written
+	// under it and read anywhere.
 	mu      sync.Mutex
 	started bool
 	closed  atomic.Bool // intake stopped
 	stopped atomic.Bool // loops stopped
-	resumes int         // Resume calls; answers to requests sent before one cannot re-pause
-	paused  bool        // every lane paused (OnPause was called)
+	pause   pauses      // the lanes' pauses, as the queue sees them (lane.go)
 
 	// table holds every unfinished task: by id, the ids being stored
 	// (claims: one id is stored and added once while different ids are
@@ -130,13 +129,6 @@ func (q *Queue) wakeDispatcher() {
 
 // pollerOf is the poller of l's tasks in flight.
 func (q *Queue) pollerOf(l *lane.Lane) *poller.Poller[*taskState] { return q.pollers[l.Index()] }
-
-// epoch identifies the pause state a request was sent under.
-func (q *Queue) epoch() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.resumes
-}
 
 // stopping reports whether the loops must end.
 func (q *Queue) stopping() bool { return q.runCtx.Err() != nil }
