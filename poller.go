@@ -100,8 +100,6 @@ func (s laneSink) RoundFailed(err error, at time.Time, epoch int) {
 	}
 }
 
-func (s laneSink) Busy() bool { return s.q.table.Counts().Waiting > 0 }
-
 func (s laneSink) Epoch() int { return s.q.epoch() }
 
 // repoll is the time between polls of one task.

@@ -38,9 +38,14 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 		log:            cfg.Logger,
 		store:          cfg.Store,
 		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
-		table:          tasktable.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}),
 		earlyPingbacks: map[string]pingback{},
 	}
+	// The pollers hear when tasks start or stop waiting for a thread.
+	q.table = tasktable.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}, func(busy bool) {
+		for _, p := range q.pollers {
+			p.Busy(busy)
+		}
+	})
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.dispatch = make(chan struct{}, 1)

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/lane"
@@ -76,8 +77,6 @@ type Sink[T any] interface {
 	// RoundFailed gives a round that failed as a whole with an account
 	// error or a transport failure (lane.TransportFailure).
 	RoundFailed(err error, at time.Time, epoch int)
-	// Busy reports whether tasks wait for a thread.
-	Busy() bool
 	// Epoch identifies the pause state a request is sent under.
 	Epoch() int
 }
@@ -99,6 +98,7 @@ type Poller[T any] struct {
 	cfg    Config
 	sink   Sink[T]
 	wakeCh chan struct{}
+	busy   atomic.Bool // tasks wait for a thread (Busy)
 
 	mu             sync.Mutex
 	tasks          map[string]*entry[T] // by task id
@@ -116,6 +116,11 @@ func New[T any](c Config, sink Sink[T]) *Poller[T] {
 
 // Adaptive reports whether rounds follow the default scheduler.
 func (p *Poller[T]) Adaptive() bool { return p.cfg.Adaptive }
+
+// Busy tells the poller whether tasks wait for a thread: while they do,
+// an answer's wait weighs double (a paid thread waits too). It never
+// blocks, and may be called under the caller's lock.
+func (p *Poller[T]) Busy(b bool) { p.busy.Store(b) }
 
 // Wake asks the loop to look again soon; it never blocks.
 func (p *Poller[T]) Wake() {
@@ -230,7 +235,7 @@ func (p *Poller[T]) nextRound(now time.Time) time.Time {
 	if pause := p.cfg.Lane.Paused(now); pause != nil {
 		return pause.Until
 	}
-	idle := !p.sink.Busy()
+	idle := !p.busy.Load()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var due time.Time
@@ -383,7 +388,7 @@ func (p *Poller[T]) dueLocked(now time.Time, idle bool) []*entry[T] {
 // for the next round would let its answer sit ready for up to a whole
 // interval.
 func (p *Poller[T]) round(now time.Time) {
-	idle := !p.sink.Busy()
+	idle := !p.busy.Load()
 	each := p.eachID()
 	p.mu.Lock()
 	p.last = now

@@ -29,23 +29,24 @@ func (p *pollRecorder) PollMany(_ context.Context, ids []string) ([]provider.Pol
 	return make([]provider.PollResult, len(ids)), nil
 }
 
-// sink records nothing and says whether tasks wait for a thread.
-type sink struct{ busy bool }
+// sink records nothing.
+type sink struct{}
 
 func (sink) Ready(string, string, provider.Answer, time.Time, time.Time) bool { return true }
 func (sink) Refused(string, string, error, time.Time, int)                    {}
 func (sink) RoundFailed(error, time.Time, int)                                {}
-func (s sink) Busy() bool                                                     { return s.busy }
 func (sink) Epoch() int                                                       { return 0 }
 
 func newPoller(rec *pollRecorder, adaptive, busy bool, now time.Time) *Poller[string] {
 	log := slog.New(slog.DiscardHandler)
 	l := lane.New(lane.Config{Provider: rec, Threads: 8, Methods: provider.CaptchaAIMethods, DownAfter: time.Minute, Logger: log})
-	return New(Config{
+	p := New(Config{
 		Lane: l, Adaptive: adaptive, PollInterval: time.Second, PollGap: 500 * time.Millisecond, Repoll: time.Second,
 		Backoff: func(int) time.Duration { return time.Second }, Requests: context.Background(),
 		Now: func() time.Time { return now }, Logger: log,
-	}, sink{busy})
+	}, sink{})
+	p.Busy(busy)
+	return p
 }
 
 // A round asks for every id due before the next round, not only those

@@ -28,12 +28,17 @@ type Table[T comparable] struct {
 	waiting  *sched.Scheduler[T]
 	freed    chan struct{} // closed and replaced when a task leaves the table
 	idle     chan struct{} // closed and replaced when the table becomes empty
+	busy     bool          // tasks were waiting at the end of the last Do
+	onBusy   func(bool)
 }
 
 // New returns an empty table whose waiting tasks are ordered by a
-// Scheduler of cfg.
-func New[T comparable](cfg sched.Config) *Table[T] {
+// Scheduler of cfg. onBusy (nil: none) hears, at the end of a Do and
+// under the table's lock, when tasks start or stop waiting: it must not
+// block or call the table.
+func New[T comparable](cfg sched.Config, onBusy func(busy bool)) *Table[T] {
 	return &Table[T]{
+		onBusy:   onBusy,
 		tasks:    map[string]T{},
 		claims:   map[string]chan struct{}{},
 		inflight: map[string]T{},
@@ -52,6 +57,12 @@ func (t *Table[T]) Do(fn func(tx Tx[T])) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	fn(Tx[T]{t})
+	if busy := t.waiting.Len() > 0; busy != t.busy {
+		t.busy = busy
+		if t.onBusy != nil {
+			t.onBusy(busy)
+		}
+	}
 }
 
 // Get returns the task of id.

@@ -21,7 +21,7 @@ func closed(ch <-chan struct{}) bool {
 }
 
 func TestLifecycle(t *testing.T) {
-	tb := tasktable.New[*task](sched.Config{})
+	tb := tasktable.New[*task](sched.Config{}, nil)
 	a, b := &task{"a"}, &task{"b"}
 	now := time.Unix(0, 0)
 	tb.Do(func(tx tasktable.Tx[*task]) {
@@ -73,7 +73,7 @@ func TestLifecycle(t *testing.T) {
 
 // A key another task took over since stays indexed when the first lands.
 func TestLandKeepsAnotherTasksKey(t *testing.T) {
-	tb := tasktable.New[*task](sched.Config{})
+	tb := tasktable.New[*task](sched.Config{}, nil)
 	a, b := &task{"a"}, &task{"b"}
 	tb.Do(func(tx tasktable.Tx[*task]) {
 		tx.Fly("a", "k", a)
@@ -91,7 +91,7 @@ func TestLandKeepsAnotherTasksKey(t *testing.T) {
 }
 
 func TestClaims(t *testing.T) {
-	tb := tasktable.New[*task](sched.Config{})
+	tb := tasktable.New[*task](sched.Config{}, nil)
 	var busy <-chan struct{}
 	tb.Do(func(tx tasktable.Tx[*task]) {
 		if _, ok := tx.Claim("a"); !ok {
@@ -117,10 +117,29 @@ func TestClaims(t *testing.T) {
 }
 
 func TestWakeRoom(t *testing.T) {
-	tb := tasktable.New[*task](sched.Config{})
+	tb := tasktable.New[*task](sched.Config{}, nil)
 	_, freed := tb.Room(1)
 	tb.WakeRoom()
 	if !closed(freed) {
 		t.Error("WakeRoom did not close the room channel")
+	}
+}
+
+// onBusy hears each change of whether tasks wait, once, at the end of
+// the Do that made it.
+func TestOnBusy(t *testing.T) {
+	var heard []bool
+	tb := tasktable.New[*task](sched.Config{}, func(b bool) { heard = append(heard, b) })
+	a, b := &task{"a"}, &task{"b"}
+	now := time.Unix(0, 0)
+	tb.Do(func(tx tasktable.Tx[*task]) {
+		tx.Waiting().Push(sched.Item[*task]{ID: "a", Value: a}, now)
+		tx.Waiting().Push(sched.Item[*task]{ID: "b", Value: b}, now)
+	})
+	tb.Do(func(tx tasktable.Tx[*task]) { tx.Waiting().Remove("a") })
+	tb.Do(func(tx tasktable.Tx[*task]) { tx.Waiting().Remove("b") })
+	tb.Do(func(tx tasktable.Tx[*task]) {})
+	if len(heard) != 2 || !heard[0] || heard[1] {
+		t.Fatalf("onBusy heard %v, want [true false]", heard)
 	}
 }
