@@ -221,6 +221,7 @@ func (c GatewayConfig) withDefaults(connLog *slog.Logger) GatewayConfig {
 	}
 	c.FairBurst = cmp.Or(c.FairBurst, FairBurstDefault)
 	c.Prefetch = cmp.Or(c.Prefetch, GatewayPrefetchDefault)
+	c.ResyncEvery = cmp.Or(c.ResyncEvery, ResyncEveryDefault)
 	c.Logger = cmp.Or(c.Logger, connLog)
 	return c
 }
@@ -237,6 +238,9 @@ func (c GatewayConfig) validate() error {
 	}
 	if c.Prefetch < 0 {
 		errs = append(errs, fmt.Errorf("amqp: GatewayConfig.Prefetch %d: must be positive", c.Prefetch))
+	}
+	if c.ResyncEvery < 0 {
+		errs = append(errs, fmt.Errorf("amqp: GatewayConfig.ResyncEvery %v: must be positive (default %v)", c.ResyncEvery, ResyncEveryDefault))
 	}
 	return errors.Join(errs...)
 }

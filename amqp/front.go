@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 )
 
 // errNotRecordedYet: a result for a task the shared store does not hold
@@ -69,6 +70,10 @@ func (g *Gateway) OtherAccepted(ctx context.Context, id string) {
 	if err != nil {
 		return
 	}
+	g.otherAccepted(rec)
+}
+
+func (g *Gateway) otherAccepted(rec captchaq.Record) {
 	if !final(rec.Status) {
 		g.track(rec)
 	}
@@ -90,48 +95,93 @@ func (g *Gateway) OtherFinished(ctx context.Context, id string) {
 	if err != nil || !final(rec.Status) || rec.Result == nil {
 		return
 	}
+	g.otherFinished(*rec.Result, false)
+}
+
+// otherFinished counts r, stored by another gateway, and tells the
+// server; with pendingOnly, only while the task is unfinished here (a
+// result told or stored here meanwhile is not counted again).
+func (g *Gateway) otherFinished(r captchaq.Result, pendingOnly bool) {
 	g.mu.Lock()
-	g.untrackLocked(id)
-	g.countLocked(*rec.Result, time.Now())
+	if _, ok := g.pending[r.ID]; pendingOnly && !ok {
+		g.mu.Unlock()
+		return
+	}
+	g.untrackLocked(r.ID)
+	g.countLocked(r, time.Now())
 	g.counts.OthersResults++
 	fn := g.othersFinished
 	g.mu.Unlock()
 	if fn != nil {
-		fn(*rec.Result)
+		fn(r)
 	}
 }
 
+// resyncSettle is how old a change must be for the periodic Resync to
+// tell it: a younger one's announcement may still be on its way, and told
+// twice it would count twice.
+const resyncSettle = 10 * time.Second
+
 // Resync reads the store's unfinished tasks again, after the news of the
 // other gateways may have been missed (the shared store's listening
-// connection was lost): a task it held unfinished that is no longer is
-// told as finished, one it did not know as accepted.
-func (g *Gateway) Resync(ctx context.Context) error {
-	open := map[string]bool{}
+// connection was lost): a task it holds unfinished whose result is stored
+// is told as finished, a task it did not know as accepted, and one no
+// longer stored (pruned) is let go.
+func (g *Gateway) Resync(ctx context.Context) error { return g.resyncBefore(ctx, time.Time{}) }
+
+// resync runs every GatewayConfig.ResyncEvery on a shared store, for the
+// news nothing else would tell: a gateway that died between a commit and
+// its announcement. It tells only changes older than resyncSettle (the
+// others' announcements may be on their way), the rest at its next run.
+func (g *Gateway) resync(ctx context.Context) {
+	startstop.Tick(ctx, g.cfg.ResyncEvery, func(ctx context.Context) {
+		if err := g.resyncBefore(ctx, time.Now().Add(-resyncSettle)); err != nil && ctx.Err() == nil {
+			g.log.Warn("reading the front's unfinished tasks again failed", "err", err)
+		}
+	})
+}
+
+// resyncBefore is Resync for the changes made before settled (zero:
+// all of them).
+func (g *Gateway) resyncBefore(ctx context.Context, settled time.Time) error {
+	before := func(t time.Time) bool { return settled.IsZero() || !t.After(settled) }
+	open := map[string]captchaq.Record{}
 	err := g.store.Pending(ctx, func(r captchaq.Record) error {
-		open[r.Task.ID] = true
+		open[r.Task.ID] = r
 		return nil
 	})
 	if err != nil {
 		return err
 	}
 	g.mu.Lock()
-	var gone, fresh []string
+	var gone []string
+	var fresh []captchaq.Record
 	for id := range g.pending {
-		if !open[id] {
+		if _, ok := open[id]; !ok {
 			gone = append(gone, id)
 		}
 	}
-	for id := range open {
-		if _, ok := g.pending[id]; !ok {
-			fresh = append(fresh, id)
+	for id, r := range open {
+		if _, ok := g.pending[id]; !ok && before(r.AcceptedAt) {
+			fresh = append(fresh, r)
 		}
 	}
 	g.mu.Unlock()
 	for _, id := range gone {
-		g.OtherFinished(ctx, id)
+		rec, err := g.store.Get(ctx, id)
+		switch {
+		case errors.Is(err, captchaq.ErrNotFound):
+			g.mu.Lock()
+			g.untrackLocked(id)
+			g.mu.Unlock()
+		case err != nil:
+			return err
+		case final(rec.Status) && rec.Result != nil && before(rec.Result.FinishedAt):
+			g.otherFinished(*rec.Result, true)
+		}
 	}
-	for _, id := range fresh {
-		g.OtherAccepted(ctx, id)
+	for _, r := range fresh {
+		g.otherAccepted(r)
 	}
 	return nil
 }

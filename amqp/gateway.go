@@ -26,6 +26,7 @@ import (
 const (
 	FairBurstDefault       = 10
 	GatewayPrefetchDefault = 64
+	ResyncEveryDefault     = 30 * time.Second
 )
 
 const (
@@ -68,6 +69,12 @@ type GatewayConfig struct {
 	// Prefetch bounds the results being stored at once. Default
 	// GatewayPrefetchDefault.
 	Prefetch int
+	// ResyncEvery, on a Store other gateways share (FrontStore), is how
+	// often the gateway reads the front's unfinished tasks again
+	// (Resync): a gateway that died between a commit and its announcement
+	// leaves the others without that news until then. Default
+	// ResyncEveryDefault.
+	ResyncEvery time.Duration
 	// Providers, for a fleet whose workers route among several providers
 	// (captchaq worker --providers): Submit accepts a type when any of
 	// them solves it (captchaq.Task.ValidateFor; only Name and Methods
@@ -156,6 +163,7 @@ type Gateway struct {
 	tally         tally.Results
 	results       *Consumer
 	receiver      *startstop.Loop // receive, from Start until Shutdown
+	resyncer      *startstop.Loop // resync, on a shared store: from Start until Shutdown
 	balances      *balanceListener
 	depthMu       sync.Mutex
 	depthAt       time.Time
@@ -360,6 +368,10 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	// Started under mu, so a Shutdown that saw results stops them.
 	_ = g.receiver.Start(context.Background())
 	_ = g.balances.Start(context.Background())
+	if g.shared != nil {
+		g.resyncer = startstop.New(g.resync)
+		_ = g.resyncer.Start(context.Background())
+	}
 	unfinished := len(g.pending)
 	g.mu.Unlock()
 	g.log.Info("gateway started", "reply_queue", g.reply, "unfinished", unfinished, "republished", len(unmarked))
@@ -916,8 +928,9 @@ func (g *Gateway) QueueDepths(ctx context.Context) (map[string]int, error) {
 // finished (until ctx ends), the rest stay in the reply queue for the
 // next Start. Unfinished tasks stay at the fleet. The Store is not closed.
 // In order: the reply consumer stops taking deliveries; the result
-// receiver (which waits for its handlers) and the balance listener are
-// stopped at once and waited for until ctx ends; the consumer closes; the
+// receiver (which waits for its handlers), the balance listener and, on a
+// shared store, the resyncer (Resync every ResyncEvery) are stopped at
+// once and waited for until ctx ends; the consumer closes; the
 // publisher closes last.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.mu.Lock()
@@ -926,7 +939,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	g.closed = true
-	k, receiver := g.results, g.receiver
+	k, receiver, resyncer := g.results, g.receiver, g.resyncer
 	g.mu.Unlock()
 	defer g.pub.Close()
 	if k == nil {
@@ -936,9 +949,12 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.log.Warn("stop taking results", "err", err)
 	}
 	done := make(chan struct{})
-	go func() { // both loops are told to stop at once
+	go func() { // the loops are told to stop at once
 		var stopping sync.WaitGroup
 		stopping.Go(g.balances.Stop)
+		if resyncer != nil {
+			stopping.Go(resyncer.Stop)
+		}
 		receiver.Stop()
 		stopping.Wait()
 		close(done)

@@ -190,3 +190,72 @@ func TestFrontRateAcrossReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontHealsLostFinishedNotice: a replica that stored a task's answer
+// and died before announcing it (here: the answer written straight into
+// the database, as that replica's commit left it) leaves the other
+// replicas without the news. The client's max_inflight is the database's
+// count, so its next task is accepted at once on either replica; and each
+// replica's own count (/v1/stats, the fair share) lets the task go at its
+// next resync once the answer is older than the announcements' settling
+// time (10 s).
+func TestFrontHealsLostFinishedNotice(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDatabase(t)
+	// Solves that take many minutes: the task stays in flight.
+	f := newProcessFleet(t, "test-cli-heal-", sim.Config{Threads: 10, LatencyScale: 100, Seed: 14, PollBan: sim.PollBan{Disabled: true}})
+	clients := writeFile(t, "clients.json", fmt.Sprintf(`[{"name":"qa","key":"%s","max_inflight":1,"admin":true}]`, frontClient))
+	f.worker("cli-heal-worker", "heal-provider-key", workerStartedRE, "--poll-interval", "20ms")
+	var bases []string
+	for range 2 {
+		_, base, _ := f.serveWith(db, clients, nil, "--resync-every", "100ms")
+		bases = append(bases, base)
+	}
+	inflight := func(base string) int {
+		for _, c := range statsOf(t, base).Clients {
+			if c.Name == "qa" {
+				return c.Inflight
+			}
+		}
+		return 0
+	}
+	first, err := inPHP(bases[0], frontTask(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, base := range bases {
+		testbound.Until(t, base+" counting the first task in flight", func() bool { return inflight(base) == 1 })
+	}
+	if _, err := inPHP(bases[1], frontTask(1)); err == nil || !strings.Contains(err.Error(), "ERROR_NO_SLOT_AVAILABLE") {
+		t.Fatalf("a second task while the first is in flight: %v, want ERROR_NO_SLOT_AVAILABLE", err)
+	}
+	ctx := testbound.Context(t)
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tag, err := conn.Exec(ctx, `UPDATE tasks SET status = 'solved', result_method = method, result_kind = 'token',
+		result_token = 'lost-notice-token', result_attempts = 1, finished_at = now() - interval '1 minute',
+		result_accepted_at = accepted_at WHERE id = $1 AND status = 'inflight'`, "qa/"+first)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("storing the answer: %v, %d rows", err, tag.RowsAffected())
+	}
+	for i, base := range bases {
+		if _, err := inPHP(base, frontTask(2+i)); err != nil {
+			t.Errorf("%s: a task after the first was answered: %v, want it accepted", base, err)
+		}
+		// Answered as well, unannounced (a result comes after the room
+		// its task took: the room goes with it).
+		if _, err := conn.Exec(ctx, `UPDATE tasks SET status = 'failed', result_error_code = 'CANCELED', finished_at = now()
+			WHERE tenant = 'qa' AND status IN ('queued', 'inflight')`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, base := range bases {
+		testbound.Until(t, base+" letting the answered tasks go", func() bool { return inflight(base) == 0 })
+	}
+	if got, err := resPHP(bases[1], first); err != nil || got != "OK|lost-notice-token" {
+		t.Errorf("res.php of the first task: %q, %v", got, err)
+	}
+}

@@ -46,7 +46,7 @@ type serveFlags struct {
 	maxConns, maxConnsPerAddr                       *int
 
 	amqpURL, prefix, gateway, lanes *string
-	taskTTL                         *time.Duration
+	taskTTL, resyncEvery            *time.Duration
 	fairBurst                       *int
 
 	pingbackAllow *string
@@ -64,7 +64,7 @@ type serveFlags struct {
 // localOnly and gatewayOnly are the flags of one mode.
 var (
 	localOnly   = []string{"api-url", "threads", "plan", "poll-interval", "public-url", "standby"}
-	gatewayOnly = []string{"prefix", "gateway", "lanes", "task-ttl", "fair-burst"}
+	gatewayOnly = []string{"prefix", "gateway", "lanes", "task-ttl", "fair-burst", "resync-every"}
 )
 
 func runServe(ctx context.Context, env *environment, args []string) error {
@@ -91,6 +91,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		lanes:           fs.String("lanes", "", "with --amqp: comma-separated task kinds that have their own queue (as the workers' --lanes)"),
 		taskTTL:         fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
 		fairBurst:       fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
+		resyncEvery:     fs.Duration("resync-every", amqp.ResyncEveryDefault, "with --amqp and a PostgreSQL --store: how often this replica reads the front's unfinished tasks again, for what a replica that died did not announce (a result it stored, a task it took)"),
 		pingbackAllow:   fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
 		maxAttempts:     fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good, and the most a client's max_attempts may ask for (default %d)", captchaq.MaxAttemptsDefault)),
 		metricsListen:   fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
@@ -430,7 +431,7 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 			return server.Config{}, nil, nil, err
 		}
 	}
-	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: store, Name: name, FairBurst: *f.fairBurst, Providers: providers, Logger: log})
+	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: store, Name: name, FairBurst: *f.fairBurst, ResyncEvery: *f.resyncEvery, Providers: providers, Logger: log})
 	if err != nil {
 		stop()
 		return server.Config{}, nil, nil, &exitError{code: 2, err: fmt.Errorf("--gateway: %w", err)}
