@@ -48,7 +48,9 @@ const (
 )
 
 // FleetLatencyDefault is the Turnstile solve time of the fleet scenario:
-// 0.5–2 s.
+// 1 s each. Its Spread is 0, so Min and Max (0.5 s and 2 s) clamp
+// nothing: every solve takes the Median, and the floor is tasks ÷
+// threads seconds.
 var FleetLatencyDefault = sim.Latency{Median: time.Second, Min: 500 * time.Millisecond, Max: 2 * time.Second}
 
 // FleetConfig is one run of the fleet scenario: real `captchaq worker`
@@ -733,8 +735,8 @@ func FleetMarkdown(w io.Writer, reps []FleetReport) {
 		return
 	}
 	c := reps[0].Config
-	fmt.Fprintf(w, "## fleet: %d Turnstile tasks of %v–%v, a %d-thread plan, %d × `captchaq worker --threads %d` at their defaults\n\n",
-		c.Tasks, c.Latency.Min, c.Latency.Max, c.Threads, c.Workers, c.Threads)
+	fmt.Fprintf(w, "## fleet: %d Turnstile tasks of %s, a %d-thread plan, %d × `captchaq worker --threads %d` at their defaults\n\n",
+		c.Tasks, latencyText(c.Latency), c.Threads, c.Workers, c.Threads)
 	fmt.Fprintf(w, "The fault strikes one worker (or the broker) %v after the enqueue starts; a partition and a SIGSTOP last %v. "+
 		"Ready→fetched is the simulator's: from each answer ready to the poll that first fetched it. "+
 		"Twice counts results that reached the results queue twice; paid twice, the simulator's second accepted submits of one task.\n\n", c.FaultAt, c.Outage)
@@ -752,6 +754,15 @@ func FleetMarkdown(w io.Writer, reps []FleetReport) {
 	fmt.Fprintln(w, "\nTargets with one worker SIGKILLed: ready→fetched p99 ≤ 3 s, makespan ≤ 1.4 × the floor + 3 s, utilization ≥ 0.92, "+
 		"\"no free thread\" ≤ 1% of submits, 0 lost, ≤ 1 paid twice; a partition: answers wait no longer than the broker's heartbeat timeout + 3 s.")
 	fmt.Fprintln(w)
+}
+
+// latencyText says what solve times l draws: one time when its Spread
+// is 0, else its median, spread and bounds.
+func latencyText(l sim.Latency) string {
+	if l.Spread == 0 {
+		return fmt.Sprintf("%v each", min(max(l.Median, l.Min), cmp.Or(l.Max, l.Median)))
+	}
+	return fmt.Sprintf("median %v, spread %g, %v–%v", l.Median, l.Spread, l.Min, l.Max)
 }
 
 // MakespanTarget is 1.4 × the floor + 3 s.
