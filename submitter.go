@@ -242,15 +242,12 @@ const zeroBalancePause = time.Minute
 // enough to pause.
 func (q *Queue) zeroBalanceRun(l *lane.Lane, code string) bool {
 	var n int
-	q.table.Do(func(tx table) { n = q.inflightAt(tx, l) })
+	q.table.Do(func(tx table) { n = inflightAt(tx, l) })
 	return l.ZeroBalance(code, n)
 }
 
 // inflightAt counts the tasks in flight at l. It runs inside q.table.Do.
-func (q *Queue) inflightAt(tx table, l *lane.Lane) int {
-	if !q.multi() {
-		return tx.Counts().InFlight
-	}
+func inflightAt(tx table, l *lane.Lane) int {
 	n := 0
 	tx.EachInFlight(func(st *taskState) {
 		if st.lane == l {
