@@ -261,3 +261,49 @@ func (h *heldSubmits) hold(ctx context.Context) error {
 	h.forwarded.Add(1)
 	return nil
 }
+
+// TestMayClaim: a worker whose task's connection closed before the
+// task's first checkpoint was confirmed claims it only while a worker
+// that received it again may still be waiting for the claim: within
+// claimWindow of the latest moment the broker surely held the connection.
+func TestMayClaim(t *testing.T) {
+	const hb = 5 * time.Second
+	now := time.Now()
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	cases := []struct {
+		name            string
+		heard, ended    time.Duration // how long ago
+		stallFrom, upTo time.Duration // a stall, 0 for none
+		awake           time.Duration // the watcher's last tick
+		want            bool
+	}{
+		{name: "closed a second ago", heard: 2 * time.Second, ended: time.Second, awake: time.Second, want: true},
+		{name: "closed longer ago than the window", heard: 7 * time.Second, ended: 6 * time.Second, awake: time.Second},
+		{name: "fell silent before it ended (a partition)", heard: 8 * time.Second, ended: time.Second / 2, awake: time.Second},
+		{name: "read and closed right after a stall (SIGSTOP)", heard: time.Second / 5, ended: time.Second / 10,
+			stallFrom: 30 * time.Second, upTo: time.Second / 3, awake: time.Second / 4},
+		{name: "read and closed in a stall the watcher has not seen end", heard: time.Second / 5, ended: time.Second / 10,
+			awake: 30 * time.Second},
+		{name: "a stall long before the close", heard: 2 * time.Second, ended: time.Second,
+			stallFrom: 60 * time.Second, upTo: 40 * time.Second, awake: time.Second, want: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Conn{cfg: Config{Heartbeat: hb}, heard: map[uint64]*readClock{1: {}}}
+			c.heard[1].at.Store(ago(tc.heard).UnixNano())
+			c.awake.last = ago(tc.awake)
+			if tc.stallFrom > 0 {
+				c.awake.from, c.awake.to = ago(tc.stallFrom), ago(tc.upTo)
+			}
+			d := &Delivery{epoch: 1, sess: newSession()}
+			d.sess.endedAt.Store(ago(tc.ended).UnixNano())
+			s := &WorkerStore{pub: &Publisher{c: c}}
+			if got := s.mayClaim(d, now); got != tc.want {
+				t.Errorf("mayClaim = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if (&WorkerStore{}).mayClaim(nil, now) {
+		t.Error("mayClaim of no delivery = true, want false")
+	}
+}
