@@ -5,7 +5,7 @@
 # instant simulator. Prints each run's numbers with the load average and
 # the CPU seconds each process took during it (where the time goes).
 # Needs the broker, PostgreSQL and haproxy (as .ci/run sets up).
-# Usage: bench/fronts.sh [ROUNDS] [LOADTEST FLAGS...]
+# Usage: [FRONTS_CLIENT=JSON] bench/fronts.sh [ROUNDS] [LOADTEST FLAGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-2}; shift || true
@@ -32,7 +32,10 @@ flock -s 9
 cq="$dir/captchaq"
 psql -q -h 127.0.0.1 -U postgres -c "CREATE DATABASE $db" >/dev/null
 export CAPTCHAQ_LOADTEST_KEY=bench-client-key
-echo '[{"name":"load","key":"bench-client-key"}]' > "$dir/clients.json"
+# FRONTS_CLIENT: the load's client, with limits to measure their cost
+# (e.g. '{"name":"load","key":"bench-client-key","rate":100000,"max_inflight":100000}').
+client=${FRONTS_CLIENT:-'{"name":"load","key":"bench-client-key"}'}
+echo "[$client]" > "$dir/clients.json"
 
 # start NAME ARGS...: runs a process with its log in $dir/NAME.log.
 start() {
