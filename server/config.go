@@ -39,9 +39,11 @@ type Client struct {
 	// Weight is its fair share among clients. Default 1.
 	Weight int `json:"weight,omitempty"`
 	// MaxInflight bounds its unfinished tasks. Zero means no bound.
+	// Both bounds hold for the whole front when the Backend keeps them
+	// across its replicas (FrontLimiter).
 	MaxInflight int `json:"max_inflight,omitempty"`
 	// Rate bounds its submits, in tasks per second (burst: one second's
-	// worth). Zero means no bound.
+	// worth, at least one). Zero means no bound.
 	Rate float64 `json:"rate,omitempty"`
 	// Admin may see every client's tasks and use the dashboard.
 	Admin bool `json:"admin,omitempty"`
