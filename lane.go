@@ -37,9 +37,9 @@ func (q *Queue) laneOf(stored string) (l *lane.Lane, captchaID string, ok bool) 
 	return q.lanes[0], stored, true
 }
 
-// multi reports whether the queue routes among several providers: only
-// then does a failing provider leave routing, since there is nowhere else
-// to send its tasks otherwise.
+// multi reports whether the queue routes among several providers (with
+// one, every waiting task is its lane's: see poolDemandsLocked). Whether
+// a failing provider leaves routing is its lane's (Lane.MayGoDown).
 func (q *Queue) multi() bool { return len(q.lanes) > 1 }
 
 // routeClass is the set of lanes (bit i for lane i) that solve the route
@@ -323,7 +323,7 @@ func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
 	}
 	q.pause.mu.Unlock()
 	if first {
-		if q.multi() {
+		if l.MayGoDown() {
 			q.log.Error("PROVIDER PAUSED: it refused the account; its tasks go to the other providers", "provider", l.Name(), "code", ae.Code, "reason", ae.Error())
 		} else {
 			q.log.Error("ALL SENDING PAUSED: the provider refused the account; every task is kept", "code", ae.Code, "reason", ae.Error())

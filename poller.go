@@ -89,7 +89,7 @@ func (s laneSink) RoundFailed(err error, at time.Time, epoch int) {
 	q := s.q
 	if provider.ClassOf(err) == provider.ClassAccount {
 		q.pauseAll(s.l, err, epoch)
-		if q.multi() {
+		if s.l.MayGoDown() {
 			// Its answers cannot be fetched: solve them elsewhere.
 			q.moveInflight(s.l, CodeProviderDown, err)
 		}

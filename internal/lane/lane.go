@@ -161,6 +161,10 @@ func (l *Lane) Threads() int { return l.threads }
 // Pool is the lane's thread pool, or nil.
 func (l *Lane) Pool() Pool { return l.pool }
 
+// MayGoDown reports whether the lane leaves routing when it fails (or is
+// paused for good): its queue has other lanes to send its tasks to.
+func (l *Lane) MayGoDown() bool { return l.mayGoDown }
+
 // SpillAfter is how long a task an earlier lane solves waits before this
 // one takes it.
 func (l *Lane) SpillAfter() time.Duration { return l.spillAfter }
