@@ -9,9 +9,85 @@ import (
 	"github.com/captchaq/captchaq/provider"
 )
 
-// acceptBatch validates tasks, stores the new ones and registers them, in
-// order; waiter(i) is task i's waiter. It returns each task's error, as
-// SubmitBatchFunc documents.
+// Check validates t as Submit does: Task.CheckFor the queue's providers
+// (Task.Validate's rules for a queue of one Provider). A door in front of
+// the queue (the server's) checks with it and hands the ValidTask on
+// (SubmitValid), so the queue does not validate the task again.
+func (q *Queue) Check(t Task) (ValidTask, error) {
+	return t.CheckFor(q.checkedFor())
+}
+
+// Validate is Check for a door that only refuses: the error alone.
+func (q *Queue) Validate(t Task) error {
+	_, err := q.Check(t)
+	return err
+}
+
+// check is Check returning the provider task as checked: the doors
+// that register a task themselves (Adopt, a record the Store holds).
+func (q *Queue) check(t Task) (provider.Checked, error) {
+	v, err := q.Check(t)
+	return v.pt, err
+}
+
+// checkStored checks a task the Store holds, resumed at Start: that is
+// its door. A task that fails is sent unchecked, and the provider's
+// client refuses it.
+func (q *Queue) checkStored(t Task) provider.Checked {
+	pt, err := q.check(t)
+	if err != nil {
+		return provider.Unchecked(t.ProviderTask())
+	}
+	return pt
+}
+
+// checkedFor is the providers the queue validates tasks for: none (the
+// one Provider's rules) or Config.Providers.
+func (q *Queue) checkedFor() []ProviderConfig {
+	if q.single {
+		return nil
+	}
+	return q.cfg.Providers
+}
+
+// SubmitValid is SubmitBatchFunc for tasks a door in front of the queue
+// validated (Queue.Check): they are not validated again. A task not
+// checked for this queue's providers (CheckedFor) is, and refused as
+// SubmitBatchFunc refuses it.
+func (q *Queue) SubmitValid(ctx context.Context, tasks []ValidTask, fn func(i int, r Result)) (errs []error) {
+	vs := make([]ValidTask, len(tasks))
+	errs = make([]error, len(tasks))
+	for i, v := range tasks {
+		vs[i] = v
+		if !v.CheckedFor(q.checkedFor()) {
+			vs[i], errs[i] = q.Check(v.task)
+		}
+	}
+	return q.acceptValid(ctx, vs, errs, func(i int) func(Result, error) {
+		return func(r Result, err error) {
+			if err == nil {
+				fn(i, r)
+			}
+		}
+	})
+}
+
+// acceptBatch validates tasks (the door of SubmitBatchFunc, Submit and
+// the streams) and accepts the valid ones (acceptValid); waiter(i) is
+// task i's waiter. It returns each task's error, as SubmitBatchFunc
+// documents.
+func (q *Queue) acceptBatch(ctx context.Context, tasks []Task, waiter func(i int) func(Result, error)) []error {
+	vs := make([]ValidTask, len(tasks))
+	errs := make([]error, len(tasks))
+	for i, t := range tasks {
+		vs[i], errs[i] = q.Check(t)
+	}
+	return q.acceptValid(ctx, vs, errs, waiter)
+}
+
+// acceptValid stores the new tasks of vs and registers them, in order,
+// skipping those refused already (errs[i] set); waiter(i) is task i's
+// waiter. It returns each task's error.
 //
 // Each round stores, in one Store call, as many tasks as there is room
 // for. When the queue is full, a round waits for room for an eighth of
@@ -22,16 +98,17 @@ import (
 // claimed (by another caller, or by an earlier task of the batch) waits
 // for a later round, and rounds release their claims, so two batches never
 // wait for each other.
-func (q *Queue) acceptBatch(ctx context.Context, tasks []Task, waiter func(i int) func(Result, error)) []error {
+func (q *Queue) acceptValid(ctx context.Context, vs []ValidTask, errs []error, waiter func(i int) func(Result, error)) []error {
 	in := &intakeBatch{
-		tasks: tasks,
-		pts:   make([]provider.Checked, len(tasks)),
-		ws:    make([]func(Result, error), len(tasks)),
-		errs:  make([]error, len(tasks)),
+		tasks: make([]Task, len(vs)),
+		pts:   make([]provider.Checked, len(vs)),
+		ws:    make([]func(Result, error), len(vs)),
+		errs:  errs,
 	}
-	todo := make([]int, 0, len(tasks))
-	for i, t := range tasks {
-		if in.pts[i], in.errs[i] = q.check(t); in.errs[i] == nil {
+	todo := make([]int, 0, len(vs))
+	for i, v := range vs {
+		in.tasks[i], in.pts[i] = v.task, v.pt
+		if errs[i] == nil {
 			in.ws[i] = waiter(i)
 			todo = append(todo, i)
 		}

@@ -222,24 +222,6 @@ func newLanes(cfg Config, fleet Fleet) []*lane.Lane {
 	return lanes
 }
 
-// Validate checks t as Submit does: Task.ValidateFor the queue's
-// providers (Task.Validate for a queue of one Provider). A type no
-// provider solves is refused with CodeUnsupportedType, and the error says
-// which provider would solve it.
-func (q *Queue) Validate(t Task) error {
-	_, err := q.check(t)
-	return err
-}
-
-// check is Validate returning the provider task as checked, which the
-// queue carries to the provider: a task is validated once, at the door.
-func (q *Queue) check(t Task) (provider.Checked, error) {
-	if q.single {
-		return t.checkFor(nil)
-	}
-	return t.checkFor(q.cfg.Providers)
-}
-
 // pauses is the queue's side of its lanes' pauses (each lane keeps its
 // own), under a lock of its own: Resume calls, which tell an answer to a
 // request sent before the latest one (stale: it cannot pause again), and

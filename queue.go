@@ -99,7 +99,7 @@ func (q *Queue) Start(ctx context.Context) error {
 			if tx.Claimed(r.Task.ID) {
 				return // a Submit is storing it now and registers the stored record
 			}
-			st := q.register(tx, r, nil, provider.Checked{})
+			st := q.register(tx, r, nil, q.checkStored(r.Task))
 			resumed++
 			q.metrics.countResumed(st)
 			if r.Status == StatusInFlight {

@@ -137,14 +137,6 @@ func (q *Queue) stopping() bool { return q.runCtx.Err() != nil }
 // scheduler, in-flight ones to the poller with a slot taken. It runs
 // inside q.table.Do.
 func (q *Queue) register(tx table, r Record, w func(Result, error), pt provider.Checked) *taskState {
-	if pt.Method == "" {
-		// From the Store: checked here, at this door. A task that fails
-		// is sent unchecked, and the provider's client refuses it.
-		var err error
-		if pt, err = q.check(r.Task); err != nil {
-			pt = provider.Unchecked(r.Task.ProviderTask())
-		}
-	}
 	route := pt.RouteMethod()
 	st := &taskState{rec: r, pt: pt, route: route, class: q.routeClass(route), burst: q.bursts.of(r.AcceptedAt)}
 	st.kind, _ = pt.KindFor(provider.KnownMethods)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -30,10 +31,14 @@ import (
 // Task.Validate (the provider's params), never in a door.
 //
 // A task is validated once on its way, at the door (checkspy counts it in
-// the tests): ParseTask reads a line without validating it, and what the
-// check found (provider.Checked: the provider task, a post task's image
-// decoded) is what the queue carries to the provider, which does not
-// validate it again.
+// the tests): ParseTask reads a line without validating it; a door that
+// hands a task on checks it with Task.CheckFor or Queue.Check, and the
+// steps after it (Queue.SubmitValid, the server's Backend, the gateway)
+// take the ValidTask as it is. What the check found (provider.Checked:
+// the provider task, a post task's image decoded) is what the queue
+// carries to the provider, which does not validate it again. A process
+// trusts only the ValidTasks its own doors made: a fleet worker checks
+// each task it takes from the broker once more, at its door (Adopt).
 //
 // What a door adds is about the door, not the task, and is refused with
 // the same codes: the service's ids (at most 200 characters, no '/') and
@@ -48,6 +53,74 @@ import (
 func (t Task) Validate() error {
 	_, err := t.checkFor(nil)
 	return err
+}
+
+// ValidTask is a task a door validated (Task.CheckFor, Queue.Check):
+// only they make one, so the steps after the door (Queue.SubmitValid,
+// the server's Backend, amqp.Gateway.Submit) take it as it is and do not
+// validate it again, and a door cannot forget to check: a step handed a
+// ValidTask no check made for its providers (the zero ValidTask) checks
+// it itself. What the check found travels with it to the provider: the
+// provider task as checked, a post task's image decoded.
+type ValidTask struct {
+	task    Task
+	pt      provider.Checked
+	methods []string // what it was checked for (methodsFor)
+}
+
+// Task is the task as it was validated, with Params of its own.
+func (v ValidTask) Task() Task {
+	t := v.task
+	t.Params = maps.Clone(t.Params)
+	return t
+}
+
+// ID is the task's id.
+func (v ValidTask) ID() string { return v.task.ID }
+
+// CheckedFor reports whether v was validated for these providers, as
+// Task.CheckFor(providers) validates: a step for them takes it as it is.
+func (v ValidTask) CheckedFor(providers []ProviderConfig) bool {
+	return v.methods != nil && slices.Equal(v.methods, methodsFor(providers))
+}
+
+// CheckFor validates t as ValidateFor does and returns it validated, for
+// the steps after the door (ValidTask). Its Params are its own: a change
+// to t's map after CheckFor does not reach it.
+func (t Task) CheckFor(providers []ProviderConfig) (ValidTask, error) {
+	pt, err := t.checkFor(providers)
+	if err != nil {
+		return ValidTask{}, err
+	}
+	t.Params = maps.Clone(t.Params)
+	return ValidTask{task: t, pt: pt, methods: methodsFor(providers)}, nil
+}
+
+// methodsFor is the methods a task is validated for with these
+// providers: those any of them solves, in provider.KnownMethods' order;
+// none: provider.CaptchaAIMethods.
+func methodsFor(providers []ProviderConfig) []string {
+	if len(providers) == 0 {
+		return provider.CaptchaAIMethods
+	}
+	var methods []string
+	for _, m := range provider.KnownMethods {
+		for _, p := range providers {
+			if slices.Contains(methodsOf(p), m) {
+				methods = append(methods, m)
+				break
+			}
+		}
+	}
+	return methods
+}
+
+// methodsOf is the methods p solves.
+func methodsOf(p ProviderConfig) []string {
+	if p.Methods == nil {
+		return provider.CommonMethods
+	}
+	return p.Methods
 }
 
 // checkedFor checks t for the methods the providers solve (the one body
@@ -83,25 +156,10 @@ func (t Task) ValidateFor(providers []ProviderConfig) error {
 
 // checkFor is ValidateFor returning the checked provider task.
 func (t Task) checkFor(providers []ProviderConfig) (provider.Checked, error) {
+	pt, err := t.checkedFor(methodsFor(providers))
 	if len(providers) == 0 {
-		return t.checkedFor(provider.CaptchaAIMethods)
+		return pt, err
 	}
-	methodsOf := func(p ProviderConfig) []string {
-		if p.Methods == nil {
-			return provider.CommonMethods
-		}
-		return p.Methods
-	}
-	var methods []string
-	for _, m := range provider.KnownMethods {
-		for _, p := range providers {
-			if slices.Contains(methodsOf(p), m) {
-				methods = append(methods, m)
-				break
-			}
-		}
-	}
-	pt, err := t.checkedFor(methods)
 	var te *TaskError
 	if !errors.As(err, &te) || te.Code != CodeUnsupportedType {
 		return pt, err

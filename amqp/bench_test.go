@@ -221,7 +221,7 @@ func BenchmarkGatewaySubmit(b *testing.B) {
 			i := next.Add(1)
 			tk := fleetTask(fmt.Sprintf("qa/%08d", i), 0)
 			tk.Tenant = "qa"
-			if err := g.Submit(ctx, tk); err != nil {
+			if err := g.submitTask(ctx, tk); err != nil {
 				b.Error(err)
 				return
 			}

@@ -495,31 +495,39 @@ func (g *Gateway) markPublished(ctx context.Context, id, gen string, attempts in
 	return g.store.Checkpoint(ctx, id, g.markFor(gen), attempts, now)
 }
 
-// Validate checks t as Submit does (server.Validator):
-// captchaq.Task.ValidateFor the gateway's Providers, Task.Validate
-// without.
-func (g *Gateway) Validate(t captchaq.Task) error { return t.ValidateFor(g.cfg.Providers) }
+// Check validates t as the fleet's workers on the gateway's Providers
+// take it (server.Backend): captchaq.Task.CheckFor them, the one
+// provider's rules without.
+func (g *Gateway) Check(t captchaq.Task) (captchaq.ValidTask, error) {
+	return t.CheckFor(g.cfg.Providers)
+}
 
-// Submit publishes t to the fleet and records it; see Gateway. A known id
-// is left as it is, unless it names a solved task whose token expired:
-// then the task is solved again (renew). The record is written even when ctx ends after the
-// publish was confirmed.
-func (g *Gateway) Submit(ctx context.Context, t captchaq.Task) error {
+// Submit publishes a task checked by Check to the fleet and records it;
+// see Gateway. It does not validate it again (a task Check did not make
+// for these providers, it does). A known id is left as it is, unless it
+// names a solved task whose token expired: then the task is solved again
+// (renew). The record is written even when ctx ends after the publish
+// was confirmed.
+func (g *Gateway) Submit(ctx context.Context, t captchaq.ValidTask) error {
 	return g.submit(ctx, t, true)
 }
 
 // SubmitNew is Submit for a task whose id names no stored task
 // (server.NewSubmitter: the id came from the front's IDBlock): the id is
 // not looked up before the publish.
-func (g *Gateway) SubmitNew(ctx context.Context, t captchaq.Task) error {
+func (g *Gateway) SubmitNew(ctx context.Context, t captchaq.ValidTask) error {
 	return g.submit(ctx, t, false)
 }
 
-// submit publishes t and records it; look reads the id's record first.
-func (g *Gateway) submit(ctx context.Context, t captchaq.Task, look bool) error {
-	if err := g.Validate(t); err != nil {
-		return err
+// submit publishes v and records it; look reads the id's record first.
+func (g *Gateway) submit(ctx context.Context, v captchaq.ValidTask, look bool) error {
+	if !v.CheckedFor(g.cfg.Providers) {
+		var err error
+		if v, err = g.Check(v.Task()); err != nil {
+			return err
+		}
 	}
+	t := v.Task()
 	if n := len(g.wireID(t.ID, renewGen(time.Now()))); n > maxWireID {
 		return &captchaq.TaskError{ID: t.ID, Code: captchaq.CodeInvalidTask,
 			Msg: fmt.Sprintf("id: %d characters with the gateway's name and the client's; a message id holds at most %d: use a shorter id", n, maxWireID)}

@@ -274,7 +274,7 @@ func TestGatewayFairShareDemotes(t *testing.T) {
 		for i := 1; i <= n; i++ {
 			tk := task(fmt.Sprintf("%s/%d", tenant, i), 0)
 			tk.Tenant = tenant
-			if err := g.Submit(ctx, tk); err != nil {
+			if err := g.submitTask(ctx, tk); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -317,7 +317,7 @@ func TestGatewayFairShareDemotes(t *testing.T) {
 	}
 	submit2 := task("a/4", 0)
 	submit2.Tenant = "a"
-	if err := g.Submit(ctx, submit2); err != nil {
+	if err := g.submitTask(ctx, submit2); err != nil {
 		t.Fatal(err)
 	}
 	k, err = r.c.Consume(ctx, []string{r.c.Names().Tasks}, 1)
@@ -343,7 +343,7 @@ func TestGatewayOutcomes(t *testing.T) {
 	ctx := testCtx(t)
 	g, results := r.gateway("outcomes", nil, nil)
 	for _, id := range []string{"x1", "x2"} {
-		if err := g.Submit(ctx, task(id, 0)); err != nil {
+		if err := g.submitTask(ctx, task(id, 0)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -406,7 +406,7 @@ func TestGatewayOutcomes(t *testing.T) {
 	}
 	reply(replayedX1, "tok-again")
 	// Cancel: answered CANCELED at once; a worker's later result is dropped.
-	if err := g.Submit(ctx, task("x3", 0)); err != nil {
+	if err := g.submitTask(ctx, task("x3", 0)); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.Cancel(ctx, "x3"); err != nil {
@@ -470,7 +470,7 @@ func TestGatewayStoreChecks(t *testing.T) {
 		if err := g.Start(ctx); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Start with %s: %v, want %q", c.captchaID, err, c.want)
 		}
-		if err := g.Submit(ctx, task("q/2", 0)); !errors.Is(err, captchaq.ErrClosed) {
+		if err := g.submitTask(ctx, task("q/2", 0)); !errors.Is(err, captchaq.ErrClosed) {
 			t.Errorf("Submit after a failed Start: %v, want ErrClosed", err)
 		}
 	}
@@ -482,7 +482,7 @@ func TestGatewayStoreChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Submit(ctx, task("q/2", 0)); err == nil || !strings.Contains(err.Error(), "gateway not started") {
+	if err := g.submitTask(ctx, task("q/2", 0)); err == nil || !strings.Contains(err.Error(), "gateway not started") {
 		t.Fatalf("Submit before Start: %v", err)
 	}
 	if err := g.Start(ctx); err != nil {
@@ -520,7 +520,7 @@ func TestGatewayDroppedConnection(t *testing.T) {
 		t.Helper()
 		tk := task(fmt.Sprintf("d%02d", i), 0)
 		tk.Params = map[string]string{"sitekey": "0x4AAA", "pageurl": fmt.Sprintf("https://shop.example/%d", i)}
-		if err := g.Submit(ctx, tk); err != nil {
+		if err := g.submitTask(ctx, tk); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -547,4 +547,14 @@ func TestGatewayDroppedConnection(t *testing.T) {
 	if res := await(t, ctx, results, 1)[0]; res.ID != fmt.Sprintf("d%02d", n) || res.Status != captchaq.StatusSolved {
 		t.Errorf("after the reconnect: %+v", res)
 	}
+}
+
+// submitTask is what the server's doors do with a task: Check, then
+// Submit the ValidTask.
+func (g *Gateway) submitTask(ctx context.Context, t captchaq.Task) error {
+	v, err := g.Check(t)
+	if err != nil {
+		return err
+	}
+	return g.Submit(ctx, v)
 }

@@ -25,7 +25,7 @@ func TestGatewayAndFleetRefuseAnotherTaskUnderAKnownID(t *testing.T) {
 
 	// The gateway's own refusal of another task under a known id is in
 	// the Backend suite (server/backendtest); here the worker's.
-	if err := g.Submit(ctx, task("a", 0)); err != nil {
+	if err := g.submitTask(ctx, task("a", 0)); err != nil {
 		t.Fatal(err)
 	}
 	first := await(t, ctx, results, 1)[0]
@@ -62,7 +62,7 @@ func TestGatewayAndFleetRefuseAnotherTaskUnderAKnownID(t *testing.T) {
 	if err := g.store.Finish(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Submit(ctx, task("a", 0)); err != nil {
+	if err := g.submitTask(ctx, task("a", 0)); err != nil {
 		t.Fatalf("the same task after its token expired: %v", err)
 	}
 	again := await(t, ctx, results, 1)[0]

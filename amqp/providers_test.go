@@ -111,10 +111,10 @@ func TestFleetOnTwoProviders(t *testing.T) {
 	g, results := r.gateway("prov", nil, func(gc *GatewayConfig) { gc.Providers = p.providers })
 	const n = 12
 	for i := range n {
-		if err := g.Submit(ctx, turnstileTask(fmt.Sprintf("t%02d", i))); err != nil {
+		if err := g.submitTask(ctx, turnstileTask(fmt.Sprintf("t%02d", i))); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Submit(ctx, hcaptchaTask(fmt.Sprintf("h%02d", i))); err != nil {
+		if err := g.submitTask(ctx, hcaptchaTask(fmt.Sprintf("h%02d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -211,7 +211,7 @@ func TestFleetSpendCapIsPerWorker(t *testing.T) {
 	g, results := r.gateway("cap", nil, func(gc *GatewayConfig) { gc.Providers = p.providers })
 	const n = 10
 	for i := range n {
-		if err := g.Submit(ctx, hcaptchaTask(fmt.Sprintf("h%02d", i))); err != nil {
+		if err := g.submitTask(ctx, hcaptchaTask(fmt.Sprintf("h%02d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -248,15 +248,15 @@ func TestGatewayValidatesForProviders(t *testing.T) {
 	providers := []captchaq.ProviderConfig{{Name: "main", Methods: provider.CaptchaAIMethods}, {Name: "backup", Methods: tasktest.BackupMethods}}
 	g, _ := r.gateway("valp", nil, func(gc *GatewayConfig) { gc.Providers = providers })
 	one, _ := r.gateway("val1", nil, nil)
-	if err := g.Submit(ctx, hcaptchaTask("h")); err != nil {
+	if err := g.submitTask(ctx, hcaptchaTask("h")); err != nil {
 		t.Errorf("hCaptcha with a backup that solves it: %v", err)
 	}
-	err := one.Submit(ctx, hcaptchaTask("h"))
+	err := one.submitTask(ctx, hcaptchaTask("h"))
 	if captchaq.RefusalCode(err) != captchaq.CodeUnsupportedType {
 		t.Errorf("hCaptcha on one CaptchaAI provider: %v, want %s", err, captchaq.CodeUnsupportedType)
 	}
 	fun := captchaq.Task{ID: "f", Method: "funcaptcha", Params: map[string]string{"publickey": "69A21A01-CC7B-B9C6-0F9A-E7FA06677FFC", "pageurl": "https://example.com/"}}
-	err = g.Submit(ctx, fun)
+	err = g.submitTask(ctx, fun)
 	if captchaq.RefusalCode(err) != captchaq.CodeUnsupportedType || !strings.Contains(err.Error(), "backup: base64, hcaptcha") || !strings.Contains(err.Error(), `"funcaptcha" in its methods would`) {
 		t.Errorf("FunCaptcha that no provider solves: %v; want %s naming each provider's methods and which would", err, captchaq.CodeUnsupportedType)
 	}

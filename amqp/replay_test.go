@@ -141,7 +141,7 @@ func TestFleetReplayOfAGatewayTask(t *testing.T) {
 	ctx := testCtx(t)
 	_, refuse := refusingWorker(r, "replay-gw-w")
 	g, results := r.gateway("gw-replay", nil, nil)
-	if err := g.Submit(ctx, task("g1", 0)); err != nil {
+	if err := g.submitTask(ctx, task("g1", 0)); err != nil {
 		t.Fatal(err)
 	}
 	if res := await(t, ctx, results, 1)[0]; res.ID != "g1" || res.Status != captchaq.StatusFailed || res.ErrorCode != "ERROR_BAD_PARAMETERS" {

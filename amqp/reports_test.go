@@ -19,7 +19,7 @@ func TestGatewayReportsReachTheProviderThroughAWorker(t *testing.T) {
 	srv := r.worker("rep-w1", sim.Config{LatencyScale: 0.005, PollBan: sim.PollBan{Disabled: true}}, 4, 4)
 	g, results := r.gateway("rep", nil, nil)
 	for _, id := range []string{"bad", "good"} {
-		if err := g.Submit(ctx, task(id, 0)); err != nil {
+		if err := g.submitTask(ctx, task(id, 0)); err != nil {
 			t.Fatal(err)
 		}
 	}

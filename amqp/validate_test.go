@@ -20,7 +20,7 @@ func TestValidateTableGateway(t *testing.T) {
 	ctx := testCtx(t)
 	valid := 0
 	for i, c := range tasktest.Cases {
-		err := g.Submit(ctx, captchaq.Task{ID: fmt.Sprintf("case-%d", i), Method: c.Method, Params: c.Params})
+		err := g.submitTask(ctx, captchaq.Task{ID: fmt.Sprintf("case-%d", i), Method: c.Method, Params: c.Params})
 		if c.Code == "" {
 			valid++
 			if err != nil {

@@ -165,12 +165,12 @@ func fieldOf(err error) string {
 
 // parseAPITasks reads one task object or an array, filling ids and the
 // tenant, and checks every task before any is submitted.
-func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState) ([]captchaq.Task, *apiError) {
+func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState) ([]captchaq.ValidTask, *apiError) {
 	raws, aerr := s.apiTaskObjects(body)
 	if aerr != nil {
 		return nil, aerr
 	}
-	tasks := make([]captchaq.Task, 0, len(raws))
+	tasks := make([]captchaq.ValidTask, 0, len(raws))
 	seen := map[string]int{}
 	for i, raw := range raws {
 		i := i
@@ -207,6 +207,13 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 			e.Code = captchaq.RefusalCode(err)
 			return nil, e
 		}
+		if t.ID == "" {
+			// The store's id would not be empty ("<client>/"): the
+			// service's ids say so here.
+			e := bad("id", "id: required (a unique key for the task)")
+			e.Code = captchaq.CodeInvalidTask
+			return nil, e
+		}
 		if strings.Contains(t.ID, "/") || len(t.ID) > 200 {
 			return nil, bad("id", "id: must be at most 200 characters without '/'")
 		}
@@ -215,7 +222,11 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 				return nil, bad("pingback", "pingback: "+reason)
 			}
 		}
-		if err := s.validate(t); err != nil {
+		local := t.ID
+		t.ID, t.Tenant = storeID(cs.Name, local), cs.Name
+		cs.clamp(&t, s.cfg.MaxAttempts)
+		v, err := s.backend.Check(t)
+		if err != nil {
 			msg := err.Error()
 			var te *captchaq.TaskError
 			if errors.As(err, &te) {
@@ -225,14 +236,11 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 			e.Code = captchaq.RefusalCode(err)
 			return nil, e
 		}
-		if j, dup := seen[t.ID]; dup {
-			return nil, bad("id", fmt.Sprintf("id: %q appears twice (tasks %d and %d)", t.ID, j, i))
+		if j, dup := seen[local]; dup {
+			return nil, bad("id", fmt.Sprintf("id: %q appears twice (tasks %d and %d)", local, j, i))
 		}
-		seen[t.ID] = i
-		t.ID = storeID(cs.Name, t.ID)
-		t.Tenant = cs.Name
-		cs.clamp(&t, s.cfg.MaxAttempts)
-		tasks = append(tasks, t)
+		seen[local] = i
+		tasks = append(tasks, v)
 	}
 	return tasks, nil
 }
@@ -313,7 +321,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 	}
 	freshIDs := make([]string, len(fresh))
 	for j, i := range fresh {
-		freshIDs[j] = tasks[i].ID
+		freshIDs[j] = tasks[i].ID()
 	}
 	if len(fresh) > 0 {
 		if le := s.reserve(r.Context(), cs, freshIDs); le != nil {
@@ -323,7 +331,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 		}
 	}
 	// The new tasks go to the queue together: one Store call, not one each.
-	batch := make([]captchaq.Task, len(fresh))
+	batch := make([]captchaq.ValidTask, len(fresh))
 	for j, i := range fresh {
 		batch[j] = tasks[i]
 	}
@@ -347,7 +355,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 		return
 	}
 	for _, i := range fresh {
-		t := tasks[i]
+		t := tasks[i].Task()
 		_, local := splitID(t.ID)
 		views[i] = TaskView{ID: local, Client: cs.Name, Status: captchaq.StatusQueued, Method: t.Method, Priority: cmpOr(t.Priority, captchaq.PriorityDefault)}
 	}
@@ -389,8 +397,9 @@ func (s *Server) createBody(w http.ResponseWriter, r *http.Request, cs *clientSt
 // returns the indexes of the others. A known id with another task is
 // refused before anything is accepted; a solved one whose token expired
 // is solved again (it is among the others).
-func (s *Server) knownTasks(ctx context.Context, tasks []captchaq.Task, views []TaskView, cs *clientState) (fresh []int, _ *apiError) {
-	for i, t := range tasks {
+func (s *Server) knownTasks(ctx context.Context, tasks []captchaq.ValidTask, views []TaskView, cs *clientState) (fresh []int, _ *apiError) {
+	for i, v := range tasks {
+		t := v.Task()
 		rec, err := s.backend.Get(ctx, t.ID)
 		if err == nil {
 			if cerr := rec.Conflict(t); cerr != nil {

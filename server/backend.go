@@ -30,14 +30,21 @@ type Backend interface {
 	Attach(weights map[string]int, onResult func(captchaq.Result)) error
 	// Start begins work (ctx bounds the start only).
 	Start(ctx context.Context) error
+	// Check validates a task as the tasks are solved here (the local
+	// queue's providers: captchaq.Queue.Check; a gateway's:
+	// captchaq.Task.CheckFor its Providers). The server's doors check with
+	// it, refuse what it refuses and hand the ValidTask to Submit, which
+	// does not validate it again.
+	Check(t captchaq.Task) (captchaq.ValidTask, error)
 	// Submit accepts one task: when it returns nil the task is durable and
 	// on its way. The same task under a known id is left as it is, unless
 	// it was solved and its token expired: then it is solved again under
-	// its id. Errors: *captchaq.TaskError for a bad task (nothing is
-	// recorded), *captchaq.IDConflictError for another task under a known
-	// id, captchaq.ErrClosed after Shutdown, anything else (ctx's included)
+	// its id. Errors: *captchaq.TaskError for a bad task (one Check did
+	// not make for this backend, checked here; nothing is recorded),
+	// *captchaq.IDConflictError for another task under a known id,
+	// captchaq.ErrClosed after Shutdown, anything else (ctx's included)
 	// when there is no room or no way now.
-	Submit(ctx context.Context, t captchaq.Task) error
+	Submit(ctx context.Context, t captchaq.ValidTask) error
 	// Get returns a task's record, or captchaq.ErrNotFound.
 	Get(ctx context.Context, id string) (captchaq.Record, error)
 	// Pending calls fn for every unfinished task.
@@ -78,18 +85,10 @@ type QueueDepther interface {
 	QueueDepths(ctx context.Context) (map[string]int, error)
 }
 
-// Validator is a Backend that checks tasks by rules of its own: those of
-// the providers the tasks go to (amqp.Gateway with GatewayConfig.Providers
-// checks captchaq.Task.ValidateFor them). The server's doors refuse what
-// it refuses, before Submit.
-type Validator interface {
-	Validate(t captchaq.Task) error
-}
-
 // BatchSubmitter is a Backend that takes many tasks in one call (one Store
 // write for all of them) and returns each task's error, as Submit would.
 type BatchSubmitter interface {
-	SubmitBatch(ctx context.Context, tasks []captchaq.Task) []error
+	SubmitBatch(ctx context.Context, tasks []captchaq.ValidTask) []error
 }
 
 // Replicated is a Backend shared by several servers, the replicas of one
@@ -122,7 +121,7 @@ type FrontLimiter interface {
 // no process of the front handed out before (one store round trip less a
 // submit).
 type NewSubmitter interface {
-	SubmitNew(ctx context.Context, t captchaq.Task) error
+	SubmitNew(ctx context.Context, t captchaq.ValidTask) error
 }
 
 // IDSource is a Backend whose numeric task ids come from a source the
@@ -173,26 +172,14 @@ func (b *localBackend) Attach(weights map[string]int, onResult func(captchaq.Res
 
 func (b *localBackend) Start(ctx context.Context) error { return b.queue.Start(ctx) }
 
-// validate checks a task as the server's doors do before accepting it:
-// the local queue's rules (every configured provider's types), a
-// Validator backend's, or Task.Validate's when the tasks are solved
-// elsewhere (a gateway's workers).
-func (s *Server) validate(t captchaq.Task) error {
-	if s.local != nil {
-		return s.local.queue.Validate(t)
-	}
-	if v, ok := s.backend.(Validator); ok {
-		return v.Validate(t)
-	}
-	return t.Validate()
+func (b *localBackend) Check(t captchaq.Task) (captchaq.ValidTask, error) { return b.queue.Check(t) }
+
+func (b *localBackend) Submit(ctx context.Context, t captchaq.ValidTask) error {
+	return b.SubmitBatch(ctx, []captchaq.ValidTask{t})[0]
 }
 
-func (b *localBackend) Submit(ctx context.Context, t captchaq.Task) error {
-	return b.queue.SubmitFunc(ctx, t, func(captchaq.Result) {})
-}
-
-func (b *localBackend) SubmitBatch(ctx context.Context, tasks []captchaq.Task) []error {
-	return b.queue.SubmitBatchFunc(ctx, tasks, func(int, captchaq.Result) {})
+func (b *localBackend) SubmitBatch(ctx context.Context, tasks []captchaq.ValidTask) []error {
+	return b.queue.SubmitValid(ctx, tasks, func(int, captchaq.Result) {})
 }
 
 func (b *localBackend) Get(ctx context.Context, id string) (captchaq.Record, error) {

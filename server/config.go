@@ -58,15 +58,19 @@ type Client struct {
 }
 
 // clamp moves a client's task into the operator's limits: its priority
-// into the client's range, its max_attempts down to maxAttempts.
+// into the client's range, its max_attempts down to maxAttempts. It runs
+// before the task is validated, and leaves a value validation refuses (a
+// negative one) as it is, for validation to refuse.
 func (c Client) clamp(t *captchaq.Task, maxAttempts int) {
-	p := cmp.Or(t.Priority, captchaq.PriorityDefault)
-	p = max(p, c.PriorityMin)
-	if c.PriorityMax > 0 {
-		p = min(p, c.PriorityMax)
+	if t.Priority >= 0 {
+		p := cmp.Or(t.Priority, captchaq.PriorityDefault)
+		p = max(p, c.PriorityMin)
+		if c.PriorityMax > 0 {
+			p = min(p, c.PriorityMax)
+		}
+		t.Priority = p
 	}
-	t.Priority = p
-	if maxAttempts > 0 {
+	if maxAttempts > 0 && t.MaxAttempts >= 0 {
 		t.MaxAttempts = min(cmp.Or(t.MaxAttempts, maxAttempts), maxAttempts)
 	}
 }

@@ -86,8 +86,9 @@
 //     the same guarded sender as an in.php pingback.
 //   - Protocol errors on the front are HTTP 200 with the provider's codes,
 //     as the provider does; the JSON API uses HTTP status codes. A task
-//     refused by captchaq.Queue.Validate (captchaq.Task.Validate behind a gateway) is 400 with {"error", "code",
-//     "field"}: code INVALID_TASK or UNSUPPORTED_TYPE, as in a Result.
+//     refused by Backend.Check (captchaq.Queue.Check; a gateway's
+//     captchaq.Task.CheckFor) is 400 with {"error", "code", "field"}:
+//     code INVALID_TASK or UNSUPPORTED_TYPE, as in a Result.
 //   - Request bodies are limited to Config.MaxBodyBytes (8 MiB by default):
 //     in.php answers ERROR_TOO_BIG_CAPTCHA_FILESIZE, the API 413. Bodies
 //     being read are counted as their bytes arrive, never as a

@@ -175,9 +175,10 @@ func inPHPCode(code string) string {
 // acceptFront hands a task of either protocol's front to the Backend,
 // within the client's rate and max_inflight, and returns the client's id
 // for it, or the in.php code refusing it.
-func (s *Server) acceptFront(ctx context.Context, cs *clientState, t captchaq.Task) (local, code, text string) {
-	_, isNew := s.newIDs.LoadAndDelete(t.ID)
-	if le := s.reserve(ctx, cs, []string{t.ID}); le != nil {
+func (s *Server) acceptFront(ctx context.Context, cs *clientState, v captchaq.ValidTask) (local, code, text string) {
+	id := v.ID()
+	_, isNew := s.newIDs.LoadAndDelete(id)
+	if le := s.reserve(ctx, cs, []string{id}); le != nil {
 		if le.inflight {
 			return "", "ERROR_NO_SLOT_AVAILABLE", le.msg
 		}
@@ -185,29 +186,29 @@ func (s *Server) acceptFront(ctx context.Context, cs *clientState, t captchaq.Ta
 	}
 	submit := s.submit
 	if nb, ok := s.backend.(NewSubmitter); ok && isNew {
-		submit = func(ctx context.Context, t captchaq.Task) error {
+		submit = func(ctx context.Context, v captchaq.ValidTask) error {
 			ctx, cancel := context.WithTimeout(ctx, backendSubmitTimeout)
 			defer cancel()
-			return nb.SubmitNew(ctx, t)
+			return nb.SubmitNew(ctx, v)
 		}
 	}
-	if err := submit(ctx, t); err != nil {
-		s.release(cs, t.ID)
+	if err := submit(ctx, v); err != nil {
+		s.release(cs, id)
 		code, text := submitErrorCode(err)
 		return "", code, text
 	}
 	cs.mu.Lock()
 	cs.accepted++
 	cs.mu.Unlock()
-	_, local = splitID(t.ID)
+	_, local = splitID(id)
 	return local, "", ""
 }
 
 // frontTask turns an in.php form into a Task, or a protocol error.
-func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.Request) (captchaq.Task, string, string) {
+func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.Request) (captchaq.ValidTask, string, string) {
 	method := strings.TrimSpace(form.Get("method"))
 	if method == "" {
-		return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "method: required (e.g. userrecaptcha, turnstile, base64, post)"
+		return captchaq.ValidTask{}, "ERROR_BAD_PARAMETERS", "method: required (e.g. userrecaptcha, turnstile, base64, post)"
 	}
 	params := map[string]string{}
 	for k, v := range form.Named() {
@@ -220,7 +221,7 @@ func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.R
 		// The image travels inside the task (the Store keeps it), as base64.
 		file := form.File
 		if len(file) == 0 {
-			return captchaq.Task{}, "ERROR_ZERO_CAPTCHA_FILESIZE", "method post needs a multipart part named file with the image"
+			return captchaq.ValidTask{}, "ERROR_ZERO_CAPTCHA_FILESIZE", "method post needs a multipart part named file with the image"
 		}
 		method = "base64"
 		params["body"] = base64.StdEncoding.EncodeToString(file)
@@ -229,14 +230,14 @@ func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.R
 	if p := form.Get("priority"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 0 {
-			return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "priority: must be a whole number, 0 or more (lower is more urgent), got " + strconv.Quote(p)
+			return captchaq.ValidTask{}, "ERROR_BAD_PARAMETERS", "priority: must be a whole number, 0 or more (lower is more urgent), got " + strconv.Quote(p)
 		}
 		priority = n
 	}
 	pingback := ""
 	if pb := form.Get("pingback"); pb != "" {
 		if reason := checkURL(pb); reason != "" {
-			return captchaq.Task{}, "ERROR_BAD_PARAMETERS", "pingback: " + reason
+			return captchaq.ValidTask{}, "ERROR_BAD_PARAMETERS", "pingback: " + reason
 		}
 		pingback = formPingback + pb
 	}
@@ -248,27 +249,28 @@ func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.R
 // of the client's, and checks and clamps it as every front task is: one
 // validation, one set of rules. pingback is the stored Task.Pingback,
 // marked with the protocol of its POST.
-func (s *Server) newFrontTask(ctx context.Context, cs *clientState, pt provider.Task, priority int, pingback string) (captchaq.Task, string, string) {
+func (s *Server) newFrontTask(ctx context.Context, cs *clientState, pt provider.Task, priority int, pingback string) (captchaq.ValidTask, string, string) {
 	id, isNew, err := s.freshID(ctx, cs.Name)
 	if errors.Is(err, errNoFreshID) {
-		return captchaq.Task{}, "ERROR_NO_SLOT_AVAILABLE", err.Error()
+		return captchaq.ValidTask{}, "ERROR_NO_SLOT_AVAILABLE", err.Error()
 	}
 	if err != nil {
 		// The store is out of reach (a database restarting): the task was
 		// not taken, and the client tries again as for a full queue.
 		s.log.Error("store read failed", "err", err)
-		return captchaq.Task{}, "ERROR_NO_SLOT_AVAILABLE", "the store cannot be reached now; try again shortly"
+		return captchaq.ValidTask{}, "ERROR_NO_SLOT_AVAILABLE", "the store cannot be reached now; try again shortly"
 	}
 	t := captchaq.Task{ID: storeID(cs.Name, id), Method: pt.Method, Params: pt.Params, Tenant: cs.Name, Priority: priority, Pingback: pingback}
-	if err := s.validate(t); err != nil {
-		code, text := submitErrorCode(err)
-		return t, code, text
-	}
 	cs.clamp(&t, s.cfg.MaxAttempts)
+	v, err := s.backend.Check(t)
+	if err != nil {
+		code, text := submitErrorCode(err)
+		return v, code, text
+	}
 	if _, ok := s.backend.(NewSubmitter); ok && isNew {
 		s.newIDs.Store(t.ID, struct{}{})
 	}
-	return t, "", ""
+	return v, "", ""
 }
 
 func checkURL(v string) string {

@@ -507,7 +507,7 @@ type slowSubmit struct {
 	took time.Duration
 }
 
-func (s slowSubmit) Submit(ctx context.Context, t captchaq.Task) error {
+func (s slowSubmit) Submit(ctx context.Context, t captchaq.ValidTask) error {
 	time.Sleep(s.took)
 	return s.Gateway.Submit(ctx, t)
 }

@@ -491,8 +491,8 @@ func (e *limitError) Error() string { return e.msg }
 
 // submit hands one task to the Backend, waiting at most SubmitWait for
 // room.
-func (s *Server) submit(ctx context.Context, t captchaq.Task) error {
-	return s.submitBatch(ctx, []captchaq.Task{t})[0]
+func (s *Server) submit(ctx context.Context, t captchaq.ValidTask) error {
+	return s.submitBatch(ctx, []captchaq.ValidTask{t})[0]
 }
 
 // backendSubmitTimeout bounds a submit to a Config.Backend. Its submit is
@@ -507,7 +507,7 @@ const backendSubmitTimeout = 30 * time.Second
 // a BatchSubmitter), waiting at most SubmitWait for room in the server's
 // own queue (backendSubmitTimeout for a Config.Backend), and returns each
 // task's error.
-func (s *Server) submitBatch(ctx context.Context, tasks []captchaq.Task) []error {
+func (s *Server) submitBatch(ctx context.Context, tasks []captchaq.ValidTask) []error {
 	wait := s.cfg.SubmitWait
 	if s.local == nil {
 		wait = backendSubmitTimeout

@@ -192,9 +192,19 @@ func task(name string) captchaq.Task {
 
 func (r *rig) submit(tk captchaq.Task) {
 	r.t.Helper()
-	if err := r.b.Submit(r.ctx, tk); err != nil {
+	if err := r.b.Submit(r.ctx, r.valid(tk)); err != nil {
 		r.t.Fatalf("Submit %s: %v", tk.ID, err)
 	}
+}
+
+// valid is tk as the backend's Check validates it.
+func (r *rig) valid(tk captchaq.Task) captchaq.ValidTask {
+	r.t.Helper()
+	v, err := r.b.Check(tk)
+	if err != nil {
+		r.t.Fatalf("Check %s: %v", tk.ID, err)
+	}
+	return v
 }
 
 // solve submits the task named name and waits for it to be told solved.
@@ -330,7 +340,7 @@ func testIDConflict(t *testing.T, r *rig) {
 	r.submit(tk)
 	other := tk
 	other.Params = map[string]string{"sitekey": "0x4AAAAAAAB", "pageurl": "https://other.example/"}
-	err := r.b.Submit(r.ctx, other)
+	err := r.b.Submit(r.ctx, r.valid(other))
 	var ce *captchaq.IDConflictError
 	if !errors.As(err, &ce) || !errors.Is(err, captchaq.ErrIDConflict) || ce.ID != tk.ID || ce.Differs != "params.pageurl differs" {
 		t.Fatalf("Submit of another task under %s: %v, want an IDConflictError naming params.pageurl", tk.ID, err)
@@ -340,15 +350,20 @@ func testIDConflict(t *testing.T, r *rig) {
 	}
 }
 
-// testBadTask: an invalid task is refused with a *captchaq.TaskError and
-// leaves no trace: no record, no request to the provider.
+// testBadTask: an invalid task is refused by Check with a
+// *captchaq.TaskError, and Submit refuses a task no Check made (the zero
+// ValidTask) as invalid; neither leaves a trace: no record, no request
+// to the provider.
 func testBadTask(t *testing.T, r *rig) {
 	bad := task("d")
 	bad.Params = map[string]string{"sitekey": "0x4AAAAAAAB", "pageurl": "ftp://shop.example/"}
-	err := r.b.Submit(r.ctx, bad)
+	_, err := r.b.Check(bad)
 	var te *captchaq.TaskError
 	if !errors.As(err, &te) || te.Code != captchaq.CodeInvalidTask || te.ID != bad.ID {
-		t.Fatalf("Submit of a bad task: %v, want a TaskError %s for %s", err, captchaq.CodeInvalidTask, bad.ID)
+		t.Fatalf("Check of a bad task: %v, want a TaskError %s for %s", err, captchaq.CodeInvalidTask, bad.ID)
+	}
+	if err := r.b.Submit(r.ctx, captchaq.ValidTask{}); !errors.As(err, &te) || te.Code != captchaq.CodeInvalidTask {
+		t.Fatalf("Submit of a task no Check made: %v, want a TaskError %s", err, captchaq.CodeInvalidTask)
 	}
 	if _, err := r.b.Get(r.ctx, bad.ID); !errors.Is(err, captchaq.ErrNotFound) {
 		t.Fatalf("Get of a refused task: %v, want ErrNotFound", err)
@@ -529,7 +544,7 @@ func testClosed(t *testing.T, r *rig) {
 	if err := r.stop(); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	if err := r.b.Submit(r.ctx, task("k")); !errors.Is(err, captchaq.ErrClosed) {
+	if err := r.b.Submit(r.ctx, r.valid(task("k"))); !errors.Is(err, captchaq.ErrClosed) {
 		t.Errorf("Submit after Shutdown: %v, want ErrClosed", err)
 	}
 	if err := r.b.Ready(r.ctx); !errors.Is(err, captchaq.ErrClosed) {
