@@ -251,7 +251,7 @@ func (c *Client) SubmitChecked(ctx context.Context, ct Checked, pingback string)
 		}
 	}
 	if pingback != "" {
-		if reason := checkPageURL(pingback); reason != "" {
+		if reason := CheckCallbackURL(pingback); reason != "" {
 			return "", invalid(op, &ValidationError{Field: "pingback", Reason: reason})
 		}
 	}

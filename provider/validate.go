@@ -514,6 +514,21 @@ func decodeBase64(s string) ([]byte, error) {
 	return b, nil
 }
 
+// CheckCallbackURL is the one checker of a URL called back when a task
+// is solved (a pingback sent to the provider, a client's pingback or
+// callbackUrl at the service): a page URL's rules (a full http or https
+// URL), and no user or password, which would be sent and logged with it.
+// It returns why v is refused, or "".
+func CheckCallbackURL(v string) string {
+	if reason := checkPageURL(v); reason != "" {
+		return reason
+	}
+	if u, err := url.Parse(strings.TrimSpace(v)); err == nil && u.User != nil {
+		return "must not carry a user or password (user:pass@); put a secret in the path instead"
+	}
+	return ""
+}
+
 func checkPageURL(v string) string {
 	v = strings.TrimSpace(v)
 	if v == "" {

@@ -218,7 +218,7 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 			return nil, bad("id", "id: must be at most 200 characters without '/'")
 		}
 		if t.Pingback != "" {
-			if reason := checkURL(t.Pingback); reason != "" {
+			if reason := provider.CheckCallbackURL(t.Pingback); reason != "" {
 				return nil, bad("pingback", "pingback: "+reason)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/provider/createtask"
 )
 
@@ -66,7 +67,7 @@ func (s *Server) handleCreateTask(w http.ResponseWriter, r *http.Request) {
 		}
 		pingback := ""
 		if cb := form.Get("callbackUrl"); cb != "" {
-			if reason := checkURL(cb); reason != "" {
+			if reason := provider.CheckCallbackURL(cb); reason != "" {
 				ctFail(w, "ERROR_BAD_PARAMETERS", "callbackUrl: "+reason)
 				return
 			}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -236,7 +235,7 @@ func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.R
 	}
 	pingback := ""
 	if pb := form.Get("pingback"); pb != "" {
-		if reason := checkURL(pb); reason != "" {
+		if reason := provider.CheckCallbackURL(pb); reason != "" {
 			return captchaq.ValidTask{}, "ERROR_BAD_PARAMETERS", "pingback: " + reason
 		}
 		pingback = formPingback + pb
@@ -271,17 +270,6 @@ func (s *Server) newFrontTask(ctx context.Context, cs *clientState, pt provider.
 		s.newIDs.Store(t.ID, struct{}{})
 	}
 	return v, "", ""
-}
-
-func checkURL(v string) string {
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "must be a full http(s) URL such as https://example.com/hook"
-	}
-	if u.User != nil {
-		return "must not carry a user or password (user:pass@); put a secret in the path instead"
-	}
-	return ""
 }
 
 // submitErrorCode maps a refused submit to the protocol's code.

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
 )
 
 // pingbackSender POSTs results to the pingback URLs clients gave with
@@ -163,7 +164,7 @@ func (ps *pingbackSender) send(j pingbackJob) {
 	var ctype string
 	target, form := strings.CutPrefix(rec.Task.Pingback, formPingback)
 	target, ct := strings.CutPrefix(target, ctPingback)
-	if checkURL(target) != "" {
+	if provider.CheckCallbackURL(target) != "" {
 		ps.metrics.WithLabelValues(pingbackFailed).Inc()
 		return // stored before the checks of today
 	}
