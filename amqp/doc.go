@@ -207,7 +207,7 @@
 // rather than claim it too late (TestMayClaim).
 //
 // Measured with captchaq processes at their defaults (three captchaq
-// worker --threads 10 on a 10-thread plan, Turnstile tasks of 1 s from
+// worker --threads 10 on a 10-thread plan, Turnstile tasks of 0.5–2 s from
 // captchaq enqueue, on a shared 2-core machine at load average 22–25; the
 // fault strikes a worker right after the provider accepted one of its
 // submits; before: the commit before this design, same runs). Short
@@ -231,20 +231,20 @@
 // ReconnectMax, 5 s;
 // before: checkpoints dead-lettered at-most-once as the broker booted,
 // and a result counter that did not consume again). The full run, 150
-// tasks (captchaq bench --scenario fleet --faults none,sigkill --runs 2;
-// docs/fleet.md has every fault and where the time goes), with one
-// worker SIGKILLed 4 s in and another started: ready→fetched p99
-// 1.33–2.20 s, max 2.00–2.21 s, makespan 19.2–20.1 s against a floor of
-// 15.0 s (the target 1.4 × floor + 3 s is 24.0 s), "no free thread" 0
-// and 1 of 151 submits, none lost or paid twice; saturated utilization
-// 0.79–0.82 (0.84–0.85 with no fault) at load average 7–9, short of the
-// 0.92 asked. The threads' way from one task to the next costs under 1%
-// of it; the rest is answers waiting for polls: each worker's first
-// round goes about 2 s after its first submits (before a first answer
-// its model is Turnstile's published median, 8 s, eight times these
-// solves), 8 points of the run, and then a worker with 3–4 tasks in
-// flight waits 0.1 s an answer, two to three times as long as one
-// process with 10 (0.04–0.06 s).
+// tasks of 0.5–2 s (captchaq bench --scenario fleet; docs/fleet.md has
+// every fault and where the time goes), with one worker SIGKILLed 4 s in
+// and another started, at load average 0.8: ready→fetched p99 1.75 s,
+// max 3.35 s, makespan 23.5 s against a floor of 16.5 s (the target
+// 1.4 × floor + 3 s is 26.1 s), "no free thread" 1 of 151 submits, none
+// lost or paid twice; a partition's answers waited at most 10.7 s.
+// Saturated utilization 0.745 (0.761 with no fault) is short of the 0.92
+// asked: the threads' way from one task to the next costs under 1% of
+// it; the rest is answers waiting for polls: each worker's first round
+// goes about 2 s after its first submits (before a first answer its
+// model is Turnstile's published median, 8 s, eight times these solves),
+// about 8 points of the run, and then a worker with 3–4 tasks in flight
+// waits 0.1 s an answer, two to three times as long as one process with
+// 10 (0.04–0.06 s).
 //
 // # Threads: one plan for the fleet
 //

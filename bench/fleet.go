@@ -48,10 +48,9 @@ const (
 )
 
 // FleetLatencyDefault is the Turnstile solve time of the fleet scenario:
-// 1 s each. Its Spread is 0, so Min and Max (0.5 s and 2 s) clamp
-// nothing: every solve takes the Median, and the floor is tasks ÷
-// threads seconds.
-var FleetLatencyDefault = sim.Latency{Median: time.Second, Min: 500 * time.Millisecond, Max: 2 * time.Second}
+// log-normal around 1 s (Spread 0.5), clamped to 0.5–2 s, as solve times
+// spread at a provider. The floor is the drawn times' sum ÷ threads.
+var FleetLatencyDefault = sim.Latency{Median: time.Second, Spread: 0.5, Min: 500 * time.Millisecond, Max: 2 * time.Second}
 
 // FleetConfig is one run of the fleet scenario: real `captchaq worker`
 // processes at their default flags (but --threads), tasks from `captchaq

@@ -55,46 +55,12 @@ const (
 
 // dist is a kind's learned solve time distribution: the last solveSamples
 // answers, each known only to lie in an interval (after the last poll
-// that did not find it, before the one that did), and the distribution
-// that explains them best (the nonparametric maximum likelihood estimate
-// of interval-censored times, Turnbull's): its mass lies where the
-// intervals overlap, spread uniformly within each piece between two
-// interval ends, with a tenth of each sample left spread over its
-// interval (spreadShare).
-//
-// Spreading each interval uniformly over itself instead fed on itself:
-// a poll early in a solve (not ready) widened the next interval to begin
-// there, so the model put answers there, so rounds went there. A fleet
-// benchmark's 1 s Turnstile solves were polled at 0.5 s, not ready, and
-// then no sooner than the per-id gap after, at 1.03–1.23 s: answers
-// waited 0.29–0.38 s on average, a quarter of every thread's time. The
-// intervals [0.5 s, 1.03 s], [1.0 s, 1.5 s] and [0.57 s, 1.07 s] all hold
-// 1.0–1.03 s, and the estimate puts every answer there.
+// that did not find it, before the one that did). Each interval counts as
+// a uniform spread over it.
 type dist struct {
 	lo, hi []time.Duration
 	next   int
-	atoms  []atom // the estimate, in order of time; fit after each observe
 }
-
-// atom is a share p of the estimate spread uniformly over [lo, hi], or
-// at lo when hi == lo.
-type atom struct {
-	lo, hi time.Duration
-	p      float64
-}
-
-// fitRounds bounds the estimate's self-consistency iterations (each is
-// linear in the samples and atoms); it stops sooner once no atom's share
-// moves by more than fitTolerance. spreadShare of every sample stays
-// spread uniformly over its interval: the estimate alone leaves no
-// chance between the places the intervals overlap, and an answer ready
-// there waited (on the model of the fast mix, p99 0.69 s against 0.64 s
-// with a tenth spread).
-const (
-	fitRounds    = 200
-	fitTolerance = 1e-5
-	spreadShare  = 0.1
-)
 
 func (d *dist) observe(lo, hi time.Duration) {
 	lo, hi = max(lo, 0), max(hi, 0)
@@ -103,121 +69,41 @@ func (d *dist) observe(lo, hi time.Duration) {
 	}
 	if len(d.lo) < solveSamples {
 		d.lo, d.hi = append(d.lo, lo), append(d.hi, hi)
-	} else {
-		d.lo[d.next], d.hi[d.next] = lo, hi
-		d.next = (d.next + 1) % solveSamples
+		return
 	}
-	d.fit()
+	d.lo[d.next], d.hi[d.next] = lo, hi
+	d.next = (d.next + 1) % solveSamples
 }
 
-// fit computes the estimate from the samples by the self-consistency
-// (EM) iteration: each sample's share goes to the atoms within its
-// interval in proportion to their current shares, starting from each
-// interval spread uniformly over itself.
-func (d *dist) fit() {
-	n := len(d.lo)
-	ends := slices.Concat(d.lo, d.hi)
-	slices.Sort(ends)
-	ends = slices.Compact(ends)
-	points := map[time.Duration]bool{} // ends that are a sample of their own
-	for i, lo := range d.lo {
-		if d.hi[i] == lo {
-			points[lo] = true
-		}
-	}
-	// Atoms in order: a point at ends[k] (when a sample is that point),
-	// then the piece from ends[k] to ends[k+1]. from[k] is the first atom
-	// at or after ends[k]; upto[k] the first after every atom up to it.
-	atoms := make([]atom, 0, 2*len(ends))
-	from, upto := make([]int, len(ends)), make([]int, len(ends))
-	for k, e := range ends {
-		from[k] = len(atoms)
-		if points[e] {
-			atoms = append(atoms, atom{lo: e, hi: e})
-		}
-		upto[k] = len(atoms)
-		if k+1 < len(ends) {
-			atoms = append(atoms, atom{lo: e, hi: ends[k+1]})
-		}
-	}
-	first, last := make([]int, n), make([]int, n) // each sample's atoms: [first, last)
-	for i, lo := range d.lo {
-		a, _ := slices.BinarySearch(ends, lo)
-		b, _ := slices.BinarySearch(ends, d.hi[i])
-		first[i], last[i] = from[a], upto[b]
-		if lo == d.hi[i] {
-			continue
-		}
-		for j := first[i]; j < last[i]; j++ {
-			atoms[j].p += float64(atoms[j].hi-atoms[j].lo) / float64(d.hi[i]-lo) / float64(n)
-		}
-	}
-	for i, lo := range d.lo {
-		if lo == d.hi[i] {
-			atoms[first[i]].p += 1 / float64(n)
-		}
-	}
-	spread := make([]float64, len(atoms))
-	for j, a := range atoms {
-		spread[j] = a.p
-	}
-	sum := make([]float64, len(atoms)+1) // prefix sums of the shares
-	add := make([]float64, len(atoms)+1) // difference array of the update
-	for range fitRounds {
-		for j, a := range atoms {
-			sum[j+1] = sum[j] + a.p
-		}
-		clear(add)
-		for i := range n {
-			if in := sum[last[i]] - sum[first[i]]; in > 0 {
-				add[first[i]] += 1 / (float64(n) * in)
-				add[last[i]] -= 1 / (float64(n) * in)
-			}
-		}
-		moved, f := 0.0, 0.0
-		for j := range atoms {
-			f += add[j]
-			p := atoms[j].p * f
-			moved = max(moved, math.Abs(p-atoms[j].p))
-			atoms[j].p = p
-		}
-		if moved < fitTolerance {
-			break
-		}
-	}
-	for j := range atoms {
-		atoms[j].p = (1-spreadShare)*atoms[j].p + spreadShare*spread[j]
-	}
-	d.atoms = atoms
-}
-
-// cdf is the estimate's share solved within x.
+// cdf is the share of samples solved within x.
 func (d *dist) cdf(x time.Duration) float64 {
 	var s float64
-	for _, a := range d.atoms {
+	for i, lo := range d.lo {
+		hi := d.hi[i]
 		switch {
-		case x >= a.hi:
-			s += a.p
-		case x > a.lo:
-			s += a.p * float64(x-a.lo) / float64(a.hi-a.lo)
+		case x >= hi:
+			s++
+		case x > lo:
+			s += float64(x-lo) / float64(hi-lo)
 		}
 	}
-	return s
+	return s / float64(len(d.lo))
 }
 
 // integral is ∫₀ˣ cdf, in seconds.
 func (d *dist) integral(x time.Duration) float64 {
 	var s float64
-	for _, a := range d.atoms {
+	for i, lo := range d.lo {
+		hi := d.hi[i]
 		switch {
-		case x >= a.hi:
-			s += a.p * ((a.hi-a.lo).Seconds()/2 + (x - a.hi).Seconds())
-		case x > a.lo:
-			w := (x - a.lo).Seconds()
-			s += a.p * w * w / (2 * (a.hi - a.lo).Seconds())
+		case x >= hi:
+			s += (hi-lo).Seconds()/2 + (x - hi).Seconds()
+		case x > lo:
+			w := (x - lo).Seconds()
+			s += w * w / (2 * (hi - lo).Seconds())
 		}
 	}
-	return s
+	return s / float64(len(d.lo))
 }
 
 // Learned is one provider's learned solve time distributions, by kind.
