@@ -36,7 +36,6 @@ type Conn struct {
 	// heard are the read clocks of the latest connections, by epoch
 	// (heardKept of them)
 	heard map[uint64]*readClock
-	awake stallClock // ticked by watch while connected
 	// queues declared on request (checkpoint and reply queues, the
 	// routing record, thread pools), by name, to declare again after a
 	// reconnect in the order they were first declared (the routing check
@@ -141,52 +140,6 @@ type readClock struct{ at atomic.Int64 }
 
 func (r *readClock) last() time.Time { return time.Unix(0, r.at.Load()) }
 
-// stallClock notes when the process last ran its connection watcher
-// (Conn.watch ticks it four times a heartbeat), so that a stall longer
-// than Config.Heartbeat (SIGSTOP, a suspended machine) is known after:
-// bytes read from the broker right after one may have waited in the
-// socket through it, and say nothing of the broker now.
-type stallClock struct {
-	mu       sync.Mutex
-	last     time.Time
-	from, to time.Time // the latest stall
-}
-
-// reset starts counting at now, as after a reconnect (the watcher did not
-// tick meanwhile, and the process ran).
-func (s *stallClock) reset(now time.Time) {
-	s.mu.Lock()
-	s.last = now
-	s.mu.Unlock()
-}
-
-// tick notes that the process runs at now; a gap since the last tick
-// longer than limit was a stall.
-func (s *stallClock) tick(now time.Time, limit time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.last.IsZero() && now.Sub(s.last) > limit {
-		s.from, s.to = s.last, now
-	}
-	s.last = now
-}
-
-// before returns t, or, when a stall longer than limit is under way at
-// now (the watcher has not ticked since) or ended within limit of t, the
-// moment it began, if that is earlier: what was read near t may have
-// been waiting through the stall.
-func (s *stallClock) before(t, now time.Time, limit time.Duration) time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.last.IsZero() && now.Sub(s.last) > limit && s.last.Before(t) {
-		return s.last
-	}
-	if !s.from.IsZero() && s.to.After(t.Add(-limit)) && s.from.Before(t) {
-		return s.from
-	}
-	return t
-}
-
 // clockedConn is a broker connection's socket that keeps its readClock.
 type clockedConn struct {
 	net.Conn
@@ -234,18 +187,13 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 	for {
 		closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
 		blocked := conn.NotifyBlocked(make(chan amqp091.Blocking, 4))
-		ticks := time.NewTicker(c.cfg.Heartbeat / 4)
-		c.awake.reset(time.Now())
 	watch:
 		for {
 			select {
 			case <-ctx.Done():
-				ticks.Stop()
 				_ = conn.Close()
 				c.setConn(nil, nil)
 				return
-			case now := <-ticks.C:
-				c.awake.tick(now, c.cfg.Heartbeat)
 			case b, ok := <-blocked:
 				if !ok {
 					continue
@@ -257,7 +205,6 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 				break watch
 			}
 		}
-		ticks.Stop()
 		c.setConn(nil, nil)
 		c.setBlocked(false)
 		backoff := c.cfg.ReconnectMin

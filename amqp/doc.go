@@ -188,23 +188,14 @@
 // 10–15 s after it last heard from the client, and the worker that
 // receives a task of it again waits 5 s more before submitting it, 15 s
 // at the soonest. The cut-off worker submits nothing once it has heard
-// nothing for 5 s (a healthy idle connection hears a heartbeat every
-// half timeout: at most 2.54 s of silence measured), and gives up at
-// 7.5 s a submit not yet answered, so a request held up in the partition
-// never reaches the provider later. What
+// nothing for 5 s, and gives up at 7.5 s a submit not yet answered, so a
+// request held up in the partition never reaches the provider later. What
 // stays: a submit answered in the partition's first 5 s, when the
 // provider is still reachable (a partition from the broker alone), is
 // solved again by the fleet and answered once. Its checkpoint waits for
 // the cut connection, and the submit cap covers the checkpoint, so no
 // slot frees before the 7.5 s: a partition costs at most the cap's
-// second solves (captchaq's submitConcurrency: 8 at 10 threads). A
-// process stopped (SIGSTOP) longer than the broker's heartbeat timeout
-// with a submit on its way reads, on waking, the broker's last bytes
-// left in its socket and then the close: to it they look fresh. So a
-// Conn's watcher ticks four times a heartbeat, and a worker counts a
-// gap in its ticks longer than Heartbeat as a stall: what it read just
-// after one dates from the stall's start, and it forfeits the task
-// rather than claim it too late (TestMayClaim).
+// second solves (captchaq's submitConcurrency: 8 at 10 threads).
 //
 // Measured with captchaq processes at their defaults (three captchaq
 // worker --threads 10 on a 10-thread plan, Turnstile tasks of 0.5–2 s from
@@ -216,16 +207,12 @@
 //
 //	fault      lost  twice  paid twice  now: max / makespan   before
 //	SIGKILL    0     0      0           1.65 s / 10.1 s       59.0 s / 60.2–68.6 s
-//	partition  0     0      0           13.7 s / 24.3 s       32.5 s / 37.4 s
+//	partition  0     0      0           13.4 s / 23.3 s       32.5 s / 37.4 s
 //	SIGSTOP    0     0      0           12.2 s / 22.2 s       20.3 s / 31.8 s (20 s stop)
 //	close      0     0      0           2.32 s / 12.3 s       not run
 //	restart    0     0      0           9.11 s / 23.0 s       46 of 60 lost
 //
-// (floor 6.0 s; partition: the worst of 7 runs at load average 7.7–15,
-// three of them beside two busy loops, max 10.9–13.7 s; before the
-// submits and checkpoints above were bound to the connection that holds
-// their task, a fresh-clone CI run under two busy loops answered 4 tasks
-// twice and paid 4 twice; restart measured alone at load average 2 with go test
+// (floor 6.0 s; restart measured alone at load average 2 with go test
 // -run '^TestRecoveryRestart$' ./cmd/captchaq, its answers waiting for
 // the broker and for the workers' reconnect backoff, at most
 // ReconnectMax, 5 s;
@@ -527,10 +514,7 @@
 // # Connection
 //
 // Conn dials with timeouts, declares the topology under a timeout, and
-// reconnects with exponential backoff and jitter; it notes when each
-// connection last read from the broker, and its watcher ticks while
-// connected so that a stall of the process is known (see Checkpoints and
-// Recovery). Every channel has a
+// reconnects with exponential backoff and jitter. Every channel has a
 // generation; a Delivery remembers its own, and Ack on a delivery from a
 // closed channel returns ErrStaleDelivery without sending anything (the
 // broker redelivers the message). Acks settled in a row travel as one

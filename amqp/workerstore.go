@@ -445,7 +445,7 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	}
 	lost, err := s.park(ctx, epoch, id, update)
 	if errors.Is(err, errLetGo) {
-		if !s.mayClaim(first, time.Now()) {
+		if !s.mayClaim(first) {
 			s.log.Warn("the provider accepted a task whose delivery went back to the fleet too long ago to claim it; letting the fleet have it (it may be solved twice)",
 				"id", id, "silent_before", first.sess.ended().Sub(s.pub.c.lastHeard(first.epoch)).Round(time.Millisecond))
 			s.mu.Lock()
@@ -479,20 +479,16 @@ const claimWindow = redeliveredWait - time.Second
 // reset, the broker going down) rather than fell silent, when the
 // client saw it end. A connection that went silent (a partition, the
 // process stopped) for longer than Config.Heartbeat before its end may
-// have been given up by the broker at any time after it was last heard;
-// and what a process read right after a stall (Conn's stallClock) may
-// have waited in its socket through it, so the stall's start counts.
-func (s *WorkerStore) mayClaim(d *Delivery, now time.Time) bool {
+// have been given up by the broker at any time after it was last heard.
+func (s *WorkerStore) mayClaim(d *Delivery) bool {
 	if d == nil {
 		return false
 	}
-	c := s.pub.c
-	since := c.lastHeard(d.epoch)
-	if ended := d.sess.ended(); !ended.IsZero() && ended.Sub(since) <= c.cfg.Heartbeat {
+	since := s.pub.c.lastHeard(d.epoch)
+	if ended := d.sess.ended(); !ended.IsZero() && ended.Sub(since) <= s.pub.c.cfg.Heartbeat {
 		since = ended
 	}
-	since = c.awake.before(since, now, c.cfg.Heartbeat)
-	return now.Sub(since) < claimWindow
+	return time.Since(since) < claimWindow
 }
 
 // Retry implements captchaq.Store. The queue keeps the task and retries it
