@@ -1,7 +1,6 @@
 package captchaq
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -170,6 +169,6 @@ func TestSpillToAPooledProviderAtSpillAfter(t *testing.T) {
 // providers' threads with the pools it maps them to.
 type poolFleet map[string]ThreadPool
 
-func (poolFleet) Admit(string) (context.Context, bool) { return context.Background(), true }
+func (poolFleet) Admit(string) bool { return true }
 
 func (f poolFleet) Threads(name string) ThreadPool { return f[name] }

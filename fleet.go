@@ -1,7 +1,5 @@
 package captchaq
 
-import "context"
-
 // Fleet is how a Queue takes part in a fleet of processes that share
 // tasks and a plan's threads (amqp.Worker is one): NewFleetQueue builds
 // such a queue. A queue of its own (New) has none.
@@ -10,12 +8,8 @@ type Fleet interface {
 	// not reach the provider now (this queue's copy of it has gone stale,
 	// and another process may be taking it): it is not sent, counts no
 	// attempt, and waits Config.PollInterval before it is asked about
-	// again. True comes with held, which ends when the copy goes stale:
-	// a submit still unanswered then is given up (its request cancelled,
-	// so one held up in the network does not reach the provider after
-	// another process took the task) and the task waits as if it had not
-	// been admitted.
-	Admit(id string) (held context.Context, ok bool)
+	// again.
+	Admit(id string) bool
 	// Threads is the pool that shares the named provider's threads with
 	// the fleet ("" for Config.Provider): the queue submits there only on
 	// threads the pool holds for it (see ThreadPool). Nil: this process

@@ -266,8 +266,6 @@ type testFleet struct {
 	pools map[string]captchaq.ThreadPool
 }
 
-func (f testFleet) Admit(id string) (context.Context, bool) {
-	return context.Background(), f.admit == nil || f.admit(id)
-}
+func (f testFleet) Admit(id string) bool { return f.admit == nil || f.admit(id) }
 
 func (f testFleet) Threads(name string) captchaq.ThreadPool { return f.pools[name] }

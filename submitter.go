@@ -1,7 +1,6 @@
 package captchaq
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -27,31 +26,22 @@ func (q *Queue) submit(st *taskState) {
 		q.wakeDispatcher()
 	}()
 	t := st.rec.Task
-	ctx := q.runCtx
-	var held context.Context
-	if q.fleet != nil {
-		var ok bool
-		if held, ok = q.fleet.Admit(t.ID); !ok {
-			q.notAdmitted(st)
-			return
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(held, cancel)()
+	if q.fleet != nil && !q.fleet.Admit(t.ID) {
+		q.table.Do(func(tx table) {
+			q.leaveFlight(tx, st)
+			st.rec.NotBefore = q.now().Add(q.cfg.PollInterval)
+			if !q.stopped.Load() {
+				q.push(tx, st)
+			}
+		})
+		return
 	}
 	epoch := q.epoch()
-	captchaID, err := l.Submit(ctx, st.pt, l.PingbackURL(q.cfg.PingbackURL))
+	captchaID, err := l.Submit(q.runCtx, st.pt, l.PingbackURL(q.cfg.PingbackURL))
 	now := q.now()
 	if err == nil {
 		l.Answered()
 		q.accepted(st, captchaID, now)
-		return
-	}
-	if held != nil && held.Err() != nil && !q.stopping() {
-		// Given up as the fleet took the task back: no failure of the
-		// provider's, no attempt.
-		q.notAdmitted(st)
 		return
 	}
 	if q.stopping() {
@@ -60,18 +50,6 @@ func (q *Queue) submit(st *taskState) {
 		return
 	}
 	q.submitFailed(st, err, now, epoch)
-}
-
-// notAdmitted puts back a task its Fleet did not let through (Admit), to
-// be asked about again after Config.PollInterval.
-func (q *Queue) notAdmitted(st *taskState) {
-	q.table.Do(func(tx table) {
-		q.leaveFlight(tx, st)
-		st.rec.NotBefore = q.now().Add(q.cfg.PollInterval)
-		if !q.stopped.Load() {
-			q.push(tx, st)
-		}
-	})
 }
 
 // accepted checkpoints the provider's id before anything polls it.

@@ -33,9 +33,6 @@ type Conn struct {
 	epoch     uint64              // numbers conn: one more at every connection
 	ready     chan struct{}       // closed while conn is usable
 	unblocked chan struct{}       // closed while the broker is not blocking publishes
-	// heard are the read clocks of the latest connections, by epoch
-	// (heardKept of them)
-	heard map[uint64]*readClock
 	// queues declared on request (checkpoint and reply queues, the
 	// routing record, thread pools), by name, to declare again after a
 	// reconnect in the order they were first declared (the routing check
@@ -57,7 +54,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	conn, heard, err := connect(ctx, cfg, nil)
+	conn, err := connect(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +63,6 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		conn:      conn,
 		ready:     make(chan struct{}),
 		unblocked: make(chan struct{}),
-		heard:     map[uint64]*readClock{1: heard},
 		queues:    map[string]declareFunc{},
 		closing:   make(chan struct{}),
 	}
@@ -102,9 +98,8 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-func dial(ctx context.Context, cfg Config) (*amqp091.Connection, *readClock, error) {
+func dial(ctx context.Context, cfg Config) (*amqp091.Connection, error) {
 	d := net.Dialer{Timeout: cfg.DialTimeout}
-	heard := &readClock{}
 	conn, err := amqp091.DialConfig(cfg.URL, amqp091.Config{
 		Heartbeat: cfg.Heartbeat,
 		Locale:    "en_US",
@@ -119,39 +114,14 @@ func dial(ctx context.Context, cfg Config) (*amqp091.Connection, *readClock, err
 				nc.Close()
 				return nil, err
 			}
-			heard.at.Store(time.Now().UnixNano())
-			return clockedConn{Conn: nc, heard: heard}, nil
+			return nc, nil
 		},
 		Properties: amqp091.Table{"connection_name": "captchaq " + cfg.Prefix},
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("amqp: connect to %s: %w", redactURL(cfg.URL), err)
+		return nil, fmt.Errorf("amqp: connect to %s: %w", redactURL(cfg.URL), err)
 	}
-	return conn, heard, nil
-}
-
-// readClock is when a connection last read anything from the broker (a
-// heartbeat at the least: RabbitMQ sends one when it has sent nothing for
-// half the heartbeat timeout). A connection silent for longer than
-// Config.Heartbeat may be cut off: the broker may give up on it, and give
-// its deliveries to others, before the client notices (see "Recovery" in
-// the package doc).
-type readClock struct{ at atomic.Int64 }
-
-func (r *readClock) last() time.Time { return time.Unix(0, r.at.Load()) }
-
-// clockedConn is a broker connection's socket that keeps its readClock.
-type clockedConn struct {
-	net.Conn
-	heard *readClock
-}
-
-func (c clockedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.heard.at.Store(time.Now().UnixNano())
-	}
-	return n, err
+	return conn, nil
 }
 
 // declareFunc declares one queue of its own (a checkpoint or reply queue)
@@ -160,24 +130,24 @@ type declareFunc func(*amqp091.Connection) error
 
 // connect dials and declares the topology (and the queues of extra), each
 // step under its own timeout.
-func connect(ctx context.Context, cfg Config, extra []declareFunc) (*amqp091.Connection, *readClock, error) {
-	conn, heard, err := dial(ctx, cfg)
+func connect(ctx context.Context, cfg Config, extra []declareFunc) (*amqp091.Connection, error) {
+	conn, err := dial(ctx, cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.SetupTimeout)
 	defer cancel()
 	if err := declareTopology(sctx, conn, cfg); err != nil {
 		conn.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	for _, declare := range extra {
 		if err := declare(conn); err != nil {
 			conn.Close()
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	return conn, heard, nil
+	return conn, nil
 }
 
 // watch watches the connection and replaces it when it dies, until ctx
@@ -192,7 +162,7 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 			select {
 			case <-ctx.Done():
 				_ = conn.Close()
-				c.setConn(nil, nil)
+				c.setConn(nil)
 				return
 			case b, ok := <-blocked:
 				if !ok {
@@ -205,14 +175,13 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 				break watch
 			}
 		}
-		c.setConn(nil, nil)
+		c.setConn(nil)
 		c.setBlocked(false)
 		backoff := c.cfg.ReconnectMin
-		var heard *readClock
 		for {
-			next, clock, err := connect(ctx, c.cfg, c.extraQueues())
+			next, err := connect(ctx, c.cfg, c.extraQueues())
 			if err == nil {
-				conn, heard = next, clock
+				conn = next
 				break
 			}
 			log.Warn("broker reconnect failed", "err", err, "retry_in", backoff)
@@ -225,7 +194,7 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 		}
 		c.reconnects.Add(1)
 		log.Info("broker reconnected")
-		c.setConn(conn, heard)
+		c.setConn(conn)
 	}
 }
 
@@ -233,7 +202,7 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-func (c *Conn) setConn(conn *amqp091.Connection, heard *readClock) {
+func (c *Conn) setConn(conn *amqp091.Connection) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if conn == nil {
@@ -245,25 +214,7 @@ func (c *Conn) setConn(conn *amqp091.Connection, heard *readClock) {
 	}
 	c.conn = conn
 	c.epoch++
-	c.heard[c.epoch] = heard
-	delete(c.heard, c.epoch-heardKept)
 	close(c.ready)
-}
-
-// heardKept is how many connections' read clocks a Conn keeps: a task
-// held on a connection older than that is long gone to the fleet.
-const heardKept = 8
-
-// lastHeard is when the connection of epoch last read anything from the
-// broker; the zero time for an epoch no longer kept.
-func (c *Conn) lastHeard(epoch uint64) time.Time {
-	c.mu.Lock()
-	r := c.heard[epoch]
-	c.mu.Unlock()
-	if r == nil {
-		return time.Time{}
-	}
-	return r.last()
 }
 
 func (c *Conn) setBlocked(b bool) {

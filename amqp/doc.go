@@ -76,41 +76,25 @@
 // under the same owner name rejects the checkpoints of the run before,
 // which sends them back to the fleet at once instead of dropping them.
 //
-// A worker submits a task only while it holds it (captchaq.Fleet's
-// Admit): the channel of the delivery that holds it (its newest confirmed
-// checkpoint, or its task delivery) is alive, and that connection was
-// heard from within Config.Heartbeat (a silent one may be cut off: see
-// Recovery). A submit still unanswered when that channel closes is given
-// up, its request cancelled, so a request held up in a partition does
-// not reach the provider once the fleet may have the task
-// (TestPartitionedSubmitIsGivenUp). A task whose channel died is back in
-// its queue for the fleet, so the worker hands its copy back instead of
-// paying for a second solve.
+// A worker submits a task only while it holds it: its delivery's channel
+// is alive, or its checkpoint is confirmed (captchaq.Fleet's Admit). A task
+// whose channel died is back in its queue for the fleet, so the worker
+// hands its copy back instead of paying for a second solve.
 //
 // A connection lost between the provider's answer to a submit and its
 // checkpoint's confirm puts the task back for the fleet while its captcha
-// id is not yet durable. The first checkpoint of a task is confirmed only
-// on the connection of the delivery that held it (publishIn). When that
-// connection closed first, a worker that lives through it reconnects,
-// checkpoints the task and claims it, if it can still win: it publishes
-// the task id on captcha.claims, a fanout every worker hears on its own
-// queue captcha.claims.<owner>. A worker that receives a redelivered task
-// without a captcha id holds it 5 seconds (redeliveredWait) before its
-// queue takes it, and drops (acks) its copy when the claim comes, or came
-// lately: one paid solve (TestLostDeliveryIsClaimed). A claim can win
-// only within those 5 seconds of the broker letting go of the task, so a
-// worker claims only within 4 s (claimWindow) of the latest moment it
-// knows the broker held its connection: the close it saw, or, for a
-// connection that fell silent for longer than Heartbeat before it ended
-// (a partition, a stopped process), when it was last heard from. Past
-// that it forfeits the task: no checkpoint, no polls, no answer; the
-// fleet's copy is solved and answered (a second paid solve, one answer;
-// TestPartitionedCheckpointIsForfeited). The cost: nothing per task; a
-// claim per such task; and every redelivered task, after a worker's
-// death, a dropped connection or a hand-back, waits those 5 seconds.
-// Windows stay, each a second paid solve: a worker killed in that window
-// (nobody is left to claim), or cut off silently in it; a reconnect
-// slower than the claim window; and a connection that dies right after
+// id is not yet durable. A worker that lives through it reconnects and
+// checkpoints the task all the same, then, seeing that every delivery of
+// it died first, claims it: it publishes the task id on captcha.claims, a
+// fanout every worker hears on its own queue captcha.claims.<owner>. A
+// worker that receives a redelivered task without a captcha id holds it
+// 5 seconds (redeliveredWait) before its queue takes it, and drops (acks)
+// its copy when the claim comes, or came lately: one paid solve
+// (TestLostDeliveryIsClaimed). The cost: nothing per task; a claim per
+// such task; and every redelivered task, after a worker's death, a
+// dropped connection or a hand-back, waits those 5 seconds. Windows
+// stay: a worker killed in that window (nobody is left to claim), a
+// reconnect slower than the wait, and a connection that dies right after
 // the confirm, taking the task's ack with it (its delivery was alive at
 // the confirm, so no claim). The submit cap bounds how many tasks are in
 // the window at once.
@@ -159,10 +143,7 @@
 // comes back from a partition, a SIGSTOP or a closed connection drops the
 // tasks whose checkpoints died with its channel, answered or not; its own
 // checkpoint coming back to it through captcha.adopt is taken up as it
-// was. Nor does it pay for them again: a submit goes out only on a hold
-// heard from within Heartbeat, one unanswered when the hold's channel
-// closes is given up, and a task whose first checkpoint missed its
-// connection is claimed or forfeited (see Checkpoints). A checkpoint is dead-lettered only when its holder's channel is
+// was. A checkpoint is dead-lettered only when its holder's channel is
 // gone, and a live holder's channel is gone only once the broker closed
 // it: no timer on ready checkpoints decides it.
 //
@@ -177,25 +158,10 @@
 // task again (collect and gateways dedupe by id); a checkpoint republished
 // (a retry, InflightRefresh) and a channel that closes between the new
 // copy's confirm and the old one's ack leave two copies to adopt; a worker
-// killed or cut off between the provider's answer to a submit and its
-// checkpoint's confirm costs a second solve (see Checkpoints); a
-// partitioned worker's tasks wait for the broker's heartbeat timeout, as
-// nothing sooner tells a slow worker from a dead one.
-//
-// A partition, with the default Heartbeat of 5 s, in numbers: the
-// client gives up on a silent connection 7.5 s after it last heard from
-// the broker (amqp091's read deadline, three half-heartbeats), the broker
-// 10–15 s after it last heard from the client, and the worker that
-// receives a task of it again waits 5 s more before submitting it, 15 s
-// at the soonest. The cut-off worker submits nothing once it has heard
-// nothing for 5 s, and gives up at 7.5 s a submit not yet answered, so a
-// request held up in the partition never reaches the provider later. What
-// stays: a submit answered in the partition's first 5 s, when the
-// provider is still reachable (a partition from the broker alone), is
-// solved again by the fleet and answered once. Its checkpoint waits for
-// the cut connection, and the submit cap covers the checkpoint, so no
-// slot frees before the 7.5 s: a partition costs at most the cap's
-// second solves (captchaq's submitConcurrency: 8 at 10 threads).
+// killed between the provider's answer to a submit and its checkpoint's
+// confirm costs a second solve (see Checkpoints); a partitioned worker's
+// tasks wait for the broker's heartbeat timeout, as nothing sooner tells
+// a slow worker from a dead one.
 //
 // Measured with captchaq processes at their defaults (three captchaq
 // worker --threads 10 on a 10-thread plan, Turnstile tasks of 0.5–2 s from

@@ -126,13 +126,13 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 // only the tasks the worker holds on a live channel (admit), on the
 // threads its pools hold (by provider name, "" for a queue of one).
 type workerFleet struct {
-	admit func(id string) (context.Context, bool)
+	admit func(id string) bool
 	names []string      // the providers with a pool
 	pools []*threadPool // pools[i] is names[i]'s
 }
 
 // Admit implements captchaq.Fleet.
-func (f *workerFleet) Admit(id string) (context.Context, bool) { return f.admit(id) }
+func (f *workerFleet) Admit(id string) bool { return f.admit(id) }
 
 // Threads implements captchaq.Fleet.
 func (f *workerFleet) Threads(provider string) captchaq.ThreadPool {

@@ -73,10 +73,6 @@ type entry struct {
 	// the fleet (its channel closed): the queue lets go of the task and
 	// Finish publishes nothing (see "Recovery" in the package doc).
 	lost bool
-	// forfeit: the provider accepted the task but its first checkpoint
-	// could not be confirmed before the connection that held it closed,
-	// too long ago for a claim to win (see mayClaim): the fleet has it.
-	forfeit bool
 }
 
 // holder is the delivery that holds e for this worker: the checkpoint of
@@ -106,8 +102,6 @@ func (e *entry) holder() (d *Delivery, arriving bool) {
 func (e *entry) gone(now time.Time, lease time.Duration) bool {
 	d, arriving := e.holder()
 	switch {
-	case e.forfeit:
-		return true
 	case arriving:
 		return now.Sub(e.parkedAt) > lease*9/10
 	case d == nil || d.live():
@@ -258,31 +252,26 @@ func (s *WorkerStore) holdCheckpoint(d *Delivery) {
 }
 
 // admit reports whether a task may be submitted: the broker's copy of it
-// is still this worker's, its holder (entry.holder: the newest confirmed
-// checkpoint, or a task delivery) on a live channel of a connection heard
-// from within Config.Heartbeat. A task whose holder's channel died is
-// back for the fleet; submitting it would solve it twice (the stale
-// sweeper hands it back). A connection silent for longer may be cut off
-// (a partition): the broker gives up on it after two to three
-// heartbeats, before the client does (three halves of one), so a
-// submit waits for the broker to be heard again. held is the holder's
-// channel session: it ends when the channel closes, and the queue then
-// gives up a submit still unanswered.
-func (s *WorkerStore) admit(id string) (held context.Context, ok bool) {
+// is still this worker's, as a confirmed checkpoint or a task delivery on
+// a live channel. A task whose deliveries all came on channels that died
+// is back in its queue for the fleet; submitting it would solve it twice
+// (the stale sweeper hands it back).
+func (s *WorkerStore) admit(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[id]
 	if !ok || e.handback {
-		return nil, false
+		return false
 	}
-	d, arriving := e.holder()
-	if arriving || d == nil || !d.live() {
-		return nil, false
+	if e.confirmed > 0 {
+		return true
 	}
-	if time.Since(s.pub.c.lastHeard(d.epoch)) > s.pub.c.cfg.Heartbeat {
-		return nil, false
+	for _, d := range e.deliveries {
+		if d.live() {
+			return true
+		}
 	}
-	return d.sess.held, true
+	return false
 }
 
 // waits reports whether id is held waiting, not yet given to the queue.
@@ -365,10 +354,8 @@ func ackAll(log *slog.Logger, ds ...*Delivery) {
 
 // park publishes m as the task's newest copy in the checkpoint queue and,
 // once confirmed, acks every older copy held. lost is true when the task's
-// deliveries had all gone back to the fleet before the confirm. With
-// epoch not 0 the copy is published only on that connection (errLetGo
-// when it closed first).
-func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update func(*TaskMessage)) (lost bool, err error) {
+// deliveries had all gone back to the fleet before the confirm.
+func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMessage)) (lost bool, err error) {
 	s.mu.Lock()
 	e, ok := s.entries[id]
 	if !ok {
@@ -379,7 +366,7 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 	seq, m := e.seq, e.msg
 	update(&m)
 	s.mu.Unlock()
-	if err := s.pub.park(ctx, epoch, s.owner, s.run, m, seq); err != nil {
+	if err := s.pub.park(ctx, s.owner, s.run, m, seq); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -423,10 +410,6 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	s.mu.Lock()
 	e, ok := s.entries[id]
 	adopted := ok && e.confirmed == 0 && e.msg.CaptchaID == captchaID
-	var first *Delivery // the task delivery that holds a task not yet checkpointed
-	if ok && e.confirmed == 0 {
-		first, _ = e.holder()
-	}
 	s.mu.Unlock()
 	if adopted {
 		// Adopted from Names.Adopt: the delivery held carries this
@@ -434,27 +417,9 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 		// (its channel closing sends it back to the fleet at once).
 		return nil
 	}
-	update := func(m *TaskMessage) {
+	lost, err := s.park(ctx, id, func(m *TaskMessage) {
 		m.CaptchaID, m.Attempts, m.Submitted = captchaID, attempt, at
-	}
-	var epoch uint64
-	if first != nil {
-		// The first checkpoint is confirmed on the connection of the
-		// delivery that held the task, or decided about below.
-		epoch = first.epoch
-	}
-	lost, err := s.park(ctx, epoch, id, update)
-	if errors.Is(err, errLetGo) {
-		if !s.mayClaim(first) {
-			s.log.Warn("the provider accepted a task whose delivery went back to the fleet too long ago to claim it; letting the fleet have it (it may be solved twice)",
-				"id", id, "silent_before", first.sess.ended().Sub(s.pub.c.lastHeard(first.epoch)).Round(time.Millisecond))
-			s.mu.Lock()
-			e.forfeit = true
-			s.mu.Unlock()
-			return nil
-		}
-		lost, err = s.park(ctx, 0, id, update)
-	}
+	})
 	if lost {
 		// Another worker may hold the copy the broker gave back: it
 		// waits before submitting, and drops it on this claim.
@@ -463,32 +428,6 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 		}
 	}
 	return err
-}
-
-// claimWindow is how soon after the connection that held a task closed
-// a worker still claims it (Publisher.Claim) once the provider accepted
-// it: a worker that received the task again waits redeliveredWait from
-// the broker's close, and the claim has to reach it before that.
-const claimWindow = redeliveredWait - time.Second
-
-// mayClaim reports whether a claim on a task held by d, whose connection
-// closed before the task's first checkpoint was confirmed, can still
-// reach a worker that received the task again before it submits it. The
-// broker let go of d no earlier than the later of when its connection
-// was last heard from and, for a connection that closed (a close, a
-// reset, the broker going down) rather than fell silent, when the
-// client saw it end. A connection that went silent (a partition, the
-// process stopped) for longer than Config.Heartbeat before its end may
-// have been given up by the broker at any time after it was last heard.
-func (s *WorkerStore) mayClaim(d *Delivery) bool {
-	if d == nil {
-		return false
-	}
-	since := s.pub.c.lastHeard(d.epoch)
-	if ended := d.sess.ended(); !ended.IsZero() && ended.Sub(since) <= s.pub.c.cfg.Heartbeat {
-		since = ended
-	}
-	return time.Since(since) < claimWindow
 }
 
 // Retry implements captchaq.Store. The queue keeps the task and retries it
@@ -506,7 +445,7 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 	if !stale {
 		return nil
 	}
-	_, err := s.park(ctx, 0, id, func(m *TaskMessage) {
+	_, err := s.park(ctx, id, func(m *TaskMessage) {
 		m.CaptchaID, m.Submitted, m.Attempts = "", time.Time{}, attempts
 		m.LastError, m.LastErrorCode = errText, errCode
 	})
@@ -737,7 +676,7 @@ func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
 	s.mu.Unlock()
 	n := 0
 	for _, id := range due {
-		if _, err := s.park(ctx, 0, id, func(*TaskMessage) {}); err != nil {
+		if _, err := s.park(ctx, id, func(*TaskMessage) {}); err != nil {
 			s.log.Warn("refreshing a checkpoint failed", "id", id, "err", err)
 			continue
 		}
