@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // An id names one task. The queue keeps, with every task, a fingerprint of
@@ -60,6 +61,42 @@ func (e *IDConflictError) Error() string {
 // Is makes every IDConflictError match ErrIDConflict.
 func (e *IDConflictError) Is(target error) bool { return target == ErrIDConflict }
 
+// The id rule is here, and every door applies it through these functions
+// (the queue's intake and Adopt, the service's createTask, amqp's gateway
+// and workers, captchaq enqueue): a task submitted under a known id is
+// another task when its fingerprint differs, and is refused; the same
+// task is the known one, waited for, answered with its stored result, or,
+// solved with a token that has expired, solved again.
+
+// Known is what a task submitted under a known id is, when it is the same
+// task (Record.Known).
+type Known int
+
+const (
+	// KnownPending: the known task, not finished: its result is to come.
+	KnownPending Known = iota
+	// KnownAnswered: the known task, finished: its stored result answers.
+	KnownAnswered
+	// KnownExpired: the known task, solved, its token expired: a door that
+	// renews solves it again (Store.Renew).
+	KnownExpired
+)
+
+// Known applies the id rule to t, submitted at now under the id of r: an
+// *IDConflictError (Conflict) when t is another task, else what t is.
+func (r Record) Known(t Task, now time.Time) (Known, error) {
+	if err := r.Conflict(t); err != nil {
+		return KnownPending, err
+	}
+	switch {
+	case r.Status == StatusSolved && r.Result != nil && r.Result.Expired(now):
+		return KnownExpired, nil
+	case r.Result != nil && final(r.Status):
+		return KnownAnswered, nil
+	}
+	return KnownPending, nil
+}
+
 // Conflict returns an *IDConflictError when t, submitted under r's id, is
 // not the task r holds, and nil when it is the same task. A record stored
 // before fingerprints were kept is compared by its task.
@@ -68,10 +105,24 @@ func (r Record) Conflict(t Task) error {
 	if fp == "" {
 		fp = r.Task.Fingerprint()
 	}
+	return conflict(t, fp, func() string { return differs(r.Task, t) })
+}
+
+// ConflictByFingerprint is Conflict for a door that keeps only the
+// fingerprint of the task an id named, not the task: an *IDConflictError
+// whose Differs is what the door says of that task (by name only, no
+// values), or nil when fingerprint is t's.
+func ConflictByFingerprint(t Task, fingerprint, differs string) error {
+	return conflict(t, fingerprint, func() string { return differs })
+}
+
+// conflict is the id rule's test: t is another task than the one of
+// fingerprint fp when their fingerprints differ; differs names what.
+func conflict(t Task, fp string, differs func() string) error {
 	if fp == t.Fingerprint() {
 		return nil
 	}
-	return &IDConflictError{ID: t.ID, Differs: differs(r.Task, t)}
+	return &IDConflictError{ID: t.ID, Differs: differs()}
 }
 
 // differs names, without values, what differs between two tasks as the

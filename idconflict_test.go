@@ -39,6 +39,56 @@ func TestFingerprintIgnoresQueueFieldsAndKeepsCase(t *testing.T) {
 	}
 }
 
+// The id rule, pinned where it is written (fingerprint.go), which every
+// door applies: another task under a known id is refused naming what
+// differs, by fingerprint or, for a record without one, by task; the same
+// task is the known one, pending, answered, or expired and so solved again.
+func TestIDRule(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	same, other := task("a", 0), task("a", 0)
+	other.Params["sitekey"] = "0x4BBBBBBBB"
+	solved := func(expires time.Time) captchaq.Record {
+		r := captchaq.Result{ID: "a", Status: captchaq.StatusSolved, Token: "tok", ExpiresAt: expires}
+		return captchaq.Record{Task: same, Fingerprint: same.Fingerprint(), Status: captchaq.StatusSolved, Result: &r}
+	}
+	failed := captchaq.Record{Task: same, Status: captchaq.StatusFailed, Result: &captchaq.Result{ID: "a", Status: captchaq.StatusFailed}}
+	for _, c := range []struct {
+		name string
+		rec  captchaq.Record
+		want captchaq.Known
+	}{
+		{"queued", captchaq.Record{Task: same, Fingerprint: same.Fingerprint(), Status: captchaq.StatusQueued}, captchaq.KnownPending},
+		{"in flight, no fingerprint stored", captchaq.Record{Task: same, Status: captchaq.StatusInFlight}, captchaq.KnownPending},
+		{"solved, no expiry", solved(time.Time{}), captchaq.KnownAnswered},
+		{"solved, expiring after now", solved(now.Add(time.Nanosecond)), captchaq.KnownAnswered},
+		{"solved, expired at now", solved(now), captchaq.KnownExpired},
+		{"failed", failed, captchaq.KnownAnswered},
+	} {
+		if got, err := c.rec.Known(same, now); err != nil || got != c.want {
+			t.Errorf("%s: Known(the same task) = %v, %v; want %v", c.name, got, err, c.want)
+		}
+		_, err := c.rec.Known(other, now)
+		var ce *captchaq.IDConflictError
+		if !errors.As(err, &ce) || ce.ID != "a" || ce.Differs != "params.sitekey differs" || err.Error() != c.rec.Conflict(other).Error() {
+			t.Errorf("%s: Known(another task) = %v; want the IDConflictError of Conflict, params.sitekey differs", c.name, err)
+		}
+	}
+	// A record holding another task's fingerprint is another task, whatever
+	// its task says.
+	if err := (captchaq.Record{Task: same, Fingerprint: other.Fingerprint()}).Conflict(same); !errors.Is(err, captchaq.ErrIDConflict) {
+		t.Errorf("Conflict with a record of another fingerprint = %v", err)
+	}
+	// A door that keeps fingerprints only says what it knows of the task.
+	if err := captchaq.ConflictByFingerprint(same, same.Fingerprint(), "x"); err != nil {
+		t.Errorf("ConflictByFingerprint(the same task) = %v", err)
+	}
+	err := captchaq.ConflictByFingerprint(other, same.Fingerprint(), "line 1 has it with another method, params or proxy")
+	if want := `captchaq: id "a" already names another task (line 1 has it with another method, params or proxy): give this task its own id, or resubmit the first task unchanged`; err == nil || err.Error() != want {
+		t.Errorf("ConflictByFingerprint(another task) = %v, want %s", err, want)
+	}
+}
+
 func TestSameIDSameTaskSolvedOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sim.Config{}, captchaq.Config{})

@@ -204,7 +204,7 @@ func (q *Queue) intakeRound(ctx context.Context, in *intakeBatch, todo []int, ca
 	if err != nil {
 		return slices.Concat(left, claimed), err
 	}
-	for _, j := range q.registerStored(in, claimed, batch, recs, existed, renewed) {
+	for _, j := range q.registerStored(in, claimed, batch, recs, existed, renewed, now) {
 		in.ws[claimed[j]](*recs[j].Result, nil)
 	}
 	return left, nil
@@ -245,19 +245,23 @@ func (q *Queue) claimIDs(in *intakeBatch, todo []int, capacity int) (claimed, le
 }
 
 // registerStored registers the claimed tasks as the Store answered for
-// them (recs, existed: batch as Enqueue and renewExpired left it), refuses
-// a stored task of the id that is another one, and returns the indexes in
-// claimed of those already finished, whose waiters the caller answers
-// with the stored result.
-func (q *Queue) registerStored(in *intakeBatch, claimed []int, batch []Task, recs []Record, existed []bool, renewed int) (finished []int) {
+// them at now (recs, existed: batch as Enqueue and renewExpired left it),
+// refuses a stored task of the id that is another one (Record.Known), and
+// returns the indexes in claimed of those already finished, whose waiters
+// the caller answers with the stored result.
+func (q *Queue) registerStored(in *intakeBatch, claimed []int, batch []Task, recs []Record, existed []bool, renewed int, now time.Time) (finished []int) {
 	q.table.Do(func(tx table) {
 		q.metrics.renewed += int64(renewed)
 		for j, i := range claimed {
 			r := recs[j]
+			known, err := KnownPending, error(nil)
+			if existed[j] {
+				known, err = r.Known(batch[j], now)
+			}
 			switch {
-			case existed[j] && r.Conflict(batch[j]) != nil:
-				in.errs[i] = r.Conflict(batch[j])
-			case existed[j] && r.Result != nil && final(r.Status):
+			case err != nil:
+				in.errs[i] = err
+			case known != KnownPending:
 				finished = append(finished, j)
 			case q.closed.Load():
 				// Durable already: the next Start picks it up.
@@ -276,12 +280,15 @@ func (q *Queue) registerStored(in *intakeBatch, claimed []int, batch []Task, rec
 }
 
 // renewExpired puts back in the queue the known tasks of batch (same
-// task, not only the same id) whose stored token has expired at now, and
-// updates their records in recs; it returns how many.
+// task, not only the same id) whose stored token has expired at now
+// (KnownExpired), and updates their records in recs; it returns how many.
 func (q *Queue) renewExpired(ctx context.Context, batch []Task, recs []Record, existed []bool, now time.Time) (int, error) {
 	n := 0
 	for j, r := range recs {
-		if !existed[j] || r.Result == nil || !r.Result.Expired(now) || r.Conflict(batch[j]) != nil {
+		if !existed[j] {
+			continue
+		}
+		if known, err := r.Known(batch[j], now); err != nil || known != KnownExpired {
 			continue
 		}
 		rec, err := q.store.Renew(ctx, batch[j], now)

@@ -211,14 +211,16 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 	if err != nil {
 		return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
 	}
-	stored := recs[0]
+	stored, known := recs[0], KnownPending
 	if existed[0] {
-		if err := stored.Conflict(t); err != nil {
+		if known, err = stored.Known(t, now); err != nil {
 			return nil, err
 		}
 	}
 	switch {
-	case existed[0] && stored.Result != nil && final(stored.Status):
+	case known != KnownPending:
+		// Finished (an expired token too: the record is adopted as it is,
+		// not solved again).
 		f.resolve(*stored.Result, nil)
 		return f, nil
 	case existed[0]:

@@ -549,10 +549,11 @@ func (g *Gateway) submit(ctx context.Context, v captchaq.ValidTask, look bool) e
 	case err == nil:
 		// The same task is the one recorded; another one under its id is
 		// refused before it is published.
-		if err := rec.Conflict(t); err != nil {
+		known, err := rec.Known(t, now)
+		if err != nil {
 			return err
 		}
-		if rec.Status == captchaq.StatusSolved && rec.Result != nil && rec.Result.Expired(now) {
+		if known == captchaq.KnownExpired {
 			// The same task, its token dead: solved again, as the local
 			// queue does.
 			return g.renew(ctx, t, now)

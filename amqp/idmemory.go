@@ -8,8 +8,8 @@ import (
 )
 
 // idMemoryDefault is how many finished ids a worker remembers the task of
-// (by fingerprint) for its id-conflict check: about 100 bytes each, some
-// 20 MB at this bound, and far past the results its MemoryStore keeps
+// (by fingerprint) for its id-conflict check: about 120 bytes each, some
+// 24 MB at this bound, and far past the results its MemoryStore keeps
 // (captchaq.MaxFinishedDefault).
 const idMemoryDefault = 200_000
 
@@ -19,20 +19,20 @@ const idMemoryDefault = 200_000
 // own ids (a gateway against its Store, enqueue within its input).
 type idMemory struct {
 	mu   sync.Mutex
-	byID map[string][16]byte
+	byID map[string][32]byte
 	ring []string // ids in finish order; next is the oldest once full
 	next int
 }
 
 func newIDMemory(size int) *idMemory {
-	return &idMemory{byID: make(map[string][16]byte), ring: make([]string, 0, min(size, 1024))}
+	return &idMemory{byID: make(map[string][32]byte), ring: make([]string, 0, min(size, 1024))}
 }
 
 // add remembers that id named the task t (a later finish of the same id
 // replaces it).
 func (m *idMemory) add(t captchaq.Task, size int) {
-	var fp [16]byte
-	hex.Decode(fp[:], []byte(t.Fingerprint()[:32]))
+	var fp [32]byte
+	hex.Decode(fp[:], []byte(t.Fingerprint()))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.byID[t.ID]; ok {
@@ -50,7 +50,7 @@ func (m *idMemory) add(t captchaq.Task, size int) {
 }
 
 // conflict returns an *captchaq.IDConflictError when t's id is remembered
-// for another task.
+// for another task (captchaq.ConflictByFingerprint).
 func (m *idMemory) conflict(t captchaq.Task) error {
 	m.mu.Lock()
 	fp, ok := m.byID[t.ID]
@@ -58,10 +58,5 @@ func (m *idMemory) conflict(t captchaq.Task) error {
 	if !ok {
 		return nil
 	}
-	var want [16]byte
-	hex.Decode(want[:], []byte(t.Fingerprint()[:32]))
-	if fp == want {
-		return nil
-	}
-	return &captchaq.IDConflictError{ID: t.ID, Differs: "a task this worker finished had another method, params or proxy"}
+	return captchaq.ConflictByFingerprint(t, hex.EncodeToString(fp[:]), "a task this worker finished had another method, params or proxy")
 }

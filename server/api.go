@@ -402,7 +402,8 @@ func (s *Server) knownTasks(ctx context.Context, tasks []captchaq.ValidTask, vie
 		t := v.Task()
 		rec, err := s.backend.Get(ctx, t.ID)
 		if err == nil {
-			if cerr := rec.Conflict(t); cerr != nil {
+			known, cerr := rec.Known(t, time.Now())
+			if cerr != nil {
 				_, local := splitID(t.ID)
 				e := &apiError{Error: strings.Replace(cerr.Error(), strconv.Quote(t.ID), strconv.Quote(local), 1), Field: "id", Code: captchaq.CodeIDConflict, status: http.StatusConflict}
 				if len(tasks) > 1 {
@@ -410,7 +411,7 @@ func (s *Server) knownTasks(ctx context.Context, tasks []captchaq.ValidTask, vie
 				}
 				return nil, e
 			}
-			if rec.Result == nil || !rec.Result.Expired(time.Now()) {
+			if known != captchaq.KnownExpired {
 				views[i] = view(rec, cs)
 				views[i].Existed = true
 				continue

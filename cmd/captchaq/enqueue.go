@@ -160,14 +160,11 @@ type enqueuedID struct {
 // with the same task (skip it); the error is an *captchaq.IDConflictError
 // when it came with another one.
 func (m enqueuedIDs) check(t captchaq.Task, line int) (again bool, err error) {
-	fp := t.Fingerprint()
 	if first, ok := m[t.ID]; ok {
-		if first.fingerprint == fp {
-			return true, nil
-		}
-		return false, &captchaq.IDConflictError{ID: t.ID, Differs: fmt.Sprintf("line %d has it with another method, params or proxy", first.line)}
+		err := captchaq.ConflictByFingerprint(t, first.fingerprint, fmt.Sprintf("line %d has it with another method, params or proxy", first.line))
+		return err == nil, err
 	}
-	m[t.ID] = enqueuedID{line: line, fingerprint: fp}
+	m[t.ID] = enqueuedID{line: line, fingerprint: t.Fingerprint()}
 	return false, nil
 }
 
