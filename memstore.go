@@ -80,8 +80,6 @@ func copyRecord(r Record) Record {
 	return r
 }
 
-func final(s Status) bool { return s == StatusSolved || s == StatusFailed }
-
 // Enqueue implements Store.
 func (s *MemoryStore) Enqueue(ctx context.Context, tasks []Task, now time.Time) ([]Record, []bool, error) {
 	if err := ctx.Err(); err != nil {

@@ -73,6 +73,9 @@ const (
 	StatusFailed   Status = "failed"
 )
 
+// final reports whether s is Solved or Failed.
+func final(s Status) bool { return s == StatusSolved || s == StatusFailed }
+
 // Result is the final outcome of a task. Its JSON form is one line of
 // result JSONL.
 type Result struct {
