@@ -172,3 +172,5 @@ type poolFleet map[string]ThreadPool
 func (poolFleet) Admit(string) bool { return true }
 
 func (f poolFleet) Threads(name string) ThreadPool { return f[name] }
+
+func (poolFleet) Journal() Journal { return nil }

@@ -1,5 +1,10 @@
 package captchaq
 
+import (
+	"context"
+	"time"
+)
+
 // Fleet is how a Queue takes part in a fleet of processes that share
 // tasks and a plan's threads (amqp.Worker is one): NewFleetQueue builds
 // such a queue. A queue of its own (New) has none.
@@ -15,6 +20,27 @@ type Fleet interface {
 	// threads the pool holds for it (see ThreadPool). Nil: this process
 	// has them to itself, bounded only by the AIMD window.
 	Threads(provider string) ThreadPool
+	// Journal is where the queue's steps become durable in the fleet,
+	// called in place of the Store's Checkpoint, Retry and Finish (see
+	// Journal). Nil: the Store's.
+	Journal() Journal
+}
+
+// Journal makes a queue's steps durable: the Store's Checkpoint, Retry
+// and Finish, which it takes its methods from. A Store is a Journal; a
+// Fleet may give its own (amqp.Worker's publishes each step to the broker
+// and acks the task's message only then). The queue calls it where it
+// would call the Store: a captcha id before its first poll, a retry
+// before the next attempt, a result before it is delivered (and
+// delivers it anyway, as a Store's, when it fails: the error is logged).
+// The Store keeps everything else (Enqueue at intake, Renew, Get, Pending
+// at Start); a fleet's Journal writes the step to the Store itself when
+// the step is the queue's to keep (a task the fleet took back is not
+// finished in this queue's Store).
+type Journal interface {
+	Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error
+	Retry(ctx context.Context, id string, attempts int, notBefore time.Time, errText, errCode string) error
+	Finish(ctx context.Context, r Result) error
 }
 
 // ThreadPool shares one plan's threads among processes that use the same

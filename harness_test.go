@@ -260,12 +260,16 @@ func newQueue(cfg captchaq.Config, fleet ...captchaq.Fleet) (*captchaq.Queue, er
 }
 
 // testFleet is a captchaq.Fleet: admit decides (nil: every task), pools
-// are the providers' thread pools by name ("" for Config.Provider).
+// are the providers' thread pools by name ("" for Config.Provider), and
+// journal takes the steps.
 type testFleet struct {
-	admit func(id string) bool
-	pools map[string]captchaq.ThreadPool
+	admit   func(id string) bool
+	pools   map[string]captchaq.ThreadPool
+	journal captchaq.Journal // nil: the Store's steps
 }
 
 func (f testFleet) Admit(id string) bool { return f.admit == nil || f.admit(id) }
 
 func (f testFleet) Threads(name string) captchaq.ThreadPool { return f.pools[name] }
+
+func (f testFleet) Journal() captchaq.Journal { return f.journal }

@@ -16,8 +16,9 @@ import (
 // New checks cfg and returns a Queue that is not yet started.
 func New(cfg Config) (*Queue, error) { return newQueue(cfg, nil) }
 
-// NewFleetQueue is New for a queue in fleet f: f admits each submit and
-// shares each provider's threads.
+// NewFleetQueue is New for a queue in fleet f: f admits each submit,
+// shares each provider's threads and, with a Journal, makes each step
+// durable in the fleet.
 func NewFleetQueue(cfg Config, f Fleet) (*Queue, error) {
 	if f == nil {
 		return nil, errors.New("captchaq: NewFleetQueue: the fleet is nil; use New for a queue of its own")
@@ -37,6 +38,7 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 		single:         len(cfg.Providers) == 0,
 		log:            cfg.Logger,
 		store:          cfg.Store,
+		journal:        cfg.Store,
 		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
 		earlyPingbacks: map[string]pingback{},
 	}
@@ -46,6 +48,9 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 			p.Busy(busy)
 		}
 	})
+	if f != nil && f.Journal() != nil {
+		q.journal = f.Journal()
+	}
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.dispatch = make(chan struct{}, 1)
@@ -230,12 +235,12 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 		if at.IsZero() {
 			at = now
 		}
-		if err := q.store.Checkpoint(ctx, t.ID, r.CaptchaID, max(r.Attempts, 1), at); err != nil {
+		if err := q.journal.Checkpoint(ctx, t.ID, r.CaptchaID, max(r.Attempts, 1), at); err != nil {
 			return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
 		}
 		stored.Status, stored.CaptchaID, stored.Attempts, stored.SubmittedAt = StatusInFlight, r.CaptchaID, max(r.Attempts, 1), at
 	case r.Attempts > 0 || !r.NotBefore.IsZero():
-		if err := q.store.Retry(ctx, t.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
+		if err := q.journal.Retry(ctx, t.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
 			return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
 		}
 		stored.Attempts, stored.NotBefore, stored.LastError, stored.LastErrorCode = r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode

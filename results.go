@@ -129,7 +129,7 @@ func (q *Queue) completeLater(st *taskState, r Result, ready time.Time) {
 // complete stores a claimed task's final result and delivers it.
 func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 	r.FinishedAt = q.now()
-	if err := q.store.Finish(q.storeCtx(), r); err != nil {
+	if err := q.journal.Finish(q.storeCtx(), r); err != nil {
 		// Delivering anyway beats holding a paid answer; the Store still
 		// has the task as pending, so a restart would poll it again.
 		q.log.Error("storing result failed; delivering it anyway", "id", r.ID, "status", r.Status, "err", err)
@@ -204,7 +204,7 @@ func (q *Queue) retryLocked(tx table, st *taskState, attempts int, notBefore tim
 func (q *Queue) storeRetry(st *taskState) {
 	var r Record
 	q.table.Do(func(table) { r = st.rec })
-	if err := q.store.Retry(q.storeCtx(), r.Task.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
+	if err := q.journal.Retry(q.storeCtx(), r.Task.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
 		q.log.Error("storing retry failed", "id", r.Task.ID, "err", err)
 	}
 	q.table.Do(func(tx table) {

@@ -38,6 +38,7 @@ type Queue struct {
 	single   bool
 	log      *slog.Logger
 	store    Store
+	journal  Journal // the Store's steps, or the fleet's Journal
 	estimate *latency.Estimator
 	// lanes are the providers, in order of preference; one for
 	// Config.Provider. pollers[i] polls the tasks in flight at lanes[i].

@@ -57,7 +57,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	t := st.rec.Task
 	l := st.lane
 	attempt := st.rec.Attempts + 1
-	if err := q.store.Checkpoint(q.storeCtx(), t.ID, l.StoredID(captchaID), attempt, now); err != nil {
+	if err := q.journal.Checkpoint(q.storeCtx(), t.ID, l.StoredID(captchaID), attempt, now); err != nil {
 		// The provider is solving it now: polling it is right; only a
 		// crash before the next write would cost a second solve.
 		q.log.Error("checkpoint failed; polling anyway", "id", t.ID, "err", err)

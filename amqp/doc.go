@@ -75,6 +75,11 @@
 // worker run that published it (captchaq-run): a worker started again
 // under the same owner name rejects the checkpoints of the run before,
 // which sends them back to the fleet at once instead of dropping them.
+// The worker's queue takes these steps through its captchaq.Journal
+// (WorkerStore, given by the worker's captchaq.Fleet), which it calls
+// where it would call its Store's Checkpoint, Retry and Finish; the
+// queue's Store is a captchaq.MemoryStore of the worker's own, written by
+// the same steps while the task is still the worker's.
 //
 // A worker submits a task only while it holds it: its delivery's channel
 // is alive, or its checkpoint is confirmed (captchaq.Fleet's Admit). A task

@@ -77,7 +77,7 @@ type WorkerConfig struct {
 }
 
 // Worker takes tasks from the broker and solves them with a captchaq.Queue
-// whose Store is the broker (see WorkerStore). Many workers on many
+// whose steps are made durable on the broker (its Journal, WorkerStore). Many workers on many
 // machines can share one key: they share its plan's threads through the
 // broker (WorkerConfig.SharedThreads), and each backs off on "no free
 // thread".
@@ -105,12 +105,12 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	pub := c.NewPublisher()
 	store := newWorkerStore(pub, cfg.Owner, log)
 	qc := cfg.Queue
-	qc.Store = store
+	qc.Store = store.mem
 	// A task never waits locally for longer than the broker holds it;
 	// adopted tasks (Names.Adopt, up to threads at once) come on top, so
 	// a full prefetch of waiting tasks never holds one back.
 	qc.MaxQueued = cmp.Or(qc.MaxQueued, cfg.Prefetch+2*threads)
-	f := &workerFleet{admit: store.admit}
+	f := &workerFleet{admit: store.admit, journal: store}
 	if cfg.SharedThreads {
 		f.names, f.pools = sharedThreads(c, qc, threads, log)
 	}
@@ -124,15 +124,20 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 
 // workerFleet is how a worker's queue takes part in the fleet: it submits
 // only the tasks the worker holds on a live channel (admit), on the
-// threads its pools hold (by provider name, "" for a queue of one).
+// threads its pools hold (by provider name, "" for a queue of one), and
+// makes each step durable on the broker (journal).
 type workerFleet struct {
-	admit func(id string) bool
-	names []string      // the providers with a pool
-	pools []*threadPool // pools[i] is names[i]'s
+	admit   func(id string) bool
+	journal captchaq.Journal
+	names   []string      // the providers with a pool
+	pools   []*threadPool // pools[i] is names[i]'s
 }
 
 // Admit implements captchaq.Fleet.
 func (f *workerFleet) Admit(id string) bool { return f.admit(id) }
+
+// Journal implements captchaq.Fleet: the worker's steps go to the broker.
+func (f *workerFleet) Journal() captchaq.Journal { return f.journal }
 
 // Threads implements captchaq.Fleet.
 func (f *workerFleet) Threads(provider string) captchaq.ThreadPool {
@@ -407,7 +412,7 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 	if !w.store.receive(d, m) {
 		return
 	}
-	if rec, err := w.store.Get(ctx, m.Task.ID); err == nil && (rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed) {
+	if rec, err := w.store.mem.Get(ctx, m.Task.ID); err == nil && (rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed) {
 		// Its result is on the broker already: this is a stale copy.
 		w.store.release(m.Task.ID)
 		return

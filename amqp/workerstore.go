@@ -14,9 +14,11 @@ import (
 	"github.com/captchaq/captchaq"
 )
 
-// WorkerStore is the captchaq.Store of a Worker: local state lives in a
-// captchaq.MemoryStore, and every step the queue makes durable is made
-// durable on the broker instead, before the task's message is let go:
+// WorkerStore is the captchaq.Journal of a Worker (through its
+// captchaq.Fleet): the queue's local state lives in a captchaq.MemoryStore,
+// its Config.Store, and every step the queue makes durable is made durable
+// on the broker, before the task's message is let go (the local record is
+// written by the step too, unless the task has left this worker):
 //
 //   - Checkpoint publishes the task with its captcha id to the worker's
 //     checkpoint queue (confirmed), then acks the task's delivery;
@@ -110,7 +112,7 @@ func (e *entry) gone(now time.Time, lease time.Duration) bool {
 	return e.confirmed > 0 || e.msg.CaptchaID != ""
 }
 
-var _ captchaq.Store = (*WorkerStore)(nil)
+var _ captchaq.Journal = (*WorkerStore)(nil)
 
 func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore {
 	var b [8]byte
@@ -390,18 +392,7 @@ func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMess
 	return lost, nil
 }
 
-// Enqueue implements captchaq.Store.
-func (s *WorkerStore) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Time) ([]captchaq.Record, []bool, error) {
-	return s.mem.Enqueue(ctx, tasks, now)
-}
-
-// Renew implements captchaq.Store for the worker's local state; a fleet
-// worker only holds unfinished tasks, so it is not called in practice.
-func (s *WorkerStore) Renew(ctx context.Context, t captchaq.Task, now time.Time) (captchaq.Record, error) {
-	return s.mem.Renew(ctx, t, now)
-}
-
-// Checkpoint implements captchaq.Store: the captcha id is on the broker
+// Checkpoint implements captchaq.Journal: the captcha id is on the broker
 // before the task's delivery is acked.
 func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, attempt int, at time.Time) error {
 	if err := s.mem.Checkpoint(ctx, id, captchaID, attempt, at); err != nil {
@@ -430,7 +421,7 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	return err
 }
 
-// Retry implements captchaq.Store. The queue keeps the task and retries it
+// Retry implements captchaq.Journal. The queue keeps the task and retries it
 // itself; the broker's copy is replaced only when it has become wrong (it
 // names a captcha id that failed, or fewer attempts), so a crash neither
 // polls a dead id nor forgets an attempt.
@@ -452,7 +443,7 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 	return err
 }
 
-// Finish implements captchaq.Store: the result (and for a failure the dead
+// Finish implements captchaq.Journal: the result (and for a failure the dead
 // letter) is confirmed on the broker before anything held is acked. It is
 // published only on the connection of the delivery that holds the task
 // (publishIn), and only while that delivery is live: a task whose holder
@@ -704,44 +695,3 @@ func (s *WorkerStore) beat(now time.Time) StatusBeat {
 	}
 	return b
 }
-
-// Pending implements captchaq.Store.
-func (s *WorkerStore) Pending(ctx context.Context, fn func(captchaq.Record) error) error {
-	return s.mem.Pending(ctx, fn)
-}
-
-// Get implements captchaq.Store.
-func (s *WorkerStore) Get(ctx context.Context, id string) (captchaq.Record, error) {
-	return s.mem.Get(ctx, id)
-}
-
-// Results implements captchaq.Store.
-func (s *WorkerStore) Results(ctx context.Context, fn func(captchaq.Result) error) error {
-	return s.mem.Results(ctx, fn)
-}
-
-// DeadLetters implements captchaq.Store for the local ones; the fleet's
-// are in the dead-letter queue (Conn.DeadLetters).
-func (s *WorkerStore) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, fn func(captchaq.Record) error) error {
-	return s.mem.DeadLetters(ctx, f, fn)
-}
-
-// Replay is refused: dead letters are replayed from the dead-letter queue
-// (Conn.Replay), where every worker's end up.
-func (s *WorkerStore) Replay(context.Context, captchaq.DeadLetterFilter, time.Time) (int, error) {
-	return 0, errors.New("amqp: replay dead letters from the broker (captchaq dlq --amqp ... replay)")
-}
-
-// Report implements captchaq.Store for the worker's own results; a
-// client's report reaches the fleet as a message (PREFIX.reports).
-func (s *WorkerStore) Report(ctx context.Context, id string, good bool, at time.Time) (bool, error) {
-	return s.mem.Report(ctx, id, good, at)
-}
-
-// Prune implements captchaq.Store.
-func (s *WorkerStore) Prune(ctx context.Context, finishedBefore time.Time) (int, error) {
-	return s.mem.Prune(ctx, finishedBefore)
-}
-
-// Close implements captchaq.Store.
-func (s *WorkerStore) Close() error { return s.mem.Close() }
