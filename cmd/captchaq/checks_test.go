@@ -49,3 +49,21 @@ func TestBatchValidatesEachTaskOnce(t *testing.T) {
 		t.Errorf("post task's checks (-want +got):\n%s", d)
 	}
 }
+
+// solve validates its one task once, at its door, and hands the queue the
+// checked task (Queue.SubmitValid) rather than checking it again.
+func TestSolveValidatesTheTaskOnce(t *testing.T) {
+	t.Parallel()
+	_, base := startFastSim(t, sim.Config{Threads: 1})
+	page := "https://shop.example/" + t.Name()
+	tally, stop := checkspy.Tally(func(p map[string]string) bool { return p["pageurl"] == page })
+	defer stop()
+	r := runWith(t, "", keyEnv, append([]string{"solve", "--api-url", base, "--method", "turnstile",
+		"--param", "sitekey=0x4AAAAAAAB3x-test", "--param", "pageurl=" + page}, fastQueue...)...)
+	if r.code != 0 {
+		t.Fatalf("solve = %+v", r)
+	}
+	if d := cmp.Diff(map[checkspy.Kind]int{checkspy.Queue: 1, checkspy.Provider: 1}, tally()); d != "" {
+		t.Errorf("the task's checks (-want +got):\n%s", d)
+	}
+}

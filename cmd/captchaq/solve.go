@@ -94,8 +94,9 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		return err
 	}
 	defer rt.close()
-	// The same checks as every other door, before anything is sent.
-	if err := rt.queue.Validate(task); err != nil {
+	// The same checks as every other door, once, before anything is sent.
+	v, err := rt.queue.Check(task)
+	if err != nil {
 		var te *captchaq.TaskError
 		if errors.As(err, &te) {
 			err = errors.New(te.Msg)
@@ -103,7 +104,7 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 		return usageError(err)
 	}
 
-	r, err := solveOne(ctx, rt, task, *timeout)
+	r, err := solveOne(ctx, rt, v, *timeout)
 	if err != nil {
 		return err
 	}
@@ -114,10 +115,10 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	return err
 }
 
-// solveOne submits task to rt's queue and waits for its answer, at most
-// timeout. A task not solved, an account the provider refuses, an
-// interrupt, are errors with their exit codes.
-func solveOne(ctx context.Context, rt *queueRuntime, task captchaq.Task, timeout time.Duration) (captchaq.Result, error) {
+// solveOne submits the checked task to rt's queue (not checked again) and
+// waits for its answer, at most timeout. A task not solved, an account the
+// provider refuses, an interrupt, are errors with their exit codes.
+func solveOne(ctx context.Context, rt *queueRuntime, task captchaq.ValidTask, timeout time.Duration) (captchaq.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type outcome struct {
@@ -126,13 +127,17 @@ func solveOne(ctx context.Context, rt *queueRuntime, task captchaq.Task, timeout
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		f, err := rt.queue.Submit(ctx, task)
-		if err != nil {
+		answer := make(chan captchaq.Result, 1)
+		if err := rt.queue.SubmitValid(ctx, []captchaq.ValidTask{task}, func(_ int, r captchaq.Result) { answer <- r })[0]; err != nil {
 			done <- outcome{err: err}
 			return
 		}
-		r, err := f.Wait(ctx)
-		done <- outcome{r, err}
+		select {
+		case r := <-answer:
+			done <- outcome{r: r}
+		case <-ctx.Done():
+			done <- outcome{err: ctx.Err()}
+		}
 	}()
 	var o outcome
 	select {
