@@ -14,13 +14,19 @@ import (
 	"github.com/captchaq/captchaq/store/postgres"
 )
 
+// twoStores opens two Stores with cfg on a new database of their own, as
+// two processes of one front would, and returns its URL too.
+func twoStores(t *testing.T, cfg postgres.Config) (a, b *postgres.Store, url string) {
+	t.Helper()
+	url = pgtest.NewDatabase(t)
+	return open(t, url, cfg), open(t, url, cfg), url
+}
+
 // Of several processes that read a task unfinished and took a result for
 // it, one stores it; the others learn the record changed.
 func TestFinishIfStoresOnce(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	a := open(t, url, postgres.Config{})
-	b := open(t, url, postgres.Config{})
+	a, b, _ := twoStores(t, postgres.Config{})
 	ctx := t.Context()
 	if _, _, err := a.Enqueue(ctx, []captchaq.Task{{ID: "t", Method: "turnstile"}}, time.Now()); err != nil {
 		t.Fatal(err)
@@ -80,9 +86,7 @@ func TestFinishIfStoresOnce(t *testing.T) {
 // (FinishIf), never its own.
 func TestWatchHearsTheOthers(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	a := open(t, url, postgres.Config{Notify: true})
-	b := open(t, url, postgres.Config{Notify: true})
+	a, b, _ := twoStores(t, postgres.Config{Notify: true})
 	events := make(chan postgres.Event, 16)
 	own := make(chan postgres.Event, 16)
 	if err := b.Watch(func(e postgres.Event) { events <- e }); err != nil {
@@ -141,9 +145,7 @@ func waitListening(t *testing.T, from *postgres.Store, heard chan postgres.Event
 
 func TestIDBlocksNeverOverlap(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	a := open(t, url, postgres.Config{})
-	b := open(t, url, postgres.Config{})
+	a, b, _ := twoStores(t, postgres.Config{})
 	before := uint64(time.Now().UnixMicro())
 	seen := map[uint64]bool{}
 	for i := range 6 {
@@ -171,9 +173,7 @@ func TestIDBlocksNeverOverlap(t *testing.T) {
 // standby takes over once the first releases or its connection dies.
 func TestActiveQueue(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	a := open(t, url, postgres.Config{})
-	b := open(t, url, postgres.Config{})
+	a, b, url := twoStores(t, postgres.Config{})
 	first, err := a.Activate(t.Context(), false)
 	if err != nil {
 		t.Fatal(err)
@@ -219,9 +219,7 @@ func TestActiveQueue(t *testing.T) {
 // slot given back, makes room; a dead letter replayed takes a slot too.
 func TestAdmitMaxInflightAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	a := open(t, url, postgres.Config{})
-	b := open(t, url, postgres.Config{})
+	a, b, _ := twoStores(t, postgres.Config{})
 	ctx := t.Context()
 	const max = 3
 	var mu sync.Mutex
@@ -295,9 +293,7 @@ func TestAdmitMaxInflightAcrossProcesses(t *testing.T) {
 // rate takes no slot.
 func TestAdmitRateAcrossProcesses(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	a := open(t, url, postgres.Config{})
-	b := open(t, url, postgres.Config{})
+	a, b, _ := twoStores(t, postgres.Config{})
 	ctx := t.Context()
 	const burst, rate = 3, 0.001 // a token every 1,000 s
 	var mu sync.Mutex
