@@ -190,3 +190,30 @@ func BenchmarkFingerprint(b *testing.B) {
 		_ = tk.Fingerprint()
 	}
 }
+
+// Adopt comes in by the queue's one intake: another task under the id of a
+// task the queue holds is refused by the id rule, as Submit refuses it;
+// the same task waits for the held one's result.
+func TestAdoptAppliesTheIDRule(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{}, captchaq.Config{})
+	ctx := testbound.Context(t)
+	held := submitAll(t, b.q, task("held", 0))
+	other := task("held", 0)
+	other.Params["sitekey"] = "0x4BBBBBBBB"
+	if f, err := b.q.Adopt(ctx, captchaq.Record{Task: other, Status: captchaq.StatusQueued}); !errors.Is(err, captchaq.ErrIDConflict) || f != nil {
+		t.Fatalf("Adopt of another task under a held id: %v, %v", f, err)
+	}
+	same, err := b.q.Adopt(ctx, captchaq.Record{Task: task("held", 0), Status: captchaq.StatusQueued, Attempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.start(t)
+	first := waitAll(t, held)[0]
+	if again := waitAll(t, []*captchaq.Future{same})[0]; again.Token != first.Token || first.Attempts != 1 {
+		t.Fatalf("held %+v, adopted %+v: want one solve at its first attempt", first, again)
+	}
+	if got := b.prov.order(); !slices.Equal(got, []string{"held"}) {
+		t.Fatalf("provider was asked for %v, want [held]", got)
+	}
+}

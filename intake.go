@@ -105,11 +105,22 @@ func (q *Queue) acceptValid(ctx context.Context, vs []ValidTask, errs []error, w
 		ws:    make([]func(Result, error), len(vs)),
 		errs:  errs,
 	}
-	todo := make([]int, 0, len(vs))
 	for i, v := range vs {
 		in.tasks[i], in.pts[i] = v.task, v.pt
 		if errs[i] == nil {
 			in.ws[i] = waiter(i)
+		}
+	}
+	return q.intake(ctx, in)
+}
+
+// intake accepts the tasks of in not refused already (errs[i] set), as
+// acceptValid says, and returns each task's error: the one intake of
+// every door (Adopt's records too).
+func (q *Queue) intake(ctx context.Context, in *intakeBatch) []error {
+	todo := make([]int, 0, len(in.tasks))
+	for i := range in.tasks {
+		if in.errs[i] == nil {
 			todo = append(todo, i)
 		}
 	}
@@ -132,12 +143,24 @@ func (q *Queue) acceptValid(ctx context.Context, vs []ValidTask, errs []error, w
 }
 
 // intakeBatch is a batch on its way in: task i, as checked (carried to the
-// provider), its waiter and its error.
+// provider), its waiter and its error; for Adopt, the record handed over.
 type intakeBatch struct {
 	tasks []Task
 	pts   []provider.Checked
 	ws    []func(Result, error)
 	errs  []error
+	// adopted[i] is the record Adopt hands over for task i (nil: none):
+	// taken as it is (its deadline, attempts and captcha id), and, stored
+	// already and finished, answered with the stored result, not renewed.
+	adopted []*Record
+}
+
+// adoptedAt is the record handed over for task i, or nil.
+func (in *intakeBatch) adoptedAt(i int) *Record {
+	if in.adopted == nil {
+		return nil
+	}
+	return in.adopted[i]
 }
 
 // attachKnown adds the waiters of tasks already registered to them (or
@@ -191,7 +214,7 @@ func (q *Queue) intakeRound(ctx context.Context, in *intakeBatch, todo []int, ca
 	batch := make([]Task, len(claimed))
 	for j, i := range claimed {
 		t := in.tasks[i]
-		if t.TTL > 0 {
+		if t.TTL > 0 && in.adoptedAt(i) == nil {
 			t.Deadline, t.TTL = now.Add(t.TTL), 0
 		}
 		batch[j] = t
@@ -200,7 +223,10 @@ func (q *Queue) intakeRound(ctx context.Context, in *intakeBatch, todo []int, ca
 	if err != nil {
 		return slices.Concat(left, claimed), fmt.Errorf("captchaq: storing %d new tasks (%q first): %w", len(batch), batch[0].ID, err)
 	}
-	renewed, err := q.renewExpired(ctx, batch, recs, existed, now)
+	renewed, err := q.renewExpired(ctx, in, claimed, batch, recs, existed, now)
+	if err == nil {
+		err = q.takeAdopted(ctx, in, claimed, recs, existed, now)
+	}
 	if err != nil {
 		return slices.Concat(left, claimed), err
 	}
@@ -268,9 +294,10 @@ func (q *Queue) registerStored(in *intakeBatch, claimed []int, batch []Task, rec
 				in.errs[i] = ErrClosed
 			default:
 				st := q.register(tx, r, in.ws[i], in.pts[i])
-				if !existed[j] {
+				switch {
+				case !existed[j]:
 					q.metrics.submitted++
-				} else {
+				case in.adoptedAt(i) == nil:
 					q.metrics.countResumed(st)
 				}
 			}
@@ -282,10 +309,10 @@ func (q *Queue) registerStored(in *intakeBatch, claimed []int, batch []Task, rec
 // renewExpired puts back in the queue the known tasks of batch (same
 // task, not only the same id) whose stored token has expired at now
 // (KnownExpired), and updates their records in recs; it returns how many.
-func (q *Queue) renewExpired(ctx context.Context, batch []Task, recs []Record, existed []bool, now time.Time) (int, error) {
+func (q *Queue) renewExpired(ctx context.Context, in *intakeBatch, claimed []int, batch []Task, recs []Record, existed []bool, now time.Time) (int, error) {
 	n := 0
 	for j, r := range recs {
-		if !existed[j] {
+		if !existed[j] || in.adoptedAt(claimed[j]) != nil {
 			continue
 		}
 		if known, err := r.Known(batch[j], now); err != nil || known != KnownExpired {
@@ -301,6 +328,38 @@ func (q *Queue) renewExpired(ctx context.Context, batch []Task, recs []Record, e
 	return n, nil
 }
 
+// takeAdopted writes to the journal what the records Adopt hands over
+// say of the claimed tasks the Store did not know (a task known already
+// is as its stored record says): in flight with a captcha id, that
+// checkpoint, to be polled rather than submitted again; queued after
+// attempts, those attempts. It updates their records in recs.
+func (q *Queue) takeAdopted(ctx context.Context, in *intakeBatch, claimed []int, recs []Record, existed []bool, now time.Time) error {
+	for j, i := range claimed {
+		r := in.adoptedAt(i)
+		if r == nil || existed[j] {
+			continue
+		}
+		id, stored := r.Task.ID, &recs[j]
+		switch {
+		case r.Status == StatusInFlight && r.CaptchaID != "":
+			at := r.SubmittedAt
+			if at.IsZero() {
+				at = now
+			}
+			if err := q.journal.Checkpoint(ctx, id, r.CaptchaID, max(r.Attempts, 1), at); err != nil {
+				return fmt.Errorf("captchaq: adopt %q: %w", id, err)
+			}
+			stored.Status, stored.CaptchaID, stored.Attempts, stored.SubmittedAt = StatusInFlight, r.CaptchaID, max(r.Attempts, 1), at
+		case r.Attempts > 0 || !r.NotBefore.IsZero():
+			if err := q.journal.Retry(ctx, id, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
+				return fmt.Errorf("captchaq: adopt %q: %w", id, err)
+			}
+			stored.Attempts, stored.NotBefore, stored.LastError, stored.LastErrorCode = r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode
+		}
+	}
+	return nil
+}
+
 // releaseIntake ends the claims of an intake round.
 func (q *Queue) releaseIntake(tasks []Task, claimed []int) {
 	q.table.Do(func(tx table) {
@@ -312,47 +371,6 @@ func (q *Queue) releaseIntake(tasks []Task, claimed []int) {
 
 func (q *Queue) accept(ctx context.Context, t Task, w func(Result, error)) error {
 	return q.acceptBatch(ctx, []Task{t}, func(int) func(Result, error) { return w })[0]
-}
-
-// attach adds a waiter to a known unfinished task.
-func (q *Queue) attach(id string, w func(Result, error)) (ok bool) {
-	q.table.Do(func(tx table) {
-		var st *taskState
-		if st, ok = tx.Get(id); ok {
-			st.waiters = append(st.waiters, w)
-		}
-	})
-	return ok
-}
-
-// claimIntake reserves id for the caller to store and register, or attaches w to
-// the task when it is already registered (attached true). While another
-// caller holds the claim, claimIntake waits for it. release must be called after
-// the task is registered (or storing failed).
-func (q *Queue) claimIntake(ctx context.Context, id string, w func(Result, error)) (release func(), attached bool, err error) {
-	for {
-		var busy <-chan struct{}
-		var claimed bool
-		q.table.Do(func(tx table) {
-			if st, ok := tx.Get(id); ok {
-				st.waiters = append(st.waiters, w)
-				attached = true
-				return
-			}
-			busy, claimed = tx.Claim(id)
-		})
-		if attached {
-			return nil, true, nil
-		}
-		if claimed {
-			return func() { q.table.Do(func(tx table) { tx.Release(id) }) }, false, nil
-		}
-		select {
-		case <-busy:
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
-		}
-	}
 }
 
 // waitCapacity blocks until there is room for want more unfinished tasks

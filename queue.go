@@ -185,7 +185,8 @@ func (q *Queue) SubmitBatchFunc(ctx context.Context, tasks []Task, fn func(i int
 // Adopt takes a record as it is, for tasks handed over from elsewhere (a
 // redelivered queue message): a record in flight with a CaptchaID resumes
 // polling instead of being submitted again; a queued one keeps its
-// attempts. A task the Store already knows is not overwritten.
+// attempts. A task the Store already knows is not overwritten. It comes
+// in by the queue's one intake, as Submit's tasks do.
 func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 	t := r.Task
 	f := newFuture(t.ID)
@@ -193,69 +194,15 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 		f.resolve(*r.Result, nil)
 		return f, nil
 	}
-	pt, err := q.check(t)
+	v, err := q.Check(t)
 	if err != nil {
 		return nil, err
 	}
-	if q.attach(t.ID, f.resolve) {
-		return f, nil
+	in := &intakeBatch{
+		tasks: []Task{t}, pts: []provider.Checked{v.pt}, ws: []func(Result, error){f.resolve},
+		errs: []error{nil}, adopted: []*Record{&r},
 	}
-	if _, err := q.waitCapacity(ctx, 1); err != nil {
-		return nil, err
-	}
-	release, attached, err := q.claimIntake(ctx, t.ID, f.resolve)
-	if err != nil {
-		return nil, err
-	}
-	if attached {
-		return f, nil
-	}
-	defer release()
-	now := q.now()
-	recs, existed, err := q.store.Enqueue(ctx, []Task{t}, now)
-	if err != nil {
-		return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
-	}
-	stored, known := recs[0], KnownPending
-	if existed[0] {
-		if known, err = stored.Known(t, now); err != nil {
-			return nil, err
-		}
-	}
-	switch {
-	case known != KnownPending:
-		// Finished (an expired token too: the record is adopted as it is,
-		// not solved again).
-		f.resolve(*stored.Result, nil)
-		return f, nil
-	case existed[0]:
-		// The Store's record is the truth.
-	case r.Status == StatusInFlight && r.CaptchaID != "":
-		at := r.SubmittedAt
-		if at.IsZero() {
-			at = now
-		}
-		if err := q.journal.Checkpoint(ctx, t.ID, r.CaptchaID, max(r.Attempts, 1), at); err != nil {
-			return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
-		}
-		stored.Status, stored.CaptchaID, stored.Attempts, stored.SubmittedAt = StatusInFlight, r.CaptchaID, max(r.Attempts, 1), at
-	case r.Attempts > 0 || !r.NotBefore.IsZero():
-		if err := q.journal.Retry(ctx, t.ID, r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode); err != nil {
-			return nil, fmt.Errorf("captchaq: adopt %q: %w", t.ID, err)
-		}
-		stored.Attempts, stored.NotBefore, stored.LastError, stored.LastErrorCode = r.Attempts, r.NotBefore, r.LastError, r.LastErrorCode
-	}
-	q.table.Do(func(tx table) {
-		if q.closed.Load() {
-			err = ErrClosed
-			return
-		}
-		q.register(tx, stored, f.resolve, pt)
-		if !existed[0] {
-			q.metrics.submitted++
-		}
-	})
-	if err != nil {
+	if err := q.intake(ctx, in)[0]; err != nil {
 		return nil, err
 	}
 	return f, nil
