@@ -3,6 +3,7 @@ package amqp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -34,9 +35,9 @@ func (g *Gateway) finish(ctx context.Context, r captchaq.Result, seen captchaq.R
 
 // AttachReplicas sets the functions told of what the other gateways of a
 // shared store recorded (server.Replicated): accepted with each task
-// another accepted, finished with each result another stored (that
-// gateway told its own server; its pingback is its own). Call it before
-// Start.
+// another accepted (its record, without Task.Params on a HeadReader),
+// finished with each result another stored (that gateway told its own
+// server; its pingback is its own). Call it before Start.
 func (g *Gateway) AttachReplicas(accepted func(captchaq.Record), finished func(captchaq.Result)) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -66,11 +67,60 @@ func (g *Gateway) IDBlock(ctx context.Context) (uint64, int, error) {
 // the server is told (AttachReplicas). A task already final when the news
 // is read (it came late) is told too, as accepted and not unfinished.
 func (g *Gateway) OtherAccepted(ctx context.Context, id string) {
-	rec, err := g.store.Get(ctx, id)
+	rec, err := g.head(ctx, id)
 	if err != nil {
 		return
 	}
 	g.otherAccepted(rec)
+}
+
+// HeadReader is a FrontStore that reads records without their tasks'
+// Params, an image task's body (store/postgres does). What the gateway
+// reads of the others' news, and what Resync reads every ResyncEvery,
+// are states and times: on a store that cannot, it reads whole records.
+type HeadReader interface {
+	// PendingHeads is Pending with each record's Task.Params nil.
+	PendingHeads(ctx context.Context, fn func(captchaq.Record) error) error
+	// Heads calls fn with the record of each of ids that is stored, its
+	// Task.Params nil, in one read; an id not stored is left out.
+	Heads(ctx context.Context, ids []string, fn func(captchaq.Record) error) error
+}
+
+// heads reads the records of ids that are stored, by id, without their
+// Params where the store can (HeadReader).
+func (g *Gateway) heads(ctx context.Context, ids []string) (map[string]captchaq.Record, error) {
+	got := make(map[string]captchaq.Record, len(ids))
+	if hr, ok := g.shared.(HeadReader); ok {
+		err := hr.Heads(ctx, ids, func(r captchaq.Record) error {
+			got[r.Task.ID] = r
+			return nil
+		})
+		return got, err
+	}
+	for _, id := range ids {
+		rec, err := g.store.Get(ctx, id)
+		switch {
+		case errors.Is(err, captchaq.ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			got[id] = rec
+		}
+	}
+	return got, nil
+}
+
+// head is heads of one id: ErrNotFound when it is not stored.
+func (g *Gateway) head(ctx context.Context, id string) (captchaq.Record, error) {
+	got, err := g.heads(ctx, []string{id})
+	if err != nil {
+		return captchaq.Record{}, err
+	}
+	rec, ok := got[id]
+	if !ok {
+		return captchaq.Record{}, fmt.Errorf("%w: %q", captchaq.ErrNotFound, id)
+	}
+	return rec, nil
 }
 
 func (g *Gateway) otherAccepted(rec captchaq.Record) {
@@ -91,7 +141,7 @@ func (g *Gateway) otherAccepted(rec captchaq.Record) {
 // the front's numbers, and the server is told (AttachReplicas), which
 // wakes its long polls and event streams.
 func (g *Gateway) OtherFinished(ctx context.Context, id string) {
-	rec, err := g.store.Get(ctx, id)
+	rec, err := g.head(ctx, id)
 	if err != nil || !final(rec.Status) || rec.Result == nil {
 		return
 	}
@@ -126,7 +176,9 @@ const resyncSettle = 10 * time.Second
 // other gateways may have been missed (the shared store's listening
 // connection was lost): a task it holds unfinished whose result is stored
 // is told as finished, a task it did not know as accepted, and one no
-// longer stored (pruned) is let go.
+// longer stored (pruned) is let go. On a HeadReader it reads no task's
+// Params: one read of the unfinished tasks' ids, states and times, and
+// one of the records of those it holds that are no longer unfinished.
 func (g *Gateway) Resync(ctx context.Context) error { return g.resyncBefore(ctx, time.Time{}) }
 
 // resync runs every GatewayConfig.ResyncEvery on a shared store, for the
@@ -146,7 +198,11 @@ func (g *Gateway) resync(ctx context.Context) {
 func (g *Gateway) resyncBefore(ctx context.Context, settled time.Time) error {
 	before := func(t time.Time) bool { return settled.IsZero() || !t.After(settled) }
 	open := map[string]captchaq.Record{}
-	err := g.store.Pending(ctx, func(r captchaq.Record) error {
+	pending := g.store.Pending
+	if hr, ok := g.shared.(HeadReader); ok {
+		pending = hr.PendingHeads
+	}
+	err := pending(ctx, func(r captchaq.Record) error {
 		open[r.Task.ID] = r
 		return nil
 	})
@@ -167,15 +223,19 @@ func (g *Gateway) resyncBefore(ctx context.Context, settled time.Time) error {
 		}
 	}
 	g.mu.Unlock()
+	var stored map[string]captchaq.Record
+	if len(gone) > 0 {
+		if stored, err = g.heads(ctx, gone); err != nil {
+			return err
+		}
+	}
 	for _, id := range gone {
-		rec, err := g.store.Get(ctx, id)
+		rec, ok := stored[id]
 		switch {
-		case errors.Is(err, captchaq.ErrNotFound):
+		case !ok:
 			g.mu.Lock()
 			g.untrackLocked(id)
 			g.mu.Unlock()
-		case err != nil:
-			return err
 		case final(rec.Status) && rec.Result != nil && before(rec.Result.FinishedAt):
 			g.otherFinished(*rec.Result, true)
 		}

@@ -70,9 +70,11 @@
 // blocks of task ids from a sequence; Admit keeps a client's
 // max_inflight (front_slots, under the client's advisory lock) and rate
 // (a token bucket a client, front_rates) across them, in one round trip;
-// Activate holds the database's
-// active-queue lock for a queue that solves tasks itself; ClaimOwner lets
-// processes that start at once agree on one owner.
+// PendingHeads and Heads read records without their params (an image
+// task's body), for a replica that reads the others' news and the
+// front's unfinished tasks again (their states and times); Activate holds
+// the database's active-queue lock for a queue that solves tasks itself;
+// ClaimOwner lets processes that start at once agree on one owner.
 //
 // # Background loops and Close
 //

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -419,5 +420,45 @@ func TestFinishMarked(t *testing.T) {
 	r.Token = "other"
 	if ok, err := a.FinishMarked(ctx, r, "gateway:front@g2"); err != nil || ok {
 		t.Fatalf("FinishMarked of a final task = %v, %v; want false", ok, err)
+	}
+}
+
+// PendingHeads and Heads read records as Pending and Get do, with no
+// params; Heads leaves out an id that is not stored.
+func TestHeads(t *testing.T) {
+	t.Parallel()
+	a := open(t, pgtest.NewDatabase(t), postgres.Config{})
+	ctx := t.Context()
+	now := time.Now()
+	tasks := []captchaq.Task{
+		{ID: "qa/1", Method: "base64", Tenant: "qa", Priority: 3, Params: map[string]string{"body": "iVBORw0KGgo"}},
+		{ID: "qa/2", Method: "turnstile", Tenant: "qa", Params: map[string]string{"sitekey": "k"}},
+	}
+	if _, _, err := a.Enqueue(ctx, tasks, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Finish(ctx, captchaq.Result{ID: "qa/2", Status: captchaq.StatusSolved, Token: "tok", FinishedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	want := func(id string) captchaq.Record {
+		rec, err := a.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Task.Params = nil
+		return rec
+	}
+	var pending, heads []captchaq.Record
+	if err := a.PendingHeads(ctx, func(r captchaq.Record) error { pending = append(pending, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Heads(ctx, []string{"qa/2", "nope", "qa/1", "bad\x00"}, func(r captchaq.Record) error { heads = append(heads, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if w := []captchaq.Record{want("qa/1")}; !reflect.DeepEqual(pending, w) {
+		t.Errorf("PendingHeads = %+v, want %+v", pending, w)
+	}
+	if w := []captchaq.Record{want("qa/1"), want("qa/2")}; !reflect.DeepEqual(heads, w) {
+		t.Errorf("Heads = %+v, want %+v", heads, w)
 	}
 }

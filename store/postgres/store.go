@@ -550,6 +550,27 @@ func (s *Store) Pending(ctx context.Context, fn func(captchaq.Record) error) err
 	return s.each(ctx, "Pending", fn, selectRecord+` WHERE status IN ('queued', 'inflight') ORDER BY seq`)
 }
 
+// PendingHeads is Pending with no task's Params read (each record's are
+// nil): for a reader of states and times, such as a gateway of a front
+// reading the front's unfinished tasks again every 30 s, which would
+// otherwise read every unfinished image task's body each time.
+func (s *Store) PendingHeads(ctx context.Context, fn func(captchaq.Record) error) error {
+	return s.each(ctx, "PendingHeads", fn, `SELECT `+headColumns+` FROM tasks WHERE status IN ('queued', 'inflight') ORDER BY seq`)
+}
+
+// Heads calls fn, in one round trip, with the record of each of ids that
+// is stored, as Get reads it but with no Params; an id not stored is left
+// out.
+func (s *Store) Heads(ctx context.Context, ids []string, fn func(captchaq.Record) error) error {
+	var some []string
+	for _, id := range ids {
+		if storable(id) { // one it cannot hold is not stored
+			some = append(some, id)
+		}
+	}
+	return s.each(ctx, "Heads", fn, `SELECT `+headColumns+` FROM tasks WHERE id = ANY($1) ORDER BY seq`, some)
+}
+
 // Results implements captchaq.Store.
 func (s *Store) Results(ctx context.Context, fn func(captchaq.Result) error) error {
 	return s.each(ctx, "Results", func(r captchaq.Record) error { return fn(*r.Result) },
@@ -699,12 +720,18 @@ func (r taskRow) args() []any {
 	}
 }
 
-// recordColumns are the columns scanRecord expects.
-const recordColumns = `seq, id, status, priority, tenant, method, params, deadline, max_attempts,
+// recordColumns are the columns scanRecord expects; headColumns are the
+// same with no params read (an image task's body: megabytes of base64),
+// for readers of states and times (PendingHeads, Heads).
+const (
+	recordColumns = `seq, id, status, priority, tenant, method, params,` + restColumns
+	headColumns   = `seq, id, status, priority, tenant, method, '{}',` + restColumns
+	restColumns   = ` deadline, max_attempts,
 	proxy, proxy_type, pingback, captcha_id, attempts, not_before, last_error, last_error_code,
 	accepted_at, submitted_at, result_method, result_kind, result_token, result_answer, result_error,
 	result_error_code, result_attempts, result_solve_seconds, result_expires_at, result_accepted_at,
 	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned, report, reported_at`
+)
 
 const selectRecord = `SELECT ` + recordColumns + ` FROM tasks`
 
