@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -66,12 +68,22 @@ func (g *Gateway) IDBlock(ctx context.Context) (uint64, int, error) {
 // accepted task id: it counts toward the client's fair share here, and
 // the server is told (AttachReplicas). A task already final when the news
 // is read (it came late) is told too, as accepted and not unfinished.
+// When the record cannot be read (the store is unreachable), the id is
+// kept and the next Resync reads it again and tells it, so the front's
+// counts heal even when the task is final by then.
 func (g *Gateway) OtherAccepted(ctx context.Context, id string) {
 	rec, err := g.head(ctx, id)
-	if err != nil {
-		return
+	switch {
+	case errors.Is(err, captchaq.ErrNotFound):
+		// Pruned already: nothing left to count.
+	case err != nil:
+		g.mu.Lock()
+		g.unread[id] = struct{}{}
+		g.mu.Unlock()
+		g.log.Warn("reading a task another replica accepted failed; the next resync reads it again", "id", id, "err", err)
+	default:
+		g.otherAccepted(rec)
 	}
-	g.otherAccepted(rec)
 }
 
 // HeadReader is a FrontStore that reads records without their tasks'
@@ -128,6 +140,7 @@ func (g *Gateway) otherAccepted(rec captchaq.Record) {
 		g.track(rec)
 	}
 	g.mu.Lock()
+	delete(g.unread, rec.Task.ID)
 	g.counts.OthersAccepted++
 	fn := g.othersAccepted
 	g.mu.Unlock()
@@ -242,6 +255,37 @@ func (g *Gateway) resyncBefore(ctx context.Context, settled time.Time) error {
 	}
 	for _, r := range fresh {
 		g.otherAccepted(r)
+	}
+	return g.readUnread(ctx)
+}
+
+// readUnread tells the tasks OtherAccepted could not read, each once
+// (otherAccepted takes a task it tells out of unread), and keeps them for
+// the next resync when they cannot be read yet.
+func (g *Gateway) readUnread(ctx context.Context) error {
+	g.mu.Lock()
+	ids := slices.Collect(maps.Keys(g.unread))
+	clear(g.unread)
+	g.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	stored, err := g.heads(ctx, ids)
+	if err != nil {
+		g.mu.Lock()
+		for _, id := range ids {
+			g.unread[id] = struct{}{}
+		}
+		g.mu.Unlock()
+		return err
+	}
+	for _, id := range ids {
+		g.mu.Lock()
+		_, told := g.pending[id] // by another resync meanwhile
+		g.mu.Unlock()
+		if rec, ok := stored[id]; ok && !told {
+			g.otherAccepted(rec)
+		}
 	}
 	return nil
 }

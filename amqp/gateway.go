@@ -157,7 +157,10 @@ type Gateway struct {
 	pending map[string]pendingTask // unfinished tasks, by store id
 	// read are unfinished records Get read from a shared store, by id,
 	// while their tasks are pending here (see Get).
-	read          map[string]readRecord
+	read map[string]readRecord
+	// unread are tasks another gateway accepted whose records
+	// OtherAccepted could not read; the next resync tells them.
+	unread        map[string]struct{}
 	byTenant      map[string]int
 	counts        GatewayCounts
 	tally         tally.Results
@@ -244,7 +247,7 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	return &Gateway{
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(), shared: shared,
 		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
-		pending: map[string]pendingTask{}, byTenant: map[string]int{}, read: map[string]readRecord{},
+		pending: map[string]pendingTask{}, byTenant: map[string]int{}, read: map[string]readRecord{}, unread: map[string]struct{}{},
 		balances: newBalanceListener(c),
 	}, nil
 }
