@@ -82,7 +82,7 @@ func (g *Gateway) OtherAccepted(ctx context.Context, id string) {
 		g.mu.Unlock()
 		g.log.Warn("reading a task another replica accepted failed; the next resync reads it again", "id", id, "err", err)
 	default:
-		g.otherAccepted(rec)
+		g.otherAccepted(rec, false)
 	}
 }
 
@@ -135,18 +135,70 @@ func (g *Gateway) head(ctx context.Context, id string) (captchaq.Record, error) 
 	return rec, nil
 }
 
-func (g *Gateway) otherAccepted(rec captchaq.Record) {
-	if !final(rec.Status) {
-		g.track(rec)
-	}
+// otherAccepted counts rec, accepted by another gateway, and tells the
+// server. Told by Resync (resynced), it counts only a task not pending
+// here, and is kept in mind so that its announcement, coming late, does
+// not count it again.
+func (g *Gateway) otherAccepted(rec captchaq.Record, resynced bool) {
+	id := rec.Task.ID
 	g.mu.Lock()
-	delete(g.unread, rec.Task.ID)
+	delete(g.unread, id)
+	if _, ok := g.pending[id]; resynced && ok {
+		// Its announcement came between Resync's read and now.
+		g.mu.Unlock()
+		return
+	}
+	if !g.newsLocked(id, rec.AcceptedAt, resynced, func(n *resyncedNews) *time.Time { return &n.accepted }) {
+		g.mu.Unlock()
+		return
+	}
+	if !final(rec.Status) {
+		g.trackLocked(rec)
+	}
 	g.counts.OthersAccepted++
 	fn := g.othersAccepted
 	g.mu.Unlock()
 	if fn != nil {
 		fn(rec)
 	}
+}
+
+// resyncedNews is what Resync told of a task before its announcement
+// came: the acceptance and the result it told (their AcceptedAt and
+// FinishedAt; zero for none), and when.
+type resyncedNews struct {
+	accepted, finished time.Time
+	at                 time.Time
+}
+
+// resyncedKeep is how long Resync's news wait for their announcements:
+// one that comes later than that (the others' announcements are sent a
+// round trip after their commits) counts again.
+const resyncedKeep = 10 * time.Minute
+
+// newsLocked says whether news of task id dated at (its AcceptedAt or
+// its result's FinishedAt, the field of resyncedNews that which picks)
+// is to be counted. News Resync tells (resynced) are, and are kept in
+// mind; an announcement of news Resync told already is not, and is
+// forgotten.
+func (g *Gateway) newsLocked(id string, at time.Time, resynced bool, which func(*resyncedNews) *time.Time) bool {
+	n, ok := g.resynced[id]
+	if resynced {
+		*which(&n) = at
+		n.at = time.Now()
+		g.resynced[id] = n
+		return true
+	}
+	if !ok || !which(&n).Equal(at) || at.IsZero() {
+		return true
+	}
+	*which(&n) = time.Time{}
+	if n.accepted.IsZero() && n.finished.IsZero() {
+		delete(g.resynced, id)
+	} else {
+		g.resynced[id] = n
+	}
+	return false
 }
 
 // OtherFinished tells the gateway that another gateway of the front
@@ -162,11 +214,17 @@ func (g *Gateway) OtherFinished(ctx context.Context, id string) {
 }
 
 // otherFinished counts r, stored by another gateway, and tells the
-// server; with pendingOnly, only while the task is unfinished here (a
-// result told or stored here meanwhile is not counted again).
-func (g *Gateway) otherFinished(r captchaq.Result, pendingOnly bool) {
+// server. Told by Resync (resynced), it counts only while the task is
+// unfinished here (a result told or stored here meanwhile is not counted
+// again), and is kept in mind so that its announcement, coming late, does
+// not count it again.
+func (g *Gateway) otherFinished(r captchaq.Result, resynced bool) {
 	g.mu.Lock()
-	if _, ok := g.pending[r.ID]; pendingOnly && !ok {
+	if _, ok := g.pending[r.ID]; resynced && !ok {
+		g.mu.Unlock()
+		return
+	}
+	if !g.newsLocked(r.ID, r.FinishedAt, resynced, func(n *resyncedNews) *time.Time { return &n.finished }) {
 		g.mu.Unlock()
 		return
 	}
@@ -210,6 +268,13 @@ func (g *Gateway) resync(ctx context.Context) {
 // all of them).
 func (g *Gateway) resyncBefore(ctx context.Context, settled time.Time) error {
 	before := func(t time.Time) bool { return settled.IsZero() || !t.After(settled) }
+	g.mu.Lock()
+	for id, n := range g.resynced {
+		if time.Since(n.at) > resyncedKeep {
+			delete(g.resynced, id)
+		}
+	}
+	g.mu.Unlock()
 	open := map[string]captchaq.Record{}
 	pending := g.store.Pending
 	if hr, ok := g.shared.(HeadReader); ok {
@@ -254,7 +319,7 @@ func (g *Gateway) resyncBefore(ctx context.Context, settled time.Time) error {
 		}
 	}
 	for _, r := range fresh {
-		g.otherAccepted(r)
+		g.otherAccepted(r, true)
 	}
 	return g.readUnread(ctx)
 }
@@ -284,7 +349,9 @@ func (g *Gateway) readUnread(ctx context.Context) error {
 		_, told := g.pending[id] // by another resync meanwhile
 		g.mu.Unlock()
 		if rec, ok := stored[id]; ok && !told {
-			g.otherAccepted(rec)
+			// The announcement's news, told late: not counted again
+			// when a resync told it already.
+			g.otherAccepted(rec, false)
 		}
 	}
 	return nil

@@ -160,7 +160,11 @@ type Gateway struct {
 	read map[string]readRecord
 	// unread are tasks another gateway accepted whose records
 	// OtherAccepted could not read; the next resync tells them.
-	unread        map[string]struct{}
+	unread map[string]struct{}
+	// resynced are the news Resync told, by id, until their
+	// announcements come (or resyncedKeep passes): told late, they are
+	// not counted again.
+	resynced      map[string]resyncedNews
 	byTenant      map[string]int
 	counts        GatewayCounts
 	tally         tally.Results
@@ -248,6 +252,7 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(), shared: shared,
 		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
 		pending: map[string]pendingTask{}, byTenant: map[string]int{}, read: map[string]readRecord{}, unread: map[string]struct{}{},
+		resynced: map[string]resyncedNews{},
 		balances: newBalanceListener(c),
 	}, nil
 }
@@ -450,6 +455,10 @@ func parseMark(captchaID string) (name, gen string, ok bool) {
 func (g *Gateway) track(r captchaq.Record) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.trackLocked(r)
+}
+
+func (g *Gateway) trackLocked(r captchaq.Record) {
 	if _, ok := g.pending[r.Task.ID]; ok {
 		return
 	}

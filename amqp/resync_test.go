@@ -97,3 +97,62 @@ func TestResyncReadsNoImages(t *testing.T) {
 		t.Fatalf("the resyncs read %d and %d bytes, want less than one image (%d)", accepted, finished, size)
 	}
 }
+
+// TestResyncThenLateNewsCountOnce: news a resync told (a task another
+// replica accepted, its result) are counted once when their announcement
+// comes after all (late: the announcer was slow, or the listening
+// connection came back just after the commit), and news announced before
+// a resync are not counted again by it.
+func TestResyncThenLateNewsCountOnce(t *testing.T) {
+	t.Parallel()
+	f := newFrontRig(t, "gw-resync-late")
+	ctx := testCtx(t)
+	check := func(step string, accepted, solved, unfinished int) {
+		t.Helper()
+		c, m := f.g.Counts(), f.g.Metrics()
+		if c.OthersAccepted != int64(accepted) || m.Submitted != int64(accepted) || m.Solved != int64(solved) ||
+			c.OthersResults != int64(solved) || m.QueueDepth != unfinished {
+			t.Fatalf("%s: %d accepted (%d submitted), %d solved (%d results), %d unfinished; want %d, %d, %d",
+				step, c.OthersAccepted, m.Submitted, m.Solved, c.OthersResults, m.QueueDepth, accepted, solved, unfinished)
+		}
+	}
+	accept := func(id string) {
+		t.Helper()
+		tk := captchaq.Task{ID: id, Method: "turnstile", Tenant: "qa", Params: map[string]string{"sitekey": "k"}}
+		if _, ok, err := f.other.EnqueueMarked(ctx, tk, time.Now(), gatewayMark+f.name); err != nil || !ok {
+			t.Fatalf("EnqueueMarked = %v, %v", ok, err)
+		}
+	}
+	finish := func(id string) {
+		t.Helper()
+		if err := f.other.Finish(ctx, captchaq.Result{ID: id, Status: captchaq.StatusSolved, Token: "tok", FinishedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Told by the resync, then announced.
+	accept("qa/1")
+	f.resync(t)
+	check("qa/1 accepted, told by a resync", 1, 0, 1)
+	f.g.OtherAccepted(ctx, "qa/1")
+	check("qa/1's acceptance announced late", 1, 0, 1)
+	finish("qa/1")
+	f.resync(t)
+	check("qa/1 solved, told by a resync", 1, 1, 0)
+	f.g.OtherFinished(ctx, "qa/1")
+	check("qa/1's result announced late", 1, 1, 0)
+	// Announced, then read by a resync.
+	accept("qa/2")
+	f.g.OtherAccepted(ctx, "qa/2")
+	f.resync(t)
+	check("qa/2 accepted, announced, then resync", 2, 1, 1)
+	finish("qa/2")
+	f.g.OtherFinished(ctx, "qa/2")
+	f.resync(t)
+	check("qa/2 solved, announced, then resync", 2, 2, 0)
+	// Announced only, as most are.
+	accept("qa/3")
+	f.g.OtherAccepted(ctx, "qa/3")
+	finish("qa/3")
+	f.g.OtherFinished(ctx, "qa/3")
+	check("qa/3 announced", 3, 3, 0)
+}
