@@ -3,12 +3,12 @@ package amqp
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,11 +192,14 @@ func (p *cutAfterSubmit) hold() {
 }
 
 // cutProxy forwards TCP connections to the broker; cut drops every one
-// open, as a network failure would.
+// open, as a network failure would. Muted, it forwards nothing and
+// closes nothing, as a network partition: both sockets stay open and
+// only heartbeats can tell.
 type cutProxy struct {
-	url string
-	mu  sync.Mutex
-	cs  []net.Conn
+	url   string
+	muted atomic.Bool
+	mu    sync.Mutex
+	cs    []net.Conn
 }
 
 func newCutProxy(t *testing.T, brokerURL string) *cutProxy {
@@ -227,8 +230,8 @@ func newCutProxy(t *testing.T, brokerURL string) *cutProxy {
 			p.mu.Lock()
 			p.cs = append(p.cs, in, out)
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(out, in); out.Close() }()
-			go func() { _, _ = io.Copy(in, out); in.Close() }()
+			go p.pipe(out, in)
+			go p.pipe(in, out)
 		}
 	}()
 	t.Cleanup(p.cut)
@@ -242,4 +245,27 @@ func (p *cutProxy) cut() {
 		c.Close()
 	}
 	p.cs = nil
+}
+
+// mute stops (or resumes) forwarding without closing anything.
+func (p *cutProxy) mute(muted bool) { p.muted.Store(muted) }
+
+// pipe copies src to dst while not muted; when src ends, it closes dst
+// unless muted.
+func (p *cutProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			if !p.muted.Load() {
+				dst.Close()
+			}
+			return
+		}
+		if !p.muted.Load() {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}
 }

@@ -33,6 +33,10 @@ type Conn struct {
 	epoch     uint64              // numbers conn: one more at every connection
 	ready     chan struct{}       // closed while conn is usable
 	unblocked chan struct{}       // closed while the broker is not blocking publishes
+	// heard are the read clocks of the latest connections, by epoch
+	// (heardKept of them)
+	heard map[uint64]*readClock
+	awake stallClock // ticked by watch while connected
 	// queues declared on request (checkpoint and reply queues, the
 	// routing record, thread pools), by name, to declare again after a
 	// reconnect in the order they were first declared (the routing check
@@ -54,7 +58,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	conn, err := connect(ctx, cfg, nil)
+	conn, heard, err := connect(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -63,6 +67,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		conn:      conn,
 		ready:     make(chan struct{}),
 		unblocked: make(chan struct{}),
+		heard:     map[uint64]*readClock{1: heard},
 		queues:    map[string]declareFunc{},
 		closing:   make(chan struct{}),
 	}
@@ -98,8 +103,9 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-func dial(ctx context.Context, cfg Config) (*amqp091.Connection, error) {
+func dial(ctx context.Context, cfg Config) (*amqp091.Connection, *readClock, error) {
 	d := net.Dialer{Timeout: cfg.DialTimeout}
+	heard := &readClock{}
 	conn, err := amqp091.DialConfig(cfg.URL, amqp091.Config{
 		Heartbeat: cfg.Heartbeat,
 		Locale:    "en_US",
@@ -114,14 +120,85 @@ func dial(ctx context.Context, cfg Config) (*amqp091.Connection, error) {
 				nc.Close()
 				return nil, err
 			}
-			return nc, nil
+			heard.at.Store(time.Now().UnixNano())
+			return clockedConn{Conn: nc, heard: heard}, nil
 		},
 		Properties: amqp091.Table{"connection_name": "captchaq " + cfg.Prefix},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("amqp: connect to %s: %w", redactURL(cfg.URL), err)
+		return nil, nil, fmt.Errorf("amqp: connect to %s: %w", redactURL(cfg.URL), err)
 	}
-	return conn, nil
+	return conn, heard, nil
+}
+
+// readClock is when a connection last read anything from the broker (a
+// heartbeat at the least: RabbitMQ sends one when it has sent nothing for
+// half the heartbeat timeout). A connection silent for longer than
+// Config.Heartbeat may be cut off: the broker may give up on it, and give
+// its deliveries to others, before the client notices (see "Recovery" in
+// the package doc).
+type readClock struct{ at atomic.Int64 }
+
+func (r *readClock) last() time.Time { return time.Unix(0, r.at.Load()) }
+
+// stallClock notes when the process last ran its connection watcher
+// (Conn.watch ticks it four times a heartbeat), so that a stall longer
+// than Config.Heartbeat (SIGSTOP, a suspended machine) is known after:
+// bytes read from the broker right after one may have waited in the
+// socket through it, and say nothing of the broker now.
+type stallClock struct {
+	mu       sync.Mutex
+	last     time.Time
+	from, to time.Time // the latest stall
+}
+
+// reset starts counting at now, as after a reconnect (the watcher did not
+// tick meanwhile, and the process ran).
+func (s *stallClock) reset(now time.Time) {
+	s.mu.Lock()
+	s.last = now
+	s.mu.Unlock()
+}
+
+// tick notes that the process runs at now; a gap since the last tick
+// longer than limit was a stall.
+func (s *stallClock) tick(now time.Time, limit time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.last.IsZero() && now.Sub(s.last) > limit {
+		s.from, s.to = s.last, now
+	}
+	s.last = now
+}
+
+// before returns t, or, when a stall longer than limit is under way at
+// now (the watcher has not ticked since) or ended within limit of t, the
+// moment it began, if that is earlier: what was read near t may have
+// been waiting through the stall.
+func (s *stallClock) before(t, now time.Time, limit time.Duration) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.last.IsZero() && now.Sub(s.last) > limit && s.last.Before(t) {
+		return s.last
+	}
+	if !s.from.IsZero() && s.to.After(t.Add(-limit)) && s.from.Before(t) {
+		return s.from
+	}
+	return t
+}
+
+// clockedConn is a broker connection's socket that keeps its readClock.
+type clockedConn struct {
+	net.Conn
+	heard *readClock
+}
+
+func (c clockedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.heard.at.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 // declareFunc declares one queue of its own (a checkpoint or reply queue)
@@ -130,24 +207,24 @@ type declareFunc func(*amqp091.Connection) error
 
 // connect dials and declares the topology (and the queues of extra), each
 // step under its own timeout.
-func connect(ctx context.Context, cfg Config, extra []declareFunc) (*amqp091.Connection, error) {
-	conn, err := dial(ctx, cfg)
+func connect(ctx context.Context, cfg Config, extra []declareFunc) (*amqp091.Connection, *readClock, error) {
+	conn, heard, err := dial(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, cfg.SetupTimeout)
 	defer cancel()
 	if err := declareTopology(sctx, conn, cfg); err != nil {
 		conn.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	for _, declare := range extra {
 		if err := declare(conn); err != nil {
 			conn.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return conn, nil
+	return conn, heard, nil
 }
 
 // watch watches the connection and replaces it when it dies, until ctx
@@ -157,13 +234,18 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 	for {
 		closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
 		blocked := conn.NotifyBlocked(make(chan amqp091.Blocking, 4))
+		ticks := time.NewTicker(c.cfg.Heartbeat / 4)
+		c.awake.reset(time.Now())
 	watch:
 		for {
 			select {
 			case <-ctx.Done():
+				ticks.Stop()
 				_ = conn.Close()
-				c.setConn(nil)
+				c.setConn(nil, nil)
 				return
+			case now := <-ticks.C:
+				c.awake.tick(now, c.cfg.Heartbeat)
 			case b, ok := <-blocked:
 				if !ok {
 					continue
@@ -175,13 +257,15 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 				break watch
 			}
 		}
-		c.setConn(nil)
+		ticks.Stop()
+		c.setConn(nil, nil)
 		c.setBlocked(false)
 		backoff := c.cfg.ReconnectMin
+		var heard *readClock
 		for {
-			next, err := connect(ctx, c.cfg, c.extraQueues())
+			next, clock, err := connect(ctx, c.cfg, c.extraQueues())
 			if err == nil {
-				conn = next
+				conn, heard = next, clock
 				break
 			}
 			log.Warn("broker reconnect failed", "err", err, "retry_in", backoff)
@@ -194,7 +278,7 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 		}
 		c.reconnects.Add(1)
 		log.Info("broker reconnected")
-		c.setConn(conn)
+		c.setConn(conn, heard)
 	}
 }
 
@@ -202,7 +286,7 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-func (c *Conn) setConn(conn *amqp091.Connection) {
+func (c *Conn) setConn(conn *amqp091.Connection, heard *readClock) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if conn == nil {
@@ -214,7 +298,25 @@ func (c *Conn) setConn(conn *amqp091.Connection) {
 	}
 	c.conn = conn
 	c.epoch++
+	c.heard[c.epoch] = heard
+	delete(c.heard, c.epoch-heardKept)
 	close(c.ready)
+}
+
+// heardKept is how many connections' read clocks a Conn keeps: a task
+// held on a connection older than that is long gone to the fleet.
+const heardKept = 8
+
+// lastHeard is when the connection of epoch last read anything from the
+// broker; the zero time for an epoch no longer kept.
+func (c *Conn) lastHeard(epoch uint64) time.Time {
+	c.mu.Lock()
+	r := c.heard[epoch]
+	c.mu.Unlock()
+	if r == nil {
+		return time.Time{}
+	}
+	return r.last()
 }
 
 func (c *Conn) setBlocked(b bool) {

@@ -63,7 +63,25 @@ type Delivery struct {
 	acks     *acker
 	tag      uint64
 	epoch    uint64 // of the connection it came on (Conn.connectionEpoch)
+	sess     *session
 	settled  atomic.Bool
+}
+
+// session is one channel generation of a Consumer, as its deliveries see
+// it: endedAt says when the channel closed (the broker has put back every
+// delivery not settled).
+type session struct {
+	endedAt atomic.Int64 // unix nanoseconds; 0 while the channel lives
+}
+
+func (s *session) close() { s.endedAt.CompareAndSwap(0, time.Now().UnixNano()) }
+
+// ended is when the session ended; the zero time while it lives.
+func (s *session) ended() time.Time {
+	if n := s.endedAt.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // Consume starts consuming queues with prefetch (0: Config.Prefetch; <0:
@@ -165,11 +183,13 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	acks := newAcker(ch, k.ackDelay)
+	sess := &session{}
 	defer func() {
 		// Stale before closed, so no Ack races onto a dying channel; the
 		// acks already settled go out first; closing ends the
 		// forwarders' delivery streams.
 		k.gen.Store(0)
+		sess.close()
 		acks.close()
 		close(stop)
 		_ = ch.Close()
@@ -210,7 +230,7 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 					Queue: q, Exchange: d.Exchange, RoutingKey: d.RoutingKey, MessageID: d.MessageId,
 					Type: d.Type, ReplyTo: d.ReplyTo, Priority: d.Priority, Redelivered: d.Redelivered, Timestamp: d.Timestamp,
 					Headers: d.Headers, Body: d.Body, Generation: gen,
-					consumer: k, ch: ch, acks: acks, tag: d.DeliveryTag, epoch: epoch,
+					consumer: k, ch: ch, acks: acks, tag: d.DeliveryTag, epoch: epoch, sess: sess,
 				}
 				select {
 				case merged <- del:

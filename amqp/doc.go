@@ -84,22 +84,41 @@
 // A worker submits a task only while it holds it: its delivery's channel
 // is alive, or its checkpoint is confirmed (captchaq.Fleet's Admit). A task
 // whose channel died is back in its queue for the fleet, so the worker
-// hands its copy back instead of paying for a second solve.
+// hands its copy back instead of paying for a second solve. A worker cut
+// off silently sees its channels alive until its client gives up on the
+// connection (see Recovery), and a submit already on its way is not
+// called back: cancelling a request does not stop the bytes already sent,
+// which reach the provider when the network comes back.
 //
 // A connection lost between the provider's answer to a submit and its
 // checkpoint's confirm puts the task back for the fleet while its captcha
-// id is not yet durable. A worker that lives through it reconnects and
-// checkpoints the task all the same, then, seeing that every delivery of
-// it died first, claims it: it publishes the task id on captcha.claims, a
-// fanout every worker hears on its own queue captcha.claims.<owner>. A
-// worker that receives a redelivered task without a captcha id holds it
-// 5 seconds (redeliveredWait) before its queue takes it, and drops (acks)
-// its copy when the claim comes, or came lately: one paid solve
-// (TestLostDeliveryIsClaimed). The cost: nothing per task; a claim per
-// such task; and every redelivered task, after a worker's death, a
-// dropped connection or a hand-back, waits those 5 seconds. Windows
-// stay: a worker killed in that window (nobody is left to claim), a
-// reconnect slower than the wait, and a connection that dies right after
+// id is not yet durable. The first checkpoint of a task is confirmed only
+// on the connection of the task delivery that holds it (publishIn; a copy
+// the broker gave this same worker again meanwhile holds it too). When
+// that connection closed first, a worker that lives through it reconnects,
+// checkpoints the task and claims it, if it can still win: it publishes
+// the task id on captcha.claims, a fanout every worker hears on its own
+// queue captcha.claims.<owner>. A worker that receives a redelivered task
+// without a captcha id holds it 5 seconds (redeliveredWait) before its
+// queue takes it, and drops (acks) its copy when the claim comes, or came
+// lately: one paid solve (TestLostDeliveryIsClaimed). A claim can win
+// only within those 5 seconds of the broker letting go of the task, so a
+// worker claims only within 4 s (claimWindow) of the latest moment it
+// knows the broker held its connection: the close it saw, or, for a
+// connection that fell silent for longer than Heartbeat before it ended
+// (a partition, a stopped process), when it was last heard from. Past
+// that it forfeits the task: no checkpoint, no polls, no answer; the
+// fleet's copy is solved and answered (a second paid solve, one answer;
+// TestPartitionedCheckpointIsForfeited, TestPartitionedSubmitIsAnsweredOnce).
+// A copy of a forfeited task that reaches the same worker while its queue
+// lets go of the task goes back to the broker, and is a fresh task to it
+// once the queue has let go (the sweep runs every 200 ms), never taken
+// into the forfeited entry. The cost: nothing per task; a
+// claim per such task; and every redelivered task, after a worker's
+// death, a dropped connection or a hand-back, waits those 5 seconds.
+// Windows stay, each a second paid solve: a worker killed in that window
+// (nobody is left to claim), or cut off silently in it; a reconnect
+// slower than the claim window; and a connection that dies right after
 // the confirm, taking the task's ack with it (its delivery was alive at
 // the confirm, so no claim). The submit cap bounds how many tasks are in
 // the window at once.
@@ -148,9 +167,12 @@
 // comes back from a partition, a SIGSTOP or a closed connection drops the
 // tasks whose checkpoints died with its channel, answered or not; its own
 // checkpoint coming back to it through captcha.adopt is taken up as it
-// was. A checkpoint is dead-lettered only when its holder's channel is
-// gone, and a live holder's channel is gone only once the broker closed
-// it: no timer on ready checkpoints decides it.
+// was. Nor does it answer a task it submitted while cut off: a task whose
+// first checkpoint missed its connection is claimed, or forfeited when a
+// claim can no longer win (see Checkpoints). A checkpoint is
+// dead-lettered only when its holder's channel is gone, and a live
+// holder's channel is gone only once the broker closed it: no timer on
+// ready checkpoints decides it.
 //
 // Threads come back on the same clock (see Returning): a dead worker's
 // tokens wait in captcha.threads.returning for 3 s; a worker that adopts
@@ -163,10 +185,38 @@
 // task again (collect and gateways dedupe by id); a checkpoint republished
 // (a retry, InflightRefresh) and a channel that closes between the new
 // copy's confirm and the old one's ack leave two copies to adopt; a worker
-// killed between the provider's answer to a submit and its checkpoint's
-// confirm costs a second solve (see Checkpoints); a partitioned worker's
-// tasks wait for the broker's heartbeat timeout, as nothing sooner tells
-// a slow worker from a dead one.
+// killed or cut off between the provider's answer to a submit and its
+// checkpoint's confirm costs a second solve (see Checkpoints); a
+// partitioned worker's tasks wait for the broker's heartbeat timeout, as
+// nothing sooner tells a slow worker from a dead one.
+//
+// A partition, with the default Heartbeat of 5 s, in numbers: the
+// client gives up on a silent connection 7.5 s after it last heard from
+// the broker (amqp091's read deadline, three half-heartbeats), the broker
+// 10–15 s after it last heard from the client, and the worker that
+// receives a task of it again waits 5 s more before submitting it, 15 s
+// at the soonest. Until its client gives up, the cut-off worker sees its
+// deliveries alive and may submit; a submit held up in the partition
+// reaches the provider when it lifts (within the HTTP client's 30 s), and
+// one answered in the partition's first seconds, when the provider is
+// still reachable (a partition from the broker alone), is answered as
+// well. Either way its checkpoint misses its connection, last heard far
+// more than 4 s before, so the worker forfeits the task: the fleet solves
+// it again and answers it once (a second paid solve). The submit cap
+// covers the checkpoint, and no held-up submit frees its slot before the
+// client gives up, after which nothing is submitted: a partition costs at
+// most the cap's second solves (captchaq's submitConcurrency: 8 at 10
+// threads); in practice a worker whose threads are all at the provider
+// submits nothing once cut off (its polls, cut off too, free no thread).
+// Refusing to submit on a connection not heard from lately was tried and
+// misfired under load (a loaded process reads its heartbeats late). A
+// process stopped (SIGSTOP) longer than the broker's heartbeat timeout
+// with a submit on its way reads, on waking, the broker's last bytes
+// left in its socket and then the close: to it they look fresh. So a
+// Conn's watcher ticks four times a heartbeat, and a worker counts a
+// gap in its ticks longer than Heartbeat as a stall: what it read just
+// after one dates from the stall's start, and it forfeits the task
+// rather than claim it too late (TestMayClaim).
 //
 // Measured with captchaq processes at their defaults (three captchaq
 // worker --threads 10 on a 10-thread plan, Turnstile tasks of 0.5–2 s from
@@ -178,15 +228,20 @@
 //
 //	fault      lost  twice  paid twice  now: max / makespan   before
 //	SIGKILL    0     0      0           1.65 s / 10.1 s       59.0 s / 60.2–68.6 s
-//	partition  0     0      0           13.4 s / 23.3 s       32.5 s / 37.4 s
-//	SIGSTOP    0     0      0           12.2 s / 22.2 s       20.3 s / 31.8 s (20 s stop)
+//	partition  0     0      0           12.9 s / 25.4 s       32.5 s / 37.4 s
+//	SIGSTOP    0     0      0           13.7 s / 25.4 s       20.3 s / 31.8 s (20 s stop)
 //	close      0     0      0           2.32 s / 12.3 s       not run
 //	restart    0     0      0           9.11 s / 23.0 s       46 of 60 lost
 //
-// (floor 6.0 s; restart measured alone at load average 2 with go test
-// -run '^TestRecoveryRestart$' ./cmd/captchaq, its answers waiting for
-// the broker and for the workers' reconnect backoff, at most
-// ReconnectMax, 5 s;
+// (floor 6.0 s; partition and SIGSTOP: the worst of 3 runs each beside
+// two busy loops, load average 2.5–4.4, floor 6.7 s, max 11.9–12.9 s and
+// 11.7–13.7 s, makespan 24.8–25.4 s and 23.5–25.4 s, none paid twice;
+// before a task's first checkpoint was bound to the connection that held
+// it, a fresh-clone CI run under two busy loops answered 4 tasks of a
+// partition twice and paid 4 twice; restart measured alone at load
+// average 2 with go test -run '^TestRecoveryRestart$' ./cmd/captchaq,
+// its answers waiting for the broker and for the workers' reconnect
+// backoff, at most ReconnectMax, 5 s;
 // before: checkpoints dead-lettered at-most-once as the broker booted,
 // and a result counter that did not consume again). The full run, 150
 // tasks of 0.5–2 s (captchaq bench --scenario fleet; docs/fleet.md has
@@ -485,7 +540,10 @@
 // # Connection
 //
 // Conn dials with timeouts, declares the topology under a timeout, and
-// reconnects with exponential backoff and jitter. Every channel has a
+// reconnects with exponential backoff and jitter; it notes when each
+// connection last read from the broker, and its watcher ticks while
+// connected so that a stall of the process is known (see Checkpoints and
+// Recovery). Every channel has a
 // generation; a Delivery remembers its own, and Ack on a delivery from a
 // closed channel returns ErrStaleDelivery without sending anything (the
 // broker redelivers the message). Acks settled in a row travel as one

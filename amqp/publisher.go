@@ -357,15 +357,16 @@ func (p *Publisher) Checkpoint(ctx context.Context, owner string, m TaskMessage)
 	if m.CaptchaID == "" {
 		return fmt.Errorf("amqp: checkpoint of %q without a captcha id", m.Task.ID)
 	}
-	return p.park(ctx, owner, "", m, 0)
+	return p.park(ctx, 0, owner, "", m, 0)
 }
 
 // park publishes m to owner's checkpoint queue with sequence number seq
 // (HeaderSeq), so the holder can tell a newer copy from an older one, and
 // run (HeaderRun), so it can tell its own copies from those of an earlier
 // run under the same owner name. m may carry no captcha id: a task that
-// waits to be retried is parked too.
-func (p *Publisher) park(ctx context.Context, owner, run string, m TaskMessage, seq int) error {
+// waits to be retried is parked too. With epoch not 0 it is published
+// only on that connection (publishIn).
+func (p *Publisher) park(ctx context.Context, epoch uint64, owner, run string, m TaskMessage, seq int) error {
 	msg, err := m.publishing(p.c.cfg.MaxPriority)
 	if err != nil {
 		return err
@@ -378,7 +379,7 @@ func (p *Publisher) park(ctx context.Context, owner, run string, m TaskMessage, 
 		msg.Headers[HeaderSeq] = int32(seq)
 	}
 	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
-	return p.Publish(ctx, "", p.c.Names().InflightQueue(owner), msg)
+	return p.publishIn(ctx, epoch, "", p.c.Names().InflightQueue(owner), msg)
 }
 
 // Claim tells every worker that this one holds a confirmed checkpoint of

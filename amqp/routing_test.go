@@ -161,7 +161,7 @@ func TestRoutingSurvivesADeadChecker(t *testing.T) {
 	if err := setup(t, cfg).declareRouting(ctx, fleet); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := dial(ctx, cfg.withDefaults())
+	conn, _, err := dial(ctx, cfg.withDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestWorkerRefusesAnotherRouting(t *testing.T) {
 	if err := startWorker(t, ctx, cfg, "route-w3", plan); !errors.As(err, &rc) || rc.Worker != routingOf(plan, 4) {
 		t.Fatalf("a worker without providers: %v, want a *RoutingConflictError", err)
 	}
-	conn, err := dial(ctx, cfg.withDefaults())
+	conn, _, err := dial(ctx, cfg.withDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestRoutingIsCheckedOnReconnect(t *testing.T) {
 	if err := DeleteRouting(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := dial(ctx, cfg.withDefaults())
+	conn, _, err := dial(ctx, cfg.withDefaults())
 	if err != nil {
 		t.Fatal(err)
 	}

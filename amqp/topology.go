@@ -391,7 +391,7 @@ func DeleteReplies(ctx context.Context, c Config, gateways ...string) error {
 // deleteAll deletes queues, then exchanges, one channel each (a missing
 // one closes its channel), on a connection of its own.
 func deleteAll(ctx context.Context, c Config, queues, exchanges []string) error {
-	conn, err := dial(ctx, c)
+	conn, _, err := dial(ctx, c)
 	if err != nil {
 		return err
 	}

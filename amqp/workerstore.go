@@ -75,6 +75,10 @@ type entry struct {
 	// the fleet (its channel closed): the queue lets go of the task and
 	// Finish publishes nothing (see "Recovery" in the package doc).
 	lost bool
+	// forfeit: the provider accepted the task but its first checkpoint
+	// could not be confirmed before the connection that held it closed,
+	// too long ago for a claim to win (see mayClaim): the fleet has it.
+	forfeit bool
 }
 
 // holder is the delivery that holds e for this worker: the checkpoint of
@@ -104,6 +108,8 @@ func (e *entry) holder() (d *Delivery, arriving bool) {
 func (e *entry) gone(now time.Time, lease time.Duration) bool {
 	d, arriving := e.holder()
 	switch {
+	case e.forfeit:
+		return true
 	case arriving:
 		return now.Sub(e.parkedAt) > lease*9/10
 	case d == nil || d.live():
@@ -157,8 +163,9 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 		return true
 	}
 	switch {
-	case e.lost:
-		// Being let go: the copy goes back for the fleet.
+	case e.lost || e.forfeit:
+		// Being let go: the copy goes back for the fleet (to this worker
+		// too, once the queue has let go: then it is a fresh task).
 		s.mu.Unlock()
 		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
 			s.log.Warn("returning a copy of a task being let go failed", "id", m.Task.ID, "err", err)
@@ -356,8 +363,10 @@ func ackAll(log *slog.Logger, ds ...*Delivery) {
 
 // park publishes m as the task's newest copy in the checkpoint queue and,
 // once confirmed, acks every older copy held. lost is true when the task's
-// deliveries had all gone back to the fleet before the confirm.
-func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMessage)) (lost bool, err error) {
+// deliveries had all gone back to the fleet before the confirm. With
+// epoch not 0 the copy is published only on that connection (errLetGo
+// when it closed first).
+func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update func(*TaskMessage)) (lost bool, err error) {
 	s.mu.Lock()
 	e, ok := s.entries[id]
 	if !ok {
@@ -368,7 +377,7 @@ func (s *WorkerStore) park(ctx context.Context, id string, update func(*TaskMess
 	seq, m := e.seq, e.msg
 	update(&m)
 	s.mu.Unlock()
-	if err := s.pub.park(ctx, s.owner, s.run, m, seq); err != nil {
+	if err := s.pub.park(ctx, epoch, s.owner, s.run, m, seq); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -408,9 +417,60 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 		// (its channel closing sends it back to the fleet at once).
 		return nil
 	}
-	lost, err := s.park(ctx, id, func(m *TaskMessage) {
+	update := func(m *TaskMessage) {
 		m.CaptchaID, m.Attempts, m.Submitted = captchaID, attempt, at
-	})
+	}
+	// The first checkpoint is confirmed on the connection of the task
+	// delivery that holds the task (a copy the broker gave this worker
+	// again while the submit was out holds it too); when that connection
+	// closed first, the task is claimed or forfeited (firstCheckpoint).
+	for {
+		epoch, take := s.firstCheckpoint(id)
+		if !take {
+			return nil
+		}
+		lost, err := s.park(ctx, epoch, id, update)
+		if epoch != 0 && errors.Is(err, errLetGo) {
+			continue // decided again: the holder's connection closed
+		}
+		return s.claimIfLost(ctx, id, lost, err)
+	}
+}
+
+// firstCheckpoint says where task id's checkpoint is to be confirmed.
+// For a task's first checkpoint that is the connection of its holder
+// (the task delivery held; epoch). When that delivery's connection has
+// closed (the broker gave the task back to the fleet), the task is taken
+// only while a claim can still reach a worker that received it again
+// before it submits (mayClaim; epoch 0: on any connection, and claimed);
+// otherwise it is forfeited (take false): no checkpoint, no polls, no
+// answer, and the fleet solves it again. A checkpoint after the first
+// (epoch 0) goes on any connection.
+func (s *WorkerStore) firstCheckpoint(id string) (epoch uint64, take bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[id]
+	if !ok || e.confirmed > 0 {
+		return 0, true
+	}
+	d, _ := e.holder()
+	switch {
+	case d == nil:
+		return 0, true
+	case d.live():
+		return d.epoch, true
+	case s.mayClaim(d, time.Now()):
+		return 0, true
+	}
+	s.log.Warn("the provider accepted a task whose delivery went back to the fleet too long ago to claim it; letting the fleet have it (it may be solved twice)",
+		"id", id, "silent_before", d.sess.ended().Sub(s.pub.c.lastHeard(d.epoch)).Round(time.Millisecond))
+	e.forfeit = true
+	return 0, false
+}
+
+// claimIfLost claims task id when its deliveries had all gone back to the
+// fleet before its checkpoint was confirmed (park's lost).
+func (s *WorkerStore) claimIfLost(ctx context.Context, id string, lost bool, err error) error {
 	if lost {
 		// Another worker may hold the copy the broker gave back: it
 		// waits before submitting, and drops it on this claim.
@@ -419,6 +479,36 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 		}
 	}
 	return err
+}
+
+// claimWindow is how soon after the connection that held a task closed
+// a worker still claims it (Publisher.Claim) once the provider accepted
+// it: a worker that received the task again waits redeliveredWait from
+// the broker's close, and the claim has to reach it before that.
+const claimWindow = redeliveredWait - time.Second
+
+// mayClaim reports whether a claim on a task held by d, whose connection
+// closed before the task's first checkpoint was confirmed, can still
+// reach a worker that received the task again before it submits it. The
+// broker let go of d no earlier than the later of when its connection
+// was last heard from and, for a connection that closed (a close, a
+// reset, the broker going down) rather than fell silent, when the
+// client saw it end. A connection that went silent (a partition, the
+// process stopped) for longer than Config.Heartbeat before its end may
+// have been given up by the broker at any time after it was last heard;
+// and what a process read right after a stall (Conn's stallClock) may
+// have waited in its socket through it, so the stall's start counts.
+func (s *WorkerStore) mayClaim(d *Delivery, now time.Time) bool {
+	if d == nil {
+		return false
+	}
+	c := s.pub.c
+	since := c.lastHeard(d.epoch)
+	if ended := d.sess.ended(); !ended.IsZero() && ended.Sub(since) <= c.cfg.Heartbeat {
+		since = ended
+	}
+	since = c.awake.before(since, now, c.cfg.Heartbeat)
+	return now.Sub(since) < claimWindow
 }
 
 // Retry implements captchaq.Journal. The queue keeps the task and retries it
@@ -436,7 +526,7 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 	if !stale {
 		return nil
 	}
-	_, err := s.park(ctx, id, func(m *TaskMessage) {
+	_, err := s.park(ctx, 0, id, func(m *TaskMessage) {
 		m.CaptchaID, m.Submitted, m.Attempts = "", time.Time{}, attempts
 		m.LastError, m.LastErrorCode = errText, errCode
 	})
@@ -667,7 +757,7 @@ func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
 	s.mu.Unlock()
 	n := 0
 	for _, id := range due {
-		if _, err := s.park(ctx, id, func(*TaskMessage) {}); err != nil {
+		if _, err := s.park(ctx, 0, id, func(*TaskMessage) {}); err != nil {
 			s.log.Warn("refreshing a checkpoint failed", "id", id, "err", err)
 			continue
 		}
