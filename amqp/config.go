@@ -253,6 +253,10 @@ type Names struct {
 	Results  string // results, message id = task id
 	DLX      string // dead-letter exchange
 	Failed   string // dead letters
+	// Replayed holds a notice for each task a gateway replayed from its
+	// store (Gateway.Replay), so Conn.Replay skips the task's older copies
+	// in Failed instead of solving it twice.
+	Replayed string
 	Delay    string // headers exchange in front of the delay queues
 	Inflight string // Inflight+"."+owner: a worker's checkpoint queue (quorum)
 	Adopt    string // checkpoints whose holder is gone, for any worker to adopt
@@ -311,6 +315,7 @@ func NamesFor(prefix string) Names {
 		Results:  p + ".results",
 		DLX:      p + ".dlx",
 		Failed:   p + ".failed",
+		Replayed: p + ".replayed",
 		Delay:    p + ".delay",
 		Inflight: p + ".checkpoints",
 		Adopt:    p + ".adopt",

@@ -2,8 +2,11 @@ package amqp
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -128,13 +131,28 @@ func (c *Conn) DeadLetters(ctx context.Context, fn func(DeadLetter) error) error
 // result and any new dead letter carry the task's own id, so Collect, a
 // gateway and `dlq replay` see the task as it was; copies of one replay
 // (a redelivery) share its wire id and are still solved once.
+//
+// A dead letter of a gateway's task that the gateway replayed from its
+// store after the copy was published (see Gateway.Replay: its notice in
+// Names.Replayed) is not published again: it is taken out of the queue,
+// its task at the fleet already, or answered.
 func (c *Conn) Replay(ctx context.Context, f captchaq.DeadLetterFilter) (int, error) {
+	replayed, err := c.replayedNotices(ctx)
+	if err != nil {
+		return 0, err
+	}
 	p := c.NewPublisher()
 	defer p.Close()
 	n := 0
-	err := c.drainFailed(ctx, func(ch *amqp091.Channel, m amqp091.Delivery) error {
+	err = c.drainFailed(ctx, func(ch *amqp091.Channel, m amqp091.Delivery) error {
 		dl := readDeadLetter(m)
 		if dl.Body != nil || !matches(f, dl) {
+			return nil
+		}
+		if replayedSince(replayed, dl.Task.Task.ID) {
+			if err := ch.Ack(m.DeliveryTag, false); err != nil {
+				return fmt.Errorf("amqp: drop %q, replayed by its gateway: %w", dl.Task.Task.ID, err)
+			}
 			return nil
 		}
 		now := time.Now()
@@ -168,4 +186,78 @@ func replayWireID(id, gen string) string {
 		cut--
 	}
 	return id[:cut] + suffix
+}
+
+// ReplayedNoticesMax bounds Names.Replayed: past it the oldest notices
+// go, and `captchaq dlq replay` may again publish a dead letter its
+// gateway replayed that long ago.
+const ReplayedNoticesMax = 100000
+
+// replayedNotice says a gateway replayed task ID (its store's id) at At,
+// in Unix milliseconds: copies of it published before At are stale.
+type replayedNotice struct {
+	ID string `json:"id"`
+	At int64  `json:"at"`
+}
+
+// noteReplayed publishes the notice that the gateway replayed id at now.
+func (p *Publisher) noteReplayed(ctx context.Context, id string, now time.Time) error {
+	body, err := json.Marshal(replayedNotice{ID: id, At: now.UnixMilli()})
+	if err != nil {
+		return err
+	}
+	return p.Publish(ctx, "", p.c.Names().Replayed, amqp091.Publishing{ContentType: "application/json", Body: body})
+}
+
+// replayedNotices reads every notice of Names.Replayed, leaving them in
+// place: the latest replay of each task id, in Unix milliseconds.
+func (c *Conn) replayedNotices(ctx context.Context) (map[string]int64, error) {
+	ch, _, err := c.channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer ch.Close() // puts back every notice read
+	q := c.Names().Replayed
+	st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("amqp: inspect %s: %w", q, err)
+	}
+	at := map[string]int64{}
+	for range st.Messages {
+		m, ok, err := ch.Get(q, false)
+		if err != nil {
+			return nil, fmt.Errorf("amqp: read %s: %w", q, err)
+		}
+		if !ok {
+			break
+		}
+		var rn replayedNotice
+		if json.Unmarshal(m.Body, &rn) == nil && rn.ID != "" {
+			at[rn.ID] = max(at[rn.ID], rn.At)
+		}
+	}
+	return at, nil
+}
+
+// replayedSince says whether the dead letter under wire id (a gateway's:
+// NAME/ID, or NAME@GEN/ID with GEN the time it was published, see
+// Gateway.wireID) was published before its gateway replayed the task.
+func replayedSince(replayed map[string]int64, wire string) bool {
+	head, id, ok := strings.Cut(wire, "/")
+	if !ok {
+		return false
+	}
+	at, ok := replayed[id]
+	if !ok {
+		return false
+	}
+	var published int64
+	if _, gen, renewed := strings.Cut(head, "@"); renewed {
+		ms, err := strconv.ParseInt(gen, 36, 64)
+		if err != nil {
+			return false
+		}
+		published = ms
+	}
+	return published < at
 }

@@ -13,6 +13,9 @@
 //	captcha.tasks.K    the lane of kind K (Config.Lanes), for consumers of K only
 //	captcha.results    results; message id = task id
 //	captcha.dlx        dead-letter exchange → captcha.failed
+//	captcha.replayed   a notice for each task a gateway replayed from its
+//	                   store, so Conn.Replay skips its older dead letters
+//	                   (at most ReplayedNoticesMax, the oldest go first)
 //	captcha.delay      headers exchange → captcha.delay.<ms>: retry tiers whose
 //	                   TTL dead-letters back to captcha.types under the kind
 //	captcha.checkpoints.<owner>

@@ -123,9 +123,12 @@ type GatewayConfig struct {
 // a wire id of a new generation (as for a renew: a worker that failed the
 // task answers its first wire id only once); it never reads the fleet's
 // dead-letter queue, where the copies of every gateway's dead letters
-// stay for the operator. A task replayed from the fleet's side
-// (captchaq dlq replay --amqp) comes back too: a solved result replaces a
-// failure, unless the failure was a cancel.
+// stay for the operator. It notes each replay in Names.Replayed, and a
+// replay from the fleet's side (captchaq dlq replay --amqp, Conn.Replay)
+// then drops the task's copies published before, where it would have the
+// task solved again. A task replayed from the fleet's side otherwise
+// comes back too: a solved result replaces a failure, unless the failure
+// was a cancel.
 //
 // Crash windows: a task published but not yet recorded when the process
 // dies is solved and its result dropped (its client never heard OK); a
@@ -799,9 +802,9 @@ func (g *Gateway) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, 
 // reads the fleet's dead-letter queue: PREFIX.failed holds every
 // gateway's and the fleet's dead letters, and a replay that took and held
 // them would make one client's replay everyone's wait (and hide them from
-// captchaq dlq meanwhile). A task's copy there stays for the operator;
-// replayed from the fleet's side as well, the task is solved again and
-// the gateway keeps one answer (see record).
+// captchaq dlq meanwhile). A task's copy there stays for the operator,
+// and the replay is noted in Names.Replayed: captchaq dlq replay
+// (Conn.Replay) takes that copy out without publishing it again.
 func (g *Gateway) Replay(ctx context.Context, ids []string) ([]string, error) {
 	if err := g.open(); err != nil {
 		return nil, err
@@ -861,6 +864,9 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 	}
 	cur.AcceptedAt = now
 	g.track(cur)
+	if err := g.pub.noteReplayed(sctx, id, now); err != nil {
+		g.log.Warn("noting a replay for captchaq dlq failed: a dlq replay may publish the task's earlier dead letter again", "id", id, "err", err)
+	}
 	return true, nil
 }
 

@@ -204,3 +204,57 @@ func TestReplayMovesEachDeadLetterOnce(t *testing.T) {
 		t.Errorf("tasks queued: %d, want 2", d)
 	}
 }
+
+// TestFleetReplaySkipsWhatTheGatewayReplayed: a gateway's task failed for
+// good is replayed by its gateway (Gateway.Replay: a client's replay) and
+// solved; its copy in the fleet's dead-letter queue, published before, is
+// then not published again by Conn.Replay (captchaq dlq replay), which
+// would have the task solved and paid twice, and it leaves the queue. A
+// gateway replay that fails again is a dead letter of its own, which
+// Conn.Replay does publish.
+func TestFleetReplaySkipsWhatTheGatewayReplayed(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	_, refuse := refusingWorker(r, "replayed-gw-w")
+	g, results := r.gateway("gw-replayed", nil, nil)
+	failed := r.c.Names().Failed
+	for _, id := range []string{"g1", "g2"} {
+		if err := g.submitTask(ctx, task(id, 0)); err != nil {
+			t.Fatal(err)
+		}
+		if res := await(t, ctx, results, 1)[0]; res.ID != id || res.Status != captchaq.StatusFailed {
+			t.Fatalf("first solve: %+v; want %s failed", res, id)
+		}
+	}
+	testbound.Until(t, "the two dead letters", func() bool { return depth(t, ctx, r.c, failed) == 2 })
+	// g2's replay fails again (a dead letter of its own); g1's is solved.
+	if got, err := g.Replay(ctx, []string{"g2"}); err != nil || len(got) != 1 {
+		t.Fatalf("gateway replay of g2: %v, %v", got, err)
+	}
+	if res := await(t, ctx, results, 1)[0]; res.ID != "g2" || res.Status != captchaq.StatusFailed {
+		t.Fatalf("g2's replay: %+v; want failed", res)
+	}
+	testbound.Until(t, "g2's second dead letter", func() bool { return depth(t, ctx, r.c, failed) == 3 })
+	refuse.Store(false)
+	if got, err := g.Replay(ctx, []string{"g1"}); err != nil || len(got) != 1 {
+		t.Fatalf("gateway replay of g1: %v, %v", got, err)
+	}
+	if res := await(t, ctx, results, 1)[0]; res.ID != "g1" || res.Status != captchaq.StatusSolved {
+		t.Fatalf("g1's replay: %+v; want solved", res)
+	}
+	// Of the three copies only g2's latest is published: g1 is solved, and
+	// g2's first copy was replayed by the gateway already.
+	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 1 || err != nil {
+		t.Fatalf("Conn.Replay = %d, %v; want 1 (g2's latest dead letter)", n, err)
+	}
+	if d := depth(t, ctx, r.c, failed); d != 0 {
+		t.Errorf("%s holds %d dead letters after the replay, want 0", failed, d)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if res := await(t, wctx, results, 1)[0]; res.ID != "g2" || res.Status != captchaq.StatusSolved {
+		t.Fatalf("after the fleet's replay: %+v; want g2 solved", res)
+	}
+	quietFor(t, results, 2*time.Second)
+}

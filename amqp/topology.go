@@ -171,6 +171,9 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 		func() bool { return exchange(n.DLX, amqp091.ExchangeDirect, nil) },
 		func() bool { return queue(n.Failed, amqp091.Table{"x-queue-type": "classic"}) },
 		func() bool { return bind(n.Failed, FailedRoutingKey, n.DLX, nil) },
+		func() bool {
+			return queue(n.Replayed, amqp091.Table{"x-queue-type": "classic", "x-max-length": int32(ReplayedNoticesMax)})
+		},
 		func() bool { return exchange(n.TasksAll, amqp091.ExchangeFanout, nil) },
 		func() bool {
 			return exchange(n.Types, amqp091.ExchangeDirect, amqp091.Table{"alternate-exchange": n.TasksAll})
@@ -342,7 +345,7 @@ func replyQueueArgs() amqp091.Table {
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
 	n := NamesFor(c.Prefix)
-	queues := []string{n.Tasks, n.Adopt, n.Results, n.Failed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled, n.Routing, n.Balance}
+	queues := []string{n.Tasks, n.Adopt, n.Results, n.Failed, n.Replayed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled, n.Routing, n.Balance}
 	for _, k := range c.Lanes {
 		queues = append(queues, n.Lane(k))
 	}
