@@ -119,12 +119,20 @@
 // into the forfeited entry. The cost: nothing per task; a
 // claim per such task; and every redelivered task, after a worker's
 // death, a dropped connection or a hand-back, waits those 5 seconds.
+// A connection that dies right after the first checkpoint's confirm may
+// take the ack of the task's delivery with it (an ack is never
+// confirmed): the broker then requeues the task without its captcha id
+// and dead-letters the checkpoint to captcha.adopt. So a worker whose
+// connection ends less than 3 s (ackUnsure) of reading after such an ack
+// claims the task too (WorkerStore.unsureAcks); a claim drops copies
+// without a captcha id only, never the checkpoint; and a worker holding
+// the copy waiting when the checkpoint reaches it adopts the checkpoint
+// and acks the copy (TestLostAckIsClaimed: before, that copy was solved
+// again after its wait, as TestFleetDroppedConnection saw under load).
 // Windows stay, each a second paid solve: a worker killed in that window
 // (nobody is left to claim), or cut off silently in it; a reconnect
-// slower than the claim window; and a connection that dies right after
-// the confirm, taking the task's ack with it (its delivery was alive at
-// the confirm, so no claim). The submit cap bounds how many tasks are in
-// the window at once.
+// slower than the claim window. The submit cap bounds how many tasks are
+// in the window at once.
 //
 // # Recovery: from what the broker knows
 //
@@ -170,7 +178,9 @@
 // comes back from a partition, a SIGSTOP or a closed connection drops the
 // tasks whose checkpoints died with its channel, answered or not; its own
 // checkpoint coming back to it through captcha.adopt is taken up as it
-// was. Nor does it answer a task it submitted while cut off: a task whose
+// was, even when its connection closed before the checkpoint's delivery
+// reached it (TestNewestCheckpointBackBeforeArriving: it was acked as
+// an older copy, and the task lost). Nor does it answer a task it submitted while cut off: a task whose
 // first checkpoint missed its connection is claimed, or forfeited when a
 // claim can no longer win (see Checkpoints). A checkpoint is
 // dead-lettered only when its holder's channel is gone, and a live

@@ -14,6 +14,7 @@ import (
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // TestPartitionedSubmitIsAnsweredOnce: a worker is cut off from the
@@ -341,5 +342,46 @@ func TestForfeitedTaskTakesNoCopy(t *testing.T) {
 	s.release(id)
 	if !s.receive(dead(true), m) {
 		t.Fatal("a copy after the forfeited entry's release was not taken as a fresh task")
+	}
+}
+
+// TestNewestCheckpointBackBeforeArriving: a worker's newest checkpoint,
+// confirmed, whose delivery died with its connection before the worker
+// read it, comes back to the same worker through Names.Adopt: the worker
+// holds the task by it again. An older copy is acked. Before, the newest
+// was acked as an older one and the worker waited for a delivery that
+// never came, then let go of the task after the lease: lost (seen in
+// TestFleetDroppedConnection under load).
+func TestNewestCheckpointBackBeforeArriving(t *testing.T) {
+	s := &WorkerStore{entries: map[string]*entry{}, claims: map[string]time.Time{}, lease: time.Minute,
+		run: "run-1", log: slog.New(slog.DiscardHandler)}
+	k := &Consumer{} // its channel gone: every delivery below is stale
+	m := TaskMessage{Task: fleetTask("arriving", 0), CaptchaID: "c-1", Attempts: 1}
+	id := m.Task.ID
+	adopted := func(run string, seq int) *Delivery {
+		return &Delivery{consumer: k, Generation: 1, sess: &session{},
+			Headers: amqp091.Table{HeaderRun: run, HeaderSeq: int32(seq)}}
+	}
+	arriving := func() *entry {
+		// Copy 2 confirmed, its delivery not received.
+		return &entry{msg: m, seq: 2, confirmed: 2, parkedAt: time.Now(), checkpoints: map[int]*Delivery{}}
+	}
+	for _, c := range []struct {
+		name string
+		d    *Delivery
+		held bool
+	}{
+		{"the newest copy", adopted("run-1", 2), true},
+		{"an older copy", adopted("run-1", 1), false},
+		{"another run's copy", adopted("run-0", 2), false},
+	} {
+		s.entries[id] = arriving()
+		if s.receive(c.d, m) {
+			t.Fatalf("%s: taken as a fresh task", c.name)
+		}
+		e := s.entries[id]
+		if held := slices.Contains(e.deliveries, c.d) && e.confirmed == 0; held != c.held {
+			t.Errorf("%s: held %v (deliveries %d, confirmed %d), want %v", c.name, held, len(e.deliveries), e.confirmed, c.held)
+		}
 	}
 }

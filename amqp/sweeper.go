@@ -31,6 +31,10 @@ func (w *staleSweeper) sweepOnce(ctx context.Context) {
 			w.s.unmarkLost(id)
 		}
 	}
+	if ids := w.s.unsureAcks(); len(ids) > 0 {
+		// On their own: a claim waits for the broker to be back.
+		go w.claim(context.WithoutCancel(ctx), ids)
+	}
 	for _, id := range w.s.ids() {
 		if !w.s.markHandBack(id, true) {
 			continue
@@ -40,3 +44,19 @@ func (w *staleSweeper) sweepOnce(ctx context.Context) {
 		}
 	}
 }
+
+// claim claims the tasks whose ack may have died with its connection
+// (WorkerStore.unsureAcks). A claim heard after the other worker's
+// redeliveredWait still cancels its copy if not yet submitted.
+func (w *staleSweeper) claim(ctx context.Context, ids []string) {
+	ctx, cancel := context.WithTimeout(ctx, claimGiveUp)
+	defer cancel()
+	for _, id := range ids {
+		if err := w.s.pub.Claim(ctx, id); err != nil {
+			w.s.log.Warn("claiming a task whose ack may have been lost failed; another worker may solve it again", "id", id, "err", err)
+		}
+	}
+}
+
+// claimGiveUp bounds how long a claim waits for the broker.
+const claimGiveUp = 30 * time.Second

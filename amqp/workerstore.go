@@ -50,7 +50,27 @@ type WorkerStore struct {
 	finishedSize int
 	// claims are the ids other workers claimed lately, by when heard.
 	claims map[string]time.Time
+	// unsure are the task deliveries acked at their task's first
+	// checkpoint whose connection has not yet been heard from ackUnsure
+	// after the ack, by task id (see unsureAcks).
+	unsure map[string]unsureAck
+	// afterFirstConfirm, when set (tests), runs between a task's first
+	// checkpoint's confirm and the acks of its task deliveries.
+	afterFirstConfirm func(id string)
 }
+
+// unsureAck is the task deliveries acked at a task's first checkpoint,
+// and when.
+type unsureAck struct {
+	deliveries []*Delivery
+	at         time.Time
+}
+
+// ackUnsure is how long after a task delivery's ack its connection must
+// still be heard from for the ack to count as the broker's: an ack is
+// never confirmed, and one written just before the connection dies (the
+// broker closing it, a reset) may never be read.
+const ackUnsure = 3 * time.Second
 
 // redeliveredWait is how long a worker holds a task redelivered without a
 // captcha id before its queue takes it: the worker that lost its delivery
@@ -132,6 +152,7 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 		log:     log,
 		entries: map[string]*entry{},
 		claims:  map[string]time.Time{},
+		unsure:  map[string]unsureAck{},
 
 		finished:     newIDMemory(idMemoryDefault),
 		finishedSize: idMemoryDefault,
@@ -144,7 +165,9 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 //
 // A redelivered copy without a captcha id may be of a task another worker
 // submitted and then lost its connection: it is held waiting (see
-// endWait), and a copy of a task claimed lately is dropped (acked).
+// endWait), and a copy of a task claimed lately is dropped (acked). A
+// checkpoint of a task held waiting (adopted through Names.Adopt) takes
+// its place: it is fresh, and the copy is acked.
 func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 	s.mu.Lock()
 	e, ok := s.entries[m.Task.ID]
@@ -163,6 +186,16 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 		return true
 	}
 	switch {
+	case e.waiting && m.CaptchaID != "":
+		// A checkpoint (through Names.Adopt) of a task held waiting as a
+		// redelivered copy: the checkpoint carries the task, so the copy
+		// is acked and the checkpoint adopted; a claim drops only copies
+		// without a captcha id.
+		copies := e.deliveries
+		e.deliveries, e.msg, e.waiting, e.parkedAt = []*Delivery{d}, m, false, time.Now()
+		s.mu.Unlock()
+		s.settle(copies...)
+		return true
 	case e.lost || e.forfeit:
 		// Being let go: the copy goes back for the fleet (to this worker
 		// too, once the queue has let go: then it is a fresh task).
@@ -171,10 +204,11 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 			s.log.Warn("returning a copy of a task being let go failed", "id", m.Task.ID, "err", err)
 		}
 		return false
-	case m.CaptchaID != "" && e.gone(time.Now(), s.lease):
+	case m.CaptchaID != "" && (e.gone(time.Now(), s.lease) || s.newestArriving(e, d)):
 		// This worker's own checkpoint, back through Names.Adopt after
-		// its channel closed: it holds the task again, and the queue
-		// polls on as if nothing happened.
+		// its channel closed (before its delivery reached this worker,
+		// too): it holds the task again, and the queue polls on as if
+		// nothing happened.
 		e.deliveries, e.confirmed, e.msg, e.parkedAt = []*Delivery{d}, 0, m, time.Now()
 		clear(e.checkpoints)
 		s.mu.Unlock()
@@ -187,6 +221,17 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 	s.mu.Unlock()
 	s.settle(d)
 	return false
+}
+
+// newestArriving reports whether d, a checkpoint back through
+// Names.Adopt, is e's newest confirmed copy, which has not reached this
+// worker's checkpoint consumer: the broker sent it on a connection that
+// closed before this worker read it, and dead-lettered it. Acking it as
+// an older copy would lose the task: the holder waited for would never
+// come. Callers hold s.mu.
+func (s *WorkerStore) newestArriving(e *entry, d *Delivery) bool {
+	_, arriving := e.holder()
+	return arriving && headerString(d.Headers, HeaderRun) == s.run && headerInt(d.Headers, HeaderSeq) == e.confirmed
 }
 
 // letGo marks the tasks whose holder has gone back to the fleet (see
@@ -303,8 +348,10 @@ func (s *WorkerStore) endWait(id string) bool {
 	return true
 }
 
-// claimed records another worker's claim on id. A copy held waiting is
-// dropped (acked) at once. It returns true when the queue has a copy not
+// claimed records another worker's claim on id: a checkpoint of the task
+// exists, so a copy without a captcha id is one too many. A copy held
+// waiting is dropped (acked) at once; an adopted checkpoint is the
+// claimed one and is kept. It returns true when the queue has a copy not
 // checkpointed: that one is marked so that its coming Finish (the caller
 // cancels it) acks it and reports nothing.
 func (s *WorkerStore) claimed(id string) bool {
@@ -325,7 +372,9 @@ func (s *WorkerStore) claimed(id string) bool {
 		s.log.Info("dropping a redelivered task another worker checkpointed", "id", id)
 		s.settle(append(tasks, parked...)...)
 		return false
-	case !ok || e.handback || e.confirmed > 0:
+	case !ok || e.handback || e.confirmed > 0 || e.msg.CaptchaID != "":
+		// Nothing held, or the task's checkpoint itself (adopted): the
+		// claimer's checkpoint is this one, so it is polled on.
 		s.mu.Unlock()
 		return false
 	}
@@ -382,9 +431,12 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 	}
 	s.mu.Lock()
 	var old []*Delivery
+	first := false
 	if seq > e.confirmed {
 		if e.confirmed == 0 && len(e.deliveries) > 0 {
+			first = true
 			lost = !slices.ContainsFunc(e.deliveries, (*Delivery).live)
+			s.unsure[id] = unsureAck{deliveries: slices.Clone(e.deliveries), at: time.Now()}
 		}
 		e.confirmed, e.msg, e.parkedAt = seq, m, time.Now()
 		old = e.deliveries
@@ -396,7 +448,11 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 			}
 		}
 	}
+	hook := s.afterFirstConfirm
 	s.mu.Unlock()
+	if first && hook != nil {
+		hook(id)
+	}
 	s.settle(old...)
 	return lost, nil
 }
@@ -479,6 +535,39 @@ func (s *WorkerStore) claimIfLost(ctx context.Context, id string, lost bool, err
 		}
 	}
 	return err
+}
+
+// unsureAcks returns the tasks whose task delivery's ack, sent when their
+// first checkpoint was confirmed, may have died with its connection: the
+// connection ended before it was heard from ackUnsure after the ack. The
+// broker then gives the task back to the fleet while this worker's
+// checkpoint carries it on, so the caller claims it: a worker that
+// received the copy again drops it instead of solving it a second time,
+// even when this worker has answered the task by then. An ack whose
+// connection was heard from past ackUnsure is forgotten.
+func (s *WorkerStore) unsureAcks() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, u := range s.unsure {
+		sure, lost := true, false
+		for _, d := range u.deliveries {
+			switch {
+			case s.pub.c.lastHeard(d.epoch).Sub(u.at) > ackUnsure:
+			case !d.sess.ended().IsZero():
+				lost = true
+			default:
+				sure = false
+			}
+		}
+		if lost {
+			ids = append(ids, id)
+		}
+		if lost || sure {
+			delete(s.unsure, id)
+		}
+	}
+	return ids
 }
 
 // claimWindow is how soon after the connection that held a task closed
