@@ -10,6 +10,7 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // refusingWorker runs a worker whose provider refuses every task for good
@@ -243,6 +244,17 @@ func TestFleetReplaySkipsWhatTheGatewayReplayed(t *testing.T) {
 	if res := await(t, ctx, results, 1)[0]; res.ID != "g1" || res.Status != captchaq.StatusSolved {
 		t.Fatalf("g1's replay: %+v; want solved", res)
 	}
+	// The notices (one a gateway replay) outlive a broker restart, as the
+	// dead letters they answer for do.
+	ns := peek(t, ctx, r.c, r.c.Names().Replayed)
+	if len(ns) != 2 {
+		t.Fatalf("%s holds %d notices, want 2", r.c.Names().Replayed, len(ns))
+	}
+	for _, d := range ns {
+		if d.DeliveryMode != amqp091.Persistent {
+			t.Errorf("a notice has delivery mode %d, want persistent (%d)", d.DeliveryMode, amqp091.Persistent)
+		}
+	}
 	// Of the three copies only g2's latest is published: g1 is solved, and
 	// g2's first copy was replayed by the gateway already.
 	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 1 || err != nil {
@@ -257,4 +269,25 @@ func TestFleetReplaySkipsWhatTheGatewayReplayed(t *testing.T) {
 		t.Fatalf("after the fleet's replay: %+v; want g2 solved", res)
 	}
 	quietFor(t, results, 2*time.Second)
+}
+
+// peek returns every message of queue q and leaves them in place.
+func peek(t *testing.T, ctx context.Context, c *Conn, q string) []amqp091.Delivery {
+	t.Helper()
+	ch, _, err := c.channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close() // puts every message back
+	var out []amqp091.Delivery
+	for {
+		d, ok, err := ch.Get(q, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
 }
