@@ -194,8 +194,10 @@
 // back to the fleet when the 3 s run out.
 //
 // Windows that stay: a connection that closes between a result's confirm
-// and its checkpoint's ack (one round trip) lets the adopter answer the
-// task again (collect and gateways dedupe by id); a checkpoint republished
+// and the write of its checkpoint's ack lets the adopter answer the task
+// again (collect and gateways dedupe by id); the ack goes out as soon as
+// the confirm is read, not gathered with others (it was, for 2 ms: a
+// SIGKILL then answered a whole poll round's tasks twice); a checkpoint republished
 // (a retry, InflightRefresh) and a channel that closes between the new
 // copy's confirm and the old one's ack leave two copies to adopt; a worker
 // killed or cut off between the provider's answer to a submit and its

@@ -292,7 +292,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		_ = pool.Start(context.WithoutCancel(ctx))
 		defer pool.Stop()
 	}
-	parked, err := w.c.consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1, gatherAcks)
+	// Checkpoint acks go at once: a checkpoint the broker dead-letters
+	// after its task's result was confirmed is answered again by its
+	// adopter (see Recovery).
+	parked, err := w.c.consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1, 0)
 	if err != nil {
 		w.q.Close()
 		return err
