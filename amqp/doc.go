@@ -407,7 +407,11 @@
 // at the provider and spare ones, are back after the window. A takeover
 // that finds none parked (they went back before the adoption, or were
 // never parked as no worker was hungry) takes a token from
-// captcha.threads as usual. A transaction's ack and publish take effect
+// captcha.threads as usual. The adopter asks for the token once its
+// queue counts the task among its threads in use, and its pool counts
+// the task busy at once: either one late, the token went to a submit of
+// its own or back to another worker's, and the fleet ran one solve more
+// than the plan (TestTakeOverCountsTheTaskBusy). A transaction's ack and publish take effect
 // together at commit, and a channel that dies before the commit leaves the
 // token unacked, so the broker requeues it again: a token is never lost or
 // doubled (TestThreadsOfADeadHolderWait counts them). A worker whose

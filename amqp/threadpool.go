@@ -244,9 +244,17 @@ func (p *threadPool) Held() int {
 // takeOver says that the worker adopts a dead holder's task at the
 // provider: its next token comes from ThreadsReturning, where the dead
 // holder's tokens wait, if one is there (see Returning).
+//
+// The adopted task is busy from now on: the queue counts it among its
+// threads in use as it adopts it, but tells the pool (Want) only at its
+// next dispatch, and a pool that went by the last Want would give back
+// the token its task holds at the provider, for another worker to submit
+// on (seen as 7 solves at once on a 6-thread plan). The next Want brings
+// the count back to the queue's own.
 func (p *threadPool) takeOver() {
 	p.mu.Lock()
 	p.takeovers++
+	p.busy++
 	p.mu.Unlock()
 	wakeUp(p.wake)
 }

@@ -340,3 +340,23 @@ func TestThreadPoolRefreshSchedule(t *testing.T) {
 		t.Fatalf("another worker satisfied: wait %v, want %v", s.refreshEvery, threadsRefreshSoon)
 	}
 }
+
+// TestTakeOverCountsTheTaskBusy: a worker that adopts a dead holder's task
+// at the provider counts it busy in its pool at once, so the pool keeps
+// the token the task holds there until the queue's next Want: before,
+// the pool went by the last Want, gave the token back, and another
+// worker submitted on it, one solve more at once than the plan
+// (TestFleetSharesOnePlan under -race: "peak 7 of 6 threads" in 3 of 17
+// runs beside two busy loops; 0 of 16 after).
+func TestTakeOverCountsTheTaskBusy(t *testing.T) {
+	p := newThreadPool(nil, ThreadsNames{}, 6, discardLogger)
+	p.Want(2, 0)
+	p.takeOver()
+	if want, floor := p.demand(3); want != 3 || floor != 3 {
+		t.Fatalf("after a takeover with 2 busy: want %d, floor %d; want 3 and 3 (the adopted task's token kept)", want, floor)
+	}
+	p.Want(3, 0) // the queue's count, the adopted task in it
+	if want, floor := p.demand(3); want != 3 || floor != 3 {
+		t.Fatalf("after the next Want: want %d, floor %d; want 3 and 3", want, floor)
+	}
+}

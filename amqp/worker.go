@@ -440,16 +440,21 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 		AcceptedAt: m.Accepted, SubmittedAt: m.Submitted,
 	}
 	if m.CaptchaID != "" {
-		// A checkpoint whose holder is gone: poll, do not solve again,
-		// on the thread token its holder had (see Returning).
+		// A checkpoint whose holder is gone: poll, do not solve again.
 		rec.Status, rec.CaptchaID = captchaq.StatusInFlight, m.CaptchaID
-		if p := w.poolOf(m.CaptchaID); p != nil {
-			p.takeOver()
-		}
 	}
 	_, err := w.q.Adopt(ctx, rec)
 	switch {
 	case err == nil:
+		if p := w.poolOf(m.CaptchaID); m.CaptchaID != "" && p != nil {
+			// On the thread token its holder had (see Returning), asked
+			// for only once the queue counts the task among its threads
+			// in use: asked before, the token could reach the pool
+			// first and the queue submit another task on it, one more
+			// at the provider than the plan (TestFleetSharesOnePlan
+			// under -race).
+			p.takeOver()
+		}
 	case errors.Is(err, captchaq.ErrInvalidTask):
 		r := captchaq.Result{ID: m.Task.ID, Status: captchaq.StatusFailed, Method: m.Task.Method,
 			Error: err.Error(), ErrorCode: captchaq.RefusalCode(err), Attempts: m.Attempts, AcceptedAt: m.Accepted, FinishedAt: time.Now()}
