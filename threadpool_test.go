@@ -13,7 +13,11 @@ import (
 	"github.com/captchaq/captchaq/sim"
 )
 
-// fixedPool is a ThreadPool whose held threads the test sets.
+// fixedPool is a ThreadPool whose held threads the test sets. Its ready
+// channel holds one signal, as the real pools' do: set does not wait, so
+// an unbuffered channel lost the signal whenever the dispatcher was busy
+// at that moment (TestProviderThreadPools: "0 of 6 results after 60 s"
+// in a fresh-clone CI run beside two busy loops).
 type fixedPool struct {
 	mu            sync.Mutex
 	held          int
@@ -94,8 +98,8 @@ func TestThreadPoolBoundsSubmits(t *testing.T) {
 // tasks, which only the backup solves, are no demand on the main pool).
 func TestProviderThreadPools(t *testing.T) {
 	t.Parallel()
-	mainPool := &fixedPool{ready: make(chan struct{})}
-	backupPool := &fixedPool{ready: make(chan struct{})}
+	mainPool := &fixedPool{ready: make(chan struct{}, 1)}
+	backupPool := &fixedPool{ready: make(chan struct{}, 1)}
 	p := setupFleetLanes(t, sim.Config{Threads: 5}, sim.Config{Threads: 5, PricePer1000: 2.99},
 		captchaq.ProviderConfig{Threads: 5},
 		captchaq.ProviderConfig{Threads: 5, SpillAfter: time.Hour},
