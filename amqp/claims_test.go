@@ -3,21 +3,17 @@ package amqp
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
-	"github.com/captchaq/captchaq/sim"
 )
 
 // TestLostDeliveryIsClaimed: a worker loses its connection (without
@@ -27,24 +23,26 @@ import (
 // reconnects, checkpoints the task and claims it, and the second drops its
 // copy. The outcome: one paid solve, one result.
 func TestLostDeliveryIsClaimed(t *testing.T) {
-	r := newClaimRig(t, "claim")
+	p := newWorkerPair(t, fleetConfig(t))
+	var logB lockedBuffer
 	submitted, proceed := make(chan struct{}), make(chan struct{})
-	a := r.worker(r.cA, &cutAfterSubmit{Client: r.client(), submitted: submitted, proceed: proceed}, "claim-a", slog.New(slog.DiscardHandler))
-	r.run(a)
-	r.consumers(1)
-	r.publish("claimed-0001")
-	select {
-	case <-submitted:
-	case <-r.ctx.Done():
-		t.Fatal("worker a never submitted")
-	}
-	r.run(r.b)
-	r.consumers(2)
-	r.proxy.cut() // a's connection drops with the captcha id not yet checkpointed
+	a := p.worker(p.cA, &cutAfterSubmit{Client: p.clientA, submitted: submitted, proceed: proceed}, "claim-a", nil)
+	b := p.worker(p.cB, p.clientB, "claim-b", slog.New(slog.NewTextHandler(&logB, nil)))
+	p.run(a)
+	p.consumers(1)
+	const id = "claimed-0001"
+	p.publish(id)
+	p.wait(submitted, "worker a's submit")
+	p.run(b)
+	p.consumers(2)
+	p.proxy.cut() // a's connection drops with the captcha id not yet checkpointed
 	close(proceed)
-	r.check("claimed-0001", r.b.Owner())
-	if m := r.b.Queue().Metrics(); m.Submitted != 0 || m.Solved != 0 {
+	claimedOnce(p, id)
+	if m := b.Queue().Metrics(); m.Submitted != 0 || m.Solved != 0 {
 		t.Errorf("worker b's queue took %d tasks and solved %d, want none", m.Submitted, m.Solved)
+	}
+	if want := `msg="dropping a redelivered task another worker checkpointed" owner=claim-b id=` + id; !strings.Contains(logB.String(), want) {
+		t.Errorf("worker b's log lacks %q (it never held the redelivered copy):\n%s", want, logB.String())
 	}
 }
 
@@ -62,165 +60,58 @@ func TestLostDeliveryIsClaimed(t *testing.T) {
 // under load); with the claim alone, the claim dropped the checkpoint
 // held beside the copy: the task was lost.
 func TestLostAckIsClaimed(t *testing.T) {
-	r := newClaimRig(t, "ack")
-	a := r.worker(r.cA, r.client(), "ack-a", slog.New(slog.NewTextHandler(&r.logs, nil)))
+	p := newWorkerPair(t, fleetConfig(t))
+	a := p.worker(p.cA, p.clientA, "ack-a", nil)
+	b := p.worker(p.cB, p.clientB, "ack-b", nil)
 	var once sync.Once
 	a.store.afterFirstConfirm = func(string) {
 		once.Do(func() {
-			r.run(r.b)
-			if !testbound.Eventually(func() bool { return r.consumerCount() == 2 }) {
+			p.run(b)
+			consumers := func() bool {
+				qs, err := p.c.Depths(p.ctx, p.c.Names().Tasks)
+				return err == nil && qs[0].Consumers == 2
+			}
+			if !testbound.Eventually(consumers) {
 				t.Error("worker b never consumed")
 			}
-			r.proxy.cut()
-			if !testbound.Eventually(func() bool { return r.cA.Reconnects() > 0 }) {
+			p.proxy.cut()
+			if !testbound.Eventually(func() bool { return p.cA.Reconnects() > 0 }) {
 				t.Error("worker a's connection never dropped")
 			}
 		})
 	}
-	r.run(a)
-	r.consumers(1)
-	r.publish("acked-0001")
-	r.check("acked-0001")
+	p.run(a)
+	p.consumers(1)
+	const id = "acked-0001"
+	p.publish(id)
+	claimedOnce(p, id)
 	// a claimed the task: a copy b held waiting would have been dropped.
-	testbound.Until(t, "worker b to hear a's claim", func() bool {
-		r.b.store.mu.Lock()
-		defer r.b.store.mu.Unlock()
-		_, heard := r.b.store.claims["acked-0001"]
+	p.until("worker b to hear a's claim", func() bool {
+		b.store.mu.Lock()
+		defer b.store.mu.Unlock()
+		_, heard := b.store.claims[id]
 		return heard
 	})
 }
 
-// claimRig is two workers, a (through a proxy that can cut its
-// connection) and b, one task, and the simulator, for the claim tests.
-type claimRig struct {
-	t      *testing.T
-	ctx    context.Context
-	srv    *sim.Server
-	apiURL string
-	c      *Conn
-	proxy  *cutProxy
-	cA, cB *Conn
-	b      *Worker
-	// logs is both workers' log.
-	logs   lockedBuffer
-	stop   context.CancelFunc
-	runCtx context.Context
-	wg     sync.WaitGroup
-	pub    *Publisher
-}
-
-func newClaimRig(t *testing.T, name string) *claimRig {
-	cfg := fleetConfig(t)
-	srv, apiURL, err := sim.Start(sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 10, Seed: 15,
-		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: {Median: 500 * time.Millisecond, Min: 500 * time.Millisecond, Max: 500 * time.Millisecond}}},
-		"127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	r := &claimRig{t: t, ctx: longCtx(t, time.Minute), srv: srv, apiURL: apiURL, c: setup(t, cfg)}
-	t.Cleanup(func() { _ = DeleteTopology(context.Background(), cfg, name+"-a", name+"-b") })
-	r.proxy = newCutProxy(t, cfg.URL)
-	cfgA := cfg
-	cfgA.URL = r.proxy.url
-	if r.cA, err = Dial(r.ctx, cfgA); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.cA.Close() })
-	if r.cB, err = Dial(r.ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.cB.Close() })
-	r.runCtx, r.stop = context.WithCancel(r.ctx)
-	t.Cleanup(func() { r.stop(); r.wg.Wait() })
-	r.b = r.worker(r.cB, r.client(), name+"-b", slog.New(slog.NewTextHandler(&r.logs, nil)))
-	r.pub = r.c.NewPublisher()
-	t.Cleanup(func() { r.pub.Close() })
-	return r
-}
-
-func (r *claimRig) client() *provider.Client {
-	c, _ := provider.NewClient(provider.ClientConfig{BaseURL: r.apiURL, Key: "test-key"})
-	return c
-}
-
-func (r *claimRig) worker(conn *Conn, p captchaq.Provider, owner string, log *slog.Logger) *Worker {
-	w, err := NewWorker(conn, WorkerConfig{Queue: captchaq.Config{Provider: p, Threads: 2, PollInterval: 50 * time.Millisecond, Logger: log},
-		Owner: owner, Grace: 5 * time.Second, Logger: log})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return w
-}
-
-func (r *claimRig) run(w *Worker) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		if err := w.Run(r.runCtx); err != nil {
-			r.t.Errorf("worker %s: %v", w.Owner(), err)
-		}
-	}()
-}
-
-func (r *claimRig) consumerCount() int {
-	qs, err := r.c.Depths(r.ctx, r.c.Names().Tasks)
-	if err != nil {
-		return -1
-	}
-	return qs[0].Consumers
-}
-
-func (r *claimRig) consumers(n int) {
-	r.t.Helper()
-	testbound.Until(r.t, fmt.Sprintf("%d consumers of the task queue", n), func() bool { return r.consumerCount() == n })
-}
-
-func (r *claimRig) publish(id string) {
-	r.t.Helper()
-	if err := r.pub.PublishTask(r.ctx, TaskMessage{Task: fleetTask(id, 0)}); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-// check collects the one result and checks that the task was solved and
-// paid once, that no task, result or dead letter is left, and, with
-// droppers (worker names), that one of them dropped a redelivered copy.
-func (r *claimRig) check(id string, droppers ...string) {
-	t := r.t
+// claimedOnce collects the pair's one result, stops the workers and
+// checks that task id was solved and paid once, that a's connection
+// dropped, and that no task, result or dead letter is left.
+func claimedOnce(p *workerPair, id string) {
+	t := p.t
 	t.Helper()
-	var got []captchaq.Result
-	if _, err := r.c.Collect(r.ctx, 1, func(res captchaq.Result) error { got = append(got, res); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	r.stop()
-	r.wg.Wait()
+	got := p.collect(1)
+	p.stop()
 	if len(got) != 1 || got[0].ID != id || got[0].Status != captchaq.StatusSolved {
 		t.Fatalf("results %+v, want %s solved once", got, id)
 	}
-	st := r.srv.Stats()
-	if st.Accepted != 1 || st.Duplicates != 0 {
+	if st := p.sim.Stats(); st.Accepted != 1 || st.Duplicates != 0 {
 		t.Errorf("the provider accepted %d submits (%d duplicates), want one paid solve", st.Accepted, st.Duplicates)
 	}
-	dropped := len(droppers) == 0 || slices.ContainsFunc(droppers, func(owner string) bool {
-		return strings.Contains(r.logs.String(), `msg="dropping a redelivered task another worker checkpointed" owner=`+owner+` id=`+id)
-	})
-	if !dropped {
-		t.Errorf("no worker of %v logged dropping the redelivered copy of %s:\n%s", droppers, id, r.logs.String())
-	}
-	if r.cA.Reconnects() == 0 {
+	if p.cA.Reconnects() == 0 {
 		t.Error("worker a's connection never dropped")
 	}
-	n := r.c.Names()
-	qs, err := r.c.Depths(r.ctx, n.Tasks, n.Results, n.Failed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range qs {
-		if q.Ready != 0 {
-			t.Errorf("%s holds %d messages after the run, want 0", q.Name, q.Ready)
-		}
-	}
+	p.noResultsLeft()
 }
 
 // lockedBuffer is a log sink safe for concurrent writes.

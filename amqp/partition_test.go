@@ -99,9 +99,10 @@ func TestPartitionedCheckpointIsForfeited(t *testing.T) {
 	p.noResultsLeft()
 }
 
-// partition is two workers' setting: a's way to the broker goes through
-// a proxy that can stop forwarding without closing anything (mute).
-type partition struct {
+// workerPair is two workers' setting: a's way to the broker goes through
+// a proxy that can cut its connections (cut) or stop forwarding without
+// closing anything (mute). The partition tests and the claim tests use it.
+type workerPair struct {
 	t                *testing.T
 	ctx              context.Context
 	c, cA, cB        *Conn
@@ -113,11 +114,16 @@ type partition struct {
 	wg               sync.WaitGroup
 }
 
-func newPartition(t *testing.T) *partition {
+// newPartition is newWorkerPair with a short heartbeat: the broker gives
+// up on the silent worker two to three seconds after it last heard from
+// it.
+func newPartition(t *testing.T) *workerPair {
 	cfg := fleetConfig(t)
-	// A short heartbeat: the broker gives up on the silent worker two to
-	// three seconds after it last heard from it.
 	cfg.Heartbeat = time.Second
+	return newWorkerPair(t, cfg)
+}
+
+func newWorkerPair(t *testing.T, cfg Config) *workerPair {
 	srv, apiURL, err := sim.Start(sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 10, Seed: 27,
 		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: {Median: 500 * time.Millisecond, Min: 500 * time.Millisecond, Max: 500 * time.Millisecond}}},
 		"127.0.0.1:0")
@@ -125,7 +131,7 @@ func newPartition(t *testing.T) *partition {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	p := &partition{t: t, ctx: testbound.Context(t), sim: srv}
+	p := &workerPair{t: t, ctx: testbound.Context(t), sim: srv}
 	p.c = setup(t, cfg)
 	p.proxy = newCutProxy(t, cfg.URL)
 	cfgA := cfg
@@ -145,7 +151,7 @@ func newPartition(t *testing.T) *partition {
 	return p
 }
 
-func (p *partition) worker(c *Conn, prov captchaq.Provider, owner string, log *slog.Logger) *Worker {
+func (p *workerPair) worker(c *Conn, prov captchaq.Provider, owner string, log *slog.Logger) *Worker {
 	p.t.Cleanup(func() { _ = DeleteTopology(context.Background(), c.Config(), owner) })
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -158,7 +164,7 @@ func (p *partition) worker(c *Conn, prov captchaq.Provider, owner string, log *s
 	return w
 }
 
-func (p *partition) run(w *Worker) {
+func (p *workerPair) run(w *Worker) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -168,12 +174,12 @@ func (p *partition) run(w *Worker) {
 	}()
 }
 
-func (p *partition) stop() {
+func (p *workerPair) stop() {
 	p.stopRun()
 	p.wg.Wait()
 }
 
-func (p *partition) publish(id string) {
+func (p *workerPair) publish(id string) {
 	pub := p.c.NewPublisher()
 	defer pub.Close()
 	if err := pub.PublishTask(p.ctx, TaskMessage{Task: fleetTask(id, 0)}); err != nil {
@@ -181,17 +187,17 @@ func (p *partition) publish(id string) {
 	}
 }
 
-func (p *partition) wait(ch <-chan struct{}, what string) {
+func (p *workerPair) wait(ch <-chan struct{}, what string) {
 	p.t.Helper()
 	testbound.Receive(p.t, what, ch)
 }
 
-func (p *partition) until(what string, cond func() bool) {
+func (p *workerPair) until(what string, cond func() bool) {
 	p.t.Helper()
 	testbound.Until(p.t, what, cond)
 }
 
-func (p *partition) consumers(n int) {
+func (p *workerPair) consumers(n int) {
 	p.until("the task queue has its consumers", func() bool {
 		qs, err := p.c.Depths(p.ctx, p.c.Names().Tasks)
 		if err != nil {
@@ -201,7 +207,7 @@ func (p *partition) consumers(n int) {
 	})
 }
 
-func (p *partition) collect(n int) []captchaq.Result {
+func (p *workerPair) collect(n int) []captchaq.Result {
 	var got []captchaq.Result
 	if _, err := p.c.Collect(p.ctx, n, func(r captchaq.Result) error { got = append(got, r); return nil }); err != nil {
 		p.t.Fatal(err)
@@ -211,7 +217,7 @@ func (p *partition) collect(n int) []captchaq.Result {
 
 // noResultsLeft checks, once the workers stopped, that no second result
 // and no task is left on the broker.
-func (p *partition) noResultsLeft() {
+func (p *workerPair) noResultsLeft() {
 	n := p.c.Names()
 	qs, err := p.c.Depths(p.ctx, n.Tasks, n.Results, n.Failed)
 	if err != nil {
