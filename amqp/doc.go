@@ -180,8 +180,9 @@
 // checkpoint coming back to it through captcha.adopt is taken up as it
 // was, even when its connection closed before the checkpoint's delivery
 // reached it (TestNewestCheckpointBackBeforeArriving: it was acked as
-// an older copy, and the task lost). Nor does it answer a task it submitted while cut off: a task whose
-// first checkpoint missed its connection is claimed, or forfeited when a
+// an older copy, and the task lost). Nor does it answer a task it
+// submitted while cut off: a task whose first checkpoint missed its
+// connection is claimed, or forfeited when a
 // claim can no longer win (see Checkpoints). A checkpoint is
 // dead-lettered only when its holder's channel is gone, and a live
 // holder's channel is gone only once the broker closed it: no timer on
@@ -197,8 +198,8 @@
 // and the write of its checkpoint's ack lets the adopter answer the task
 // again (collect and gateways dedupe by id); the ack goes out as soon as
 // the confirm is read, not gathered with others (it was, for 2 ms: a
-// SIGKILL then answered a whole poll round's tasks twice); a checkpoint republished
-// (a retry, InflightRefresh) and a channel that closes between the new
+// SIGKILL then answered a whole poll round's tasks twice); a checkpoint
+// republished (a retry, InflightRefresh) and a channel that closes between the new
 // copy's confirm and the old one's ack leave two copies to adopt; a worker
 // killed or cut off between the provider's answer to a submit and its
 // checkpoint's confirm costs a second solve (see Checkpoints); a
@@ -411,8 +412,8 @@
 // queue counts the task among its threads in use, and its pool counts
 // the task busy at once: either one late, the token went to a submit of
 // its own or back to another worker's, and the fleet ran one solve more
-// than the plan (TestTakeOverCountsTheTaskBusy). A transaction's ack and publish take effect
-// together at commit, and a channel that dies before the commit leaves the
+// than the plan (TestTakeOverCountsTheTaskBusy). A transaction's ack
+// and publish take effect together at commit, and a channel that dies before the commit leaves the
 // token unacked, so the broker requeues it again: a token is never lost or
 // doubled (TestThreadsOfADeadHolderWait counts them). A worker whose
 // connection drops has its own tokens parked the same way (its tasks at
