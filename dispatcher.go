@@ -86,7 +86,6 @@ func (d *dispatcher) pass() time.Time {
 	var (
 		launch  []*taskState
 		expired []sched.Item[*taskState]
-		demands []poolDemand
 		next    time.Time
 	)
 	q.table.Do(func(tx table) {
@@ -99,11 +98,16 @@ func (d *dispatcher) pass() time.Time {
 		}
 		launch = q.fill(tx, now, soonest)
 		soonest(tx.Waiting().NextWake(now))
-		demands = q.poolDemandsLocked(tx, now, soonest)
+		// Told under the table's lock, a pool's demand is never older
+		// than a task the table took since. Told after it, an adoption
+		// in between (Adopt registers under the lock, then amqp's pool
+		// counts the task busy) was overwritten by a count read before
+		// it, and the pool could give back the adopted task's thread
+		// for another worker to submit on (TestFleetSharesOnePlan).
+		for _, dm := range q.poolDemandsLocked(tx, now, soonest) {
+			dm.pool.Want(dm.busy, dm.waiting)
+		}
 	})
-	for _, dm := range demands {
-		dm.pool.Want(dm.busy, dm.waiting)
-	}
 	for _, it := range expired {
 		st := it.Value
 		q.finish(st, q.failure(st, st.rec.Attempts, CodeExpired, ErrExpired.Error()))

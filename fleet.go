@@ -52,10 +52,11 @@ type Journal interface {
 // key.
 type ThreadPool interface {
 	// Want reports demand: busy threads in use (tasks at the provider or
-	// being submitted) and waiting tasks that could use a thread now. It
-	// must not block. Until the next Want, the pool must not give back
-	// threads below what Held last returned: the queue may have started
-	// submits on them.
+	// being submitted) and waiting tasks that could use a thread now. The
+	// queue calls it under its task table's lock: it must not block or
+	// call the queue. Until the next Want, the pool must not give back
+	// threads below what Held returned since the last one: the queue may
+	// have started submits on them.
 	Want(busy, waiting int)
 	// Held is how many threads this process may use now.
 	Held() int

@@ -298,6 +298,19 @@ func (p *threadPool) setHeld(n, limit int) {
 	}
 }
 
+// release lowers what Held returns to keep, before the tokens beyond it
+// go back, unless the queue may use more already: the busy threads of the
+// last Want, and what Held returned since. It returns the tokens to keep.
+// Read and lowered under one lock, no Held between a demand and a give
+// back hands out a token that goes back (TestGiveBackKeepsWhatHeldHandedOut).
+func (p *threadPool) release(keep, held int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keep = max(keep, min(max(p.busy, p.pinned), held))
+	p.held = min(p.held, keep)
+	return keep
+}
+
 // demand is the last Want, and the least number of tokens the pool may
 // keep: the busy ones, and at least what Held returned since.
 func (p *threadPool) demand(held int) (want, floor int) {
@@ -602,7 +615,9 @@ func (s *poolSession) giveBack(keep int) error {
 	} else if err := s.setQos(keep); err != nil {
 		return err
 	}
-	if len(s.tokens) <= keep {
+	// The demand keep came from may be older than a Held since: the
+	// queue may have started submits on tokens read as held then.
+	if keep = s.p.release(keep, len(s.tokens)); len(s.tokens) <= keep {
 		return nil
 	}
 	for _, tag := range s.tokens[keep:] {

@@ -360,3 +360,76 @@ func TestTakeOverCountsTheTaskBusy(t *testing.T) {
 		t.Fatalf("after the next Want: want %d, floor %d; want 3 and 3", want, floor)
 	}
 }
+
+// TestGiveBackKeepsWhatHeldHandedOut: a give back decided on a demand
+// read before the queue's last Held keeps every token that Held handed
+// out: the queue may have started submits on them, and a token given back
+// goes to another worker, which submits on it too (one solve more at once
+// than the plan). Before, giveBack went by the demand alone.
+func TestGiveBackKeepsWhatHeldHandedOut(t *testing.T) {
+	cfg := testConfig(t)
+	c := setup(t, cfg)
+	ctx := longCtx(t, time.Minute)
+	const plan = 4
+	if err := c.DeclareThreads(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	names := c.Names()
+	ch, _, err := c.channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ch.Close() })
+	if err := ch.Tx(); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(names.Threads, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newThreadPool(c, names.PlanThreads(), plan, discardLogger)
+	s := &poolSession{p: p, ch: ch, consuming: true, deliveries: ds, limit: plan}
+	for range plan {
+		if err := s.receive(<-ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.setHeld(len(s.tokens), plan)
+	ready := func() int {
+		t.Helper()
+		qs, err := c.Depths(ctx, names.Threads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qs[0].Ready
+	}
+
+	p.Want(1, 0)
+	_, floor := p.demand(len(s.tokens)) // the pool loop reads the demand
+	if held := p.Held(); held != plan { // the queue reads Held and submits
+		t.Fatalf("Held %d, want %d", held, plan)
+	}
+	if err := s.giveBack(floor); err != nil { // the pool loop gives back
+		t.Fatal(err)
+	}
+	if len(s.tokens) != plan || p.Held() != plan || ready() != 0 {
+		t.Fatalf("after a give back to %d with Held %d read since: %d tokens held, Held %d, %d ready; want %d, %d, 0",
+			floor, plan, len(s.tokens), p.Held(), ready(), plan, plan)
+	}
+
+	p.Want(1, 0) // the queue's next Want: one busy
+	_, floor = p.demand(len(s.tokens))
+	if err := s.giveBack(floor); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.tokens) != 1 || p.Held() != 1 {
+		t.Fatalf("after the next Want: %d tokens held, Held %d; want 1, 1", len(s.tokens), p.Held())
+	}
+	for ready() != plan-1 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d tokens ready, want %d given back", ready(), plan-1)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
