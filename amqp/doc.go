@@ -326,9 +326,14 @@
 // refresh. The queue may use only its target (Held), so a worker over its
 // share submits nothing new and gives back each token its tasks free.
 // Tokens above the demand go back after 200 ms, so a task that arrives
-// just after another finished reuses the thread with no broker traffic; tokens of tasks at the provider are never given back. The
-// "no free thread" window (AIMD) stays on top, as the guard against other
-// users of the key.
+// just after another finished reuses the thread with no broker traffic.
+// Tokens of tasks at the provider are never given back: the queue tells
+// its demand under its task table's lock, so an adoption is never
+// overwritten by a count read before it, and a give back keeps every token
+// Held handed out since the demand it went by, lowering Held before the
+// commit, since the queue may have started a submit on it
+// (TestGiveBackKeepsWhatHeldHandedOut). The "no free thread" window (AIMD)
+// stays on top, as the guard against other users of the key.
 //
 // Broker work. A busy worker keeps its tokens from task to task, so the
 // pool costs nothing per task while the fleet is saturated; tokens move
