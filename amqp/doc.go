@@ -417,9 +417,17 @@
 // queue counts the task among its threads in use, and its pool counts
 // the task busy at once: either one late, the token went to a submit of
 // its own or back to another worker's, and the fleet ran one solve more
-// than the plan (TestTakeOverCountsTheTaskBusy). A transaction's ack
-// and publish take effect together at commit, and a channel that dies before the commit leaves the
-// token unacked, so the broker requeues it again: a token is never lost or
+// than the plan (TestTakeOverCountsTheTaskBusy). A token taken over
+// keeps its window (a header on the parked token says when it ends): the
+// adopted task may end at its first poll, its answer ready, while the
+// token is the one a task of the dead holder that nobody adopted
+// (submitted, not yet checkpointed) still runs on; given back within the
+// window, it goes back to captcha.threads.returning for the rest of it,
+// and tokens taken over are the last a worker gives back
+// (TestTakenOverTokenWaitsOutItsWindow; before, TestFleetSharesOnePlan
+// saw 7 solves at once on a 6-thread plan). A transaction's ack and
+// publish take effect together at commit, and a channel that dies before
+// the commit leaves the token unacked, so the broker requeues it again: a token is never lost or
 // doubled (TestThreadsOfADeadHolderWait counts them). A worker whose
 // connection drops has its own tokens parked the same way (its tasks at
 // the provider go to the fleet with their checkpoints, and their

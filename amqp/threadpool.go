@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -352,7 +353,10 @@ type poolSession struct {
 	consuming  bool
 	qos        int
 	tokens     []uint64 // delivery tags of the held tokens
-	limit      int      // the target: tokens the queue may use
+	// parkedUntil holds, for a token taken over from ThreadsReturning,
+	// when its window there ends (see giveBack).
+	parkedUntil map[uint64]time.Time
+	limit       int // the target: tokens the queue may use
 
 	refreshed    time.Time
 	refreshEvery time.Duration // the wait before the next refresh
@@ -368,7 +372,8 @@ func (p *threadPool) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := &poolSession{p: p, ch: ch, tag: fmt.Sprintf("captchaq-threads-%d", gen), limit: p.n, refreshEvery: threadsRefresh}
+	s := &poolSession{p: p, ch: ch, tag: fmt.Sprintf("captchaq-threads-%d", gen), limit: p.n, refreshEvery: threadsRefresh,
+		parkedUntil: map[uint64]time.Time{}}
 	defer func() {
 		p.setHeld(0, p.n)
 		_ = ch.Close() // the broker requeues every token, as redelivered
@@ -434,8 +439,7 @@ func (s *poolSession) park(tag uint64) error {
 	if err := s.ch.Ack(tag, false); err != nil {
 		return fmt.Errorf("amqp: park a thread: %w", err)
 	}
-	expiration := strconv.FormatInt(s.p.window.Milliseconds(), 10)
-	if err := s.publish(s.p.names.Returning, expiration); err != nil {
+	if err := s.publishParked(time.Now().Add(s.p.window)); err != nil {
 		return fmt.Errorf("amqp: park a thread: %w", err)
 	}
 	if err := s.ch.TxCommit(); err != nil {
@@ -556,6 +560,9 @@ func (s *poolSession) takeOver(n int) error {
 			return nil
 		}
 		s.tokens = append(s.tokens, d.DeliveryTag)
+		if ms, ok := d.Headers[parkedUntilHeader].(int64); ok {
+			s.parkedUntil[d.DeliveryTag] = time.UnixMilli(ms)
+		}
 		s.p.tookOver.Add(1)
 	}
 	s.p.setHeld(len(s.tokens), s.limit)
@@ -582,10 +589,25 @@ func (s *poolSession) cancel() error {
 	return nil
 }
 
-// publish sends a token to queue, within the channel's transaction.
-func (s *poolSession) publish(queue, expiration string) error {
-	return s.ch.PublishWithContext(context.Background(), "", queue, false, false, amqp091.Publishing{
-		DeliveryMode: amqp091.Persistent, Type: "thread", Expiration: expiration,
+// publish sends a token to the token queue, within the channel's
+// transaction.
+func (s *poolSession) publish() error {
+	return s.ch.PublishWithContext(context.Background(), "", s.p.names.Tokens, false, false, amqp091.Publishing{
+		DeliveryMode: amqp091.Persistent, Type: "thread",
+	})
+}
+
+// parkedUntilHeader carries, on a parked token, when its window in
+// ThreadsReturning ends.
+const parkedUntilHeader = "x-captchaq-parked-until"
+
+// publishParked sends a token to ThreadsReturning, to expire back into the
+// token queue at until, within the channel's transaction.
+func (s *poolSession) publishParked(until time.Time) error {
+	ms := max(time.Until(until).Milliseconds(), 1)
+	return s.ch.PublishWithContext(context.Background(), "", s.p.names.Returning, false, false, amqp091.Publishing{
+		DeliveryMode: amqp091.Persistent, Type: "thread", Expiration: strconv.FormatInt(ms, 10),
+		Headers: amqp091.Table{parkedUntilHeader: until.UnixMilli()},
 	})
 }
 
@@ -620,11 +642,41 @@ func (s *poolSession) giveBack(keep int) error {
 	if keep = s.p.release(keep, len(s.tokens)); len(s.tokens) <= keep {
 		return nil
 	}
+	// A token taken over for an adopted task may be the one a task of
+	// the dead holder that nobody adopted (submitted, not checkpointed)
+	// still runs on at the provider: the adopted task ends at its first
+	// poll when its answer was ready, and the token must not reach
+	// another worker before its window ends. Those are kept first, and
+	// one given back waits out its window in ThreadsReturning.
+	now := time.Now()
+	live := func(tag uint64) bool {
+		until, ok := s.parkedUntil[tag]
+		if ok && !until.After(now) {
+			delete(s.parkedUntil, tag)
+			return false
+		}
+		return ok
+	}
+	slices.SortStableFunc(s.tokens, func(a, b uint64) int {
+		la, lb := live(a), live(b)
+		switch {
+		case la && !lb:
+			return -1
+		case lb && !la:
+			return 1
+		}
+		return 0
+	})
 	for _, tag := range s.tokens[keep:] {
 		if err := s.ch.Ack(tag, false); err != nil {
 			return fmt.Errorf("amqp: give back a thread: %w", err)
 		}
-		if err := s.publish(s.p.names.Tokens, ""); err != nil {
+		publish := s.publish
+		if until, ok := s.parkedUntil[tag]; ok {
+			delete(s.parkedUntil, tag)
+			publish = func() error { return s.publishParked(until) }
+		}
+		if err := publish(); err != nil {
 			return fmt.Errorf("amqp: give back a thread: %w", err)
 		}
 	}

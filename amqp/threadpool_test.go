@@ -433,3 +433,75 @@ func TestGiveBackKeepsWhatHeldHandedOut(t *testing.T) {
 		}
 	}
 }
+
+// TestTakenOverTokenWaitsOutItsWindow: a token taken over for an adopted
+// task that ends at once (its answer was ready at the first poll) goes
+// back to ThreadsReturning for the rest of its window, not to the token
+// queue: it may be the thread a task of the dead holder that nobody
+// adopted (submitted, not yet checkpointed) still runs on. Before, it
+// went straight to the token queue, another worker submitted on it, and
+// the fleet ran one task more than the plan (TestFleetSharesOnePlan:
+// "kill and join: peak 7 of 6 threads").
+func TestTakenOverTokenWaitsOutItsWindow(t *testing.T) {
+	cfg := testConfig(t)
+	c := setup(t, cfg)
+	ctx := longCtx(t, time.Minute)
+	const plan = 2
+	if err := c.DeclareThreads(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	names := c.Names()
+	depth := func(q string) int {
+		t.Helper()
+		qs, err := c.Depths(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qs[0].Ready
+	}
+	until := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("timed out waiting for %s", what)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	dead, err := amqp091.Dial(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := dead.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(names.Threads, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ds
+	<-ds
+	_ = dead.Close()
+
+	p := newThreadPool(c, names.PlanThreads(), plan, discardLogger)
+	// Long enough for a takeover and a give back on a loaded machine.
+	p.window = 10 * time.Second
+	loop := startstop.New(p.run)
+	if err := loop.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Stop()
+	p.Want(0, plan)
+	until("both tokens parked", func() bool { return depth(names.ThreadsReturning) == plan })
+	p.Want(0, 0)
+	p.takeOver()
+	until("a token taken over", func() bool { return p.tookOver.Load() == 1 })
+	p.Want(0, 0) // the adopted task ended at its first poll
+	until("the token given back", func() bool { return p.returned.Load() == 1 })
+	if r, q := depth(names.ThreadsReturning), depth(names.Threads); r != plan || q != 0 {
+		t.Fatalf("taken over and given back within its window: %d parked, %d ready; want %d and 0", r, q, plan)
+	}
+	until("both tokens back after the window", func() bool { return depth(names.Threads) == plan })
+}
