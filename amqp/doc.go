@@ -421,11 +421,12 @@
 // keeps its window (a header on the parked token says when it ends): the
 // adopted task may end at its first poll, its answer ready, while the
 // token is the one a task of the dead holder that nobody adopted
-// (submitted, not yet checkpointed) still runs on; given back within the
-// window, it goes back to captcha.threads.returning for the rest of it,
-// and tokens taken over are the last a worker gives back
-// (TestTakenOverTokenWaitsOutItsWindow; before, TestFleetSharesOnePlan
-// saw 7 solves at once on a 6-thread plan). A transaction's ack and
+// (submitted, not yet checkpointed) still runs on. Within the window the
+// queue may not submit on it (Held leaves it out), and given back it goes
+// back to captcha.threads.returning for the rest of it; such tokens are
+// the first a worker gives back (TestTakenOverTokenWaitsOutItsWindow;
+// before, TestFleetSharesOnePlan saw 7 solves at once on a 6-thread
+// plan). A transaction's ack and
 // publish take effect together at commit, and a channel that dies before
 // the commit leaves the token unacked, so the broker requeues it again: a token is never lost or
 // doubled (TestThreadsOfADeadHolderWait counts them). A worker whose

@@ -212,6 +212,7 @@ type threadPool struct {
 	busy, waiting int
 	pinned        int // what Held returned since the last Want, -1 if not read: give nothing back below it
 	held          int // tokens held
+	live          int // of them, tokens taken over whose parked window has not ended: not the queue's to use
 	limit         int // tokens the queue may use: the target (a fair share may be below held)
 	fleetInUse    int // plan minus ready tokens at the last refresh; -1 unknown
 	takeovers     int // adopted tasks at the provider whose token to look for in ThreadsReturning
@@ -237,7 +238,7 @@ func (p *threadPool) Want(busy, waiting int) {
 func (p *threadPool) Held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h := min(p.held, p.limit)
+	h := max(min(p.held-p.live, p.limit), 0)
 	p.pinned = max(p.pinned, h)
 	return h
 }
@@ -291,8 +292,20 @@ func wakeUp(ch chan struct{}) {
 // setHeld records the tokens held and the queue's limit on them.
 func (p *threadPool) setHeld(n, limit int) {
 	p.mu.Lock()
-	grew := min(n, limit) > min(p.held, p.limit)
+	grew := min(n-p.live, limit) > min(p.held-p.live, p.limit)
 	p.held, p.limit = n, limit
+	p.mu.Unlock()
+	if grew {
+		wakeUp(p.ready)
+	}
+}
+
+// setLive records how many held tokens are taken over and still within
+// their parked window (see poolSession.parkedUntil).
+func (p *threadPool) setLive(n int) {
+	p.mu.Lock()
+	grew := n < p.live
+	p.live = n
 	p.mu.Unlock()
 	if grew {
 		wakeUp(p.ready)
@@ -354,7 +367,11 @@ type poolSession struct {
 	qos        int
 	tokens     []uint64 // delivery tags of the held tokens
 	// parkedUntil holds, for a token taken over from ThreadsReturning,
-	// when its window there ends (see giveBack).
+	// when its window there ends. Until then the token is the adopted
+	// task's, or the thread a task of the dead holder that nobody adopted
+	// (submitted, not yet checkpointed) still runs on: the queue may not
+	// submit on it (Held leaves it out), and given back it goes back to
+	// ThreadsReturning for the rest of the window (giveBack).
 	parkedUntil map[uint64]time.Time
 	limit       int // the target: tokens the queue may use
 
@@ -375,6 +392,7 @@ func (p *threadPool) session(ctx context.Context) error {
 	s := &poolSession{p: p, ch: ch, tag: fmt.Sprintf("captchaq-threads-%d", gen), limit: p.n, refreshEvery: threadsRefresh,
 		parkedUntil: map[uint64]time.Time{}}
 	defer func() {
+		p.setLive(0)
 		p.setHeld(0, p.n)
 		_ = ch.Close() // the broker requeues every token, as redelivered
 	}()
@@ -479,6 +497,7 @@ func (s *poolSession) record(ready, consumers int, now time.Time) {
 // consume tokens) while no token is ready and others hold some.
 func (s *poolSession) adjust(now time.Time) error {
 	p := s.p
+	s.expireParked(now)
 	if s.refreshDue(now) {
 		q, err := s.ch.QueueDeclarePassive(p.names.Tokens, true, false, false, false, nil)
 		if err != nil {
@@ -546,6 +565,20 @@ func (s *poolSession) adjust(now time.Time) error {
 	return nil
 }
 
+// expireParked forgets the parked windows that ended by now: those
+// tokens are the queue's to use from now on.
+func (s *poolSession) expireParked(now time.Time) {
+	n := len(s.parkedUntil)
+	for tag, until := range s.parkedUntil {
+		if !until.After(now) {
+			delete(s.parkedUntil, tag)
+		}
+	}
+	if len(s.parkedUntil) != n {
+		s.p.setLive(len(s.parkedUntil))
+	}
+}
+
 // takeOver takes up to n of a dead holder's tokens from ThreadsReturning
 // for the tasks at the provider this worker adopted from it; a token not
 // there (already back in the token queue, or the holder had none) is
@@ -562,6 +595,7 @@ func (s *poolSession) takeOver(n int) error {
 		s.tokens = append(s.tokens, d.DeliveryTag)
 		if ms, ok := d.Headers[parkedUntilHeader].(int64); ok {
 			s.parkedUntil[d.DeliveryTag] = time.UnixMilli(ms)
+			s.p.setLive(len(s.parkedUntil))
 		}
 		s.p.tookOver.Add(1)
 	}
@@ -642,28 +676,18 @@ func (s *poolSession) giveBack(keep int) error {
 	if keep = s.p.release(keep, len(s.tokens)); len(s.tokens) <= keep {
 		return nil
 	}
-	// A token taken over for an adopted task may be the one a task of
-	// the dead holder that nobody adopted (submitted, not checkpointed)
-	// still runs on at the provider: the adopted task ends at its first
-	// poll when its answer was ready, and the token must not reach
-	// another worker before its window ends. Those are kept first, and
-	// one given back waits out its window in ThreadsReturning.
-	now := time.Now()
-	live := func(tag uint64) bool {
-		until, ok := s.parkedUntil[tag]
-		if ok && !until.After(now) {
-			delete(s.parkedUntil, tag)
-			return false
-		}
-		return ok
-	}
+	// Tokens taken over and still in their window go first (to
+	// ThreadsReturning, for the rest of it): the tokens kept are the
+	// ones the queue may use.
+	s.expireParked(time.Now())
 	slices.SortStableFunc(s.tokens, func(a, b uint64) int {
-		la, lb := live(a), live(b)
+		_, la := s.parkedUntil[a]
+		_, lb := s.parkedUntil[b]
 		switch {
 		case la && !lb:
-			return -1
-		case lb && !la:
 			return 1
+		case lb && !la:
+			return -1
 		}
 		return 0
 	})
@@ -683,6 +707,7 @@ func (s *poolSession) giveBack(keep int) error {
 	if err := s.ch.TxCommit(); err != nil {
 		return fmt.Errorf("amqp: give back threads: %w", err)
 	}
+	s.p.setLive(len(s.parkedUntil))
 	s.p.returned.Add(int64(len(s.tokens) - keep))
 	s.tokens = s.tokens[:keep]
 	s.p.setHeld(keep, s.limit)

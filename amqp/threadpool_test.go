@@ -173,9 +173,11 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 	// This worker adopts one of the dead holder's tasks at the provider:
 	// it takes that task's token from the parked ones.
 	p.takeOver()
-	until("a token taken over", func() bool { return p.Held() == 1 })
-	if got := p.tookOver.Load(); got != 1 {
-		t.Fatalf("%d tokens taken over, want 1 (the parked one, before its window ended)", got)
+	until("a token taken over", func() bool { return p.tookOver.Load() == 1 })
+	// Within its window the token is the adopted task's (or a task's of
+	// the dead holder that nobody adopted): not the queue's to submit on.
+	if held := p.Held(); held != 0 {
+		t.Errorf("Held %d with the only token held taken over and in its window, want 0", held)
 	}
 	until("the other token back and held", func() bool { return p.Held() == plan })
 	if r, q := depth(names.ThreadsReturning), depth(names.Threads); r != 0 || q != 0 {
@@ -441,7 +443,8 @@ func TestGiveBackKeepsWhatHeldHandedOut(t *testing.T) {
 // adopted (submitted, not yet checkpointed) still runs on. Before, it
 // went straight to the token queue, another worker submitted on it, and
 // the fleet ran one task more than the plan (TestFleetSharesOnePlan:
-// "kill and join: peak 7 of 6 threads").
+// "kill and join: peak 7 of 6 threads"). Held leaves it out meanwhile, so
+// the adopter does not submit on it either.
 func TestTakenOverTokenWaitsOutItsWindow(t *testing.T) {
 	cfg := testConfig(t)
 	c := setup(t, cfg)
@@ -498,6 +501,9 @@ func TestTakenOverTokenWaitsOutItsWindow(t *testing.T) {
 	p.Want(0, 0)
 	p.takeOver()
 	until("a token taken over", func() bool { return p.tookOver.Load() == 1 })
+	if held := p.Held(); held != 0 {
+		t.Fatalf("Held %d with the token taken over in its window, want 0: the queue must not submit on it", held)
+	}
 	p.Want(0, 0) // the adopted task ended at its first poll
 	until("the token given back", func() bool { return p.returned.Load() == 1 })
 	if r, q := depth(names.ThreadsReturning), depth(names.Threads); r != plan || q != 0 {
