@@ -119,41 +119,10 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := c.Names()
-	depth := func(q string) int {
-		t.Helper()
-		qs, err := c.Depths(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return qs[0].Ready
-	}
-	until := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %s", what)
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
+	depth := func(q string) int { return readyIn(t, ctx, c, q) }
+	until := func(what string, cond func() bool) { waitFor(t, ctx, what, cond) }
 
-	// A holder takes both tokens and dies.
-	dead, err := amqp091.Dial(cfg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := dead.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := ch.Consume(names.Threads, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-ds
-	<-ds
-	_ = dead.Close()
+	holderDies(t, cfg, names.Threads, plan)
 
 	p := newThreadPool(c, c.Names().PlanThreads(), plan, slog.New(slog.DiscardHandler))
 	// Long enough for the takeover below on a loaded machine (it takes
@@ -454,39 +423,9 @@ func TestTakenOverTokenWaitsOutItsWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := c.Names()
-	depth := func(q string) int {
-		t.Helper()
-		qs, err := c.Depths(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return qs[0].Ready
-	}
-	until := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case <-ctx.Done():
-				t.Fatalf("timed out waiting for %s", what)
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
-	dead, err := amqp091.Dial(cfg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := dead.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := ch.Consume(names.Threads, "", false, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-ds
-	<-ds
-	_ = dead.Close()
+	depth := func(q string) int { return readyIn(t, ctx, c, q) }
+	until := func(what string, cond func() bool) { waitFor(t, ctx, what, cond) }
+	holderDies(t, cfg, names.Threads, plan)
 
 	p := newThreadPool(c, names.PlanThreads(), plan, discardLogger)
 	// Long enough for a takeover and a give back on a loaded machine.
@@ -510,4 +449,51 @@ func TestTakenOverTokenWaitsOutItsWindow(t *testing.T) {
 		t.Fatalf("taken over and given back within its window: %d parked, %d ready; want %d and 0", r, q, plan)
 	}
 	until("both tokens back after the window", func() bool { return depth(names.Threads) == plan })
+}
+
+// holderDies takes n tokens from the token queue on a connection of its
+// own and closes it without acking them: the broker requeues them as a
+// dead holder's.
+func holderDies(t *testing.T, cfg Config, tokens string, n int) {
+	t.Helper()
+	dead, err := amqp091.Dial(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := dead.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(tokens, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		<-ds
+	}
+	_ = dead.Close()
+}
+
+// readyIn is how many messages of q are ready, as the pool's own
+// Depths reads them.
+func readyIn(t *testing.T, ctx context.Context, c *Conn, q string) int {
+	t.Helper()
+	qs, err := c.Depths(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qs[0].Ready
+}
+
+// waitFor polls cond every 5 ms until it holds, failing the test, with
+// what it waited for, when ctx ends first.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
