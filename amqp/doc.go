@@ -267,13 +267,18 @@
 // 1.4 × floor + 3 s is 26.1 s), "no free thread" 1 of 151 submits, none
 // lost or paid twice; a partition's answers waited at most 10.7 s.
 // Saturated utilization 0.745 (0.761 with no fault) is short of the 0.92
-// asked: the threads' way from one task to the next costs under 1% of
-// it; the rest is answers waiting for polls: each worker's first round
-// goes about 2 s after its first submits (before a first answer its
-// model is Turnstile's published median, 8 s, eight times these solves),
-// about 8 points of the run, and then a worker with 3–4 tasks in flight
-// waits 0.1 s an answer, two to three times as long as one process with
-// 10 (0.04–0.06 s).
+// asked, and 0.92 is out of reach for any client that polls: on these
+// solve times (mean 1.09 s) an answer polled at most once per PollGap
+// (500 ms) waits at least 0.217 s on its best schedule, so the threads
+// are at most 0.835 busy (bench.PollUtilization; 0.912 at half the gap;
+// the report prints it). The fleet reaches 89–91% of that bound. The
+// threads' way from one task to the next costs under 1%; the rest is
+// answers waiting for polls: each worker's first round goes about 2 s
+// after its first submits (before a first answer its model is
+// Turnstile's published median, 8 s, eight times these solves), about 8
+// points of the run, and then a worker with 3–4 tasks in flight waits
+// 0.1 s an answer, two to three times as long as one process with 10
+// (0.04–0.06 s).
 //
 // # Threads: one plan for the fleet
 //

@@ -66,7 +66,7 @@ func Bounds(tasks []captchaq.Task, s Sim, gap time.Duration, seed uint64) (PollB
 		if !ok {
 			l = sim.DefaultLatency[k]
 		}
-		return solveLaw{median: float64(l.Median) * scale / 1e9, spread: l.Spread, min: float64(l.Min) * scale / 1e9, max: float64(l.Max) * scale / 1e9}
+		return lawOf(l, scale)
 	}
 	laws := make([]solveLaw, len(tasks))
 	for i, t := range tasks {
@@ -105,6 +105,24 @@ func Bounds(tasks []captchaq.Task, s Sim, gap time.Duration, seed uint64) (PollB
 	rounds := leastRoundsP99(laws, tasks, threads, p99, float64(len(laws)-int(math.Ceil(0.99*n))), seed)
 	b.RequestsP99 = 1 + rounds/n
 	return b, nil
+}
+
+// PollUtilization is the most any client can keep a plan's threads
+// solving, on tasks whose solve times l draws, when answers come only by
+// polling each id at most once per gap (no pingbacks) and a thread takes
+// its next task only once its answer is fetched: a client that keeps to
+// the plan cannot know sooner that the thread is free. It is the mean
+// solve time over itself plus wait, the least mean wait from ready to
+// fetched (each id on its best schedule, with unlimited requests).
+func PollUtilization(l sim.Latency, gap time.Duration) (utilization float64, wait time.Duration) {
+	law := lawOf(l, 1)
+	w, m := law.leastMeanWait(gap.Seconds()), law.mean()
+	return m / (m + w), time.Duration(w * 1e9)
+}
+
+// lawOf is l in seconds, its times multiplied by scale.
+func lawOf(l sim.Latency, scale float64) solveLaw {
+	return solveLaw{median: float64(l.Median) * scale / 1e9, spread: l.Spread, min: float64(l.Min) * scale / 1e9, max: float64(l.Max) * scale / 1e9}
 }
 
 // solveLaw is the simulator's solve time distribution of a kind (sim.

@@ -88,3 +88,42 @@ func TestBoundsMarkdown(t *testing.T) {
 		}
 	}
 }
+
+// The fleet scenario's Turnstile solves (about 1.1 s on average) leave
+// any polling client under the 0.92 utilization target at the default
+// 500 ms per-id gap, and still under it at half that gap: an answer
+// waits about a fifth of a solve on the best schedule.
+func TestPollUtilizationOfTheFleet(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		gap  time.Duration
+		want string
+	}{
+		{captchaq.PollGapDefault, "utilization 0.835, wait 0.217 s"},
+		{250 * time.Millisecond, "utilization 0.912, wait 0.106 s"},
+		{100 * time.Millisecond, "utilization 0.963, wait 0.042 s"},
+	} {
+		u, wait := PollUtilization(FleetLatencyDefault, c.gap)
+		if got := fmt.Sprintf("utilization %.3f, wait %.3f s", u, wait.Seconds()); got != c.want {
+			t.Errorf("gap %v: %s, want %s", c.gap, got, c.want)
+		}
+	}
+	// A solve of exactly one time is caught by a poll at that time.
+	if u, wait := PollUtilization(sim.Latency{Median: time.Second}, captchaq.PollGapDefault); u != 1 || wait != 0 {
+		t.Errorf("fixed 1 s solves: utilization %v, wait %v; want 1 and 0", u, wait)
+	}
+}
+
+// The fleet report prints the bound under its table and says the target
+// is out of reach when it is.
+func TestFleetMarkdownPrintsThePollBound(t *testing.T) {
+	t.Parallel()
+	var sb strings.Builder
+	FleetMarkdown(&sb, []FleetReport{{Config: FleetConfig{}.withDefaults()}})
+	want := "Utilization bound: 0.835. Any client that polls each id at most once per 500ms (no pingbacks) and submits a thread's next task " +
+		"only once its answer is fetched keeps these threads at most 0.835 busy: on its best schedule an answer still waits 0.217 s, " +
+		"against a mean solve of 1.094 s. The 0.92 target is out of reach for polling on these solve times.\n"
+	if !strings.Contains(sb.String(), want) {
+		t.Errorf("fleet report:\n%s\nwant a line\n%s", sb.String(), want)
+	}
+}
