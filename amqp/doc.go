@@ -267,11 +267,12 @@
 // 1.4 × floor + 3 s is 26.1 s), "no free thread" 1 of 151 submits, none
 // lost or paid twice; a partition's answers waited at most 10.7 s.
 // Saturated utilization 0.745 (0.761 with no fault) is short of the 0.92
-// asked, and 0.92 is out of reach for any client that polls: on these
-// solve times (mean 1.09 s) an answer polled at most once per PollGap
-// (500 ms) waits at least 0.217 s on its best schedule, so the threads
-// are at most 0.835 busy (bench.PollUtilization; 0.912 at half the gap;
-// the report prints it). The fleet reaches 89–91% of that bound. The
+// asked, and 0.92 is out of reach while a thread is freed by its answer:
+// on these solve times (mean 1.09 s) an answer polled at most once per
+// PollGap (500 ms) waits at least 0.217 s on its best schedule, so the
+// threads are at most 0.835 busy (bench.PollUtilization; 0.912 at half
+// the gap; the report prints it; one worker alone measures 0.79). The
+// fleet reaches 89–95% of that bound (docs/fleet.md: the ways past it). The
 // threads' way from one task to the next costs under 1%; the rest is
 // answers waiting for polls: each worker's first round goes about 2 s
 // after its first submits (before a first answer its model is

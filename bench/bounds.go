@@ -110,8 +110,9 @@ func Bounds(tasks []captchaq.Task, s Sim, gap time.Duration, seed uint64) (PollB
 // PollUtilization is the most any client can keep a plan's threads
 // solving, on tasks whose solve times l draws, when answers come only by
 // polling each id at most once per gap (no pingbacks) and a thread takes
-// its next task only once its answer is fetched: a client that keeps to
-// the plan cannot know sooner that the thread is free. It is the mean
+// its next task only once its answer is fetched (as captchaq's thread
+// accounting does: it learns that a thread is free from the answer, not
+// from the provider's threadsinfo). It is the mean
 // solve time over itself plus wait, the least mean wait from ready to
 // fetched (each id on its best schedule, with unlimited requests).
 func PollUtilization(l sim.Latency, gap time.Duration) (utilization float64, wait time.Duration) {

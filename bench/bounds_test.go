@@ -122,7 +122,7 @@ func TestFleetMarkdownPrintsThePollBound(t *testing.T) {
 	FleetMarkdown(&sb, []FleetReport{{Config: FleetConfig{}.withDefaults()}})
 	want := "Utilization bound: 0.835. Any client that polls each id at most once per 500ms (no pingbacks) and submits a thread's next task " +
 		"only once its answer is fetched keeps these threads at most 0.835 busy: on its best schedule an answer still waits 0.217 s, " +
-		"against a mean solve of 1.094 s. The 0.92 target is out of reach for polling on these solve times.\n"
+		"against a mean solve of 1.094 s. The 0.92 target is out of reach for a poller that frees a thread by its answer, on these solve times.\n"
 	if !strings.Contains(sb.String(), want) {
 		t.Errorf("fleet report:\n%s\nwant a line\n%s", sb.String(), want)
 	}

@@ -766,7 +766,7 @@ func pollBoundMarkdown(w io.Writer, l sim.Latency) {
 		"only once its answer is fetched keeps these threads at most %.3f busy: on its best schedule an answer still waits %.3f s, "+
 		"against a mean solve of %.3f s.", u, gap, u, wait.Seconds(), lawOf(l, 1).mean())
 	if u < fleetUtilizationTarget {
-		fmt.Fprintf(w, " The %.2f target is out of reach for polling on these solve times.", fleetUtilizationTarget)
+		fmt.Fprintf(w, " The %.2f target is out of reach for a poller that frees a thread by its answer, on these solve times.", fleetUtilizationTarget)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w)
