@@ -417,6 +417,7 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 	}
 	if rec, err := w.store.mem.Get(ctx, m.Task.ID); err == nil && (rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed) {
 		// Its result is on the broker already: this is a stale copy.
+		w.log.Info("dropping a copy of a task this worker answered", "id", m.Task.ID, "status", rec.Status)
 		w.store.release(m.Task.ID)
 		return
 	}

@@ -651,6 +651,11 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 		}
 		if d == nil {
 			s.log.Info("letting go of a task the fleet holds now; its result is someone else's to deliver", "id", r.ID)
+			if n := s.liveHeld(r.ID); n > 0 {
+				// No path should get here: the copy acked below is the
+				// fleet's only one, and nobody answers the task.
+				s.log.Warn("letting go of a task while holding a live copy of it; the copy is acked", "id", r.ID, "live", n)
+			}
 			s.release(r.ID)
 			return nil
 		}
@@ -716,6 +721,28 @@ func (s *WorkerStore) holderOf(ctx context.Context, id string) (*Delivery, error
 		case <-time.After(checkpointArrival):
 		}
 	}
+}
+
+// liveHeld counts the live deliveries held for task id.
+func (s *WorkerStore) liveHeld(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[id]
+	if !ok {
+		return 0
+	}
+	n := 0
+	for _, d := range e.deliveries {
+		if d.live() {
+			n++
+		}
+	}
+	for _, d := range e.checkpoints {
+		if d.live() {
+			n++
+		}
+	}
+	return n
 }
 
 // release forgets a finished task and acks everything held for it.
