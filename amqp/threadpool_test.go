@@ -119,7 +119,7 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := c.Names()
-	depth := func(q string) int { return readyIn(t, ctx, c, q) }
+	ready := func(q string) int { return depth(t, ctx, c, q) }
 	until := func(what string, cond func() bool) { waitFor(t, ctx, what, cond) }
 
 	holderDies(t, cfg, names.Threads, plan)
@@ -135,7 +135,7 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 	defer loop.Stop()
 	p.Want(0, plan)
 
-	until("both tokens parked", func() bool { return depth(names.ThreadsReturning) == plan })
+	until("both tokens parked", func() bool { return ready(names.ThreadsReturning) == plan })
 	if held := p.Held(); held != 0 {
 		t.Errorf("Held %d while the dead holder's tokens are parked, want 0", held)
 	}
@@ -149,7 +149,7 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 		t.Errorf("Held %d with the only token held taken over and in its window, want 0", held)
 	}
 	until("the other token back and held", func() bool { return p.Held() == plan })
-	if r, q := depth(names.ThreadsReturning), depth(names.Threads); r != 0 || q != 0 {
+	if r, q := ready(names.ThreadsReturning), ready(names.Threads); r != 0 || q != 0 {
 		t.Errorf("holding %d tokens of %d, yet %d parked and %d ready", plan, plan, r, q)
 	}
 	// Each token delivered by the dead holder's requeue, then one back
@@ -162,13 +162,13 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 	// moves on the way depends on when the pool last read the queue's
 	// consumers, which may say another worker is hungry.)
 	p.Want(0, 0)
-	until("both tokens given back", func() bool { return depth(names.Threads) == plan })
+	until("both tokens given back", func() bool { return ready(names.Threads) == plan })
 	if returned := p.returned.Load(); returned < plan {
 		t.Errorf("%d tokens given back, want at least %d", returned, plan)
 	}
 	p.Want(0, plan)
 	until("both tokens held again", func() bool { return p.Held() == plan })
-	if r, q := depth(names.ThreadsReturning), depth(names.Threads); r != 0 || q != 0 {
+	if r, q := ready(names.ThreadsReturning), ready(names.Threads); r != 0 || q != 0 {
 		t.Errorf("holding %d tokens of %d again, yet %d parked and %d ready", plan, plan, r, q)
 	}
 	if parked := p.parked.Load(); parked != plan {
@@ -177,8 +177,8 @@ func TestThreadsOfADeadHolderWait(t *testing.T) {
 
 	// A clean stop gives back the tokens of no task at the provider.
 	loop.Stop()
-	until("a clean stop's tokens back", func() bool { return depth(names.Threads) == plan })
-	if r := depth(names.ThreadsReturning); r != 0 {
+	until("a clean stop's tokens back", func() bool { return ready(names.Threads) == plan })
+	if r := ready(names.ThreadsReturning); r != 0 {
 		t.Errorf("%d tokens parked after a clean stop with no task at the provider, want 0", r)
 	}
 }
@@ -423,7 +423,7 @@ func TestTakenOverTokenWaitsOutItsWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	names := c.Names()
-	depth := func(q string) int { return readyIn(t, ctx, c, q) }
+	ready := func(q string) int { return depth(t, ctx, c, q) }
 	until := func(what string, cond func() bool) { waitFor(t, ctx, what, cond) }
 	holderDies(t, cfg, names.Threads, plan)
 
@@ -436,7 +436,7 @@ func TestTakenOverTokenWaitsOutItsWindow(t *testing.T) {
 	}
 	defer loop.Stop()
 	p.Want(0, plan)
-	until("both tokens parked", func() bool { return depth(names.ThreadsReturning) == plan })
+	until("both tokens parked", func() bool { return ready(names.ThreadsReturning) == plan })
 	p.Want(0, 0)
 	p.takeOver()
 	until("a token taken over", func() bool { return p.tookOver.Load() == 1 })
@@ -445,10 +445,10 @@ func TestTakenOverTokenWaitsOutItsWindow(t *testing.T) {
 	}
 	p.Want(0, 0) // the adopted task ended at its first poll
 	until("the token given back", func() bool { return p.returned.Load() == 1 })
-	if r, q := depth(names.ThreadsReturning), depth(names.Threads); r != plan || q != 0 {
+	if r, q := ready(names.ThreadsReturning), ready(names.Threads); r != plan || q != 0 {
 		t.Fatalf("taken over and given back within its window: %d parked, %d ready; want %d and 0", r, q, plan)
 	}
-	until("both tokens back after the window", func() bool { return depth(names.Threads) == plan })
+	until("both tokens back after the window", func() bool { return ready(names.Threads) == plan })
 }
 
 // holderDies takes n tokens from the token queue on a connection of its
@@ -472,17 +472,6 @@ func holderDies(t *testing.T, cfg Config, tokens string, n int) {
 		<-ds
 	}
 	_ = dead.Close()
-}
-
-// readyIn is how many messages of q are ready, as the pool's own
-// Depths reads them.
-func readyIn(t *testing.T, ctx context.Context, c *Conn, q string) int {
-	t.Helper()
-	qs, err := c.Depths(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return qs[0].Ready
 }
 
 // waitFor polls cond every 5 ms until it holds, failing the test, with
