@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/testbound"
@@ -37,7 +38,7 @@ func TestLostDeliveryIsClaimed(t *testing.T) {
 	p.consumers(2)
 	p.proxy.cut() // a's connection drops with the captcha id not yet checkpointed
 	close(proceed)
-	claimedOnce(p, id)
+	claimedOnce(p, id, b)
 	if m := b.Queue().Metrics(); m.Submitted != 0 || m.Solved != 0 {
 		t.Errorf("worker b's queue took %d tasks and solved %d, want none", m.Submitted, m.Solved)
 	}
@@ -59,6 +60,12 @@ func TestLostDeliveryIsClaimed(t *testing.T) {
 // after its wait (two paid solves, as TestFleetDroppedConnection saw
 // under load); with the claim alone, the claim dropped the checkpoint
 // held beside the copy: the task was lost.
+//
+// The ack's clock starts when it is sent, not at the confirm: here a's
+// connection is heard from for longer than ackUnsure between the two (a
+// slow machine's pause, stretched), and a still claims. Before, a counted
+// the ack as the broker's and never claimed it (a test run beside two
+// busy loops and other broker tests saw b never hear a claim).
 func TestLostAckIsClaimed(t *testing.T) {
 	p := newWorkerPair(t, fleetConfig(t))
 	a := p.worker(p.cA, p.clientA, "ack-a", nil)
@@ -66,6 +73,7 @@ func TestLostAckIsClaimed(t *testing.T) {
 	var once sync.Once
 	a.store.afterFirstConfirm = func(string) {
 		once.Do(func() {
+			confirmed := time.Now()
 			p.run(b)
 			consumers := func() bool {
 				qs, err := p.c.Depths(p.ctx, p.c.Names().Tasks)
@@ -73,6 +81,12 @@ func TestLostAckIsClaimed(t *testing.T) {
 			}
 			if !testbound.Eventually(consumers) {
 				t.Error("worker b never consumed")
+			}
+			p.cA.mu.Lock()
+			epoch := p.cA.epoch
+			p.cA.mu.Unlock()
+			if !testbound.Eventually(func() bool { return p.cA.lastHeard(epoch).Sub(confirmed) > ackUnsure }) {
+				t.Errorf("worker a's connection was not heard from %v after the confirm", ackUnsure)
 			}
 			p.proxy.cut()
 			if !testbound.Eventually(func() bool { return p.cA.Reconnects() > 0 }) {
@@ -84,23 +98,24 @@ func TestLostAckIsClaimed(t *testing.T) {
 	p.consumers(1)
 	const id = "acked-0001"
 	p.publish(id)
-	claimedOnce(p, id)
-	// a claimed the task: a copy b held waiting would have been dropped.
+	claimedOnce(p, id, b)
+}
+
+// claimedOnce collects the pair's one result, waits for worker b to hear
+// a's claim on task id (a copy b held waiting is dropped on it; the
+// answer may come first), stops the workers and checks that the task was
+// solved and paid once, that a's connection dropped, and that no task,
+// result or dead letter is left.
+func claimedOnce(p *workerPair, id string, b *Worker) {
+	t := p.t
+	t.Helper()
+	got := p.collect(1)
 	p.until("worker b to hear a's claim", func() bool {
 		b.store.mu.Lock()
 		defer b.store.mu.Unlock()
 		_, heard := b.store.claims[id]
 		return heard
 	})
-}
-
-// claimedOnce collects the pair's one result, stops the workers and
-// checks that task id was solved and paid once, that a's connection
-// dropped, and that no task, result or dead letter is left.
-func claimedOnce(p *workerPair, id string) {
-	t := p.t
-	t.Helper()
-	got := p.collect(1)
 	p.stop()
 	if len(got) != 1 || got[0].ID != id || got[0].Status != captchaq.StatusSolved {
 		t.Fatalf("results %+v, want %s solved once", got, id)

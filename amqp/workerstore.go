@@ -430,13 +430,11 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 		return false, err
 	}
 	s.mu.Lock()
-	var old []*Delivery
-	first := false
+	var old, acked []*Delivery
 	if seq > e.confirmed {
 		if e.confirmed == 0 && len(e.deliveries) > 0 {
-			first = true
-			lost = !slices.ContainsFunc(e.deliveries, (*Delivery).live)
-			s.unsure[id] = unsureAck{deliveries: slices.Clone(e.deliveries), at: time.Now()}
+			acked = slices.Clone(e.deliveries)
+			lost = !slices.ContainsFunc(acked, (*Delivery).live)
 		}
 		e.confirmed, e.msg, e.parkedAt = seq, m, time.Now()
 		old = e.deliveries
@@ -450,8 +448,15 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 	}
 	hook := s.afterFirstConfirm
 	s.mu.Unlock()
-	if first && hook != nil {
-		hook(id)
+	if acked != nil {
+		if hook != nil {
+			hook(id)
+		}
+		// The task deliveries' acks go now, and their clock with them
+		// (unsureAcks).
+		s.mu.Lock()
+		s.unsure[id] = unsureAck{deliveries: acked, at: time.Now()}
+		s.mu.Unlock()
 	}
 	s.settle(old...)
 	return lost, nil
