@@ -29,6 +29,7 @@ const (
 	HeaderDemoted    = "captchaq-demoted"    // int: AMQP priority levels below the task's own (a gateway's fair share)
 	HeaderRun        = "captchaq-run"        // the worker run that published a checkpoint
 	HeaderReplayOf   = "captchaq-replay-of"  // the task's own id, on a replay's wire id (see Conn.Replay)
+	HeaderPublish    = "captchaq-publish"    // one publish call's token, kept by the copy sent again when a channel dies before its confirm
 	contentTypeJSON  = "application/json"
 	messageTypeTask  = "task"
 	messageTypeResul = "result"

@@ -23,9 +23,6 @@ var ErrUnroutable = errors.New("amqp: message unroutable")
 // times on a healthy channel.
 var ErrNacked = errors.New("amqp: broker refused the message")
 
-// publishTokenHeader ties a returned message to its publish call.
-const publishTokenHeader = "captchaq-publish"
-
 // maxOutstanding bounds concurrent publishes per Publisher, and so the
 // returns that can wait to be read.
 const maxOutstanding = 512
@@ -116,7 +113,7 @@ func (p *Publisher) takeReturn(token string) (amqp091.Return, bool) {
 				drained = true
 				break
 			}
-			if t, _ := r.Headers[publishTokenHeader].(string); t != "" {
+			if t, _ := r.Headers[HeaderPublish].(string); t != "" {
 				p.returned[t] = r
 			}
 		default:
@@ -185,7 +182,7 @@ func (p *Publisher) send(ctx context.Context, epoch uint64, exchange, key string
 		h[k] = v
 	}
 	o := &outgoing{p: p, exchange: exchange, key: key, token: hex.EncodeToString(tok[:]), msg: msg, epoch: epoch}
-	h[publishTokenHeader] = o.token
+	h[HeaderPublish] = o.token
 	o.msg.Headers = h
 	o.msg.DeliveryMode = amqp091.Persistent
 	if err := h.Validate(); err != nil {

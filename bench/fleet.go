@@ -531,10 +531,12 @@ func deleteWorkerQueues(url, prefix string) {
 }
 
 // resultCounts counts each task's results as they reach the results
-// queue, before any dedupe.
+// queue, before any dedupe but the broker's own: a message delivered
+// again because its ack died with the connection is counted once.
 type resultCounts struct {
 	mu     sync.Mutex
 	counts map[string]int
+	seen   map[string]bool // the publish tokens counted (see record)
 	last   time.Time
 	more   chan struct{}
 	get    func(ctx context.Context) error
@@ -551,21 +553,21 @@ func (c *resultCounts) n(id string) int {
 func (c *resultCounts) waitAll(ctx context.Context, ids []string) (time.Time, error) {
 	for {
 		c.mu.Lock()
-		missing := 0
+		var missing []string
 		for _, id := range ids {
 			if c.counts[id] == 0 {
-				missing++
+				missing = append(missing, id)
 			}
 		}
 		last, more := c.last, c.more
 		c.mu.Unlock()
-		if missing == 0 {
+		if len(missing) == 0 {
 			return last, nil
 		}
 		select {
 		case <-more:
 		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("fleet: %d of %d tasks have no result: %w", missing, len(ids), ctx.Err())
+			return time.Time{}, fmt.Errorf("fleet: %d of %d tasks have no result (%s): %w", len(missing), len(ids), strings.Join(missing[:min(len(missing), 10)], ", "), ctx.Err())
 		}
 	}
 }
@@ -578,7 +580,7 @@ func (c *resultCounts) drain(ctx context.Context) error { return c.get(ctx) }
 // broker restart, FaultRestart): without that, the results published
 // after the restart waited unread and the run reported them lost.
 func (r *fleetRun) countResults(ctx context.Context) (*resultCounts, func(), error) {
-	c := &resultCounts{counts: map[string]int{}, more: make(chan struct{})}
+	c := &resultCounts{counts: map[string]int{}, seen: map[string]bool{}, more: make(chan struct{})}
 	feed := &resultFeed{url: r.cfg.URL, queue: amqp.NamesFor(r.prefix).Results}
 	ds, err := feed.open()
 	if err != nil {
@@ -593,9 +595,19 @@ func (r *fleetRun) countResults(ctx context.Context) (*resultCounts, func(), err
 	return c, func() { feed.stop(); <-done }, nil
 }
 
+// record counts d. A message the broker delivers again (its ack was
+// lost with the connection) carries the token of the publish it came
+// from: counted already, it is not a second result.
 func (c *resultCounts) record(d amqp091.Delivery) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	token, _ := d.Headers[amqp.HeaderPublish].(string)
+	if d.Redelivered && token != "" && c.seen[token] {
+		return
+	}
+	if token != "" {
+		c.seen[token] = true
+	}
 	c.counts[d.MessageId]++
 	if c.counts[d.MessageId] == 1 {
 		c.last = time.Now()
@@ -624,7 +636,10 @@ func (f *resultFeed) open() (<-chan amqp091.Delivery, error) {
 		cn.Close()
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	ds, err := ch.Consume(f.queue, "", true, false, false, false, nil)
+	// Acked once counted: with the broker's automatic ack, the results
+	// on their way when a restart closed the connection were gone from
+	// the queue without being counted, and the run reported them lost.
+	ds, err := ch.Consume(f.queue, "", false, false, false, false, nil)
 	if err != nil {
 		cn.Close()
 		return nil, fmt.Errorf("fleet: consume %s: %w", f.queue, err)
@@ -645,6 +660,7 @@ func (f *resultFeed) run(ctx context.Context, ds <-chan amqp091.Delivery, record
 	for {
 		for d := range ds {
 			record(d)
+			_ = d.Ack(false) // a lost ack brings d again, counted once
 		}
 		// The connection ended: consume again once the broker is back.
 		for {
