@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/lane"
@@ -222,45 +221,16 @@ func newLanes(cfg Config, fleet Fleet) []*lane.Lane {
 	return lanes
 }
 
-// pauses is the queue's side of its lanes' pauses (each lane keeps its
-// own), under a lock of its own: Resume calls, which tell an answer to a
-// request sent before the latest one (stale: it cannot pause again), and
-// whether every lane is paused (OnPause was called).
-type pauses struct {
-	mu      sync.Mutex
-	resumes int
-	all     bool
-}
-
 // epoch identifies the pause state a request was sent under.
-func (q *Queue) epoch() int {
-	q.pause.mu.Lock()
-	defer q.pause.mu.Unlock()
-	return q.pause.resumes
-}
+func (q *Queue) epoch() int { return q.pauses.Epoch() }
 
 // pausedNow returns the pause in force at now when every lane is paused,
 // lifting expired ones.
 func (q *Queue) pausedNow(now time.Time) *AccountError {
-	q.pause.mu.Lock()
-	defer q.pause.mu.Unlock()
-	return q.pausedLocked(now)
-}
-
-// pausedLocked is pausedNow with q.pause.mu held.
-func (q *Queue) pausedLocked(now time.Time) *AccountError {
-	var first *AccountError
-	for _, l := range q.lanes {
-		p := l.Paused(now)
-		if p == nil {
-			q.pause.all = false
-			return nil
-		}
-		if first == nil {
-			first = accountError(l, p)
-		}
+	if l, p := q.pauses.All(now); p != nil {
+		return accountError(l, p)
 	}
-	return first
+	return nil
 }
 
 // accountError is l's pause as the API tells it.
@@ -288,31 +258,19 @@ func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
 		p.Until = now.Add(d)
 	}
 	ae := accountError(l, p)
-	q.pause.mu.Lock()
-	if sentAt != q.pause.resumes {
-		q.pause.mu.Unlock()
+	set := q.pauses.Set(l, p, sentAt, now)
+	if set.Stale {
 		return
 	}
-	first := l.SetPause(p)
-	all := !q.pause.all && q.pausedLocked(now) != nil
-	permanent := true
-	if all {
-		q.pause.all = true
-		for _, o := range q.lanes {
-			op := o.Paused(now)
-			permanent = permanent && op != nil && op.Until.IsZero()
-		}
-	}
-	q.pause.mu.Unlock()
-	if first {
+	if set.First {
 		if l.MayGoDown() {
 			q.log.Error("PROVIDER PAUSED: it refused the account; its tasks go to the other providers", "provider", l.Name(), "code", ae.Code, "reason", ae.Error())
 		} else {
 			q.log.Error("ALL SENDING PAUSED: the provider refused the account; every task is kept", "code", ae.Code, "reason", ae.Error())
 		}
 	}
-	if all && q.cfg.OnPause != nil {
-		q.cfg.OnPause(ae, permanent)
+	if set.All && q.cfg.OnPause != nil {
+		q.cfg.OnPause(ae, set.Permanent)
 	}
 	q.wakeDispatcher()
 	q.pollerOf(l).Wake()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/startstop"
@@ -55,6 +56,7 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.dispatch = make(chan struct{}, 1)
 	q.lanes = newLanes(cfg, f)
+	q.pauses = lane.NewPauses(q.lanes)
 	q.loops = []*startstop.Loop{startstop.New(newDispatcher(q).run)}
 	for _, l := range q.lanes {
 		p := q.newPoller(l)
@@ -275,15 +277,7 @@ func (q *Queue) Abandon(ctx context.Context, id string) error {
 // Resume lifts every pause caused by an account error (after the key or
 // allow-list is fixed); sending starts again at once.
 func (q *Queue) Resume() {
-	q.pause.mu.Lock()
-	was := false
-	for _, l := range q.lanes {
-		was = l.Resume() || was
-	}
-	q.pause.all = false
-	q.pause.resumes++
-	q.pause.mu.Unlock()
-	if was {
+	if q.pauses.Resume() {
 		q.log.Info("sending resumed")
 	}
 	q.wakeDispatcher()

@@ -58,9 +58,9 @@ type Queue struct {
 	// under it and read anywhere.
 	mu      sync.Mutex
 	started bool
-	closed  atomic.Bool // intake stopped
-	stopped atomic.Bool // loops stopped
-	pause   pauses      // the lanes' pauses, as the queue sees them (lane.go)
+	closed  atomic.Bool  // intake stopped
+	stopped atomic.Bool  // loops stopped
+	pauses  *lane.Pauses // the lanes' pauses, as the queue sees them
 
 	// table holds every unfinished task: by id, the ids being stored
 	// (claims: one id is stored and added once while different ids are

@@ -167,3 +167,48 @@ func TestTransportFailure(t *testing.T) {
 		}
 	}
 }
+
+// Pauses: sending stops for good when every lane is paused, and OnPause's
+// news (All) comes once; an answer to a request sent before a Resume is
+// stale; an expired pause lifts itself, and with it the "every lane".
+func TestPausesTellEveryLanePausedOnce(t *testing.T) {
+	a, b := newLane(Config{Name: "a"}), newLane(Config{Name: "b"})
+	ps := NewPauses([]*Lane{a, b})
+	key := &Pause{Code: "ERROR_KEY_DOES_NOT_EXIST"}
+	ban := &Pause{Code: "ERROR_IP_BANNED", Until: t0.Add(time.Minute)}
+
+	if got := ps.Set(a, key, ps.Epoch(), t0); got != (Paused{First: true}) {
+		t.Fatalf("a paused alone: %+v, want first only", got)
+	}
+	if l, p := ps.All(t0); l != nil || p != nil {
+		t.Fatalf("one lane of two paused: All = %v, %v, want none", l, p)
+	}
+	if got := ps.Set(b, ban, ps.Epoch(), t0); got != (Paused{First: true, All: true}) {
+		t.Fatalf("b paused too: %+v, want first and all, not permanent (b's lifts)", got)
+	}
+	if l, p := ps.All(t0); l != a || p != key {
+		t.Fatalf("All = %v, %v, want a's pause (the first lane's)", l, p)
+	}
+	if got := ps.Set(b, ban, ps.Epoch(), t0); got != (Paused{}) {
+		t.Fatalf("b paused again: %+v, want nothing new", got)
+	}
+	// b's ban runs out: not every lane is paused any more.
+	if l, p := ps.All(t0.Add(time.Minute)); l != nil || p != nil {
+		t.Fatalf("after b's ban: All = %v, %v, want none", l, p)
+	}
+
+	sent := ps.Epoch()
+	if !ps.Resume() {
+		t.Fatal("Resume with a paused: want was")
+	}
+	if got := ps.Set(a, key, sent, t0); got != (Paused{Stale: true}) || a.Paused(t0) != nil {
+		t.Fatalf("an answer to a request sent before Resume: %+v, a paused %v; want stale, a sending", got, a.Paused(t0))
+	}
+	ps.Set(a, key, ps.Epoch(), t0)
+	if got := ps.Set(b, key, ps.Epoch(), t0); !got.All || !got.Permanent {
+		t.Fatalf("both paused by account errors that do not lift: %+v, want all, permanent", got)
+	}
+	if ps.Resume(); ps.Resume() {
+		t.Fatal("a second Resume: want nothing lifted")
+	}
+}
