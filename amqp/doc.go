@@ -194,9 +194,12 @@
 // and the rest (tasks not at the provider, threads it held spare) go
 // back to the fleet when the 3 s run out.
 //
-// Windows that stay: a connection that closes between a result's confirm
+// Windows that stay: a connection that closes between a result's publish
 // and the write of its checkpoint's ack lets the adopter answer the task
-// again (collect and gateways dedupe by id); the ack goes out as soon as
+// again (collect and gateways dedupe by id): the broker may take a result
+// whose confirm dies with the connection (a restart's stop_app closes
+// connections with confirms unsent; the worker, not knowing, lets the
+// task go), as well as one confirmed; the ack goes out as soon as
 // the confirm is read, not gathered with others (it was, for 2 ms: a
 // SIGKILL then answered a whole poll round's tasks twice); a checkpoint
 // republished (a retry, InflightRefresh) and a channel that closes between the new
