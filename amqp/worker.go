@@ -92,6 +92,9 @@ type Worker struct {
 	// plan's, for a Queue of one Provider; one per provider, in
 	// Queue.Providers' order, for a Queue of several.
 	pools []*threadPool
+	// afterAdopt, when set (tests), runs when the queue answered an
+	// adoption.
+	afterAdopt func(id string, err error)
 }
 
 // NewWorker checks cfg and builds a Worker on c; Run starts it.
@@ -444,9 +447,14 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 		// A checkpoint whose holder is gone: poll, do not solve again.
 		rec.Status, rec.CaptchaID = captchaq.StatusInFlight, m.CaptchaID
 	}
-	_, err := w.q.Adopt(ctx, rec)
+	held := w.store.held(m.Task.ID)
+	f, err := w.q.Adopt(ctx, rec)
+	if w.afterAdopt != nil {
+		w.afterAdopt(m.Task.ID, err)
+	}
 	switch {
 	case err == nil:
+		go w.settleOrphan(ctx, f, m.Task.ID, held)
 		if p := w.poolOf(m.CaptchaID); m.CaptchaID != "" && p != nil {
 			// On the thread token its holder had (see Returning), asked
 			// for only once the queue counts the task among its threads
@@ -466,6 +474,26 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 		// Closed or interrupted: give it back.
 		w.store.markHandBack(m.Task.ID, false)
 		_ = w.store.handBack(context.WithoutCancel(ctx), m.Task.ID)
+	}
+}
+
+// settleOrphan waits for the task the queue took the delivery of e
+// into, and returns the delivery when that task finished without a
+// Finish of e's own (WorkerStore.orphaned): the queue was finishing a
+// task of the same id, which the store had let go of and forgotten,
+// and took the delivery as one more waiter of it. Unsettled, the copy
+// stayed with the worker, unacked and unanswered, until it stopped.
+func (w *Worker) settleOrphan(ctx context.Context, f *captchaq.Future, id string, e *entry) {
+	select {
+	case <-f.Done():
+	case <-ctx.Done():
+		return // stopping: what is held is the shutdown's
+	}
+	if _, err := f.Wait(context.Background()); errors.Is(err, captchaq.ErrClosed) {
+		return
+	}
+	if w.store.orphaned(id, e) {
+		w.store.returnOrphan(context.WithoutCancel(ctx), id, e)
 	}
 }
 

@@ -57,6 +57,9 @@ type WorkerStore struct {
 	// afterFirstConfirm, when set (tests), runs between a task's first
 	// checkpoint's confirm and the acks of its task deliveries.
 	afterFirstConfirm func(id string)
+	// afterLetGo, when set (tests), runs once Finish has let go of a task
+	// the fleet holds now, before the queue forgets it.
+	afterLetGo func(id string)
 }
 
 // unsureAck is the task deliveries acked at a task's first checkpoint,
@@ -99,6 +102,8 @@ type entry struct {
 	// could not be confirmed before the connection that held it closed,
 	// too long ago for a claim to win (see mayClaim): the fleet has it.
 	forfeit bool
+	// finishing: the queue's Finish for it began.
+	finishing bool
 }
 
 // holder is the delivery that holds e for this worker: the checkpoint of
@@ -637,6 +642,9 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	s.mu.Lock()
 	e, ok := s.entries[r.ID]
 	claimed := ok && e.claimed
+	if ok {
+		e.finishing = true
+	}
 	s.mu.Unlock()
 	if claimed {
 		s.release(r.ID) // another worker's checkpoint carries the task
@@ -662,6 +670,9 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 				s.log.Warn("letting go of a task while holding a live copy of it; the copy is acked", "id", r.ID, "live", n)
 			}
 			s.release(r.ID)
+			if s.afterLetGo != nil {
+				s.afterLetGo(r.ID)
+			}
 			return nil
 		}
 		epoch = d.epoch
@@ -748,6 +759,47 @@ func (s *WorkerStore) liveHeld(id string) int {
 		}
 	}
 	return n
+}
+
+// held returns the entry of task id, nil when none is held.
+func (s *WorkerStore) held(id string) *entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.entries[id]
+}
+
+// orphaned reports whether e, the entry of task id when the queue took
+// it, is still held with no Finish of its own begun, after the queue's
+// task of that id finished: the queue took the delivery as one more
+// waiter of a task it was finishing (the entry before e was let go of
+// and forgotten, and the queue not yet), and no Finish for e will come.
+func (s *WorkerStore) orphaned(id string, e *entry) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return e != nil && s.entries[id] == e && !e.finishing && !e.handback
+}
+
+// returnOrphan settles e, an orphaned entry of task id (see orphaned): a
+// copy of a task this worker answered is acked; any other goes back to
+// the fleet, to be answered (adopted again, it is polled if its captcha
+// id is known here or on the copy, solved otherwise).
+func (s *WorkerStore) returnOrphan(ctx context.Context, id string, e *entry) {
+	if rec, err := s.mem.Get(ctx, id); err == nil && (rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed) {
+		s.log.Info("dropping a copy of a task this worker answered", "id", id, "status", rec.Status)
+		s.release(id)
+		return
+	}
+	s.mu.Lock()
+	if s.entries[id] != e || e.finishing || e.handback {
+		s.mu.Unlock()
+		return
+	}
+	e.handback = true
+	s.mu.Unlock()
+	s.log.Info("returning a copy of a task the queue was letting go of as the copy came", "id", id)
+	if err := s.handBack(ctx, id); err != nil {
+		s.log.Warn("returning a copy of a task failed; it goes back when the channel closes", "id", id, "err", err)
+	}
 }
 
 // release forgets a finished task and acks everything held for it.
