@@ -254,3 +254,63 @@ func (p *cutProxy) pipe(dst, src net.Conn) {
 		}
 	}
 }
+
+// TestAdopterClaims: a worker that adopts a checkpoint (its holder gone)
+// claims the task, so a copy of it the broker gave back without its
+// captcha id, waiting at another worker for the holder's claim, is
+// dropped even when the holder died and cannot claim. Before, a SIGKILL
+// between a first checkpoint's confirm and the broker reading the ack of
+// the task's delivery had the copy solved again after its wait and the
+// task answered twice (TestRecoverySIGKILL beside a loaded machine: 4
+// tasks solved and answered twice).
+func TestAdopterClaims(t *testing.T) {
+	p := newWorkerPair(t, fleetConfig(t))
+	const watcher = "claims-watcher"
+	if err := p.c.DeclareClaims(p.ctx, watcher); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = DeleteTopology(context.Background(), p.c.Config(), watcher) })
+	claims, err := p.c.consume(p.ctx, []string{p.c.Names().ClaimQueue(watcher)}, -1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claims.Close()
+	b := p.worker(p.cB, p.clientB, "adopter", nil)
+	p.run(b)
+	p.consumers(1)
+
+	// The dead holder's checkpoint, dead-lettered to the adopt queue: the
+	// task at the provider under its captcha id.
+	const id = "adopted-0001"
+	task := fleetTask(id, 0)
+	captchaID, err := p.clientA.Submit(p.ctx, task.ProviderTask(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := TaskMessage{Task: task, CaptchaID: captchaID, Attempts: 1, Submitted: time.Now()}.publishing(p.c.Config().MaxPriority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := p.c.NewPublisher()
+	defer pub.Close()
+	if err := pub.Publish(p.ctx, "", p.c.Names().Adopt, msg); err != nil {
+		t.Fatal(err)
+	}
+	d := testbound.Receive(t, "the adopter's claim", claims.Deliveries())
+	if d == nil {
+		t.Fatal("the watcher's claims ended without a claim")
+	}
+	if d.MessageID != id {
+		t.Errorf("claim of %q, want %q", d.MessageID, id)
+	}
+	_ = d.Ack()
+	got := p.collect(1)
+	p.stop()
+	if len(got) != 1 || got[0].ID != id || got[0].Status != captchaq.StatusSolved {
+		t.Fatalf("results %+v, want %s solved once", got, id)
+	}
+	if st := p.sim.Stats(); st.Accepted != 1 || st.Duplicates != 0 {
+		t.Errorf("the provider accepted %d submits (%d duplicates), want the one: adopted, polled", st.Accepted, st.Duplicates)
+	}
+	p.noResultsLeft()
+}

@@ -129,6 +129,11 @@
 // the copy waiting when the checkpoint reaches it adopts the checkpoint
 // and acks the copy (TestLostAckIsClaimed: before, that copy was solved
 // again after its wait, as TestFleetDroppedConnection saw under load).
+// A holder killed there claims nothing: the worker that adopts its
+// checkpoint claims the task (every adopted checkpoint is claimed), and
+// a copy waiting at another worker is dropped (TestAdopterClaims; before,
+// TestRecoverySIGKILL on a loaded machine had 4 tasks solved and
+// answered twice in one run).
 // Windows stay, each a second paid solve: a worker killed in that window
 // (nobody is left to claim), or cut off silently in it; a reconnect
 // slower than the claim window. The submit cap bounds how many tasks are

@@ -455,6 +455,14 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 	switch {
 	case err == nil:
 		go w.settleOrphan(ctx, f, m.Task.ID, held)
+		if m.CaptchaID != "" {
+			// A checkpoint whose holder is gone: a copy of the task the
+			// broker gave back without its captcha id (the holder's ack
+			// of it died with the holder) waits at some worker for the
+			// holder's claim, which a dead holder never sends. The
+			// adopter holds the checkpoint now, and claims it.
+			go w.claimAdopted(context.WithoutCancel(ctx), m.Task.ID)
+		}
 		if p := w.poolOf(m.CaptchaID); m.CaptchaID != "" && p != nil {
 			// On the thread token its holder had (see Returning), asked
 			// for only once the queue counts the task among its threads
@@ -494,6 +502,15 @@ func (w *Worker) settleOrphan(ctx context.Context, f *captchaq.Future, id string
 	}
 	if w.store.orphaned(id, e) {
 		w.store.returnOrphan(context.WithoutCancel(ctx), id, e)
+	}
+}
+
+// claimAdopted claims task id, whose checkpoint this worker adopted.
+func (w *Worker) claimAdopted(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, claimGiveUp)
+	defer cancel()
+	if err := w.pub.Claim(ctx, id); err != nil {
+		w.log.Warn("claiming an adopted checkpoint failed; a copy of the task may be solved again", "id", id, "err", err)
 	}
 }
 
