@@ -33,7 +33,7 @@ func (w *staleSweeper) sweepOnce(ctx context.Context) {
 	}
 	if ids := w.s.unsureAcks(); len(ids) > 0 {
 		// On their own: a claim waits for the broker to be back.
-		go w.claim(context.WithoutCancel(ctx), ids)
+		go w.s.claimEach(context.WithoutCancel(ctx), ids, "claiming a task whose ack may have been lost failed; another worker may solve it again")
 	}
 	for _, id := range w.s.ids() {
 		if !w.s.markHandBack(id, true) {
@@ -41,19 +41,6 @@ func (w *staleSweeper) sweepOnce(ctx context.Context) {
 		}
 		if err := w.q.Cancel(ctx, id); err != nil {
 			w.s.unmarkHandBack(id)
-		}
-	}
-}
-
-// claim claims the tasks whose ack may have died with its connection
-// (WorkerStore.unsureAcks). A claim heard after the other worker's
-// redeliveredWait still cancels its copy if not yet submitted.
-func (w *staleSweeper) claim(ctx context.Context, ids []string) {
-	ctx, cancel := context.WithTimeout(ctx, claimGiveUp)
-	defer cancel()
-	for _, id := range ids {
-		if err := w.s.pub.Claim(ctx, id); err != nil {
-			w.s.log.Warn("claiming a task whose ack may have been lost failed; another worker may solve it again", "id", id, "err", err)
 		}
 	}
 }

@@ -418,10 +418,7 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 	if !w.store.receive(d, m) {
 		return
 	}
-	if rec, err := w.store.mem.Get(ctx, m.Task.ID); err == nil && (rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed) {
-		// Its result is on the broker already: this is a stale copy.
-		w.log.Info("dropping a copy of a task this worker answered", "id", m.Task.ID, "status", rec.Status)
-		w.store.release(m.Task.ID)
+	if w.store.dropAnswered(ctx, m.Task.ID) {
 		return
 	}
 	if w.store.waits(m.Task.ID) {
@@ -461,7 +458,7 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 			// of it died with the holder) waits at some worker for the
 			// holder's claim, which a dead holder never sends. The
 			// adopter holds the checkpoint now, and claims it.
-			go w.claimAdopted(context.WithoutCancel(ctx), m.Task.ID)
+			go w.store.claimEach(context.WithoutCancel(ctx), []string{m.Task.ID}, "claiming an adopted checkpoint failed; a copy of the task may be solved again")
 		}
 		if p := w.poolOf(m.CaptchaID); m.CaptchaID != "" && p != nil {
 			// On the thread token its holder had (see Returning), asked
@@ -502,15 +499,6 @@ func (w *Worker) settleOrphan(ctx context.Context, f *captchaq.Future, id string
 	}
 	if w.store.orphaned(id, e) {
 		w.store.returnOrphan(context.WithoutCancel(ctx), id, e)
-	}
-}
-
-// claimAdopted claims task id, whose checkpoint this worker adopted.
-func (w *Worker) claimAdopted(ctx context.Context, id string) {
-	ctx, cancel := context.WithTimeout(ctx, claimGiveUp)
-	defer cancel()
-	if err := w.pub.Claim(ctx, id); err != nil {
-		w.log.Warn("claiming an adopted checkpoint failed; a copy of the task may be solved again", "id", id, "err", err)
 	}
 }
 

@@ -534,6 +534,20 @@ func (s *WorkerStore) firstCheckpoint(id string) (epoch uint64, take bool) {
 	return 0, false
 }
 
+// claimEach claims the tasks ids (Publisher.Claim), waiting for the
+// broker up to claimGiveUp; a claim that fails is logged with failed.
+// A claim heard after another worker's redeliveredWait still cancels its
+// copy if not yet submitted.
+func (s *WorkerStore) claimEach(ctx context.Context, ids []string, failed string) {
+	ctx, cancel := context.WithTimeout(ctx, claimGiveUp)
+	defer cancel()
+	for _, id := range ids {
+		if err := s.pub.Claim(ctx, id); err != nil {
+			s.log.Warn(failed, "id", id, "err", err)
+		}
+	}
+}
+
 // claimIfLost claims task id when its deliveries had all gone back to the
 // fleet before its checkpoint was confirmed (park's lost).
 func (s *WorkerStore) claimIfLost(ctx context.Context, id string, lost bool, err error) error {
@@ -784,9 +798,7 @@ func (s *WorkerStore) orphaned(id string, e *entry) bool {
 // the fleet, to be answered (adopted again, it is polled if its captcha
 // id is known here or on the copy, solved otherwise).
 func (s *WorkerStore) returnOrphan(ctx context.Context, id string, e *entry) {
-	if rec, err := s.mem.Get(ctx, id); err == nil && (rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed) {
-		s.log.Info("dropping a copy of a task this worker answered", "id", id, "status", rec.Status)
-		s.release(id)
+	if s.dropAnswered(ctx, id) {
 		return
 	}
 	s.mu.Lock()
@@ -800,6 +812,19 @@ func (s *WorkerStore) returnOrphan(ctx context.Context, id string, e *entry) {
 	if err := s.handBack(ctx, id); err != nil {
 		s.log.Warn("returning a copy of a task failed; it goes back when the channel closes", "id", id, "err", err)
 	}
+}
+
+// dropAnswered acks what is held of task id when this worker answered
+// it (its result is on the broker already: a copy is stale), and
+// reports whether it did.
+func (s *WorkerStore) dropAnswered(ctx context.Context, id string) bool {
+	rec, err := s.mem.Get(ctx, id)
+	if err != nil || rec.Status != captchaq.StatusSolved && rec.Status != captchaq.StatusFailed {
+		return false
+	}
+	s.log.Info("dropping a copy of a task this worker answered", "id", id, "status", rec.Status)
+	s.release(id)
+	return true
 }
 
 // release forgets a finished task and acks everything held for it.
