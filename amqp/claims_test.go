@@ -117,14 +117,23 @@ func claimedOnce(p *workerPair, id string, b *Worker) {
 		return heard
 	})
 	p.stop()
+	if p.cA.Reconnects() == 0 {
+		t.Error("worker a's connection never dropped")
+	}
+	p.solvedOnce(got, id)
+}
+
+// solvedOnce checks, once the workers stopped, that got is task id's one
+// result, solved, that the provider solved it once, and that no task,
+// result or dead letter is left.
+func (p *workerPair) solvedOnce(got []captchaq.Result, id string) {
+	t := p.t
+	t.Helper()
 	if len(got) != 1 || got[0].ID != id || got[0].Status != captchaq.StatusSolved {
 		t.Fatalf("results %+v, want %s solved once", got, id)
 	}
 	if st := p.sim.Stats(); st.Accepted != 1 || st.Duplicates != 0 {
 		t.Errorf("the provider accepted %d submits (%d duplicates), want one paid solve", st.Accepted, st.Duplicates)
-	}
-	if p.cA.Reconnects() == 0 {
-		t.Error("worker a's connection never dropped")
 	}
 	p.noResultsLeft()
 }
@@ -306,11 +315,5 @@ func TestAdopterClaims(t *testing.T) {
 	_ = d.Ack()
 	got := p.collect(1)
 	p.stop()
-	if len(got) != 1 || got[0].ID != id || got[0].Status != captchaq.StatusSolved {
-		t.Fatalf("results %+v, want %s solved once", got, id)
-	}
-	if st := p.sim.Stats(); st.Accepted != 1 || st.Duplicates != 0 {
-		t.Errorf("the provider accepted %d submits (%d duplicates), want the one: adopted, polled", st.Accepted, st.Duplicates)
-	}
-	p.noResultsLeft()
+	p.solvedOnce(got, id) // the one submit: adopted, polled
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 )
@@ -79,13 +78,7 @@ func TestCopyTakenAsItsTaskIsLetGoIsAnswered(t *testing.T) {
 	got := p.collect(1)
 	p.until("the worker holds nothing", func() bool { return w.Held() == 0 })
 	p.stop()
-	if len(got) != 1 || got[0].ID != id || got[0].Status != captchaq.StatusSolved {
-		t.Fatalf("results %+v, want %s solved once", got, id)
-	}
-	if st := p.sim.Stats(); st.Accepted != 1 || st.Duplicates != 0 {
-		t.Errorf("the provider accepted %d submits (%d duplicates), want one paid solve", st.Accepted, st.Duplicates)
-	}
-	p.noResultsLeft()
+	p.solvedOnce(got, id)
 }
 
 // heldPolls holds every poll until release closes.
