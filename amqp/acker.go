@@ -1,6 +1,8 @@
 package amqp
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -19,11 +21,17 @@ import (
 // back to the fleet, so the loop sends at once, and acks gather only while
 // it is busy sending the previous ones, unless the consumer's messages
 // cost nothing when redelivered (see gatherAcks).
+//
+// On a channel in transaction mode (tx: the deliveries of a task a worker
+// holds, see ackInTx) every flush is committed, and commit publishes
+// messages and acks a delivery in one transaction.
 type acker struct {
-	ch    *amqp091.Channel
-	delay time.Duration // lets acks gather before a flush
-	wake  chan struct{}
-	done  chan struct{}
+	ch      *amqp091.Channel
+	delay   time.Duration // lets acks gather before a flush
+	tx      bool
+	returns chan amqp091.Return // tx: the mandatory messages the broker returned
+	wake    chan struct{}
+	done    chan struct{}
 
 	qmu    sync.Mutex // guards the queue; never held while sending
 	ready  []uint64   // settled here, not yet sent
@@ -35,10 +43,36 @@ type acker struct {
 	err  error           // the channel failed; the broker redelivers
 }
 
-func newAcker(ch *amqp091.Channel, delay time.Duration) *acker {
-	a := &acker{ch: ch, delay: delay, wake: make(chan struct{}, 1), done: make(chan struct{}), sent: map[uint64]bool{}}
+// newAcker starts the acker of ch. With tx it puts ch in transaction
+// mode first.
+func newAcker(ch *amqp091.Channel, delay time.Duration, tx bool) (*acker, error) {
+	a := &acker{ch: ch, delay: delay, tx: tx, wake: make(chan struct{}, 1), done: make(chan struct{}), sent: map[uint64]bool{}}
+	if tx {
+		if err := ch.Tx(); err != nil {
+			return nil, fmt.Errorf("amqp: transaction mode: %w", err)
+		}
+		a.returns = ch.NotifyReturn(make(chan amqp091.Return, maxReturns))
+	}
 	go a.run()
-	return a
+	return a, nil
+}
+
+// maxReturns bounds the returns a transaction's messages can bring: a
+// commit carries a result and a dead letter at most.
+const maxReturns = 16
+
+// errUncommitted is returned by commit when the channel failed before the
+// broker answered the commit: it applied every publish and ack of the
+// transaction, or none. Either way the task is answered once: by this
+// worker's result, or by whoever adopts the checkpoint the broker takes
+// back.
+var errUncommitted = errors.New("amqp: the channel closed before the broker answered the commit; it applied the whole transaction or none of it")
+
+// outbound is a message to publish inside a transaction (see commit).
+type outbound struct {
+	exchange, key string
+	token         string // its HeaderPublish
+	msg           amqp091.Publishing
 }
 
 // ack queues tag for acking; false once the acker has closed (the channel
@@ -67,12 +101,69 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 	if closed {
 		return ErrStaleDelivery
 	}
-	a.flushLocked(false)
+	a.sendLocked(false)
+	if a.err != nil {
+		return a.err
+	}
 	if err := a.ch.Nack(tag, false, requeue); err != nil {
+		a.err = err
 		return err
 	}
 	a.settledLocked(tag)
-	return nil
+	return a.commitLocked()
+}
+
+// commit publishes out (persistent, mandatory) and acks tag in one
+// transaction, with whatever acks are queued; hook, when not nil (tests),
+// runs once the messages are sent, before the acks and the commit. It returns
+// ErrStaleDelivery when the channel had failed before anything was sent
+// (nothing applied), errUncommitted when it failed on the way (all or
+// nothing applied), and ErrUnroutable when the broker returned a message
+// (the rest, the ack included, applied).
+func (a *acker) commit(tag uint64, out []outbound, hook func()) error {
+	if !a.tx {
+		return errors.New("amqp: commit on a channel not in transaction mode")
+	}
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	a.qmu.Lock()
+	closed := a.closed
+	a.qmu.Unlock()
+	if closed || a.err != nil {
+		return ErrStaleDelivery
+	}
+	// From here on nothing stops halfway but a broken channel: a publish
+	// left uncommitted on a live one would go out with the next acks.
+	for _, o := range out {
+		if err := a.ch.Publish(o.exchange, o.key, true, false, o.msg); err != nil {
+			// Nothing is committed, and the channel is broken (headers
+			// were checked by outbound.stamped).
+			a.err = err
+			return fmt.Errorf("%w: %v", ErrStaleDelivery, err)
+		}
+	}
+	if hook != nil {
+		hook()
+	}
+	a.qmu.Lock()
+	a.ready = append(a.ready, tag)
+	a.qmu.Unlock()
+	if err := a.flushLocked(false); err != nil {
+		return fmt.Errorf("%w: %v", errUncommitted, err)
+	}
+	// The broker sends a message's return before the commit's answer,
+	// and the client hands it to a.returns before it reads the answer.
+	var errs []error
+	for drained := false; !drained; {
+		select {
+		case r := <-a.returns:
+			errs = append(errs, fmt.Errorf("%w: exchange %q, routing key %q: %s (%d); declare the topology (or check --prefix)",
+				ErrUnroutable, r.Exchange, r.RoutingKey, r.ReplyText, r.ReplyCode))
+		default:
+			drained = true
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (a *acker) run() {
@@ -82,7 +173,7 @@ func (a *acker) run() {
 			time.Sleep(a.delay)
 		}
 		a.smu.Lock()
-		a.flushLocked(false)
+		_ = a.flushLocked(false)
 		a.smu.Unlock()
 	}
 }
@@ -90,15 +181,38 @@ func (a *acker) run() {
 // close sends what is queued and stops; later acks are refused.
 func (a *acker) close() {
 	a.smu.Lock()
-	a.flushLocked(true)
+	_ = a.flushLocked(true)
 	a.smu.Unlock()
 	<-a.done
 }
 
-// flushLocked sends the queued acks: one multiple ack for the longest run
+// flushLocked sends the queued acks and, on a channel in transaction
+// mode, commits them. With last it also closes the queue. The error is
+// the channel's failure, if any. Callers hold a.smu.
+func (a *acker) flushLocked(last bool) error {
+	if sent := a.sendLocked(last); !sent || a.err != nil {
+		return a.err
+	}
+	return a.commitLocked()
+}
+
+// commitLocked commits the transaction on a channel in transaction mode.
+// Callers hold a.smu.
+func (a *acker) commitLocked() error {
+	if !a.tx {
+		return nil
+	}
+	if err := a.ch.TxCommit(); err != nil {
+		a.err = err
+		return err
+	}
+	return nil
+}
+
+// sendLocked sends the queued acks: one multiple ack for the longest run
 // of settled tags above base, single acks for the rest. With last it also
-// closes the queue. Callers hold a.smu.
-func (a *acker) flushLocked(last bool) {
+// closes the queue. sent reports whether it sent any. Callers hold a.smu.
+func (a *acker) sendLocked(last bool) (sent bool) {
 	a.qmu.Lock()
 	ready := a.ready
 	a.ready = nil
@@ -147,6 +261,7 @@ func (a *acker) flushLocked(last bool) {
 		a.settledLocked(t)
 	}
 	a.settledLocked(a.base) // drops sent marks the base has reached
+	return true
 }
 
 // settledLocked records a tag settled at the broker on its own. Callers

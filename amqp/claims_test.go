@@ -279,7 +279,7 @@ func TestAdopterClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = DeleteTopology(context.Background(), p.c.Config(), watcher) })
-	claims, err := p.c.consume(p.ctx, []string{p.c.Names().ClaimQueue(watcher)}, -1, 0)
+	claims, err := p.c.consume(p.ctx, []string{p.c.Names().ClaimQueue(watcher)}, -1, ackAtOnce)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 func (c *Conn) Collect(ctx context.Context, count int, fn func(captchaq.Result) error) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	k, err := c.consume(ctx, []string{c.Names().Results}, 64, gatherAcks)
+	k, err := c.consume(ctx, []string{c.Names().Results}, 64, ackGathered)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, nil

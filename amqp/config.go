@@ -265,6 +265,10 @@ type Names struct {
 	Reports  string // clients' reportbad/reportgood, for a worker to forward
 	Claims   string // fanout exchange: ids of tasks a worker checkpointed after losing their delivery
 	Balance  string // the newest balance reading a worker made, kept for gateways (one message)
+	// ReplyExchange routes a result to its gateway's reply queue (bound
+	// under its own name); its alternate exchange RepliesUnrouted sends a
+	// result whose reply queue is gone to Results instead.
+	ReplyExchange, RepliesUnrouted string
 	// The fleet's thread pool (WorkerConfig.SharedThreads): Threads holds
 	// one token per plan thread; ThreadsReturning holds the tokens of a
 	// holder that died until its tasks at the provider are done;
@@ -324,6 +328,9 @@ func NamesFor(prefix string) Names {
 		Reports:  p + ".reports",
 		Claims:   p + ".claims",
 		Balance:  p + ".balance",
+
+		ReplyExchange:   p + ".replies",
+		RepliesUnrouted: p + ".replies.unrouted",
 
 		Threads:          p + ".threads",
 		ThreadsReturning: p + ".threads.returning",

@@ -29,7 +29,7 @@ type Consumer struct {
 	c        *Conn
 	queues   []string
 	prefetch int
-	ackDelay time.Duration // see gatherAcks
+	acking   acking
 	out      chan *Delivery
 	gen      atomic.Uint64   // generation of the open channel; 0 while none
 	loop     *startstop.Loop // run, from consume until Close or its ctx ends
@@ -89,8 +89,28 @@ func (s *session) ended() time.Time {
 // queue is reported at once. Deliveries stop when ctx ends or Close is
 // called; unacked ones go back to their queues.
 func (c *Conn) Consume(ctx context.Context, queues []string, prefetch int) (*Consumer, error) {
-	return c.consume(ctx, queues, prefetch, 0)
+	return c.consume(ctx, queues, prefetch, ackAtOnce)
 }
+
+// acking is how a consumer sends its acks: gathered for delay, or in
+// transaction mode (tx).
+type acking struct {
+	delay time.Duration
+	tx    bool
+}
+
+var (
+	// ackAtOnce sends each ack as soon as the acker is free.
+	ackAtOnce = acking{}
+	// ackGathered lets acks gather for gatherAcks.
+	ackGathered = acking{delay: gatherAcks}
+	// ackInTx puts the channel in transaction mode, for the deliveries
+	// that hold a worker's tasks (task, checkpoint and adopt queues): a
+	// task's result is published on its holder's channel and the holder
+	// acked in one transaction (Delivery.ackWith), so the broker takes
+	// both or neither, and every other ack is committed as it goes.
+	ackInTx = acking{tx: true}
+)
 
 // gatherAcks is how long a consumer of messages whose redelivery costs
 // nothing (results and claims: readers dedupe them) lets acks gather
@@ -103,8 +123,8 @@ func (c *Conn) Consume(ctx context.Context, queues []string, prefetch int) (*Con
 // twice in one fresh-clone CI run).
 const gatherAcks = 2 * time.Millisecond
 
-// consume is Consume with acks gathered for ackDelay.
-func (c *Conn) consume(ctx context.Context, queues []string, prefetch int, ackDelay time.Duration) (*Consumer, error) {
+// consume is Consume with acks sent as acking says.
+func (c *Conn) consume(ctx context.Context, queues []string, prefetch int, acking acking) (*Consumer, error) {
 	if len(queues) == 0 {
 		return nil, errors.New("amqp: consume: no queue given")
 	}
@@ -114,7 +134,7 @@ func (c *Conn) consume(ctx context.Context, queues []string, prefetch int, ackDe
 	case prefetch < 0:
 		prefetch = 0
 	}
-	k := &Consumer{c: c, queues: queues, prefetch: prefetch, ackDelay: ackDelay, out: make(chan *Delivery)}
+	k := &Consumer{c: c, queues: queues, prefetch: prefetch, acking: acking, out: make(chan *Delivery)}
 	first := make(chan error, 1)
 	k.loop = startstop.New(func(ctx context.Context) { k.run(ctx, first) })
 	if err := k.loop.Start(ctx); err != nil {
@@ -184,9 +204,13 @@ func (k *Consumer) session(ctx context.Context, first chan<- error) (err error) 
 	if err != nil {
 		return report(err)
 	}
+	acks, err := newAcker(ch, k.acking.delay, k.acking.tx)
+	if err != nil {
+		_ = ch.Close()
+		return report(err)
+	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	acks := newAcker(ch, k.ackDelay)
 	sess := &session{}
 	defer func() {
 		// Stale before closed, so no Ack races onto a dying channel; the
@@ -334,6 +358,24 @@ func (d *Delivery) Nack(requeue bool) error {
 		return fmt.Errorf("%w: %v", ErrStaleDelivery, err)
 	}
 	return nil
+}
+
+// ackWith publishes out on the delivery's own channel and acks the
+// delivery, in one transaction (its consumer acks in transaction mode,
+// ackInTx): the broker applies both or neither. hook, when not nil
+// (tests), runs between the publishes and the commit. See acker.commit
+// for the errors.
+func (d *Delivery) ackWith(ctx context.Context, out []outbound, hook func()) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !d.live() {
+		return ErrStaleDelivery
+	}
+	if !d.settled.CompareAndSwap(false, true) {
+		return ErrSettled
+	}
+	return d.acks.commit(d.tag, out, hook)
 }
 
 // Task decodes the delivery as a task message.

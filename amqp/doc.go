@@ -23,6 +23,10 @@
 //	                   dead-letters what its holder lets go to captcha.adopt
 //	captcha.adopt      checkpoints whose holder is gone, for any worker
 //	captcha.status     fanout for status beats (see Stats)
+//	captcha.replies    direct exchange; routing key = a reply queue's name
+//	captcha.replies.unrouted
+//	                   fanout → captcha.results; the alternate exchange of
+//	                   captcha.replies (a result whose reply queue is gone)
 //	captcha.replies.G  gateway G's reply queue: the results of the tasks it
 //	                   published, and a copy of every dead letter (see Gateway)
 //	captcha.threads    the plan's thread tokens (WorkerConfig.SharedThreads),
@@ -176,10 +180,14 @@
 // the task's (or adopted checkpoint's) delivery before that. When that
 // delivery's channel closes, the task is the fleet's: the stale sweeper
 // has the queue let go of it (Queue.Abandon: no more polls, its thread
-// freed), and Finish publishes a result only on the connection that
-// holds the task (connection epochs; Publisher.publishIn sends once, and
-// never again on another connection): a result confirmed there reached
-// the broker while the task's checkpoint was still held. So a worker that
+// freed). Finish publishes a task's answer (its result, and for a failed
+// task its dead letter) on the channel of the delivery that holds the
+// task, in one AMQP transaction with that delivery's ack: the broker
+// takes the answer and the ack together or neither of them, so whenever
+// the connection dies the task is answered once, by this worker or by
+// the adopter of the checkpoint the broker took back. (The consumers of
+// tasks, checkpoints and captcha.adopt run in transaction mode, and
+// every other ack on them is committed as it goes.) So a worker that
 // comes back from a partition, a SIGSTOP or a closed connection drops the
 // tasks whose checkpoints died with its channel, answered or not; its own
 // checkpoint coming back to it through captcha.adopt is taken up as it
@@ -199,15 +207,16 @@
 // and the rest (tasks not at the provider, threads it held spare) go
 // back to the fleet when the 3 s run out.
 //
-// Windows that stay: a connection that closes between a result's publish
-// and the write of its checkpoint's ack lets the adopter answer the task
-// again (collect and gateways dedupe by id): the broker may take a result
-// whose confirm dies with the connection (a restart's stop_app closes
-// connections with confirms unsent; the worker, not knowing, lets the
-// task go), as well as one confirmed; the ack goes out as soon as
-// the confirm is read, not gathered with others (it was, for 2 ms: a
-// SIGKILL then answered a whole poll round's tasks twice); a checkpoint
-// republished (a retry, InflightRefresh) and a channel that closes between the new
+// Before the transaction, a result was published and confirmed on its
+// own and the checkpoint acked after: a connection that closed between
+// the two (a SIGSTOP longer than the heartbeat timeout, a partition, a
+// broker's stop_app, which closes connections with confirms unsent) had
+// the broker keep the result and give the checkpoint to an adopter,
+// which answered the task a second time (TestAnswerAndAckAreOne; four
+// tasks in one fresh-clone CI run's TestRecoverySIGSTOP). A commit costs
+// one round trip, as the confirm it replaces did.
+//
+// Windows that stay: a checkpoint republished (a retry, InflightRefresh) and a channel that closes between the new
 // copy's confirm and the old one's ack leave two copies to adopt; a worker
 // killed or cut off between the provider's answer to a submit and its
 // checkpoint's confirm costs a second solve (see Checkpoints); a
@@ -542,12 +551,17 @@
 // gateways that share a fleet never collide on ids. Reply-to is a message
 // property: it travels with the task through retries (the delay queues),
 // checkpoints and dead letters, and Replay keeps it. A worker publishes the
-// result to the reply-to queue when it is a reply queue of this prefix;
-// otherwise (no reply-to, as for tasks from enqueue, or any other queue) to
-// captcha.results, so collect works as before. A reply queue that is gone
-// makes the result unroutable; it then goes to captcha.results instead, and is
-// not lost. Each gateway gets exactly its own results, however many share
-// the fleet.
+// result to the reply-to queue, through captcha.replies, when it is a
+// reply queue of this prefix; otherwise (no reply-to, as for tasks from
+// enqueue, or any other queue) to captcha.results, so collect works as
+// before. A reply queue that is gone leaves the result unrouted at
+// captcha.replies, whose alternate exchange sends it to captcha.results
+// instead: it is not lost, and the broker decides it, inside the
+// transaction that carries the result (see Recovery). Each gateway gets
+// exactly its own results, however many share the fleet. A gateway binds
+// its reply queue to captcha.replies each time it starts, so gateways
+// from before captcha.replies existed get their results once restarted
+// (until then their results wait in captcha.results).
 //
 // Results wait in the reply queue while their gateway is down. The
 // gateway stores each before it acks it, and answers a task once: a copy
@@ -576,10 +590,14 @@
 //
 // # Broker work per task
 //
-// A task solved at its first submit costs the broker the publish (with a
-// confirm), delivery and ack of three messages: the task (to a worker),
-// its checkpoint (back to that worker) and its result (to collect). Acks
-// settled in a row travel as one multiple ack. Nothing is declared per
+// A task solved at its first submit costs the broker the publish,
+// delivery and ack of three messages: the task (to a worker), its
+// checkpoint (back to that worker) and its result (to collect). The task
+// and the checkpoint are published with a confirm; the result goes out
+// in one transaction with its checkpoint's ack, one commit in place of
+// the confirm. Acks settled in a row travel as one multiple ack; on the
+// worker's task, checkpoint and captcha.adopt channels each send of
+// acks is a commit too. Nothing is declared per
 // task (a worker declares its checkpoint queue once) and nothing asks the
 // management API. Checkpoints are not batched: a checkpoint that waited
 // for others, for a timer or for the confirm of another message, would

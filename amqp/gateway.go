@@ -369,7 +369,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		}
 	}
 	// Results that came while it was down wait in the reply queue.
-	k, err := g.c.consume(context.WithoutCancel(ctx), []string{g.reply}, g.cfg.Prefetch, gatherAcks)
+	k, err := g.c.consume(context.WithoutCancel(ctx), []string{g.reply}, g.cfg.Prefetch, ackGathered)
 	if err != nil {
 		return err
 	}

@@ -175,21 +175,13 @@ func (p *Publisher) send(ctx context.Context, epoch uint64, exchange, key string
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	var tok [8]byte
-	_, _ = rand.Read(tok[:])
-	h := make(amqp091.Table, len(msg.Headers)+1)
-	for k, v := range msg.Headers {
-		h[k] = v
-	}
-	o := &outgoing{p: p, exchange: exchange, key: key, token: hex.EncodeToString(tok[:]), msg: msg, epoch: epoch}
-	h[HeaderPublish] = o.token
-	o.msg.Headers = h
-	o.msg.DeliveryMode = amqp091.Persistent
-	if err := h.Validate(); err != nil {
+	out, err := outbound{exchange: exchange, key: key, msg: msg}.stamped()
+	if err != nil {
 		// Refused before anything is sent: no channel would take it.
 		<-p.sem
-		return nil, fmt.Errorf("amqp: publish to %q/%q: headers: %w", exchange, key, err)
+		return nil, err
 	}
+	o := &outgoing{p: p, exchange: exchange, key: key, token: out.token, msg: out.msg, epoch: epoch}
 	if err := o.send(ctx); err != nil {
 		<-p.sem
 		return nil, err
@@ -198,6 +190,26 @@ func (p *Publisher) send(ctx context.Context, epoch uint64, exchange, key string
 		defer func() { <-p.sem }()
 		return o.confirm(ctx)
 	}, nil
+}
+
+// stamped is o ready to publish: persistent, and marked with a fresh
+// publish token (HeaderPublish) that tells its return, and a delivery of
+// it again, from any other message.
+func (o outbound) stamped() (outbound, error) {
+	var tok [8]byte
+	_, _ = rand.Read(tok[:])
+	h := make(amqp091.Table, len(o.msg.Headers)+1)
+	for k, v := range o.msg.Headers {
+		h[k] = v
+	}
+	o.token = hex.EncodeToString(tok[:])
+	h[HeaderPublish] = o.token
+	o.msg.Headers = h
+	o.msg.DeliveryMode = amqp091.Persistent
+	if err := h.Validate(); err != nil {
+		return outbound{}, fmt.Errorf("amqp: publish to %q/%q: headers: %w", o.exchange, o.key, err)
+	}
+	return o, nil
 }
 
 // outgoing is a message on its way: sent on ch, its confirm dc pending.
@@ -321,27 +333,27 @@ func (p *Publisher) PublishResult(ctx context.Context, r captchaq.Result) error 
 // Reply publishes a task's result to replyTo when it names a gateway's
 // reply queue under this prefix (Names.ReplyQueue), and otherwise to the
 // results queue, as PublishResult does. A reply queue that is gone (its
-// gateway retired and the queue deleted) makes the message unroutable; the
-// result then goes to the results queue, so it is not lost.
+// gateway retired and the queue deleted) has the broker route the result
+// to the results queue (Names.RepliesUnrouted), so it is not lost.
 func (p *Publisher) Reply(ctx context.Context, replyTo string, r captchaq.Result) error {
-	return p.replyIn(ctx, 0, replyTo, r)
-}
-
-// replyIn is Reply bound to a connection epoch when it is not 0 (see
-// publishIn).
-func (p *Publisher) replyIn(ctx context.Context, epoch uint64, replyTo string, r captchaq.Result) error {
-	msg, err := resultPublishing(r)
+	out, err := p.reply(replyTo, r)
 	if err != nil {
 		return err
 	}
-	if p.c.Names().isReplyQueue(replyTo) {
-		err = p.publishIn(ctx, epoch, "", replyTo, msg)
-		if !errors.Is(err, ErrUnroutable) {
-			return err
-		}
-		p.c.cfg.Logger.Warn("reply queue is gone; the result goes to the results queue", "queue", replyTo, "id", r.ID)
+	return p.Publish(ctx, out.exchange, out.key, out.msg)
+}
+
+// reply is the message of Reply.
+func (p *Publisher) reply(replyTo string, r captchaq.Result) (outbound, error) {
+	msg, err := resultPublishing(r)
+	if err != nil {
+		return outbound{}, err
 	}
-	return p.publishIn(ctx, epoch, "", p.c.Names().Results, msg)
+	n := p.c.Names()
+	if n.isReplyQueue(replyTo) {
+		return outbound{exchange: n.ReplyExchange, key: replyTo, msg: msg}, nil
+	}
+	return outbound{key: n.Results, msg: msg}, nil
 }
 
 // Checkpoint publishes a task that the provider has accepted, with its
@@ -404,16 +416,19 @@ func (p *Publisher) Retry(ctx context.Context, m TaskMessage) (time.Duration, er
 // DeadLetter publishes a task that failed for good to the dead letters with
 // reason (ReasonPermanent, ReasonExhausted) and its last error in headers.
 func (p *Publisher) DeadLetter(ctx context.Context, m TaskMessage, reason string) error {
-	return p.deadLetterIn(ctx, 0, m, reason)
-}
-
-// deadLetterIn is DeadLetter bound to a connection epoch when it is not
-// 0 (see publishIn).
-func (p *Publisher) deadLetterIn(ctx context.Context, epoch uint64, m TaskMessage, reason string) error {
-	msg, err := m.publishing(p.c.cfg.MaxPriority)
+	out, err := p.deadLetter(m, reason)
 	if err != nil {
 		return err
 	}
+	return p.Publish(ctx, out.exchange, out.key, out.msg)
+}
+
+// deadLetter is the message of DeadLetter.
+func (p *Publisher) deadLetter(m TaskMessage, reason string) (outbound, error) {
+	msg, err := m.publishing(p.c.cfg.MaxPriority)
+	if err != nil {
+		return outbound{}, err
+	}
 	msg.Headers[HeaderReason] = reason
-	return p.publishIn(ctx, epoch, p.c.Names().DLX, FailedRoutingKey, msg)
+	return outbound{exchange: p.c.Names().DLX, key: FailedRoutingKey, msg: msg}, nil
 }

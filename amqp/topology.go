@@ -181,6 +181,11 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 		func() bool { return queue(n.Tasks, c.taskQueueArgs(n)) },
 		func() bool { return bind(n.Tasks, "", n.TasksAll, nil) },
 		func() bool { return queue(n.Results, amqp091.Table{"x-queue-type": "classic"}) },
+		func() bool { return exchange(n.RepliesUnrouted, amqp091.ExchangeFanout, nil) },
+		func() bool { return bind(n.Results, "", n.RepliesUnrouted, nil) },
+		func() bool {
+			return exchange(n.ReplyExchange, amqp091.ExchangeDirect, amqp091.Table{"alternate-exchange": n.RepliesUnrouted})
+		},
 		func() bool { return queue(n.Reports, amqp091.Table{"x-queue-type": "classic"}) },
 		func() bool { return exchange(n.Delay, amqp091.ExchangeHeaders, nil) },
 		func() bool { return queue(n.Adopt, amqp091.Table{"x-queue-type": "classic"}) },
@@ -307,9 +312,10 @@ func declareBound(conn *amqp091.Connection, q string, args amqp091.Table, exchan
 }
 
 // declareReplies declares the reply queue of one gateway: results published
-// with its name as reply-to land there, and, through a binding to the
-// dead-letter exchange, a copy of every dead letter of the fleet (the
-// gateway keeps those of its own tasks and acks the rest).
+// with its name as reply-to land there (through Names.ReplyExchange, bound
+// under the queue's name), and, through a binding to the dead-letter
+// exchange, a copy of every dead letter of the fleet (the gateway keeps
+// those of its own tasks and acks the rest).
 func declareReplies(conn *amqp091.Connection, c Config, gateway string) error {
 	n := NamesFor(c.Prefix)
 	d := &declarer{conn: conn}
@@ -323,6 +329,11 @@ func declareReplies(conn *amqp091.Connection, c Config, gateway string) error {
 		}
 		return err
 	})
+	if ok {
+		ok = d.do("binding", q, func(ch *amqp091.Channel) error {
+			return ch.QueueBind(q, q, n.ReplyExchange, false, nil)
+		})
+	}
 	if ok {
 		d.do("binding", q, func(ch *amqp091.Channel) error {
 			return ch.QueueBind(q, FailedRoutingKey, n.DLX, false, nil)
@@ -355,7 +366,7 @@ func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	for _, o := range owners {
 		queues = append(queues, n.InflightQueue(o), n.ClaimQueue(o))
 	}
-	return deleteAll(ctx, c, queues, []string{n.Types, n.TasksAll, n.DLX, n.Delay, n.Status, n.Claims})
+	return deleteAll(ctx, c, queues, []string{n.Types, n.TasksAll, n.ReplyExchange, n.RepliesUnrouted, n.DLX, n.Delay, n.Status, n.Claims})
 }
 
 // DeleteProviderThreads deletes the thread pools of the named providers

@@ -295,15 +295,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		_ = pool.Start(context.WithoutCancel(ctx))
 		defer pool.Stop()
 	}
-	// Checkpoint acks go at once: a checkpoint the broker dead-letters
-	// after its task's result was confirmed is answered again by its
-	// adopter (see Recovery).
-	parked, err := w.c.consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1, 0)
+	// The deliveries that hold tasks (checkpoints, tasks, adopted
+	// checkpoints) are acked in transactions: a task's result goes out
+	// with its holder's ack, all or nothing (see Recovery).
+	parked, err := w.c.consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1, ackInTx)
 	if err != nil {
 		w.q.Close()
 		return err
 	}
-	claims, err := w.c.consume(bg, []string{w.c.Names().ClaimQueue(w.cfg.Owner)}, -1, gatherAcks)
+	claims, err := w.c.consume(bg, []string{w.c.Names().ClaimQueue(w.cfg.Owner)}, -1, ackGathered)
 	if err != nil {
 		w.q.Close()
 		parked.Close()
@@ -313,7 +313,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, l := range w.c.cfg.Lanes {
 		queues = append(queues, w.c.Names().Lane(l))
 	}
-	tasks, err := w.c.Consume(bg, queues, w.cfg.Prefetch)
+	tasks, err := w.c.consume(bg, queues, w.cfg.Prefetch, ackInTx)
 	if err != nil {
 		w.q.Close()
 		parked.Close()
@@ -323,7 +323,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Checkpoints whose holder is gone come on a channel of their own,
 	// so they reach this worker at once however many tasks wait in its
 	// prefetch; each is at the provider, to be polled, not submitted.
-	adopt, err := w.c.Consume(bg, []string{w.c.Names().Adopt}, w.cfg.threads())
+	adopt, err := w.c.consume(bg, []string{w.c.Names().Adopt}, w.cfg.threads(), ackInTx)
 	if err != nil {
 		w.q.Close()
 		parked.Close()

@@ -25,10 +25,11 @@ import (
 //   - Retry after a real attempt parks the task, without captcha id and
 //     with its attempts, in the checkpoint queue the same way (network
 //     failures and "no free thread" keep the delivery held as it is);
-//   - Finish publishes the result (confirmed) to the task's reply-to
-//     queue, or the results queue when it has none, and for a failed task
-//     its dead letter with the reason in headers (confirmed), then acks
-//     everything held for the task.
+//   - Finish publishes the result to the task's reply-to queue, or the
+//     results queue when it has none, and for a failed task its dead
+//     letter with the reason in headers, in one transaction with the ack
+//     of the delivery that holds the task (all or nothing), then acks
+//     everything else held for the task.
 //
 // A task the worker hands back (shutdown, or its delivery's channel died
 // before anything was submitted) is not finished: its delivery is nacked
@@ -60,6 +61,9 @@ type WorkerStore struct {
 	// afterLetGo, when set (tests), runs once Finish has let go of a task
 	// the fleet holds now, before the queue forgets it.
 	afterLetGo func(id string)
+	// beforeCommit, when set (tests), runs once Finish has sent a task's
+	// answer on its holder's channel, before the transaction's commit.
+	beforeCommit func(id string)
 }
 
 // unsureAck is the task deliveries acked at a task's first checkpoint,
@@ -646,12 +650,13 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 	return err
 }
 
-// Finish implements captchaq.Journal: the result (and for a failure the dead
-// letter) is confirmed on the broker before anything held is acked. It is
-// published only on the connection of the delivery that holds the task
-// (publishIn), and only while that delivery is live: a task whose holder
-// went back to the fleet is someone else's to answer, so its result is
-// dropped, never delivered twice.
+// Finish implements captchaq.Journal: the result (and for a failure the
+// dead letter) is published on the channel of the delivery that holds the
+// task, in one transaction with that delivery's ack (deliver), and only
+// while that delivery is live: a task whose holder went back to the fleet
+// is someone else's to answer, so its result is dropped, never delivered
+// twice; one whose channel closes before the commit is answered by this
+// worker or by the fleet, never by both.
 func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	s.mu.Lock()
 	e, ok := s.entries[r.ID]
@@ -668,7 +673,7 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 		return s.handBack(ctx, r.ID)
 	}
 	replyTo, reply := "", r
-	var epoch uint64
+	var holder *Delivery
 	if ok {
 		// A replay's result goes under the task's own id (Conn.Replay).
 		replyTo, reply.ID = e.msg.ReplyTo, e.msg.ownID()
@@ -689,24 +694,25 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 			}
 			return nil
 		}
-		epoch = d.epoch
+		holder = d
 	}
-	err := s.pub.replyIn(ctx, epoch, replyTo, reply)
-	if err == nil && r.Status == captchaq.StatusFailed {
-		m := TaskMessage{Task: captchaq.Task{ID: r.ID, Method: r.Method}}
-		if ok {
-			m = e.msg
-		}
-		m.CaptchaID, m.Attempts = "", r.Attempts
-		m.LastError, m.LastErrorCode = r.Error, r.ErrorCode
-		err = s.pub.deadLetterIn(ctx, epoch, m, deadReason(r))
+	m := TaskMessage{Task: captchaq.Task{ID: r.ID, Method: r.Method}}
+	if ok {
+		m = e.msg
 	}
-	if errors.Is(err, errLetGo) {
-		s.log.Info("letting go of a task whose connection closed before its result was confirmed", "id", r.ID)
-		s.release(r.ID)
-		return nil
-	}
+	out, err := s.answer(replyTo, reply, m, r)
 	if err != nil {
+		return err
+	}
+	if err := s.deliver(ctx, holder, r.ID, out); err != nil {
+		if errors.Is(err, ErrStaleDelivery) || errors.Is(err, errUncommitted) {
+			s.log.Info("letting go of a task whose channel closed before its result was committed", "id", r.ID)
+			s.release(r.ID)
+			return nil
+		}
+		if ok && errors.Is(err, ErrUnroutable) {
+			s.release(r.ID) // its holder's ack was committed
+		}
 		return err
 	}
 	if ok {
@@ -717,6 +723,56 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	}
 	s.release(r.ID)
 	return nil
+}
+
+// answer is what Finish publishes for r, task m's result under reply's id:
+// the result, to replyTo's reply queue or the results queue, and for a
+// failed task its dead letter.
+func (s *WorkerStore) answer(replyTo string, reply captchaq.Result, m TaskMessage, r captchaq.Result) ([]outbound, error) {
+	o, err := s.pub.reply(replyTo, reply)
+	if err != nil {
+		return nil, err
+	}
+	out := []outbound{o}
+	if r.Status == captchaq.StatusFailed {
+		m.CaptchaID, m.Attempts = "", r.Attempts
+		m.LastError, m.LastErrorCode = r.Error, r.ErrorCode
+		o, err := s.pub.deadLetter(m, deadReason(r))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	for i := range out {
+		if out[i], err = out[i].stamped(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// deliver publishes out, a task's answer: with the delivery that holds
+// the task, in one transaction with its ack (Delivery.ackWith), so the
+// broker takes the answer only with the ack and a task is answered once
+// whenever the connection dies; with no holder (a task this worker does
+// not hold), confirmed.
+func (s *WorkerStore) deliver(ctx context.Context, holder *Delivery, id string, out []outbound) error {
+	if holder == nil {
+		for _, o := range out {
+			if err := s.pub.Publish(ctx, o.exchange, o.key, o.msg); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := s.pub.c.waitUnblocked(ctx); err != nil {
+		return err
+	}
+	var hook func()
+	if s.beforeCommit != nil {
+		hook = func() { s.beforeCommit(id) }
+	}
+	return holder.ackWith(ctx, out, hook)
 }
 
 // checkpointArrival is how often Finish looks again for a checkpoint
