@@ -22,9 +22,12 @@ import (
 // it is busy sending the previous ones, unless the consumer's messages
 // cost nothing when redelivered (see gatherAcks).
 //
-// On a channel in transaction mode (tx: the deliveries of a task a worker
-// holds, see ackInTx) every flush is committed, and commit publishes
-// messages and acks a delivery in one transaction.
+// On a channel in transaction mode (tx: the deliveries that hold a
+// worker's tasks, see ackInTx) every send of acks is committed, and
+// commit adds a task's answer to the next one: its messages and the ack
+// of the delivery that holds it, applied by the broker together or not
+// at all. Answers gather while a commit is on its way, as acks do, so
+// a busy channel commits many answers at once (a group commit).
 type acker struct {
 	ch      *amqp091.Channel
 	delay   time.Duration // lets acks gather before a flush
@@ -33,14 +36,32 @@ type acker struct {
 	wake    chan struct{}
 	done    chan struct{}
 
-	qmu    sync.Mutex // guards the queue; never held while sending
-	ready  []uint64   // settled here, not yet sent
-	closed bool
+	qmu     sync.Mutex // guards the queue; never held while sending
+	ready   []uint64   // settled here, not yet sent
+	answers []*answer  // tx: waiting for the next commit
+	closed  bool
 
 	smu  sync.Mutex      // guards the broker's side; held while sending
 	base uint64          // every tag up to base is settled at the broker
 	sent map[uint64]bool // above base, settled at the broker on their own
 	err  error           // the channel failed; the broker redelivers
+}
+
+// answer is one task's answer on its way in a transaction: its
+// messages, the tag of the delivery that holds the task, and where the
+// outcome goes.
+type answer struct {
+	out  []outbound
+	tag  uint64
+	hook func() // tests: runs once the messages are sent, before the commit
+	done chan error
+}
+
+// outbound is a message to publish inside a transaction (see commit).
+type outbound struct {
+	exchange, key string
+	token         string // its HeaderPublish
+	msg           amqp091.Publishing
 }
 
 // newAcker starts the acker of ch. With tx it puts ch in transaction
@@ -57,9 +78,11 @@ func newAcker(ch *amqp091.Channel, delay time.Duration, tx bool) (*acker, error)
 	return a, nil
 }
 
-// maxReturns bounds the returns a transaction's messages can bring: a
-// commit carries a result and a dead letter at most.
-const maxReturns = 16
+// maxReturns bounds the returns that can wait to be read: a channel's
+// unacked deliveries are bounded by its prefetch (a worker's threads or
+// Prefetch), and each answer is two messages at most; a return beyond
+// this would hold up the client's reader, so the buffer is generous.
+const maxReturns = 1024
 
 // errUncommitted is returned by commit when the channel failed before the
 // broker answered the commit: it applied every publish and ack of the
@@ -67,13 +90,6 @@ const maxReturns = 16
 // worker's result, or by whoever adopts the checkpoint the broker takes
 // back.
 var errUncommitted = errors.New("amqp: the channel closed before the broker answered the commit; it applied the whole transaction or none of it")
-
-// outbound is a message to publish inside a transaction (see commit).
-type outbound struct {
-	exchange, key string
-	token         string // its HeaderPublish
-	msg           amqp091.Publishing
-}
 
 // ack queues tag for acking; false once the acker has closed (the channel
 // is gone and the broker will deliver the message again).
@@ -84,14 +100,20 @@ func (a *acker) ack(tag uint64) bool {
 		return false
 	}
 	a.ready = append(a.ready, tag)
+	a.wakeLocked()
+	return true
+}
+
+// wakeLocked asks the loop for a flush. Callers hold a.qmu.
+func (a *acker) wakeLocked() {
 	select {
 	case a.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
-// nack sends a nack for tag now, after the acks queued before it.
+// nack sends a nack for tag now, after the acks and answers queued before
+// it.
 func (a *acker) nack(tag uint64, requeue bool) error {
 	a.smu.Lock()
 	defer a.smu.Unlock()
@@ -101,69 +123,44 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 	if closed {
 		return ErrStaleDelivery
 	}
-	a.sendLocked(false)
-	if a.err != nil {
-		return a.err
+	if err := a.flushLocked(false); err != nil {
+		return err
 	}
 	if err := a.ch.Nack(tag, false, requeue); err != nil {
 		a.err = err
 		return err
 	}
 	a.settledLocked(tag)
-	return a.commitLocked()
+	if a.tx {
+		if err := a.ch.TxCommit(); err != nil {
+			a.err = err
+			return err
+		}
+	}
+	return nil
 }
 
 // commit publishes out (persistent, mandatory) and acks tag in one
-// transaction, with whatever acks are queued; hook, when not nil (tests),
-// runs once the messages are sent, before the acks and the commit. It returns
-// ErrStaleDelivery when the channel had failed before anything was sent
-// (nothing applied), errUncommitted when it failed on the way (all or
-// nothing applied), and ErrUnroutable when the broker returned a message
-// (the rest, the ack included, applied).
+// transaction, the next one the loop commits, and returns its outcome:
+// nil once committed; ErrStaleDelivery when the channel had failed
+// before the commit was sent (nothing applied); errUncommitted when it
+// failed after (all or nothing applied); ErrUnroutable when the broker
+// returned one of out (the rest, the ack included, applied). hook, when
+// not nil (tests), runs once the messages are sent, before the commit.
 func (a *acker) commit(tag uint64, out []outbound, hook func()) error {
 	if !a.tx {
 		return errors.New("amqp: commit on a channel not in transaction mode")
 	}
-	a.smu.Lock()
-	defer a.smu.Unlock()
+	x := &answer{out: out, tag: tag, hook: hook, done: make(chan error, 1)}
 	a.qmu.Lock()
-	closed := a.closed
-	a.qmu.Unlock()
-	if closed || a.err != nil {
+	if a.closed {
+		a.qmu.Unlock()
 		return ErrStaleDelivery
 	}
-	// From here on nothing stops halfway but a broken channel: a publish
-	// left uncommitted on a live one would go out with the next acks.
-	for _, o := range out {
-		if err := a.ch.Publish(o.exchange, o.key, true, false, o.msg); err != nil {
-			// Nothing is committed, and the channel is broken (headers
-			// were checked by outbound.stamped).
-			a.err = err
-			return fmt.Errorf("%w: %v", ErrStaleDelivery, err)
-		}
-	}
-	if hook != nil {
-		hook()
-	}
-	a.qmu.Lock()
-	a.ready = append(a.ready, tag)
+	a.answers = append(a.answers, x)
+	a.wakeLocked()
 	a.qmu.Unlock()
-	if err := a.flushLocked(false); err != nil {
-		return fmt.Errorf("%w: %v", errUncommitted, err)
-	}
-	// The broker sends a message's return before the commit's answer,
-	// and the client hands it to a.returns before it reads the answer.
-	var errs []error
-	for drained := false; !drained; {
-		select {
-		case r := <-a.returns:
-			errs = append(errs, fmt.Errorf("%w: exchange %q, routing key %q: %s (%d); declare the topology (or check --prefix)",
-				ErrUnroutable, r.Exchange, r.RoutingKey, r.ReplyText, r.ReplyCode))
-		default:
-			drained = true
-		}
-	}
-	return errors.Join(errs...)
+	return <-x.done
 }
 
 func (a *acker) run() {
@@ -186,41 +183,99 @@ func (a *acker) close() {
 	<-a.done
 }
 
-// flushLocked sends the queued acks and, on a channel in transaction
-// mode, commits them. With last it also closes the queue. The error is
-// the channel's failure, if any. Callers hold a.smu.
+// flushLocked sends what is queued: the answers' messages, then the acks
+// (theirs too), then, on a channel in transaction mode, the commit, and
+// tells each answer its outcome. With last it also closes the queue. The
+// error is the channel's failure, if any. Callers hold a.smu.
 func (a *acker) flushLocked(last bool) error {
-	if sent := a.sendLocked(last); !sent || a.err != nil {
-		return a.err
-	}
-	return a.commitLocked()
-}
-
-// commitLocked commits the transaction on a channel in transaction mode.
-// Callers hold a.smu.
-func (a *acker) commitLocked() error {
-	if !a.tx {
-		return nil
-	}
-	if err := a.ch.TxCommit(); err != nil {
-		a.err = err
-		return err
-	}
-	return nil
-}
-
-// sendLocked sends the queued acks: one multiple ack for the longest run
-// of settled tags above base, single acks for the rest. With last it also
-// closes the queue. sent reports whether it sent any. Callers hold a.smu.
-func (a *acker) sendLocked(last bool) (sent bool) {
 	a.qmu.Lock()
-	ready := a.ready
-	a.ready = nil
+	ready, batch := a.ready, a.answers
+	a.ready, a.answers = nil, nil
 	if last && !a.closed {
 		a.closed = true
 		close(a.wake)
 	}
 	a.qmu.Unlock()
+	if a.err != nil {
+		tell(batch, ErrStaleDelivery)
+		return a.err
+	}
+	if len(ready) == 0 && len(batch) == 0 {
+		return nil
+	}
+	// Nothing stops halfway from here but a broken channel: a message
+	// left uncommitted on a live one would go out with the next acks.
+	for _, x := range batch {
+		for _, o := range x.out {
+			if err := a.ch.Publish(o.exchange, o.key, true, false, o.msg); err != nil {
+				// Headers were checked (outbound.stamped): the channel
+				// is broken, and nothing is committed.
+				a.err = err
+				tell(batch, fmt.Errorf("%w: %v", ErrStaleDelivery, err))
+				return err
+			}
+		}
+		ready = append(ready, x.tag)
+		if x.hook != nil {
+			x.hook()
+		}
+	}
+	if a.sendLocked(ready); a.err != nil {
+		tell(batch, fmt.Errorf("%w: %v", ErrStaleDelivery, a.err))
+		return a.err
+	}
+	if !a.tx {
+		return nil
+	}
+	if err := a.ch.TxCommit(); err != nil {
+		a.err = err
+		tell(batch, fmt.Errorf("%w: %v", errUncommitted, err))
+		return err
+	}
+	a.tellCommitted(batch)
+	return nil
+}
+
+// tell gives every answer of batch err.
+func tell(batch []*answer, err error) {
+	for _, x := range batch {
+		x.done <- err
+	}
+}
+
+// tellCommitted gives every answer of a committed batch its outcome: nil,
+// or ErrUnroutable for a message the broker returned. The broker sends a
+// message's return before the commit's answer, and the client hands it
+// to a.returns before it reads the answer, so every return is there.
+// Callers hold a.smu.
+func (a *acker) tellCommitted(batch []*answer) {
+	returned := map[string]amqp091.Return{}
+	for drained := false; !drained; {
+		select {
+		case r := <-a.returns:
+			if t, _ := r.Headers[HeaderPublish].(string); t != "" {
+				returned[t] = r
+			}
+		default:
+			drained = true
+		}
+	}
+	for _, x := range batch {
+		var errs []error
+		for _, o := range x.out {
+			if r, ok := returned[o.token]; ok {
+				errs = append(errs, fmt.Errorf("%w: exchange %q, routing key %q: %s (%d); declare the topology (or check --prefix)",
+					ErrUnroutable, r.Exchange, r.RoutingKey, r.ReplyText, r.ReplyCode))
+			}
+		}
+		x.done <- errors.Join(errs...)
+	}
+}
+
+// sendLocked sends acks for the tags ready: one multiple ack for the
+// longest run of settled tags above base, single acks for the rest. A
+// failure is a.err. Callers hold a.smu.
+func (a *acker) sendLocked(ready []uint64) {
 	if len(ready) == 0 || a.err != nil {
 		return
 	}
@@ -261,7 +316,6 @@ func (a *acker) sendLocked(last bool) (sent bool) {
 		a.settledLocked(t)
 	}
 	a.settledLocked(a.base) // drops sent marks the base has reached
-	return true
 }
 
 // settledLocked records a tag settled at the broker on its own. Callers
