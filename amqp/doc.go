@@ -187,7 +187,12 @@
 // the connection dies the task is answered once, by this worker or by
 // the adopter of the checkpoint the broker took back. (The consumers of
 // tasks, checkpoints and captcha.adopt run in transaction mode, and
-// every other ack on them is committed as it goes.) So a worker that
+// every other ack on them is committed as it goes; answers that come
+// while a commit is on its way share the next one, a group commit, so
+// the broker round trips do not grow with the answers. RabbitMQ applies
+// a commit whole when a connection dies; only a broker that crashes in
+// the middle of one may apply it to some queues and not others.) So a
+// worker that
 // comes back from a partition, a SIGSTOP or a closed connection drops the
 // tasks whose checkpoints died with its channel, answered or not; its own
 // checkpoint coming back to it through captcha.adopt is taken up as it
