@@ -115,12 +115,12 @@ var (
 // gatherAcks is how long a consumer of messages whose redelivery costs
 // nothing (results and claims: readers dedupe them) lets acks gather
 // before it sends them: under load most then travel in one multiple ack.
-// Task deliveries are acked at once, since a task redelivered after a
-// broker failure would be submitted again, and so are checkpoints: one
-// the broker gets back after its task was answered is adopted and
-// answered a second time (a SIGKILL in the 2 ms, longer on a loaded
-// machine, after a poll round's results were confirmed answered 9 tasks
-// twice in one fresh-clone CI run).
+// The deliveries that hold tasks are not held back (ackInTx): a task
+// redelivered after a broker failure would be submitted again, and a
+// checkpoint's ack goes with its task's answer, in its transaction
+// (before the transaction, acks gathered for 2 ms let a SIGKILL right
+// after a poll round's results were confirmed answer 9 tasks twice in
+// one fresh-clone CI run).
 const gatherAcks = 2 * time.Millisecond
 
 // consume is Consume with acks sent as acking says.
