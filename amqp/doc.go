@@ -221,8 +221,17 @@
 // tasks in one fresh-clone CI run's TestRecoverySIGSTOP). A commit costs
 // one round trip, as the confirm it replaces did.
 //
-// Windows that stay: a checkpoint republished (a retry, InflightRefresh) and a channel that closes between the new
-// copy's confirm and the old one's ack leave two copies to adopt; a worker
+// A checkpoint's newer copy (a retry parks the task, InflightRefresh
+// republishes it, a second submit checkpoints its new captcha id) goes
+// out the same way, in one transaction with the ack of the copy it
+// replaces. Before, the copy was confirmed on its own and the old one
+// acked after, and a channel that closed between the two left both to
+// the fleet, where two adopters answered the task twice
+// (TestCopyAndAckAreOne). When the channel closes before the commit's
+// answer, the worker lets the task go, and a copy of that commit that
+// reaches it later goes to the fleet (it is then the only one).
+//
+// Windows that stay: a worker
 // killed or cut off between the provider's answer to a submit and its
 // checkpoint's confirm costs a second solve (see Checkpoints); a
 // partitioned worker's tasks wait for the broker's heartbeat timeout, as

@@ -376,9 +376,18 @@ func (p *Publisher) Checkpoint(ctx context.Context, owner string, m TaskMessage)
 // waits to be retried is parked too. With epoch not 0 it is published
 // only on that connection (publishIn).
 func (p *Publisher) park(ctx context.Context, epoch uint64, owner, run string, m TaskMessage, seq int) error {
-	msg, err := m.publishing(p.c.cfg.MaxPriority)
+	o, err := p.parked(owner, run, m, seq)
 	if err != nil {
 		return err
+	}
+	return p.publishIn(ctx, epoch, o.exchange, o.key, o.msg)
+}
+
+// parked is the message of park.
+func (p *Publisher) parked(owner, run string, m TaskMessage, seq int) (outbound, error) {
+	msg, err := m.publishing(p.c.cfg.MaxPriority)
+	if err != nil {
+		return outbound{}, err
 	}
 	msg.Headers[HeaderOwner] = owner
 	if run != "" {
@@ -388,7 +397,7 @@ func (p *Publisher) park(ctx context.Context, epoch uint64, owner, run string, m
 		msg.Headers[HeaderSeq] = int32(seq)
 	}
 	msg.Expiration = strconv.FormatInt(p.c.cfg.InflightLease.Milliseconds(), 10)
-	return p.publishIn(ctx, epoch, "", p.c.Names().InflightQueue(owner), msg)
+	return outbound{key: p.c.Names().InflightQueue(owner), msg: msg}, nil
 }
 
 // Claim tells every worker that this one holds a confirmed checkpoint of

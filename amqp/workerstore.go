@@ -23,8 +23,10 @@ import (
 //   - Checkpoint publishes the task with its captcha id to the worker's
 //     checkpoint queue (confirmed), then acks the task's delivery;
 //   - Retry after a real attempt parks the task, without captcha id and
-//     with its attempts, in the checkpoint queue the same way (network
-//     failures and "no free thread" keep the delivery held as it is);
+//     with its attempts, in the checkpoint queue (network failures and
+//     "no free thread" keep the delivery held as it is); this copy, as
+//     every copy after a task's first checkpoint, goes out in one
+//     transaction with the ack of the delivery it replaces (parkWith);
 //   - Finish publishes the result to the task's reply-to queue, or the
 //     results queue when it has none, and for a failed task its dead
 //     letter with the reason in headers, in one transaction with the ack
@@ -51,6 +53,10 @@ type WorkerStore struct {
 	finishedSize int
 	// claims are the ids other workers claimed lately, by when heard.
 	claims map[string]time.Time
+	// uncommitted are the copies whose transaction's outcome is not
+	// known, by task id (see parkWith): such a copy that comes to this
+	// worker goes to the fleet.
+	uncommitted map[string]uncommittedCopy
 	// unsure are the task deliveries acked at their task's first
 	// checkpoint whose connection has not yet been heard from ackUnsure
 	// after the ack, by task id (see unsureAcks).
@@ -163,6 +169,8 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 		claims:  map[string]time.Time{},
 		unsure:  map[string]unsureAck{},
 
+		uncommitted: map[string]uncommittedCopy{},
+
 		finished:     newIDMemory(idMemoryDefault),
 		finishedSize: idMemoryDefault,
 	}
@@ -244,7 +252,8 @@ func (s *WorkerStore) newestArriving(e *entry, d *Delivery) bool {
 }
 
 // letGo marks the tasks whose holder has gone back to the fleet (see
-// entry.gone) and returns them: the queue must stop polling them.
+// entry.gone) and returns them: the queue must stop polling them. It
+// forgets the uncommitted copies older than the lease.
 func (s *WorkerStore) letGo(now time.Time) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -253,6 +262,12 @@ func (s *WorkerStore) letGo(now time.Time) []string {
 		if !e.lost && !e.handback && !e.waiting && e.gone(now, s.lease) {
 			e.lost = true
 			ids = append(ids, id)
+		}
+	}
+	for id, u := range s.uncommitted {
+		// Unreceived past its lease, a copy expires to the fleet.
+		if now.Sub(u.at) > s.lease {
+			delete(s.uncommitted, id)
 		}
 	}
 	return ids
@@ -304,6 +319,17 @@ func (s *WorkerStore) holdCheckpoint(d *Delivery) {
 	}
 	seq := headerInt(d.Headers, HeaderSeq)
 	s.mu.Lock()
+	if u, ok := s.uncommitted[d.MessageID]; ok && u.seq == seq {
+		// Its transaction applied after all, and the holder it replaced
+		// is acked: this copy is the fleet's only one, to be adopted.
+		delete(s.uncommitted, d.MessageID)
+		s.mu.Unlock()
+		s.log.Info("a checkpoint's copy whose commit went unanswered came back; it goes to the fleet", "id", d.MessageID)
+		if err := d.Nack(false); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
+			s.log.Warn("sending a copy to the fleet failed; it goes when the channel closes", "id", d.MessageID, "err", err)
+		}
+		return
+	}
 	e, ok := s.entries[d.MessageID]
 	if !ok || seq < e.confirmed {
 		s.mu.Unlock()
@@ -434,8 +460,18 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 	e.seq++
 	seq, m := e.seq, e.msg
 	update(&m)
+	// A copy after the first goes in one transaction with the ack of the
+	// delivery that holds the task, so the fleet never has both.
+	var holder *Delivery
+	if d, arriving := e.holder(); epoch == 0 && d != nil && !arriving && d.live() {
+		holder = d
+	}
 	s.mu.Unlock()
-	if err := s.pub.park(ctx, epoch, s.owner, s.run, m, seq); err != nil {
+	if holder != nil {
+		if parked, err := s.parkWith(ctx, holder, id, m, seq); !parked {
+			return false, err
+		}
+	} else if err := s.pub.park(ctx, epoch, s.owner, s.run, m, seq); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -469,6 +505,52 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 	}
 	s.settle(old...)
 	return lost, nil
+}
+
+// parkWith publishes m as copy seq of task id in one transaction with the
+// ack of holder, the delivery that holds the task, and reports whether
+// the copy is the broker's now. A holder whose channel closed first leaves
+// the task to the fleet (the sweeper lets go of it). When the channel
+// closes before the broker answers the commit, the broker holds either the
+// holder (it goes back to the fleet) or the copy: a copy that reaches this
+// worker then goes to the fleet too (holdCheckpoint), never held here
+// beside an adopter's.
+func (s *WorkerStore) parkWith(ctx context.Context, holder *Delivery, id string, m TaskMessage, seq int) (bool, error) {
+	o, err := s.pub.parked(s.owner, s.run, m, seq)
+	if err == nil {
+		o, err = o.stamped()
+	}
+	if err != nil {
+		return false, err
+	}
+	var hook func()
+	if s.beforeCommit != nil {
+		hook = func() { s.beforeCommit(id) }
+	}
+	err = holder.ackWith(ctx, []outbound{o}, hook)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errUncommitted):
+		s.mu.Lock()
+		s.uncommitted[id] = uncommittedCopy{seq: seq, at: time.Now()}
+		s.mu.Unlock()
+		s.log.Info("a checkpoint's copy may or may not be on the broker (its channel closed before the commit's answer); the task goes to the fleet either way", "id", id)
+		return false, nil
+	case errors.Is(err, ErrStaleDelivery), errors.Is(err, ErrSettled):
+		// The holder's channel closed first (the fleet has the task), or
+		// the holder is settled already (the task was answered, or moved
+		// to a newer copy).
+		return false, nil
+	}
+	return false, err
+}
+
+// uncommittedCopy is a task's copy whose transaction's outcome is not
+// known (parkWith), and when that was found.
+type uncommittedCopy struct {
+	seq int
+	at  time.Time
 }
 
 // Checkpoint implements captchaq.Journal: the captcha id is on the broker
@@ -660,69 +742,95 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	s.mu.Lock()
 	e, ok := s.entries[r.ID]
-	claimed := ok && e.claimed
+	claimed, handback := ok && e.claimed, ok && e.handback
+	m := TaskMessage{Task: captchaq.Task{ID: r.ID, Method: r.Method}}
 	if ok {
-		e.finishing = true
+		e.finishing, m = true, e.msg
 	}
 	s.mu.Unlock()
 	if claimed {
 		s.release(r.ID) // another worker's checkpoint carries the task
 		return nil
 	}
-	if ok && e.handback {
+	if handback {
 		return s.handBack(ctx, r.ID)
 	}
 	replyTo, reply := "", r
-	var holder *Delivery
 	if ok {
 		// A replay's result goes under the task's own id (Conn.Replay).
-		replyTo, reply.ID = e.msg.ReplyTo, e.msg.ownID()
-		d, err := s.holderOf(ctx, r.ID)
-		if err != nil {
-			return err
-		}
-		if d == nil {
-			s.log.Info("letting go of a task the fleet holds now; its result is someone else's to deliver", "id", r.ID)
-			if n := s.liveHeld(r.ID); n > 0 {
-				// No path should get here: the copy acked below is the
-				// fleet's only one, and nobody answers the task.
-				s.log.Warn("letting go of a task while holding a live copy of it; the copy is acked", "id", r.ID, "live", n)
-			}
-			s.release(r.ID)
-			if s.afterLetGo != nil {
-				s.afterLetGo(r.ID)
-			}
-			return nil
-		}
-		holder = d
-	}
-	m := TaskMessage{Task: captchaq.Task{ID: r.ID, Method: r.Method}}
-	if ok {
-		m = e.msg
+		replyTo, reply.ID = m.ReplyTo, m.ownID()
 	}
 	out, err := s.answer(replyTo, reply, m, r)
 	if err != nil {
 		return err
 	}
-	if err := s.deliver(ctx, holder, r.ID, out); err != nil {
-		if errors.Is(err, ErrStaleDelivery) || errors.Is(err, errUncommitted) {
+	for {
+		var holder *Delivery
+		if ok {
+			d, err := s.holderOf(ctx, r.ID)
+			if err != nil {
+				return err
+			}
+			if d == nil {
+				s.letGoOf(r.ID)
+				return nil
+			}
+			holder = d
+		}
+		err := s.deliver(ctx, holder, r.ID, out)
+		switch {
+		case errors.Is(err, ErrSettled):
+			// A newer copy took the task over (park acked this one):
+			// the answer goes with that copy's ack.
+			if err := sleepCtx(ctx, checkpointArrival); err != nil {
+				return err
+			}
+			continue
+		case errors.Is(err, ErrStaleDelivery), errors.Is(err, errUncommitted):
 			s.log.Info("letting go of a task whose channel closed before its result was committed", "id", r.ID)
 			s.release(r.ID)
 			return nil
+		case err != nil:
+			if ok && errors.Is(err, ErrUnroutable) {
+				s.release(r.ID) // its holder's ack was committed
+			}
+			return err
 		}
-		if ok && errors.Is(err, ErrUnroutable) {
-			s.release(r.ID) // its holder's ack was committed
-		}
-		return err
+		break
 	}
 	if ok {
-		s.finished.add(e.msg.Task, s.finishedSize)
+		s.finished.add(m.Task, s.finishedSize)
 	}
 	if err := s.mem.Finish(ctx, r); err != nil && !errors.Is(err, captchaq.ErrNotFound) {
 		s.log.Warn("local finish failed", "id", r.ID, "err", err)
 	}
 	s.release(r.ID)
 	return nil
+}
+
+// letGoOf forgets task id, which the fleet holds now: its result is
+// someone else's to deliver.
+func (s *WorkerStore) letGoOf(id string) {
+	s.log.Info("letting go of a task the fleet holds now; its result is someone else's to deliver", "id", id)
+	if n := s.liveHeld(id); n > 0 {
+		// No path should get here: the copy acked below is the
+		// fleet's only one, and nobody answers the task.
+		s.log.Warn("letting go of a task while holding a live copy of it; the copy is acked", "id", id, "live", n)
+	}
+	s.release(id)
+	if s.afterLetGo != nil {
+		s.afterLetGo(id)
+	}
+}
+
+// sleepCtx waits for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 // answer is what Finish publishes for r, task m's result under reply's id:
@@ -801,10 +909,8 @@ func (s *WorkerStore) holderOf(ctx context.Context, id string) (*Delivery, error
 		if !arriving {
 			return d, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(checkpointArrival):
+		if err := sleepCtx(ctx, checkpointArrival); err != nil {
+			return nil, err
 		}
 	}
 }
