@@ -451,28 +451,49 @@ func ackAll(log *slog.Logger, ds ...*Delivery) {
 // epoch not 0 the copy is published only on that connection (errLetGo
 // when it closed first).
 func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update func(*TaskMessage)) (lost bool, err error) {
-	s.mu.Lock()
-	e, ok := s.entries[id]
-	if !ok {
+	var (
+		e   *entry
+		seq int
+		m   TaskMessage
+	)
+	for tries := 0; ; tries++ {
+		var (
+			ok     bool
+			holder *Delivery
+		)
+		s.mu.Lock()
+		if e, ok = s.entries[id]; !ok {
+			s.mu.Unlock()
+			return false, nil
+		}
+		e.seq++
+		seq, m = e.seq, e.msg
+		update(&m)
+		// A copy after the first goes in one transaction with the ack of
+		// the delivery that holds the task, so the fleet never has both.
+		if d, arriving := e.holder(); epoch == 0 && d != nil && !arriving && d.live() {
+			holder = d
+		}
 		s.mu.Unlock()
-		return false, nil
-	}
-	e.seq++
-	seq, m := e.seq, e.msg
-	update(&m)
-	// A copy after the first goes in one transaction with the ack of the
-	// delivery that holds the task, so the fleet never has both.
-	var holder *Delivery
-	if d, arriving := e.holder(); epoch == 0 && d != nil && !arriving && d.live() {
-		holder = d
-	}
-	s.mu.Unlock()
-	if holder != nil {
-		if parked, err := s.parkWith(ctx, holder, id, m, seq); !parked {
+		if holder == nil {
+			if err := s.pub.park(ctx, epoch, s.owner, s.run, m, seq); err != nil {
+				return false, err
+			}
+			break
+		}
+		parked, err := s.parkWith(ctx, holder, id, m, seq)
+		if errors.Is(err, ErrSettled) && tries < settledTries {
+			// Settled meanwhile: the task answered, or moved to a newer
+			// copy by another park; decided again.
+			if err := sleepCtx(ctx, checkpointArrival); err != nil {
+				return false, err
+			}
+			continue
+		}
+		if !parked {
 			return false, err
 		}
-	} else if err := s.pub.park(ctx, epoch, s.owner, s.run, m, seq); err != nil {
-		return false, err
+		break
 	}
 	s.mu.Lock()
 	var old, acked []*Delivery
@@ -507,6 +528,10 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 	return lost, nil
 }
 
+// settledTries bounds how often park decides again when the holder it
+// chose was settled first (checkpointArrival apart).
+const settledTries = 50
+
 // parkWith publishes m as copy seq of task id in one transaction with the
 // ack of holder, the delivery that holds the task, and reports whether
 // the copy is the broker's now. A holder whose channel closed first leaves
@@ -514,7 +539,7 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 // closes before the broker answers the commit, the broker holds either the
 // holder (it goes back to the fleet) or the copy: a copy that reaches this
 // worker then goes to the fleet too (holdCheckpoint), never held here
-// beside an adopter's.
+// beside an adopter's. ErrSettled: the holder was settled first.
 func (s *WorkerStore) parkWith(ctx context.Context, holder *Delivery, id string, m TaskMessage, seq int) (bool, error) {
 	o, err := s.pub.parked(s.owner, s.run, m, seq)
 	if err == nil {
@@ -537,11 +562,8 @@ func (s *WorkerStore) parkWith(ctx context.Context, holder *Delivery, id string,
 		s.mu.Unlock()
 		s.log.Info("a checkpoint's copy may or may not be on the broker (its channel closed before the commit's answer); the task goes to the fleet either way", "id", id)
 		return false, nil
-	case errors.Is(err, ErrStaleDelivery), errors.Is(err, ErrSettled):
-		// The holder's channel closed first (the fleet has the task), or
-		// the holder is settled already (the task was answered, or moved
-		// to a newer copy).
-		return false, nil
+	case errors.Is(err, ErrStaleDelivery):
+		return false, nil // the holder's channel closed first: the fleet has the task
 	}
 	return false, err
 }
@@ -764,7 +786,7 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 	if err != nil {
 		return err
 	}
-	for {
+	for tries := 0; ; tries++ {
 		var holder *Delivery
 		if ok {
 			d, err := s.holderOf(ctx, r.ID)
@@ -779,7 +801,7 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 		}
 		err := s.deliver(ctx, holder, r.ID, out)
 		switch {
-		case errors.Is(err, ErrSettled):
+		case errors.Is(err, ErrSettled) && tries < settledTries:
 			// A newer copy took the task over (park acked this one):
 			// the answer goes with that copy's ack.
 			if err := sleepCtx(ctx, checkpointArrival); err != nil {
