@@ -67,8 +67,9 @@ type WorkerStore struct {
 	// afterLetGo, when set (tests), runs once Finish has let go of a task
 	// the fleet holds now, before the queue forgets it.
 	afterLetGo func(id string)
-	// beforeCommit, when set (tests), runs once Finish has sent a task's
-	// answer on its holder's channel, before the transaction's commit.
+	// beforeCommit, when set (tests), runs once a transaction's messages
+	// are sent on a holder's channel (Finish's answer, parkWith's copy),
+	// before its commit.
 	beforeCommit func(id string)
 }
 
