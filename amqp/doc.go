@@ -574,9 +574,10 @@
 // instead: it is not lost, and the broker decides it, inside the
 // transaction that carries the result (see Recovery). Each gateway gets
 // exactly its own results, however many share the fleet. A gateway binds
-// its reply queue to captcha.replies each time it starts, so gateways
-// from before captcha.replies existed get their results once restarted
-// (until then their results wait in captcha.results).
+// its reply queue to captcha.replies each time it starts, and a worker
+// binds a reply queue at its first result for it, so a gateway from
+// before captcha.replies existed still gets its results
+// (TestReplyQueueOfAnOlderGateway).
 //
 // Results wait in the reply queue while their gateway is down. The
 // gateway stores each before it acks it, and answers a task once: a copy

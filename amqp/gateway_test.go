@@ -177,6 +177,65 @@ func quietFor(t *testing.T, ch <-chan captchaq.Result, d time.Duration) {
 	}
 }
 
+// TestReplyQueueOfAnOlderGateway: a gateway of a version before
+// captcha.replies declared its reply queue without binding it there. The
+// worker binds it at its first result for that queue, so the gateway
+// still gets its results. Before, they all went to the results queue
+// (the exchange's alternate), where no gateway reads.
+func TestReplyQueueOfAnOlderGateway(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	n := r.c.Names()
+	r.gateways = append(r.gateways, "gw-old")
+	reply := n.ReplyQueue("gw-old")
+	conn, err := r.c.connection(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the gateway declared it then: the queue and its dead-letter
+	// binding only.
+	if _, err := ch.QueueDeclare(reply, true, false, false, false, replyQueueArgs()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(reply, FailedRoutingKey, n.DLX, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = ch.Close()
+	p := r.c.NewPublisher()
+	defer p.Close()
+	for _, id := range []string{"old1", "old2"} {
+		if err := p.PublishTask(ctx, TaskMessage{Task: task(id, 0), ReplyTo: reply}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.worker("old-gw-w", sim.Config{Instant: true, Seed: 3, PollBan: sim.PollBan{Disabled: true}}, 5, 10)
+	k, err := r.c.Consume(ctx, []string{reply}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	var got []string
+	for range 2 {
+		d := next(t, ctx, k)
+		got = append(got, d.Type+":"+d.MessageID)
+		if err := d.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(got)
+	if want := "result:old1 result:old2"; strings.Join(got, " ") != want {
+		t.Errorf("the older gateway's reply queue got %s, want %s", strings.Join(got, " "), want)
+	}
+	if d := depth(t, ctx, r.c, n.Results); d != 0 {
+		t.Errorf("the results queue holds %d results, want none", d)
+	}
+}
+
 // TestReplyToRouting: a worker sends a result to the task's reply-to when
 // it is a gateway's reply queue of the prefix, and to the results queue
 // otherwise (no reply-to, another queue, a reply queue that is gone). A

@@ -42,11 +42,15 @@ type Publisher struct {
 	epoch    uint64 // of ch's connection
 	returns  chan amqp091.Return
 	returned map[string]amqp091.Return
+	// bound are the reply queues bindReply bound (or found gone); a
+	// result for one waits for its bind.
+	bindMu sync.Mutex
+	bound  map[string]bool
 }
 
 // NewPublisher returns a Publisher on c. Its channel opens on first use.
 func (c *Conn) NewPublisher() *Publisher {
-	return &Publisher{c: c, sem: make(chan struct{}, maxOutstanding), returned: map[string]amqp091.Return{}}
+	return &Publisher{c: c, sem: make(chan struct{}, maxOutstanding), returned: map[string]amqp091.Return{}, bound: map[string]bool{}}
 }
 
 // Close closes the publisher's channel.
@@ -336,7 +340,7 @@ func (p *Publisher) PublishResult(ctx context.Context, r captchaq.Result) error 
 // gateway retired and the queue deleted) has the broker route the result
 // to the results queue (Names.RepliesUnrouted), so it is not lost.
 func (p *Publisher) Reply(ctx context.Context, replyTo string, r captchaq.Result) error {
-	out, err := p.reply(replyTo, r)
+	out, err := p.reply(ctx, replyTo, r)
 	if err != nil {
 		return err
 	}
@@ -344,16 +348,44 @@ func (p *Publisher) Reply(ctx context.Context, replyTo string, r captchaq.Result
 }
 
 // reply is the message of Reply.
-func (p *Publisher) reply(replyTo string, r captchaq.Result) (outbound, error) {
+func (p *Publisher) reply(ctx context.Context, replyTo string, r captchaq.Result) (outbound, error) {
 	msg, err := resultPublishing(r)
 	if err != nil {
 		return outbound{}, err
 	}
 	n := p.c.Names()
 	if n.isReplyQueue(replyTo) {
+		p.bindReply(ctx, replyTo)
 		return outbound{exchange: n.ReplyExchange, key: replyTo, msg: msg}, nil
 	}
 	return outbound{key: n.Results, msg: msg}, nil
+}
+
+// bindReply binds reply queue q to Names.ReplyExchange under its name,
+// once for each queue: a gateway of a version before that exchange
+// declared its queue without the binding, and its results would
+// otherwise all go to the results queue. A queue that is gone fails the
+// bind (its results go to the results queue, as the exchange's alternate
+// routes them); any other failure is tried again at the next result.
+func (p *Publisher) bindReply(ctx context.Context, q string) {
+	p.bindMu.Lock()
+	defer p.bindMu.Unlock()
+	if p.bound[q] {
+		return
+	}
+	conn, err := p.c.connection(ctx)
+	if err != nil {
+		return
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	err = ch.QueueBind(q, q, p.c.Names().ReplyExchange, false, nil)
+	if err == nil || isCode(err, amqp091.NotFound) {
+		p.bound[q] = true
+	}
 }
 
 // Checkpoint publishes a task that the provider has accepted, with its

@@ -783,7 +783,7 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 		// A replay's result goes under the task's own id (Conn.Replay).
 		replyTo, reply.ID = m.ReplyTo, m.ownID()
 	}
-	out, err := s.answer(replyTo, reply, m, r)
+	out, err := s.answer(ctx, replyTo, reply, m, r)
 	if err != nil {
 		return err
 	}
@@ -859,8 +859,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // answer is what Finish publishes for r, task m's result under reply's id:
 // the result, to replyTo's reply queue or the results queue, and for a
 // failed task its dead letter.
-func (s *WorkerStore) answer(replyTo string, reply captchaq.Result, m TaskMessage, r captchaq.Result) ([]outbound, error) {
-	o, err := s.pub.reply(replyTo, reply)
+func (s *WorkerStore) answer(ctx context.Context, replyTo string, reply captchaq.Result, m TaskMessage, r captchaq.Result) ([]outbound, error) {
+	o, err := s.pub.reply(ctx, replyTo, reply)
 	if err != nil {
 		return nil, err
 	}
