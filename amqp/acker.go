@@ -149,7 +149,7 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 // not nil (tests), runs once the messages are sent, before the commit.
 func (a *acker) commit(tag uint64, out []outbound, hook func()) error {
 	if !a.tx {
-		return errors.New("amqp: commit on a channel not in transaction mode")
+		return errNotInTx
 	}
 	x := &answer{out: out, tag: tag, hook: hook, done: make(chan error, 1)}
 	a.qmu.Lock()

@@ -105,22 +105,23 @@ var (
 	// ackGathered lets acks gather for gatherAcks.
 	ackGathered = acking{delay: gatherAcks}
 	// ackInTx puts the channel in transaction mode, for the deliveries
-	// that hold a worker's tasks (task, checkpoint and adopt queues): a
-	// task's result is published on its holder's channel and the holder
-	// acked in one transaction (Delivery.ackWith), so the broker takes
-	// both or neither, and every other ack is committed as it goes.
+	// that hold a worker's tasks at the provider (checkpoint and adopt
+	// queues): a task's result is published on its holder's channel and
+	// the holder acked in one transaction (Delivery.ackWith), so the
+	// broker takes both or neither, and every other ack is committed as
+	// it goes.
 	ackInTx = acking{tx: true}
 )
 
 // gatherAcks is how long a consumer of messages whose redelivery costs
 // nothing (results and claims: readers dedupe them) lets acks gather
 // before it sends them: under load most then travel in one multiple ack.
-// The deliveries that hold tasks are not held back (ackInTx): a task
-// redelivered after a broker failure would be submitted again, and a
-// checkpoint's ack goes with its task's answer, in its transaction
-// (before the transaction, acks gathered for 2 ms let a SIGKILL right
-// after a poll round's results were confirmed answer 9 tasks twice in
-// one fresh-clone CI run).
+// The deliveries that hold tasks are not held back: a task redelivered
+// after a broker failure would be submitted again, and a checkpoint's
+// ack goes with its task's answer, in its transaction (ackInTx; before
+// it, acks gathered for 2 ms let a SIGKILL right after a poll round's
+// results were confirmed answer 9 tasks twice in one fresh-clone CI
+// run).
 const gatherAcks = 2 * time.Millisecond
 
 // consume is Consume with acks sent as acking says.
@@ -366,6 +367,9 @@ func (d *Delivery) Nack(requeue bool) error {
 // (tests), runs between the publishes and the commit. See acker.commit
 // for the errors.
 func (d *Delivery) ackWith(ctx context.Context, out []outbound, hook func()) error {
+	if !d.acks.tx {
+		return errNotInTx
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -377,6 +381,10 @@ func (d *Delivery) ackWith(ctx context.Context, out []outbound, hook func()) err
 	}
 	return d.acks.commit(d.tag, out, hook)
 }
+
+// errNotInTx is returned by ackWith for a delivery whose consumer does not
+// ack in transactions.
+var errNotInTx = errors.New("amqp: the delivery's channel is not in transaction mode")
 
 // Task decodes the delivery as a task message.
 func (d *Delivery) Task() (TaskMessage, error) {

@@ -181,12 +181,13 @@
 // delivery's channel closes, the task is the fleet's: the stale sweeper
 // has the queue let go of it (Queue.Abandon: no more polls, its thread
 // freed). Finish publishes a task's answer (its result, and for a failed
-// task its dead letter) on the channel of the delivery that holds the
-// task, in one AMQP transaction with that delivery's ack: the broker
+// task its dead letter) on the channel of the checkpoint (or adopted
+// checkpoint) that holds the task, in one AMQP transaction with that
+// delivery's ack: the broker
 // takes the answer and the ack together or neither of them, so whenever
 // the connection dies the task is answered once, by this worker or by
 // the adopter of the checkpoint the broker took back. (The consumers of
-// tasks, checkpoints and captcha.adopt run in transaction mode, and
+// checkpoints and captcha.adopt run in transaction mode, and
 // every other ack on them is committed as it goes; answers that come
 // while a commit is on its way share the next one, a group commit, so
 // the broker round trips do not grow with the answers. RabbitMQ applies
@@ -612,8 +613,14 @@
 // and the checkpoint are published with a confirm; the result goes out
 // in one transaction with its checkpoint's ack, one commit in place of
 // the confirm. Acks settled in a row travel as one multiple ack; on the
-// worker's task, checkpoint and captcha.adopt channels each send of
-// acks is a commit too. Nothing is declared per
+// worker's checkpoint and captcha.adopt channels each send of acks is a
+// commit too. (Task deliveries are acked outside transactions: on that
+// channel each ack would wait for a commit, and a broker restart found
+// more of them unsent, each a task given back to the fleet twice; one
+// fresh-clone CI run's TestRecoveryRestart then answered a task twice.
+// A task that fails before its first checkpoint is answered the way
+// every task was before: confirmed on its delivery's connection, then
+// acked.) Nothing is declared per
 // task (a worker declares its checkpoint queue once) and nothing asks the
 // management API. Checkpoints are not batched: a checkpoint that waited
 // for others, for a timer or for the confirm of another message, would

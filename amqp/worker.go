@@ -295,9 +295,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		_ = pool.Start(context.WithoutCancel(ctx))
 		defer pool.Stop()
 	}
-	// The deliveries that hold tasks (checkpoints, tasks, adopted
-	// checkpoints) are acked in transactions: a task's result goes out
-	// with its holder's ack, all or nothing (see Recovery).
+	// The deliveries that hold tasks at the provider (checkpoints,
+	// adopted checkpoints) are acked in transactions: a task's result
+	// goes out with its holder's ack, all or nothing (see Recovery). Task
+	// deliveries are acked at once, outside any transaction: their ack at
+	// a task's first checkpoint is not held up by a commit.
 	parked, err := w.c.consume(bg, []string{w.c.Names().InflightQueue(w.cfg.Owner)}, -1, ackInTx)
 	if err != nil {
 		w.q.Close()
@@ -313,7 +315,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, l := range w.c.cfg.Lanes {
 		queues = append(queues, w.c.Names().Lane(l))
 	}
-	tasks, err := w.c.consume(bg, queues, w.cfg.Prefetch, ackInTx)
+	tasks, err := w.c.Consume(bg, queues, w.cfg.Prefetch)
 	if err != nil {
 		w.q.Close()
 		parked.Close()

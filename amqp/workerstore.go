@@ -26,12 +26,14 @@ import (
 //     with its attempts, in the checkpoint queue (network failures and
 //     "no free thread" keep the delivery held as it is); this copy, as
 //     every copy after a task's first checkpoint, goes out in one
-//     transaction with the ack of the delivery it replaces (parkWith);
+//     transaction with the ack of the checkpoint it replaces (parkWith);
 //   - Finish publishes the result to the task's reply-to queue, or the
 //     results queue when it has none, and for a failed task its dead
 //     letter with the reason in headers, in one transaction with the ack
-//     of the delivery that holds the task (all or nothing), then acks
-//     everything else held for the task.
+//     of the checkpoint that holds the task (all or nothing; a task
+//     delivery, for a task that failed before its first checkpoint: its
+//     answer confirmed, then its ack), then acks everything else held
+//     for the task.
 //
 // A task the worker hands back (shutdown, or its delivery's channel died
 // before anything was submitted) is not finished: its delivery is nacked
@@ -472,7 +474,7 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 		update(&m)
 		// A copy after the first goes in one transaction with the ack of
 		// the delivery that holds the task, so the fleet never has both.
-		if d, arriving := e.holder(); epoch == 0 && d != nil && !arriving && d.live() {
+		if d, arriving := e.holder(); epoch == 0 && d != nil && !arriving && d.live() && d.acks.tx {
 			holder = d
 		}
 		s.mu.Unlock()
@@ -882,15 +884,31 @@ func (s *WorkerStore) answer(ctx context.Context, replyTo string, reply captchaq
 	return out, nil
 }
 
-// deliver publishes out, a task's answer: with the delivery that holds
-// the task, in one transaction with its ack (Delivery.ackWith), so the
-// broker takes the answer only with the ack and a task is answered once
-// whenever the connection dies; with no holder (a task this worker does
-// not hold), confirmed.
+// deliver publishes out, a task's answer: with the checkpoint (or
+// adopted checkpoint) that holds the task, in one transaction with its
+// ack (Delivery.ackWith), so the broker takes the answer only with the
+// ack and a task is answered once whenever the connection dies; with a
+// task delivery (no captcha id yet), confirmed on its connection, before
+// Finish acks it; with no holder (a task this worker does not hold),
+// confirmed.
 func (s *WorkerStore) deliver(ctx context.Context, holder *Delivery, id string, out []outbound) error {
 	if holder == nil {
 		for _, o := range out {
 			if err := s.pub.Publish(ctx, o.exchange, o.key, o.msg); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if !holder.acks.tx {
+		// A task delivery (a task that failed before its first
+		// checkpoint): confirmed on its connection, then acked by
+		// Finish (release).
+		for _, o := range out {
+			if err := s.pub.publishIn(ctx, holder.epoch, o.exchange, o.key, o.msg); err != nil {
+				if errors.Is(err, errLetGo) {
+					return ErrStaleDelivery
+				}
 				return err
 			}
 		}
