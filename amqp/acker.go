@@ -147,10 +147,8 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 // failed after (all or nothing applied); ErrUnroutable when the broker
 // returned one of out (the rest, the ack included, applied). hook, when
 // not nil (tests), runs once the messages are sent, before the commit.
+// The channel is in transaction mode (Delivery.ackWith checks).
 func (a *acker) commit(tag uint64, out []outbound, hook func()) error {
-	if !a.tx {
-		return errNotInTx
-	}
 	x := &answer{out: out, tag: tag, hook: hook, done: make(chan error, 1)}
 	a.qmu.Lock()
 	if a.closed {
