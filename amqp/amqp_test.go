@@ -75,6 +75,19 @@ func next(t *testing.T, ctx context.Context, k *Consumer) *Delivery {
 	return nil
 }
 
+// nextAcked takes n deliveries from k, acking each as it comes.
+func nextAcked(t *testing.T, ctx context.Context, k *Consumer, n int) []*Delivery {
+	t.Helper()
+	ds := make([]*Delivery, n)
+	for i := range ds {
+		ds[i] = next(t, ctx, k)
+		if err := ds[i].Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ds
+}
+
 func depth(t *testing.T, ctx context.Context, c *Conn, q string) int {
 	t.Helper()
 	ch, _, err := c.channel(ctx)
@@ -182,12 +195,8 @@ func TestPriorityOrder(t *testing.T) {
 	}
 	defer k.Close()
 	var got []string
-	for range 6 {
-		d := next(t, ctx, k)
+	for _, d := range nextAcked(t, ctx, k, 6) {
 		got = append(got, d.MessageID)
-		if err := d.Ack(); err != nil {
-			t.Fatal(err)
-		}
 	}
 	want := "p1 p3 default p7 p9 p9b"
 	if strings.Join(got, " ") != want {

@@ -75,11 +75,7 @@ func TestLostAckIsClaimed(t *testing.T) {
 		once.Do(func() {
 			confirmed := time.Now()
 			p.run(b)
-			consumers := func() bool {
-				qs, err := p.c.Depths(p.ctx, p.c.Names().Tasks)
-				return err == nil && qs[0].Consumers == 2
-			}
-			if !testbound.Eventually(consumers) {
+			if !testbound.Eventually(p.consuming(p.c.Names().Tasks, 2)) {
 				t.Error("worker b never consumed")
 			}
 			p.cA.mu.Lock()

@@ -220,12 +220,8 @@ func TestReplyQueueOfAnOlderGateway(t *testing.T) {
 	}
 	defer k.Close()
 	var got []string
-	for range 2 {
-		d := next(t, ctx, k)
+	for _, d := range nextAcked(t, ctx, k, 2) {
 		got = append(got, d.Type+":"+d.MessageID)
-		if err := d.Ack(); err != nil {
-			t.Fatal(err)
-		}
 	}
 	slices.Sort(got)
 	if want := "result:old1 result:old2"; strings.Join(got, " ") != want {
@@ -283,8 +279,7 @@ func TestReplyToRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	var inReply []string
-	for range 3 {
-		d := next(t, ctx, k)
+	for _, d := range nextAcked(t, ctx, k, 3) {
 		what := d.Type + ":" + d.MessageID
 		if d.Type == messageTypeResul {
 			res, err := DecodeResult(d.Body)
@@ -296,9 +291,6 @@ func TestReplyToRouting(t *testing.T) {
 			what += "/" + headerString(d.Headers, HeaderReason) + "/" + d.ReplyTo
 		}
 		inReply = append(inReply, what)
-		if err := d.Ack(); err != nil {
-			t.Fatal(err)
-		}
 	}
 	k.Close()
 	slices.Sort(inReply)
@@ -345,15 +337,11 @@ func TestGatewayFairShareDemotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var order []string
-	for range 8 {
-		d := next(t, ctx, k)
+	for _, d := range nextAcked(t, ctx, k, 8) {
 		if d.ReplyTo != g.ReplyQueue() {
 			t.Errorf("%s: reply-to %q, want %q", d.MessageID, d.ReplyTo, g.ReplyQueue())
 		}
 		order = append(order, fmt.Sprintf("%s@%d", strings.TrimPrefix(d.MessageID, "fair/"), d.Priority))
-		if err := d.Ack(); err != nil {
-			t.Fatal(err)
-		}
 	}
 	k.Close()
 	want := "a/1@5 a/2@5 b/1@5 b/2@5 b/3@5 b/4@5 a/3@4 b/5@4"

@@ -198,13 +198,16 @@ func (p *workerPair) until(what string, cond func() bool) {
 }
 
 func (p *workerPair) consumers(n int) {
-	p.until("the task queue has its consumers", func() bool {
-		qs, err := p.c.Depths(p.ctx, p.c.Names().Tasks)
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		return qs[0].Consumers == n
-	})
+	p.until("the task queue has its consumers", p.consuming(p.c.Names().Tasks, n))
+}
+
+// consuming reports whether queue has n consumers (false while the broker
+// cannot say).
+func (p *workerPair) consuming(queue string, n int) func() bool {
+	return func() bool {
+		qs, err := p.c.Depths(p.ctx, queue)
+		return err == nil && qs[0].Consumers == n
+	}
 }
 
 func (p *workerPair) collect(n int) []captchaq.Result {

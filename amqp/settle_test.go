@@ -29,11 +29,7 @@ func TestAnswerAndAckAreOne(t *testing.T) {
 		}
 		once.Do(func() {
 			p.run(b)
-			adopters := func() bool {
-				qs, err := p.c.Depths(p.ctx, p.c.Names().Adopt)
-				return err == nil && qs[0].Consumers == 2
-			}
-			if !testbound.Eventually(adopters) {
+			if !testbound.Eventually(p.consuming(p.c.Names().Adopt, 2)) {
 				t.Error("worker b never consumed the adopt queue")
 			}
 			p.proxy.cut() // the answer is sent; its commit is not
@@ -81,10 +77,7 @@ func TestCopyAndAckAreOne(t *testing.T) {
 	})
 	p.run(b)
 	p.run(c)
-	p.until("workers b and c consume the adopt queue", func() bool {
-		qs, err := p.c.Depths(p.ctx, p.c.Names().Adopt)
-		return err == nil && qs[0].Consumers == 3
-	})
+	p.until("workers b and c consume the adopt queue", p.consuming(p.c.Names().Adopt, 3))
 	var once sync.Once
 	a.store.beforeCommit = func(got string) {
 		if got == id {
