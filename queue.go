@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/dispatch"
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/sched"
@@ -54,10 +55,10 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	}
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
-	q.dispatch = make(chan struct{}, 1)
 	q.lanes = newLanes(cfg, f)
 	q.pauses = lane.NewPauses(q.lanes)
-	q.loops = []*startstop.Loop{startstop.New(newDispatcher(q).run)}
+	q.dispatcher = dispatch.New(q.lanes, q.now, q.pass)
+	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.Run)}
 	for _, l := range q.lanes {
 		p := q.newPoller(l)
 		q.pollers = append(q.pollers, p)

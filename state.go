@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/dispatch"
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/poller"
@@ -51,8 +52,8 @@ type Queue struct {
 	runCancel context.CancelFunc
 	wg        sync.WaitGroup
 
-	dispatch chan struct{}     // wakes the dispatcher's loop (wakeDispatcher)
-	loops    []*startstop.Loop // the dispatcher's and each lane poller's run
+	dispatcher *dispatch.Loop    // runs pass (dispatcher.go); wakeDispatcher wakes it
+	loops      []*startstop.Loop // the dispatcher's and each lane poller's run
 
 	// mu guards the lifecycle: started; closed and stopped are written
 	// under it and read anywhere.
@@ -121,12 +122,7 @@ func (q *Queue) now() time.Time { return q.cfg.Now() }
 func (q *Queue) storeCtx() context.Context { return context.WithoutCancel(q.runCtx) }
 
 // wakeDispatcher asks the dispatcher for a pass soon; it never blocks.
-func (q *Queue) wakeDispatcher() {
-	select {
-	case q.dispatch <- struct{}{}:
-	default:
-	}
-}
+func (q *Queue) wakeDispatcher() { q.dispatcher.Wake() }
 
 // pollerOf is the poller of l's tasks in flight.
 func (q *Queue) pollerOf(l *lane.Lane) *poller.Poller[*taskState] { return q.pollers[l.Index()] }

@@ -253,7 +253,7 @@
 // it again and answers it once (a second paid solve). The submit cap
 // covers the checkpoint, and no held-up submit frees its slot before the
 // client gives up, after which nothing is submitted: a partition costs at
-// most the cap's second solves (captchaq's submitConcurrency: 8 at 10
+// most the cap's second solves (the queue's bound on submits at once: 8 at 10
 // threads); in practice a worker whose threads are all at the provider
 // submits nothing once cut off (its polls, cut off too, free no thread).
 // Refusing to submit on a connection not heard from lately was tried and
