@@ -36,11 +36,6 @@ func (q *Queue) laneOf(stored string) (l *lane.Lane, captchaID string, ok bool) 
 	return q.lanes[0], stored, true
 }
 
-// multi reports whether the queue routes among several providers (with
-// one, every waiting task is its lane's: see poolDemandsLocked). Whether
-// a failing provider leaves routing is its lane's (Lane.MayGoDown).
-func (q *Queue) multi() bool { return len(q.lanes) > 1 }
-
 // routeClass is the set of lanes (bit i for lane i) that solve the route
 // method m.
 func (q *Queue) routeClass(m string) uint64 {
