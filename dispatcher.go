@@ -34,9 +34,9 @@ func (q *Queue) pass() time.Time {
 			}
 		}
 		launch = dispatch.Fill(q.lanes, tx.Waiting(), now, tasks, soonest)
-		for _, l := range launch {
-			st := l.Value
-			st.slot, st.lane, st.price = true, l.Lane, l.Price
+		for _, job := range launch {
+			st := job.Value
+			st.slot, st.lane, st.price = true, job.Lane, job.Price
 		}
 		soonest(tx.Waiting().NextWake(now))
 		// Told under the table's lock, a pool's demand is never older
@@ -53,9 +53,9 @@ func (q *Queue) pass() time.Time {
 		st := it.Value
 		q.finish(st, q.failure(st, st.rec.Attempts, CodeExpired, ErrExpired.Error()))
 	}
-	for _, l := range launch {
+	for _, job := range launch {
 		q.wg.Add(1)
-		go q.submit(l.Value)
+		go q.submit(job.Value)
 	}
 	return next
 }
