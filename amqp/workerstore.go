@@ -892,20 +892,16 @@ func (s *WorkerStore) answer(ctx context.Context, replyTo string, reply captchaq
 // Finish acks it; with no holder (a task this worker does not hold),
 // confirmed.
 func (s *WorkerStore) deliver(ctx context.Context, holder *Delivery, id string, out []outbound) error {
-	if holder == nil {
-		for _, o := range out {
-			if err := s.pub.Publish(ctx, o.exchange, o.key, o.msg); err != nil {
-				return err
-			}
+	if holder == nil || !holder.acks.tx {
+		// No holder: confirmed on any connection. A task delivery (a
+		// task that failed before its first checkpoint): confirmed on
+		// its connection, then acked by Finish (release).
+		var epoch uint64
+		if holder != nil {
+			epoch = holder.epoch
 		}
-		return nil
-	}
-	if !holder.acks.tx {
-		// A task delivery (a task that failed before its first
-		// checkpoint): confirmed on its connection, then acked by
-		// Finish (release).
 		for _, o := range out {
-			if err := s.pub.publishIn(ctx, holder.epoch, o.exchange, o.key, o.msg); err != nil {
+			if err := s.pub.publishIn(ctx, epoch, o.exchange, o.key, o.msg); err != nil {
 				if errors.Is(err, errLetGo) {
 					return ErrStaleDelivery
 				}
