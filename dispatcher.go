@@ -24,7 +24,6 @@ func (q *Queue) pass() time.Time {
 		expired []sched.Item[*taskState]
 		next    time.Time
 	)
-	tasks := q.waitingTasks()
 	q.table.Do(func(tx table) {
 		expired = tx.Waiting().Expired(now)
 		next = q.probes(now)
@@ -33,7 +32,7 @@ func (q *Queue) pass() time.Time {
 				next = t
 			}
 		}
-		launch = dispatch.Fill(q.lanes, tx.Waiting(), now, tasks, soonest)
+		launch = dispatch.Fill(q.lanes, tx.Waiting(), now, q.waiting, soonest)
 		for _, job := range launch {
 			st := job.Value
 			st.slot, st.lane, st.price = true, job.Lane, job.Price
@@ -45,7 +44,7 @@ func (q *Queue) pass() time.Time {
 		// counts the task busy) was overwritten by a count read before
 		// it, and the pool could give back the adopted task's thread
 		// for another worker to submit on (TestFleetSharesOnePlan).
-		for _, dm := range dispatch.Demands(q.lanes, tx.Waiting(), now, tasks, soonest) {
+		for _, dm := range dispatch.Demands(q.lanes, tx.Waiting(), now, q.waiting, soonest) {
 			dm.Pool.Want(dm.Busy, dm.Waiting)
 		}
 	})
@@ -58,10 +57,4 @@ func (q *Queue) pass() time.Time {
 		go q.submit(job.Value)
 	}
 	return next
-}
-
-// waitingTasks is what the dispatcher asks of a waiting task: which lanes
-// may take it (routeDecision) and its price at each (priceAt).
-func (q *Queue) waitingTasks() dispatch.Tasks[*taskState] {
-	return dispatch.Tasks[*taskState]{Route: q.routeDecision, Price: priceAt}
 }

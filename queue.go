@@ -57,6 +57,7 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.lanes = newLanes(cfg, f)
 	q.pauses = lane.NewPauses(q.lanes)
+	q.waiting = dispatch.Tasks[*taskState]{Route: q.routeDecision, Price: priceAt}
 	q.dispatcher = dispatch.New(q.lanes, q.now, q.pass)
 	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.Run)}
 	for _, l := range q.lanes {

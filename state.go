@@ -52,8 +52,11 @@ type Queue struct {
 	runCancel context.CancelFunc
 	wg        sync.WaitGroup
 
-	dispatcher *dispatch.Loop    // runs pass (dispatcher.go); wakeDispatcher wakes it
-	loops      []*startstop.Loop // the dispatcher's and each lane poller's run
+	dispatcher *dispatch.Loop // runs pass (dispatcher.go); wakeDispatcher wakes it
+	// waiting is what a pass asks of a waiting task: which lanes may
+	// take it (routeDecision) and its price at each (priceAt).
+	waiting dispatch.Tasks[*taskState]
+	loops   []*startstop.Loop // the dispatcher's and each lane poller's run
 
 	// mu guards the lifecycle: started; closed and stopped are written
 	// under it and read anywhere.
