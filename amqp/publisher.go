@@ -373,11 +373,7 @@ func (p *Publisher) bindReply(ctx context.Context, q string) {
 	if p.bound[q] {
 		return
 	}
-	conn, err := p.c.connection(ctx)
-	if err != nil {
-		return
-	}
-	ch, err := conn.Channel()
+	ch, _, err := p.c.channel(ctx)
 	if err != nil {
 		return
 	}
