@@ -81,7 +81,7 @@ const pingbackBacklog = 1024
 // Outcomes of captchaq_client_pingbacks_total.
 const (
 	pingbackSent      = "sent"
-	pingbackFailed    = "failed"    // refused URL, unreadable record, or every attempt failed
+	pingbackFailed    = "failed"    // refused URL, record unreadable past pingbackReadWait, or every attempt failed
 	pingbackDropped   = "dropped"   // past the client's backlog, or after close
 	pingbackAbandoned = "abandoned" // still queued or being sent when close's context ended
 )
@@ -149,7 +149,7 @@ func (ps *pingbackSender) send(j pingbackJob) {
 		abandoned()
 		return
 	}
-	rec, err := j.store.Get(ctx, j.res.ID)
+	rec, err := ps.read(ctx, j)
 	switch {
 	case ctx.Err() != nil:
 		abandoned()
@@ -210,6 +210,38 @@ func (ps *pingbackSender) send(j pingbackJob) {
 	}
 	ps.p.log.Warn("client pingback failed", "id", j.res.ID, "pingback", origin(target), "attempts", ps.p.attempts, "err", withoutURL(err))
 	ps.metrics.WithLabelValues(pingbackFailed).Inc()
+}
+
+// Reading a task's record for its pingback is tried again on a store
+// error (a PostgreSQL restart ends every connection: SQLSTATE 57P01,
+// 57P03 while it starts), from pingbackReadBackoff doubling up to
+// pingbackReadBackoffMax, for at most pingbackReadWait in all: the result
+// is recorded, so the store will answer once it is back. A task the store
+// does not hold is not read again.
+const (
+	pingbackReadBackoff    = 100 * time.Millisecond
+	pingbackReadBackoffMax = 5 * time.Second
+	pingbackReadWait       = 2 * time.Minute
+)
+
+// read is the record of j's task, read again while the store fails (see
+// pingbackReadWait) until it answers, the task is not found, or ctx ends.
+func (ps *pingbackSender) read(ctx context.Context, j pingbackJob) (captchaq.Record, error) {
+	backoff := pingbackReadBackoff
+	deadline := time.Now().Add(pingbackReadWait)
+	for {
+		rec, err := j.store.Get(ctx, j.res.ID)
+		if err == nil || errors.Is(err, captchaq.ErrNotFound) || ctx.Err() != nil || time.Now().Add(backoff).After(deadline) {
+			return rec, err
+		}
+		ps.p.log.Info("client pingback waits for the store", "id", j.res.ID, "err", err, "retry_in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return rec, ctx.Err()
+		}
+		backoff = min(2*backoff, pingbackReadBackoffMax)
+	}
 }
 
 // origin is a pingback URL as logs show it: scheme and host. Clients are

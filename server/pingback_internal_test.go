@@ -2,8 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,4 +127,77 @@ func TestPingbackCloseDeadlineCountsAbandoned(t *testing.T) {
 			t.Errorf("%s pingbacks: %v, want %v", outcome, n, want)
 		}
 	}
+}
+
+// flakyRecords is a recordGetter whose first fails reads fail as a
+// PostgreSQL restart fails them (the server ended the connection), then
+// answer; it counts the reads.
+type flakyRecords struct {
+	records
+	mu    sync.Mutex
+	fails int
+	reads int
+}
+
+func (f *flakyRecords) Get(ctx context.Context, id string) (captchaq.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	if f.reads <= f.fails {
+		return captchaq.Record{}, errors.New("FATAL: terminating connection due to administrator command (SQLSTATE 57P01)")
+	}
+	return f.records.Get(ctx, id)
+}
+
+// A store that fails while it restarts delays a pingback; it never drops
+// it: the read is tried again until the store answers, and the pingback
+// goes once.
+func TestPingbackWaitsForTheStore(t *testing.T) {
+	t.Parallel()
+	hits := make(chan string, 4)
+	rx := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.ParseForm()
+		hits <- r.Form.Get("id") + "=" + r.Form.Get("code")
+	}))
+	defer rx.Close()
+	st := &flakyRecords{records: records{"qa/1": {Task: captchaq.Task{ID: "qa/1", Pingback: formPingback + rx.URL + "/hook"}}}, fails: 3}
+	ps := newTestSender(t, 1, testLoopback)
+	ps.enqueue(st, captchaq.Result{ID: "qa/1", Status: captchaq.StatusSolved, Token: "T1"}, "1")
+	if got := recv(t, hits, "pingback"); got != "1=T1" {
+		t.Fatalf("pingback %q, want 1=T1", got)
+	}
+	waitCount(t, ps, pingbackSent, 1)
+	st.mu.Lock()
+	reads := st.reads
+	st.mu.Unlock()
+	if reads != 4 {
+		t.Errorf("store read %d times, want 4 (3 failed, 1 answered)", reads)
+	}
+	if n := testutil.ToFloat64(ps.metrics.WithLabelValues(pingbackFailed)); n != 0 {
+		t.Errorf("failed pingbacks: %v, want 0", n)
+	}
+	select {
+	case extra := <-hits:
+		t.Errorf("a second pingback %q", extra)
+	default:
+	}
+}
+
+// A task the store does not hold is read once: nothing to wait for.
+func TestPingbackOfAnUnknownTaskFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	ps := newTestSender(t, 1, testLoopback)
+	st := &missingRecords{}
+	ps.enqueue(st, captchaq.Result{ID: "qa/9", Status: captchaq.StatusSolved, Token: "T"}, "9")
+	waitCount(t, ps, pingbackFailed, 1)
+	if n := st.reads.Load(); n != 1 {
+		t.Errorf("store read %d times, want 1", n)
+	}
+}
+
+type missingRecords struct{ reads atomic.Int32 }
+
+func (m *missingRecords) Get(_ context.Context, id string) (captchaq.Record, error) {
+	m.reads.Add(1)
+	return captchaq.Record{}, fmt.Errorf("%w: %q", captchaq.ErrNotFound, id)
 }
