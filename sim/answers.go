@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
@@ -54,10 +55,12 @@ const (
 	hexDigits = "0123456789abcdef"
 )
 
-// answerFor derives a task's answer from the seed and the id, so it is the
-// same on every poll and is never stored.
+// answerFor derives a task's answer from its salt (the seed and what is
+// solved) and its id, so it is the same on every poll and is never stored,
+// and two tasks' answers differ as a real provider's do: another sitekey,
+// page or image, another id or another seed, another token.
 func (s *Server) answerFor(t *task) answer {
-	rng := rand.New(rand.NewPCG(s.cfg.Seed, t.id))
+	rng := rand.New(rand.NewPCG(t.salt, t.id))
 	str := func(set string, n int) string {
 		var b strings.Builder
 		b.Grow(n)
@@ -121,6 +124,20 @@ func (s *Server) answerFor(t *task) answer {
 	default: // CaptchaFox and anything new: an opaque token
 		return answer{raw: str(tokenSet, 280+rng.IntN(40))}
 	}
+}
+
+// saltFor is the salt of a task solved from fingerprint fp (its method and
+// solving fields) under seed: a token is bound to the task it answers.
+func saltFor(seed uint64, fp [16]byte) uint64 {
+	return splitmix(seed ^ binary.LittleEndian.Uint64(fp[:8]) ^ splitmix(binary.LittleEndian.Uint64(fp[8:])))
+}
+
+// splitmix is SplitMix64's finalizer: every bit of x moves every bit out.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 func sortedInts(a []int) []int {

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,5 +223,39 @@ func TestValidationAcceptsNothing(t *testing.T) {
 	b.post(t, "/in.php", recaptcha("key", "wrong"))
 	if st := b.srv.Stats(); st.Accepted != 0 || st.ThreadsInUse != 0 || st.Calls.Submit != 2 {
 		t.Fatalf("after two rejected submits: accepted %d, in use %d, submit calls %d", st.Accepted, st.ThreadsInUse, st.Calls.Submit)
+	}
+}
+
+// A token is bound to the task it answers and to the seed, as a real
+// provider's are: the same seed and requests give the same ids and tokens;
+// the same id for another sitekey or page, or another seed, another token.
+// A client that mixes up two tasks' tokens is then caught.
+func TestTokensBoundToTheTaskAndTheSeed(t *testing.T) {
+	t.Parallel()
+	run := func(seed uint64, v url.Values) (id, token string) {
+		b := setup(t, sim.Config{Threads: 5, Instant: true, Seed: seed})
+		id = b.submit(t, v)
+		p := b.poll(t, id)
+		if p.Status != 1 {
+			t.Fatalf("poll of an instant task: %s", p.Request)
+		}
+		return id, p.str(t)
+	}
+	id1, tok1 := run(7, recaptcha())
+	id2, tok2 := run(7, recaptcha())
+	if id1 != id2 || tok1 != tok2 {
+		t.Fatalf("seed 7 twice: ids %s, %s and tokens differ (%.12s…, %.12s…): want the same run", id1, id2, tok1, tok2)
+	}
+	idKey, tokKey := run(7, recaptcha("googlekey", "6Lc-otherSiteKeyAAAAAAAAAAAAAAAAAAAAAAAAA"))
+	idPage, tokPage := run(7, recaptcha("pageurl", "https://shop.example/checkout"))
+	if idKey != id1 || idPage != id1 {
+		t.Fatalf("ids %s, %s, want %s (same seed, first submit)", idKey, idPage, id1)
+	}
+	if tokKey == tok1 || tokPage == tok1 || tokKey == tokPage {
+		t.Errorf("one id's tokens for three tasks: %.12s…, %.12s…, %.12s…: want three", tok1, tokKey, tokPage)
+	}
+	id8, tok8 := run(8, recaptcha())
+	if id8 == id1 || tok8 == tok1 {
+		t.Errorf("seeds 7 and 8: ids %s, %s, tokens %.12s…, %.12s…: want both different", id1, id8, tok1, tok8)
 	}
 }

@@ -114,7 +114,10 @@ type Config struct {
 	Siteverify Siteverify
 
 	// Seed seeds the random source. The same seed and the same sequence of
-	// requests give the same latencies, outcomes, faults, ids and tokens.
+	// requests give the same latencies, outcomes, faults, ids and tokens;
+	// another seed, other ids and tokens. A token is also bound to its
+	// task's solving fields: another sitekey, page or image, another
+	// token. captchaq sim draws a new seed each run unless given one.
 	Seed uint64
 	// Now is the clock. Default time.Now. Tests may pass a manual clock:
 	// due work is also done at the start of every request and of Stats, so

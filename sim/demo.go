@@ -63,12 +63,12 @@ window.___grecaptcha_cfg = {clients: {0: {id: 0, anchor: "demo0recaptcha", widge
 </body></html>
 {{end}}`))
 
-// serveDemo serves the demo site under /demo/.
+// serveDemo serves the demo site under /demo/, its index at / too.
 func (s *Server) serveDemo(w http.ResponseWriter, r *http.Request) {
 	var site DemoSite
 	var page, field, verifyPath string
 	switch strings.TrimSuffix(r.URL.Path, "/") {
-	case "/demo":
+	case "", "/demo":
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_ = demoPages.Execute(w, nil)
 		return

@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -35,6 +36,9 @@ type journalEntry struct {
 	Pingback     string        `json:"pingback,omitempty"`
 	PingbackJSON bool          `json:"pingback_json,omitempty"`
 	Hint         journalHint   `json:"hint,omitzero"`
+	// Salt seeds the answer (task.salt); a line written before salts
+	// has none, and its answer is seeded by Config.Seed as it was then.
+	Salt uint64 `json:"salt,omitempty"`
 }
 
 type journalHint struct {
@@ -120,6 +124,7 @@ func (s *Server) restoreLocked(e journalEntry, now time.Time) {
 		pingback:   e.Pingback,
 		pbJSON:     e.PingbackJSON,
 		hint:       answerHint{text: e.Hint.Text, charset: e.Hint.Charset, min: e.Hint.Min, max: e.Hint.Max},
+		salt:       cmp.Or(e.Salt, s.cfg.Seed),
 	}
 	s.tasks[t.id] = t
 	s.nextID = max(s.nextID, t.id+1)
@@ -139,7 +144,7 @@ func (s *Server) recordLocked(t *task, due time.Time, fp [16]byte) {
 		return
 	}
 	e := journalEntry{ID: t.id, Kind: t.kind, Fingerprint: hex.EncodeToString(fp[:]), AcceptedAt: t.acceptedAt,
-		DueAt: due, Unsolvable: t.unsolvable, Pingback: t.pingback, PingbackJSON: t.pbJSON,
+		DueAt: due, Unsolvable: t.unsolvable, Pingback: t.pingback, PingbackJSON: t.pbJSON, Salt: t.salt,
 		Hint: journalHint{Text: t.hint.text, Charset: t.hint.charset, Min: t.hint.min, Max: t.hint.max}}
 	line, err := json.Marshal(e)
 	if err == nil {

@@ -39,6 +39,7 @@ type task struct {
 	pingback   string
 	pbJSON     bool // pingback is a createTask callbackUrl
 	hint       answerHint
+	salt       uint64 // seeds its answer with id: from Config.Seed and what is solved (saltFor)
 
 	pollWindow time.Time // start of the current poll-ban window
 	pollCount  int
@@ -220,7 +221,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveSiteverify(w, r, familyTurnstile)
 	case r.URL.Path == "/recaptcha/api/siteverify":
 		s.serveSiteverify(w, r, familyRecaptcha)
-	case r.URL.Path == "/demo" || strings.HasPrefix(r.URL.Path, "/demo/"):
+	case r.URL.Path == "/" || r.URL.Path == "/demo" || strings.HasPrefix(r.URL.Path, "/demo/"):
 		s.serveDemo(w, r)
 	default:
 		s.mu.Lock()

@@ -373,6 +373,7 @@ func (s *Server) acceptLocked(spec taskSpec, now time.Time) uint64 {
 		pingback:   spec.pingback,
 		pbJSON:     spec.pingbackJSON,
 		hint:       spec.hint,
+		salt:       saltFor(s.cfg.Seed, spec.fingerprint),
 	}
 	if s.cfg.Pingback.Disabled {
 		t.pingback = ""

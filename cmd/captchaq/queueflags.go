@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"time"
 
@@ -191,7 +192,7 @@ func (rt *queueRuntime) startSim(env *environment, threads int) (string, error) 
 	// Beside a store file, the simulator keeps its tasks in a file of
 	// its own, so a rerun after kill -9 finds at the simulator the ids
 	// the store kept, and pays for nothing twice.
-	simCfg := sim.Config{Threads: threads}
+	simCfg := sim.Config{Threads: threads, Seed: rand.Uint64()}
 	if rt.storePath != "" {
 		simCfg.StateFile = rt.storePath + ".sim"
 	}

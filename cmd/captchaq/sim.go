@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -66,6 +67,11 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return err
 	}
+	seeded := false
+	fs.Visit(func(fl *flag.Flag) { seeded = seeded || fl.Name == "seed" })
+	if !seeded {
+		cfg.Seed = rand.Uint64() // ids and tokens differ from run to run, as a provider's do
+	}
 	log := slog.New(slog.NewTextHandler(env.stderr, nil))
 	tlsCfg, err := f.tls.config(ctx, *f.addr, log)
 	if err != nil {
@@ -88,7 +94,8 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	if cfg.Latency != nil {
 		times = "the " + *f.mix + " mix's solve times"
 	}
-	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, %s, latency scale %v, accepts %s%s)\n", base, *f.threads, times, *f.scale, keyNote, priceNote)
+	fmt.Fprintf(env.stderr, "captchaq sim: listening on %s (threads %d, %s, latency scale %v, accepts %s%s, seed %d); demo site at %s/demo/\n",
+		base, *f.threads, times, *f.scale, keyNote, priceNote, cfg.Seed, base)
 	if w := exposedWarning(base, cfg.AdminKey != ""); w != "" {
 		fmt.Fprintln(env.stderr, w)
 	}
@@ -137,7 +144,7 @@ func addSimFlags(fs *flag.FlagSet) *simFlags {
 		banFor:   fs.Duration("poll-ban-duration", sim.PollBanDurationDefault, "how long a poll ban lasts"),
 		banOff:   fs.Bool("no-poll-ban", false, "never ban for polling"),
 		ctGap:    fs.Duration("task-result-gap", 0, "answer a getTaskResult sooner than this after the task's last one with ERROR_TOO_MUCH_REQUESTS, as CapMonster Cloud does at 2s (default 0: no such rule)"),
-		seed:     fs.Uint64("seed", 0, "seed of the random source (same seed, same requests: same run)"),
+		seed:     fs.Uint64("seed", 0, "seed of the random source: same seed, same requests, same ids and tokens (default: a new one each run, printed at start)"),
 		balance:  fs.Float64("balance", sim.BalanceDefault, "what getbalance answers"),
 		retained: fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept"),
 		methods:  fs.String("methods", "", "comma-separated in.php `methods` served, others refused as unsupported (default: CaptchaAI's: "+strings.Join(provider.CaptchaAIMethods, ",")+"; e.g. hcaptcha,turnstile,userrecaptcha,base64 for a per-solve service)"),

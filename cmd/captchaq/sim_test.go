@@ -54,6 +54,18 @@ func TestSimServesUntilCancelled(t *testing.T) {
 	if strings.Contains(first, "k1") {
 		t.Fatalf("the key shows in the output: %q", first)
 	}
+	if !regexp.MustCompile(`, seed \d+\); demo site at ` + regexp.QuoteMeta(base) + `/demo/$`).MatchString(first) {
+		t.Fatalf("first line %q does not end with the seed and the demo site's address", first)
+	}
+	if resp, err := http.Get(base + "/"); err != nil {
+		t.Fatal(err)
+	} else {
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(page), `href="/demo/turnstile"`) {
+			t.Fatalf("GET / answered %d %.200q, want the demo site's index", resp.StatusCode, page)
+		}
+	}
 
 	get := func(query string) string {
 		resp, err := http.Get(base + "/res.php?" + query)
@@ -219,4 +231,43 @@ func TestSimHelpAndBadFlags(t *testing.T) {
 			t.Errorf("%v: message %q does not name %s", tt.args, stderr.String(), tt.want)
 		}
 	}
+}
+
+// Without --seed each run of sim has a seed of its own (printed), so its
+// ids and tokens differ from the last run's, as a provider's do; --seed
+// gives the same run again.
+func TestSimSeedsEachRun(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	seedOf := func(args ...string) string {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		pr, pw := io.Pipe()
+		env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, getenv: func(string) string { return "" }}
+		code := make(chan int, 1)
+		go func() {
+			code <- run(ctx, env, append([]string{"sim", "--addr", "127.0.0.1:0", "--instant"}, args...))
+			pw.Close()
+		}()
+		sc := bufio.NewScanner(pr)
+		if !sc.Scan() {
+			t.Fatalf("no output from captchaq sim: %v", sc.Err())
+		}
+		m := regexp.MustCompile(`, seed (\d+)\)`).FindStringSubmatch(sc.Text())
+		cancel()
+		go io.Copy(io.Discard, pr)
+		if c := <-code; c != 0 {
+			t.Fatalf("exit code %d", c)
+		}
+		if m == nil {
+			t.Fatalf("first line %q names no seed", sc.Text())
+		}
+		return m[1]
+	}
+	if a, b := seedOf(), seedOf(); a == b {
+		t.Errorf("two runs without --seed both seeded %s", a)
+	}
+	if s := seedOf("--seed", "42"); s != "42" {
+		t.Errorf("--seed 42 ran with seed %s", s)
+	}
+	http.DefaultClient.CloseIdleConnections()
 }
