@@ -24,14 +24,7 @@ func TestSimServesUntilCancelled(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pr, pw := io.Pipe()
-	env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, getenv: func(string) string { return "" }}
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, env, []string{"sim", "--addr", "127.0.0.1:0", "--threads", "7", "--key", "k1", "--instant", "--mix", "fast"})
-		pw.Close()
-	}()
-	lines := bufio.NewScanner(pr)
+	lines, code := runSimCmd(ctx, "--addr", "127.0.0.1:0", "--threads", "7", "--key", "k1", "--instant", "--mix", "fast")
 	if !lines.Scan() {
 		t.Fatalf("no output from captchaq sim: %v", lines.Err())
 	}
@@ -241,20 +234,16 @@ func TestSimSeedsEachRun(t *testing.T) {
 	seedOf := func(args ...string) string {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		pr, pw := io.Pipe()
-		env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, getenv: func(string) string { return "" }}
-		code := make(chan int, 1)
-		go func() {
-			code <- run(ctx, env, append([]string{"sim", "--addr", "127.0.0.1:0", "--instant"}, args...))
-			pw.Close()
-		}()
-		sc := bufio.NewScanner(pr)
+		sc, code := runSimCmd(ctx, append([]string{"--addr", "127.0.0.1:0", "--instant"}, args...)...)
 		if !sc.Scan() {
 			t.Fatalf("no output from captchaq sim: %v", sc.Err())
 		}
 		m := regexp.MustCompile(`, seed (\d+)\)`).FindStringSubmatch(sc.Text())
 		cancel()
-		go io.Copy(io.Discard, pr)
+		go func() {
+			for sc.Scan() {
+			}
+		}()
 		if c := <-code; c != 0 {
 			t.Fatalf("exit code %d", c)
 		}
@@ -270,4 +259,17 @@ func TestSimSeedsEachRun(t *testing.T) {
 		t.Errorf("--seed 42 ran with seed %s", s)
 	}
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// runSimCmd runs `captchaq sim ARGS` in-process until ctx ends: its stderr
+// line by line, and its exit code once it returns.
+func runSimCmd(ctx context.Context, args ...string) (*bufio.Scanner, <-chan int) {
+	pr, pw := io.Pipe()
+	env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: pw, getenv: func(string) string { return "" }}
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, env, append([]string{"sim"}, args...))
+		pw.Close()
+	}()
+	return bufio.NewScanner(pr), code
 }
