@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq/internal/lane"
+	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -90,12 +91,36 @@ func (q *Queue) routeDecision(l *lane.Lane, st *taskState, now time.Time) (ok bo
 // transportFailed records a network error or 5xx from l and reports
 // whether l has now failed for longer than its DownAfter (and so leaves
 // routing, in a queue of several).
-func (q *Queue) transportFailed(l *lane.Lane, now time.Time) bool {
-	down, wentDown := l.TransportFailed(now)
+func (q *Queue) transportFailed(l *lane.Lane, now time.Time, err error) bool {
+	down, wentDown := l.TransportFailed(now, err)
 	if wentDown {
 		q.wakeDispatcher()
 	}
 	return down
+}
+
+// recovered is told that l answered after transport failures: the tasks
+// waiting out a backoff those failures built go at once, rather than
+// after the outage's longest backoff (RetryBackoffMax). A task waiting
+// for another reason (an attempt the provider refused, a rate limit, a
+// busy plan) keeps its wait.
+func (q *Queue) recovered(l *lane.Lane) {
+	q.log.Info("provider answers again: tasks backing off after its network errors go now", "provider", l.Name())
+	now := q.now()
+	q.table.Do(func(tx table) {
+		var back []*taskState
+		tx.Waiting().Each(func(it sched.Item[*taskState]) {
+			st := it.Value
+			if st.transient > 0 && st.rec.NotBefore.After(now) {
+				back = append(back, st)
+			}
+		})
+		for _, st := range back {
+			tx.Waiting().Remove(st.rec.Task.ID)
+			st.rec.NotBefore, st.transient = time.Time{}, 0
+			q.push(tx, st)
+		}
+	})
 }
 
 // probes starts the probes that are due: a lane that is down, or paused

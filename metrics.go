@@ -70,6 +70,16 @@ type ProviderMetrics struct {
 	// Healthy: in routing (not down, not paused). Down: failing longer
 	// than its DownAfter. Paused: an account error stops sending there.
 	Healthy, Down, Paused bool
+	// FailingSince is the first of the network errors, 5xx pages or
+	// unreadable answers in a row it gave since it last answered (zero
+	// while it answers); Failures counts them, LastFailure is the last
+	// one's text (which names its URL and the cause: connection refused,
+	// a DNS or TLS failure, a timeout, an HTTP status; never the key).
+	// EverAnswered: it answered a request of this queue once.
+	FailingSince time.Time
+	Failures     int
+	LastFailure  string
+	EverAnswered bool
 }
 
 type counters struct {
@@ -144,6 +154,8 @@ func (q *Queue) Metrics() Metrics {
 			Down: s.Down, Paused: s.Paused,
 		}
 		pm.Healthy = !pm.Down && !pm.Paused
+		r := l.Reach()
+		pm.FailingSince, pm.Failures, pm.LastFailure, pm.EverAnswered = r.FailingSince, r.Failures, r.LastFailure, r.EverAnswered
 		if s.Solved > 0 {
 			pm.CostPer1000 = s.Spend / float64(s.Solved) * 1000
 		}

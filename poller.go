@@ -95,12 +95,14 @@ func (s laneSink) RoundFailed(err error, at time.Time, epoch int) {
 		}
 		return
 	}
-	if q.transportFailed(s.l, at) {
+	if q.transportFailed(s.l, at, err) {
 		q.moveInflight(s.l, CodeProviderDown, err)
 	}
 }
 
 func (s laneSink) Epoch() int { return s.q.epoch() }
+
+func (s laneSink) Recovered() { s.q.recovered(s.l) }
 
 // repoll is the time between polls of one task.
 func (q *Queue) repoll() time.Duration {

@@ -40,7 +40,9 @@ func (q *Queue) submit(st *taskState) {
 	captchaID, err := l.Submit(q.runCtx, st.pt, l.PingbackURL(q.cfg.PingbackURL))
 	now := q.now()
 	if err == nil {
-		l.Answered()
+		if l.Answered() {
+			q.recovered(l)
+		}
 		q.accepted(st, captchaID, now)
 		return
 	}
@@ -108,13 +110,13 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 	l := st.lane
 	class := provider.ClassOf(err)
 	if lane.TransportFailure(err) {
-		if q.transportFailed(l, now) {
+		if q.transportFailed(l, now, err) {
 			// Down: the task goes to another provider at once.
 			q.requeue(st, attempts, time.Time{}, code, err)
 			return
 		}
-	} else {
-		l.Answered()
+	} else if l.Answered() {
+		q.recovered(l)
 	}
 	switch class {
 	case provider.ClassTask:

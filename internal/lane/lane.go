@@ -114,8 +114,13 @@ type Lane struct {
 	zeroBalanceStreak int       // ERROR_ZERO_BALANCE refusals in a row with nothing in flight here
 	submits           int       // submit requests in progress
 	// failingSince is the first network error or 5xx since the lane last
-	// answered; zero while it answers.
+	// answered; zero while it answers. failures counts them, lastFailure
+	// is the last one's text (the provider's redacted error: no key);
+	// answered is whether the lane ever answered.
 	failingSince time.Time
+	failures     int
+	lastFailure  string
+	answered     bool
 	// down: failing longer than downAfter; out of routing until a probe
 	// answers.
 	down      bool
@@ -412,22 +417,43 @@ func (l *Lane) ZeroBalance(code string, inflight int) bool {
 }
 
 // Answered records that the lane answered a request (any protocol answer,
-// even an error code): it is up.
-func (l *Lane) Answered() {
+// even an error code): it is up. recovered says it was failing until now.
+func (l *Lane) Answered() (recovered bool) {
 	l.mu.Lock()
-	l.failingSince = time.Time{}
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	recovered = l.failures > 0
+	l.failingSince, l.failures, l.lastFailure, l.answered = time.Time{}, 0, "", true
+	return recovered
 }
 
-// TransportFailed records a network error or 5xx at now and reports
-// whether the lane has now failed for longer than its DownAfter (down),
-// and whether it went down with this failure (wentDown). Only a lane
-// that MayGoDown goes down.
-func (l *Lane) TransportFailed(now time.Time) (down, wentDown bool) {
+// Reach is what the lane knows of reaching its provider: since when and
+// how often it failed in a row (zero while it answers), the last
+// failure's text, and whether it ever answered.
+type Reach struct {
+	FailingSince time.Time
+	Failures     int
+	LastFailure  string
+	EverAnswered bool
+}
+
+// Reach reports the lane's Reach now.
+func (l *Lane) Reach() Reach {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return Reach{FailingSince: l.failingSince, Failures: l.failures, LastFailure: l.lastFailure, EverAnswered: l.answered}
+}
+
+// TransportFailed records a network error or 5xx (err) at now and
+// reports whether the lane has now failed for longer than its DownAfter
+// (down), and whether it went down with this failure (wentDown). Only a
+// lane that MayGoDown goes down.
+func (l *Lane) TransportFailed(now time.Time, err error) (down, wentDown bool) {
 	l.mu.Lock()
 	if l.failingSince.IsZero() {
 		l.failingSince = now
 	}
+	l.failures++
+	l.lastFailure = err.Error()
 	since := l.failingSince
 	down = l.mayGoDown && now.Sub(since) > l.downAfter
 	wentDown = down && !l.down
@@ -478,6 +504,7 @@ func (l *Lane) ProbeDone(up bool, now time.Time) {
 	l.probing = false
 	if up {
 		l.down, l.pause, l.failingSince, l.nextProbe = false, nil, time.Time{}, time.Time{}
+		l.failures, l.lastFailure, l.answered = 0, "", true
 	} else {
 		l.nextProbe = now.Add(l.downAfter)
 	}

@@ -69,20 +69,20 @@ func TestPauseLiftsAtItsEnd(t *testing.T) {
 // it back.
 func TestDownAndProbe(t *testing.T) {
 	alone := newLane(Config{})
-	alone.TransportFailed(t0)
-	if down, _ := alone.TransportFailed(t0.Add(time.Hour)); down {
+	alone.TransportFailed(t0, provider.ErrNetwork)
+	if down, _ := alone.TransportFailed(t0.Add(time.Hour), provider.ErrNetwork); down {
 		t.Fatal("the only lane went down")
 	}
 	l := newLane(Config{MayGoDown: true, DownAfter: 10 * time.Second})
-	l.TransportFailed(t0)
-	if down, _ := l.TransportFailed(t0.Add(10 * time.Second)); down {
+	l.TransportFailed(t0, provider.ErrNetwork)
+	if down, _ := l.TransportFailed(t0.Add(10 * time.Second), provider.ErrNetwork); down {
 		t.Fatal("down at DownAfter, want only past it")
 	}
-	down, wentDown := l.TransportFailed(t0.Add(10*time.Second + 1))
+	down, wentDown := l.TransportFailed(t0.Add(10*time.Second + 1), provider.ErrNetwork)
 	if !down || !wentDown || l.Routable(t0.Add(11*time.Second)) {
 		t.Fatalf("down %v, went down %v: want both, out of routing", down, wentDown)
 	}
-	if _, wentDown := l.TransportFailed(t0.Add(11 * time.Second)); wentDown {
+	if _, wentDown := l.TransportFailed(t0.Add(11 * time.Second), provider.ErrNetwork); wentDown {
 		t.Fatal("went down twice")
 	}
 	if start, next := l.ProbeDue(t0.Add(11 * time.Second)); start || !next.Equal(t0.Add(20*time.Second+1)) {

@@ -77,6 +77,8 @@ type Sink[T any] interface {
 	// RoundFailed gives a round that failed as a whole with an account
 	// error or a transport failure (lane.TransportFailure).
 	RoundFailed(err error, at time.Time, epoch int)
+	// Recovered says the lane answered after transport failures.
+	Recovered()
 	// Epoch identifies the pause state a request is sent under.
 	Epoch() int
 }
@@ -449,7 +451,9 @@ func (p *Poller[T]) round(now time.Time) {
 		p.mu.Lock()
 		p.failures = 0
 		p.mu.Unlock()
-		p.cfg.Lane.Answered()
+		if p.cfg.Lane.Answered() {
+			p.sink.Recovered()
+		}
 	}
 	if fail != nil && p.cfg.Requests.Err() == nil {
 		p.failed(fail, fAt, fEp)

@@ -35,6 +35,7 @@ type sink struct{}
 func (sink) Ready(string, string, provider.Answer, time.Time, time.Time) bool { return true }
 func (sink) Refused(string, string, error, time.Time, int)                    {}
 func (sink) RoundFailed(error, time.Time, int)                                {}
+func (sink) Recovered()                                                       {}
 func (sink) Epoch() int                                                       { return 0 }
 
 func newPoller(rec *pollRecorder, adaptive, busy bool, now time.Time) *Poller[string] {
