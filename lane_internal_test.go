@@ -58,7 +58,7 @@ func TestRouteDecision(t *testing.T) {
 	check("backup: deadline far", backup, state("turnstile", t0.Add(14*time.Second)), t0, false, t0.Add(5*time.Second))
 	// Failing longer than its DownAfter takes main out of routing; a
 	// probe that answers brings it back.
-	main.TransportFailed(t0.Add(-DownAfterDefault - time.Second), provider.ErrNetwork)
+	main.TransportFailed(t0.Add(-DownAfterDefault-time.Second), provider.ErrNetwork)
 	if down, _ := main.TransportFailed(t0, provider.ErrNetwork); !down {
 		t.Fatal("main failing for longer than DownAfter: not down")
 	}

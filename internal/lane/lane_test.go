@@ -75,14 +75,14 @@ func TestDownAndProbe(t *testing.T) {
 	}
 	l := newLane(Config{MayGoDown: true, DownAfter: 10 * time.Second})
 	l.TransportFailed(t0, provider.ErrNetwork)
-	if down, _ := l.TransportFailed(t0.Add(10 * time.Second), provider.ErrNetwork); down {
+	if down, _ := l.TransportFailed(t0.Add(10*time.Second), provider.ErrNetwork); down {
 		t.Fatal("down at DownAfter, want only past it")
 	}
-	down, wentDown := l.TransportFailed(t0.Add(10*time.Second + 1), provider.ErrNetwork)
+	down, wentDown := l.TransportFailed(t0.Add(10*time.Second+1), provider.ErrNetwork)
 	if !down || !wentDown || l.Routable(t0.Add(11*time.Second)) {
 		t.Fatalf("down %v, went down %v: want both, out of routing", down, wentDown)
 	}
-	if _, wentDown := l.TransportFailed(t0.Add(11 * time.Second), provider.ErrNetwork); wentDown {
+	if _, wentDown := l.TransportFailed(t0.Add(11*time.Second), provider.ErrNetwork); wentDown {
 		t.Fatal("went down twice")
 	}
 	if start, next := l.ProbeDue(t0.Add(11 * time.Second)); start || !next.Equal(t0.Add(20*time.Second+1)) {
