@@ -129,7 +129,7 @@ func solveLines(ctx context.Context, env *environment, rt *queueRuntime, in io.R
 	bar.finish()
 	select {
 	case err := <-fatal:
-		return &exitError{code: 3, err: accountStop(err)}
+		return rt.fatalStop(err)
 	default:
 	}
 	switch {
@@ -226,13 +226,23 @@ func batchOutcome(solved, failed, invalid int) error {
 	return nil
 }
 
-// accountStop says why a batch stopped on an account error and what to do.
-func accountStop(err error) error {
+// fatalStop is the error a command stops with on what rt.fatal sent: a
+// provider that never answered (exit 1), or an account it refused (exit
+// 3); it says whether the tasks accepted so far are kept for the rerun.
+func (rt *queueRuntime) fatalStop(err error) error {
+	kept := "; tasks accepted so far are kept in the store"
+	if _, mem := rt.store.(*captchaq.MemoryStore); mem {
+		kept = "; --store memory kept no task: the rerun starts afresh"
+	}
+	var ue *unreachableError
+	if errors.As(err, &ue) {
+		return &exitError{code: exitFailure, err: errors.New(err.Error() + kept)}
+	}
 	var ae *captchaq.AccountError
 	if errors.As(err, &ae) {
 		err = ae.Err
 	}
-	return fmt.Errorf("stopped: the provider refused the account (%v); fix the key (%s or %s), plan or IP allow-list, then run the same command again: tasks accepted so far are kept in the store", err, envKey, envKeyFile)
+	return &exitError{code: exitAccount, err: fmt.Errorf("stopped: the provider refused the account (%v); fix the key (%s or %s), plan or IP allow-list, then run the same command again%s", err, envKey, envKeyFile, kept)}
 }
 
 // summary is the closing line on stderr. Results the store already held

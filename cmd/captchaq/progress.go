@@ -92,9 +92,17 @@ func (p *progress) report(context.Context) {
 		}
 	}
 	p.mu.Unlock()
+	why := reachNote(m, now)
+	if why != "" {
+		eta = "-" // nothing is solved while the provider cannot be reached
+	}
 	elapsed := now.Sub(p.start)
 	if p.term {
-		fmt.Fprint(p.w, "\r\033[K"+progressLine(done, p.total, m, elapsed, eta))
+		line := progressLine(done, p.total, m, elapsed, eta)
+		if why != "" {
+			line += "  " + why
+		}
+		fmt.Fprint(p.w, "\r\033[K"+line)
 		return
 	}
 	if now.Sub(p.lastLine) < progressEvery-progressSample/2 {
@@ -103,6 +111,9 @@ func (p *progress) report(context.Context) {
 	line := logLine(done, p.total, m, elapsed, eta)
 	if retried, ok := retryNote(m, p.lastBy, now.Sub(p.lastLine).Round(time.Second)); ok {
 		line += "; " + retried
+	}
+	if why != "" {
+		line += "; " + why
 	}
 	fmt.Fprintln(p.w, line)
 	p.lastLine, p.lastBy = now, maps.Clone(m.RetriesByReason)

@@ -65,7 +65,8 @@ func TestBatchProgressOffATerminal(t *testing.T) {
 }
 
 // TestBatchUnreachableProviderSaysSo: off a terminal, a batch whose
-// provider does not answer prints retry notices instead of silence.
+// provider does not answer (kept going with --patient) prints retry
+// notices that name the provider's URL and the cause, with no ETA.
 func TestBatchUnreachableProviderSaysSo(t *testing.T) {
 	t.Parallel()
 	in := writeFile(t, "tasks.jsonl", jsonl(t, turnstileTasks("down", 3)))
@@ -82,13 +83,14 @@ func TestBatchUnreachableProviderSaysSo(t *testing.T) {
 	code := make(chan int, 1)
 	start := time.Now()
 	go func() {
-		code <- run(ctx, env, []string{"batch", in, "--store", "memory", "--api-url", "http://127.0.0.1:1"})
+		code <- run(ctx, env, []string{"batch", in, "--store", "memory", "--api-url", "http://127.0.0.1:1", "--patient"})
 	}()
 	testbound.Until(t, "a retry notice", func() bool { return strings.Contains(text(), "attempts retried in the last") })
 	if waited := time.Since(start); waited > 2*progressEvery+5*time.Second {
 		t.Errorf("first notice after %v", waited)
 	}
-	if !strings.Contains(text(), "captchaq batch: 0 of 3 done, threads ") || !strings.Contains(text(), "(NETWORK ") {
+	if !strings.Contains(text(), "captchaq batch: 0 of 3 done, threads ") || !strings.Contains(text(), "(NETWORK ") ||
+		!regexp.MustCompile(`, ETA -; \d+ attempts retried in the last \d+s \(NETWORK \d+\); still trying; the provider never answered: \d+ failures in a row over \d+s, the last: submit: NETWORK: cannot reach the provider: Post "http://127.0.0.1:1/in.php": dial tcp 127.0.0.1:1: connect: connection refused`).MatchString(text()) {
 		t.Errorf("notice: %q", text())
 	}
 	cancel()

@@ -26,6 +26,7 @@ type queueFlags struct {
 	pollInterval *time.Duration
 	maxAttempts  *int
 	providers    *providersFlag
+	patient      *bool
 	// defaultStore names the store file used without --store, given whether
 	// the run is on the simulator; "" means a memory store.
 	defaultStore func(useSim bool) (string, error)
@@ -41,6 +42,7 @@ func addQueueFlags(fs *flag.FlagSet) *queueFlags {
 		pollInterval: addPollIntervalFlag(fs),
 		maxAttempts:  fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good (default %d)", captchaq.MaxAttemptsDefault)),
 		providers:    addProvidersFlag(fs, "api-url", "threads", "plan", "sim"),
+		patient:      fs.Bool("patient", false, fmt.Sprintf("keep retrying a provider that never answered (default: stop with exit 1 after %d failures in a row)", unreachableStop)),
 	}
 }
 
@@ -63,7 +65,8 @@ const simThreadsDefault = 20
 type queueRuntime struct {
 	queue *captchaq.Queue
 	// fatal receives an error when the queue cannot go on by itself (a bad
-	// key): the command should stop and say why.
+	// key, a provider that never answered: *unreachableError): the
+	// command should stop and say why.
 	fatal   chan error
 	closers []func()
 	// storePath is the SQLite store's file; "" for a memory store.
@@ -152,6 +155,12 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	}
 	rt.closers = append(rt.closers, func() { q.Close() })
 	rt.queue = q
+	if !*qf.patient {
+		watch, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { rt.watchReach(watch); close(done) }()
+		rt.closers = append(rt.closers, func() { stop(); <-done })
+	}
 	return rt, nil
 }
 

@@ -142,13 +142,19 @@ func solveOne(ctx context.Context, rt *queueRuntime, task captchaq.ValidTask, ti
 	var o outcome
 	select {
 	case err := <-rt.fatal:
-		return o.r, &exitError{code: 3, err: accountStop(err)}
+		return o.r, rt.fatalStop(err)
 	case o = <-done:
 	}
 	switch {
 	case o.err != nil && errors.Is(context.Cause(ctx), context.Canceled):
 		return o.r, &exitError{code: 130, err: errors.New("interrupted")}
 	case o.err != nil && ctx.Err() != nil:
+		if why := reachNote(rt.queue.Metrics(), time.Now()); why != "" {
+			return o.r, taskFailed(fmt.Errorf("no answer within %v: %s", timeout, why))
+		}
+		if m := rt.queue.Metrics(); m.Paused {
+			return o.r, taskFailed(fmt.Errorf("no answer within %v: sending paused: %s", timeout, m.PausedReason))
+		}
 		return o.r, taskFailed(fmt.Errorf("no answer within %v; raise --timeout", timeout))
 	case o.err != nil:
 		return o.r, o.err

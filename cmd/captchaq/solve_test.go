@@ -136,7 +136,7 @@ func TestSolveFailures(t *testing.T) {
 		{name: "missing key file", env: map[string]string{"CAPTCHAAI_KEY_FILE": "/nonexistent/key"}, args: turnstile, code: 2,
 			stderr: "captchaq solve: CAPTCHAAI_KEY_FILE: cannot read \"/nonexistent/key\": no such file or directory\n"},
 		{name: "wrong key", sim: sim.Config{Key: solveKey}, env: map[string]string{"CAPTCHAAI_KEY": "not-the-key"}, args: turnstile, code: 3, requests: true,
-			stderr: "captchaq solve: stopped: the provider refused the account (…); fix the key (CAPTCHAAI_KEY or CAPTCHAAI_KEY_FILE), plan or IP allow-list, then run the same command again: tasks accepted so far are kept in the store\n"},
+			stderr: "captchaq solve: stopped: the provider refused the account (…); fix the key (CAPTCHAAI_KEY or CAPTCHAAI_KEY_FILE), plan or IP allow-list, then run the same command again; --store memory kept no task: the rerun starts afresh\n"},
 		{name: "unsolvable", sim: sim.Config{UnsolvableRate: 1}, env: map[string]string{"CAPTCHAAI_KEY_FILE": keyFile}, args: append(slicesClone(turnstile), "--max-attempts", "2"), code: 4, requests: true,
 			stderr: "captchaq solve: failed after 2 attempts: poll: ERROR_CAPTCHA_UNSOLVABLE: The captcha could not be solved.\n"},
 		{name: "timeout", sim: sim.Config{Latency: slow, LatencyScale: 1}, env: solveEnv, args: append(slicesClone(turnstile), "--timeout", "300ms"), code: 4, requests: true,
