@@ -21,7 +21,11 @@
 // Reading is bounded: a key in the query string is checked (Options.KeyOK)
 // before any byte of the body is read, and the body is read through
 // http.MaxBytesReader, so neither a wrong key nor a huge body costs more
-// than Options.MaxBody bytes.
+// than Options.MaxBody bytes. A JSON body is scanned before any of it is
+// decoded: more than Options.MaxFields values (net/url's cap on a query's
+// fields) or a string longer than Options.MaxString refuses it, so its
+// decoding costs a bounded multiple of its size, not one map entry per
+// few bytes.
 package apiform
 
 import (
@@ -48,6 +52,12 @@ var (
 	ErrWrongKey = errors.New("apiform: wrong key")
 	// ErrTooBig: the body is over Options.MaxBody bytes.
 	ErrTooBig = errors.New("apiform: request body too large")
+	// ErrTooManyFields: a JSON body holds more than Options.MaxFields
+	// values. None was decoded.
+	ErrTooManyFields = errors.New("apiform: too many fields")
+	// ErrFieldTooLong: a JSON body holds a string longer than
+	// Options.MaxString. None was decoded.
+	ErrFieldTooLong = errors.New("apiform: field too long")
 )
 
 // Options bound and guard the reading.
@@ -59,10 +69,26 @@ type Options struct {
 	// before the body is read; false ends the reading with ErrWrongKey.
 	// A key given only in the body is the caller's to check.
 	KeyOK func(key string) bool
+	// MaxFields is the most values a JSON body may hold: its members and
+	// array elements at every depth. More is ErrTooManyFields. Zero means
+	// DefaultMaxFields.
+	MaxFields int
+	// MaxString, above zero, is the longest string (a name or a value) a
+	// JSON body may hold, in bytes with an escape counted as one. Longer
+	// is ErrFieldTooLong. Zero means no limit but MaxBody.
+	MaxString int
 }
 
 // DefaultMaxBody is Options.MaxBody's default: far above any captcha image.
 const DefaultMaxBody = 4 << 20
+
+// DefaultMaxFields is Options.MaxFields's default, net/url's cap on the
+// fields of a query (and so of an urlencoded body): a request of the
+// protocol has a few dozen.
+const DefaultMaxFields = 10000
+
+// maxDepth is how deep a JSON body may nest, encoding/json's own limit.
+const maxDepth = 10000
 
 // Request is one call's fields.
 type Request struct {
@@ -125,6 +151,9 @@ func Parse(w http.ResponseWriter, r *http.Request, o Options) (*Request, error) 
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
 	}
+	if o.MaxFields <= 0 {
+		o.MaxFields = DefaultMaxFields
+	}
 	q := &Request{fields: map[string]string{}, names: map[string]string{}}
 	query := r.URL.Query()
 	if o.KeyOK != nil {
@@ -134,7 +163,7 @@ func Parse(w http.ResponseWriter, r *http.Request, o Options) (*Request, error) 
 			return q, ErrWrongKey
 		}
 	}
-	err := q.readBody(w, r, o.MaxBody)
+	err := q.readBody(w, r, o)
 	q.addValues(query)
 	q.flags()
 	var mbe *http.MaxBytesError
@@ -182,11 +211,11 @@ func (q *Request) addValues(v map[string][]string) {
 // urlencoded body under its type or under none (Node's https.request
 // posts one without a Content-Type, chunked). Another type's body that is
 // not a JSON object carries no fields: the query alone counts.
-func (q *Request) readBody(w http.ResponseWriter, r *http.Request, max int64) error {
+func (q *Request) readBody(w http.ResponseWriter, r *http.Request, o Options) error {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, max)
+	r.Body = http.MaxBytesReader(w, r.Body, o.MaxBody)
 	ct := r.Header.Get("Content-Type")
 	if ct != "" {
 		var err error
@@ -195,7 +224,7 @@ func (q *Request) readBody(w http.ResponseWriter, r *http.Request, max int64) er
 		}
 	}
 	if ct == "multipart/form-data" {
-		return q.readMultipart(r, max)
+		return q.readMultipart(r, o.MaxBody)
 	}
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -203,7 +232,7 @@ func (q *Request) readBody(w http.ResponseWriter, r *http.Request, max int64) er
 	}
 	switch {
 	case ct == "application/json" || jsonObject(raw):
-		return q.readJSON(raw)
+		return q.readJSON(raw, o)
 	case ct == "application/x-www-form-urlencoded" || ct == "":
 		v, err := url.ParseQuery(string(raw))
 		if err != nil {
@@ -253,9 +282,12 @@ func (q *Request) readMultipart(r *http.Request, max int64) error {
 // readJSON reads a JSON object: strings as they are, numbers as written,
 // booleans as 1 or 0 (the protocol's flags), null as absent, and arrays or
 // objects as their JSON text.
-func (q *Request) readJSON(raw []byte) error {
+func (q *Request) readJSON(raw []byte, o Options) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil
+	}
+	if err := scanJSON(raw, o.MaxFields, o.MaxString); err != nil {
+		return err
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
@@ -286,6 +318,106 @@ func (q *Request) readJSON(raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// scanJSON walks raw's tokens, decoding nothing and allocating only its
+// stack of open objects and arrays, and refuses raw on its first value
+// past maxFields (ErrTooManyFields) or string longer than maxString
+// (ErrFieldTooLong, naming the field by its path). Whether raw is valid
+// JSON is left to the decoder: the walk only bounds what decoding it
+// costs.
+func scanJSON(raw []byte, maxFields, maxString int) error {
+	var stack []jsonOpen
+	fields := 0
+	expect := false // a member name (object) or an element (array) may start here
+	count := func() error {
+		if fields++; fields > maxFields {
+			return fmt.Errorf("%w: the body holds more than %d fields (values of objects and arrays); "+
+				"send only the request's fields", ErrTooManyFields, maxFields)
+		}
+		return nil
+	}
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch c {
+		case ' ', '\t', '\n', '\r', ':':
+			continue
+		case '{', '[':
+			if expect && stack[len(stack)-1].array {
+				if err := count(); err != nil {
+					return err
+				}
+			}
+			if len(stack) == maxDepth {
+				return fmt.Errorf("body: not a JSON object of fields (nested over %d deep)", maxDepth)
+			}
+			stack = append(stack, jsonOpen{array: c == '['})
+			expect = true
+		case '}', ']':
+			if len(stack) > 0 {
+				stack = stack[:len(stack)-1]
+			}
+			expect = false
+		case ',':
+			expect = len(stack) > 0
+		case '"':
+			start := i + 1
+			n := 0 // its length decoded, an escape counted as one byte
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+				n++
+			}
+			name := expect && len(stack) > 0 && !stack[len(stack)-1].array
+			if expect && len(stack) > 0 {
+				if err := count(); err != nil {
+					return err
+				}
+			}
+			if name {
+				stack[len(stack)-1].key = raw[start:min(i, len(raw))]
+			}
+			if maxString > 0 && n > maxString {
+				return fmt.Errorf("%w: field %s is %d bytes, over the %d a field may be", ErrFieldTooLong, fieldPath(stack, name), n, maxString)
+			}
+			expect = false
+		default: // a number, true, false, null
+			if expect && len(stack) > 0 && stack[len(stack)-1].array {
+				if err := count(); err != nil {
+					return err
+				}
+			}
+			expect = false
+		}
+	}
+	return nil
+}
+
+// jsonOpen is an object or array scanJSON is inside.
+type jsonOpen struct {
+	array bool
+	key   []byte // an object's current member name, as written
+}
+
+// fieldPath names the string scanJSON is at by the members it is in
+// ("task.body"), each name cut to 40 bytes: the names are the client's.
+func fieldPath(stack []jsonOpen, name bool) string {
+	var b strings.Builder
+	for _, o := range stack {
+		if o.array {
+			b.WriteString("[]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.Write(o.key[:min(len(o.key), 40)])
+	}
+	if name {
+		b.WriteString(" (its name)")
+	}
+	return strconv.Quote(b.String())
 }
 
 // Preflight answers a CORS preflight (OPTIONS) for in.php and res.php, as
