@@ -47,7 +47,8 @@ func (s *Server) handleCreateTask(w http.ResponseWriter, r *http.Request) {
 		ctFail(w, "ERROR_EMPTY_ACTION", "the createTask protocol's methods take POST with a JSON body")
 		return
 	}
-	form, err := s.frontForm(w, r)
+	form, release, err := s.frontForm(w, r)
+	defer release()
 	if err != nil {
 		code, text := formErrorCode(s, err)
 		ctFail(w, code, text)
@@ -74,6 +75,7 @@ func (s *Server) handleCreateTask(w http.ResponseWriter, r *http.Request) {
 			pingback = ctPingback + cb
 		}
 		t, code, text := s.newFrontTask(r.Context(), cs, pt, 0, pingback)
+		release() // the task is decoded and checked; acceptFront may wait
 		if code == "" {
 			var local string
 			if local, code, text = s.acceptFront(r.Context(), cs, t); code == "" {

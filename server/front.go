@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -73,6 +74,12 @@ func (f frontReply) text(s string) {
 	io.WriteString(f.w, s)
 }
 
+// maxFieldBytes is the longest string a JSON body's field may be: an
+// image of provider.MaxImageBytes base64-encoded, and a tenth more for
+// line breaks and a data: prefix. A longer one is refused before any of
+// the body is decoded.
+var maxFieldBytes = base64.StdEncoding.EncodedLen(provider.MaxImageBytes) * 11 / 10
+
 // frontForm reads an in.php/res.php request through the parser the
 // simulator shares: a key in the query string is checked before the body
 // is read, and the body is capped at Config.MaxBodyBytes and metered as
@@ -80,14 +87,20 @@ func (f frontReply) text(s string) {
 // names its key, else as a body whose key is only inside it, from its
 // address's share and within KeylessBodyTimeout. Refused or too slow, it
 // is cut short with errBodiesBusy or errBodyTooSlow; the query's fields
-// are read all the same, for the answer's form.
-func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (*apiform.Request, error) {
+// are read all the same, for the answer's form. A JSON body of more
+// fields than apiform.DefaultMaxFields, or with a field longer than
+// maxFieldBytes, is refused before it is decoded. The body's bytes stay
+// charged until release is called (it may be called more than once):
+// after the task is decoded from them, so decoding is paid within the
+// budget too.
+func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (form *apiform.Request, release func(), err error) {
 	o := apiform.Options{
-		MaxBody: s.cfg.MaxBodyBytes,
-		KeyOK:   func(key string) bool { return s.client(key) != nil },
+		MaxBody:   s.cfg.MaxBodyBytes,
+		KeyOK:     func(key string) bool { return s.client(key) != nil },
+		MaxString: maxFieldBytes,
 	}
 	var m *meteredBody
-	var release func()
+	release = func() {}
 	if r.Body != nil && r.Body != http.NoBody {
 		if key, ok := apiform.QueryKey(r); ok {
 			if cs := s.client(key); cs != nil {
@@ -97,15 +110,13 @@ func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (*apiform.Req
 			m, release = s.keylessBody(w, r)
 		}
 	}
-	form, err := apiform.Parse(w, r, o)
-	if m != nil {
-		release()
-		if m.err != nil {
-			err = m.err // the parser may have wrapped or replaced it
-			cutShort(w, r)
-		}
+	release = sync.OnceFunc(release)
+	form, err = apiform.Parse(w, r, o)
+	if m != nil && m.err != nil {
+		err = m.err // the parser may have wrapped or replaced it
+		cutShort(w, r)
 	}
-	return form, err
+	return form, release, err
 }
 
 // replyFor is the answer form the request asked for, with
@@ -127,6 +138,11 @@ func formErrorCode(s *Server, err error) (string, string) {
 		return "ERROR_NO_SLOT_AVAILABLE", err.Error()
 	case errors.Is(err, errBodyTooSlow):
 		return "ERROR_NO_SLOT_AVAILABLE", fmt.Sprintf("the request body did not arrive within %v: a body whose key is only inside it must come at once; send key= in the query string for a slow upload", s.cfg.KeylessBodyTimeout)
+	case errors.Is(err, apiform.ErrTooManyFields):
+		return "ERROR_BAD_PARAMETERS", strings.TrimPrefix(err.Error(), "apiform: too many fields: ")
+	case errors.Is(err, apiform.ErrFieldTooLong):
+		return "ERROR_TOO_BIG_CAPTCHA_FILESIZE", strings.TrimPrefix(err.Error(), "apiform: field too long: ") +
+			fmt.Sprintf(" (an image of %d bytes, the provider's limit, is %d base64-encoded)", provider.MaxImageBytes, base64.StdEncoding.EncodedLen(provider.MaxImageBytes))
 	case errors.Is(err, apiform.ErrTooBig):
 		return "ERROR_TOO_BIG_CAPTCHA_FILESIZE", "request body " + strings.TrimPrefix(err.Error(), "apiform: request body too large: ") + ", the server's limit"
 	}
@@ -140,7 +156,8 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 	if apiform.Preflight(w, r) {
 		return
 	}
-	form, err := s.frontForm(w, r)
+	form, release, err := s.frontForm(w, r)
+	defer release()
 	reply := replyFor(w, form)
 	if err != nil {
 		reply.fail(formErrorCode(s, err))
@@ -152,6 +169,7 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, code, text := s.frontTask(r.Context(), cs, form)
+	release() // the task is decoded and checked; acceptFront may wait
 	if code == "" {
 		var local string
 		if local, code, text = s.acceptFront(r.Context(), cs, t); code == "" {
@@ -295,7 +313,8 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 	if apiform.Preflight(w, r) {
 		return
 	}
-	form, err := s.frontForm(w, r)
+	form, release, err := s.frontForm(w, r)
+	release() // res.php decodes nothing more from the body
 	reply := replyFor(w, form)
 	if err != nil {
 		reply.fail(formErrorCode(s, err))
