@@ -432,6 +432,11 @@ func validateImage(t Task) ([]byte, error) {
 		}
 		return nil, &ValidationError{Field: "params.file", Reason: "required for method post; the image's bytes, base64-encoded (the command line reads a local path at intake)", Code: codeZeroFileSize}
 	}
+	if n := base64Size(v); n > MaxImageBytes {
+		// Refused from its length: decoding megabytes only to learn
+		// they are too many would cost what the refusal saves.
+		return nil, checkImageSize("params."+field, n)
+	}
 	checkspy.Count(checkspy.Decode, t.Params)
 	b, err := decodeBase64(v)
 	switch {
@@ -492,6 +497,25 @@ func checkReserved(t Task) error {
 
 // decodeBase64 accepts standard base64 with or without padding, with line
 // breaks, and with a data: URI prefix.
+// base64Size is how many bytes s decodes to as decodeBase64 reads it (a
+// data: prefix and white space skipped), counted without decoding it.
+func base64Size(s string) int {
+	if strings.HasPrefix(s, "data:") {
+		if i := strings.Index(s, ","); i >= 0 {
+			s = s[i+1:]
+		}
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\n', '\r', ' ', '\t', '=':
+		default:
+			n++
+		}
+	}
+	return n * 3 / 4
+}
+
 func decodeBase64(s string) ([]byte, error) {
 	if strings.HasPrefix(s, "data:") {
 		if i := strings.Index(s, ","); i >= 0 {
@@ -612,6 +636,9 @@ func checkScore(v string) string {
 func checkBLSImage(v string) string {
 	if strings.TrimSpace(v) == "" {
 		return ""
+	}
+	if n := base64Size(v); n > MaxImageBytes {
+		return fmt.Sprintf("the image is %d bytes; the provider takes at most %d (600 KiB)", n, MaxImageBytes)
 	}
 	b, err := decodeBase64(v)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -351,5 +352,43 @@ func TestValidateForOtherServices(t *testing.T) {
 	}
 	if got := (Task{Method: "Arkose"}).RouteMethod(); got != "funcaptcha" {
 		t.Fatalf("RouteMethod(Arkose) = %q", got)
+	}
+}
+
+// An image over the provider's limit is refused from its base64 length,
+// with its decoded size, before it is decoded: a 6 MiB body (4.5 MiB of
+// image) allocated 4.5 MiB to be refused, and costs a few hundred bytes.
+// Not parallel: the bytes allocated are counted process-wide.
+func TestOversizeImageRefusedBeforeDecoding(t *testing.T) {
+	image := make([]byte, 6<<20/4*3)
+	for i := range image {
+		image[i] = byte(i * 7)
+	}
+	tests := []struct {
+		name string
+		task Task
+		want string
+	}{
+		{"base64 body", Task{Method: "base64", Params: map[string]string{"body": base64.StdEncoding.EncodeToString(image)}},
+			"params.body: the image is 4718592 bytes; the provider takes at most 614400 (600 KiB): scale it down or crop it"},
+		{"data: URI with line breaks, unpadded", Task{Method: "base64", Params: map[string]string{"body": "data:image/png;base64," +
+			strings.ReplaceAll(base64.RawStdEncoding.EncodeToString(image[:614401]), "A", "A\r\n")}},
+			"params.body: the image is 614401 bytes; the provider takes at most 614400 (600 KiB): scale it down or crop it"},
+		{"bls grid image", Task{Method: "bls", Params: map[string]string{"instructions": "664",
+			"image_base64_1": base64.StdEncoding.EncodeToString(image)}},
+			"params.image_base64_1: the image is 4718592 bytes; the provider takes at most 614400 (600 KiB)"},
+	}
+	for _, tc := range tests {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		err := tc.task.Validate()
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<10 {
+			t.Errorf("%s: %d bytes allocated to refuse it, want under 64 KiB", tc.name, alloc)
+		}
 	}
 }
