@@ -203,9 +203,13 @@
 //   - Anyone who can connect, with a key or without, is untrusted with
 //     the server's room: slow or large bodies hold only the bytes that
 //     came, within their client's or address's share, and a keyless one
-//     only for KeylessBodyTimeout; connections are capped per address and
-//     overall. A client within its share is never refused for another's
-//     bytes. Behind a proxy every connection and keyless body comes from
+//     only for KeylessBodyTimeout, held until the task is decoded from
+//     them; connections are capped per address and overall. A client
+//     within its share is never refused for another's bytes. Parsing costs
+//     a bounded multiple of what was charged: a JSON body of over 10,000
+//     fields, or a string longer than a 600 KiB image base64-encoded, is
+//     refused before any of it is decoded, and an image over the limit
+//     before it is decoded. Behind a proxy every connection and keyless body comes from
 //     the proxy's address: raise MaxConnsPerAddress and
 //     MaxBodyPerAddress to what it carries.
 //   - A client is untrusted: its tasks are data. Nothing it repeats
