@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/captchaq/captchaq/internal/checkspy"
 	"github.com/captchaq/captchaq/provider"
@@ -213,9 +214,63 @@ func (t Task) check() error {
 	if !t.Deadline.IsZero() && t.TTL > 0 {
 		errs = append(errs, "deadline, ttl: set one or the other")
 	}
+	errs = append(errs, t.storableErrs()...)
 	if len(errs) == 0 {
 		return nil
 	}
 	sort.Strings(errs)
 	return &TaskError{ID: t.ID, Code: CodeInvalidTask, Msg: strings.Join(errs, "; ")}
+}
+
+// The limits of what every Store holds (memory, store/sqlite,
+// store/postgres), checked with the task (storableErrs) so that no door
+// publishes, submits or pays for a task its store then refuses.
+const (
+	// MaxIDBytes bounds Task.ID and Task.Tenant: PostgreSQL indexes both
+	// (a unique index on the id), and an index entry holds at most 2704
+	// bytes (2690 of text that does not compress).
+	MaxIDBytes = 2048
+	// MaxParamsBytes bounds the names and values of Task.Params together:
+	// the stores keep them as one JSON text, which escapes a control byte
+	// in 6, and a text holds at most 1 GB in SQLite and PostgreSQL.
+	MaxParamsBytes = 128 << 20
+)
+
+// storableErrs is what a store could not hold as given: a NUL byte
+// (PostgreSQL text holds none) or invalid UTF-8 (PostgreSQL refuses it;
+// the stores' JSON of Params would turn it into U+FFFD, another task than
+// the one submitted) in any text of the task, and an id or tenant over
+// MaxIDBytes, params over MaxParamsBytes.
+func (t Task) storableErrs() []string {
+	var errs []string
+	text := func(field, s string) {
+		if strings.IndexByte(s, 0) >= 0 {
+			errs = append(errs, field+": holds a NUL byte: send text without NUL bytes")
+		} else if !utf8.ValidString(s) {
+			errs = append(errs, field+": is not valid UTF-8: send UTF-8 text")
+		}
+	}
+	text("id", t.ID)
+	text("method", t.Method)
+	text("tenant", t.Tenant)
+	text("proxy", t.Proxy)
+	text("proxytype", t.ProxyType)
+	text("pingback", t.Pingback)
+	size := 0
+	for _, k := range slices.Sorted(maps.Keys(t.Params)) {
+		v := t.Params[k]
+		size += len(k) + len(v)
+		// A name that is not text is shown as Go quotes it.
+		text(fmt.Sprintf("params: name %q", k), k)
+		text("params."+k, v)
+	}
+	for _, f := range []struct{ name, v string }{{"id", t.ID}, {"tenant", t.Tenant}} {
+		if len(f.v) > MaxIDBytes {
+			errs = append(errs, fmt.Sprintf("%s: %d bytes; at most %d (the stores index it): use a shorter %s", f.name, len(f.v), MaxIDBytes, f.name))
+		}
+	}
+	if size > MaxParamsBytes {
+		errs = append(errs, fmt.Sprintf("params: %d bytes in names and values; at most %d: send a smaller task", size, MaxParamsBytes))
+	}
+	return errs
 }

@@ -39,6 +39,12 @@ var Cases = []Case{
 		Code: "UNSUPPORTED_TYPE", Field: "hcaptcha", FrontCode: "ERROR_BAD_PARAMETERS"},
 	{Name: "unknown method", Method: "frobnicate", Params: map[string]string{"pageurl": "https://shop.example/"},
 		Code: "INVALID_TASK", Field: "method", FrontCode: "ERROR_BAD_PARAMETERS"},
+	// No store holds a NUL byte as given (PostgreSQL text holds none):
+	// refused at the door, before anything is published or submitted.
+	{Name: "NUL in a param value", Method: "turnstile", Params: map[string]string{"sitekey": "0x4A\x00AA", "pageurl": "https://shop.example/checkout"},
+		Code: "INVALID_TASK", Field: "holds a NUL byte", FrontCode: "ERROR_BAD_PARAMETERS"},
+	{Name: "NUL in a param name", Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAA", "pageurl": "https://shop.example/checkout", "action\x00": "login"},
+		Code: "INVALID_TASK", Field: "holds a NUL byte", FrontCode: "ERROR_BAD_PARAMETERS"},
 }
 
 // Line is c as one line of task JSONL with the given id.
