@@ -49,6 +49,10 @@
 //   - Times come back equal to within a millisecond, in any location;
 //     Task.TTL is not stored (the queue turns it into Deadline first).
 //   - A nil and an empty Params or Answer are the same.
+//   - Every task Task.Validate accepts is stored and read back as it
+//     was, at the limits too (an id and a tenant of MaxIDBytes that do
+//     not compress, any UTF-8 text without NUL bytes): no door publishes
+//     or submits a task its store then refuses.
 //   - Every call after Close returns ErrStoreClosed (errors.Is).
 package storetest
 
@@ -98,6 +102,7 @@ func Run(t *testing.T, open func(t *testing.T) captchaq.Store) {
 		{"PruneDeletesOnlyFinalBeforeCutoff", testPrune},
 		{"SeqGrowsAfterPrune", testSeqGrowsAfterPrune},
 		{"TaskRoundTrip", testTaskRoundTrip},
+		{"ValidTasksAtTheLimitsAreStored", testValidAtLimits},
 		{"ResultRoundTrip", testResultRoundTrip},
 		{"Concurrent", testConcurrent},
 		{"CallsAfterCloseFail", testClosed},
@@ -754,6 +759,60 @@ func testTaskRoundTrip(t *testing.T, s captchaq.Store) {
 	}
 	if d := diff(full, got[0].Task); d != "" {
 		t.Errorf("Pending task (-want +got):\n%s", d)
+	}
+}
+
+// incompressible is n bytes of printable ASCII without repeats a
+// compressor finds (PostgreSQL compresses an index entry before it
+// checks its size).
+func incompressible(n int, seed uint32) string {
+	b := make([]byte, n)
+	for i := range b {
+		seed = seed*1664525 + 1013904223
+		b[i] = byte('!' + (seed>>24)%94)
+	}
+	return string(b)
+}
+
+func testValidAtLimits(t *testing.T, s captchaq.Store) {
+	long := captchaq.Task{
+		ID:     incompressible(captchaq.MaxIDBytes, 1),
+		Method: "turnstile",
+		Params: map[string]string{"sitekey": "0x4AAA", "pageurl": "https://shop.example/checkout"},
+		Tenant: incompressible(captchaq.MaxIDBytes, 2),
+	}
+	text := captchaq.Task{
+		ID:     "ключ-🔑-\uFFFD-\x01\x7f",
+		Method: "userrecaptcha",
+		Params: map[string]string{
+			"googlekey":   "6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-",
+			"pageurl":     "https://shop.example/login?q=ü",
+			"ключ 🔑":      "значение \uFFFD \x01\x1f\x7f \u2028 \\u0000 '\"",
+			"\x7fcontrol": "\t\r\n",
+		},
+		Tenant:    "магазин \x01",
+		Proxy:     "usér:pä\x01ss@10.0.0.1:3128",
+		ProxyType: "HTTP",
+		Pingback:  "https://hooks.example/cb?ü=\u2028",
+	}
+	tasks := []captchaq.Task{long, text}
+	for _, tk := range tasks {
+		if err := tk.Validate(); err != nil {
+			t.Fatalf("the suite's task is not valid: %v", err)
+		}
+	}
+	recs := enqueue(t, s, t0, tasks...)
+	for i, tk := range tasks {
+		want := captchaq.Record{Task: tk, Status: captchaq.StatusQueued, Seq: recs[i].Seq, Fingerprint: tk.Fingerprint(), AcceptedAt: t0}
+		if d := diff(want, recs[i]); d != "" {
+			t.Errorf("Enqueue record of task %d (-want +got):\n%s", i, d)
+		}
+		if d := diff(want, get(t, s, tk.ID)); d != "" {
+			t.Errorf("Get of task %d (-want +got):\n%s", i, d)
+		}
+	}
+	if got := ids(pending(t, s)); !cmp.Equal(got, []string{long.ID, text.ID}) {
+		t.Errorf("Pending ids are %q, want the two tasks'", got)
 	}
 }
 
