@@ -166,6 +166,18 @@ var gatewayClients = []server.Client{
 // before results flow). stop ends it (idempotent; also at cleanup).
 func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle {
 	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := sqlite.Open(ctx, path, sqlite.Config{Logger: f.log})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return f.serveStore(name, st, before)
+}
+
+// serveStore is serve on the store st, which stop closes.
+func (f *fleetRig) serveStore(name string, st captchaq.Store, before func(*bundle)) *gatewayBundle {
+	f.t.Helper()
 	f.mu.Lock()
 	if !slices.Contains(f.gateways, name) {
 		f.gateways = append(f.gateways, name)
@@ -173,10 +185,6 @@ func (f *fleetRig) serve(name, path string, before func(*bundle)) *gatewayBundle
 	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := sqlite.Open(ctx, path, sqlite.Config{Logger: f.log})
-	if err != nil {
-		f.t.Fatal(err)
-	}
 	c := f.dial()
 	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: st, Name: name, Logger: f.log})
 	if err != nil {
