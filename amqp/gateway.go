@@ -158,6 +158,9 @@ type Gateway struct {
 	started bool
 	closed  bool
 	pending map[string]pendingTask // unfinished tasks, by store id
+	// unrecorded are tasks published whose record's write failed, by
+	// store id (keepUnrecorded).
+	unrecorded map[string]unrecordedTask
 	// read are unfinished records Get read from a shared store, by id,
 	// while their tasks are pending here (see Get).
 	read map[string]readRecord
@@ -196,6 +199,10 @@ type GatewayCounts struct {
 	// answered; Unknown those dropped because the Store has no record.
 	Duplicates int64 `json:"duplicates"`
 	Unknown    int64 `json:"unknown"`
+	// Unrecorded counts tasks published whose record's write failed
+	// (the store out of reach longer than its retries): each is recorded
+	// when its result comes or its client submits it again.
+	Unrecorded int64 `json:"unrecorded"`
 	// Republished counts tasks Start found recorded but not marked
 	// published, and published again.
 	Republished int64 `json:"republished"`
@@ -255,8 +262,9 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(), shared: shared,
 		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
 		pending: map[string]pendingTask{}, byTenant: map[string]int{}, read: map[string]readRecord{}, unread: map[string]struct{}{},
-		resynced: map[string]resyncedNews{},
-		balances: newBalanceListener(c),
+		unrecorded: map[string]unrecordedTask{},
+		resynced:   map[string]resyncedNews{},
+		balances:   newBalanceListener(c),
 	}, nil
 }
 
@@ -577,22 +585,39 @@ func (g *Gateway) submit(ctx context.Context, v captchaq.ValidTask, look bool) e
 	case !errors.Is(err, captchaq.ErrNotFound):
 		return err
 	}
-	if err := g.publish(ctx, t, now, ""); err != nil {
+	if u, ok := g.unrecordedTask(t.ID); ok {
+		// Published before, and its record's write failed: the client
+		// sends it again. It is at the fleet: write its record, do not
+		// publish it a second time.
+		if err := (captchaq.Record{Task: u.task, Fingerprint: u.task.Fingerprint()}).Conflict(t); err != nil {
+			return err
+		}
+		t, now = u.task, u.accepted
+	} else if err := g.publish(ctx, t, now, ""); err != nil {
 		return fmt.Errorf("amqp: gateway: publish %q: %w", t.ID, err)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	// The task is at the fleet: keep trying to record it while the store
-	// is out of reach (a database restarting), or its result is dropped
-	// and the client, refused, sends it again to be solved twice.
+	if err := g.writePublished(sctx, t, now); err != nil {
+		g.keepUnrecorded(t, now, err)
+		return fmt.Errorf("amqp: gateway: record %q: %w", t.ID, err)
+	}
+	return nil
+}
+
+// writePublished writes the record of t, published at now in generation
+// "", with its mark, and counts it accepted. The task is at the fleet:
+// it keeps trying while the store is out of reach (a database
+// restarting), until ctx ends. Called with the id's lock held.
+func (g *Gateway) writePublished(ctx context.Context, t captchaq.Task, now time.Time) error {
 	var recs []captchaq.Record
 	answered := false
 	marked, _ := g.store.(MarkedEnqueuer)
-	err = retryStore(sctx, func() error {
+	err := retryStore(ctx, func() error {
 		if marked != nil {
 			// The record and its mark in one write; an id stored already
 			// (a try before whose answer was lost) goes the long way.
-			rec, ok, err := marked.EnqueueMarked(sctx, t, now, g.markFor(""))
+			rec, ok, err := marked.EnqueueMarked(ctx, t, now, g.markFor(""))
 			if err != nil {
 				return err
 			}
@@ -602,35 +627,68 @@ func (g *Gateway) submit(ctx context.Context, v captchaq.ValidTask, look bool) e
 			}
 		}
 		var err error
-		if recs, _, err = g.store.Enqueue(sctx, []captchaq.Task{t}, now); err != nil {
+		if recs, _, err = g.store.Enqueue(ctx, []captchaq.Task{t}, now); err != nil {
 			return err
 		}
-		err = g.markPublished(sctx, t.ID, "", 0, now)
+		err = g.markPublished(ctx, t.ID, "", 0, now)
 		if err != nil && g.shared != nil {
 			// Another gateway of the front may have taken its answer
 			// and stored it already (an instant solve).
-			if cur, gerr := g.store.Get(sctx, t.ID); gerr == nil && final(cur.Status) {
+			if cur, gerr := g.store.Get(ctx, t.ID); gerr == nil && final(cur.Status) {
 				answered = true
 				return nil
 			}
 		}
 		return err
 	})
-	if err == nil && answered {
-		g.mu.Lock()
-		g.counts.Accepted++
-		g.mu.Unlock()
-		return nil
-	}
 	if err != nil {
-		g.log.Error("task published but not recorded: its result will be dropped", "id", t.ID, "err", err)
-		return fmt.Errorf("amqp: gateway: record %q: %w", t.ID, err)
+		return err
 	}
-	g.track(recs[0])
 	g.mu.Lock()
+	delete(g.unrecorded, t.ID)
+	if !answered {
+		g.trackLocked(recs[0])
+	}
 	g.counts.Accepted++
 	g.mu.Unlock()
 	return nil
+}
+
+// maxUnrecorded bounds the tasks a gateway keeps published but not
+// recorded (their images included) while its store fails.
+const maxUnrecorded = 10000
+
+// unrecordedTask is a task published whose record's write failed: its
+// result, or the client's next submit of it, writes the record then.
+type unrecordedTask struct {
+	task     captchaq.Task
+	accepted time.Time
+}
+
+// keepUnrecorded keeps t, published at now, whose record's write failed
+// with err, so that it is not solved twice nor its result dropped.
+func (g *Gateway) keepUnrecorded(t captchaq.Task, now time.Time, err error) {
+	g.mu.Lock()
+	_, again := g.unrecorded[t.ID]
+	kept := again || len(g.unrecorded) < maxUnrecorded
+	if kept && !again {
+		g.unrecorded[t.ID] = unrecordedTask{task: t, accepted: now}
+		g.counts.Unrecorded++
+	}
+	g.mu.Unlock()
+	if kept {
+		g.log.Error("task published but not recorded: recorded when its result comes or it is submitted again", "id", t.ID, "err", err)
+		return
+	}
+	g.log.Error("task published but not recorded, and too many are: its result will be dropped", "id", t.ID, "err", err, "kept", maxUnrecorded)
+}
+
+// unrecordedTask returns the task kept published but not recorded under id.
+func (g *Gateway) unrecordedTask(id string) (unrecordedTask, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	u, ok := g.unrecorded[id]
+	return u, ok
 }
 
 // renewGen is the generation of a solve that starts at now.

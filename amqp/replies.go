@@ -142,6 +142,10 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 	for {
 		rec, err := g.store.Get(ctx, r.ID)
 		switch {
+		case errors.Is(err, captchaq.ErrNotFound) && gen == "" && g.recordUnrecorded(ctx, r.ID):
+			// Published here, its record's write failed then and
+			// succeeded now: the result answers it.
+			continue
 		case errors.Is(err, captchaq.ErrNotFound) && g.shared != nil && time.Since(r.FinishedAt) < 2*storeTimeout:
 			// Another gateway of the front published it and is
 			// recording it right now: this answer waits for the record.
@@ -174,6 +178,21 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 	g.countLocked(r, time.Now())
 	g.mu.Unlock()
 	return true, nil
+}
+
+// recordUnrecorded writes the record of a task kept published but not
+// recorded under id (keepUnrecorded), whose result came: true when it is
+// written now. Called with the id's lock held.
+func (g *Gateway) recordUnrecorded(ctx context.Context, id string) bool {
+	u, ok := g.unrecordedTask(id)
+	if !ok {
+		return false
+	}
+	if err := g.writePublished(ctx, u.task, u.accepted); err != nil {
+		g.log.Error("result of a task published but not recorded: its record still cannot be written", "id", id, "err", err)
+		return false
+	}
+	return true
 }
 
 // sameGeneration reports whether a result of generation gen may answer
