@@ -594,6 +594,16 @@
 // (EXPIRED) from that copy; it ignores the other dead letters (a worker
 // reports its own, and other gateways' are theirs).
 //
+// A gateway publishes a task before it records it (docs/engine.md says
+// why), so nothing the store could refuse may reach the publish: the
+// task's check (captchaq.Task.CheckFor) refuses every text the stores
+// cannot hold. A record's write that fails after the publish is retried
+// for up to 30 s; if it still fails, the task is kept in memory
+// (GatewayCounts.Unrecorded, at most 10,000) and its record is written
+// when its result comes or its client submits it again, which then
+// publishes nothing: the solve is paid for once and answered. A gateway
+// that stops first loses them (a crash window, see Gateway).
+//
 // A client's reportbad or reportgood reaches a gateway, which holds no
 // provider key: Gateway.Report publishes it (the result's provider captcha
 // id) on captcha.reports, and a worker with WorkerConfig.Report forwards

@@ -131,7 +131,8 @@ type GatewayConfig struct {
 // was a cancel.
 //
 // Crash windows: a task published but not yet recorded when the process
-// dies is solved and its result dropped (its client never heard OK); a
+// dies (or stops while it keeps the task unrecorded, see the package doc)
+// is solved and its result dropped (its client never heard OK); a
 // task recorded but not yet marked published is published again at Start,
 // so it may be solved twice.
 type Gateway struct {

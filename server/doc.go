@@ -226,7 +226,11 @@
 //     loopback, private, link-local, CGNAT or metadata addresses (checked
 //     on each connect, so DNS rebinding is covered; Config.PingbackAllow
 //     and serve --pingback-allow name exceptions), carry user info or
-//     follow redirects, and each client's pingbacks queue apart.
+//     follow redirects, and each client's pingbacks queue apart. Every
+//     text of a task (id, params' names and values, proxy, pingback) is
+//     checked at the door for what the stores refuse (a NUL byte, invalid
+//     UTF-8, an id over captchaq.MaxIDBytes): refused with the field
+//     named before anything is published, submitted or paid for.
 //   - The provider is trusted with the answers and the provider key, not
 //     with the server's files or clients' keys.
 //   - The broker is trusted like the operator's machine: its messages are

@@ -48,8 +48,11 @@
 // Times are timestamptz (microseconds). PostgreSQL text holds neither NUL
 // bytes nor invalid UTF-8: Params are stored as JSON text, which holds any
 // string; a task with either in another field is refused as invalid
-// (captchaq.TaskError naming the field), an id with either is never found,
+// (captchaq.TaskError naming the field; every door refuses both in any
+// text before, with Task.Validate), an id with either is never found,
 // and a provider's answer with either is stored with U+FFFD in their place.
+// The unique index on id holds at most 2704 bytes an entry: an id is at
+// most captchaq.MaxIDBytes.
 //
 // # Round trips
 //
