@@ -64,6 +64,15 @@ func (g *Gateway) IDBlock(ctx context.Context) (uint64, int, error) {
 	return g.shared.IDBlock(ctx)
 }
 
+// IDKey is the shared store's key of the ids (server.IDSource): every
+// gateway of the front permutes the blocks' numbers with it.
+func (g *Gateway) IDKey(ctx context.Context) ([]byte, error) {
+	if g.shared == nil {
+		return nil, errors.New("amqp: no shared store, no id key")
+	}
+	return g.shared.IDKey(ctx)
+}
+
 // OtherAccepted tells the gateway that another gateway of the front
 // accepted task id: it counts toward the client's fair share here, and
 // the server is told (AttachReplicas). A task already final when the news

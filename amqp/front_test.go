@@ -30,6 +30,7 @@ func (s *frontMemStore) FinishIf(ctx context.Context, r captchaq.Result, seen ca
 }
 
 func (s *frontMemStore) IDBlock(context.Context) (uint64, int, error) { return 0, 0, nil }
+func (s *frontMemStore) IDKey(context.Context) ([]byte, error)        { return nil, nil }
 
 // TestOtherAcceptedUnreadIsToldAtResync: the news of two tasks another
 // replica accepted comes while the store cannot be read. One is still

@@ -233,6 +233,9 @@ type FrontStore interface {
 	// IDBlock hands out numeric ids no gateway of the front was handed
 	// before (server.IDSource).
 	IDBlock(ctx context.Context) (first uint64, n int, err error)
+	// IDKey is the front's secret key of the ids (server.IDSource), the
+	// same for every gateway: made once, kept.
+	IDKey(ctx context.Context) ([]byte, error)
 }
 
 // MarkedEnqueuer is a Store that records a new task already published,

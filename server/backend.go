@@ -128,8 +128,12 @@ type NewSubmitter interface {
 // replicas of a front share: the server hands out ids from the blocks it
 // takes, so two replicas never hand out one id. A block of no ids (n = 0)
 // says there is no such source: the server's ids come from its clock.
+// IDKey is the source's secret of IDKeySize bytes, the same for every
+// replica: the server hands out a permutation of the blocks' numbers
+// keyed by it, so that an id tells nothing of the tasks of others.
 type IDSource interface {
 	IDBlock(ctx context.Context) (first uint64, n int, err error)
+	IDKey(ctx context.Context) ([]byte, error)
 }
 
 // localBackend is a captchaq.Queue the server owns: tasks are solved here.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -11,7 +12,22 @@ func NewLocalBackend(cfg captchaq.Config, submitWait time.Duration) Backend {
 	return newLocalBackend(cfg, submitWait)
 }
 
-// SetLastID sets the last numeric id handed out, as a server does at New
-// from its clock: a restart whose clock reads earlier than the last run's
-// starts below the ids that run handed out.
-func SetLastID(s *Server, n uint64) { s.ids.Store(n) }
+// SetNextID makes id the next clock id the server hands out, as a
+// restart whose clock reads earlier than the last run's (with the same
+// key) would: id must be one the server handed out.
+func SetNextID(s *Server, id string) {
+	n, _ := strconv.ParseUint(id, 10, 64)
+	c, ok := s.localIDs.counter(n)
+	if !ok {
+		panic("SetNextID: " + id + " is no id of the server's")
+	}
+	s.ids.Store(c - 1)
+}
+
+// IDCounter is the counter of a shared id: its place in the IDSource's
+// blocks.
+func IDCounter(s *Server, id uint64) (uint64, bool) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	return s.sharedIDs.counter(id)
+}

@@ -40,15 +40,17 @@ type Server struct {
 	conns          *connMetrics
 	streams, waits gauge
 
-	ids      atomic.Uint64 // the last numeric id handed out
+	ids      atomic.Uint64 // the last counter of a numeric id handed out
 	idMu     sync.Mutex
 	idSource IDSource     // nil: ids from the clock (ids); guarded by idMu
 	front    FrontLimiter // nil: max_inflight and rate are counted here alone
 	// newIDs are the store ids of front tasks whose ids came from the
 	// IDSource, from newFrontTask to acceptFront (NewSubmitter).
 	newIDs    sync.Map
-	idNext    uint64 // with idSource: the next id of the block taken
-	idEnd     uint64 // and the end of that block
+	idNext    uint64  // with idSource: the next id of the block taken
+	idEnd     uint64  // and the end of that block
+	localIDs  *idPerm // the clock counter's permutation (idperm.go)
+	sharedIDs *idPerm // the IDSource's, with its key; guarded by idMu
 	events    *broker
 	pingbacks *pingbackSender
 	metrics   *httpMetrics
@@ -142,9 +144,10 @@ func New(cfg Config) (*Server, error) {
 	if fl, ok := s.backend.(FrontLimiter); ok && fl.Shared() {
 		s.front = fl
 	}
-	// Numeric ids start at the clock in microseconds, so ids of a restarted
-	// server never meet the ones already in the Store.
+	// The numeric ids' counter starts at the clock in microseconds, under a
+	// key drawn here; an id that names a stored task is skipped (freshID).
 	s.ids.Store(uint64(time.Now().UnixMicro()))
+	s.localIDs = randomIDPerm()
 	s.pingbacks = newPingbackSender(pingbackParams{
 		timeout: cfg.PingbackTimeout, attempts: cfg.PingbackAttempts, parallel: cfg.PingbackParallel, allow: cfg.PingbackAllow, log: s.log,
 	})
@@ -273,12 +276,12 @@ func (s *Server) otherResult(r captchaq.Result) {
 
 // newID hands out a numeric id: from the clock, or from the blocks of the
 // Backend's IDSource (shared: no process on the front handed it out
-// before).
+// before), each counter permuted (idperm.go says why).
 func (s *Server) newID(ctx context.Context) (id string, shared bool, err error) {
 	s.idMu.Lock()
 	defer s.idMu.Unlock()
 	if s.idSource == nil {
-		return strconv.FormatUint(s.ids.Add(1), 10), false, nil
+		return s.localID(), false, nil
 	}
 	if s.idNext >= s.idEnd {
 		first, n, err := s.idSource.IDBlock(ctx)
@@ -287,13 +290,27 @@ func (s *Server) newID(ctx context.Context) (id string, shared bool, err error) 
 		}
 		if n == 0 {
 			s.idSource = nil // no shared ids: the clock's
-			return strconv.FormatUint(s.ids.Add(1), 10), false, nil
+			return s.localID(), false, nil
+		}
+		if s.sharedIDs == nil {
+			key, err := s.idSource.IDKey(ctx)
+			if err != nil {
+				return "", false, err
+			}
+			if s.sharedIDs, err = newIDPerm(key); err != nil {
+				return "", false, err
+			}
 		}
 		s.idNext, s.idEnd = first, first+uint64(n)
 	}
 	next := s.idNext
 	s.idNext++
-	return strconv.FormatUint(next, 10), true, nil
+	return strconv.FormatUint(s.sharedIDs.id(next), 10), true, nil
+}
+
+// localID is the id of the clock counter's next value.
+func (s *Server) localID() string {
+	return strconv.FormatUint(s.localIDs.id(s.ids.Add(1)), 10)
 }
 
 // freshIDTries bounds the stored ids one request skips.
@@ -303,9 +320,10 @@ const freshIDTries = 1000
 var errNoFreshID = errors.New("the ids tried all name stored tasks: try again")
 
 // freshID hands out a numeric id that names no stored task of client.
-// Ids start at the clock, so a server whose clock reads earlier than its
-// last run's would otherwise hand out ids of tasks it holds, and answer a
-// new task with an old one's result (or refuse it as a conflict). An id
+// The clock's ids are under a key of this process, and the clock may read
+// earlier than at the last run's: an id may name a task the store holds,
+// and would answer a new task with an old one's result (or refuse it as a
+// conflict), so it is looked up and skipped. An id
 // of the IDSource's blocks is never handed out twice, and is not looked
 // up: one store round trip less a submit on a front's replica (a client
 // that chose such an id for a task of its own through the API finds its

@@ -96,7 +96,9 @@ func setup(t *testing.T, o options) *bundle {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		srv.Shutdown(ctx)
-		srv.Queue().Close()
+		if q := srv.Queue(); q != nil { // nil with a Config.Backend
+			q.Close()
+		}
 	})
 	if !o.noStart {
 		if err := srv.Start(context.Background()); err != nil {

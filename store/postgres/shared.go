@@ -213,6 +213,31 @@ func (s *Store) IDBlock(ctx context.Context) (first uint64, n int, err error) {
 	return uint64(v), idBlock, nil
 }
 
+// idKeySize is the length of IDKey's key.
+const idKeySize = 16
+
+// IDKey is the database's secret key of the task ids (server.IDSource):
+// the first call of any process writes one, drawn at random, and every
+// call after reads that one, so every replica permutes IDBlock's numbers
+// alike.
+func (s *Store) IDKey(ctx context.Context) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	fresh := make([]byte, idKeySize)
+	rand.Read(fresh) // never fails (crypto/rand)
+	// Two statements: the SELECT's snapshot is taken after the INSERT,
+	// so it sees the key of a process that wrote it first meanwhile.
+	if _, err := s.pool.Exec(ctx, `INSERT INTO front_id_key (key) VALUES ($1) ON CONFLICT (one) DO NOTHING`, fresh); err != nil {
+		return nil, s.wrap("IDKey", err)
+	}
+	var key []byte
+	if err := s.pool.QueryRow(ctx, `SELECT key FROM front_id_key`).Scan(&key); err != nil {
+		return nil, s.wrap("IDKey", err)
+	}
+	return key, nil
+}
+
 // activeLock is the advisory lock of the active queue: "captchaq" + 1.
 const activeLock = migrateLock + 1
 

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"reflect"
@@ -166,6 +167,41 @@ func TestIDBlocksNeverOverlap(t *testing.T) {
 				t.Fatalf("id %d handed out twice", id)
 			}
 			seen[id] = true
+		}
+	}
+}
+
+// Every replica of a front gets one id key, however many ask at once,
+// and keeps it.
+func TestIDKeyIsOneForAllReplicas(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoStores(t, postgres.Config{})
+	keys := make([][]byte, 8)
+	var wg sync.WaitGroup
+	for i := range keys {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			k, err := s.IDKey(t.Context())
+			if err != nil {
+				t.Error(err)
+			}
+			keys[i] = k
+		})
+	}
+	wg.Wait()
+	again, err := a.IDKey(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 16 || bytes.Equal(again, make([]byte, 16)) {
+		t.Fatalf("IDKey = %x: want 16 random bytes", again)
+	}
+	for i, k := range keys {
+		if !bytes.Equal(k, again) {
+			t.Errorf("call %d: key %x, want the one key %x", i, k, again)
 		}
 	}
 }
