@@ -111,6 +111,9 @@ func view(rec captchaq.Record, cs *clientState) TaskView {
 	if rec.Result != nil {
 		res := scrubResult(*rec.Result)
 		res.ID = id
+		if cs.Admin {
+			res.CaptchaID = rec.Result.CaptchaID
+		}
 		if res.Expired(time.Now()) {
 			v.Expired = true
 			res.Token, res.Answer = "", nil
@@ -852,8 +855,11 @@ func scrubURLs(s string) string {
 	return providerURL.ReplaceAllString(s, "(the provider)")
 }
 
-// scrubResult is r as a client may see it.
+// scrubResult is r as a client may see it: without the provider's
+// captcha id, which is the operator's account's business (reports go
+// through the server by the task's id; an admin sees it in view).
 func scrubResult(r captchaq.Result) captchaq.Result {
 	r.Error = scrubURLs(r.Error)
+	r.CaptchaID = ""
 	return r
 }

@@ -2,12 +2,16 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
@@ -129,5 +133,46 @@ func TestSharedIDBlocksArePermuted(t *testing.T) {
 		if c2, ok2 := server.IDCounter(replicas[1].srv, n); !ok || !ok2 || c != c2 || c < 1_800_000_000_000_000 || c >= ids.next {
 			t.Fatalf("id %s: counter %d (%v) at A, %d (%v) at B: want one counter of the shared blocks", id, c, ok, c2, ok2)
 		}
+	}
+}
+
+// A client sees its task's answer, never the provider's captcha id (the
+// operator's account's; reports go through the server by the task's id):
+// not in GET /v1/tasks/{id}, its event or its pingback. An admin does.
+func TestClientsSeeNoCaptchaID(t *testing.T) {
+	t.Parallel()
+	pingback := make(chan string, 1)
+	rx := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		pingback <- string(body)
+	}))
+	defer rx.Close()
+	b := setup(t, options{})
+	events := b.events(t, keyQA)
+	b.api(t, "POST", "/v1/tasks", keyQA, `{"id":"p1","method":"turnstile","params":{"sitekey":"0x4A","pageurl":"https://a.example"},"pingback":"`+rx.URL+`/api"}`, http.StatusAccepted, nil)
+	raw := func(key, id string) string {
+		req := mustReq("GET", b.url+"/v1/tasks/"+url.PathEscape(id)+"?wait=20s")
+		req.Header.Set("Authorization", "Bearer "+key)
+		return b.do(t, req, http.StatusOK)
+	}
+	got := raw(keyQA, "p1")
+	var v server.TaskView
+	if err := json.Unmarshal([]byte(got), &v); err != nil || v.Status != captchaq.StatusSolved || v.Result.Token == "" || strings.Contains(got, "captcha_id") {
+		t.Errorf("the client's GET: %s", got)
+	}
+	if ev := events.next(t); ev.ID != "p1" || ev.Token != v.Result.Token || ev.CaptchaID != "" {
+		t.Errorf("the client's event: %+v", ev)
+	}
+	select {
+	case body := <-pingback:
+		if !strings.Contains(body, v.Result.Token) || strings.Contains(body, "captcha_id") {
+			t.Errorf("the client's pingback: %s", body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pingback did not arrive")
+	}
+	var admin server.TaskView
+	if err := json.Unmarshal([]byte(raw(keyAdmin, "qa/p1")), &admin); err != nil || admin.Result == nil || admin.Result.CaptchaID == "" {
+		t.Errorf("the admin's GET: %+v %v, want the captcha id", admin, err)
 	}
 }
