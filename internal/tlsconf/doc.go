@@ -18,8 +18,11 @@
 // commands use the data directory) it makes, once, a local certificate
 // authority (ca.pem, and ca-key.pem kept 0600) and a server certificate
 // signed by it (cert.pem, key.pem 0600) for the names it is given and
-// localhost. Later starts reuse both; the server certificate alone is made
-// again when it does not cover the names asked for or nears its end, so a
-// client told once to trust ca.pem (NODE_EXTRA_CA_CERTS,
-// REQUESTS_CA_BUNDLE, SSL_CERT_FILE) keeps trusting the server.
+// localhost. The CA lives 90 days (CALife) and carries critical name
+// constraints to those names: its key, if read by someone, signs for no
+// other site. Later starts reuse both; the server certificate alone is
+// made again when missing, and both when the CA nears its end or does not
+// permit a name asked for (a client told to trust ca.pem, with
+// NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE or SSL_CERT_FILE, is given the
+// new one then).
 package tlsconf

@@ -29,30 +29,34 @@ const (
 	lockFile = ".lock"
 )
 
-// Lifetimes of what SelfSigned makes; a certificate is made again when
-// less than renewBefore of it is left.
+// CALife is the lifetime of the local CA SelfSigned makes, and of the
+// server certificate it signs (which ends with it): short, as its key
+// lies in a directory on disk and nothing revokes it. Both are made again
+// when less than renewBefore is left.
 const (
-	caLife      = 10 * 365 * 24 * time.Hour
-	leafLife    = 397 * 24 * time.Hour
+	CALife      = 90 * 24 * time.Hour
 	renewBefore = 30 * 24 * time.Hour
 )
 
 // Local is what SelfSigned made or found.
 type Local struct {
 	// CA, Cert and Key are the files' paths: the CA certificate a client
-	// trusts, the server's certificate and its key.
-	CA, Cert, Key string
+	// trusts, the server's certificate and its key; CAKey the CA's key.
+	CA, Cert, Key, CAKey string
 	// MadeCA and MadeCert say what this call made (false: kept).
 	MadeCA, MadeCert bool
 }
 
 // SelfSigned makes in dir, unless it is there already, a local CA and a
 // server certificate it signed for hosts (names or IP addresses) and
-// localhost, 127.0.0.1 and ::1. Secrets are written 0600, the directory
+// localhost, 127.0.0.1 and ::1. The CA lives CALife and is constrained
+// to those names (X.509 name constraints, critical): its key, if taken,
+// signs for no other site. A CA that does not cover hosts is made again,
+// for its names and the new ones. Secrets are written 0600, the directory
 // 0700; files are written whole and renamed into place, under a lock, so
 // two processes starting at once make one CA.
 func SelfSigned(dir string, hosts []string, now time.Time) (Local, error) {
-	l := Local{CA: filepath.Join(dir, CAFile), Cert: filepath.Join(dir, CertFile), Key: filepath.Join(dir, KeyFile)}
+	l := Local{CA: filepath.Join(dir, CAFile), Cert: filepath.Join(dir, CertFile), Key: filepath.Join(dir, KeyFile), CAKey: filepath.Join(dir, caKey)}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return l, fmt.Errorf("tls: local CA directory: %w", err)
 	}
@@ -62,9 +66,17 @@ func SelfSigned(dir string, hosts []string, now time.Time) (Local, error) {
 	}
 	defer unlock()
 	hosts = append(slices.DeleteFunc(slices.Clone(hosts), func(h string) bool { return h == "" }), "localhost", "127.0.0.1", "::1")
-	ca, caSigner, err := readPair(l.CA, filepath.Join(dir, caKey))
-	if err != nil || now.Add(renewBefore).After(ca.NotAfter) || !ca.IsCA {
-		if ca, caSigner, err = makeCA(dir, now); err != nil {
+	ca, caSigner, err := readPair(l.CA, l.CAKey)
+	if err != nil || now.Add(renewBefore).After(ca.NotAfter) || !ca.IsCA || !constrainedTo(ca, hosts, now) {
+		names := hosts
+		if err == nil && !now.Add(renewBefore).After(ca.NotAfter) {
+			// A new host: the names the CA signed for stay signable.
+			names = append(slices.Clone(hosts), ca.PermittedDNSDomains...)
+			for _, r := range ca.PermittedIPRanges {
+				names = append(names, r.IP.String())
+			}
+		}
+		if ca, caSigner, err = makeCA(dir, names, now); err != nil {
 			return l, err
 		}
 		l.MadeCA = true
@@ -128,6 +140,45 @@ func readPair(certPath, keyPath string) (*x509.Certificate, crypto.Signer, error
 	return cert, signer, nil
 }
 
+// constrainedTo says whether ca is one SelfSigned makes now: no longer
+// lived than CALife, with critical name constraints that permit each of
+// hosts.
+func constrainedTo(ca *x509.Certificate, hosts []string, now time.Time) bool {
+	if ca.NotAfter.After(now.Add(CALife)) || !ca.PermittedDNSDomainsCritical ||
+		len(ca.PermittedDNSDomains) == 0 || len(ca.PermittedIPRanges) == 0 {
+		return false
+	}
+	for _, h := range hosts {
+		ip := net.ParseIP(h)
+		if ip == nil && !slices.Contains(ca.PermittedDNSDomains, h) {
+			return false
+		}
+		if ip != nil && !slices.ContainsFunc(ca.PermittedIPRanges, func(n *net.IPNet) bool { return n.Contains(ip) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// permitted splits hosts into the DNS names and IP addresses (one
+// address each) of a name constraint, each once.
+func permitted(hosts []string) (dns []string, ips []*net.IPNet) {
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			bits := 8 * net.IPv6len
+			if ip4 := ip.To4(); ip4 != nil {
+				ip, bits = ip4, 8*net.IPv4len
+			}
+			if !slices.ContainsFunc(ips, func(n *net.IPNet) bool { return n.IP.Equal(ip) }) {
+				ips = append(ips, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			}
+		} else if h != "" && !slices.Contains(dns, h) {
+			dns = append(dns, h)
+		}
+	}
+	return dns, ips
+}
+
 // leafGood says whether leaf is ca's, covers hosts and has time left.
 func leafGood(leaf, ca *x509.Certificate, hosts []string, now time.Time) bool {
 	if leaf.CheckSignatureFrom(ca) != nil || now.Add(renewBefore).After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
@@ -141,20 +192,25 @@ func leafGood(leaf, ca *x509.Certificate, hosts []string, now time.Time) bool {
 	return true
 }
 
-func makeCA(dir string, now time.Time) (*x509.Certificate, crypto.Signer, error) {
+// makeCA makes a CA of CALife constrained to hosts.
+func makeCA(dir string, hosts []string, now time.Time) (*x509.Certificate, crypto.Signer, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
+	dns, ips := permitted(hosts)
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "captchaq local CA", Organization: []string{"captchaq"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(caLife),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		MaxPathLenZero:        true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		SerialNumber:                serial(),
+		Subject:                     pkix.Name{CommonName: "captchaq local CA", Organization: []string{"captchaq"}},
+		NotBefore:                   now.Add(-time.Hour),
+		NotAfter:                    now.Add(CALife),
+		IsCA:                        true,
+		BasicConstraintsValid:       true,
+		MaxPathLenZero:              true,
+		KeyUsage:                    x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		PermittedDNSDomainsCritical: true,
+		PermittedDNSDomains:         dns,
+		PermittedIPRanges:           ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
@@ -179,7 +235,7 @@ func makeLeaf(dir string, ca *x509.Certificate, caSigner crypto.Signer, hosts []
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: hosts[0], Organization: []string{"captchaq"}},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(leafLife),
+		NotAfter:     ca.NotAfter, // a leaf outliving its CA would not verify
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}

@@ -2,8 +2,13 @@ package tlsconf_test
 
 import (
 	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"io"
@@ -137,30 +142,37 @@ func TestSelfSignedOnceThenKept(t *testing.T) {
 		t.Fatal("the kept certificate changed")
 	}
 
+	// A new host: the CA's name constraints do not permit it, so both are
+	// made again, the CA for the old names and the new one.
 	newHost, err := tlsconf.SelfSigned(dir, []string{"other.example"}, start.Add(48*time.Hour))
-	if err != nil || newHost.MadeCA || !newHost.MadeCert {
-		t.Fatalf("new host: %+v %v, want a new certificate under the same CA", newHost, err)
+	if err != nil || !newHost.MadeCA || !newHost.MadeCert {
+		t.Fatalf("new host: %+v %v, want a new CA and certificate", newHost, err)
 	}
-	if readCert(t, l.CA).SerialNumber.Cmp(ca.SerialNumber) != 0 {
-		t.Fatal("the CA changed for a new host")
+	ca2 := readCert(t, l.CA)
+	if err := readCert(t, l.Cert).CheckSignatureFrom(ca2); err != nil {
+		t.Fatalf("new certificate not signed by the new CA: %v", err)
 	}
-	if err := readCert(t, l.Cert).CheckSignatureFrom(ca); err != nil {
-		t.Fatalf("new certificate not signed by the kept CA: %v", err)
+	if got := strings.Join(ca2.PermittedDNSDomains, " "); got != "other.example localhost gw.example" {
+		t.Errorf("new CA permits %q", got)
+	}
+	// Back to the first host: permitted, the CA is kept.
+	back, err := tlsconf.SelfSigned(dir, []string{"gw.example"}, start.Add(72*time.Hour))
+	if err != nil || back.MadeCA || !back.MadeCert {
+		t.Fatalf("first host again: %+v %v, want the CA kept, a new certificate", back, err)
 	}
 
-	late := start.Add(390 * 24 * time.Hour) // under 30 days left of 397
-	renewed, err := tlsconf.SelfSigned(dir, []string{"other.example"}, late)
-	if err != nil || renewed.MadeCA || !renewed.MadeCert {
-		t.Fatalf("near its end: %+v %v, want a new certificate", renewed, err)
+	// Less than 30 days left of the CA's (and the certificate's) 90: both
+	// again, for the names asked for only.
+	late := start.Add(65 * 24 * time.Hour)
+	both, err := tlsconf.SelfSigned(dir, []string{"other.example"}, late)
+	if err != nil || !both.MadeCA || !both.MadeCert {
+		t.Fatalf("near its end: %+v %v, want both made again", both, err)
 	}
-	if na := readCert(t, l.Cert).NotAfter; !na.After(late.Add(300 * 24 * time.Hour)) {
+	if na := readCert(t, l.Cert).NotAfter; !na.Equal(readCert(t, l.CA).NotAfter) || na.Before(late.Add(89*24*time.Hour)) {
 		t.Errorf("renewed certificate ends %v", na)
 	}
-
-	caEnd := start.Add(10*365*24*time.Hour - 10*24*time.Hour)
-	both, err := tlsconf.SelfSigned(dir, nil, caEnd)
-	if err != nil || !both.MadeCA || !both.MadeCert {
-		t.Fatalf("CA near its end: %+v %v, want both made again", both, err)
+	if got := strings.Join(readCert(t, l.CA).PermittedDNSDomains, " "); got != "other.example localhost" {
+		t.Errorf("renewed CA permits %q", got)
 	}
 }
 
@@ -252,8 +264,9 @@ func TestCertReloadsChangedFiles(t *testing.T) {
 	}
 
 	// Rotate: a new certificate under the same CA, renamed into place.
-	if _, err := tlsconf.SelfSigned(caDir, []string{"rotated.example"}, time.Now()); err != nil {
-		t.Fatal(err)
+	must(t, os.Remove(first.Cert))
+	if l, err := tlsconf.SelfSigned(caDir, nil, time.Now()); err != nil || l.MadeCA || !l.MadeCert {
+		t.Fatalf("a new certificate under the same CA: %+v %v", l, err)
 	}
 	copyFile(t, first.Key, keyPath+".new")
 	copyFile(t, first.Cert, certPath+".new")
@@ -362,4 +375,132 @@ func TestHosts(t *testing.T) {
 			t.Errorf("Hosts(%q) = %v, want [%s]", listen, got, want)
 		}
 	}
+}
+
+// TestSelfSignedCAIsShortLivedAndNameConstrained: the local CA lives 90
+// days, not ten years, and its key signs for the hosts it serves only: a
+// certificate it signs for another name or address fails verification. A
+// CA of the old kind (long-lived, unconstrained) is replaced.
+func TestSelfSignedCAIsShortLivedAndNameConstrained(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l, err := tlsconf.SelfSigned(dir, []string{"gw.example", "10.1.2.3"}, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := readCert(t, l.CA)
+	if want := start.Add(90 * 24 * time.Hour); !ca.NotAfter.Equal(want) {
+		t.Errorf("CA ends %v, want %v (90 days)", ca.NotAfter, want)
+	}
+	var ips []string
+	for _, n := range ca.PermittedIPRanges {
+		ips = append(ips, n.String())
+	}
+	if dns := strings.Join(ca.PermittedDNSDomains, " "); !ca.PermittedDNSDomainsCritical || dns != "gw.example localhost" ||
+		strings.Join(ips, " ") != "10.1.2.3/32 127.0.0.1/32 ::1/128" {
+		t.Errorf("CA name constraints: critical %v, DNS %q, IP %q", ca.PermittedDNSDomainsCritical, dns, ips)
+	}
+	caKey := readKey(t, l.CAKey)
+	pool := poolOf(t, l.CA)
+	for _, c := range []struct {
+		dns, ip string
+		ok      bool
+	}{
+		{"gw.example", "", true}, {"localhost", "", true}, {"", "10.1.2.3", true},
+		{"bank.example", "", false}, {"", "10.9.9.9", false}, {"", "192.0.2.1", false},
+	} {
+		leaf := signLeaf(t, ca, caKey, c.dns, c.ip)
+		host := c.dns + c.ip
+		_, err := leaf.Verify(x509.VerifyOptions{DNSName: host, Roots: pool, CurrentTime: start})
+		var ce x509.CertificateInvalidError
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("a certificate for %s, a host served: %v", host, err)
+		case !c.ok && (!errors.As(err, &ce) || ce.Reason != x509.CANotAuthorizedForThisName):
+			t.Errorf("a certificate for %s, no host served: %v, want CANotAuthorizedForThisName", host, err)
+		}
+	}
+
+	// A CA made by an older version: ten years, no constraints.
+	old := t.TempDir()
+	oldCA := writeOldCA(t, old)
+	again, err := tlsconf.SelfSigned(old, []string{"gw.example"}, start)
+	if err != nil || !again.MadeCA || !again.MadeCert {
+		t.Fatalf("an unconstrained ten-year CA: %+v %v, want it replaced", again, err)
+	}
+	if ca := readCert(t, again.CA); ca.SerialNumber.Cmp(oldCA) == 0 || len(ca.PermittedDNSDomains) == 0 {
+		t.Errorf("the old CA is still there: serial %v, permits %q", ca.SerialNumber, ca.PermittedDNSDomains)
+	}
+}
+
+func readKey(t *testing.T, path string) crypto.Signer {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s: not PEM", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.(crypto.Signer)
+}
+
+// signLeaf is what a thief of the CA's key would sign: a server
+// certificate for dns or ip.
+func signLeaf(t *testing.T, ca *x509.Certificate, caKey crypto.Signer, dns, ip string) *x509.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7), NotBefore: start.Add(-time.Hour), NotAfter: start.Add(24 * time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if dns != "" {
+		tmpl.DNSNames = []string{dns}
+	}
+	if ip != "" {
+		tmpl.IPAddresses = []net.IP{net.ParseIP(ip)}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf
+}
+
+// writeOldCA writes in dir a CA as SelfSigned made it before: ten years,
+// no name constraints. It returns its serial.
+func writeOldCA(t *testing.T, dir string) *big.Int {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(42), Subject: pkix.Name{CommonName: "captchaq local CA"},
+		NotBefore: start.Add(-time.Hour), NotAfter: start.Add(10 * 365 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "ca-key.pem"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600))
+	return tmpl.SerialNumber
 }
