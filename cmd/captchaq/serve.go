@@ -162,7 +162,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	if *f.metricsTLS && (*f.metricsListen == "" || !f.tls.on()) {
 		return &exitError{code: 2, err: errors.New("--metrics-tls: give it with --metrics-listen and the front's TLS (--tls-cert and --tls-key, or --tls-self-signed)")}
 	}
-	tlsCfg, err := f.tls.config(ctx, *f.listen, log)
+	tlsCfg, err := f.tls.config(ctx, env, *f.listen, log)
 	if err != nil {
 		return err
 	}
@@ -217,6 +217,9 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 			hs.Close()
 			srv.Shutdown(context.Background())
 			return fmt.Errorf("--metrics-listen %s: %w", *f.metricsListen, err)
+		}
+		if !onLoopback(mln.Addr()) {
+			log.Warn(metricsExposed, "addr", mln.Addr().String())
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", srv.MetricsHandler())
@@ -564,4 +567,13 @@ func openFront(ctx context.Context, url, name string, explicit bool) (*postgres.
 		return nil, "", fmt.Errorf("--gateway %s: the database %s is the store of the front %q: give --gateway %s, or leave --gateway out", name, st.Name(), recorded, recorded)
 	}
 	return st, recorded, nil
+}
+
+// metricsExposed warns of a --metrics-listen off loopback.
+const metricsExposed = "--metrics-listen is not on loopback: anyone who reaches it reads /metrics, every client's name and numbers, without a key; listen on 127.0.0.1 (or ::1), or firewall it"
+
+// onLoopback says whether a listener's address is a loopback one.
+func onLoopback(a net.Addr) bool {
+	ap, err := netip.ParseAddrPort(a.String())
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }

@@ -73,7 +73,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 		cfg.Seed = rand.Uint64() // ids and tokens differ from run to run, as a provider's do
 	}
 	log := slog.New(slog.NewTextHandler(env.stderr, nil))
-	tlsCfg, err := f.tls.config(ctx, *f.addr, log)
+	tlsCfg, err := f.tls.config(ctx, env, *f.addr, log)
 	if err != nil {
 		return err
 	}

@@ -46,8 +46,10 @@ func tlsDir() (string, error) {
 
 // config is the TLS configuration the flags ask for, nil without TLS.
 // listen is the listener's address: the self-signed certificate covers
-// its host. The certificate is read again on SIGHUP until ctx ends.
-func (f *tlsFlags) config(ctx context.Context, listen string, log *slog.Logger) (*tls.Config, error) {
+// its host. The certificate is read again on SIGHUP until ctx ends. A
+// key file other users can read is named on env's stderr, with the fix,
+// as the clients file is.
+func (f *tlsFlags) config(ctx context.Context, env *environment, listen string, log *slog.Logger) (*tls.Config, error) {
 	if !f.on() {
 		return nil, nil
 	}
@@ -67,7 +69,11 @@ func (f *tlsFlags) config(ctx context.Context, listen string, log *slog.Logger) 
 			return nil, err
 		}
 		log.Info("TLS with the local CA: clients trust it with its ca.pem", "ca", l.CA, "made_ca", l.MadeCA, "made_cert", l.MadeCert)
+		warnShared(env, "--tls-self-signed CA key", l.CAKey, "it signs certificates clients trust")
+		warnShared(env, "--tls-self-signed key", l.Key, "it holds the TLS certificate's private key")
 		certFile, keyFile = l.Cert, l.Key
+	default:
+		warnShared(env, "--tls-key file", keyFile, "it holds the TLS certificate's private key")
 	}
 	c, err := tlsconf.Load(certFile, keyFile, log)
 	if err != nil {

@@ -117,7 +117,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w", *metricsAddr, err)
 		}
-		tlsCfg, err := metricsTLS.config(ctx, *metricsAddr, log)
+		tlsCfg, err := metricsTLS.config(ctx, env, *metricsAddr, log)
 		if err != nil {
 			ln.Close()
 			return err
