@@ -27,10 +27,15 @@
 // queue with its weight. A task's id in the Store is "<client>/<id>", so a
 // client only ever sees its own tasks; the ids it sends and receives are
 // the part after the slash. in.php answers numeric ids (the API gives
-// one to a task without an id); they start at the clock, and one that
-// already names a stored task of the client is skipped, so a server
-// restarted with its clock behind never hands a new task an old task's
-// id (and with it the old answer).
+// one to a task without an id). They are a keyed permutation of a counter
+// (idperm.go): unique as the counter is, without a lookup, yet telling a
+// client nothing of how many tasks the others submitted; 16 digits,
+// below 2^53 (createTask's taskId is a JSON integer JavaScript reads
+// exactly). The counter starts at the clock and the key is the process's,
+// and an id that already names a stored task of the client is skipped, so
+// a server restarted with its clock behind never hands a new task an old
+// task's id (and with it the old answer). A front's replicas take the
+// counter in blocks from PostgreSQL and share one key kept there.
 //
 // Decisions a client can observe:
 //
@@ -240,6 +245,16 @@
 //     only, and nothing they answer is followed. A pingback URL may hold
 //     the client's secret (in its path or query): logs show its scheme
 //     and host only.
+//   - Clients see nothing of each other's volume: ids are a keyed
+//     permutation, not a count; the provider's captcha id (the operator's
+//     account's) reaches an admin only, never a client's GET, event or
+//     pingback.
+//   - Secrets on disk: a clients file, provider key file or TLS key
+//     (--tls-key, the local CA's ca-key.pem and key.pem) other users can
+//     read is named at start with the fix (chmod 600). The local CA lives
+//     90 days and is name-constrained to the hosts it serves, so its key
+//     signs for no other site. serve --metrics-listen off loopback (client
+//     names, no key) is warned about at start.
 //   - Errors a client (or anyone asking /readyz) sees name no file, host
 //     or address of the operator's: a store's or broker's failure under
 //     a replay, a cancel or the readiness check is logged whole and

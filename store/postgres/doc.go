@@ -70,7 +70,8 @@
 // (one of several replicas stores it); Watch tells a Store what the others
 // accepted (Config.Notify) and finished, over LISTEN/NOTIFY, announced
 // after each commit in batches (announce.go says why); IDBlock hands out
-// blocks of task ids from a sequence; Admit keeps a client's
+// blocks of task ids from a sequence, and IDKey the key, made once, with
+// which every replica permutes them; Admit keeps a client's
 // max_inflight (front_slots, under the client's advisory lock) and rate
 // (a token bucket a client, front_rates) across them, in one round trip;
 // PendingHeads and Heads read records without their params (an image
