@@ -75,6 +75,12 @@ type Config struct {
 	// PingbackHandler) when an answer is ready; polling becomes a slow
 	// fallback for answers overdue well past their expected time.
 	PingbackURL string
+	// PingbackSecret keys the secret each provider's pingback URL carries
+	// (sig=, an HMAC-SHA256 of the provider's name; see PingbackHandler).
+	// At least 16 bytes. Default 32 random bytes at New: the URLs of one
+	// run are refused by the next, whose tasks in flight are then polled.
+	// Keep it out of logs: it is what makes a pingback believed.
+	PingbackSecret []byte
 	// MaxQueued bounds accepted, unfinished tasks; Submit blocks past it.
 	// Default max(MaxQueuedMin, 20×Threads).
 	MaxQueued int
@@ -186,6 +192,9 @@ func (c Config) validate() error {
 	}
 	if c.PollInterval < PollIntervalMin {
 		errs = append(errs, fmt.Errorf("PollInterval: must be at least %v, got %v", PollIntervalMin, c.PollInterval))
+	}
+	if n := len(c.PingbackSecret); n > 0 && n < pingbackSecretMin {
+		errs = append(errs, fmt.Errorf("PingbackSecret: must be at least %d bytes (e.g. 32 from crypto/rand), got %d", pingbackSecretMin, n))
 	}
 	if c.MaxQueued < 0 {
 		errs = append(errs, fmt.Errorf("MaxQueued: must be positive, got %d", c.MaxQueued))

@@ -36,12 +36,13 @@ func TestConfigListsEveryProblem(t *testing.T) {
 	_, err := New(Config{
 		Plan: "GOLD", PollGap: time.Microsecond, PollInterval: time.Millisecond,
 		MaxQueued: -1, MaxAttempts: -2, RetryBackoff: time.Minute, RetryBackoffMax: time.Second,
-		TenantWeights: map[string]int{"a": 0},
+		TenantWeights: map[string]int{"a": 0}, PingbackSecret: []byte("short"),
 	})
 	want := `captchaq: invalid Config: Provider: required (e.g. a *provider.Client), or Providers
 Plan: unknown plan "GOLD": use one of BASIC, STANDARD, ADVANCE, PREMIUM, CORPORATE, ENTERPRISE, VIP-1, VIP-2, VIP-3, or set the thread count directly
 PollGap: must be at least 1ms, got 1µs
 PollInterval: must be at least 10ms, got 1ms
+PingbackSecret: must be at least 16 bytes (e.g. 32 from crypto/rand), got 5
 MaxQueued: must be positive, got -1
 MaxAttempts: must be positive, got -2
 RetryBackoff, RetryBackoffMax: need 0 < RetryBackoff <= RetryBackoffMax, got 1m0s and 1s

@@ -1,6 +1,9 @@
 package captchaq
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -18,11 +21,41 @@ import (
 // earlyPingbacksMax bounds pingbacks kept for ids not yet checkpointed.
 const earlyPingbacksMax = 1024
 
+// pingbackSecretMin is the shortest Config.PingbackSecret.
+const pingbackSecretMin = 16
+
 // pingback is what a provider's pingback says of one task.
 type pingback struct {
 	code   string          // not solved: an ERROR_… or CAPCHA_NOT_READY (in.php's codes)
 	answer provider.Answer // solved: its answer
 	at     time.Time
+}
+
+// laneCallbacks is one provider's side of the pingbacks: the secret its
+// URL carries.
+//
+// The secret is per provider, not per task. The captcha id is assigned by
+// the provider after the URL is sent, so no MAC over it can be in the URL.
+// A MAC over our own task id (the URL carrying the task's id) would let a
+// callback finish only the task it was sent with, but that task's provider
+// answers it anyway: it adds nothing against the provider, while it would
+// hand every provider our task ids (a client's name and its id) and give
+// each submit a URL of its own. Per provider, a callback finishes tasks of
+// the provider it was given to and of no other, which is what is needed.
+type laneCallbacks struct {
+	sig string // hex HMAC-SHA256 of the provider's name
+}
+
+func newLaneCallbacks(secret []byte, name string) *laneCallbacks {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("captchaq pingback\x00" + name))
+	return &laneCallbacks{sig: hex.EncodeToString(m.Sum(nil))}
+}
+
+// pingbackURL is the URL l's submits carry: Config.PingbackURL with l's
+// name and secret.
+func (q *Queue) pingbackURL(l *lane.Lane) string {
+	return l.PingbackURL(q.cfg.PingbackURL, q.pingbackByLane[l].sig)
 }
 
 // PingbackHandler serves the provider's pingback. Two forms are read:
@@ -36,29 +69,38 @@ type pingback struct {
 //
 // A solved task is finished at once; a failed one, or one said to be
 // still processing, is polled at once for the authoritative state. Serve
-// it at Config.PingbackURL; use a URL that is hard to guess, since the
-// answer is taken as sent. With Config.Providers each provider's submits
-// carry the URL with provider=NAME added to its query, and a pingback is
-// matched by that name and the id together: two providers may give out
-// the same id, and an id must never finish another provider's task. A
-// pingback without a provider is refused then; one for an id the named
-// provider has not given out changes no task.
+// it at Config.PingbackURL. Each provider's submits carry that URL with
+// sig=SECRET added to its query, a secret of that provider's own (an
+// HMAC-SHA256 of its name keyed by Config.PingbackSecret), and with
+// Config.Providers provider=NAME too. A pingback is matched by the
+// provider and the id together, and only with that provider's secret
+// (compared in constant time): two providers may give out the same id,
+// and one provider, or anyone who learns its URL, must never finish
+// another's task. A pingback naming none of the providers is refused
+// with 400, one without its provider's secret with 403; one for an id
+// the provider has not given out changes no task.
 func (q *Queue) PingbackHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, pb, err := readPingback(r)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
+		query := r.URL.Query()
 		l := q.lanes[0]
 		if !q.single {
-			name := r.FormValue("provider")
+			name := query.Get("provider")
 			i := slices.IndexFunc(q.lanes, func(o *lane.Lane) bool { return o.Name() == name })
 			if i < 0 {
 				http.Error(w, "provider names none of the queue's providers", http.StatusBadRequest)
 				return
 			}
 			l = q.lanes[i]
+		}
+		cb := q.pingbackByLane[l]
+		if !hmac.Equal([]byte(query.Get("sig")), []byte(cb.sig)) {
+			http.Error(w, "sig is missing or not the provider's: give each provider the pingback URL its submits carry", http.StatusForbidden)
+			return
+		}
+		id, pb, err := readPingback(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
 		}
 		key := l.StoredID(id) // as the table indexes it
 		pb.at = q.now()

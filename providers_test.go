@@ -623,12 +623,18 @@ func TestCreateTaskCallbacksByProvider(t *testing.T) {
 	}
 }
 
+// noSig is PingbackHandler's answer to a pingback without its provider's
+// secret.
+const noSig = "sig is missing or not the provider's: give each provider the pingback URL its submits carry"
+
 // TestCreateTaskCallbackGuards: a createTask callback goes through the
-// pingback's checks. One naming the wrong provider, or an id its provider
-// did not give out, changes nothing; one naming no provider or none of
-// the queue's, or that is not getTaskResult's JSON with a taskId, is
-// refused; one saying the task failed makes the queue ask the service
-// (which says it is still processing); the genuine one finishes the task.
+// pingback's checks. One on the wrong provider's URL, or for an id its
+// provider did not give out, changes nothing; one naming a provider
+// without that provider's secret (none, or another's) is refused with
+// 403; one naming no provider or none of the queue's, or that is not
+// getTaskResult's JSON with a taskId, is refused; one saying the task
+// failed makes the queue ask the service (which says it is still
+// processing); the genuine one finishes the task.
 func TestCreateTaskCallbackGuards(t *testing.T) {
 	t.Parallel()
 	pbURL, serve := pingbackServer(t)
@@ -651,9 +657,11 @@ func TestCreateTaskCallbackGuards(t *testing.T) {
 	if taskID == "" {
 		t.Fatalf("stored captcha id %q", rec.CaptchaID)
 	}
-	post := func(query, body string) (int, string) {
+	mainURL, backupURL := p.q.PingbackURLOf("main"), p.q.PingbackURLOf("backup")
+	_, mainSig, _ := strings.Cut(mainURL, "&sig=")
+	post := func(u, body string) (int, string) {
 		t.Helper()
-		resp, err := http.Post(pbURL+query, "application/json; charset=utf-8", strings.NewReader(body))
+		resp, err := http.Post(u, "application/json; charset=utf-8", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -671,33 +679,35 @@ func TestCreateTaskCallbackGuards(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		what, query, body string
-		status            int
-		answer            string
+		what, url, body string
+		status          int
+		answer          string
 	}{
-		{"the wrong provider", "?provider=main", ready(taskID, "forged-at-main"), 200, "OK"},
-		{"an id backup did not give out", "?provider=backup", ready("4242", "forged-id"), 200, "OK"},
-		{"no provider", "", ready(taskID, "forged-none"), 400, "provider names none of the queue's providers"},
-		{"an unknown provider", "?provider=nope", ready(taskID, "forged-nope"), 400, "provider names none of the queue's providers"},
-		{"no taskId", "?provider=backup", `{"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"x"}}`, 400, "callback: taskId is missing or not a task id (a number or a string of printable characters, at most 100)"},
-		{"not JSON", "?provider=backup", `id=` + taskID + `&code=x`, 400, "callback: the body must be getTaskResult's JSON object with the taskId, got id=" + taskID + "&code=x"},
-		{"an unknown status", "?provider=backup", `{"errorId":0,"status":"done","taskId":` + taskID + `}`, 400, `callback: status "done" is neither ready nor processing`},
-		{"a body over the limit", "?provider=backup", `{"taskId":` + taskID + `,"pad":"` + strings.Repeat("x", createtask.CallbackLimit) + `"}`, 400, "callback: the body is over 1048576 bytes"},
+		{"the wrong provider's URL", mainURL, ready(taskID, "forged-at-main"), 200, "OK"},
+		{"backup named with main's secret", pbURL + "?provider=backup&sig=" + mainSig, ready(taskID, "forged-sig"), 403, noSig},
+		{"backup named with no secret", pbURL + "?provider=backup", ready(taskID, "forged-nosig"), 403, noSig},
+		{"an id backup did not give out", backupURL, ready("4242", "forged-id"), 200, "OK"},
+		{"no provider", pbURL, ready(taskID, "forged-none"), 400, "provider names none of the queue's providers"},
+		{"an unknown provider", pbURL + "?provider=nope", ready(taskID, "forged-nope"), 400, "provider names none of the queue's providers"},
+		{"no taskId", backupURL, `{"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"x"}}`, 400, "callback: taskId is missing or not a task id (a number or a string of printable characters, at most 100)"},
+		{"not JSON", backupURL, `id=` + taskID + `&code=x`, 400, "callback: the body must be getTaskResult's JSON object with the taskId, got id=" + taskID + "&code=x"},
+		{"an unknown status", backupURL, `{"errorId":0,"status":"done","taskId":` + taskID + `}`, 400, `callback: status "done" is neither ready nor processing`},
+		{"a body over the limit", backupURL, `{"taskId":` + taskID + `,"pad":"` + strings.Repeat("x", createtask.CallbackLimit) + `"}`, 400, "callback: the body is over 1048576 bytes"},
 	} {
-		if status, answer := post(c.query, c.body); status != c.status || answer != c.answer {
+		if status, answer := post(c.url, c.body); status != c.status || answer != c.answer {
 			t.Errorf("%s: HTTP %d %q, want %d %q", c.what, status, answer, c.status, c.answer)
 		}
 		unchanged(c.what)
 	}
 	// A failed task: the queue asks the service, which knows better.
 	polls := p.backup.Stats().Calls.PollSingle
-	if status, _ := post("?provider=backup", `{"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE","errorDescription":"x","taskId":`+taskID+`}`); status != 200 {
+	if status, _ := post(backupURL, `{"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE","errorDescription":"x","taskId":`+taskID+`}`); status != 200 {
 		t.Fatalf("an unsolvable callback: HTTP %d", status)
 	}
 	eventually(t, "a poll of h after its unsolvable callback", func() bool { return p.backup.Stats().Calls.PollSingle > polls })
 	unchanged("an unsolvable callback answered by a poll saying processing")
 
-	if status, answer := post("?provider=backup", ready(taskID, "tok-from-callback")); status != 200 || answer != "OK" {
+	if status, answer := post(backupURL, ready(taskID, "tok-from-callback")); status != 200 || answer != "OK" {
 		t.Fatalf("the genuine callback: HTTP %d %q", status, answer)
 	}
 	r := p.collect(t, 1)["h"]

@@ -2,6 +2,7 @@ package captchaq
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
@@ -43,6 +44,7 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 		journal:        cfg.Store,
 		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
 		earlyPingbacks: map[string]pingback{},
+		pingbackByLane: map[*lane.Lane]*laneCallbacks{},
 	}
 	// The pollers hear when tasks start or stop waiting for a thread.
 	q.table = tasktable.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}, func(busy bool) {
@@ -56,6 +58,14 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.lanes = newLanes(cfg, f)
+	secret := cfg.PingbackSecret
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		rand.Read(secret)
+	}
+	for _, l := range q.lanes {
+		q.pingbackByLane[l] = newLaneCallbacks(secret, l.Name())
+	}
 	q.pauses = lane.NewPauses(q.lanes)
 	q.waiting = dispatch.Tasks[*taskState]{Route: q.routeDecision, Price: priceAt}
 	q.dispatcher = dispatch.New(q.lanes, q.now, q.pass)

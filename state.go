@@ -74,7 +74,8 @@ type Queue struct {
 	// fields of each taskState below and the fields after it here, which
 	// are read and written only inside table.Do.
 	table          *tasktable.Table[*taskState]
-	earlyPingbacks map[string]pingback // pingbacks that beat their checkpoint
+	earlyPingbacks map[string]pingback           // pingbacks that beat their checkpoint
+	pingbackByLane map[*lane.Lane]*laneCallbacks // each lane's pingback secret
 	bursts         bursts
 	metrics        counters
 }

@@ -37,7 +37,7 @@ func (q *Queue) submit(st *taskState) {
 		return
 	}
 	epoch := q.epoch()
-	captchaID, err := l.Submit(q.runCtx, st.pt, l.PingbackURL(q.cfg.PingbackURL))
+	captchaID, err := l.Submit(q.runCtx, st.pt, q.pingbackURL(l))
 	now := q.now()
 	if err == nil {
 		if l.Answered() {

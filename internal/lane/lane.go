@@ -201,16 +201,27 @@ func (l *Lane) StoredID(captchaID string) string {
 
 // PingbackURL is the pingback URL the lane's submits carry: base with
 // provider=NAME in its query for a named provider, so a pingback names
-// its provider (two may give out the same captcha id).
-func (l *Lane) PingbackURL(base string) string {
-	if l.name == "" || base == "" {
+// its provider (two may give out the same captcha id), and sig=SIG, the
+// provider's own secret, when sig is not empty.
+func (l *Lane) PingbackURL(base, sig string) string {
+	if base == "" {
+		return base
+	}
+	var q []string
+	if l.name != "" {
+		q = append(q, "provider="+url.QueryEscape(l.name))
+	}
+	if sig != "" {
+		q = append(q, "sig="+url.QueryEscape(sig))
+	}
+	if len(q) == 0 {
 		return base
 	}
 	sep := "?"
 	if strings.Contains(base, "?") {
 		sep = "&"
 	}
-	return base + sep + "provider=" + url.QueryEscape(l.name)
+	return base + sep + strings.Join(q, "&")
 }
 
 // Solves reports whether the lane solves a route method.

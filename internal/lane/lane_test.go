@@ -22,16 +22,18 @@ func newLane(c Config) *Lane {
 }
 
 // A named provider's ids are stored as "name:id" and its pingback URL
-// names it; a queue of one unnamed provider keeps both bare.
+// names it; a queue of one unnamed provider keeps both bare. The sig
+// given is added after the name.
 func TestStoredIDAndPingbackURL(t *testing.T) {
 	named, bare := newLane(Config{Name: "backup"}), newLane(Config{})
 	for _, c := range []struct{ got, want string }{
 		{named.StoredID("42"), "backup:42"},
 		{bare.StoredID("42"), "42"},
-		{named.PingbackURL("https://h.example/pb"), "https://h.example/pb?provider=backup"},
-		{named.PingbackURL("https://h.example/pb?s=1"), "https://h.example/pb?s=1&provider=backup"},
-		{named.PingbackURL(""), ""},
-		{bare.PingbackURL("https://h.example/pb"), "https://h.example/pb"},
+		{named.PingbackURL("https://h.example/pb", ""), "https://h.example/pb?provider=backup"},
+		{named.PingbackURL("https://h.example/pb?s=1", "ab12"), "https://h.example/pb?s=1&provider=backup&sig=ab12"},
+		{named.PingbackURL("", "ab12"), ""},
+		{bare.PingbackURL("https://h.example/pb", ""), "https://h.example/pb"},
+		{bare.PingbackURL("https://h.example/pb", "ab12"), "https://h.example/pb?sig=ab12"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

@@ -1,0 +1,13 @@
+package captchaq
+
+// PingbackURLOf is the pingback URL the submits of the provider named name
+// carry ("" for Config.Provider): what that provider is given, and all
+// it is given.
+func (q *Queue) PingbackURLOf(name string) string {
+	for _, l := range q.lanes {
+		if l.Name() == name {
+			return q.pingbackURL(l)
+		}
+	}
+	return ""
+}
