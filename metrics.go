@@ -80,6 +80,10 @@ type ProviderMetrics struct {
 	Failures     int
 	LastFailure  string
 	EverAnswered bool
+	// EarlyPingbacksDropped counts its pingbacks for ids not yet
+	// checkpointed that were dropped: not checkpointed within 10 s, or
+	// past the 256 kept at once (see PingbackHandler).
+	EarlyPingbacksDropped int64
 }
 
 type counters struct {
@@ -124,6 +128,7 @@ func (q *Queue) Metrics() Metrics {
 		}
 	}
 	var m Metrics
+	var dropped []int64 // early pingbacks, by lane
 	q.table.Do(func(tx table) {
 		c := &q.metrics
 		rates := c.Rates(now)
@@ -141,17 +146,20 @@ func (q *Queue) Metrics() Metrics {
 		waiting := tally.NewWaiting()
 		tx.Waiting().Each(func(it sched.Item[*taskState]) { waiting.Add(it.Priority, it.Enqueued) })
 		m.DepthByPriority, m.OldestWaitingSeconds = waiting.ByPriority, waiting.OldestSeconds(now)
+		for _, l := range q.lanes {
+			dropped = append(dropped, q.pingbackByLane[l].dropped)
+		}
 	})
 	if p := q.pausedNow(now); p != nil {
 		m.Paused, m.PausedReason = true, p.Error()
 	}
-	for _, l := range q.lanes {
+	for i, l := range q.lanes {
 		s := l.Stats(now)
 		pm := ProviderMetrics{
 			Name: l.Name(), Threads: s.Threads, ThreadsInUse: s.InUse, Window: s.Window,
 			Submitted: s.Submitted, Solved: s.Solved, Failed: s.Failed, Moved: s.Moved,
 			Spend: s.Spend, SpendLastHour: s.SpendLastHour, MaxSpendPerHour: l.MaxSpendPerHour(),
-			Down: s.Down, Paused: s.Paused,
+			Down: s.Down, Paused: s.Paused, EarlyPingbacksDropped: dropped[i],
 		}
 		pm.Healthy = !pm.Down && !pm.Paused
 		r := l.Reach()

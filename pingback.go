@@ -18,8 +18,16 @@ import (
 	"github.com/captchaq/captchaq/provider/createtask"
 )
 
-// earlyPingbacksMax bounds pingbacks kept for ids not yet checkpointed.
-const earlyPingbacksMax = 1024
+// Pingbacks that come before their checkpoint (the provider answered
+// before the queue recorded the id it gave) are kept earlyPingbackTTL, at
+// most earlyPingbacksMax a provider; the others are dropped and counted
+// (ProviderMetrics.EarlyPingbacksDropped). A checkpoint follows its submit
+// by a Store write, so seconds are plenty; an answer kept longer could
+// only finish a later task that happened to get the same id.
+const (
+	earlyPingbackTTL  = 10 * time.Second
+	earlyPingbacksMax = 256
+)
 
 // pingbackSecretMin is the shortest Config.PingbackSecret.
 const pingbackSecretMin = 16
@@ -32,7 +40,8 @@ type pingback struct {
 }
 
 // laneCallbacks is one provider's side of the pingbacks: the secret its
-// URL carries.
+// URL carries and the pingbacks for ids not yet checkpointed. early and
+// dropped are guarded by the task table's lock.
 //
 // The secret is per provider, not per task. The captcha id is assigned by
 // the provider after the URL is sent, so no MAC over it can be in the URL.
@@ -43,13 +52,46 @@ type pingback struct {
 // each submit a URL of its own. Per provider, a callback finishes tasks of
 // the provider it was given to and of no other, which is what is needed.
 type laneCallbacks struct {
-	sig string // hex HMAC-SHA256 of the provider's name
+	sig     string              // hex HMAC-SHA256 of the provider's name
+	early   map[string]pingback // by the id as stored (lane.StoredID)
+	dropped int64               // early ones expired or past the bound
 }
 
 func newLaneCallbacks(secret []byte, name string) *laneCallbacks {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("captchaq pingback\x00" + name))
-	return &laneCallbacks{sig: hex.EncodeToString(m.Sum(nil))}
+	return &laneCallbacks{sig: hex.EncodeToString(m.Sum(nil)), early: map[string]pingback{}}
+}
+
+// keep holds an early pingback for key, dropping the expired ones first;
+// past earlyPingbacksMax it is dropped. Call it inside q.table.Do.
+func (c *laneCallbacks) keep(key string, pb pingback) {
+	for k, o := range c.early {
+		if pb.at.Sub(o.at) >= earlyPingbackTTL {
+			delete(c.early, k)
+			c.dropped++
+		}
+	}
+	if _, again := c.early[key]; !again && len(c.early) >= earlyPingbacksMax {
+		c.dropped++
+		return
+	}
+	c.early[key] = pb
+}
+
+// take removes key's early pingback and reports it if it is younger than
+// earlyPingbackTTL at now. Call it inside q.table.Do.
+func (c *laneCallbacks) take(key string, now time.Time) (pingback, bool) {
+	pb, ok := c.early[key]
+	if !ok {
+		return pingback{}, false
+	}
+	delete(c.early, key)
+	if now.Sub(pb.at) >= earlyPingbackTTL {
+		c.dropped++
+		return pingback{}, false
+	}
+	return pb, true
 }
 
 // pingbackURL is the URL l's submits carry: Config.PingbackURL with l's
@@ -78,7 +120,8 @@ func (q *Queue) pingbackURL(l *lane.Lane) string {
 // and one provider, or anyone who learns its URL, must never finish
 // another's task. A pingback naming none of the providers is refused
 // with 400, one without its provider's secret with 403; one for an id
-// the provider has not given out changes no task.
+// the provider has not given out changes no task, unless the id is
+// checkpointed within earlyPingbackTTL (10 s).
 func (q *Queue) PingbackHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		query := r.URL.Query()
@@ -107,17 +150,9 @@ func (q *Queue) PingbackHandler() http.Handler {
 		var st *taskState
 		var ok bool
 		q.table.Do(func(tx table) {
-			if st, ok = tx.ByKey(key); ok {
-				return
+			if st, ok = tx.ByKey(key); !ok {
+				cb.keep(key, pb) // the answer beat our checkpoint
 			}
-			// The answer beat our checkpoint: keep it briefly.
-			if len(q.earlyPingbacks) >= earlyPingbacksMax {
-				for k := range q.earlyPingbacks {
-					delete(q.earlyPingbacks, k)
-					break
-				}
-			}
-			q.earlyPingbacks[key] = pb
 		})
 		if ok {
 			q.pingbackArrived(st, id, pb)

@@ -1,6 +1,7 @@
 package captchaq
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,6 +28,86 @@ func nextResult(t *testing.T, results <-chan Result) Result {
 		t.Fatal("no result after an hour of fake time")
 		return Result{}
 	}
+}
+
+// A pingback for an id its provider has not given out yet (the answer beat
+// our checkpoint) finishes the task that gets that id within
+// earlyPingbackTTL, not after: an older one is dropped, counted for its
+// provider, and the task is polled for its own answer. The clock is
+// synctest's.
+func TestEarlyPingbackKeptSeconds(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		a := &scriptedLane{prefix: "X", poll: answerAll("token-polled-at-a")}
+		b := &scriptedLane{prefix: "Y", poll: answerAll("token-polled-at-b")}
+		results := make(chan Result, 4)
+		q := startTwoLanes(t, NewMemoryStore(MemoryStoreConfig{}), a, b, results)
+		aURL := q.pingbackURL(q.lanes[0])
+
+		// X1 answered 1 ns before the TTL ends: applied.
+		if code, body := servePingback(q, aURL, "X1", "token-early"); code != http.StatusOK || body != "OK" {
+			t.Fatalf("early pingback: %d %q", code, body)
+		}
+		time.Sleep(earlyPingbackTTL - time.Nanosecond)
+		if _, err := q.Submit(t.Context(), turnstileTask("t1")); err != nil {
+			t.Fatal(err)
+		}
+		if r := nextResult(t, results); r.ID != "t1" || r.Provider != "a" || r.CaptchaID != "X1" || r.Token != "token-early" || r.SolveSeconds != 0 {
+			t.Errorf("t1: %+v; want solved at a as X1 by the early pingback, in 0 s (not before its submit)", r)
+		}
+
+		// X2 answered the TTL before its checkpoint: dropped, polled.
+		if code, _ := servePingback(q, aURL, "X2", "token-stale"); code != http.StatusOK {
+			t.Fatalf("early pingback: %d", code)
+		}
+		time.Sleep(earlyPingbackTTL)
+		if _, err := q.Submit(t.Context(), turnstileTask("t2")); err != nil {
+			t.Fatal(err)
+		}
+		if r := nextResult(t, results); r.ID != "t2" || r.Provider != "a" || r.CaptchaID != "X2" || r.Token != "token-polled-at-a" {
+			t.Errorf("t2: %+v; want solved at a as X2 by a poll, the stale pingback dropped", r)
+		}
+		m := q.Metrics().Providers
+		if m[0].EarlyPingbacksDropped != 1 || m[1].EarlyPingbacksDropped != 0 {
+			t.Errorf("early pingbacks dropped: a %d, b %d; want 1, 0", m[0].EarlyPingbacksDropped, m[1].EarlyPingbacksDropped)
+		}
+	})
+}
+
+// Early pingbacks are bounded per provider: past earlyPingbacksMax kept
+// for one provider, its next is dropped and counted there, while another
+// provider's early pingback is still kept and finishes its task.
+func TestEarlyPingbacksBoundedPerProvider(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		a := &scriptedLane{prefix: "X", poll: answerAll("token-polled-at-a")}
+		b := &scriptedLane{prefix: "Y", poll: answerAll("token-polled-at-b")}
+		results := make(chan Result, 4)
+		q := startTwoLanes(t, NewMemoryStore(MemoryStoreConfig{}), a, b, results)
+		aURL, bURL := q.pingbackURL(q.lanes[0]), q.pingbackURL(q.lanes[1])
+		for i := range earlyPingbacksMax + 1 {
+			if code, _ := servePingback(q, bURL, fmt.Sprintf("never%d", i), "token-flood"); code != http.StatusOK {
+				t.Fatalf("pingback %d at b: %d", i, code)
+			}
+		}
+		if code, _ := servePingback(q, aURL, "X1", "token-early"); code != http.StatusOK {
+			t.Fatalf("early pingback at a: %d", code)
+		}
+		var keptA, keptB int
+		q.table.Do(func(table) {
+			keptA, keptB = len(q.pingbackByLane[q.lanes[0]].early), len(q.pingbackByLane[q.lanes[1]].early)
+		})
+		m := q.Metrics().Providers
+		if keptA != 1 || keptB != earlyPingbacksMax || m[0].EarlyPingbacksDropped != 0 || m[1].EarlyPingbacksDropped != 1 {
+			t.Errorf("kept a %d, b %d; dropped a %d, b %d; want 1, %d, 0, 1", keptA, keptB, m[0].EarlyPingbacksDropped, m[1].EarlyPingbacksDropped, earlyPingbacksMax)
+		}
+		if _, err := q.Submit(t.Context(), turnstileTask("t1")); err != nil {
+			t.Fatal(err)
+		}
+		if r := nextResult(t, results); r.ID != "t1" || r.Provider != "a" || r.Token != "token-early" {
+			t.Errorf("t1: %+v; want solved at a by its early pingback", r)
+		}
+	})
 }
 
 // A pingback is believed only with its provider's secret: naming a with

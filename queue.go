@@ -43,7 +43,6 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 		store:          cfg.Store,
 		journal:        cfg.Store,
 		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
-		earlyPingbacks: map[string]pingback{},
 		pingbackByLane: map[*lane.Lane]*laneCallbacks{},
 	}
 	// The pollers hear when tasks start or stop waiting for a thread.

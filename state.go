@@ -74,8 +74,7 @@ type Queue struct {
 	// fields of each taskState below and the fields after it here, which
 	// are read and written only inside table.Do.
 	table          *tasktable.Table[*taskState]
-	earlyPingbacks map[string]pingback           // pingbacks that beat their checkpoint
-	pingbackByLane map[*lane.Lane]*laneCallbacks // each lane's pingback secret
+	pingbackByLane map[*lane.Lane]*laneCallbacks // each lane's pingback secret and early pingbacks
 	bursts         bursts
 	metrics        counters
 }

@@ -67,6 +67,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 	key := l.StoredID(captchaID)
 	var early pingback
 	var isEarly bool
+	checkpointed := q.now()
 	q.table.Do(func(tx table) {
 		st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
 		st.rec.NotBefore = time.Time{}
@@ -74,11 +75,15 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 		l.Accepted(now, st.price)
 		q.pollerOf(l).Track(t.ID, st, captchaID, st.kind, now, t.Deadline, now.Add(q.firstPoll(st.kind)), false)
 		tx.Fly(t.ID, key, st)
-		early, isEarly = q.earlyPingbacks[key]
-		delete(q.earlyPingbacks, key)
+		early, isEarly = q.pingbackByLane[l].take(key, checkpointed)
 	})
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.Name())
 	if isEarly {
+		// One that beat the submit's answer would date the solve before
+		// the submit: it is dated at the submit.
+		if early.at.Before(now) {
+			early.at = now
+		}
 		q.pingbackArrived(st, captchaID, early)
 	}
 }
