@@ -27,6 +27,8 @@ type Collector struct {
 
 	// Per provider, for a queue of several (Config.Providers).
 	pvSolved, pvFailed, pvMoved, pvSpend, pvSpendHour, pvCost, pvHealthy, pvThreads, pvInUse *prometheus.Desc
+	// Per provider, for a queue of one too (its provider label empty).
+	earlyDropped *prometheus.Desc
 
 	mu         sync.Mutex
 	priorities map[int]struct{} // every priority seen waiting
@@ -63,6 +65,8 @@ func NewCollector(src Source) *Collector {
 		pvHealthy:   d("provider_healthy", "1 while the provider is in routing (not down, not paused).", "provider"),
 		pvThreads:   d("provider_threads", "The provider's threads.", "provider"),
 		pvInUse:     d("provider_threads_in_use", "The provider's threads taken.", "provider"),
+
+		earlyDropped: d("early_pingbacks_dropped_total", "Pingbacks for ids not yet checkpointed, dropped after 10 s or past 256 kept, by provider.", "provider"),
 	}
 }
 
@@ -70,7 +74,7 @@ func NewCollector(src Source) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.submitted, c.solved, c.failed, c.retries, c.requests,
 		c.plan, c.window, c.inUse, c.depth, c.oldest, c.delayP50, c.delayP99, c.paused,
-		c.pvSolved, c.pvFailed, c.pvMoved, c.pvSpend, c.pvSpendHour, c.pvCost, c.pvHealthy, c.pvThreads, c.pvInUse} {
+		c.pvSolved, c.pvFailed, c.pvMoved, c.pvSpend, c.pvSpendHour, c.pvCost, c.pvHealthy, c.pvThreads, c.pvInUse, c.earlyDropped} {
 		ch <- d
 	}
 }
@@ -106,6 +110,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.paused, paused)
 	for _, p := range m.Providers {
+		counter(c.earlyDropped, p.EarlyPingbacksDropped, p.Name)
 		if p.Name == "" {
 			continue // one provider: the series above are its own
 		}

@@ -280,11 +280,15 @@ func TestCollectorProviders(t *testing.T) {
 	t.Parallel()
 	src := &snapshots{}
 	src.set(captchaq.Metrics{Providers: []captchaq.ProviderMetrics{
-		{Name: "main", Threads: 20, ThreadsInUse: 20, Solved: 900, Failed: 3, Healthy: true},
+		{Name: "main", Threads: 20, ThreadsInUse: 20, Solved: 900, Failed: 3, Healthy: true, EarlyPingbacksDropped: 7},
 		{Name: "backup", Threads: 100, ThreadsInUse: 4, Solved: 100, Moved: 2, Spend: 0.299, SpendLastHour: 0.15, CostPer1000: 2.99, Down: true},
 	}})
 	c := promq.NewCollector(src)
 	want := `
+# HELP captchaq_early_pingbacks_dropped_total Pingbacks for ids not yet checkpointed, dropped after 10 s or past 256 kept, by provider.
+# TYPE captchaq_early_pingbacks_dropped_total counter
+captchaq_early_pingbacks_dropped_total{provider="backup"} 0
+captchaq_early_pingbacks_dropped_total{provider="main"} 7
 # HELP captchaq_provider_cost_per_1000 Spend per 1,000 tokens solved by the provider.
 # TYPE captchaq_provider_cost_per_1000 gauge
 captchaq_provider_cost_per_1000{provider="backup"} 2.99
@@ -310,7 +314,7 @@ captchaq_provider_tasks_solved_total{provider="main"} 900
 captchaq_provider_threads_in_use{provider="backup"} 4
 captchaq_provider_threads_in_use{provider="main"} 20
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "captchaq_early_pingbacks_dropped_total",
 		"captchaq_provider_cost_per_1000", "captchaq_provider_healthy", "captchaq_provider_spend_total",
 		"captchaq_provider_tasks_moved_total", "captchaq_provider_tasks_solved_total", "captchaq_provider_threads_in_use"); err != nil {
 		t.Fatal(err)
