@@ -145,7 +145,8 @@ type Config struct {
 	// the replicas' series stay apart where they are scraped together.
 	Replica string
 	// PublicURL, when set, is where the provider can reach this server:
-	// the provider is asked to call PublicURL/pingback/<secret> when an
+	// each provider is asked to call PublicURL/pingback/<secret> with its
+	// own provider= and sig= (captchaq.Queue.PingbackHandler) when an
 	// answer is ready (polling stays as the fallback).
 	PublicURL string
 	// Balance answers getbalance. Default: ERROR_BAD_PARAMETERS.

@@ -19,7 +19,7 @@
 //	GET    /v1/history            the dashboard's charts: the last hour, sampled (admin)
 //	GET    /v1/deadletters        failed tasks
 //	POST   /v1/deadletters/replay {"ids":[…]} or {"all":true}: queue them again
-//	/pingback                     the provider's pingback (with Config.PublicURL)
+//	/pingback/<secret>            each provider's pingbacks, by its own sig (with PublicURL)
 //	/metrics, /healthz, /readyz   Prometheus, liveness, readiness
 //	/                             the dashboard (needs an admin key)
 //
@@ -236,8 +236,16 @@
 //     checked at the door for what the stores refuse (a NUL byte, invalid
 //     UTF-8, an id over captchaq.MaxIDBytes): refused with the field
 //     named before anything is published, submitted or paid for.
-//   - The provider is trusted with the answers and the provider key, not
-//     with the server's files or clients' keys.
+//   - A provider is trusted with the answers to its own tasks and the
+//     provider key, not with the server's files, clients' keys or another
+//     provider's tasks. Its pingback URL (/pingback/<secret>?provider=NAME
+//     &sig=…) carries a secret of its own, an HMAC-SHA256 of its name
+//     keyed per start (the captcha id is assigned after the URL is sent,
+//     so no MAC over it can be in it), compared in constant time: one
+//     naming another provider without that one's sig is refused with 403
+//     and finishes nothing. An answer for an id not yet checkpointed is
+//     kept 10 s, at most 256 a provider, then dropped and counted in
+//     captchaq_early_pingbacks_dropped_total{provider}.
 //   - The broker is trusted like the operator's machine: its messages are
 //     still validated as client input (a post task with a path fails
 //     alone, it is never opened).
@@ -268,7 +276,9 @@
 // making one provider request and one broker message
 // (TestReportsForwardedOnce, TestGatewayForwardsReportsToTheProvider), a
 // replay beside 20,000 foreign dead letters that takes, holds and
-// redelivers none (TestGatewayReplayTouchesNoForeignDeadLetter).
+// redelivers none (TestGatewayReplayTouchesNoForeignDeadLetter), one
+// provider's pingback URL renamed to another's answered 403 with the
+// other's clients given its real tokens (TestPingbackForgedByAnotherProvider).
 //
 // By endpoint, what the caller is trusted with:
 //   - in.php, res.php (and the createTask methods): a client's key, in
@@ -289,6 +299,7 @@
 //     its own store only, never the fleet's shared dead-letter queue.
 //   - GET /v1/stats, /v1/history: a client sees its own counts; an admin
 //     the whole queue's and the broker's depths.
+//   - /pingback/<secret>: a provider, by its own sig; its own tasks only.
 //   - / (the dashboard) and /metrics: an admin's key in Authorization
 //     (the dashboard's form); a key in the address is refused.
 //   - /healthz, /readyz: anyone; /readyz says why it is not ready in
