@@ -392,3 +392,100 @@ func TestOversizeImageRefusedBeforeDecoding(t *testing.T) {
 		}
 	}
 }
+
+// A provider that parses forms as PHP does reads ' ', '.' and an
+// unclosed '[' as '_', stops a name at NUL and makes name[i] an array of
+// name: every spelling of a reserved name it would read as one is refused.
+func TestFoldParamName(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"soft_id", "soft_id"},
+		{"soft.id", "soft_id"},
+		{"Soft.ID", "soft_id"},
+		{"header acao", "header_acao"},
+		{"header.acao", "header_acao"},
+		{"pingback\x00", "pingback"},
+		{"pingback\x00.evil", "pingback"},
+		{" key", "key"},
+		{"key ", "key"},
+		{"  key\t", "key"},
+		{"header[acao", "header_acao"},
+		{"header[acao.x", "header_acao.x"}, // folding ends at the first '['
+		{"pingback[]", "pingback[]"},
+		{"data[blob]", "data[blob]"},
+		{"a.b[c.d]", "a_b[c.d]"},
+		{"pageurl", "pageurl"},
+		{"data-s", "data-s"},
+	} {
+		if got := FoldParamName(c.in); got != c.want {
+			t.Errorf("FoldParamName(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		in   string
+		want string
+		ok   bool
+	}{
+		{"soft.id", "soft_id", true},
+		{"header acao", "header_acao", true},
+		{"pingback\x00", "pingback", true},
+		{"pingback[]", "pingback", true},
+		{"JSON[x]", "json", true},
+		{"method[", "method_", false},
+		{"key_", "key_", false},
+		{"action", "action", false},
+		{"data[blob]", "data", false},
+	} {
+		if got, ok := IsReservedParam(c.in); got != c.want || ok != c.ok {
+			t.Errorf("IsReservedParam(%q) = %q, %v, want %q, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// The params of the issue, one at a time and together: each is refused
+// naming the param as given (a NUL quoted), never passed on.
+func TestReservedParamsInEveryFoldedForm(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"sitekey": "s", "pageurl": "https://a.example/"}
+	for _, c := range []struct{ name, field, reads string }{
+		{"soft.id", "params.soft.id", `"soft.id" as "soft_id"`},
+		{"header acao", "params.header acao", `"header acao" as "header_acao"`},
+		{"pingback\x00", `params."pingback\x00"`, `"pingback\x00" as "pingback"`},
+		{"pingback[]", "params.pingback[]", `"pingback[]" as "pingback"`},
+		{"key ", "params.key ", `"key " as "key"`},
+		{"Method.", "", ""}, // "method_": not reserved
+	} {
+		p := maps.Clone(base)
+		p[c.name] = "x"
+		err := Task{Method: "turnstile", Params: p}.Validate()
+		if c.field == "" {
+			if err != nil {
+				t.Errorf("%q: %v, want it taken", c.name, err)
+			}
+			continue
+		}
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Field != c.field || !strings.Contains(ve.Reason, "a provider reads "+c.reads) ||
+			ve.ProtocolCode() != "ERROR_BAD_PARAMETERS" {
+			t.Errorf("%q: %v, want field %s reading %s", c.name, err, c.field, c.reads)
+		}
+	}
+	p := maps.Clone(base)
+	p["soft.id"], p["header acao"], p["pingback\x00"] = "4242", "1", "https://attacker.example/cb"
+	var ve *ValidationError
+	if err := (Task{Method: "turnstile", Params: p}).Validate(); !errors.As(err, &ve) || ve.Field != "params.header acao" {
+		t.Errorf("the three params: %v, want the first by name (params.header acao) refused", err)
+	}
+	for _, pair := range [][2]string{{"page.url", "page_url"}, {"data", "data[blob]"}, {"Data[blob]", "data"}, {"lang", " lang"}} {
+		p := maps.Clone(base)
+		p[pair[0]], p[pair[1]] = "a", "b"
+		err := Task{Method: "turnstile", Params: p}.Validate()
+		if !errors.As(err, &ve) || !strings.Contains(ve.Reason, "name one field") {
+			t.Errorf("%q beside %q: %v, want them refused as one field", pair[0], pair[1], err)
+		}
+	}
+	p = map[string]string{"body ": "R0lGODlh"}
+	if err := (Task{Method: "base64", Params: p}).Validate(); err == nil || !strings.Contains(err.Error(), `write "body " in lower case, with nothing around it: "body"`) {
+		t.Errorf("body with a space: %v", err)
+	}
+}

@@ -185,6 +185,9 @@ func ParseTask(raw []byte) (provider.Task, *Fault) {
 	if f != nil {
 		return provider.Task{}, f
 	}
+	if f := reservedField(obj); f != nil {
+		return provider.Task{}, f
+	}
 	typ, ok := obj.str("type")
 	if !ok || strings.TrimSpace(typ) == "" {
 		return provider.Task{}, fault("ERROR_TASK_NOT_SUPPORTED", "task.type: required, a string; one of "+strings.Join(TypeNames(), ", "))
@@ -234,6 +237,23 @@ func ParseTask(raw []byte) (provider.Task, *Fault) {
 		return provider.Task{}, f
 	}
 	return t, nil
+}
+
+// reservedField refuses a task field in.php would read as the request's
+// own (provider.IsReservedParam: key, pingback, soft_id, … in any spelling
+// a form parser reads as one): no type takes one, and a client that sends
+// one means it to act, which it would not.
+func reservedField(obj folded) *Fault {
+	for _, lk := range slices.Sorted(maps.Keys(obj)) {
+		name := obj[lk].name
+		if base, ok := provider.IsReservedParam(name); ok {
+			if strings.ContainsFunc(name, func(r rune) bool { return !strconv.IsPrint(r) }) {
+				name = strconv.Quote(name)
+			}
+			return fault("ERROR_BAD_PARAMETERS", fmt.Sprintf("task.%s: read as in.php's own field %s, not a task field (reserved in any letter case and every spelling a form parser reads as one); remove it", name, base))
+		}
+	}
+	return nil
 }
 
 // geeTestV4ID is a GeeTest v4 task's captcha_id: initParameters.captcha_id

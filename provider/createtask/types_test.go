@@ -119,6 +119,9 @@ func TestParseTaskFaults(t *testing.T) {
 		{"proxy login with @", `{"type":"RecaptchaV2Task","proxyType":"http","proxyAddress":"1.2.3.4","proxyPort":80,"proxyLogin":"u@x","proxyPassword":"p"}`, "ERROR_BAD_PROXY", "may not contain"},
 		{"GeeTest version 5", `{"type":"GeeTestTaskProxyless","version":5}`, "ERROR_BAD_PARAMETERS", "task.version: \"5\""},
 		{"GeeTest v4 without captcha_id", `{"type":"GeeTestTaskProxyless","version":4,"initParameters":{}}`, "ERROR_BAD_PARAMETERS", "initParameters.captcha_id: required"},
+		{"in.php's soft_id spelled with a dot", `{"type":"TurnstileTaskProxyless","websiteURL":"https://a.example/","websiteKey":"0x4","soft.id":"4242"}`, "ERROR_BAD_PARAMETERS", "task.soft.id: read as in.php's own field soft_id"},
+		{"in.php's header_acao with a space", `{"type":"TurnstileTaskProxyless","header acao":"1"}`, "ERROR_BAD_PARAMETERS", "task.header acao: read as in.php's own field header_acao"},
+		{"in.php's pingback cut by a NUL", `{"type":"TurnstileTaskProxyless","pingback\u0000":"https://attacker.example/cb"}`, "ERROR_BAD_PARAMETERS", `task."pingback\x00": read as in.php's own field pingback`},
 		{"CapMonster cf_clearance", `{"type":"TurnstileTask","cloudflareTaskType":"cf_clearance"}`, "ERROR_TASK_NOT_SUPPORTED", "cloudflareTaskType"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
