@@ -844,13 +844,20 @@ func (s *Server) releaseID(id string) {
 // providerURL matches a URL inside an error text: the provider's base URL
 // (or any other) is the operator's business, not a client's.
 // A name the resolver could not look up (lookup HOST on RESOLVER:53) is
-// one too.
-var providerURL = regexp.MustCompile(`(?i)\b(?:https?|amqps?)://[^\s"'<>]+|\b(?:dial|read|write) (?:tcp|udp)[46]? \S+|\blookup [^\s:]+(?: on \S+?:\d+)?`)
+// one too, and so is a host:port written without a scheme (a URL missing
+// its scheme is quoted so in a refusal).
+var providerURL = regexp.MustCompile(`(?i)\b(?:https?|amqps?)://[^\s"'<>]+|\b(?:dial|read|write) (?:tcp|udp)[46]? \S+|\blookup [^\s:]+(?: on \S+?:\d+)?` +
+	`|(?:\blocalhost|\b(?:[a-z0-9-]+\.)+[a-z][a-z0-9-]*|\b\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-f:.]+\]):\d{1,5}\b[^\s"'<>()]*`)
 
-// scrubURLs hides the URLs in a client-visible error text.
+// pingbackPath matches a token holding the server's pingback path: its
+// secret is what lets a caller post answers to this server.
+var pingbackPath = regexp.MustCompile(`[^\s"'<>()]*/pingback/[^\s"'<>()]*`)
+
+// scrubURLs hides the URLs in a client-visible error text, and any
+// pingback path of this server's, scheme or none.
 func scrubURLs(s string) string {
-	if !strings.Contains(s, "://") && !strings.Contains(s, " tcp") && !strings.Contains(s, " udp") && !strings.Contains(s, "lookup ") {
-		return s
+	if strings.Contains(s, "/pingback/") {
+		s = pingbackPath.ReplaceAllString(s, "(the server's pingback URL)")
 	}
 	return providerURL.ReplaceAllString(s, "(the provider)")
 }

@@ -9,11 +9,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/provider"
 )
 
 // Config defaults.
@@ -147,7 +150,8 @@ type Config struct {
 	// PublicURL, when set, is where the provider can reach this server:
 	// each provider is asked to call PublicURL/pingback/<secret> with its
 	// own provider= and sig= (captchaq.Queue.PingbackHandler) when an
-	// answer is ready (polling stays as the fallback).
+	// answer is ready (polling stays as the fallback). It must be a full
+	// http or https URL with no user, query or fragment (CheckPublicURL).
 	PublicURL string
 	// Balance answers getbalance. Default: ERROR_BAD_PARAMETERS.
 	Balance func(ctx context.Context) (float64, error)
@@ -285,6 +289,11 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("server: %s: must not be negative (0 for the default)", f.name))
 		}
 	}
+	if c.PublicURL != "" && c.Backend == nil {
+		if reason := CheckPublicURL(c.PublicURL); reason != "" {
+			errs = append(errs, fmt.Errorf("server: Config.PublicURL: %s", reason))
+		}
+	}
 	if c.Backend != nil {
 		if c.Queue.Provider != nil || c.Queue.Store != nil {
 			errs = append(errs, errors.New("server: Config.Queue and Config.Backend: set one, not both (Queue builds a local queue; Backend replaces it)"))
@@ -294,4 +303,21 @@ func (c Config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CheckPublicURL returns why v cannot be Config.PublicURL, or "": the
+// provider is sent v with /pingback/<secret> appended, so it must be a
+// full http or https URL (a scheme-less one fails every submit), with no
+// user or password, query or fragment, and no spaces around it.
+func CheckPublicURL(v string) string {
+	if strings.TrimSpace(v) != v {
+		return fmt.Sprintf("%q has spaces around it; give the URL alone", v)
+	}
+	if reason := provider.CheckCallbackURL(v); reason != "" {
+		return reason + "; give this server's address as the provider reaches it, e.g. https://captchaq.example.com"
+	}
+	if u, _ := url.Parse(v); u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(v, "#") {
+		return fmt.Sprintf("%q has a query or fragment; give the server's base URL (the pingback path is appended to it)", v)
+	}
+	return ""
 }

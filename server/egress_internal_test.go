@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -184,5 +185,32 @@ func TestScrubURLsHidesLookups(t *testing.T) {
 	in = `read udp 10.0.0.2:41000->10.255.255.53:53: i/o timeout`
 	if got := scrubURLs(in); strings.Contains(got, "10.255.255.53") {
 		t.Errorf("scrubbed: %q", got)
+	}
+}
+
+// A --public-url without a scheme made every submit fail with a refusal
+// that quotes the pingback URL, secret and all: what a client reads of it
+// holds neither the host nor the secret.
+func TestScrubURLsHidesSchemelessPingback(t *testing.T) {
+	t.Parallel()
+	const secret = "0123456789abcdef0123456789abcdef"
+	pb := "captchaq.example.com:8080/pingback/" + secret
+	in := "submit: INVALID_TASK: pingback: " + strconv.Quote(pb) + " has no scheme; add https:// (e.g. https://" + pb + ")"
+	want := `submit: INVALID_TASK: pingback: "(the server's pingback URL)" has no scheme; add https:// (e.g. (the server's pingback URL))`
+	if got := scrubURLs(in); got != want {
+		t.Errorf("scrubbed:\n %q\nwant\n %q", got, want)
+	}
+	for in, want := range map[string]string{
+		`dial captchaq.example.com:8080 failed`:           `dial (the provider) failed`,
+		`cannot reach "10.0.0.7:5672/vhost"`:              `cannot reach "(the provider)"`,
+		`cannot reach localhost:8080/x`:                   `cannot reach (the provider)`,
+		`cannot reach [fd00::1]:443`:                      `cannot reach (the provider)`,
+		`at /pingback/` + secret + ` (relative)`:          `at (the server's pingback URL) (relative)`,
+		`pageurl: "shop.example/x" has no scheme`:         `pageurl: "shop.example/x" has no scheme`,
+		`min_score: "0.3:1" is not a score; at 12:40:19Z`: `min_score: "0.3:1" is not a score; at 12:40:19Z`,
+	} {
+		if got := scrubURLs(in); got != want {
+			t.Errorf("scrubURLs(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
