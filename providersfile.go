@@ -244,6 +244,13 @@ func (r *entryReader) baseURL() string {
 	} else if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		r.fail("url", "%q is not an absolute http(s) URL; use e.g. %s", base, provider.BaseURLDefault)
 		base = ""
+	} else if u.User != nil {
+		// Not quoted: it would show the password.
+		r.fail("url", "must not carry a user or password (they would be sent and logged with it); give the service's base URL, e.g. %s", provider.BaseURLDefault)
+		base = ""
+	} else if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		r.fail("url", "%q must not carry a query or fragment; give the service's base URL, e.g. %s", base, provider.BaseURLDefault)
+		base = ""
 	}
 	return base
 }

@@ -52,7 +52,9 @@ func TestParseProvidersExample(t *testing.T) {
 func TestParseProvidersErrors(t *testing.T) {
 	t.Parallel()
 	file := `[{"name": "main", "URL": "https://ocr.captchaai.com", "key": "secret-in-file", "key_env": "NOPE", "thread": 5},
-	 {"name": "main", "url": "ftp://x", "key_file": "/nonexistent", "spill_after": "5 seconds", "methods": ["hcaptcha", "keycaptcha"]}]`
+	 {"name": "main", "url": "ftp://x", "key_file": "/nonexistent", "spill_after": "5 seconds", "methods": ["hcaptcha", "keycaptcha"]},
+	 {"name": "userinfo", "url": "https://u:hunter2@api.example", "key_env": "NOPE"},
+	 {"name": "query", "url": "https://api.example/?x=1", "key_env": "NOPE"}]`
 	_, err := captchaq.ParseProviders([]byte(file), providersEnv(nil))
 	if err == nil {
 		t.Fatal("no error")
@@ -66,6 +68,8 @@ func TestParseProvidersErrors(t *testing.T) {
 		`providers[1] (main).url: "ftp://x" is not an absolute http(s) URL; use e.g. https://ocr.captchaai.com`,
 		`providers[1] (main).spill_after: "5 seconds" is not a duration; write it as "5s", "500ms" or "2m"`,
 		`providers[1] (main).key_file: cannot read "/nonexistent": file does not exist`,
+		`providers[2] (userinfo).url: must not carry a user or password (they would be sent and logged with it); give the service's base URL, e.g. https://ocr.captchaai.com`,
+		`providers[3] (query).url: "https://api.example/?x=1" must not carry a query or fragment; give the service's base URL, e.g. https://ocr.captchaai.com`,
 	}
 	msg := err.Error()
 	for _, w := range want {
@@ -73,8 +77,8 @@ func TestParseProvidersErrors(t *testing.T) {
 			t.Errorf("error lacks %q", w)
 		}
 	}
-	if strings.Contains(msg, "secret-in-file") {
-		t.Error("the error carries the key")
+	if strings.Contains(msg, "secret-in-file") || strings.Contains(msg, "hunter2") {
+		t.Error("the error carries the key or a URL's password")
 	}
 	if t.Failed() {
 		t.Logf("error:\n%s", msg)

@@ -33,5 +33,8 @@ func (f *amqpFlags) config() (amqp.Config, error) {
 	if f.url == "" {
 		return amqp.Config{}, fmt.Errorf("--amqp: give the broker URL, e.g. --amqp amqp://guest:guest@127.0.0.1:5672/ (or export %s)", envAMQPURL)
 	}
+	if err := checkAMQPURL(f.url); err != nil {
+		return amqp.Config{}, err
+	}
 	return amqp.Config{URL: f.url, Prefix: f.prefix, Logger: slog.Default()}, nil
 }

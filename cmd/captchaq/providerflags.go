@@ -77,6 +77,9 @@ func providerURL(env *environment, apiURL string) string {
 // newProviderClient builds the provider client from the environment and the
 // --api-url flag's value.
 func newProviderClient(env *environment, apiURL string) (*provider.Client, error) {
+	if err := checkAPIURL(env, apiURL); err != nil {
+		return nil, err
+	}
 	key, err := providerKey(env)
 	if err != nil {
 		return nil, err

@@ -251,6 +251,9 @@ func openStore(ctx context.Context, spec, defaultName, owner string) (captchaq.S
 	case path == "memory":
 		return captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), nil
 	case postgres.IsURL(path):
+		if err := postgres.CheckURL(path); err != nil {
+			return nil, usageError(fmt.Errorf("--store: %w", err))
+		}
 		st, err := postgres.Open(ctx, path, postgres.Config{Owner: owner, Logger: slog.Default()})
 		if err != nil {
 			return nil, fmt.Errorf("--store: %w", err)

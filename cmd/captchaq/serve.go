@@ -67,6 +67,28 @@ var (
 	gatewayOnly = []string{"prefix", "gateway", "lanes", "task-ttl", "fair-burst", "resync-every"}
 )
 
+// checkURLs checks serve's URL flags at start, before anything
+// connects: --public-url (a scheme-less one made every submit fail),
+// --amqp and a PostgreSQL --store.
+func (f *serveFlags) checkURLs(gateway bool) error {
+	if *f.publicURL != "" {
+		if reason := server.CheckPublicURL(*f.publicURL); reason != "" {
+			return usageError(fmt.Errorf("--public-url: %s", reason))
+		}
+	}
+	if gateway {
+		if err := checkAMQPURL(*f.amqpURL); err != nil {
+			return err
+		}
+	}
+	if postgres.IsURL(*f.store) {
+		if err := postgres.CheckURL(*f.store); err != nil {
+			return usageError(fmt.Errorf("--store: %w", err))
+		}
+	}
+	return nil
+}
+
 func runServe(ctx context.Context, env *environment, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
@@ -138,6 +160,9 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		if !gateway && f.set[name] {
 			return &exitError{code: 2, err: fmt.Errorf("--%s: applies with --amqp only (serve as a gateway to a RabbitMQ fleet)", name)}
 		}
+	}
+	if err := f.checkURLs(gateway); err != nil {
+		return err
 	}
 	// With --amqp the flags --providers replaces are refused above already.
 	if err := f.providers.alone(); err != nil {

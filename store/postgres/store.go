@@ -74,6 +74,23 @@ type Store struct {
 
 var _ captchaq.Store = (*Store)(nil)
 
+// CheckURL returns the error Open gives for a connection string that
+// cannot be read, or nil; it connects to nothing, so a command can refuse
+// a bad --store before it starts. The error holds no password.
+func CheckURL(connString string) error {
+	_, err := parseConnString(connString)
+	return err
+}
+
+func parseConnString(connString string) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		// pgconn's parse errors hide the password; say so plainly anyway.
+		return nil, fmt.Errorf("postgres: the connection string is not valid (%v): use postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE", scrub(err, connString))
+	}
+	return pc, nil
+}
+
 // Open connects to the database connString names (a URL or key=value
 // string, as libpq takes), creates the schema or migrates an older one
 // under an advisory lock, so replicas starting at once migrate once, and
@@ -86,10 +103,9 @@ func Open(ctx context.Context, connString string, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	pc, err := pgxpool.ParseConfig(connString)
+	pc, err := parseConnString(connString)
 	if err != nil {
-		// pgconn's parse errors hide the password; say so plainly anyway.
-		return nil, fmt.Errorf("postgres: the connection string is not valid (%v): use postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE", scrub(err, connString))
+		return nil, err
 	}
 	if pc.ConnConfig.ConnectTimeout == 0 {
 		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
