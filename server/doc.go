@@ -222,9 +222,13 @@
 //     with the operator's key, so one client cannot get the shared
 //     account or address rate-limited for all. No param names a path
 //     (post tasks carry the image's bytes); protocol names (key, method,
-//     json, soft_id, pingback, header_acao) are refused in params in any
-//     letter case, and so is a param given twice in two letter cases (the
-//     provider reads one of them, maybe not the one checked); images are capped at the provider's 600 KiB; tasks per
+//     json, soft_id, pingback, header_acao) are refused in params, and in
+//     createTask task objects, in every spelling a provider's form parser
+//     reads as one (letter case; '.', ' ' or '[' for '_'; name[i]; spaces
+//     around; text after a NUL: provider.FoldParamName), and so is a param
+//     given twice in two such spellings (the provider reads one of them,
+//     maybe not the one checked); images are capped at the provider's
+//     600 KiB; tasks per
 //     request, bodies being read, event streams and long polls are capped
 //     (413/429); it sees only its own tasks and numbers, and errors
 //     without the provider's address. Its pingback may not reach
@@ -266,7 +270,11 @@
 //   - Errors a client (or anyone asking /readyz) sees name no file, host
 //     or address of the operator's: a store's or broker's failure under
 //     a replay, a cancel or the readiness check is logged whole and
-//     answered in plain words.
+//     answered in plain words; a task's last_error and result hide URLs,
+//     host:port with or without a scheme, and any /pingback/ path (the
+//     server's pingback secret). PublicURL is checked at New (a full
+//     http or https URL, no user, query or fragment), so a scheme-less
+//     one cannot fail every task quoting the secret.
 //
 // What is measured: each of these bounds has a test that runs the attack
 // on real connections and asserts exact answers, listed with what it

@@ -35,6 +35,7 @@
 // "ReCaptchaV2TaskProxyless"), and so are the task's field names; a field
 // given twice in two letter cases is refused. Fields a type does not take
 // are ignored, as the services ignore them, except proxy fields on a
-// Proxyless type, which are refused (the proxy would silently go unused).
+// Proxyless type, which are refused (the proxy would silently go unused),
+// and in.php's own names in any spelling (provider.IsReservedParam).
 // The table of types, fields and codes is docs/protocols.md.
 package createtask
