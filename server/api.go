@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/apiform"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -264,6 +265,9 @@ func (s *Server) apiTaskObjects(body []byte) ([]json.RawMessage, *apiError) {
 		if n := arrayLen(body); n > s.cfg.MaxTasksPerRequest {
 			return nil, &apiError{Error: fmt.Sprintf("body: %d tasks in one request; the server takes at most %d: split them", n, s.cfg.MaxTasksPerRequest), status: http.StatusRequestEntityTooLarge}
 		}
+		if aerr := s.scanAPIBody(body); aerr != nil {
+			return nil, aerr
+		}
 		if err := json.Unmarshal(body, &raws); err != nil {
 			return nil, &apiError{Error: "body: not a JSON array of tasks: " + err.Error()}
 		}
@@ -271,10 +275,34 @@ func (s *Server) apiTaskObjects(body []byte) ([]json.RawMessage, *apiError) {
 			return nil, &apiError{Error: "body: the array is empty"}
 		}
 	default:
+		if aerr := s.scanAPIBody(body); aerr != nil {
+			return nil, aerr
+		}
 		raws = []json.RawMessage{body}
 	}
 	return raws, nil
 }
+
+// scanAPIBody refuses a body of tasks whose decoding would cost tens of
+// times its size (many tiny fields) or that holds a field longer than an
+// image the provider takes, before anything of it is decoded.
+func (s *Server) scanAPIBody(body []byte) *apiError {
+	err := apiform.ScanJSON(body, apiFieldsPerTask*s.cfg.MaxTasksPerRequest, maxFieldBytes)
+	if err == nil {
+		return nil
+	}
+	status := http.StatusBadRequest
+	if errors.Is(err, apiform.ErrFieldTooLong) {
+		status = http.StatusRequestEntityTooLarge
+	}
+	_, text := formErrorCode(s, err)
+	return &apiError{Error: "body: " + text, status: status}
+}
+
+// apiFieldsPerTask bounds the JSON values of one task of POST /v1/tasks
+// (its fields, params and their values, well past any real task's):
+// MaxTasksPerRequest times it bound a body's.
+const apiFieldsPerTask = 64
 
 // arrayLen counts the elements of a valid JSON array without decoding
 // them: a body of many tiny elements is refused for its count before it

@@ -212,10 +212,11 @@
 //     them; connections are capped per address and overall. A client
 //     within its share is never refused for another's bytes. Parsing costs
 //     a bounded multiple of what was charged: a JSON body of over 10,000
-//     fields, or a string longer than a 600 KiB image base64-encoded, is
-//     refused before any of it is decoded, and an image over the limit
-//     before it is decoded. Behind a proxy every connection and keyless body comes from
-//     the proxy's address: raise MaxConnsPerAddress and
+//     fields (POST /v1/tasks: 64 a task of MaxTasksPerRequest), or a
+//     string longer than a 600 KiB image base64-encoded, is refused before
+//     any of it is decoded, and an image over the limit before it is
+//     decoded. Behind a proxy every connection and keyless body comes
+//     from the proxy's address: raise MaxConnsPerAddress and
 //     MaxBodyPerAddress to what it carries.
 //   - A client is untrusted: its tasks are data. Nothing it repeats
 //     reaches the provider twice: a report of a task is forwarded once,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
@@ -162,5 +163,33 @@ func TestBodyBudgetHeldUntilTaskChecked(t *testing.T) {
 			t.Errorf("%s: %s, want the task taken", tc.name, got)
 		}
 		testbound.Until(t, "the bytes given back", func() bool { return b.bodyBytes(t, "keyless") == 0 })
+	}
+}
+
+// POST /v1/tasks bodies get the same walk before they are decoded: a task
+// of 70,000 tiny params is refused for its count (64 values a task, 1,000
+// tasks a request), a 1 MiB param for its length, each naming the bound,
+// and no task of the body is accepted.
+func TestAPIBodyFieldsCappedBeforeDecoding(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	var many strings.Builder
+	many.WriteString(`{"id":"many","method":"turnstile","params":{"sitekey":"0x4AAA","pageurl":"https://shop.example/"`)
+	for n := range 70000 {
+		fmt.Fprintf(&many, `,"p%05d":"1"`, n)
+	}
+	many.WriteString("}}")
+	var e struct{ Error string }
+	b.api(t, "POST", "/v1/tasks", keyQA, many.String(), http.StatusBadRequest, &e)
+	if want := "body: the body holds more than 64000 fields (values of objects and arrays); send only the request's fields"; e.Error != want {
+		t.Errorf("many fields: %q, want %q", e.Error, want)
+	}
+	long := `{"id":"long","method":"base64","params":{"body":"` + strings.Repeat("A", 1<<20) + `"}}`
+	b.api(t, "POST", "/v1/tasks", keyQA, long, http.StatusRequestEntityTooLarge, &e)
+	if want := `body: field "params.body" is 1048576 bytes, over the 901120 a field may be (an image of 614400 bytes, the provider's limit, is 819200 base64-encoded)`; e.Error != want {
+		t.Errorf("long field: %q, want %q", e.Error, want)
+	}
+	if m := b.srv.Queue().Metrics(); m.Submitted != 0 {
+		t.Errorf("%d tasks accepted, want 0", m.Submitted)
 	}
 }

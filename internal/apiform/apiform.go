@@ -320,6 +320,12 @@ func (q *Request) readJSON(raw []byte, o Options) error {
 	return nil
 }
 
+// ScanJSON is the walk a JSON body gets before it is decoded (see Parse),
+// for a body that is decoded otherwise: it refuses raw on its first value
+// past maxFields (ErrTooManyFields) or string longer than maxString
+// (ErrFieldTooLong; 0: any length), having decoded nothing.
+func ScanJSON(raw []byte, maxFields, maxString int) error { return scanJSON(raw, maxFields, maxString) }
+
 // scanJSON walks raw's tokens, decoding nothing and allocating only its
 // stack of open objects and arrays, and refuses raw on its first value
 // past maxFields (ErrTooManyFields) or string longer than maxString
