@@ -83,9 +83,9 @@ const pyBoundary = "02a77fbe691f525e1d83ad55adc25e28"
 var pyCalls = []pyCall{
 	{name: "balance", query: "key={key}&action=getbalance", want: regexp.MustCompile(`^15$`)},
 	{name: "normal(file)", multipart: true, want: regexp.MustCompile(`^OK\|\d+$`)},
-	{name: "normal(file) result", query: "key={key}&action=get&id={id:normal(file)}", idOf: "normal(file)", want: regexp.MustCompile(`^OK\|\w{4,6}$`)},
+	{name: "normal(file) result", query: "key={key}&action=get&id={id:normal(file)}", idOf: "normal(file)", want: regexp.MustCompile(`^OK\|\w{4,7}$`)},
 	{name: "normal(base64)", form: "soft_id=4580&method=base64&body=iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk%2BM9QDwADhgGAWjR9awAAAABJRU5ErkJggg%3D%3D&key={key}", want: regexp.MustCompile(`^OK\|\d+$`)},
-	{name: "normal(base64) result", query: "key={key}&action=get&id={id:normal(base64)}", idOf: "normal(base64)", want: regexp.MustCompile(`^OK\|\w{4,6}$`)},
+	{name: "normal(base64) result", query: "key={key}&action=get&id={id:normal(base64)}", idOf: "normal(base64)", want: regexp.MustCompile(`^OK\|\w{4,7}$`)},
 	{name: "recaptcha", form: "pageurl=https%3A%2F%2Fshop.example%2Fsignup&soft_id=4580&googlekey=6LfD3PIbAAAAAJs_eEHvoOl75_83eXSqpPSRFJ_u&method=userrecaptcha&version=v2&enterprise=0&key={key}", want: regexp.MustCompile(`^OK\|\d+$`)},
 	{name: "recaptcha result", query: "key={key}&action=get&id={id:recaptcha}", idOf: "recaptcha", want: regexp.MustCompile(`^OK\|03A[\w-]{100,}$`)},
 	{name: "turnstile", form: "pageurl=https%3A%2F%2Fshop.example%2Flogin&soft_id=4580&sitekey=0x4AAAAAAAC3DHQFLr1GavRN&method=turnstile&key={key}", want: regexp.MustCompile(`^OK\|\d+$`)},
