@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -57,6 +58,7 @@ type benchPlan struct {
 	faults     []string
 	runs       int
 	cpuProfile string
+	soak       bench.SoakConfig
 }
 
 // parseBench reads bench's flags; a bad one is a usage error naming it.
@@ -64,7 +66,7 @@ func parseBench(env *environment, args []string) (*benchPlan, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(env.stderr)
 	var (
-		scenario = fs.String("scenario", "mixed", "what to run: mixed, scale, store, all (those three), or fleet")
+		scenario = fs.String("scenario", "mixed", "what to run: mixed, scale, store, all (those three), fleet, or soak")
 		tasks    = fs.Int("tasks", bench.MixedTasksDefault, "tasks of the mixed and store scenarios")
 		threads  = fs.Int("threads", bench.MixedThreadsDefault, "plan threads of the mixed and store scenarios")
 		scale    = fs.Float64("scale", 1, "multiply every latency, the poll ban window, the seed's 5 s poll and the engine's PollInterval by this `factor`")
@@ -80,6 +82,10 @@ func parseBench(env *environment, args []string) (*benchPlan, error) {
 		amqpURL  = fs.String("amqp", env.getenv("CAPTCHAQ_AMQP_URL"), "fleet scenario: the RabbitMQ broker its worker processes use (env CAPTCHAQ_AMQP_URL)")
 		faults   = fs.String("faults", "none,sigkill,partition,close,sigstop", "fleet scenario: the faults to run, comma-separated, from "+strings.Join(bench.FleetFaults, ", ")+" (restart restarts the broker with rabbitmqctl: every user of it is cut off for a moment)")
 		runs     = fs.Int("runs", 1, "fleet scenario: runs of each fault")
+		duration = fs.Duration("duration", bench.SoakDurationDefault, "soak scenario: how long the client submits (the run goes on until every fault kind struck once)")
+		postgres = fs.String("postgres", cmp.Or(env.getenv("CAPTCHAQ_PG_URL"), bench.SoakPostgresDefault), "soak scenario: a PostgreSQL server's URL as a user that creates databases (env CAPTCHAQ_PG_URL)")
+		hapCfg   = fs.String("haproxy-config", bench.SoakHAProxyDefault, "soak scenario: the HAProxy config the balancer runs on")
+		gap      = fs.String("fault-gap", fmt.Sprintf("%v-%v", bench.SoakGapMinDefault, bench.SoakGapMaxDefault), "soak scenario: the pause between faults, drawn from `MIN-MAX`")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(env.stderr, "usage: captchaq bench [--scenario mixed|scale|store|all] [--mix M,...] [--scale F] [--seeds N] [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
@@ -103,9 +109,15 @@ func parseBench(env *environment, args []string) (*benchPlan, error) {
 	case *sTasks <= 0 || *sThreads <= 0 || *sLat <= 0:
 		return nil, &exitError{code: 2, err: fmt.Errorf("--scale-tasks, --scale-threads and --scale-latency must be positive")}
 	}
+	gapMin, gapMax, err := parseGap(*gap)
+	if err != nil {
+		return nil, err
+	}
 	p := &benchPlan{
 		mixed: bench.MixedConfig{Tasks: *tasks, Threads: *threads, Scale: *scale, Seed: *seed, NoPingback: *noPB, Log: env.stderr},
 		seeds: *seeds, amqpURL: *amqpURL, runs: *runs, cpuProfile: *cpuProf,
+		soak: bench.SoakConfig{AMQP: *amqpURL, Postgres: *postgres, HAProxy: *hapCfg, Duration: *duration, Seed: *seed,
+			GapMin: gapMin, GapMax: gapMax, Log: env.stderr},
 		scale: bench.ScaleConfig{Threads: *sThreads, Tasks: *sTasks, LatencyScale: *sLat, Seed: *seed},
 	}
 	if err := p.lists(*scenario, *polls, *mixes, *faults); err != nil {
@@ -137,12 +149,16 @@ func (p *benchPlan) lists(scenario, polls, mixes, faults string) error {
 	}
 	p.run = map[string]bool{}
 	switch scenario {
-	case "mixed", "scale", "store", "fleet":
+	case "mixed", "scale", "store", "fleet", "soak":
 		p.run[scenario] = true
 	case "all":
 		p.run["mixed"], p.run["scale"], p.run["store"] = true, true, true
 	default:
-		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store, all or fleet", scenario)}
+		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store, all, fleet or soak", scenario)}
+	}
+	if p.run["soak"] {
+		p.soak.AMQP = cmp.Or(p.amqpURL, bench.SoakAMQPDefault)
+		return nil
 	}
 	if !p.run["fleet"] {
 		return nil
@@ -192,6 +208,11 @@ func (p *benchPlan) runScenarios(ctx context.Context, env *environment, out io.W
 		}
 		rep.Markdown(out)
 	}
+	if p.run["soak"] {
+		if err := runSoak(ctx, env, p.soak, out); err != nil {
+			return err
+		}
+	}
 	if p.run["fleet"] {
 		if err := runFleetBench(ctx, env, p.amqpURL, p.faults, p.runs, p.mixed.Seed, out); err != nil {
 			return err
@@ -227,6 +248,54 @@ func runFleetBench(ctx context.Context, env *environment, url string, faults []s
 	}
 	bench.FleetMarkdown(out, reps)
 	return nil
+}
+
+// parseGap reads --fault-gap, MIN-MAX.
+func parseGap(s string) (time.Duration, time.Duration, error) {
+	a, b, ok := strings.Cut(s, "-")
+	lo, errA := time.ParseDuration(a)
+	hi, errB := time.ParseDuration(b)
+	if !ok || errA != nil || errB != nil || lo <= 0 || hi < lo {
+		return 0, 0, &exitError{code: 2, err: fmt.Errorf("--fault-gap %q: give MIN-MAX, two durations, e.g. 15s-30s", s)}
+	}
+	return lo, hi, nil
+}
+
+// runSoak runs the soak scenario on processes of this very binary and
+// prints its report; a broken invariant is an error (exit 1) naming the
+// seed that reruns it.
+func runSoak(ctx context.Context, env *environment, cfg bench.SoakConfig, out io.Writer) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("soak: find this binary: %w", err)
+	}
+	cfg.Binary = self
+	cfg.DisruptBroker = brokerLock(env)
+	cfg.DisruptPostgres = postgresLock(env)
+	fmt.Fprintf(env.stderr, "soak: seed %d, %v\n", cfg.Seed, cfg.Duration)
+	rep, err := bench.Soak(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("%w (seed %d)", err, cfg.Seed)
+	}
+	bench.SoakMarkdown(out, rep)
+	return rep.Err()
+}
+
+// postgresLock takes, for a PostgreSQL restart, the lock the project's
+// PostgreSQL tests share (internal/pgtest), exclusively: tests on the
+// same machine wait instead of failing.
+func postgresLock(env *environment) func() (release func()) {
+	return func() func() {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), "captchaq-postgres-test.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+		if err == nil {
+			err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		}
+		if err != nil {
+			fmt.Fprintf(env.stderr, "soak: no PostgreSQL lock (%v); going on without it\n", err)
+			return func() {}
+		}
+		return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }
+	}
 }
 
 // brokerLock takes, for a fault that cuts every user of the broker off
