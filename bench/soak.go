@@ -595,7 +595,10 @@ func (r *soakRun) fault(ctx context.Context, kind string, pick int) (string, err
 		if err := r.kill(wName); err != nil {
 			return wName, err
 		}
-		return wName, r.startWorker(w)
+		if err := r.startWorker(w); err != nil {
+			return wName, err
+		}
+		return wName, r.waitConsumers(ctx, cfg.Workers)
 	case SoakWorkerStop:
 		p := r.proc(wName)
 		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -609,7 +612,10 @@ func (r *soakRun) fault(ctx context.Context, kind string, pick int) (string, err
 		}
 		// Back a second later, as a supervisor restarts it.
 		sleepCtx(ctx, time.Second)
-		return rName, r.startReplica(rep)
+		if err := r.startReplica(rep); err != nil {
+			return rName, err
+		}
+		return rName, waitHealthy(ctx, "http://"+r.replicas[rep], cfg.Drain)
 	case SoakPartition:
 		r.brokerWay[w].setCut(true)
 		r.apiWay[w].setCut(true)
@@ -621,7 +627,16 @@ func (r *soakRun) fault(ctx context.Context, kind string, pick int) (string, err
 		if cfg.DisruptBroker != nil {
 			defer cfg.DisruptBroker()()
 		}
-		return wName, closeConnectionsFrom(r.brokerWay[w].upstreamPorts())
+		// The worker may be between connections (after a broker restart):
+		// wait for one to close.
+		deadline := time.Now().Add(cfg.Drain)
+		for {
+			err := closeConnectionsFrom(r.brokerWay[w].upstreamPorts())
+			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+				return wName, err
+			}
+			sleepCtx(ctx, 500*time.Millisecond)
+		}
 	case SoakBrokerRestart:
 		if cfg.DisruptBroker != nil {
 			defer cfg.DisruptBroker()()
