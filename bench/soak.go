@@ -208,8 +208,10 @@ type SoakReport struct {
 	// Resent those explained by an in.php the client sent again after no
 	// answer (it was sent twice, and solved twice).
 	PaidTwice, Resent int64
-	// PlanPeak is the most threads in use at once at the provider.
-	PlanPeak int
+	// PlanPeak is the most threads in use at once at the provider; NoSlot
+	// counts the submits it refused for want of a free one, of Submits.
+	PlanPeak        int
+	NoSlot, Submits int64
 	// Latency is from each accept to its first answer; After, the same
 	// for tasks accepted in the minute after a fault, by kind.
 	Latency sim.Quantiles

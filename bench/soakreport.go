@@ -79,7 +79,7 @@ func (r *soakRun) report(rep *SoakReport, endRSS map[string]int64) {
 	for k, ds := range after {
 		rep.After[k] = soakQuantiles(ds)
 	}
-	rep.PaidTwice, rep.PlanPeak = st.Duplicates, st.PeakThreadsInUse
+	rep.PaidTwice, rep.PlanPeak, rep.NoSlot, rep.Submits = st.Duplicates, st.PeakThreadsInUse, st.NoSlot, st.Calls.Submit
 	var before int64 = st.Duplicates
 	if len(rep.Faults) > 0 {
 		before = rep.Faults[0].dupesAt
@@ -170,14 +170,15 @@ func SoakMarkdown(w io.Writer, r SoakReport) {
 	fmt.Fprintf(w, "## soak, seed %d: %s\n\n", c.Seed, verdict)
 	fmt.Fprintf(w, "%d × `captchaq worker --threads %d`, %d × `captchaq serve --amqp` on PostgreSQL behind HAProxy, "+
 		"a %d-thread plan of Turnstile solves of %s; a client submitting %g tasks/s through the balancer for %s, "+
-		"a fault every %v–%v (a SIGSTOP or a partition lasts %v). Rerun: `captchaq bench --scenario soak --duration %v --seed %d`.\n\n",
+		"a fault every %v–%v (a SIGSTOP or a partition lasts %v). "+
+		"Rerun: `captchaq bench --scenario soak --duration %v --fault-gap %v-%v --seed %d`.\n\n",
 		c.Workers, c.Threads, c.Replicas, c.Threads, latencyText(FleetLatencyDefault), c.Rate, secs(r.Elapsed), c.GapMin, c.GapMax, c.Outage,
-		c.Duration, c.Seed)
-	fmt.Fprintln(w, "| submitted | accepted | answered | lost | wrong token | two tokens | pingbacks missing | doubled | other ids | paid twice | sent twice | plan peak | accept→answer p50 | p99 | max |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	fmt.Fprintf(w, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d of %d | %.2f s | %.2f s | %.2f s |\n\n",
+		c.Duration, c.GapMin, c.GapMax, c.Seed)
+	fmt.Fprintln(w, "| submitted | accepted | answered | lost | wrong token | two tokens | pingbacks missing | doubled | other ids | paid twice | sent twice | plan peak | no free thread | accept→answer p50 | p99 | max |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d of %d | %d of %d | %.2f s | %.2f s | %.2f s |\n\n",
 		r.Submitted, r.Accepted, r.Answered, r.Lost, r.WrongToken, r.TwoTokens, r.PingbacksMissing, r.PingbacksDoubled, r.PingbacksOther,
-		r.PaidTwice, r.Resent, r.PlanPeak, c.Threads, r.Latency.P50, r.Latency.P99, r.Latency.Max)
+		r.PaidTwice, r.Resent, r.PlanPeak, c.Threads, r.NoSlot, r.Submits, r.Latency.P50, r.Latency.P99, r.Latency.Max)
 	fmt.Fprintln(w, "| at | fault | target | took | paid twice until the next | bound |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, f := range r.Faults {
