@@ -168,8 +168,9 @@ func SoakPaidTwiceBound(kind string, threads int) int {
 // SoakFault is one fault the soak struck.
 type SoakFault struct {
 	Kind, Target string
-	// At is when it struck, from the start of the client; Took how long
-	// it lasted (the outage, the restart).
+	// At is when it struck, from the start of the client (after the
+	// lock a Disrupt callback took); Took how long it lasted (the outage,
+	// the restart).
 	At, Took time.Duration
 	// PaidTwice counts the second solves the simulator accepted from its
 	// strike to the next fault's.
@@ -255,18 +256,19 @@ type soakRun struct {
 	log  *syncWriter
 	dir  string
 	sim  *sim.Server
-	simURL,
-	brokerURL, storeURL, clients, base string
-	vhost, db  bool
-	ledger     *soakLedger
-	pingbacks  *pingbackReceiver
-	mu         sync.Mutex
-	procs      map[string]*soakProc
-	replicas   []string    // the replicas' addresses
-	brokerWay  []*tcpProxy // by worker
-	apiWay     []*apiProxy // by worker
-	workerNext int         // the next worker's number
-	startRSS   map[string]int64
+	// The simulator's URL, the vhost's, the database's, the clients
+	// file and the balancer's URL.
+	simURL, brokerURL, storeURL, clients, base string
+	vhost, db                                  bool
+	ledger                                     *soakLedger
+	pingbacks                                  *pingbackReceiver
+	mu                                         sync.Mutex
+	procs                                      map[string]*soakProc
+	replicas                                   []string    // the replicas' addresses
+	brokerWay                                  []*tcpProxy // by worker
+	apiWay                                     []*apiProxy // by worker
+	startRSS                                   map[string]int64
+	struck                                     time.Time // when a fault that waited for a lock struck
 }
 
 // soakProc is one process of the deployment.
@@ -352,6 +354,10 @@ func (r *soakRun) strike(ctx context.Context, rng *rand.Rand, start time.Time) (
 			faults[len(faults)-1].PaidTwice = f.dupesAt - faults[len(faults)-1].dupesAt
 		}
 		f.Target, err = r.fault(ctx, kind, pick)
+		if !r.struck.IsZero() { // it waited for a lock first
+			f.At = r.struck.Sub(start)
+			r.struck = time.Time{}
+		}
 		f.Took = time.Since(start) - f.At
 		if err != nil {
 			f.Err = err.Error()
@@ -628,6 +634,7 @@ func (r *soakRun) fault(ctx context.Context, kind string, pick int) (string, err
 	case SoakClose:
 		if cfg.DisruptBroker != nil {
 			defer cfg.DisruptBroker()()
+			r.struck = time.Now()
 		}
 		// The worker may be between connections (after a broker restart):
 		// wait for one to close.
@@ -642,6 +649,7 @@ func (r *soakRun) fault(ctx context.Context, kind string, pick int) (string, err
 	case SoakBrokerRestart:
 		if cfg.DisruptBroker != nil {
 			defer cfg.DisruptBroker()()
+			r.struck = time.Now()
 		}
 		if out, err := exec.Command("rabbitmqctl", "stop_app").CombinedOutput(); err != nil {
 			return "broker", fmt.Errorf("rabbitmqctl stop_app: %v: %s", err, out)
@@ -654,6 +662,7 @@ func (r *soakRun) fault(ctx context.Context, kind string, pick int) (string, err
 	case SoakPostgresRestart:
 		if cfg.DisruptPostgres != nil {
 			defer cfg.DisruptPostgres()()
+			r.struck = time.Now()
 		}
 		return "postgres", restartPostgres(ctx, cfg.Postgres, cfg.Drain)
 	}

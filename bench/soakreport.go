@@ -216,7 +216,7 @@ func SoakMarkdown(w io.Writer, r SoakReport) {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		fmt.Fprintln(w, "Answers the client tried again on:")
+		fmt.Fprintln(w, "Answers other than OK and CAPCHA_NOT_READY (the client tries again on each):")
 		fmt.Fprintln(w)
 		for _, k := range keys {
 			fmt.Fprintf(w, "- `%s`: %d\n", k, r.Answers[k])
