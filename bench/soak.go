@@ -259,16 +259,17 @@ type soakRun struct {
 	// The simulator's URL, the vhost's, the database's, the clients
 	// file and the balancer's URL.
 	simURL, brokerURL, storeURL, clients, base string
-	vhost, db                                  bool
-	ledger                                     *soakLedger
-	pingbacks                                  *pingbackReceiver
-	mu                                         sync.Mutex
-	procs                                      map[string]*soakProc
-	replicas                                   []string    // the replicas' addresses
-	brokerWay                                  []*tcpProxy // by worker
-	apiWay                                     []*apiProxy // by worker
-	startRSS                                   map[string]int64
-	struck                                     time.Time // when a fault that waited for a lock struck
+
+	vhost, db bool // created, to remove
+	ledger    *soakLedger
+	pingbacks *pingbackReceiver
+	mu        sync.Mutex
+	procs     map[string]*soakProc
+	replicas  []string    // the replicas' addresses
+	brokerWay []*tcpProxy // by worker
+	apiWay    []*apiProxy // by worker
+	startRSS  map[string]int64
+	struck    time.Time // when a fault that waited for a lock struck
 }
 
 // soakProc is one process of the deployment.
