@@ -22,6 +22,16 @@ func (r *soakRun) report(rep *SoakReport, endRSS map[string]int64) {
 	var all []time.Duration
 	after := map[string][]time.Duration{}
 	ids := map[string]bool{}
+	var lost, wrong, two, noPingback, doubled []string // examples, for the reader of a failure
+	note := func(list *[]string, t *soakTask) {
+		if len(*list) < 5 {
+			ans := "never"
+			if !t.answered.IsZero() {
+				ans = secs(t.answered.Sub(l.start))
+			}
+			*list = append(*list, fmt.Sprintf("%s (%s, accepted at %s, answered at %s)", t.id, t.host, secs(t.accepted.Sub(l.start)), ans))
+		}
+	}
 	l.mu.Lock()
 	rep.Submitted = len(l.tasks)
 	for _, t := range l.tasks {
@@ -32,26 +42,29 @@ func (r *soakRun) report(rep *SoakReport, endRSS map[string]int64) {
 		ids[t.id] = true
 		if len(t.tokens) == 0 {
 			rep.Lost++
+			note(&lost, t)
 			continue
 		}
 		rep.Answered++
-		if t.wrong > 0 {
+		wrongPingback := slices.ContainsFunc(got[t.id], func(code string) bool { return !slices.Contains(t.tokens, code) })
+		if t.wrong > 0 || wrongPingback {
 			rep.WrongToken++
+			note(&wrong, t)
 		}
 		if len(t.tokens) > 1 {
 			rep.TwoTokens++
+			note(&two, t)
 		}
 		switch k := n[t.id]; {
+		case k == 0 && nearKill(rep.Faults, t.answered.Sub(l.start)):
+			rep.PingbacksWithReplica++
+			note(&noPingback, t)
 		case k == 0:
 			rep.PingbacksMissing++
+			note(&noPingback, t)
 		case k > 1:
 			rep.PingbacksDoubled++
-		}
-		for _, code := range got[t.id] {
-			if !slices.Contains(t.tokens, code) {
-				rep.WrongToken++
-				break
-			}
+			note(&doubled, t)
 		}
 		d := t.answered.Sub(t.accepted)
 		all = append(all, d)
@@ -103,16 +116,25 @@ func (r *soakRun) report(rep *SoakReport, endRSS map[string]int64) {
 	// The invariants.
 	broke := func(format string, args ...any) { rep.Broken = append(rep.Broken, fmt.Sprintf(format, args...)) }
 	if rep.Lost > 0 {
-		broke("%d of %d accepted tasks lost (no answer %v after the client stopped)", rep.Lost, rep.Accepted, cfg.Drain)
+		broke("%d of %d accepted tasks lost (no answer %v after the client stopped): %s", rep.Lost, rep.Accepted, cfg.Drain,
+			strings.Join(lost, ", "))
 	}
 	if rep.WrongToken > 0 {
-		broke("%d tasks answered with a token not their own", rep.WrongToken)
+		broke("%d tasks answered with a token not their own: %s", rep.WrongToken, strings.Join(wrong, ", "))
 	}
 	if rep.TwoTokens > 0 {
-		broke("%d ids answered with two different tokens", rep.TwoTokens)
+		broke("%d ids answered with two different tokens: %s", rep.TwoTokens, strings.Join(two, ", "))
 	}
-	if rep.PingbacksMissing > 0 || rep.PingbacksDoubled > 0 {
-		broke("pingbacks: %d answered tasks without one, %d with more than one", rep.PingbacksMissing, rep.PingbacksDoubled)
+	if rep.PingbacksMissing > 0 {
+		broke("%d answered tasks without a pingback, none near a replica's SIGKILL (%d were): %s", rep.PingbacksMissing,
+			rep.PingbacksWithReplica, strings.Join(noPingback, ", "))
+	}
+	if rep.PingbacksWithReplica > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d answered tasks had no pingback, each answered within %v of a replica's SIGKILL, "+
+			"which loses the pingbacks it had queued: %s", rep.PingbacksWithReplica, SoakKilledReplicaWindow, strings.Join(noPingback, ", ")))
+	}
+	if rep.PingbacksDoubled > 0 {
+		broke("%d answered tasks with more than one pingback: %s", rep.PingbacksDoubled, strings.Join(doubled, ", "))
 	}
 	if rep.PlanPeak > cfg.Threads {
 		broke("%d threads in use at the provider at once, over the plan's %d", rep.PlanPeak, cfg.Threads)
@@ -141,6 +163,21 @@ func (r *soakRun) report(rep *SoakReport, endRSS map[string]int64) {
 			broke("fault %s never struck", k)
 		}
 	}
+}
+
+// SoakKilledReplicaWindow is how long before a front-sigkill's strike,
+// and after its end, a task's answer (as the client first saw it) may be
+// and still have its pingback queued at the replica killed: the result is
+// stored and its pingback queued at once, and the client sees it at its
+// next poll, 500 ms on; the rest is slack for a loaded machine.
+const SoakKilledReplicaWindow = 10 * time.Second
+
+// nearKill reports whether an answer at (from the start) came within
+// SoakKilledReplicaWindow of a front-sigkill.
+func nearKill(faults []SoakFault, at time.Duration) bool {
+	return slices.ContainsFunc(faults, func(f SoakFault) bool {
+		return f.Kind == SoakFrontKill && at >= f.At-SoakKilledReplicaWindow && at <= f.At+f.Took+SoakKilledReplicaWindow
+	})
 }
 
 // soakQuantiles summarizes ds as the simulator's Quantiles.
@@ -174,10 +211,11 @@ func SoakMarkdown(w io.Writer, r SoakReport) {
 		"Rerun: `captchaq bench --scenario soak --duration %v --fault-gap %v-%v --seed %d`.\n\n",
 		c.Workers, c.Threads, c.Replicas, c.Threads, latencyText(FleetLatencyDefault), c.Rate, secs(r.Elapsed), c.GapMin, c.GapMax, c.Outage,
 		c.Duration, c.GapMin, c.GapMax, c.Seed)
-	fmt.Fprintln(w, "| submitted | accepted | answered | lost | wrong token | two tokens | pingbacks missing | doubled | other ids | paid twice | sent twice | plan peak | no free thread | accept→answer p50 | p99 | max |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	fmt.Fprintf(w, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d of %d | %d of %d | %.2f s | %.2f s | %.2f s |\n\n",
-		r.Submitted, r.Accepted, r.Answered, r.Lost, r.WrongToken, r.TwoTokens, r.PingbacksMissing, r.PingbacksDoubled, r.PingbacksOther,
+	fmt.Fprintln(w, "| submitted | accepted | answered | lost | wrong token | two tokens | pingbacks missing | with a killed replica | doubled | other ids | paid twice | sent twice | plan peak | no free thread | accept→answer p50 | p99 | max |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d of %d | %d of %d | %.2f s | %.2f s | %.2f s |\n\n",
+		r.Submitted, r.Accepted, r.Answered, r.Lost, r.WrongToken, r.TwoTokens, r.PingbacksMissing, r.PingbacksWithReplica,
+		r.PingbacksDoubled, r.PingbacksOther,
 		r.PaidTwice, r.Resent, r.PlanPeak, c.Threads, r.NoSlot, r.Submits, r.Latency.P50, r.Latency.P99, r.Latency.Max)
 	fmt.Fprintln(w, "| at | fault | target | took | paid twice until the next | bound |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
@@ -222,6 +260,9 @@ func SoakMarkdown(w io.Writer, r SoakReport) {
 			fmt.Fprintf(w, "- `%s`: %d\n", k, r.Answers[k])
 		}
 		fmt.Fprintln(w)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "Known window: %s.\n\n", n)
 	}
 	if len(r.Broken) > 0 {
 		fmt.Fprintf(w, "Broken: %s.\n\n", strings.Join(r.Broken, "; "))
