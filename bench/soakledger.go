@@ -73,7 +73,7 @@ func (l *soakLedger) drive(driveCtx, pollCtx context.Context, rate float64) {
 
 // other counts an answer other than OK and CAPCHA_NOT_READY.
 func (l *soakLedger) other(door string, status int, body string, err error) {
-	key := fmt.Sprintf("%s %d %s", door, status, strings.TrimSpace(body))
+	key := fmt.Sprintf("%s %d %s", door, status, strings.Join(strings.Fields(body), " "))
 	if err != nil {
 		key = door + " no answer"
 	}
