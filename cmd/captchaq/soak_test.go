@@ -49,7 +49,7 @@ func TestSoakShort(t *testing.T) {
 		}
 		seed = n
 	}
-	var log lockedBuffer
+	var log soakLog
 	cfg := bench.SoakConfig{Binary: bin, AMQP: broker, Postgres: pg, HAProxy: haproxyConfig,
 		Duration: 3 * time.Minute, Seed: seed, GapMin: 8 * time.Second, GapMax: 15 * time.Second, Log: &log}
 	t.Logf("soak seed %d; rerun: CAPTCHAQ_SOAK_SEED=%d, or captchaq bench --scenario soak --duration 3m --fault-gap 8s-15s --seed %d",
@@ -69,19 +69,19 @@ func TestSoakShort(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a strings.Builder the soak's processes write to at once.
-type lockedBuffer struct {
+// soakLog is the soak's log: a strings.Builder its processes write to at once.
+type soakLog struct {
 	mu sync.Mutex
 	b  strings.Builder
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *soakLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *soakLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
