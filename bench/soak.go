@@ -91,11 +91,11 @@ type SoakConfig struct {
 	// Outage is how long a SIGSTOP or a partition lasts. Default 20 s.
 	Outage time.Duration
 	// Drain bounds the wait, after the client stops submitting, for the
-	// answers and pingbacks of the tasks accepted: a hang limit, not a
-	// target. Default SoakDrainDefault.
+	// answers of the tasks accepted, and each wait for a process to come
+	// up: a hang limit, not a target. Default SoakDrainDefault.
 	Drain time.Duration
 	// PingbackWait bounds the wait, once every answer is in, for the
-	// pingbacks (a pingback waits while the store fails, up to two
+	// pingbacks (a replica retries one while the store fails, up to two
 	// minutes). Default SoakPingbackDefault.
 	PingbackWait time.Duration
 	// Faults are the kinds the schedule draws from. Default SoakFaults.
