@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -25,7 +24,7 @@ import (
 // copy. The outcome: one paid solve, one result.
 func TestLostDeliveryIsClaimed(t *testing.T) {
 	p := newWorkerPair(t, fleetConfig(t))
-	var logB lockedBuffer
+	var logB testbound.Buffer
 	submitted, proceed := make(chan struct{}), make(chan struct{})
 	a := p.worker(p.cA, &cutAfterSubmit{Client: p.clientA, submitted: submitted, proceed: proceed}, "claim-a", nil)
 	b := p.worker(p.cB, p.clientB, "claim-b", slog.New(slog.NewTextHandler(&logB, nil)))
@@ -132,24 +131,6 @@ func (p *workerPair) solvedOnce(got []captchaq.Result, id string) {
 		t.Errorf("the provider accepted %d submits (%d duplicates), want one paid solve", st.Accepted, st.Duplicates)
 	}
 	p.noResultsLeft()
-}
-
-// lockedBuffer is a log sink safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // cutAfterSubmit holds the first submit's answer until proceed closes.

@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // TestPartitionedSubmitIsAnsweredOnce: a worker is cut off from the
@@ -29,7 +30,7 @@ import (
 func TestPartitionedSubmitIsAnsweredOnce(t *testing.T) {
 	p := newPartition(t)
 	held := &heldSubmits{Client: p.clientA, submitting: make(chan struct{}), release: make(chan struct{})}
-	var logA lockedBuffer
+	var logA testbound.Buffer
 	a := p.worker(p.cA, held, "part-a", slog.New(slog.NewTextHandler(&logA, nil)))
 	p.run(a)
 	p.consumers(1)
@@ -69,7 +70,7 @@ func TestPartitionedSubmitIsAnsweredOnce(t *testing.T) {
 func TestPartitionedCheckpointIsForfeited(t *testing.T) {
 	p := newPartition(t)
 	submitted, proceed := make(chan struct{}), make(chan struct{})
-	var logA lockedBuffer
+	var logA testbound.Buffer
 	a := p.worker(p.cA, &cutAfterSubmit{Client: p.clientA, submitted: submitted, proceed: proceed}, "forfeit-a",
 		slog.New(slog.NewTextHandler(&logA, nil)))
 	p.run(a)

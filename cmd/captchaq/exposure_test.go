@@ -7,32 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/internal/tlsconf"
 	"github.com/captchaq/captchaq/sim"
 )
-
-// lockedBuffer is a stderr written by a running command and read by the
-// test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A TLS key file other users can read (--tls-key, or the local CA's keys
 // kept from an earlier run at 0644) is named at start with the fix, as
@@ -119,7 +100,7 @@ func TestMetricsListenOffLoopbackWarns(t *testing.T) {
 		warned bool
 	}{{"0.0.0.0:0", true}, {"127.0.0.1:0", false}} {
 		ctx, cancel := context.WithCancel(context.Background())
-		var out lockedBuffer
+		var out testbound.Buffer
 		env := &environment{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: getenv}
 		done := make(chan int, 1)
 		go func() {

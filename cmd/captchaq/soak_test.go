@@ -6,13 +6,13 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/captchaq/captchaq/bench"
 	"github.com/captchaq/captchaq/internal/brokertest"
 	"github.com/captchaq/captchaq/internal/pgtest"
+	"github.com/captchaq/captchaq/internal/testbound"
 )
 
 // TestSoakShort runs the soak of `captchaq bench --scenario soak` for
@@ -49,7 +49,7 @@ func TestSoakShort(t *testing.T) {
 		}
 		seed = n
 	}
-	var log soakLog
+	var log testbound.Buffer
 	cfg := bench.SoakConfig{Binary: bin, AMQP: broker, Postgres: pg, HAProxy: haproxyConfig,
 		Duration: 3 * time.Minute, Seed: seed, GapMin: 8 * time.Second, GapMax: 15 * time.Second, Log: &log}
 	t.Logf("soak seed %d; rerun: CAPTCHAQ_SOAK_SEED=%d, or captchaq bench --scenario soak --duration 3m --fault-gap 8s-15s --seed %d",
@@ -67,22 +67,4 @@ func TestSoakShort(t *testing.T) {
 	if t.Failed() {
 		t.Logf("log:\n%s", log.String())
 	}
-}
-
-// soakLog is the soak's log: a strings.Builder its processes write to at once.
-type soakLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *soakLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *soakLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

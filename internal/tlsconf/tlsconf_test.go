@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/internal/tlsconf"
 )
 
@@ -77,23 +78,6 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestSelfSignedOnceThenKept: the first call makes a CA and a server
@@ -251,7 +235,7 @@ func TestCertReloadsChangedFiles(t *testing.T) {
 	certPath, keyPath := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
 	copyFile(t, first.Cert, certPath)
 	copyFile(t, first.Key, keyPath)
-	var logs syncBuffer
+	var logs testbound.Buffer
 	c, err := tlsconf.Load(certPath, keyPath, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
