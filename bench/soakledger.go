@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -155,19 +154,11 @@ func (l *soakLedger) poll(ctx context.Context, base string, t *soakTask) bool {
 // verify asks the simulator's siteverify which page token was issued
 // for; "" when it is not a token of its.
 func (l *soakLedger) verify(ctx context.Context, token string) string {
-	_, body, err := soakCall(ctx, "POST", l.simURL+"/turnstile/v0/siteverify",
-		url.Values{"secret": {sim.DemoTurnstile.Secret}, "response": {token}})
+	host, err := sim.VerifiedHost(ctx, http.DefaultClient, l.simURL, token)
 	if err != nil {
 		return ""
 	}
-	var v struct {
-		Success  bool   `json:"success"`
-		Hostname string `json:"hostname"`
-	}
-	if json.Unmarshal([]byte(body), &v) != nil || !v.Success {
-		return ""
-	}
-	return v.Hostname
+	return host
 }
 
 // soakCall makes one request and returns its status and body.

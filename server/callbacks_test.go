@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -60,22 +59,11 @@ func (s *submitSpy) submitted(t *testing.T, n int) (string, string) {
 // gives token, "" when it refuses it.
 func siteverify(t *testing.T, simURL, token string) string {
 	t.Helper()
-	resp, err := http.PostForm(simURL+"/turnstile/v0/siteverify", url.Values{"secret": {sim.DemoTurnstile.Secret}, "response": {token}})
+	host, err := sim.VerifiedHost(context.Background(), http.DefaultClient, simURL, token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var v struct {
-		Success  bool   `json:"success"`
-		Hostname string `json:"hostname"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
-	}
-	if !v.Success {
-		return ""
-	}
-	return v.Hostname
+	return host
 }
 
 // The forge of the issue, on two providers on simulators: cheap is given

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -296,4 +297,33 @@ func readVerifyRequest(w http.ResponseWriter, r *http.Request, f family) (secret
 		return "", "", err
 	}
 	return strings.TrimSpace(r.Form.Get("secret")), strings.TrimSpace(r.Form.Get("response")), nil
+}
+
+// VerifiedHost asks the Turnstile siteverify of the simulator at base,
+// as the demo site's server side does, which page's host token was issued
+// for: "" when it refuses the token (not its own, spent, too old). A
+// token is good for one check: a second answers "".
+func VerifiedHost(ctx context.Context, hc *http.Client, base, token string) (string, error) {
+	form := url.Values{"secret": {DemoTurnstile.Secret}, "response": {token}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/turnstile/v0/siteverify", strings.NewReader(form.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Success  bool   `json:"success"`
+		Hostname string `json:"hostname"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", fmt.Errorf("siteverify answered HTTP %d: %w", resp.StatusCode, err)
+	}
+	if !v.Success {
+		return "", nil
+	}
+	return v.Hostname, nil
 }

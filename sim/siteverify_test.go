@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -257,4 +258,21 @@ func TestDemoSite(t *testing.T) {
 	// checks the hostname.
 	elsewhere := b.token(t, form("key", key, "method", "turnstile", "sitekey", sim.DemoTurnstile.SiteKey, "pageurl", "https://shop.example/login"))
 	check("turnstile for another host", outcome{403, "Rejected", "hostname-mismatch"}, sim.DemoTurnstile, "cf-turnstile-response", elsewhere)
+}
+
+// VerifiedHost, the demo site's server side as a client: the page host of
+// a token the simulator issued, once; "" for a token spent or not its own.
+func TestVerifiedHost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Instant: true})
+	tok := b.turnstileToken(t, sim.DemoTurnstile.SiteKey)
+	ctx := context.Background()
+	for i, want := range []string{"127.0.0.1", ""} {
+		if got, err := sim.VerifiedHost(ctx, http.DefaultClient, b.base, tok); err != nil || got != want {
+			t.Errorf("check %d: %q, %v; want %q", i+1, got, err, want)
+		}
+	}
+	if got, err := sim.VerifiedHost(ctx, http.DefaultClient, b.base, "0.forged"); err != nil || got != "" {
+		t.Errorf("a forged token: %q, %v; want none", got, err)
+	}
 }

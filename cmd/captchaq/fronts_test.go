@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,22 +67,11 @@ func resPHP(base, id string) (string, error) {
 // returns the page host it was issued for ("" when it is refused).
 func siteverifyHost(t *testing.T, simURL, token string) string {
 	t.Helper()
-	resp, err := http.PostForm(simURL+"/turnstile/v0/siteverify", url.Values{"secret": {sim.DemoTurnstile.Secret}, "response": {token}})
+	host, err := sim.VerifiedHost(context.Background(), http.DefaultClient, simURL, token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var v struct {
-		Success  bool   `json:"success"`
-		Hostname string `json:"hostname"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
-	}
-	if !v.Success {
-		return ""
-	}
-	return v.Hostname
+	return host
 }
 
 // pingbackCounter is an HTTP receiver of pingbacks that counts them by id.
