@@ -85,11 +85,21 @@ func TestBatchDefaultStoreIsPerInputFile(t *testing.T) {
 		t.Errorf("results with no store named = %+v, want exit 2 listing the stores", rr)
 	}
 	typo := filepath.Join(t.TempDir(), "typo.db")
-	if rr := runWith(t, "", nil, "results", "--store", typo); rr.code == 0 || !strings.Contains(rr.stderr, "does not exist (nothing was created)") {
+	if rr := runWith(t, "", nil, "results", "--store", typo); rr.code != 2 || rr.stderr != "captchaq results: --store "+typo+": no such file: check the path\n" {
 		t.Errorf("results --store typo = %+v", rr)
 	}
-	if rr := runWith(t, "", nil, "dlq", "list", "--store", typo); rr.code == 0 {
+	if rr := runWith(t, "", nil, "dlq", "list", "--store", typo); rr.code != 2 {
 		t.Errorf("dlq list --store typo = %+v", rr)
+	}
+	// A task file that is not there, and one no batch ran on: exit 2,
+	// naming what the user gave, not a --store they never wrote.
+	if rr := runWith(t, "", nil, "results", "nosuch.jsonl"); rr.code != 2 || rr.stderr != "captchaq results: nosuch.jsonl: no such task file: name the file `captchaq batch` ran on\n" {
+		t.Errorf("results nosuch.jsonl = %+v", rr)
+	}
+	fresh := writeFile(t, "fresh.jsonl", jsonl(t, turnstileTasks("fresh", 1)))
+	if rr := runWith(t, "", nil, "results", fresh); rr.code != 2 || !strings.Contains(rr.stderr, "captchaq results: no batch of "+fresh+" on the built-in simulator has stored results on this machine (its store would be ") ||
+		strings.Contains(rr.stderr, "--store: ") {
+		t.Errorf("results of a file no batch ran on = %+v", rr)
 	}
 	if _, err := os.Stat(typo); err == nil {
 		t.Error("a read-only command created the store")

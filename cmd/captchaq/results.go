@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -55,17 +58,37 @@ func runResults(ctx context.Context, env *environment, args []string) error {
 }
 
 // readStorePath is the store a read-only command reads: --store, else the
-// default store of `captchaq batch` on the one task file named.
+// default store of `captchaq batch` on the one task file named. A task
+// file or a store that is not there is bad input (exit 2), named as the
+// user gave it.
 func readStorePath(env *environment, cmd, store string, args []string, useSim bool) (string, error) {
 	switch {
 	case store != "" && len(args) > 0:
-		return "", &exitError{code: 2, err: fmt.Errorf("give a task file or --store PATH, not both")}
+		return "", usageError(fmt.Errorf("give a task file or --store PATH, not both"))
 	case store != "":
+		if _, err := os.Stat(store); errors.Is(err, fs.ErrNotExist) {
+			return "", usageError(fmt.Errorf("--store %s: no such file: check the path", store))
+		}
 		return store, nil
 	case len(args) > 1:
-		return "", &exitError{code: 2, err: fmt.Errorf("one task file at most, got %d", len(args))}
+		return "", usageError(fmt.Errorf("one task file at most, got %d", len(args)))
 	case len(args) == 0:
 		return "", noStoreNamed(cmd)
 	}
-	return batchStorePath(env, args[0], useSim)
+	if _, err := os.Stat(args[0]); err != nil {
+		return "", usageError(fmt.Errorf("%s: no such task file: name the file `captchaq batch` ran on", args[0]))
+	}
+	p, err := batchStorePath(env, args[0], useSim)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		on := "CaptchaAI"
+		if useSim || env.getenv("CAPTCHAAI_URL") == "" && !haveKey(env) {
+			on = "the built-in simulator"
+		}
+		return "", usageError(fmt.Errorf("no batch of %s on %s has stored results on this machine (its store would be %s): run `captchaq batch %s` first, or give --store PATH",
+			args[0], on, p, args[0]))
+	}
+	return p, nil
 }
