@@ -1,18 +1,13 @@
 package server
 
 import (
-	"encoding/json"
-	"maps"
 	"time"
 
 	"github.com/captchaq/captchaq"
 )
 
 // StatsMetrics is the queue's captchaq.Metrics as GET /v1/stats writes
-// them, in the API's one naming convention (snake_case). Until the next
-// release the object also carries each field under its former Go name
-// ("Submitted", "AvgSolveSeconds", "Providers":[{"Name":…}]), for clients
-// that read those; they are deprecated.
+// them, in the API's one naming convention (snake_case).
 type StatsMetrics struct {
 	Submitted            int64            `json:"submitted"`
 	Solved               int64            `json:"solved"`
@@ -39,8 +34,6 @@ type StatsMetrics struct {
 	PausedReason         string           `json:"paused_reason,omitempty"`
 	StartedAt            string           `json:"started_at,omitempty"`
 	Providers            []StatsProvider  `json:"providers"`
-
-	legacy captchaq.Metrics // written beside, under the Go names
 }
 
 // StatsProvider is one provider's captchaq.ProviderMetrics in /v1/stats.
@@ -60,6 +53,15 @@ type StatsProvider struct {
 	Healthy         bool    `json:"healthy"`
 	Down            bool    `json:"down"`
 	Paused          bool    `json:"paused"`
+	// FailingSince (RFC 3339, absent while it answers), Failures,
+	// LastFailure and EverAnswered: whether the provider can be reached
+	// (captchaq.ProviderMetrics). LastFailure names its URL: /v1/stats
+	// shows the metrics to admin clients only.
+	FailingSince          string `json:"failing_since,omitempty"`
+	Failures              int    `json:"failures"`
+	LastFailure           string `json:"last_failure,omitempty"`
+	EverAnswered          bool   `json:"ever_answered"`
+	EarlyPingbacksDropped int64  `json:"early_pingbacks_dropped"`
 }
 
 // statsMetrics converts m.
@@ -75,42 +77,21 @@ func statsMetrics(m captchaq.Metrics) *StatsMetrics {
 		DeliveryDelayP50: m.DeliveryDelayP50, DeliveryDelayP99: m.DeliveryDelayP99,
 		Paused: m.Paused, PausedReason: m.PausedReason,
 		Providers: []StatsProvider{},
-		legacy:    m,
 	}
 	if !m.StartedAt.IsZero() {
 		s.StartedAt = m.StartedAt.UTC().Format(time.RFC3339Nano)
 	}
 	for _, p := range m.Providers {
-		s.Providers = append(s.Providers, StatsProvider{Name: p.Name, Threads: p.Threads, ThreadsInUse: p.ThreadsInUse,
+		sp := StatsProvider{Name: p.Name, Threads: p.Threads, ThreadsInUse: p.ThreadsInUse,
 			Window: p.Window, Submitted: p.Submitted, Solved: p.Solved, Failed: p.Failed, Moved: p.Moved,
 			Spend: p.Spend, SpendLastHour: p.SpendLastHour, MaxSpendPerHour: p.MaxSpendPerHour,
-			CostPer1000: p.CostPer1000, Healthy: p.Healthy, Down: p.Down, Paused: p.Paused})
+			CostPer1000: p.CostPer1000, Healthy: p.Healthy, Down: p.Down, Paused: p.Paused,
+			Failures: p.Failures, LastFailure: p.LastFailure, EverAnswered: p.EverAnswered,
+			EarlyPingbacksDropped: p.EarlyPingbacksDropped}
+		if !p.FailingSince.IsZero() {
+			sp.FailingSince = p.FailingSince.UTC().Format(time.RFC3339Nano)
+		}
+		s.Providers = append(s.Providers, sp)
 	}
 	return s
-}
-
-// MarshalJSON writes the snake_case fields and, until the next release,
-// the former Go-named ones beside them.
-func (s StatsMetrics) MarshalJSON() ([]byte, error) {
-	type plain StatsMetrics
-	out := map[string]json.RawMessage{}
-	b, err := json.Marshal(s.legacy)
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, err
-	}
-	// Fields added since have their snake_case name only.
-	delete(out, "Resumed")
-	delete(out, "ResumedInFlight")
-	var cur map[string]json.RawMessage
-	if b, err = json.Marshal(plain(s)); err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &cur); err != nil {
-		return nil, err
-	}
-	maps.Copy(out, cur)
-	return json.Marshal(out)
 }

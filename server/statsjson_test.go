@@ -8,8 +8,7 @@ import (
 	"testing"
 )
 
-// /v1/stats speaks snake_case throughout; the metrics' former Go names
-// are written beside theirs, with the same values, for one release.
+// /v1/stats speaks snake_case throughout, each metric under one name.
 func TestStatsNamesAreSnakeCase(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
@@ -26,24 +25,8 @@ func TestStatsNamesAreSnakeCase(t *testing.T) {
 	if err := json.Unmarshal(st["metrics"], &m); err != nil {
 		t.Fatal(err)
 	}
-	deprecated := map[string]string{
-		"Submitted": "submitted", "Solved": "solved", "Failed": "failed", "Retries": "retries",
-		"RetriesByReason": "retries_by_reason", "Renewed": "renewed", "AvgSolveSeconds": "avg_solve_seconds",
-		"SuccessRate": "success_rate", "ThroughputPerMin": "throughput_per_min", "ThreadsInUse": "threads_in_use",
-		"Window": "window", "Threads": "threads", "QueueDepth": "queue_depth", "DepthByPriority": "depth_by_priority",
-		"OldestWaitingSeconds": "oldest_waiting_seconds", "Requests": "requests", "RequestsPerSolved": "requests_per_solved",
-		"DeliveryDelayP50": "delivery_delay_p50", "DeliveryDelayP99": "delivery_delay_p99", "Paused": "paused",
-		"PausedReason": "paused_reason", "StartedAt": "started_at", "Providers": "providers",
-	}
-	for k, v := range m {
-		old, isOld := deprecated[k]
-		switch {
-		case isOld && (k == "StartedAt" || k == "Providers" || k == "PausedReason"):
-		case isOld:
-			if string(m[old]) != string(v) {
-				t.Errorf("metrics.%s = %s but metrics.%s = %s", k, v, old, m[old])
-			}
-		case !snake.MatchString(k):
+	for k := range m {
+		if !snake.MatchString(k) {
 			t.Errorf("/v1/stats metrics has the field %q", k)
 		}
 	}
@@ -69,6 +52,10 @@ func TestStatsNamesAreSnakeCase(t *testing.T) {
 	}
 	if _, named := providers[0]["name"]; named || !slices.Contains(keys, "threads_in_use") {
 		t.Errorf("metrics.providers[0] of a one-provider queue = %s; want no empty name, and threads_in_use", m["providers"])
+	}
+	// The provider answers: no failures, no failing_since, answered once.
+	if string(providers[0]["failures"]) != "0" || string(providers[0]["ever_answered"]) != "true" || providers[0]["failing_since"] != nil {
+		t.Errorf("metrics.providers[0] reach = %s; want failures 0, ever_answered true, no failing_since", m["providers"])
 	}
 	var clients []map[string]json.RawMessage
 	json.Unmarshal(st["clients"], &clients)
