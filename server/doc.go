@@ -266,8 +266,8 @@
 //     (--tls-key, the local CA's ca-key.pem and key.pem) other users can
 //     read is named at start with the fix (chmod 600). The local CA lives
 //     90 days and is name-constrained to the hosts it serves, so its key
-//     signs for no other site. serve --metrics-listen off loopback (client
-//     names, no key) is warned about at start.
+//     signs for no other site. serve --metrics-listen and worker
+//     --metrics-addr off loopback (no key) are warned about at start.
 //   - Errors a client (or anyone asking /readyz) sees name no file, host
 //     or address of the operator's: a store's or broker's failure under
 //     a replay, a cancel or the readiness check is logged whole and

@@ -594,6 +594,9 @@ func openFront(ctx context.Context, url, name string, explicit bool) (*postgres.
 	return st, recorded, nil
 }
 
+// workerMetricsExposed warns of a worker's --metrics-addr off loopback.
+const workerMetricsExposed = "--metrics-addr is not on loopback: anyone who reaches it reads /metrics, the fleet's threads, providers and spend, without a key; listen on 127.0.0.1 (or ::1), or firewall it"
+
 // metricsExposed warns of a --metrics-listen off loopback.
 const metricsExposed = "--metrics-listen is not on loopback: anyone who reaches it reads /metrics, every client's name and numbers, without a key; listen on 127.0.0.1 (or ::1), or firewall it"
 

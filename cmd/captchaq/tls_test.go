@@ -300,3 +300,22 @@ func TestWorkerMetricsTLS(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// A worker's --metrics-addr off loopback is named at start with the fix,
+// as serve's --metrics-listen is: its /metrics needs no key.
+func TestWorkerMetricsOffLoopbackWarns(t *testing.T) {
+	t.Parallel()
+	f := newProcessFleet(t, "test-wm-warn-", sim.Config{Key: "wm-provider-key", LatencyScale: 0.01, PollBan: sim.PollBan{Disabled: true}})
+	const owner = "wm-warn-worker"
+	f.mu.Lock()
+	f.owners = append(f.owners, owner)
+	f.mu.Unlock()
+	p, _ := startProcess(t, f.bin, []string{"CAPTCHAAI_KEY=wm-provider-key"},
+		regexp.MustCompile(`msg="serving metrics" addr=\S+`),
+		"worker", "--amqp", f.brokerURL, "--prefix", f.prefix, "--api-url", f.apiURL, "--threads", "2", "--owner", owner,
+		"--metrics-addr", "0.0.0.0:0")
+	if want := `level=WARN msg="` + workerMetricsExposed + `" addr=`; !strings.Contains(p.output(), want) {
+		t.Errorf("worker output lacks %q:\n%s", want, p.output())
+	}
+	p.stop(t)
+}

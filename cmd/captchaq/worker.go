@@ -117,6 +117,9 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w", *metricsAddr, err)
 		}
+		if !onLoopback(ln.Addr()) {
+			log.Warn(workerMetricsExposed, "addr", ln.Addr().String())
+		}
 		tlsCfg, err := metricsTLS.config(ctx, env, *metricsAddr, log)
 		if err != nil {
 			ln.Close()
