@@ -572,16 +572,20 @@ func checkReserved(t Task) error {
 	return nil
 }
 
-// decodeBase64 accepts standard base64 with or without padding, with line
-// breaks, and with a data: URI prefix.
+// base64Data is s without a data: URI prefix, if it has one.
+func base64Data(s string) string {
+	if strings.HasPrefix(s, "data:") {
+		if i := strings.Index(s, ","); i >= 0 {
+			return s[i+1:]
+		}
+	}
+	return s
+}
+
 // base64Size is how many bytes s decodes to as decodeBase64 reads it (a
 // data: prefix and white space skipped), counted without decoding it.
 func base64Size(s string) int {
-	if strings.HasPrefix(s, "data:") {
-		if i := strings.Index(s, ","); i >= 0 {
-			s = s[i+1:]
-		}
-	}
+	s = base64Data(s)
 	n := 0
 	for i := 0; i < len(s); i++ {
 		switch s[i] {
@@ -593,18 +597,15 @@ func base64Size(s string) int {
 	return n * 3 / 4
 }
 
+// decodeBase64 accepts standard base64 with or without padding, with line
+// breaks, and with a data: URI prefix.
 func decodeBase64(s string) ([]byte, error) {
-	if strings.HasPrefix(s, "data:") {
-		if i := strings.Index(s, ","); i >= 0 {
-			s = s[i+1:]
-		}
-	}
 	s = strings.Map(func(r rune) rune {
 		if r == '\n' || r == '\r' || r == ' ' || r == '\t' {
 			return -1
 		}
 		return r
-	}, s)
+	}, base64Data(s))
 	b, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
 		b, err = base64.RawStdEncoding.DecodeString(strings.TrimRight(s, "="))
