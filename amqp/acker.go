@@ -85,11 +85,12 @@ func newAcker(ch *amqp091.Channel, delay time.Duration, tx bool) (*acker, error)
 const maxReturns = 1024
 
 // errUncommitted is returned by commit when the channel failed before the
-// broker answered the commit: it applied every publish and ack of the
-// transaction, or none. Either way the task is answered once: by this
-// worker's result, or by whoever adopts the checkpoint the broker takes
-// back.
-var errUncommitted = errors.New("amqp: the channel closed before the broker answered the commit; it applied the whole transaction or none of it")
+// broker answered the commit: it applied the transaction's publishes and
+// acks, none, or (a broker stopped in the middle of it) some. Either way
+// the task is answered: by this worker's result, or by whoever adopts the
+// checkpoint the broker takes back, with the same answer when both did
+// (see "Windows stay" in the package doc).
+var errUncommitted = errors.New("amqp: the channel closed before the broker answered the commit")
 
 // ack queues tag for acking; false once the acker has closed (the channel
 // is gone and the broker will deliver the message again).

@@ -141,7 +141,15 @@
 // Windows stay, each a second paid solve: a worker killed in that window
 // (nobody is left to claim), or cut off silently in it; a reconnect
 // slower than the claim window. The submit cap bounds how many tasks are
-// in the window at once.
+// in the window at once. And copies of an answer, none paid twice: a
+// result whose channel died before its confirm is published again, and
+// RabbitMQ makes no transaction atomic (https://www.rabbitmq.com/semantics.html,
+// "atomicity in single queue: no"), so a broker stopped in the middle of
+// a commit may keep its result and lose its ack; the checkpoint comes
+// back and its adopter answers again from the same captcha id. Each copy
+// is the same answer, which Conn.Collect and the gateway keep once (one
+// fresh-clone CI run's TestRecoveryRestart counted 2 copies; the
+// recovery tests bound copies by the plan's threads).
 //
 // # Recovery: from what the broker knows
 //

@@ -104,9 +104,15 @@ func (c FleetConfig) withDefaults() FleetConfig {
 type FleetReport struct {
 	Config FleetConfig
 	// Results counts tasks with a result; Lost those without one;
-	// DeliveredTwice those whose result reached the results queue more
-	// than once (collect dedupes them, but each is an answer given twice).
-	Results, Lost, DeliveredTwice int
+	// DeliveredTwice those given two different answers (a second solve
+	// answered, or a different outcome), each a mix-up. Copies counts
+	// results that reached the results queue again as the same answer
+	// (task, status, captcha id, token): a publish sent again when its
+	// channel died before the confirm, or a broker restart that kept a
+	// commit's result and lost its ack, so the task was answered again
+	// from the same captcha id. collect and the gateway keep one of each
+	// task's results, so a copy reaches no client twice.
+	Results, Lost, DeliveredTwice, Copies int
 	// PaidTwice counts the simulator's second accepted submits of a task.
 	PaidTwice int64
 	// ReadyToFetched is the simulator's: from each answer ready to its
@@ -242,6 +248,7 @@ func (r *fleetRun) run(ctx context.Context) (FleetReport, error) {
 	if err := counts.drain(ctx); err != nil {
 		return rep, err
 	}
+	rep.Copies = counts.copiesOf()
 	for _, id := range ids {
 		switch n := counts.n(id); {
 		case n == 0:
@@ -530,16 +537,41 @@ func deleteWorkerQueues(url, prefix string) {
 	}
 }
 
-// resultCounts counts each task's results as they reach the results
-// queue, before any dedupe but the broker's own: a message delivered
-// again because its ack died with the connection is counted once.
+// resultCounts counts each task's different answers as they reach the
+// results queue, and the copies of an answer counted already: a message
+// delivered again because the feed's own ack died with its connection is
+// neither.
 type resultCounts struct {
-	mu     sync.Mutex
-	counts map[string]int
-	seen   map[string]bool // the publish tokens counted (see record)
-	last   time.Time
-	more   chan struct{}
-	get    func(ctx context.Context) error
+	mu      sync.Mutex
+	counts  map[string]int  // task id: different answers
+	seen    map[string]bool // the publish tokens counted (see record)
+	answers map[string]bool // task id and answer (answerKey) counted
+	copies  int
+	last    time.Time
+	more    chan struct{}
+	get     func(ctx context.Context) error
+}
+
+func newResultCounts() *resultCounts {
+	return &resultCounts{counts: map[string]int{}, seen: map[string]bool{}, answers: map[string]bool{}, more: make(chan struct{})}
+}
+
+// answerKey tells one answer from another: its status, the captcha id
+// that solved it, its token or answer, its error code. A body that does
+// not decode is an answer of its own.
+func answerKey(d amqp091.Delivery) string {
+	r, err := amqp.DecodeResult(d.Body)
+	if err != nil {
+		return "undecodable\x00" + string(d.Body)
+	}
+	return strings.Join([]string{string(r.Status), r.CaptchaID, r.Token, string(r.Answer), r.ErrorCode}, "\x00")
+}
+
+// copiesOf returns how many results repeated an answer counted already.
+func (c *resultCounts) copiesOf() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.copies
 }
 
 func (c *resultCounts) n(id string) int {
@@ -580,7 +612,7 @@ func (c *resultCounts) drain(ctx context.Context) error { return c.get(ctx) }
 // broker restart, FaultRestart): without that, the results published
 // after the restart waited unread and the run reported them lost.
 func (r *fleetRun) countResults(ctx context.Context) (*resultCounts, func(), error) {
-	c := &resultCounts{counts: map[string]int{}, seen: map[string]bool{}, more: make(chan struct{})}
+	c := newResultCounts()
 	feed := &resultFeed{url: r.cfg.URL, queue: amqp.NamesFor(r.prefix).Results}
 	ds, err := feed.open()
 	if err != nil {
@@ -595,9 +627,10 @@ func (r *fleetRun) countResults(ctx context.Context) (*resultCounts, func(), err
 	return c, func() { feed.stop(); <-done }, nil
 }
 
-// record counts d. A message the broker delivers again (its ack was
-// lost with the connection) carries the token of the publish it came
-// from: counted already, it is not a second result.
+// record counts d. A message the broker delivers again (the feed's ack
+// was lost with the connection) carries the token of the publish it came
+// from: counted already, it is nothing new. Any other message with an
+// answer counted already for its task is a copy.
 func (c *resultCounts) record(d amqp091.Delivery) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -608,6 +641,12 @@ func (c *resultCounts) record(d amqp091.Delivery) {
 	if token != "" {
 		c.seen[token] = true
 	}
+	key := d.MessageId + "\x00" + answerKey(d)
+	if c.answers[key] {
+		c.copies++
+		return
+	}
+	c.answers[key] = true
 	c.counts[d.MessageId]++
 	if c.counts[d.MessageId] == 1 {
 		c.last = time.Now()
@@ -755,16 +794,17 @@ func FleetMarkdown(w io.Writer, reps []FleetReport) {
 		c.Tasks, latencyText(c.Latency), c.Threads, c.Workers, c.Threads)
 	fmt.Fprintf(w, "The fault strikes one worker (or the broker) %v after the enqueue starts; a partition and a SIGSTOP last %v. "+
 		"Ready→fetched is the simulator's: from each answer ready to the poll that first fetched it. "+
-		"Twice counts results that reached the results queue twice; paid twice, the simulator's second accepted submits of one task.\n\n", c.FaultAt, c.Outage)
-	fmt.Fprintln(w, "| fault | lost | twice | paid twice | ready→fetched p50 | p99 | max | makespan | floor | 1.4×floor+3 s | utilization | no free thread | fault over at | load |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		"Twice counts tasks given two different answers; copies, results that reached the results queue again as an answer given already "+
+		"(collect and the gateway keep one); paid twice, the simulator's second accepted submits of one task.\n\n", c.FaultAt, c.Outage)
+	fmt.Fprintln(w, "| fault | lost | twice | copies | paid twice | ready→fetched p50 | p99 | max | makespan | floor | 1.4×floor+3 s | utilization | no free thread | fault over at | load |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range reps {
 		over := "–"
 		if r.FaultDone > 0 {
 			over = secs(r.FaultDone)
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %.2f s | %.2f s | %.2f s | %s | %s | %s | %.3f | %d of %d | %s | %s |\n",
-			r.Config.Fault, r.Lost, r.DeliveredTwice, r.PaidTwice, r.ReadyToFetched.P50, r.ReadyToFetched.P99, r.ReadyToFetched.Max,
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %.2f s | %.2f s | %.2f s | %s | %s | %s | %.3f | %d of %d | %s | %s |\n",
+			r.Config.Fault, r.Lost, r.DeliveredTwice, r.Copies, r.PaidTwice, r.ReadyToFetched.P50, r.ReadyToFetched.P99, r.ReadyToFetched.Max,
 			secs(r.Makespan), secs(r.Floor), secs(r.MakespanTarget()), r.Utilization, r.NoSlot, r.Submits, over, r.Load)
 	}
 	fmt.Fprintf(w, "\nTargets with one worker SIGKILLed: ready→fetched p99 ≤ 3 s, makespan ≤ 1.4 × the floor + 3 s, utilization ≥ %.2f, "+

@@ -1,36 +1,47 @@
 package bench
 
 import (
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
 	"github.com/captchaq/captchaq/internal/brokertest"
 	"github.com/captchaq/captchaq/internal/testbound"
 )
 
-// A result the broker delivers again, because its ack died with the
-// connection, is the same publish: counted once. A second publish of a
-// task's result, delivered again or not, is a second result.
-func TestResultCountsCountEachPublishOnce(t *testing.T) {
+// A result the broker delivers again, because the feed's ack died with
+// the connection, is the same publish: counted once. Another publish of
+// an answer given already is a copy; a different answer for a task is a
+// second answer.
+func TestResultCountsCountEachAnswerOnce(t *testing.T) {
 	t.Parallel()
-	c := &resultCounts{counts: map[string]int{}, seen: map[string]bool{}, more: make(chan struct{})}
-	result := func(id, token string, again bool) amqp091.Delivery {
-		return amqp091.Delivery{MessageId: id, Redelivered: again, Headers: amqp091.Table{amqp.HeaderPublish: token}}
-	}
-	c.record(result("a", "t1", false))
-	c.record(result("a", "t1", true)) // its ack was lost: the same publish
-	c.record(result("b", "t2", false))
-	c.record(result("b", "t3", false)) // answered twice
-	c.record(result("c", "t4", true))  // first seen as a redelivery: counted
-	c.record(result("c", "t5", true))  // another publish, redelivered: counted
-	for id, want := range map[string]int{"a": 1, "b": 2, "c": 2, "d": 0} {
-		if got := c.n(id); got != want {
-			t.Errorf("%s counted %d times, want %d", id, got, want)
+	c := newResultCounts()
+	result := func(id, captchaID, token, publish string, again bool) amqp091.Delivery {
+		body, err := json.Marshal(captchaq.Result{ID: id, Status: captchaq.StatusSolved, CaptchaID: captchaID, Token: token})
+		if err != nil {
+			t.Fatal(err)
 		}
+		return amqp091.Delivery{MessageId: id, Redelivered: again, Body: body, Headers: amqp091.Table{amqp.HeaderPublish: publish}}
+	}
+	c.record(result("a", "1", "ta", "p1", false))
+	c.record(result("a", "1", "ta", "p1", true))   // the feed's ack was lost: the same publish
+	c.record(result("b", "2", "tb", "p2", false))  //
+	c.record(result("b", "3", "tb2", "p3", false)) // solved again and answered again: a second answer
+	c.record(result("c", "4", "tc", "p4", true))   // first seen as a redelivery: counted
+	c.record(result("c", "4", "tc", "p5", false))  // the same answer published again: a copy
+	c.record(result("c", "4", "tc", "p4", false))  // the same publish, sent again by its publisher: a copy
+	for id, want := range map[string]int{"a": 1, "b": 2, "c": 1, "d": 0} {
+		if got := c.n(id); got != want {
+			t.Errorf("%s has %d different answers, want %d", id, got, want)
+		}
+	}
+	if got := c.copiesOf(); got != 2 {
+		t.Errorf("%d copies, want 2", got)
 	}
 }
 
@@ -63,7 +74,7 @@ func TestResultFeedCountsWhatAClosedConnectionDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &resultCounts{counts: map[string]int{}, seen: map[string]bool{}, more: make(chan struct{})}
+	c := newResultCounts()
 	dropped := false
 	done := make(chan struct{})
 	go func() {
