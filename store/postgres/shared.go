@@ -115,7 +115,8 @@ func (s *Store) finishWhere(ctx context.Context, op, id, where string, args []an
 // until it can, and then calls fn with EventResync. Call it once; Close
 // stops it. It returns once the first connection listens (or its first
 // try failed, or listenWait passed): a task another Store accepts after
-// that is told.
+// that is told, unless its announcement is lost (see the package doc),
+// which no event tells.
 func (s *Store) Watch(fn func(Event)) error {
 	if s.closed.Load() {
 		return ErrClosed
