@@ -91,7 +91,7 @@ func (r Record) Known(t Task, now time.Time) (Known, error) {
 	switch {
 	case r.Status == StatusSolved && r.Result != nil && r.Result.Expired(now):
 		return KnownExpired, nil
-	case r.Result != nil && final(r.Status):
+	case r.Result != nil && r.Status.Final():
 		return KnownAnswered, nil
 	}
 	return KnownPending, nil

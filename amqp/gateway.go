@@ -638,7 +638,7 @@ func (g *Gateway) writePublished(ctx context.Context, t captchaq.Task, now time.
 		if err != nil && g.shared != nil {
 			// Another gateway of the front may have taken its answer
 			// and stored it already (an instant solve).
-			if cur, gerr := g.store.Get(ctx, t.ID); gerr == nil && final(cur.Status) {
+			if cur, gerr := g.store.Get(ctx, t.ID); gerr == nil && cur.Status.Final() {
 				answered = true
 				return nil
 			}
@@ -716,7 +716,7 @@ func (g *Gateway) renew(ctx context.Context, t captchaq.Task, now time.Time) err
 	rec, err := g.store.Renew(sctx, t, now)
 	if err == nil {
 		err = g.markPublished(sctx, t.ID, gen, 0, now)
-	} else if cur, gerr := g.store.Get(sctx, t.ID); g.shared != nil && gerr == nil && !final(cur.Status) {
+	} else if cur, gerr := g.store.Get(sctx, t.ID); g.shared != nil && gerr == nil && !cur.Status.Final() {
 		// Another gateway of the front renewed it first: its solve
 		// answers the client; this publish's result is dropped.
 		return nil
@@ -781,7 +781,7 @@ func (g *Gateway) Get(ctx context.Context, id string) (captchaq.Record, error) {
 	}
 	g.mu.Unlock()
 	rec, err := g.store.Get(ctx, id)
-	if err == nil && !final(rec.Status) {
+	if err == nil && !rec.Status.Final() {
 		// Kept only while pending: a result that came during the read
 		// took the task out of pending (and out of read) already, or
 		// takes it out of read when it comes.
@@ -817,7 +817,7 @@ func (g *Gateway) cancel(ctx context.Context, id string) (captchaq.Result, error
 	if err != nil {
 		return captchaq.Result{}, err
 	}
-	if rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed {
+	if rec.Status.Final() {
 		return captchaq.Result{}, fmt.Errorf("amqp: cancel %q: %w", id, captchaq.ErrFinal)
 	}
 	r := captchaq.Result{

@@ -60,7 +60,7 @@ func (s *Store) FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.R
 	if s.closed.Load() {
 		return false, ErrClosed
 	}
-	if r.Status != captchaq.StatusSolved && r.Status != captchaq.StatusFailed {
+	if !r.Status.Final() {
 		return false, fmt.Errorf("postgres: FinishIf %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
 	}
 	if !storable(r.ID) {
@@ -83,7 +83,7 @@ func (s *Store) FinishMarked(ctx context.Context, r captchaq.Result, captchaID s
 	if s.closed.Load() {
 		return false, ErrClosed
 	}
-	if r.Status != captchaq.StatusSolved && r.Status != captchaq.StatusFailed {
+	if !r.Status.Final() {
 		return false, fmt.Errorf("postgres: FinishMarked %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
 	}
 	if !storable(r.ID) || !storable(captchaID) {
