@@ -284,7 +284,7 @@ func TestBatchReportsInvalidLines(t *testing.T) {
 	invalid := []struct {
 		id, line, reason, code string
 	}{
-		{"line-2", "line 2", "invalid JSON", "INVALID_TASK"},
+		{"", "line 2", "invalid JSON", "INVALID_TASK"}, // no id: its line names it
 		{"extra", "line 3", "colour", "INVALID_TASK"},
 		{"nourl", "line 6", "pageurl", "INVALID_TASK"},
 		{"hc", "line 7", "hcaptcha", "UNSUPPORTED_TYPE"},
