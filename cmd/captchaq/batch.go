@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -29,11 +28,10 @@ func init() {
 const maxLineBytes = 16 << 20
 
 func runBatch(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("batch")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--sim] [--store PATH|memory] [--order input|longest-first]")
-		fmt.Fprintln(env.stderr, "\nReads task JSONL (one task a line), solves every task through the queue and writes one result line per task.")
+		fmt.Fprintln(fs.Output(), "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--sim] [--store PATH|memory] [--order input|longest-first]")
+		fmt.Fprintln(fs.Output(), "\nReads task JSONL (one task a line), solves every task through the queue and writes one result line per task.")
 		fs.PrintDefaults()
 	}
 	out := fs.String("out", "", "write result JSONL to `FILE` (default: stdout)")

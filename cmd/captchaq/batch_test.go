@@ -544,7 +544,7 @@ func TestBatchBadArguments(t *testing.T) {
 		{[]string{in, "--plan", "GOLD"}, 2, "--plan: "},
 		{[]string{filepath.Join(t.TempDir(), "missing.jsonl")}, 2, "tasks file: open "},
 		{[]string{in, "--out", filepath.Join(t.TempDir(), "no", "dir", "out.jsonl")}, 1, "--out: open "},
-		{[]string{in, "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{in, "--bogus"}, 2, "unknown flag --bogus"},
 		// After "--" everything is a file name, even what looks like a flag.
 		{[]string{"--", in, "--threads", "3"}, 2, "one input file at most, got 3"},
 	} {

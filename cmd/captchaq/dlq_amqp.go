@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -35,8 +34,7 @@ func runDLQAMQP(ctx context.Context, env *environment, args []string) error {
 		return usageError(errors.New(dlqUsage))
 	}
 	action := args[0]
-	fs := flag.NewFlagSet("dlq "+action, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("dlq " + action)
 	var af amqpFlags
 	af.register(fs, env.getenv)
 	var ids idList

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,13 +18,12 @@ func init() {
 }
 
 func runEnqueue(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("enqueue")
 	var af amqpFlags
 	af.register(fs, env.getenv)
 	providersFile := fs.String("providers", "", "the workers' providers `FILE`: take the types any of its providers solves (no key is read)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [--providers FILE] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq enqueue --amqp URL [--prefix P] [--providers FILE] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseInterspersed(fs, args); err != nil {

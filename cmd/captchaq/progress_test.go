@@ -106,7 +106,7 @@ func TestBatchUnreachableProviderSaysSo(t *testing.T) {
 func TestHelpSaysWhatRuns(t *testing.T) {
 	t.Parallel()
 	r := runWith(t, "", nil, "batch", "--help")
-	if r.code != 0 || !strings.Contains(r.stderr, "else 5; 20 with the built-in simulator") {
+	if r.code != 0 || !strings.Contains(r.stdout, "else 5; 20 with the built-in simulator") {
 		t.Errorf("batch --help = %+v", r)
 	}
 	img := captchaq.Task{ID: "img", Method: "base64", Params: map[string]string{"body": "aW1hZ2U="}}

@@ -92,8 +92,7 @@ func (f *serveFlags) checkURLs(gateway bool) error {
 }
 
 func runServe(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("serve")
 	f := serveFlags{
 		listen:          fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)"),
 		clients:         fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
@@ -125,7 +124,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		set:             map[string]bool{},
 	}
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq serve --clients FILE [--store PATH | --amqp URL] [flags]\n\n"+
+		fmt.Fprintln(fs.Output(), "usage: captchaq serve --clients FILE [--store PATH | --amqp URL] [flags]\n\n"+
 			"Serves /in.php and /res.php (the provider's protocol, with the clients' own keys), the JSON API\n"+
 			"under /v1/ (Authorization: Bearer KEY), /metrics, /healthz, /readyz and the dashboard at /\n"+
 			"(open it and type an admin client's key into its form; a key in the address is refused).\n\n"+
