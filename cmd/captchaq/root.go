@@ -46,31 +46,7 @@ func newRootCommand(ctx context.Context, env *environment, args []string) *cobra
 
 	completing := len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd)
 	for _, name := range sortedCommands() {
-		cmd := commands[name]
-		sub := &cobra.Command{
-			Use:                name,
-			Short:              cmd.summary,
-			DisableFlagParsing: true,
-			RunE: func(c *cobra.Command, args []string) error {
-				err := cmd.run(c.Context(), env, args)
-				if errors.Is(err, flag.ErrHelp) {
-					return nil // the command printed its help; cobra would print it again
-				}
-				return err
-			},
-		}
-		if len(cmd.actions) > 0 {
-			sub.ValidArgsFunction = completeActions(cmd.actions)
-		}
-		if completing {
-			// Cobra completes the flags it knows even when it does not
-			// parse them; they are the command's own, from its flag sets.
-			for _, fs := range commandFlagSets(ctx, cmd) {
-				sub.Flags().AddGoFlagSet(fs)
-			}
-			sub.Flags().VisitAll(func(f *pflag.Flag) { f.Usage = strings.ReplaceAll(f.Usage, "`", "") })
-		}
-		root.AddCommand(sub)
+		root.AddCommand(newSubcommand(ctx, env, name, completing))
 	}
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
@@ -82,27 +58,7 @@ func newRootCommand(ctx context.Context, env *environment, args []string) *cobra
 		},
 	})
 
-	// captchaq help NAME is NAME --help; an unknown NAME is a usage error.
-	root.SetHelpCommand(&cobra.Command{
-		Use:   "help [command]",
-		Short: "print a command's help: captchaq help batch",
-		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			return sortedCommands(), cobra.ShellCompDirectiveNoFileComp
-		},
-		RunE: func(c *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return root.Help()
-			}
-			if !isCommand(root, args[0]) {
-				return usageError(unknownCommand(root, args[0]))
-			}
-			target, _, err := root.Find(args)
-			if err != nil {
-				return usageError(err)
-			}
-			return target.Help()
-		},
-	})
+	root.SetHelpCommand(newHelpCommand(root))
 	// A command of captchaq's own prints its flag set's usage; cobra's
 	// commands (completion) keep cobra's help.
 	cobraHelp := root.HelpFunc()
@@ -119,6 +75,61 @@ func newRootCommand(ctx context.Context, env *environment, args []string) *cobra
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	return root
+}
+
+// newSubcommand is captchaq's command name in cobra's tree. completing:
+// the run is a shell's completion request, which needs the flags.
+func newSubcommand(ctx context.Context, env *environment, name string, completing bool) *cobra.Command {
+	cmd := commands[name]
+	sub := &cobra.Command{
+		Use:                name,
+		Short:              cmd.summary,
+		DisableFlagParsing: true,
+		RunE: func(c *cobra.Command, args []string) error {
+			err := cmd.run(c.Context(), env, args)
+			if errors.Is(err, flag.ErrHelp) {
+				return nil // the command printed its help; cobra would print it again
+			}
+			return err
+		},
+	}
+	if len(cmd.actions) > 0 {
+		sub.ValidArgsFunction = completeActions(cmd.actions)
+	}
+	if completing {
+		// Cobra completes the flags it knows even when it does not
+		// parse them; they are the command's own, from its flag sets.
+		for _, fs := range commandFlagSets(ctx, cmd) {
+			sub.Flags().AddGoFlagSet(fs)
+		}
+		sub.Flags().VisitAll(func(f *pflag.Flag) { f.Usage = strings.ReplaceAll(f.Usage, "`", "") })
+	}
+	return sub
+}
+
+// newHelpCommand is `captchaq help [NAME]`: NAME --help, or the top help;
+// an unknown NAME is a usage error.
+func newHelpCommand(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "print a command's help: captchaq help batch",
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return sortedCommands(), cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return root.Help()
+			}
+			if !isCommand(root, args[0]) {
+				return usageError(unknownCommand(root, args[0]))
+			}
+			target, _, err := root.Find(args)
+			if err != nil {
+				return usageError(err)
+			}
+			return target.Help()
+		},
+	}
 }
 
 // isCommand reports whether name is one of root's commands, cobra's

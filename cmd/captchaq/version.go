@@ -14,9 +14,9 @@ func versionText() string {
 	return formatVersion(bi, runtime.GOOS+"/"+runtime.GOARCH)
 }
 
-// formatVersion writes bi (nil: no build information) for platform. A
-// build outside a module release says "(devel)"; one without VCS stamping
-// (go build -buildvcs=false, or outside a checkout) says so of its commit.
+// formatVersion writes bi (nil: no build information) for platform. Go
+// records "(devel)" when it has no version to stamp; a build without VCS
+// stamping (-buildvcs=false, or outside a checkout) says so of its commit.
 func formatVersion(bi *debug.BuildInfo, platform string) string {
 	version, goVersion := "(devel)", runtime.Version()
 	settings := map[string]string{}
