@@ -46,6 +46,13 @@
 // dead letters (Publisher.DeadLetter), with reason, error code and attempts
 // in headers; DeadLetters lists them and Replay sends them back.
 //
+// Replay skips, and takes out, a gateway task's dead letters published
+// before its gateway replayed the task or answered it: the gateway notes
+// each such replay and answer in captcha.replayed under its name, an
+// answer before it stores it (see Gateway). A dead letter replayed before
+// its gateway reads the answer (the gateway down) is still solved again,
+// as is one whose notice ReplayedNoticesMax newer ones pushed out.
+//
 // A worker answers a message id once, so Replay publishes each task under
 // a wire id of its own, ID@GEN (GEN the replay's time, as a gateway's
 // renew), with the task's id in the captchaq-replay-of header: even the

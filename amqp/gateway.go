@@ -123,12 +123,15 @@ type GatewayConfig struct {
 // a wire id of a new generation (as for a renew: a worker that failed the
 // task answers its first wire id only once); it never reads the fleet's
 // dead-letter queue, where the copies of every gateway's dead letters
-// stay for the operator. It notes each replay in Names.Replayed, and a
-// replay from the fleet's side (captchaq dlq replay --amqp, Conn.Replay)
-// then drops the task's copies published before, where it would have the
-// task solved again. A task replayed from the fleet's side otherwise
-// comes back too: a solved result replaces a failure, unless the failure
-// was a cancel.
+// stay for the operator. It notes in Names.Replayed each replay, and
+// before storing it each answer that a dead letter of its task may
+// precede (a replay's or a renew's, one that replaces a failure, a
+// failure that comes for a task answered already); a replay from the
+// fleet's side (captchaq dlq replay --amqp, Conn.Replay) then drops the
+// task's copies published before, where it would have the task solved
+// again. A task replayed from
+// the fleet's side otherwise comes back too: a solved result replaces a
+// failure, unless the failure was a cancel.
 //
 // Crash windows: a task published but not yet recorded when the process
 // dies (or stops while it keeps the task unrecorded, see the package doc)
@@ -926,7 +929,7 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 	}
 	cur.AcceptedAt = now
 	g.track(cur)
-	if err := g.pub.noteReplayed(sctx, id, now); err != nil {
+	if err := g.pub.noteReplayed(sctx, g.cfg.Name, id, now); err != nil {
 		g.log.Warn("noting a replay for captchaq dlq failed: a dlq replay may publish the task's earlier dead letter again", "id", id, "err", err)
 	}
 	return true, nil

@@ -220,35 +220,19 @@ func TestFleetReplaySkipsWhatTheGatewayReplayed(t *testing.T) {
 	_, refuse := refusingWorker(r, "replayed-gw-w")
 	g, results := r.gateway("gw-replayed", nil, nil)
 	failed := r.c.Names().Failed
-	for _, id := range []string{"g1", "g2"} {
-		if err := g.submitTask(ctx, task(id, 0)); err != nil {
-			t.Fatal(err)
-		}
-		if res := await(t, ctx, results, 1)[0]; res.ID != id || res.Status != captchaq.StatusFailed {
-			t.Fatalf("first solve: %+v; want %s failed", res, id)
-		}
-	}
+	submitAwait(t, ctx, g, results, "g1", captchaq.StatusFailed)
+	submitAwait(t, ctx, g, results, "g2", captchaq.StatusFailed)
 	testbound.Until(t, "the two dead letters", func() bool { return depth(t, ctx, r.c, failed) == 2 })
 	// g2's replay fails again (a dead letter of its own); g1's is solved.
-	if got, err := g.Replay(ctx, []string{"g2"}); err != nil || len(got) != 1 {
-		t.Fatalf("gateway replay of g2: %v, %v", got, err)
-	}
-	if res := await(t, ctx, results, 1)[0]; res.ID != "g2" || res.Status != captchaq.StatusFailed {
-		t.Fatalf("g2's replay: %+v; want failed", res)
-	}
+	replayAwait(t, ctx, g, results, "g2", captchaq.StatusFailed)
 	testbound.Until(t, "g2's second dead letter", func() bool { return depth(t, ctx, r.c, failed) == 3 })
 	refuse.Store(false)
-	if got, err := g.Replay(ctx, []string{"g1"}); err != nil || len(got) != 1 {
-		t.Fatalf("gateway replay of g1: %v, %v", got, err)
-	}
-	if res := await(t, ctx, results, 1)[0]; res.ID != "g1" || res.Status != captchaq.StatusSolved {
-		t.Fatalf("g1's replay: %+v; want solved", res)
-	}
-	// The notices (one a gateway replay) outlive a broker restart, as the
-	// dead letters they answer for do.
+	replayAwait(t, ctx, g, results, "g1", captchaq.StatusSolved)
+	// The notices (the two gateway replays and g1's answer) outlive a
+	// broker restart, as the dead letters they answer for do.
 	ns := peek(t, ctx, r.c, r.c.Names().Replayed)
-	if len(ns) != 2 {
-		t.Fatalf("%s holds %d notices, want 2", r.c.Names().Replayed, len(ns))
+	if len(ns) != 3 {
+		t.Fatalf("%s holds %d notices, want 3: g2's and g1's replays, g1's answer", r.c.Names().Replayed, len(ns))
 	}
 	for _, d := range ns {
 		if d.DeliveryMode != amqp091.Persistent {
@@ -289,5 +273,152 @@ func peek(t *testing.T, ctx context.Context, c *Conn, q string) []amqp091.Delive
 			return out
 		}
 		out = append(out, d)
+	}
+}
+
+// submitAwait submits task id to g and waits for its result, which must
+// have status want.
+func submitAwait(t *testing.T, ctx context.Context, g *Gateway, results <-chan captchaq.Result, id string, want captchaq.Status) {
+	t.Helper()
+	if err := g.submitTask(ctx, task(id, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if res := await(t, ctx, results, 1)[0]; res.ID != id || res.Status != want {
+		t.Fatalf("%s at %s: %+v; want %s", id, g.Name(), res, want)
+	}
+}
+
+// replayAwait replays g's dead letter id (Gateway.Replay) and waits for
+// its result, which must have status want.
+func replayAwait(t *testing.T, ctx context.Context, g *Gateway, results <-chan captchaq.Result, id string, want captchaq.Status) {
+	t.Helper()
+	if got, err := g.Replay(ctx, []string{id}); err != nil || len(got) != 1 || got[0] != id {
+		t.Fatalf("%s's replay of %s: %v, %v", g.Name(), id, got, err)
+	}
+	if res := await(t, ctx, results, 1)[0]; res.ID != id || res.Status != want {
+		t.Fatalf("%s's replay of %s: %+v; want %s", g.Name(), id, res, want)
+	}
+}
+
+// TestFleetReplayKeepsAnotherGatewaysDeadLetter: two gateways take tasks
+// under one id (their clients' ids), and both fail. The first gateway
+// replays its task and it is solved; Conn.Replay (captchaq dlq replay)
+// then drops that gateway's copy only and publishes the other's, whose
+// gateway gets it solved.
+func TestFleetReplayKeepsAnotherGatewaysDeadLetter(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	_, refuse := refusingWorker(r, "two-gw-w")
+	ga, resultsA := r.gateway("gw-a", nil, nil)
+	gb, resultsB := r.gateway("gw-b", nil, nil)
+	failed := r.c.Names().Failed
+	submitAwait(t, ctx, ga, resultsA, "x", captchaq.StatusFailed)
+	submitAwait(t, ctx, gb, resultsB, "x", captchaq.StatusFailed)
+	testbound.Until(t, "the two dead letters", func() bool { return depth(t, ctx, r.c, failed) == 2 })
+	refuse.Store(false)
+	replayAwait(t, ctx, ga, resultsA, "x", captchaq.StatusSolved)
+	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 1 || err != nil {
+		t.Fatalf("Conn.Replay = %d, %v; want 1 (gw-b's x)", n, err)
+	}
+	if d := depth(t, ctx, r.c, failed); d != 0 {
+		t.Errorf("%s holds %d dead letters after the replay, want 0", failed, d)
+	}
+	if res := await(t, ctx, resultsB, 1)[0]; res.ID != "x" || res.Status != captchaq.StatusSolved {
+		t.Fatalf("gw-b after the fleet's replay: %+v; want x solved", res)
+	}
+}
+
+// publishCopy publishes another copy of g's task id to the fleet, in a
+// generation of its own, as a front replica's renew racing another's or
+// a republish at Start does: one copy may fail while another is solved.
+func publishCopy(t *testing.T, ctx context.Context, r *gatewayRig, g *Gateway, id string) {
+	t.Helper()
+	p := r.c.NewPublisher()
+	defer p.Close()
+	now := time.Now()
+	wire := task(id, 0)
+	wire.ID = g.wireID(id, renewGen(now))
+	if err := p.PublishTask(ctx, TaskMessage{Task: wire, Accepted: now, ReplyTo: g.ReplyQueue()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFleetReplaySkipsWhatTheGatewayAnswered: a gateway's task has a dead
+// letter in the fleet's queue, and the gateway has the task solved by
+// another copy, after the failure (g1) or before it (g2); it never
+// replayed either. Conn.Replay (captchaq dlq replay) publishes neither
+// again, which would have each solved (and paid) twice, and both leave the
+// queue.
+func TestFleetReplaySkipsWhatTheGatewayAnswered(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	_, refuse := refusingWorker(r, "answered-w")
+	g, results := r.gateway("gw-answered", nil, nil)
+	failed := r.c.Names().Failed
+	submitAwait(t, ctx, g, results, "g1", captchaq.StatusFailed)
+	refuse.Store(false)
+	submitAwait(t, ctx, g, results, "g2", captchaq.StatusSolved)
+	publishCopy(t, ctx, r, g, "g1")
+	if res := await(t, ctx, results, 1)[0]; res.ID != "g1" || res.Status != captchaq.StatusSolved {
+		t.Fatalf("g1's second copy: %+v; want solved", res)
+	}
+	refuse.Store(true)
+	publishCopy(t, ctx, r, g, "g2")
+	testbound.Until(t, "g2's second copy failed and dropped by the gateway", func() bool {
+		return g.Counts().Duplicates == 1 && depth(t, ctx, r.c, failed) == 2
+	})
+	refuse.Store(false)
+	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 0 || err != nil {
+		t.Fatalf("Conn.Replay = %d, %v; want 0: g1 and g2 are solved", n, err)
+	}
+	if d := depth(t, ctx, r.c, failed); d != 0 {
+		t.Errorf("%s holds %d dead letters after the replay, want 0", failed, d)
+	}
+	for _, id := range []string{"g1", "g2"} {
+		if rec, err := g.Get(ctx, id); err != nil || rec.Status != captchaq.StatusSolved {
+			t.Errorf("%s: %v, %v; want solved", id, rec.Status, err)
+		}
+	}
+}
+
+// TestFleetReplaySkipsAReplayedTaskWithoutItsNotice: a gateway replays a
+// failed task and it is solved, and the replay's notice is gone from
+// Names.Replayed (the queue keeps the newest ReplayedNoticesMax, and a
+// notice whose publish failed is never there). The notice of the answer
+// still keeps Conn.Replay from publishing the task's first copy again.
+func TestFleetReplaySkipsAReplayedTaskWithoutItsNotice(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	_, refuse := refusingWorker(r, "unnoticed-w")
+	g, results := r.gateway("gw-unnoticed", nil, nil)
+	n := r.c.Names()
+	submitAwait(t, ctx, g, results, "g1", captchaq.StatusFailed)
+	testbound.Until(t, "the dead letter", func() bool { return depth(t, ctx, r.c, n.Failed) == 1 })
+	refuse.Store(false)
+	replayAwait(t, ctx, g, results, "g1", captchaq.StatusSolved)
+	// The oldest notice goes, as the queue's length limit takes it.
+	ch, _, err := r.c.channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok, err := ch.Get(n.Replayed, false)
+	if err != nil || !ok {
+		t.Fatalf("the replay's notice: %v, %v", ok, err)
+	}
+	if !strings.Contains(string(m.Body), `"id":"g1"`) {
+		t.Fatalf("oldest notice %s; want g1's", m.Body)
+	}
+	if err := ch.Ack(m.DeliveryTag, false); err != nil {
+		t.Fatal(err)
+	}
+	ch.Close()
+	if got, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); got != 0 || err != nil {
+		t.Fatalf("Conn.Replay = %d, %v; want 0: g1 is solved", got, err)
+	}
+	if d := depth(t, ctx, r.c, n.Failed); d != 0 {
+		t.Errorf("%s holds %d dead letters after the replay, want 0", n.Failed, d)
 	}
 }
