@@ -31,9 +31,15 @@ type DeadLetter struct {
 	Body []byte
 	// DeadAt is the message timestamp (when it was last published).
 	DeadAt time.Time
+	// Superseded is set on a gateway's task that its gateway replayed or
+	// answered since this copy was published: Replay takes it out of the
+	// queue without publishing it.
+	Superseded bool
 }
 
-func readDeadLetter(m amqp091.Delivery) DeadLetter {
+// readDeadLetter reads m, a message of Names.Failed; replayed are the
+// notices of Names.Replayed (replayedNotices).
+func readDeadLetter(m amqp091.Delivery, replayed map[string]int64) DeadLetter {
 	dl := DeadLetter{DeadAt: m.Timestamp, Reason: headerString(m.Headers, HeaderReason)}
 	t, err := DecodeTask(m.Body, m.Headers)
 	if err != nil {
@@ -45,6 +51,7 @@ func readDeadLetter(m amqp091.Delivery) DeadLetter {
 		t.ReplyTo = m.ReplyTo
 		dl.Task = t
 		dl.ErrorCode = t.LastErrorCode
+		dl.Superseded = replayedSince(replayed, t.Task.ID)
 	}
 	if d, ok := LastDeath(m.Headers); ok && dl.Reason == "" {
 		dl.Reason, dl.From = d.Reason, d.Queue
@@ -115,8 +122,12 @@ func (c *Conn) drainFailed(ctx context.Context, fn func(ch *amqp091.Channel, m a
 // DeadLetters calls fn for every dead letter, oldest first, and leaves them
 // all in place.
 func (c *Conn) DeadLetters(ctx context.Context, fn func(DeadLetter) error) error {
+	replayed, err := c.replayedNotices(ctx)
+	if err != nil {
+		return err
+	}
 	return c.drainFailed(ctx, func(_ *amqp091.Channel, m amqp091.Delivery) error {
-		return fn(readDeadLetter(m))
+		return fn(readDeadLetter(m, replayed))
 	})
 }
 
@@ -146,11 +157,11 @@ func (c *Conn) Replay(ctx context.Context, f captchaq.DeadLetterFilter) (int, er
 	defer p.Close()
 	n := 0
 	err = c.drainFailed(ctx, func(ch *amqp091.Channel, m amqp091.Delivery) error {
-		dl := readDeadLetter(m)
+		dl := readDeadLetter(m, replayed)
 		if dl.Body != nil || !matches(f, dl) {
 			return nil
 		}
-		if replayedSince(replayed, dl.Task.Task.ID) {
+		if dl.Superseded {
 			if err := ch.Ack(m.DeliveryTag, false); err != nil {
 				return fmt.Errorf("amqp: drop %q, replayed by its gateway: %w", dl.Task.Task.ID, err)
 			}

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -318,6 +319,7 @@ func TestFleetReplayKeepsAnotherGatewaysDeadLetter(t *testing.T) {
 	testbound.Until(t, "the two dead letters", func() bool { return depth(t, ctx, r.c, failed) == 2 })
 	refuse.Store(false)
 	replayAwait(t, ctx, ga, resultsA, "x", captchaq.StatusSolved)
+	wantSuperseded(t, ctx, r.c, map[string]bool{"gw-a/x": true, "gw-b/x": false})
 	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 1 || err != nil {
 		t.Fatalf("Conn.Replay = %d, %v; want 1 (gw-b's x)", n, err)
 	}
@@ -329,10 +331,27 @@ func TestFleetReplayKeepsAnotherGatewaysDeadLetter(t *testing.T) {
 	}
 }
 
+// wantSuperseded checks that Conn.DeadLetters lists exactly the dead
+// letters of want, by wire id, each Superseded as want says.
+func wantSuperseded(t *testing.T, ctx context.Context, c *Conn, want map[string]bool) {
+	t.Helper()
+	got := map[string]bool{}
+	if err := c.DeadLetters(ctx, func(dl DeadLetter) error {
+		got[dl.Task.Task.ID] = dl.Superseded
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("dead letters, superseded: %v; want %v", got, want)
+	}
+}
+
 // publishCopy publishes another copy of g's task id to the fleet, in a
 // generation of its own, as a front replica's renew racing another's or
 // a republish at Start does: one copy may fail while another is solved.
-func publishCopy(t *testing.T, ctx context.Context, r *gatewayRig, g *Gateway, id string) {
+// It returns the copy's wire id.
+func publishCopy(t *testing.T, ctx context.Context, r *gatewayRig, g *Gateway, id string) string {
 	t.Helper()
 	p := r.c.NewPublisher()
 	defer p.Close()
@@ -342,6 +361,7 @@ func publishCopy(t *testing.T, ctx context.Context, r *gatewayRig, g *Gateway, i
 	if err := p.PublishTask(ctx, TaskMessage{Task: wire, Accepted: now, ReplyTo: g.ReplyQueue()}); err != nil {
 		t.Fatal(err)
 	}
+	return wire.ID
 }
 
 // TestFleetReplaySkipsWhatTheGatewayAnswered: a gateway's task has a dead
@@ -365,11 +385,12 @@ func TestFleetReplaySkipsWhatTheGatewayAnswered(t *testing.T) {
 		t.Fatalf("g1's second copy: %+v; want solved", res)
 	}
 	refuse.Store(true)
-	publishCopy(t, ctx, r, g, "g2")
+	g2copy := publishCopy(t, ctx, r, g, "g2")
 	testbound.Until(t, "g2's second copy failed and dropped by the gateway", func() bool {
 		return g.Counts().Duplicates == 1 && depth(t, ctx, r.c, failed) == 2
 	})
 	refuse.Store(false)
+	wantSuperseded(t, ctx, r.c, map[string]bool{"gw-answered/g1": true, g2copy: true})
 	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 0 || err != nil {
 		t.Fatalf("Conn.Replay = %d, %v; want 0: g1 and g2 are solved", n, err)
 	}
