@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/pgtest"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
+	"github.com/captchaq/captchaq/store/postgres"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -436,6 +438,74 @@ func TestFleetReplaySkipsAReplayedTaskWithoutItsNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch.Close()
+	if got, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); got != 0 || err != nil {
+		t.Fatalf("Conn.Replay = %d, %v; want 0: g1 is solved", got, err)
+	}
+	if d := depth(t, ctx, r.c, n.Failed); d != 0 {
+		t.Errorf("%s holds %d dead letters after the replay, want 0", n.Failed, d)
+	}
+}
+
+// TestFleetReplaySkipsWhatAFrontReplicaAnswered: two replicas of one
+// front (one name, one PostgreSQL store) take results from one reply
+// queue. A task failed for good is replayed by one replica and solved,
+// stored by whichever took the result; with the replay's notice gone
+// (as in TestFleetReplaySkipsAReplayedTaskWithoutItsNotice), the notice
+// of the answer keeps Conn.Replay from publishing the task's first copy.
+func TestFleetReplaySkipsWhatAFrontReplicaAnswered(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	url := pgtest.NewDatabase(t)
+	replica := func() (*Gateway, <-chan captchaq.Result) {
+		s, err := postgres.Open(ctx, url, postgres.Config{Retention: postgres.RetentionOff})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return r.gateway("gw-front", nil, func(gc *GatewayConfig) { gc.Store = s })
+	}
+	_, refuse := refusingWorker(r, "front-w")
+	ga, resultsA := replica()
+	gb, resultsB := replica()
+	// Each result is told by the replica that stored it.
+	either := func(want captchaq.Status) {
+		t.Helper()
+		var res captchaq.Result
+		select {
+		case res = <-resultsA:
+		case res = <-resultsB:
+		case <-ctx.Done():
+			t.Fatal("no result before the test deadline")
+		}
+		if res.ID != "g1" || res.Status != want {
+			t.Fatalf("result %+v; want g1 %s", res, want)
+		}
+	}
+	n := r.c.Names()
+	if err := ga.submitTask(ctx, task("g1", 0)); err != nil {
+		t.Fatal(err)
+	}
+	either(captchaq.StatusFailed)
+	testbound.Until(t, "the dead letter", func() bool { return depth(t, ctx, r.c, n.Failed) == 1 })
+	refuse.Store(false)
+	if got, err := gb.Replay(ctx, []string{"g1"}); err != nil || len(got) != 1 {
+		t.Fatalf("replica b's replay of g1: %v, %v", got, err)
+	}
+	either(captchaq.StatusSolved)
+	ch, _, err := r.c.channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok, err := ch.Get(n.Replayed, false)
+	if err != nil || !ok || !strings.Contains(string(m.Body), `"id":"g1"`) {
+		t.Fatalf("the replay's notice: %s, %v, %v", m.Body, ok, err)
+	}
+	if err := ch.Ack(m.DeliveryTag, false); err != nil {
+		t.Fatal(err)
+	}
+	ch.Close()
+	wantSuperseded(t, ctx, r.c, map[string]bool{"gw-front/g1": true})
 	if got, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); got != 0 || err != nil {
 		t.Fatalf("Conn.Replay = %d, %v; want 0: g1 is solved", got, err)
 	}
