@@ -129,9 +129,8 @@ type GatewayConfig struct {
 // failure that comes for a task answered already); a replay from the
 // fleet's side (captchaq dlq replay --amqp, Conn.Replay) then drops the
 // task's copies published before, where it would have the task solved
-// again. A task replayed from
-// the fleet's side otherwise comes back too: a solved result replaces a
-// failure, unless the failure was a cancel.
+// again. A task replayed from the fleet's side otherwise comes back too:
+// a solved result replaces a failure, unless the failure was a cancel.
 //
 // Crash windows: a task published but not yet recorded when the process
 // dies (or stops while it keeps the task unrecorded, see the package doc)
