@@ -51,7 +51,7 @@ func readDeadLetter(m amqp091.Delivery, replayed map[string]int64) DeadLetter {
 		t.ReplyTo = m.ReplyTo
 		dl.Task = t
 		dl.ErrorCode = t.LastErrorCode
-		dl.Superseded = replayedSince(replayed, t.Task.ID)
+		dl.Superseded = replayedSince(replayed, t)
 	}
 	if d, ok := LastDeath(m.Headers); ok && dl.Reason == "" {
 		dl.Reason, dl.From = d.Reason, d.Queue
@@ -257,12 +257,14 @@ func (c *Conn) replayedNotices(ctx context.Context) (map[string]int64, error) {
 	return at, nil
 }
 
-// replayedSince says whether the dead letter under wire id (a gateway's:
-// NAME/ID, or NAME@GEN/ID with GEN the time it was published, see
-// Gateway.wireID) was published before its gateway replayed or answered
-// the task.
-func replayedSince(replayed map[string]int64, wire string) bool {
-	head, id, ok := strings.Cut(wire, "/")
+// replayedSince says whether dead letter t, under a gateway's wire id
+// (NAME/ID, or NAME@GEN/ID with GEN the time it was published, see
+// Gateway.wireID), was published before its gateway replayed or answered
+// the task. A copy without GEN counts from when it was accepted: a task
+// accepted later under the same id (its gateway's store made again) is
+// another task.
+func replayedSince(replayed map[string]int64, t TaskMessage) bool {
+	head, id, ok := strings.Cut(t.Task.ID, "/")
 	if !ok {
 		return false
 	}
@@ -275,6 +277,9 @@ func replayedSince(replayed map[string]int64, wire string) bool {
 		return false
 	}
 	var published int64
+	if !t.Accepted.IsZero() {
+		published = t.Accepted.UnixMilli()
+	}
 	if renewed {
 		ms, err := strconv.ParseInt(gen, 36, 64)
 		if err != nil {

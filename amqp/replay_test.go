@@ -513,3 +513,40 @@ func TestFleetReplaySkipsWhatAFrontReplicaAnswered(t *testing.T) {
 		t.Errorf("%s holds %d dead letters after the replay, want 0", n.Failed, d)
 	}
 }
+
+// TestFleetReplayKeepsALaterTaskUnderAReplayedID: a gateway replayed
+// task x, which left its first copy in the fleet's dead letters and a
+// notice; the gateway's store is made again (same file, same name) and a
+// client's new task under id x fails. Conn.Replay drops the first x's
+// copy and publishes the new one's: a notice covers the copies accepted
+// before it only.
+func TestFleetReplayKeepsALaterTaskUnderAReplayedID(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	failed := r.c.Names().Failed
+	p := r.c.NewPublisher()
+	defer p.Close()
+	first := task("gw-reused/x", 0)
+	accepted := time.Now().Add(-time.Minute)
+	if err := p.DeadLetter(ctx, TaskMessage{Task: first, Accepted: accepted, Attempts: 1, LastErrorCode: "ERROR_BAD_PARAMETERS"}, ReasonPermanent); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.noteReplayed(ctx, "gw-reused", "x", accepted.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_, refuse := refusingWorker(r, "reused-w")
+	g, results := r.gateway("gw-reused", nil, nil)
+	submitAwait(t, ctx, g, results, "x", captchaq.StatusFailed)
+	testbound.Until(t, "the two dead letters", func() bool { return depth(t, ctx, r.c, failed) == 2 })
+	refuse.Store(false)
+	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 1 || err != nil {
+		t.Fatalf("Conn.Replay = %d, %v; want 1 (the new x)", n, err)
+	}
+	if d := depth(t, ctx, r.c, failed); d != 0 {
+		t.Errorf("%s holds %d dead letters after the replay, want 0", failed, d)
+	}
+	if res := await(t, ctx, results, 1)[0]; res.ID != "x" || res.Status != captchaq.StatusSolved {
+		t.Fatalf("the new x after the fleet's replay: %+v; want solved", res)
+	}
+}
