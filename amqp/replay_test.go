@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -465,7 +466,21 @@ func TestFleetReplaySkipsWhatAFrontReplicaAnswered(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close() })
 		return r.gateway("gw-front", nil, func(gc *GatewayConfig) { gc.Store = s })
 	}
-	_, refuse := refusingWorker(r, "front-w")
+	// The worker refuses the first solve; the replay's waits until the
+	// replica marked it published, which the other replica, taking the
+	// result of an instant solve, would otherwise race.
+	refuse, hold := new(atomic.Bool), make(chan struct{})
+	refuse.Store(true)
+	r.worker("front-w", sim.Config{Instant: true, Seed: 5, PollBan: sim.PollBan{Disabled: true},
+		RefuseSubmit: func(map[string]string) string {
+			if refuse.Load() {
+				return "ERROR_BAD_PARAMETERS"
+			}
+			<-hold
+			return ""
+		}}, 2, 4)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
 	ga, resultsA := replica()
 	gb, resultsB := replica()
 	// Each result is told by the replica that stored it.
@@ -492,6 +507,7 @@ func TestFleetReplaySkipsWhatAFrontReplicaAnswered(t *testing.T) {
 	if got, err := gb.Replay(ctx, []string{"g1"}); err != nil || len(got) != 1 {
 		t.Fatalf("replica b's replay of g1: %v, %v", got, err)
 	}
+	release()
 	either(captchaq.StatusSolved)
 	ch, _, err := r.c.channel(ctx)
 	if err != nil {
