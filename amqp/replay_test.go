@@ -566,3 +566,49 @@ func TestFleetReplayKeepsALaterTaskUnderAReplayedID(t *testing.T) {
 		t.Fatalf("the new x after the fleet's replay: %+v; want solved", res)
 	}
 }
+
+// TestFleetReplaySkipsACanceledTask: a client cancels its task at the
+// gateway while a worker holds it, and the worker then fails it for
+// good. The gateway drops that failure (the task is answered, canceled),
+// and Conn.Replay takes the task's dead letter out without publishing it.
+func TestFleetReplaySkipsACanceledTask(t *testing.T) {
+	t.Parallel()
+	r := newGatewayRig(t, testConfig(t))
+	ctx := testCtx(t)
+	held, hold := make(chan struct{}, 1), make(chan struct{})
+	r.worker("canceled-w", sim.Config{Instant: true, Seed: 5, PollBan: sim.PollBan{Disabled: true},
+		RefuseSubmit: func(map[string]string) string {
+			held <- struct{}{}
+			<-hold
+			return "ERROR_BAD_PARAMETERS"
+		}}, 2, 4)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	g, results := r.gateway("gw-canceled", nil, nil)
+	failed := r.c.Names().Failed
+	if err := g.submitTask(ctx, task("c1", 0)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the worker never submitted c1")
+	}
+	if err := g.Cancel(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if res := await(t, ctx, results, 1)[0]; res.ID != "c1" || res.ErrorCode != captchaq.CodeCanceled {
+		t.Fatalf("c1: %+v; want canceled", res)
+	}
+	release()
+	testbound.Until(t, "c1's failure dropped by the gateway", func() bool {
+		return g.Counts().Duplicates == 1 && depth(t, ctx, r.c, failed) == 1
+	})
+	wantSuperseded(t, ctx, r.c, map[string]bool{"gw-canceled/c1": true})
+	if n, err := r.c.Replay(ctx, captchaq.DeadLetterFilter{All: true}); n != 0 || err != nil {
+		t.Fatalf("Conn.Replay = %d, %v; want 0: c1 is canceled", n, err)
+	}
+	if d := depth(t, ctx, r.c, failed); d != 0 {
+		t.Errorf("%s holds %d dead letters after the replay, want 0", failed, d)
+	}
+}
