@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -36,7 +38,11 @@ type Conn struct {
 	// heard are the read clocks of the latest connections, by epoch
 	// (heardKept of them)
 	heard map[uint64]*readClock
-	awake stallClock // ticked by watch while connected
+	// downAt are, for the latest connections the broker closed as it
+	// shut down, when it last refused a connection since (see
+	// brokerDownAt), by epoch
+	downAt map[uint64]time.Time
+	awake  stallClock // ticked by watch while connected
 	// queues declared on request (checkpoint and reply queues, the
 	// routing record, thread pools), by name, to declare again after a
 	// reconnect in the order they were first declared (the routing check
@@ -68,6 +74,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		ready:     make(chan struct{}),
 		unblocked: make(chan struct{}),
 		heard:     map[uint64]*readClock{1: heard},
+		downAt:    map[uint64]time.Time{},
 		queues:    map[string]declareFunc{},
 		closing:   make(chan struct{}),
 	}
@@ -232,6 +239,7 @@ func connect(ctx context.Context, cfg Config, extra []declareFunc) (*amqp091.Con
 func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 	log := c.cfg.Logger.With("broker", redactURL(c.cfg.URL))
 	for {
+		shutdown := false
 		closed := conn.NotifyClose(make(chan *amqp091.Error, 1))
 		blocked := conn.NotifyBlocked(make(chan amqp091.Blocking, 4))
 		ticks := time.NewTicker(c.cfg.Heartbeat / 4)
@@ -254,19 +262,35 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 				log.Warn("broker flow control", "blocked", b.Active, "reason", b.Reason)
 			case err := <-closed:
 				log.Warn("broker connection lost", "err", err)
+				shutdown = brokerShutdown(err)
 				break watch
 			}
 		}
 		ticks.Stop()
-		c.setConn(nil, nil)
+		lost := c.setConn(nil, nil)
 		c.setBlocked(false)
 		backoff := c.cfg.ReconnectMin
+		// A broker that shut down comes back on its own: it is tried
+		// often, so the claims of tasks its close cut off go out soon
+		// after it is back (see brokerDownAt).
+		maxBackoff := c.cfg.ReconnectMax
+		if shutdown {
+			maxBackoff = min(maxBackoff, shutdownRetryMax)
+		}
 		var heard *readClock
 		for {
+			tried := time.Now()
 			next, clock, err := connect(ctx, c.cfg, c.extraQueues())
 			if err == nil {
 				conn, heard = next, clock
 				break
+			}
+			if shutdown && refused(err) {
+				c.noteDown(lost, tried)
+				// The process runs: the watcher's clock goes on through
+				// the broker's restart (its tries are a second apart at
+				// most), so the restart is not taken for a stall.
+				c.awake.tick(time.Now(), c.cfg.Heartbeat)
 			}
 			log.Warn("broker reconnect failed", "err", err, "retry_in", backoff)
 			select {
@@ -274,7 +298,7 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 				return
 			case <-time.After(jitter(backoff)):
 			}
-			backoff = min(backoff*2, c.cfg.ReconnectMax)
+			backoff = min(backoff*2, maxBackoff)
 		}
 		c.reconnects.Add(1)
 		log.Info("broker reconnected")
@@ -286,21 +310,66 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-func (c *Conn) setConn(conn *amqp091.Connection, heard *readClock) {
+// setConn makes conn the connection, or with nil marks the connection
+// lost; it returns the epoch of the connection it replaced or lost.
+func (c *Conn) setConn(conn *amqp091.Connection, heard *readClock) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	prev := c.epoch
 	if conn == nil {
 		if c.conn != nil {
 			c.conn = nil
 			c.ready = make(chan struct{})
 		}
-		return
+		return prev
 	}
 	c.conn = conn
 	c.epoch++
 	c.heard[c.epoch] = heard
 	delete(c.heard, c.epoch-heardKept)
+	delete(c.downAt, c.epoch-heardKept)
 	close(c.ready)
+	return prev
+}
+
+// shutdownRetryMax bounds the wait between tries to reconnect to a broker
+// that closed the connection as it shut down.
+const shutdownRetryMax = time.Second
+
+// brokerShutdown reports whether err closed a connection because the
+// broker shut down (rabbitmqctl stop_app or stop, a node restart): 320
+// CONNECTION_FORCED with reason 'shutdown'.
+func brokerShutdown(err *amqp091.Error) bool {
+	return err != nil && err.Code == amqp091.ConnectionForced && strings.Contains(err.Reason, "shutdown")
+}
+
+// refused reports whether a connect failed because nothing listened on
+// the broker's address.
+func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// noteDown records that the broker refused a connection tried at at,
+// after it closed the connection of epoch as it shut down.
+func (c *Conn) noteDown(epoch uint64, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.downAt == nil {
+		c.downAt = map[uint64]time.Time{}
+	}
+	if at.After(c.downAt[epoch]) {
+		c.downAt[epoch] = at
+	}
+}
+
+// brokerDownAt is the latest moment the broker is known to have been
+// down after it closed the connection of epoch as it shut down: the start
+// of its last refused connect (the zero time if none). The broker gave
+// that connection's deliveries back, but to nobody before it listened
+// again: no consumer can hold a copy of them received earlier. This
+// holds for a single broker node, the deployment the fleet documents.
+func (c *Conn) brokerDownAt(epoch uint64) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.downAt[epoch]
 }
 
 // heardKept is how many connections' read clocks a Conn keeps: a task

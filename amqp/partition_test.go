@@ -2,7 +2,9 @@ package amqp
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -290,6 +292,7 @@ func TestMayClaim(t *testing.T) {
 		heard, ended    time.Duration // how long ago
 		stallFrom, upTo time.Duration // a stall, 0 for none
 		awake           time.Duration // the watcher's last tick
+		down            time.Duration // the broker's last refused connect after a shutdown, 0 for none
 		want            bool
 	}{
 		{name: "closed a second ago", heard: 2 * time.Second, ended: time.Second, awake: time.Second, want: true},
@@ -301,6 +304,15 @@ func TestMayClaim(t *testing.T) {
 			awake: 30 * time.Second},
 		{name: "a stall long before the close", heard: 2 * time.Second, ended: time.Second,
 			stallFrom: 60 * time.Second, upTo: 40 * time.Second, awake: time.Second, want: true},
+		// A broker restart (stop_app, start_app): it closed the
+		// connection 10 s ago and gave the task back, but to nobody
+		// before it listened again; it refused a connect a second ago.
+		{name: "a broker restart, down a second ago", heard: 10*time.Second + time.Second/2, ended: 10 * time.Second,
+			awake: time.Second / 2, down: time.Second, want: true},
+		{name: "a broker restart, down longer ago than the window", heard: 10*time.Second + time.Second/2, ended: 10 * time.Second,
+			awake: time.Second / 2, down: claimWindow + time.Second/2},
+		{name: "a broker restart seen in a stall", heard: 10*time.Second + time.Second/2, ended: 10 * time.Second,
+			awake: 30 * time.Second, down: time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -309,6 +321,10 @@ func TestMayClaim(t *testing.T) {
 			c.awake.last = ago(tc.awake)
 			if tc.stallFrom > 0 {
 				c.awake.from, c.awake.to = ago(tc.stallFrom), ago(tc.upTo)
+			}
+			if tc.down > 0 {
+				c.noteDown(1, ago(tc.down))
+				c.noteDown(1, ago(tc.down+time.Second)) // an earlier refusal changes nothing
 			}
 			d := &Delivery{epoch: 1, sess: &session{}}
 			d.sess.endedAt.Store(ago(tc.ended).UnixNano())
@@ -320,6 +336,38 @@ func TestMayClaim(t *testing.T) {
 	}
 	if (&WorkerStore{}).mayClaim(nil, now) {
 		t.Error("mayClaim of no delivery = true, want false")
+	}
+}
+
+// TestBrokerShutdownTold: a connection closed by the broker's shutdown is
+// told from one closed by an operator (rabbitmqctl close_connection, also
+// CONNECTION_FORCED), and a connect that nothing listens for is refused.
+func TestBrokerShutdownTold(t *testing.T) {
+	for _, tc := range []struct {
+		err  *amqp091.Error
+		want bool
+	}{
+		{&amqp091.Error{Code: amqp091.ConnectionForced, Reason: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"}, true},
+		{&amqp091.Error{Code: amqp091.ConnectionForced, Reason: "CONNECTION_FORCED - fleet bench: forced close"}, false},
+		{&amqp091.Error{Code: amqp091.InternalError, Reason: "INTERNAL_ERROR"}, false},
+		{nil, false},
+	} {
+		if got := brokerShutdown(tc.err); got != tc.want {
+			t.Errorf("brokerShutdown(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = Dial(t.Context(), Config{URL: "amqp://guest:guest@" + addr + "/"})
+	if err == nil || !refused(err) {
+		t.Errorf("Dial of a closed port: %v; want it refused", err)
+	}
+	if refused(errors.New("dial tcp: i/o timeout")) {
+		t.Error("a timeout taken as refused")
 	}
 }
 

@@ -731,6 +731,11 @@ func (s *WorkerStore) mayClaim(d *Delivery, now time.Time) bool {
 	if ended := d.sess.ended(); !ended.IsZero() && ended.Sub(since) <= c.cfg.Heartbeat {
 		since = ended
 	}
+	if down := c.brokerDownAt(d.epoch); down.After(since) {
+		// A broker restart: nobody can have received a copy before the
+		// broker listened again.
+		since = down
+	}
 	since = c.awake.before(since, now, c.cfg.Heartbeat)
 	return now.Sub(since) < claimWindow
 }
