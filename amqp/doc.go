@@ -249,15 +249,22 @@
 //
 // Windows that stay: a worker
 // killed or cut off between the provider's answer to a submit and its
-// checkpoint's confirm costs a second solve (see Checkpoints), and so
-// does a broker restart for each submit the provider accepted before its
-// checkpoint was confirmed: the broker closes every connection at once
-// and comes back after the claim window (claimWindow, 4 s; a stop_app
-// and start_app take about 10 s on a loaded machine), so no claim can
-// reach a copy's holder in time, and the worker forfeits the task (one
-// in a fresh-clone CI run of TestRecoveryRestart beside two busy loops);
-// a partitioned worker's tasks wait for the broker's heartbeat timeout,
+// checkpoint's confirm costs a second solve (see Checkpoints); a
+// partitioned worker's tasks wait for the broker's heartbeat timeout,
 // as nothing sooner tells a slow worker from a dead one.
+//
+// A broker restart (stop_app and start_app, about 10 s on a loaded
+// machine) closes every connection at once, with reason 'shutdown', and
+// gives their deliveries back to nobody until it listens again. So the
+// claim window of a task whose first checkpoint its close cut off counts
+// from the broker's last refused connect (Conn.brokerDownAt), not from
+// the close, and a broker that shut down is tried again every second at
+// most (shutdownRetryMax): the worker checkpoints and claims the task
+// soon after the broker is back, and the copy's holder drops it, where
+// the worker forfeited it and the fleet solved it again (TestMayClaim;
+// TestRecoveryRestart's bound on second solves). This assumes one broker
+// node: on a cluster another node may hand out the copies while this
+// one is down, and a claim may come late.
 //
 // A partition, with the default Heartbeat of 5 s, in numbers: the
 // client gives up on a silent connection 7.5 s after it last heard from
