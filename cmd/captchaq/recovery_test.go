@@ -69,7 +69,7 @@ const silentPaidTwice = 8
 // window (4 s; about 10 s under load), so a submit the provider accepted
 // before its checkpoint was confirmed cannot be claimed in time by its
 // worker, which forfeits it: the fleet solves it again and answers it
-// once ("Windows stay" in the amqp package doc: a reconnect slower than
+// once ("Windows that stay" in the amqp package doc: a reconnect slower than
 // the claim window). Each such submit holds one of the plan's threads at
 // the provider, so the plan bounds them (one in a fresh-clone CI run
 // beside two busy loops, where the bound was 0).
