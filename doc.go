@@ -72,7 +72,7 @@
 //
 // The first provider loses nothing to spill-over: its lane is filled
 // first on every pass, and a later one takes only tasks that waited
-// (docs/performance.md in the repository gives its threads' busy time).
+// (docs/providers.md in the repository gives its threads' busy time).
 //
 // Known costs: a task is routed by its method alone (a provider that
 // solves hCaptcha is assumed to solve every hCaptcha); spend counted
