@@ -45,7 +45,7 @@
 // permanent failures and exhausted retries are dead letters with reason,
 // code and attempts in headers. Replay sends each back under a wire id of
 // its own, ID@GEN (captchaq-replay-of names the task), so even the worker
-// that failed it solves it again, and answers it under the task's id.
+// that failed it solves it again; the answer carries the task's id.
 //
 // # Priority: classic queues with x-max-priority
 //
@@ -61,11 +61,11 @@
 // it polls; if it dies, the broker dead-letters the checkpoint to
 // captcha.adopt at once (see Recovery), and whoever takes it polls instead
 // of submitting again. A checkpoint held longer than
-// Config.InflightRefresh is republished, so consumer_timeout never fires.
-// A worker started again under the same owner rejects its dead run's
-// checkpoints (captchaq-run), sending them to the fleet at once. The
-// worker's queue takes these steps through its captchaq.Journal
-// (WorkerStore, from the worker's captchaq.Fleet).
+// Config.InflightRefresh is republished, so consumer_timeout never fires;
+// idle checkpoint queues delete themselves after an hour. A worker started
+// again under the same owner rejects its dead run's checkpoints
+// (captchaq-run), sending them to the fleet at once. The worker's queue
+// takes these steps through its captchaq.Journal (WorkerStore).
 //
 // A worker submits a task only while it holds it (Fleet's Admit): its
 // delivery's channel is alive, or its checkpoint is confirmed. The first
@@ -75,10 +75,11 @@
 // checkpoints the task and claims it on captcha.claims; a worker that
 // receives a redelivered task without a captcha id holds it 5 s
 // (redeliveredWait) and drops its copy when a claim comes
-// (TestLostDeliveryIsClaimed). So a worker claims only within 4 s
-// (claimWindow) of the last moment it knows the broker held its
-// connection; past that it forfeits the task, and the fleet's copy is
-// solved and answered once (TestPartitionedCheckpointIsForfeited). A
+// (TestLostDeliveryIsClaimed). A claim wins only within those 5 s, so a
+// worker claims only within 4 s (claimWindow) of the last moment it knows
+// the broker held its connection; past that it forfeits the task, and the
+// fleet's copy is solved and answered once
+// (TestPartitionedCheckpointIsForfeited). A
 // connection that ends within 3 s (ackUnsure) of a first checkpoint's
 // confirm may have lost the delivery's ack, so the worker claims then too
 // (TestLostAckIsClaimed), and the adopter of a killed holder's checkpoint
@@ -174,8 +175,8 @@
 // every reconnect. Of two workers starting with different routings one
 // starts (TestRoutingRaceHasOneWinner); one that differs gets a
 // *RoutingConflictError naming both and the fix (exit 2). To change it,
-// stop every worker, delete PREFIX.routing (DeleteRouting) and the pools
-// whose threads changed (DeleteProviderThreads).
+// stop every worker, delete PREFIX.routing (DeleteRouting) and the
+// changed pools (DeleteProviderThreads).
 //
 // A Gateway with GatewayConfig.Providers and captchaq enqueue --providers
 // refuse a type no provider solves (captchaq.Task.ValidateFor), with no
@@ -219,7 +220,6 @@
 // # Windows that stay
 //
 // Known limits and their costs (docs/fleet.md has the runs):
-//
 //   - A worker killed, or cut off silently, between a submit's answer and
 //     its checkpoint's confirm (a broker round trip): a second paid solve,
 //     answered once. BenchmarkFleetKill9, killing right after an accepted
