@@ -63,10 +63,10 @@ func (e *IDConflictError) Is(target error) bool { return target == ErrIDConflict
 
 // The id rule is here, and every door applies it through these functions
 // (the queue's intake and Adopt, the service's createTask, amqp's gateway
-// and workers, captchaq enqueue): a task submitted under a known id is
-// another task when its fingerprint differs, and is refused; the same
-// task is the known one, waited for, answered with its stored result, or,
-// solved with a token that has expired, solved again.
+// and workers): a task submitted under a known id is another task when
+// its fingerprint differs, and is refused; the same task is the known
+// one, waited for, answered with its stored result, or, solved with a
+// token that has expired, solved again.
 
 // Known is what a task submitted under a known id is, when it is the same
 // task (Record.Known).
@@ -91,7 +91,7 @@ func (r Record) Known(t Task, now time.Time) (Known, error) {
 	switch {
 	case r.Status == StatusSolved && r.Result != nil && r.Result.Expired(now):
 		return KnownExpired, nil
-	case r.Result != nil && final(r.Status):
+	case r.Result != nil && r.Status.Final():
 		return KnownAnswered, nil
 	}
 	return KnownPending, nil

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
-	"github.com/captchaq/captchaq/internal/storespy"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
+	"github.com/captchaq/captchaq/storetest"
 )
 
 // collector gathers SubmitBatchFunc's callbacks by index.
@@ -56,7 +56,7 @@ func (c *collector) wait(t *testing.T) map[int][]captchaq.Result {
 func TestSubmitBatchFuncStoresTogether(t *testing.T) {
 	t.Parallel()
 	mem := captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
-	store := storespy.New(mem)
+	store := storetest.NewRecorder(mem)
 	b := setup(t, sim.Config{}, captchaq.Config{Store: store})
 	ctx := context.Background()
 	done := captchaq.Result{ID: "done", Status: captchaq.StatusSolved, Method: "turnstile", Token: "stored-token", FinishedAt: time.Now()}
@@ -118,7 +118,7 @@ func TestSubmitBatchFuncStoresTogether(t *testing.T) {
 // stored get ctx's error and the stored ones still get their results.
 func TestSubmitBatchFuncWaitsForRoom(t *testing.T) {
 	t.Parallel()
-	store := storespy.New(captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}))
+	store := storetest.NewRecorder(captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}))
 	b := setup(t, sim.Config{}, captchaq.Config{Store: store, MaxQueued: 3})
 	tasks := make([]captchaq.Task, 5)
 	for i, id := range ids("r", 5) {

@@ -148,7 +148,7 @@ func (s *MemoryStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	if err != nil {
 		return err
 	}
-	if final(mr.rec.Status) {
+	if mr.rec.Status.Final() {
 		return fmt.Errorf("captchaq: checkpoint %q: task is already %s", id, mr.rec.Status)
 	}
 	mr.rec.Status = StatusInFlight
@@ -167,7 +167,7 @@ func (s *MemoryStore) Retry(ctx context.Context, id string, attempts int, notBef
 	if err != nil {
 		return err
 	}
-	if final(mr.rec.Status) {
+	if mr.rec.Status.Final() {
 		return fmt.Errorf("captchaq: retry %q: task is already %s", id, mr.rec.Status)
 	}
 	mr.rec.Status = StatusQueued
@@ -180,7 +180,7 @@ func (s *MemoryStore) Retry(ctx context.Context, id string, attempts int, notBef
 
 // Finish implements Store.
 func (s *MemoryStore) Finish(ctx context.Context, r Result) error {
-	if !final(r.Status) {
+	if !r.Status.Final() {
 		return fmt.Errorf("captchaq: finish %q: status %q is not final", r.ID, r.Status)
 	}
 	s.mu.Lock()
@@ -189,7 +189,7 @@ func (s *MemoryStore) Finish(ctx context.Context, r Result) error {
 	if err != nil {
 		return err
 	}
-	if !final(mr.rec.Status) {
+	if !mr.rec.Status.Final() {
 		s.nFinal++
 	}
 	mr.rec.Status = r.Status
@@ -212,7 +212,7 @@ func (s *MemoryStore) trim() {
 	for s.nFinal > s.max && len(s.finished) > 0 {
 		ref := s.finished[0]
 		s.finished = s.finished[1:]
-		if mr, ok := s.recs[ref.id]; ok && mr.finGen == ref.gen && final(mr.rec.Status) {
+		if mr, ok := s.recs[ref.id]; ok && mr.finGen == ref.gen && mr.rec.Status.Final() {
 			delete(s.recs, ref.id)
 			s.nFinal--
 		}
@@ -220,7 +220,7 @@ func (s *MemoryStore) trim() {
 	if len(s.finished) > 2*s.nFinal+1024 {
 		kept := make([]finishedRef, 0, s.nFinal)
 		for _, ref := range s.finished {
-			if mr, ok := s.recs[ref.id]; ok && mr.finGen == ref.gen && final(mr.rec.Status) {
+			if mr, ok := s.recs[ref.id]; ok && mr.finGen == ref.gen && mr.rec.Status.Final() {
 				kept = append(kept, ref)
 			}
 		}
@@ -248,7 +248,7 @@ func (s *MemoryStore) snapshot(keep func(*Record) bool) ([]Record, error) {
 // Pending implements Store. fn runs without the store's lock held, so it
 // may call the store.
 func (s *MemoryStore) Pending(ctx context.Context, fn func(Record) error) error {
-	return s.each(ctx, func(r *Record) bool { return !final(r.Status) }, fn)
+	return s.each(ctx, func(r *Record) bool { return !r.Status.Final() }, fn)
 }
 
 // each calls fn, without the store's lock held, for a snapshot of the
@@ -282,7 +282,7 @@ func (s *MemoryStore) Get(ctx context.Context, id string) (Record, error) {
 
 // Results implements Store.
 func (s *MemoryStore) Results(ctx context.Context, fn func(Result) error) error {
-	return s.each(ctx, func(r *Record) bool { return final(r.Status) && r.Result != nil },
+	return s.each(ctx, func(r *Record) bool { return r.Status.Final() && r.Result != nil },
 		func(r Record) error { return fn(*r.Result) })
 }
 
@@ -371,7 +371,7 @@ func (s *MemoryStore) Prune(ctx context.Context, finishedBefore time.Time) (int,
 	}
 	n := 0
 	for id, mr := range s.recs {
-		if final(mr.rec.Status) && mr.rec.Result != nil && mr.rec.Result.FinishedAt.Before(finishedBefore) {
+		if mr.rec.Status.Final() && mr.rec.Result != nil && mr.rec.Result.FinishedAt.Before(finishedBefore) {
 			delete(s.recs, id)
 			s.nFinal--
 			n++

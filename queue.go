@@ -203,7 +203,7 @@ func (q *Queue) SubmitBatchFunc(ctx context.Context, tasks []Task, fn func(i int
 func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 	t := r.Task
 	f := newFuture(t.ID)
-	if r.Result != nil && final(r.Status) {
+	if r.Result != nil && r.Status.Final() {
 		f.resolve(*r.Result, nil)
 		return f, nil
 	}
@@ -243,7 +243,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if final(r.Status) {
+		if r.Status.Final() {
 			return fmt.Errorf("captchaq: cancel %q: %w", id, ErrFinal)
 		}
 		return fmt.Errorf("captchaq: cancel %q: task is not held by this queue", id)

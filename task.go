@@ -73,8 +73,9 @@ const (
 	StatusFailed   Status = "failed"
 )
 
-// final reports whether s is Solved or Failed.
-func final(s Status) bool { return s == StatusSolved || s == StatusFailed }
+// Final reports whether s is a final state, Solved or Failed: a task in one
+// has its Result, and Cancel of it fails with ErrFinal.
+func (s Status) Final() bool { return s == StatusSolved || s == StatusFailed }
 
 // Result is the final outcome of a task. Its JSON form is one line of
 // result JSONL.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/captchaq/captchaq/internal/checkspy"
+	"github.com/captchaq/captchaq/internal/checks"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -31,15 +31,16 @@ import (
 // A new rule goes in check (the queue's own fields) or in the provider's
 // Task.Validate (the provider's params), never in a door.
 //
-// A task is validated once on its way, at the door (checkspy counts it in
-// the tests): ParseTask reads a line without validating it; a door that
-// hands a task on checks it with Task.CheckFor or Queue.Check, and the
-// steps after it (Queue.SubmitValid, the server's Backend, the gateway)
-// take the ValidTask as it is. What the check found (provider.Checked:
-// the provider task, a post task's image decoded) is what the queue
-// carries to the provider, which does not validate it again. A process
-// trusts only the ValidTasks its own doors made: a fleet worker checks
-// each task it takes from the broker once more, at its door (Adopt).
+// A task is validated once on its way, at the door (each check calls
+// internal/checks, which the tests watch): ParseTask reads a line without
+// validating it; a door that hands a task on checks it with Task.CheckFor
+// or Queue.Check, and the steps after it (Queue.SubmitValid, the server's
+// Backend, the gateway) take the ValidTask as it is. What the check found
+// (provider.Checked: the provider task, a post task's image decoded) is
+// what the queue carries to the provider, which does not validate it
+// again. A process trusts only the ValidTasks its own doors made: a fleet
+// worker checks each task it takes from the broker once more, at its door
+// (Adopt).
 //
 // What a door adds is about the door, not the task, and is refused with
 // the same codes: the service's ids (at most 200 characters, no '/') and
@@ -194,7 +195,7 @@ func RefusalCode(err error) string {
 
 // check validates the queue's own fields.
 func (t Task) check() error {
-	checkspy.Count(checkspy.Queue, t.Params)
+	checks.Count(checks.Queue, t.Params)
 	var errs []string
 	if t.ID == "" {
 		errs = append(errs, "id: required (a unique key for the task)")

@@ -254,8 +254,8 @@ type Names struct {
 	DLX      string // dead-letter exchange
 	Failed   string // dead letters
 	// Replayed holds a notice for each task a gateway replayed from its
-	// store (Gateway.Replay), so Conn.Replay skips the task's older copies
-	// in Failed instead of solving it twice.
+	// store (Gateway.Replay) or answered after a failure, so Conn.Replay
+	// skips the task's older copies in Failed instead of solving it twice.
 	Replayed string
 	Delay    string // headers exchange in front of the delay queues
 	Inflight string // Inflight+"."+owner: a worker's checkpoint queue (quorum)

@@ -31,9 +31,15 @@ type DeadLetter struct {
 	Body []byte
 	// DeadAt is the message timestamp (when it was last published).
 	DeadAt time.Time
+	// Superseded is set on a gateway's task that its gateway replayed or
+	// answered since this copy was published: Replay takes it out of the
+	// queue without publishing it.
+	Superseded bool
 }
 
-func readDeadLetter(m amqp091.Delivery) DeadLetter {
+// readDeadLetter reads m, a message of Names.Failed; replayed are the
+// notices of Names.Replayed (replayedNotices).
+func readDeadLetter(m amqp091.Delivery, replayed map[string]int64) DeadLetter {
 	dl := DeadLetter{DeadAt: m.Timestamp, Reason: headerString(m.Headers, HeaderReason)}
 	t, err := DecodeTask(m.Body, m.Headers)
 	if err != nil {
@@ -45,6 +51,7 @@ func readDeadLetter(m amqp091.Delivery) DeadLetter {
 		t.ReplyTo = m.ReplyTo
 		dl.Task = t
 		dl.ErrorCode = t.LastErrorCode
+		dl.Superseded = replayedSince(replayed, t)
 	}
 	if d, ok := LastDeath(m.Headers); ok && dl.Reason == "" {
 		dl.Reason, dl.From = d.Reason, d.Queue
@@ -115,8 +122,12 @@ func (c *Conn) drainFailed(ctx context.Context, fn func(ch *amqp091.Channel, m a
 // DeadLetters calls fn for every dead letter, oldest first, and leaves them
 // all in place.
 func (c *Conn) DeadLetters(ctx context.Context, fn func(DeadLetter) error) error {
+	replayed, err := c.replayedNotices(ctx)
+	if err != nil {
+		return err
+	}
 	return c.drainFailed(ctx, func(_ *amqp091.Channel, m amqp091.Delivery) error {
-		return fn(readDeadLetter(m))
+		return fn(readDeadLetter(m, replayed))
 	})
 }
 
@@ -133,9 +144,10 @@ func (c *Conn) DeadLetters(ctx context.Context, fn func(DeadLetter) error) error
 // (a redelivery) share its wire id and are still solved once.
 //
 // A dead letter of a gateway's task that the gateway replayed from its
-// store after the copy was published (see Gateway.Replay: its notice in
-// Names.Replayed) is not published again: it is taken out of the queue,
-// its task at the fleet already, or answered.
+// store, or answered, after the copy was published (its notice in
+// Names.Replayed, see Gateway) is not published again: it is taken out of
+// the queue, its task at the fleet already, or answered. Notices name
+// their gateway, so another gateway's task under the same id is replayed.
 func (c *Conn) Replay(ctx context.Context, f captchaq.DeadLetterFilter) (int, error) {
 	replayed, err := c.replayedNotices(ctx)
 	if err != nil {
@@ -145,11 +157,11 @@ func (c *Conn) Replay(ctx context.Context, f captchaq.DeadLetterFilter) (int, er
 	defer p.Close()
 	n := 0
 	err = c.drainFailed(ctx, func(ch *amqp091.Channel, m amqp091.Delivery) error {
-		dl := readDeadLetter(m)
+		dl := readDeadLetter(m, replayed)
 		if dl.Body != nil || !matches(f, dl) {
 			return nil
 		}
-		if replayedSince(replayed, dl.Task.Task.ID) {
+		if dl.Superseded {
 			if err := ch.Ack(m.DeliveryTag, false); err != nil {
 				return fmt.Errorf("amqp: drop %q, replayed by its gateway: %w", dl.Task.Task.ID, err)
 			}
@@ -189,20 +201,24 @@ func replayWireID(id, gen string) string {
 }
 
 // ReplayedNoticesMax bounds Names.Replayed: past it the oldest notices
-// go, and `captchaq dlq replay` may again publish a dead letter its
-// gateway replayed that long ago.
+// go, and `captchaq dlq replay` may again publish a dead letter whose
+// task its gateway replayed or answered that long ago.
 const ReplayedNoticesMax = 100000
 
-// replayedNotice says a gateway replayed task ID (its store's id) at At,
-// in Unix milliseconds: copies of it published before At are stale.
+// replayedNotice says gateway Gateway replayed or answered its task ID (its
+// store's id) at At, in Unix milliseconds: copies of it published before
+// At need no replay. A notice without Gateway names the task of any
+// gateway.
 type replayedNotice struct {
-	ID string `json:"id"`
-	At int64  `json:"at"`
+	Gateway string `json:"gateway,omitempty"`
+	ID      string `json:"id"`
+	At      int64  `json:"at"`
 }
 
-// noteReplayed publishes the notice that the gateway replayed id at now.
-func (p *Publisher) noteReplayed(ctx context.Context, id string, now time.Time) error {
-	body, err := json.Marshal(replayedNotice{ID: id, At: now.UnixMilli()})
+// noteReplayed publishes the notice that gateway replayed or answered id
+// at now.
+func (p *Publisher) noteReplayed(ctx context.Context, gateway, id string, now time.Time) error {
+	body, err := json.Marshal(replayedNotice{Gateway: gateway, ID: id, At: now.UnixMilli()})
 	if err != nil {
 		return err
 	}
@@ -210,7 +226,8 @@ func (p *Publisher) noteReplayed(ctx context.Context, id string, now time.Time) 
 }
 
 // replayedNotices reads every notice of Names.Replayed, leaving them in
-// place: the latest replay of each task id, in Unix milliseconds.
+// place: the latest of each task, by GATEWAY/ID (/ID for a notice that
+// names no gateway), in Unix milliseconds.
 func (c *Conn) replayedNotices(ctx context.Context) (map[string]int64, error) {
 	ch, _, err := c.channel(ctx)
 	if err != nil {
@@ -233,26 +250,37 @@ func (c *Conn) replayedNotices(ctx context.Context) (map[string]int64, error) {
 		}
 		var rn replayedNotice
 		if json.Unmarshal(m.Body, &rn) == nil && rn.ID != "" {
-			at[rn.ID] = max(at[rn.ID], rn.At)
+			key := rn.Gateway + "/" + rn.ID
+			at[key] = max(at[key], rn.At)
 		}
 	}
 	return at, nil
 }
 
-// replayedSince says whether the dead letter under wire id (a gateway's:
-// NAME/ID, or NAME@GEN/ID with GEN the time it was published, see
-// Gateway.wireID) was published before its gateway replayed the task.
-func replayedSince(replayed map[string]int64, wire string) bool {
-	head, id, ok := strings.Cut(wire, "/")
+// replayedSince says whether dead letter t, under a gateway's wire id
+// (NAME/ID, or NAME@GEN/ID with GEN the time it was published, see
+// Gateway.wireID), was published before its gateway replayed or answered
+// the task. A copy without GEN counts from when it was accepted: a task
+// accepted later under the same id (its gateway's store made again) is
+// another task.
+func replayedSince(replayed map[string]int64, t TaskMessage) bool {
+	head, id, ok := strings.Cut(t.Task.ID, "/")
 	if !ok {
 		return false
 	}
-	at, ok := replayed[id]
+	name, gen, renewed := strings.Cut(head, "@")
+	at, ok := replayed[name+"/"+id]
+	if old, oldOK := replayed["/"+id]; oldOK {
+		at, ok = max(at, old), true
+	}
 	if !ok {
 		return false
 	}
 	var published int64
-	if _, gen, renewed := strings.Cut(head, "@"); renewed {
+	if !t.Accepted.IsZero() {
+		published = t.Accepted.UnixMilli()
+	}
+	if renewed {
 		ms, err := strconv.ParseInt(gen, 36, 64)
 		if err != nil {
 			return false

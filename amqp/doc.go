@@ -45,13 +45,15 @@
 // permanent failures and exhausted retries are dead letters with reason,
 // code and attempts in headers. Replay sends each back under a wire id of
 // its own, ID@GEN (captchaq-replay-of names the task), so even the worker
-// that failed it solves it again; the answer carries the task's id.
+// that failed it solves it again; the answer carries the task's id. Replay
+// skips, and takes out, a gateway task's dead letters published before its
+// gateway replayed or answered the task: the gateway notes each such
+// replay and answer in captcha.replayed, an answer before it stores it.
 //
 // # Priority: classic queues with x-max-priority
 //
-// Task queues are classic with x-max-priority 10 (3.10's quorum queues
-// ignore priority), durable, with persistent messages: no replication.
-// Priority 1 (most urgent) maps to AMQP 9, the default 5 to 5.
+// Classic queues with x-max-priority 10 (quorum queues ignore priority),
+// durable, persistent: no replication. Priority 1 maps to AMQP 9, 5 to 5.
 //
 // # Checkpoints: no second solve after a crash
 //
@@ -178,12 +180,10 @@
 // stop every worker, delete PREFIX.routing (DeleteRouting) and the
 // changed pools (DeleteProviderThreads).
 //
-// A Gateway with GatewayConfig.Providers and captchaq enqueue --providers
-// refuse a type no provider solves (captchaq.Task.ValidateFor), with no
-// key. A checkpoint carries NAME:ID, and a report goes to the result's
-// Provider only. MaxSpendPerHour bounds each worker, not the fleet
-// (TestFleetSpendCapIsPerWorker): for k workers and a cap of X, give each
-// X/k.
+// A Gateway with GatewayConfig.Providers and enqueue --providers refuse a
+// type no provider solves, with no key. A checkpoint carries NAME:ID, and a
+// report goes to the result's Provider only. MaxSpendPerHour bounds each
+// worker, not the fleet: a fleet cap of X on k workers is X/k each.
 //
 // # Gateways: results by reply-to
 //
@@ -205,17 +205,15 @@
 // # Ids, broker work and stats
 //
 // A worker dead-letters (ID_CONFLICT) another task under an id it holds or
-// finished, remembering its last idMemoryDefault (200,000) finished ids;
-// a Gateway checks ids against its Store, enqueue within its input.
+// finished (its last idMemoryDefault, 200,000); a Gateway checks its Store.
 //
 // A task solved at its first submit costs the publish, delivery and ack of
-// three messages (the task, its checkpoint, its result); acks in a row
-// travel as one multiple ack. Task deliveries are acked outside
-// transactions. Nothing is declared per task; checkpoints are not batched,
-// as waiting would widen the claim window. Stats reports tasks waiting,
-// dead letters per minute, the oldest task held and the fleet's threads
-// from the consumers' status beats (no management plugin). Bodies are the
-// user's Task or Result JSON, never the provider key.
+// three messages (the task, its checkpoint, its result); task deliveries
+// are acked outside transactions; nothing is declared per task, and
+// checkpoints are not batched (waiting would widen the claim window).
+// Stats reports tasks waiting, dead letters per minute, the oldest task
+// held and the fleet's threads from status beats. Bodies are the user's
+// Task or Result JSON, never the provider key.
 //
 // # Windows that stay
 //
@@ -246,5 +244,7 @@
 //   - A dead worker's tokens wait 3 s to be taken over; a broker crashing
 //     mid-commit may lose or double a parked token.
 //   - A gateway that stops with tasks published and not yet recorded
-//     drops their results.
+//     drops their results; a dead letter replayed before its gateway reads
+//     the answer, or whose notice ReplayedNoticesMax newer ones pushed
+//     out, is solved again.
 package amqp

@@ -20,8 +20,6 @@ var errNotRecordedYet = errors.New("amqp: gateway: the task is not recorded yet"
 // write (another gateway of the front wrote it).
 var errChanged = errors.New("amqp: gateway: the task's record changed meanwhile")
 
-func final(s captchaq.Status) bool { return s == captchaq.StatusSolved || s == captchaq.StatusFailed }
-
 // finish stores r for a task whose record was read as seen: on a shared
 // store only while it still is (errChanged otherwise).
 func (g *Gateway) finish(ctx context.Context, r captchaq.Result, seen captchaq.Record) error {
@@ -161,7 +159,7 @@ func (g *Gateway) otherAccepted(rec captchaq.Record, resynced bool) {
 		g.mu.Unlock()
 		return
 	}
-	if !final(rec.Status) {
+	if !rec.Status.Final() {
 		g.trackLocked(rec)
 	}
 	g.counts.OthersAccepted++
@@ -216,7 +214,7 @@ func (g *Gateway) newsLocked(id string, at time.Time, resynced bool, which func(
 // wakes its long polls and event streams.
 func (g *Gateway) OtherFinished(ctx context.Context, id string) {
 	rec, err := g.head(ctx, id)
-	if err != nil || !final(rec.Status) || rec.Result == nil {
+	if err != nil || !rec.Status.Final() || rec.Result == nil {
 		return
 	}
 	g.otherFinished(*rec.Result, false)
@@ -323,7 +321,7 @@ func (g *Gateway) resyncBefore(ctx context.Context, settled time.Time) error {
 			g.mu.Lock()
 			g.untrackLocked(id)
 			g.mu.Unlock()
-		case final(rec.Status) && rec.Result != nil && before(rec.Result.FinishedAt):
+		case rec.Status.Final() && rec.Result != nil && before(rec.Result.FinishedAt):
 			g.otherFinished(*rec.Result, true)
 		}
 	}

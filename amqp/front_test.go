@@ -42,13 +42,6 @@ func TestOtherAcceptedUnreadIsToldAtResync(t *testing.T) {
 	r := newGatewayRig(t, testConfig(t))
 	ctx := testCtx(t)
 	st := &frontMemStore{MemoryStore: captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})}
-	g, err := NewGateway(r.c, GatewayConfig{Store: st, Name: "gw-unread", ResyncEvery: time.Hour, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.mu.Lock()
-	r.gateways = append(r.gateways, "gw-unread")
-	r.mu.Unlock()
 	var mu sync.Mutex
 	told := map[string]captchaq.Status{}
 	accepted := func(rec captchaq.Record) {
@@ -59,20 +52,7 @@ func TestOtherAcceptedUnreadIsToldAtResync(t *testing.T) {
 		}
 		told[rec.Task.ID] = rec.Status
 	}
-	if err := g.AttachReplicas(accepted, func(captchaq.Result) {}); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Attach(nil, func(captchaq.Result) {}); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := g.Shutdown(context.Background()); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
+	g, _ := r.start(GatewayConfig{Store: st, Name: "gw-unread", ResyncEvery: time.Hour, Logger: testLogger(t)}, nil, accepted, func(captchaq.Result) {})
 
 	// Accepted by another replica: written to the shared store.
 	open, answered := task("qa/open", 0), task("qa/answered", 0)

@@ -123,12 +123,14 @@ type GatewayConfig struct {
 // a wire id of a new generation (as for a renew: a worker that failed the
 // task answers its first wire id only once); it never reads the fleet's
 // dead-letter queue, where the copies of every gateway's dead letters
-// stay for the operator. It notes each replay in Names.Replayed, and a
-// replay from the fleet's side (captchaq dlq replay --amqp, Conn.Replay)
-// then drops the task's copies published before, where it would have the
-// task solved again. A task replayed from the fleet's side otherwise
-// comes back too: a solved result replaces a failure, unless the failure
-// was a cancel.
+// stay for the operator. It notes in Names.Replayed each replay, and
+// before storing it each answer that a dead letter of its task may
+// precede (a replay's or a renew's, one that replaces a failure, a
+// failure that comes for a task answered already); a replay from the
+// fleet's side (captchaq dlq replay --amqp, Conn.Replay) then drops the
+// task's copies published before, where it would have the task solved
+// again. A task replayed from the fleet's side otherwise comes back too:
+// a solved result replaces a failure, unless the failure was a cancel.
 //
 // Crash windows: a task published but not yet recorded when the process
 // dies (or stops while it keeps the task unrecorded, see the package doc)
@@ -638,7 +640,7 @@ func (g *Gateway) writePublished(ctx context.Context, t captchaq.Task, now time.
 		if err != nil && g.shared != nil {
 			// Another gateway of the front may have taken its answer
 			// and stored it already (an instant solve).
-			if cur, gerr := g.store.Get(ctx, t.ID); gerr == nil && final(cur.Status) {
+			if cur, gerr := g.store.Get(ctx, t.ID); gerr == nil && cur.Status.Final() {
 				answered = true
 				return nil
 			}
@@ -716,7 +718,7 @@ func (g *Gateway) renew(ctx context.Context, t captchaq.Task, now time.Time) err
 	rec, err := g.store.Renew(sctx, t, now)
 	if err == nil {
 		err = g.markPublished(sctx, t.ID, gen, 0, now)
-	} else if cur, gerr := g.store.Get(sctx, t.ID); g.shared != nil && gerr == nil && !final(cur.Status) {
+	} else if cur, gerr := g.store.Get(sctx, t.ID); g.shared != nil && gerr == nil && !cur.Status.Final() {
 		// Another gateway of the front renewed it first: its solve
 		// answers the client; this publish's result is dropped.
 		return nil
@@ -781,7 +783,7 @@ func (g *Gateway) Get(ctx context.Context, id string) (captchaq.Record, error) {
 	}
 	g.mu.Unlock()
 	rec, err := g.store.Get(ctx, id)
-	if err == nil && !final(rec.Status) {
+	if err == nil && !rec.Status.Final() {
 		// Kept only while pending: a result that came during the read
 		// took the task out of pending (and out of read) already, or
 		// takes it out of read when it comes.
@@ -817,7 +819,7 @@ func (g *Gateway) cancel(ctx context.Context, id string) (captchaq.Result, error
 	if err != nil {
 		return captchaq.Result{}, err
 	}
-	if rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed {
+	if rec.Status.Final() {
 		return captchaq.Result{}, fmt.Errorf("amqp: cancel %q: %w", id, captchaq.ErrFinal)
 	}
 	r := captchaq.Result{
@@ -926,7 +928,7 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 	}
 	cur.AcceptedAt = now
 	g.track(cur)
-	if err := g.pub.noteReplayed(sctx, id, now); err != nil {
+	if err := g.pub.noteReplayed(sctx, g.cfg.Name, id, now); err != nil {
 		g.log.Warn("noting a replay for captchaq dlq failed: a dlq replay may publish the task's earlier dead letter again", "id", id, "err", err)
 	}
 	return true, nil

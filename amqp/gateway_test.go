@@ -119,16 +119,29 @@ func testLogger(t *testing.T) *slog.Logger {
 // the returned channel.
 func (r *gatewayRig) gateway(name string, weights map[string]int, change func(*GatewayConfig)) (*Gateway, <-chan captchaq.Result) {
 	r.t.Helper()
-	r.mu.Lock()
-	r.gateways = append(r.gateways, name)
-	r.mu.Unlock()
 	gc := GatewayConfig{Store: captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), Name: name}
 	if change != nil {
 		change(&gc)
 	}
+	return r.start(gc, weights, nil, nil)
+}
+
+// start builds and starts gc's gateway; results go to the returned
+// channel, and, when accepted or finished is set, the news of the other
+// replicas of its front to them (AttachReplicas).
+func (r *gatewayRig) start(gc GatewayConfig, weights map[string]int, accepted func(captchaq.Record), finished func(captchaq.Result)) (*Gateway, <-chan captchaq.Result) {
+	r.t.Helper()
+	r.mu.Lock()
+	r.gateways = append(r.gateways, gc.Name)
+	r.mu.Unlock()
 	g, err := NewGateway(r.c, gc)
 	if err != nil {
 		r.t.Fatal(err)
+	}
+	if accepted != nil || finished != nil {
+		if err := g.AttachReplicas(accepted, finished); err != nil {
+			r.t.Fatal(err)
+		}
 	}
 	results := make(chan captchaq.Result, 100)
 	if err := g.Attach(weights, func(res captchaq.Result) { results <- res }); err != nil {

@@ -119,14 +119,17 @@ func (g *Gateway) outcome(d *Delivery) (r captchaq.Result, gen string, ok bool) 
 // cancel) that a solved result replaces: the task was replayed from the
 // fleet's dead letters. A result of another generation than the task's
 // solve in progress (an expired solve's copy coming late) is a duplicate.
+// An answer whose task may have a dead letter in the fleet's queue is
+// noted first (noteAnswered).
 func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) {
 	unlock := g.locks.lock(r.ID)
 	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
 	// The common case in one write on a store that can: the task in
-	// flight under this generation's mark takes the result.
-	if mf, ok := g.shared.(MarkedFinisher); ok {
+	// flight under this generation's mark takes the result. A replay's or
+	// renew's answer is read first: it may need its notice (noteAnswered).
+	if mf, ok := g.shared.(MarkedFinisher); ok && (gen == "" || r.Status != captchaq.StatusSolved) {
 		if done, err := mf.FinishMarked(ctx, r, g.markFor(gen)); err == nil && done {
 			g.mu.Lock()
 			g.untrackLocked(r.ID)
@@ -159,10 +162,23 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 		case err != nil:
 			return false, err
 		case !answers(rec, r) || !g.sameGeneration(rec, gen):
+			if r.Status == captchaq.StatusFailed && answered(rec) {
+				// This copy's dead letter is in the fleet's queue.
+				if err := g.noteAnswered(ctx, r.ID); err != nil {
+					return false, err
+				}
+			}
 			g.mu.Lock()
 			g.counts.Duplicates++
 			g.mu.Unlock()
 			return false, nil
+		}
+		if r.Status == captchaq.StatusSolved && (gen != "" || rec.Status == captchaq.StatusFailed) {
+			// A replay's answer, or one that replaces a failure: earlier
+			// copies may be dead letters in the fleet's queue.
+			if err := g.noteAnswered(ctx, r.ID); err != nil {
+				return false, err
+			}
 		}
 		err = g.finish(ctx, r, rec)
 		if errors.Is(err, errChanged) {
@@ -203,6 +219,31 @@ func (g *Gateway) sameGeneration(rec captchaq.Record, gen string) bool {
 	}
 	_, want, marked := parseMark(rec.CaptchaID)
 	return !marked || want == gen
+}
+
+// noteAnswered notes in Names.Replayed that the gateway has an answer for
+// task id: `captchaq dlq replay` (Conn.Replay) then takes the task's
+// copies dead-lettered before out of the fleet's queue without
+// publishing them again. It is published before the answer is stored, so
+// that a crash between the two leaves the result to come again and be
+// noted again.
+func (g *Gateway) noteAnswered(ctx context.Context, id string) error {
+	if err := g.pub.noteReplayed(ctx, g.cfg.Name, id, time.Now()); err != nil {
+		return fmt.Errorf("amqp: gateway: note %q answered for captchaq dlq: %w", id, err)
+	}
+	return nil
+}
+
+// answered reports whether rec holds its task's final answer: solved, or
+// canceled by its client.
+func answered(rec captchaq.Record) bool {
+	switch rec.Status {
+	case captchaq.StatusSolved:
+		return true
+	case captchaq.StatusFailed:
+		return rec.Result != nil && rec.Result.ErrorCode == captchaq.CodeCanceled
+	}
+	return false
 }
 
 // answers reports whether r is the answer to record now.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/pgtest"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/store/postgres"
 )
 
@@ -155,4 +156,105 @@ func TestResyncThenLateNewsCountOnce(t *testing.T) {
 	finish("qa/3")
 	f.g.OtherFinished(ctx, "qa/3")
 	check("qa/3 announced", 3, 3, 0)
+}
+
+// TestLostFinishedNoticeHealsAtResync: a replica hears another's news
+// through the shared store's Watch, wired as serve wires it, and the
+// notice of one answer never reaches it (the filter below drops it, as a
+// NOTIFY sent while the listener is between connections, or one that
+// failed after its commit, is never delivered). The task it counted
+// unfinished (its client's fair share, /v1/stats) is let go, and the
+// answer told to its server once, by the next periodic resync: within
+// ResyncEvery of the answer being resyncSettle old (here it is that old
+// when stored, as an answer is when its notice is lost and the settling
+// time has passed).
+func TestLostFinishedNoticeHealsAtResync(t *testing.T) {
+	t.Parallel()
+	const name, every = "gw-lost-notice", 200 * time.Millisecond
+	r := newGatewayRig(t, testConfig(t))
+	url := pgtest.NewDatabase(t)
+	ctx := testCtx(t)
+	open := func(cfg postgres.Config) *postgres.Store {
+		cfg.Retention = postgres.RetentionOff
+		s, err := postgres.Open(ctx, url, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	mine, other := open(postgres.Config{}), open(postgres.Config{Notify: true})
+	told := make(chan captchaq.Result, 10)
+	g, _ := r.start(GatewayConfig{Store: mine, Name: name, ResyncEvery: every, Logger: testLogger(t)}, nil,
+		func(captchaq.Record) {}, func(res captchaq.Result) { told <- res })
+	const id = "qa/lost"
+	dropped := make(chan postgres.Event, 1)
+	err := mine.Watch(func(e postgres.Event) {
+		switch e.Kind {
+		case postgres.EventAccepted:
+			g.OtherAccepted(ctx, e.ID)
+		case postgres.EventFinished:
+			if e.ID == id {
+				dropped <- e
+				return
+			}
+			g.OtherFinished(ctx, e.ID)
+		case postgres.EventResync:
+			_ = g.Resync(ctx)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfinished := func() (pending, held int) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.pending), g.byTenant["qa"]
+	}
+
+	tk := captchaq.Task{ID: id, Method: "turnstile", Tenant: "qa", Params: map[string]string{"sitekey": "k"}}
+	seen, ok, err := other.EnqueueMarked(ctx, tk, time.Now(), gatewayMark+name)
+	if err != nil || !ok {
+		t.Fatalf("EnqueueMarked = %v, %v", ok, err)
+	}
+	testbound.Until(t, "the other replica's task counted unfinished", func() bool {
+		p, h := unfinished()
+		return p == 1 && h == 1
+	})
+	answer := captchaq.Result{ID: id, Status: captchaq.StatusSolved, Token: "tok-lost", FinishedAt: time.Now().Add(-resyncSettle)}
+	if ok, err := other.FinishIf(ctx, answer, seen); err != nil || !ok {
+		t.Fatalf("FinishIf = %v, %v", ok, err)
+	}
+	if e := testbound.Receive(t, "the answer's notice", dropped); e.Kind != postgres.EventFinished || e.ID != id {
+		t.Fatalf("dropped %+v, want the answer's notice", e)
+	}
+	// Measured from the drop: the answer is resyncSettle old already, so
+	// the next resync tells it. A second of slack for the read.
+	start := time.Now()
+	testbound.Until(t, "the lost answer's task let go", func() bool {
+		p, h := unfinished()
+		return p == 0 && h == 0
+	})
+	took, bound := time.Since(start), every+time.Second
+	if took > bound {
+		t.Errorf("the lost answer's task let go %v after its notice was dropped, want within %v", took, bound)
+	}
+	t.Logf("the lost answer's task let go %v after its notice was dropped (ResyncEvery %v)", took, every)
+	res := testbound.Receive(t, "the answer told to the server", told)
+	if res.ID != id || res.Status != captchaq.StatusSolved || res.Token != "tok-lost" {
+		t.Errorf("told %s %s %q, want %s solved tok-lost", res.ID, res.Status, res.Token, id)
+	}
+	// Resyncs after it tell nothing more.
+	if err := g.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-told:
+		t.Errorf("told again: %s %s", res.ID, res.Status)
+	default:
+	}
+	if c, m := g.Counts(), g.Metrics(); c.OthersAccepted != 1 || c.OthersResults != 1 || m.Solved != 1 || m.QueueDepth != 0 {
+		t.Errorf("%d others' tasks, %d others' results, %d solved, %d unfinished; want 1, 1, 1, 0",
+			c.OthersAccepted, c.OthersResults, m.Solved, m.QueueDepth)
+	}
 }

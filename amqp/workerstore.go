@@ -1019,7 +1019,7 @@ func (s *WorkerStore) returnOrphan(ctx context.Context, id string, e *entry) {
 // reports whether it did.
 func (s *WorkerStore) dropAnswered(ctx context.Context, id string) bool {
 	rec, err := s.mem.Get(ctx, id)
-	if err != nil || rec.Status != captchaq.StatusSolved && rec.Status != captchaq.StatusFailed {
+	if err != nil || !rec.Status.Final() {
 		return false
 	}
 	s.log.Info("dropping a copy of a task this worker answered", "id", id, "status", rec.Status)

@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/captchaq/captchaq/internal/checkspy"
+	"github.com/captchaq/captchaq/internal/checks"
 	"github.com/captchaq/captchaq/internal/startstop"
 )
 
@@ -313,7 +313,7 @@ func (c *Client) submitForm(ct Checked, pingback string) (url.Values, []byte) {
 			if t.Method == "post" {
 				file = ct.file
 				if file == nil {
-					checkspy.Count(checkspy.Decode, t.Params)
+					checks.Count(checks.Decode, t.Params)
 					file, _ = decodeBase64(v) // validated above
 				}
 				continue

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/captchaq/captchaq/internal/checkspy"
+	"github.com/captchaq/captchaq/internal/checks"
 )
 
 // ValidationError says which field of a task is wrong and how to fix it.
@@ -367,7 +367,7 @@ func (t Task) ValidateFor(supported []string) error {
 // validate is the one body of ValidateFor and Check: it returns t's kind
 // and, for an image task, its image decoded.
 func (t Task) validate(supported []string) (Kind, []byte, error) {
-	checkspy.Count(checkspy.Provider, t.Params)
+	checks.Count(checks.Provider, t.Params)
 	k, err := t.KindFor(supported)
 	if err != nil {
 		return "", nil, err
@@ -437,7 +437,7 @@ func validateImage(t Task) ([]byte, error) {
 		// they are too many would cost what the refusal saves.
 		return nil, checkImageSize("params."+field, n)
 	}
-	checkspy.Count(checkspy.Decode, t.Params)
+	checks.Count(checks.Decode, t.Params)
 	b, err := decodeBase64(v)
 	switch {
 	case err != nil && field == "body":

@@ -530,7 +530,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, cs *clientSta
 	if !ok {
 		return
 	}
-	if sub != nil && !final(rec.Status) {
+	if sub != nil && !rec.Status.Final() {
 		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
 		t := time.NewTimer(wait)
 		defer t.Stop()
@@ -545,10 +545,6 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, cs *clientSta
 		}
 	}
 	writeJSON(w, http.StatusOK, view(rec, cs))
-}
-
-func final(st captchaq.Status) bool {
-	return st == captchaq.StatusSolved || st == captchaq.StatusFailed
 }
 
 func (s *Server) getVisible(w http.ResponseWriter, r *http.Request, cs *clientState, id string) (captchaq.Record, bool) {

@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/captchaq/captchaq"
-	"github.com/captchaq/captchaq/internal/storespy"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/server"
+	"github.com/captchaq/captchaq/storetest"
 )
 
 type created struct {
@@ -417,7 +417,7 @@ func mustReq(method, u string) *http.Request {
 // only those exist.
 func TestAPICreateManyStoresTogether(t *testing.T) {
 	t.Parallel()
-	store := storespy.New(captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}))
+	store := storetest.NewRecorder(captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}))
 	b := setup(t, options{noStart: true, server: func(c *server.Config) {
 		c.Queue.Store, c.Queue.MaxQueued, c.SubmitWait = store, 3, 50*time.Millisecond
 	}})

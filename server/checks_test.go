@@ -8,7 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/captchaq/captchaq/internal/checkspy"
+	"github.com/captchaq/captchaq/internal/checks"
+	"github.com/captchaq/captchaq/internal/tasktest"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -24,19 +25,19 @@ func TestGatewayValidatesEachTaskOnceAtEachDoor(t *testing.T) {
 	g := f.serve("once", filepath.Join(t.TempDir(), "gateway.db"), nil)
 	page := "https://shop.example/" + t.Name()
 	body := base64.StdEncoding.EncodeToString([]byte("GIF89a " + t.Name()))
-	turnstile, stopT := checkspy.Tally(func(p map[string]string) bool { return p["pageurl"] == page })
+	turnstile, stopT := tasktest.Checks(func(p map[string]string) bool { return p["pageurl"] == page })
 	defer stopT()
-	image, stopI := checkspy.Tally(func(p map[string]string) bool { return p["body"] == body })
+	image, stopI := tasktest.Checks(func(p map[string]string) bool { return p["body"] == body })
 	defer stopI()
 
 	tid := g.inOK(t, keyQA, url.Values{"method": {"turnstile"}, "sitekey": {"0x4AAAAAAA"}, "pageurl": {page}})
 	iid := g.inOK(t, keyQA, url.Values{"method": {"base64"}, "body": {body}})
 	// No worker yet: what is counted is the gateway's.
-	once := map[checkspy.Kind]int{checkspy.Queue: 1, checkspy.Provider: 1}
+	once := map[checks.Kind]int{checks.Queue: 1, checks.Provider: 1}
 	if d := cmp.Diff(once, turnstile()); d != "" {
 		t.Errorf("turnstile task's checks at the gateway (-want +got):\n%s", d)
 	}
-	onceImage := map[checkspy.Kind]int{checkspy.Queue: 1, checkspy.Provider: 1, checkspy.Decode: 1}
+	onceImage := map[checks.Kind]int{checks.Queue: 1, checks.Provider: 1, checks.Decode: 1}
 	if d := cmp.Diff(onceImage, image()); d != "" {
 		t.Errorf("image task's checks at the gateway (-want +got):\n%s", d)
 	}
@@ -47,11 +48,11 @@ func TestGatewayValidatesEachTaskOnceAtEachDoor(t *testing.T) {
 			t.Fatalf("res.php %s: %q", id, ans)
 		}
 	}
-	twice := map[checkspy.Kind]int{checkspy.Queue: 2, checkspy.Provider: 2}
+	twice := map[checks.Kind]int{checks.Queue: 2, checks.Provider: 2}
 	if d := cmp.Diff(twice, turnstile()); d != "" {
 		t.Errorf("turnstile task's checks, gateway and worker (-want +got):\n%s", d)
 	}
-	twiceImage := map[checkspy.Kind]int{checkspy.Queue: 2, checkspy.Provider: 2, checkspy.Decode: 2}
+	twiceImage := map[checks.Kind]int{checks.Queue: 2, checks.Provider: 2, checks.Decode: 2}
 	if d := cmp.Diff(twiceImage, image()); d != "" {
 		t.Errorf("image task's checks, gateway and worker (-want +got):\n%s", d)
 	}
@@ -64,16 +65,16 @@ func TestLocalQueueValidatesEachTaskOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	page := "https://shop.example/" + t.Name()
-	inPHP, stopIn := checkspy.Tally(func(p map[string]string) bool { return p["pageurl"] == page+"/in" })
+	inPHP, stopIn := tasktest.Checks(func(p map[string]string) bool { return p["pageurl"] == page+"/in" })
 	defer stopIn()
-	api, stopAPI := checkspy.Tally(func(p map[string]string) bool { return p["pageurl"] == page+"/api" })
+	api, stopAPI := tasktest.Checks(func(p map[string]string) bool { return p["pageurl"] == page+"/api" })
 	defer stopAPI()
 
 	id := b.inOK(t, keyQA, url.Values{"method": {"turnstile"}, "sitekey": {"0x4AAAAAAA"}, "pageurl": {page + "/in"}})
 	b.api(t, "POST", "/v1/tasks", keyQA, `{"id":"once","method":"turnstile","params":{"sitekey":"0x4AAAAAAA","pageurl":"`+page+`/api"}}`, 202, nil)
 	b.waitFinal(t, keyQA, "once")
 	b.waitFinal(t, keyQA, id)
-	once := map[checkspy.Kind]int{checkspy.Queue: 1, checkspy.Provider: 1}
+	once := map[checks.Kind]int{checks.Queue: 1, checks.Provider: 1}
 	if d := cmp.Diff(once, inPHP()); d != "" {
 		t.Errorf("in.php task's checks (-want +got):\n%s", d)
 	}

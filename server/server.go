@@ -249,7 +249,7 @@ func (s *Server) otherAccepted(rec captchaq.Record) {
 	if _, known := cs.inflight[rec.Task.ID]; known {
 		return
 	}
-	if rec.Status != captchaq.StatusSolved && rec.Status != captchaq.StatusFailed {
+	if !rec.Status.Final() {
 		// Not when it is final already: its result was told first, and
 		// nothing would take it out again.
 		cs.inflight[rec.Task.ID] = struct{}{}

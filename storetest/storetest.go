@@ -54,6 +54,9 @@
 //     not compress, any UTF-8 text without NUL bytes): no door publishes
 //     or submits a task its store then refuses.
 //   - Every call after Close returns ErrStoreClosed (errors.Is).
+//
+// Recorder wraps a Store and records its Enqueue calls, for the tests of
+// what stores through one (a batch goes to the Store in one Enqueue).
 package storetest
 
 import (

@@ -2,13 +2,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,11 +28,10 @@ func init() {
 const maxLineBytes = 16 << 20
 
 func runBatch(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("batch", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("batch")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--sim] [--store PATH|memory] [--order input|longest-first]")
-		fmt.Fprintln(env.stderr, "\nReads task JSONL (one task a line), solves every task through the queue and writes one result line per task.")
+		fmt.Fprintln(fs.Output(), "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--sim] [--store PATH|memory] [--order input|longest-first]")
+		fmt.Fprintln(fs.Output(), "\nReads task JSONL (one task a line), solves every task through the queue and writes one result line per task.")
 		fs.PrintDefaults()
 	}
 	out := fs.String("out", "", "write result JSONL to `FILE` (default: stdout)")
@@ -103,7 +103,8 @@ func solveLines(ctx context.Context, env *environment, rt *queueRuntime, in io.R
 		parallel = 1 // the queue takes them in exactly the sorted order
 	}
 	lines, readErr := readLines(runCtx, in, longestFirst)
-	var invalid, refused int
+	var invalid, refused, repeated int
+	var notes []lineNote // the messages about lines, written in line order at the end
 	taskOf := func(l batchLine) (captchaq.Task, error) {
 		if l.err == nil {
 			bar.read(l.t) // for the ETA's model
@@ -112,21 +113,32 @@ func solveLines(ctx context.Context, env *environment, rt *queueRuntime, in io.R
 	}
 	err := captchaq.StreamFunc(runCtx, rt.queue, lines, parallel, taskOf, func(l batchLine, r captchaq.Result, why error) {
 		if why != nil {
-			if errors.Is(why, captchaq.ErrIDConflict) {
+			notes = append(notes, lineNote{l.n, fmt.Sprintf("line %d: %v", l.n, why)})
+			var re *repeatedIDError
+			switch {
+			case errors.As(why, &re):
+				repeated++ // its id's result line is the first line's
+				bar.add(r)
+				return
+			case errors.Is(why, captchaq.ErrIDConflict):
 				refused++
-			} else {
+			default:
 				invalid++
 			}
-			fmt.Fprintf(env.stderr, "line %d: %v\n", l.n, why)
 			r.Error = fmt.Sprintf("line %d: %v", l.n, why)
 			if r.ID == "" {
-				r.ID = lineID(l.raw, l.n)
+				r.ID = lineID(l.raw) // "" for a line with no id: its error names the line
 			}
 		}
 		results.write(r)
 		bar.add(r)
 	})
 	bar.finish()
+	// The lines are checked concurrently; their messages go out in order.
+	slices.SortFunc(notes, func(a, b lineNote) int { return cmp.Compare(a.n, b.n) })
+	for _, n := range notes {
+		fmt.Fprintln(env.stderr, n.msg)
+	}
 	select {
 	case err := <-fatal:
 		return rt.fatalStop(err)
@@ -142,15 +154,41 @@ func solveLines(ctx context.Context, env *environment, rt *queueRuntime, in io.R
 		return err
 	}
 	solved, failed := results.counts()
-	fmt.Fprintln(env.stderr, summary(solved, failed, invalid, refused, time.Since(start), rt.queue.Metrics()))
-	if refused > 0 {
-		where := "the store"
-		if rt.storePath != "" {
-			where = rt.storePath
-		}
-		return &exitError{code: exitTasksFailed, err: fmt.Errorf("%d tasks refused (%s): their ids already name other tasks in %s; give them ids of their own, or use a store of their own (--store PATH)", refused, captchaq.CodeIDConflict, where)}
+	fmt.Fprintln(env.stderr, summary(solved, failed, invalid, refused, repeated, time.Since(start), rt.queue.Metrics()))
+	if err := refusedLines(repeated, refused, rt.storePath); err != nil {
+		return err
 	}
 	return batchOutcome(solved, failed, invalid+refused)
+}
+
+// refusedLines is the error for the lines a batch refused at its door,
+// nil when there were none: a line that repeats an earlier line's id is
+// bad input (exit 2); an id that names another task in the store (store
+// is its file, or "") fails its line (exit 4). Repeats within the file
+// never reach the store, so its ids are ones an earlier run left there,
+// and a store of their own is a fix.
+func refusedLines(repeated, refused int, store string) error {
+	var msgs []string
+	if repeated > 0 {
+		msgs = append(msgs, fmt.Sprintf("%d lines refused: their ids are on earlier lines of the file (see above); an id names one task of a file", repeated))
+	}
+	if refused > 0 {
+		msgs = append(msgs, fmt.Sprintf("%d tasks refused (%s): their ids name other tasks an earlier run left in %s; give them ids of their own, or use a store of their own (--store PATH)",
+			refused, captchaq.CodeIDConflict, cmp.Or(store, "the store")))
+	}
+	switch {
+	case repeated > 0:
+		return usageError(errors.New(strings.Join(msgs, "; ")))
+	case refused > 0:
+		return &exitError{code: exitTasksFailed, err: errors.New(msgs[0])}
+	}
+	return nil
+}
+
+// lineNote is a message about line n of the input.
+type lineNote struct {
+	n   int
+	msg string
 }
 
 // batchLine is one non-empty line of a batch's input, read as a task
@@ -182,6 +220,7 @@ func readLines(ctx context.Context, in io.Reader, hold bool) (lines <-chan batch
 			}
 		}
 		var held []batchLine
+		ids := fileIDs{}
 		sc := bufio.NewScanner(in)
 		sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 		n := 0
@@ -193,6 +232,13 @@ func readLines(ctx context.Context, in io.Reader, hold bool) (lines <-chan batch
 			}
 			l := batchLine{raw: append([]byte(nil), raw...), n: n}
 			l.t, l.err = readTask(l.raw)
+			id := l.t.ID
+			if l.err != nil && id == "" {
+				id = lineID(l.raw)
+			}
+			if err := ids.check(id, n); err != nil {
+				l.err = err
+			}
 			if hold {
 				held = append(held, l)
 			} else if !send(l) {
@@ -249,11 +295,14 @@ func (rt *queueRuntime) fatalStop(err error) error {
 // took no work, so the rate counts only tasks finished in this run, and a
 // rerun of a finished batch says where its results came from instead, and
 // one after a stop how many unfinished tasks it took over.
-func summary(solved, failed, invalid, refused int, elapsed time.Duration, m captchaq.Metrics) string {
+func summary(solved, failed, invalid, refused, repeated int, elapsed time.Duration, m captchaq.Metrics) string {
 	s := fmt.Sprintf("captchaq batch: %d solved, %d failed (%d invalid lines) of %d in %s",
 		solved, failed, invalid, solved+failed, elapsed.Round(10*time.Millisecond))
 	if refused > 0 {
 		s += fmt.Sprintf("; %d refused: their ids name other tasks (%s)", refused, captchaq.CodeIDConflict)
+	}
+	if repeated > 0 {
+		s += fmt.Sprintf("; %d lines refused: their ids are on earlier lines", repeated)
 	}
 	worked := int(m.Solved + m.Failed)
 	if stored := solved + failed - invalid - refused - worked; stored > 0 {
@@ -298,21 +347,6 @@ func providerSpend(ps []captchaq.ProviderMetrics) string {
 		total += p.Spend
 	}
 	return fmt.Sprintf("; spend by provider: %s; total %.4f", strings.Join(parts, "; "), total)
-}
-
-// lineID names the result of a line that did not parse: its "id" when the
-// line is a JSON object with a string id (the error was elsewhere, e.g. an
-// unknown field), so the result still matches its task; else "line-N".
-func lineID(raw []byte, line int) string {
-	var v struct {
-		ID any `json:"id"`
-	}
-	if json.Unmarshal(raw, &v) == nil {
-		if id, ok := v.ID.(string); ok && id != "" {
-			return id
-		}
-	}
-	return fmt.Sprintf("line-%d", line)
 }
 
 // openInput opens the task source: a file, or stdin for "" and "-". total

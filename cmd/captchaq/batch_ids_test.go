@@ -2,6 +2,7 @@ package main
 
 import (
 	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,7 +135,8 @@ func TestBatchSharedStoreRefusesOtherTaskUnderKnownID(t *testing.T) {
 	}
 	gotA := readResults(t, out)
 	r := batch(inB)
-	if r.code != exitTasksFailed || !strings.Contains(r.stderr, "3 refused: their ids name other tasks (ID_CONFLICT)") {
+	if r.code != exitTasksFailed || !strings.Contains(r.stderr, "3 refused: their ids name other tasks (ID_CONFLICT)") ||
+		!strings.HasSuffix(r.stderr, "\ncaptchaq batch: 3 tasks refused (ID_CONFLICT): their ids name other tasks an earlier run left in "+db+"; give them ids of their own, or use a store of their own (--store PATH)\n") {
 		t.Fatalf("batch B on A's store = %+v", r)
 	}
 	for id, res := range readResults(t, out) {
@@ -192,5 +194,103 @@ func TestServeRefusesABatchStore(t *testing.T) {
 		"serve", "--clients", clients, "--store", db, "--listen", "127.0.0.1:0")
 	if r.code == 0 || !strings.Contains(r.stderr, "holds the tasks of batch, not of serve") || !strings.Contains(r.stderr, "--store PATH") {
 		t.Fatalf("serve on a batch store = %+v", r)
+	}
+}
+
+// An id names one task of a file: a later line with it is refused as a
+// repeat (exit 2, bad input), naming the id and the first line, and the
+// first line's task is solved; the output holds one result line per id.
+// Lines are named by their numbers, a line with no id too, and their
+// messages come in line order though the lines are checked concurrently
+// (line 3 is refused by validation, line 4 already by the reader). A rerun
+// on the same store refuses the repeat the same way: it is no id conflict
+// with the store, and no --store hint is given.
+func TestBatchRefusesAnIDItsFileRepeats(t *testing.T) {
+	t.Parallel()
+	s, base := startFastSim(t, sim.Config{Threads: 5})
+	first := captchaq.Task{ID: "img-1", Method: "base64", Params: map[string]string{"body": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="}}
+	repeat := captchaq.Task{ID: "img-1", Method: "base64", Params: map[string]string{"body": "R0lGODlhAQABAAAAACw="}}
+	ts := turnstileTasks("ts", 1)[0]
+	in := writeFile(t, "tasks.jsonl", jsonl(t, []captchaq.Task{first, ts})+
+		`{"id":"nourl","method":"turnstile","params":{"sitekey":"0x4AAAAAAAB3x"}}`+"\n"+
+		`{"id":`+"\n"+
+		jsonl(t, []captchaq.Task{repeat}))
+	db := filepath.Join(t.TempDir(), "q.db")
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	wantLines := []string{
+		`line 3: captchaq: task "nourl": params.pageurl: required for turnstile; the URL of the page that shows the captcha`,
+		`line 4: task: invalid JSON at byte 6: unexpected end of JSON input`,
+		`line 5: id "img-1" is already on line 1: give this task an id of its own, or drop the line`,
+	}
+	const wantErr = "captchaq batch: 1 lines refused: their ids are on earlier lines of the file (see above); an id names one task of a file"
+	for run, stored := range []string{"", "; 2 from the store"} {
+		r := runWith(t, "", keyEnv, append([]string{"batch", in, "--out", out, "--store", db, "--api-url", base, "--progress=false"}, fastQueue...)...)
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if r.code != exitUsage || len(lines) != 5 {
+			t.Fatalf("run %d: exit %d, want %d; stderr:\n%s", run, r.code, exitUsage, r.stderr)
+		}
+		if diff := cmp.Diff(wantLines, lines[:3]); diff != "" {
+			t.Errorf("run %d: stderr's lines (-want +got):\n%s", run, diff)
+		}
+		if sum := lines[3]; !strings.HasPrefix(sum, "captchaq batch: 2 solved, 2 failed (2 invalid lines) of 4 in ") ||
+			!strings.Contains(sum, "; 1 lines refused: their ids are on earlier lines"+stored) {
+			t.Errorf("run %d: summary %q", run, sum)
+		}
+		if lines[4] != wantErr {
+			t.Errorf("run %d: error %q, want %q", run, lines[4], wantErr)
+		}
+		got := readResults(t, out) // one line per id
+		type outcome struct{ Status, Error, Code string }
+		have := map[string]outcome{}
+		for id, res := range got {
+			have[id] = outcome{string(res.Status), res.Error, res.ErrorCode}
+		}
+		want := map[string]outcome{
+			"":      {"failed", "line 4: task: invalid JSON at byte 6: unexpected end of JSON input", captchaq.CodeInvalidTask},
+			"img-1": {"solved", "", ""},
+			"nourl": {"failed", wantLines[0], captchaq.CodeInvalidTask},
+			"ts-0":  {"solved", "", ""},
+		}
+		if diff := cmp.Diff(want, have); diff != "" {
+			t.Errorf("run %d: results (-want +got):\n%s", run, diff)
+		}
+	}
+	if n, m := s.SubmissionsOf(fingerprintOf(first)), s.SubmissionsOf(fingerprintOf(repeat)); n != 1 || m != 0 {
+		t.Errorf("line 1's task submitted %d times, line 5's %d; want 1 and 0", n, m)
+	}
+}
+
+// The lines of a batch are checked concurrently (parsed and their ids
+// checked by the reader, validated by the queue's intake, many chunks at
+// once), and their messages still come in line order.
+func TestBatchReportsLinesInOrder(t *testing.T) {
+	t.Parallel()
+	_, base := startFastSim(t, sim.Config{Threads: 5})
+	const lines = 3000
+	var in strings.Builder
+	var want []string
+	for n := 1; n <= lines; n++ {
+		switch n % 3 {
+		case 1:
+			in.WriteString(`{"id":` + "\n")
+			want = append(want, fmt.Sprintf("line %d: task: invalid JSON at byte 6: unexpected end of JSON input", n))
+		case 2:
+			fmt.Fprintf(&in, `{"id":"nourl-%d","method":"turnstile","params":{"sitekey":"0x4AAAAAAAB3x"}}`+"\n", n)
+			want = append(want, fmt.Sprintf(`line %d: captchaq: task "nourl-%d": params.pageurl: required for turnstile; the URL of the page that shows the captcha`, n, n))
+		case 0:
+			fmt.Fprintf(&in, `{"id":"nourl-%d","method":"turnstile","params":{"sitekey":"0x4AAAAAAAB3x"}}`+"\n", n-1)
+			want = append(want, fmt.Sprintf(`line %d: id "nourl-%d" is already on line %d: give this task an id of its own, or drop the line`, n, n-1, n-1))
+		}
+	}
+	r := runWith(t, in.String(), keyEnv, append([]string{"batch", "-", "--store", "memory", "--api-url", base, "--progress=false"}, fastQueue...)...)
+	got := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if r.code != exitUsage || len(got) != lines+2 {
+		t.Fatalf("exit %d, want %d; %d stderr lines, want %d", r.code, exitUsage, len(got), lines+2)
+	}
+	if diff := cmp.Diff(want, got[:lines]); diff != "" {
+		t.Errorf("stderr's lines (-want +got):\n%s", diff)
+	}
+	if got[lines+1] != "captchaq batch: 1000 lines refused: their ids are on earlier lines of the file (see above); an id names one task of a file" {
+		t.Errorf("error %q", got[lines+1])
 	}
 }

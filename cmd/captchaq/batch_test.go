@@ -284,7 +284,7 @@ func TestBatchReportsInvalidLines(t *testing.T) {
 	invalid := []struct {
 		id, line, reason, code string
 	}{
-		{"line-2", "line 2", "invalid JSON", "INVALID_TASK"},
+		{"", "line 2", "invalid JSON", "INVALID_TASK"}, // no id: its line names it
 		{"extra", "line 3", "colour", "INVALID_TASK"},
 		{"nourl", "line 6", "pageurl", "INVALID_TASK"},
 		{"hc", "line 7", "hcaptcha", "UNSUPPORTED_TYPE"},
@@ -544,7 +544,7 @@ func TestBatchBadArguments(t *testing.T) {
 		{[]string{in, "--plan", "GOLD"}, 2, "--plan: "},
 		{[]string{filepath.Join(t.TempDir(), "missing.jsonl")}, 2, "tasks file: open "},
 		{[]string{in, "--out", filepath.Join(t.TempDir(), "no", "dir", "out.jsonl")}, 1, "--out: open "},
-		{[]string{in, "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{in, "--bogus"}, 2, "unknown flag --bogus"},
 		// After "--" everything is a file name, even what looks like a flag.
 		{[]string{"--", in, "--threads", "3"}, 2, "one input file at most, got 3"},
 	} {

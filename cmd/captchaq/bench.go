@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -63,8 +62,7 @@ type benchPlan struct {
 
 // parseBench reads bench's flags; a bad one is a usage error naming it.
 func parseBench(env *environment, args []string) (*benchPlan, error) {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("bench")
 	var (
 		scenario = fs.String("scenario", "mixed", "what to run: mixed, scale, store, all (those three), fleet, or soak")
 		tasks    = fs.Int("tasks", bench.MixedTasksDefault, "tasks of the mixed and store scenarios")
@@ -88,7 +86,7 @@ func parseBench(env *environment, args []string) (*benchPlan, error) {
 		gap      = fs.String("fault-gap", fmt.Sprintf("%v-%v", bench.SoakGapMinDefault, bench.SoakGapMaxDefault), "soak scenario: the pause between faults, drawn from `MIN-MAX`")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq bench [--scenario mixed|scale|store|all] [--mix M,...] [--scale F] [--seeds N] [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq bench [--scenario mixed|scale|store|all] [--mix M,...] [--scale F] [--seeds N] [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

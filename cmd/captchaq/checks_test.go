@@ -9,7 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/captchaq/captchaq/internal/checkspy"
+	"github.com/captchaq/captchaq/internal/checks"
+	"github.com/captchaq/captchaq/internal/tasktest"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -30,9 +31,9 @@ func TestBatchValidatesEachTaskOnce(t *testing.T) {
 `, page, path)
 	in := writeFile(t, "tasks.jsonl", lines)
 	file := base64.StdEncoding.EncodeToString(img)
-	turnstile, stopT := checkspy.Tally(func(p map[string]string) bool { return p["pageurl"] == page })
+	turnstile, stopT := tasktest.Checks(func(p map[string]string) bool { return p["pageurl"] == page })
 	defer stopT()
-	image, stopI := checkspy.Tally(func(p map[string]string) bool { return p["file"] == file })
+	image, stopI := tasktest.Checks(func(p map[string]string) bool { return p["file"] == file })
 	defer stopI()
 
 	r := runWith(t, "", keyEnv, append([]string{"batch", in, "--out", filepath.Join(t.TempDir(), "out.jsonl"),
@@ -40,11 +41,11 @@ func TestBatchValidatesEachTaskOnce(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("batch = %+v", r)
 	}
-	want := map[checkspy.Kind]int{checkspy.Queue: 1, checkspy.Provider: 1}
+	want := map[checks.Kind]int{checks.Queue: 1, checks.Provider: 1}
 	if d := cmp.Diff(want, turnstile()); d != "" {
 		t.Errorf("turnstile task's checks (-want +got):\n%s", d)
 	}
-	want[checkspy.Decode] = 1
+	want[checks.Decode] = 1
 	if d := cmp.Diff(want, image()); d != "" {
 		t.Errorf("post task's checks (-want +got):\n%s", d)
 	}
@@ -56,14 +57,14 @@ func TestSolveValidatesTheTaskOnce(t *testing.T) {
 	t.Parallel()
 	_, base := startFastSim(t, sim.Config{Threads: 1})
 	page := "https://shop.example/" + t.Name()
-	tally, stop := checkspy.Tally(func(p map[string]string) bool { return p["pageurl"] == page })
+	tally, stop := tasktest.Checks(func(p map[string]string) bool { return p["pageurl"] == page })
 	defer stop()
 	r := runWith(t, "", keyEnv, append([]string{"solve", "--api-url", base, "--method", "turnstile",
 		"--param", "sitekey=0x4AAAAAAAB3x-test", "--param", "pageurl=" + page}, fastQueue...)...)
 	if r.code != 0 {
 		t.Fatalf("solve = %+v", r)
 	}
-	if d := cmp.Diff(map[checkspy.Kind]int{checkspy.Queue: 1, checkspy.Provider: 1}, tally()); d != "" {
+	if d := cmp.Diff(map[checks.Kind]int{checks.Queue: 1, checks.Provider: 1}, tally()); d != "" {
 		t.Errorf("the task's checks (-want +got):\n%s", d)
 	}
 }

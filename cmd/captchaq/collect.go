@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"time"
 
@@ -17,15 +16,14 @@ func init() {
 }
 
 func runCollect(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("collect", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("collect")
 	var af amqpFlags
 	af.register(fs, env.getenv)
 	count := fs.Int("count", 0, "stop after this many results (0: until --timeout or interrupted)")
 	timeout := fs.Duration("timeout", 0, "stop after this long (0: no limit)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq collect --amqp URL [--prefix P] [--count N] [--timeout D]")
-		fmt.Fprintln(env.stderr, "\nWrites the fleet's results as JSONL on stdout, each task once; exits 4 when fewer than --count\ncame within --timeout.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq collect --amqp URL [--prefix P] [--count N] [--timeout D]")
+		fmt.Fprintln(fs.Output(), "\nWrites the fleet's results as JSONL on stdout, each task once; exits 4 when fewer than --count\ncame within --timeout.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

@@ -13,7 +13,20 @@ import (
 var dlqStore func(ctx context.Context, env *environment, args []string) error
 
 func init() {
-	commands["dlq"] = command{summary: "list or replay dead letters (of a batch: TASKS.jsonl or --store PATH; of the fleet: --amqp URL)", run: runDLQ}
+	commands["dlq"] = command{
+		summary:     "list or replay dead letters (of a batch: TASKS.jsonl or --store PATH; of the fleet: --amqp URL)",
+		run:         runDLQ,
+		actions:     []string{"list", "replay"},
+		defineFlags: defineDLQFlags,
+	}
+}
+
+// defineDLQFlags defines the flags of both back ends, which dlqHelp lists.
+func defineDLQFlags(ctx context.Context, env *environment) {
+	_ = runDLQAMQP(ctx, env, []string{"list", "--help"})
+	if dlqStore != nil {
+		_ = dlqStore(ctx, env, []string{"list", "--help"})
+	}
 }
 
 // runDLQ dispatches on which back end the flags name.
@@ -27,7 +40,7 @@ func runDLQ(ctx context.Context, env *environment, args []string) error {
 		help = help || a == "-h" || a == "-help" || a == "--help"
 	}
 	if help {
-		fmt.Fprintln(env.stderr, dlqHelp)
+		fmt.Fprintln(env.stdout, dlqHelp)
 		return nil
 	}
 	hasFlag := func(name string) bool {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -15,15 +14,18 @@ import (
 
 // dlqLine is one dead letter as `dlq list` prints it.
 type dlqLine struct {
-	ID        string        `json:"id,omitempty"`
-	Method    string        `json:"method,omitempty"`
-	Reason    string        `json:"reason"`
-	ErrorCode string        `json:"error_code,omitempty"`
-	Error     string        `json:"error,omitempty"`
-	Attempts  int           `json:"attempts"`
-	From      string        `json:"from,omitempty"`
-	DeadAt    time.Time     `json:"dead_at,omitzero"`
-	Task      captchaq.Task `json:"task"`
+	ID        string    `json:"id,omitempty"`
+	Method    string    `json:"method,omitempty"`
+	Reason    string    `json:"reason"`
+	ErrorCode string    `json:"error_code,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Attempts  int       `json:"attempts"`
+	From      string    `json:"from,omitempty"`
+	DeadAt    time.Time `json:"dead_at,omitzero"`
+	// Superseded: its gateway replayed or answered the task since;
+	// replay takes this copy out without publishing it.
+	Superseded bool          `json:"superseded,omitempty"`
+	Task       captchaq.Task `json:"task"`
 }
 
 // fleetReasons are the reasons the fleet gives a dead letter, which
@@ -35,8 +37,7 @@ func runDLQAMQP(ctx context.Context, env *environment, args []string) error {
 		return usageError(errors.New(dlqUsage))
 	}
 	action := args[0]
-	fs := flag.NewFlagSet("dlq "+action, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("dlq " + action)
 	var af amqpFlags
 	af.register(fs, env.getenv)
 	var ids idList
@@ -80,7 +81,8 @@ func runDLQAMQP(ctx context.Context, env *environment, args []string) error {
 		n++
 		return enc.Encode(dlqLine{
 			ID: dl.Task.Task.ID, Method: dl.Task.Task.Method, Reason: dl.Reason, ErrorCode: dl.ErrorCode,
-			Error: dl.Task.LastError, Attempts: dl.Task.Attempts, From: dl.From, DeadAt: dl.DeadAt, Task: dl.Task.Task,
+			Error: dl.Task.LastError, Attempts: dl.Task.Attempts, From: dl.From, DeadAt: dl.DeadAt,
+			Superseded: dl.Superseded, Task: dl.Task.Task,
 		})
 	})
 	fmt.Fprintf(env.stderr, "%d dead letters\n", n)

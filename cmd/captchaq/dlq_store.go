@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -38,8 +37,7 @@ func runDLQStore(ctx context.Context, env *environment, args []string) error {
 		return usageError(errors.New(dlqUsage))
 	}
 	action := args[0]
-	fs := flag.NewFlagSet("dlq "+action, flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("dlq " + action)
 	path := fs.String("store", "", "the SQLite store `PATH` (default: the store `captchaq batch TASKS.jsonl` used)")
 	useSim := fs.Bool("sim", false, "with TASKS.jsonl: the store of a batch run on the built-in simulator (the default with no key set)")
 	var ids idList

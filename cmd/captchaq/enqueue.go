@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,13 +18,12 @@ func init() {
 }
 
 func runEnqueue(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("enqueue")
 	var af amqpFlags
 	af.register(fs, env.getenv)
 	providersFile := fs.String("providers", "", "the workers' providers `FILE`: take the types any of its providers solves (no key is read)")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq enqueue --amqp URL [--prefix P] [--providers FILE] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq enqueue --amqp URL [--prefix P] [--providers FILE] [FILE|-]\n\nPublishes one task per JSONL line, in order, each confirmed by the broker.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseInterspersed(fs, args); err != nil {
@@ -76,9 +74,10 @@ func runEnqueue(ctx context.Context, env *environment, args []string) error {
 const enqueueWindow = 256
 
 // enqueueLines publishes each valid line, in order, and reports each
-// invalid one with its line number. Up to enqueueWindow tasks wait for
-// their confirms at once; every task counted as published is confirmed.
-// It stops at the first task the broker does not confirm.
+// invalid one with its line number, a line that repeats an earlier line's
+// id among them (fileIDs). Up to enqueueWindow tasks wait for their
+// confirms at once; every task counted as published is confirmed. It
+// stops at the first task the broker does not confirm.
 func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name string, providers []captchaq.ProviderConfig, errw io.Writer) (published, invalid int, err error) {
 	type sentLine struct {
 		line    int
@@ -102,7 +101,7 @@ func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name str
 			published++
 		}
 	}()
-	ids := enqueuedIDs{}
+	ids := fileIDs{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
 	for line := 1; !failed.Load() && sc.Scan(); line++ {
@@ -111,11 +110,12 @@ func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name str
 			continue
 		}
 		t, perr := parseTaskLineFor([]byte(text), providers)
-		if perr == nil {
-			var again bool
-			if again, perr = ids.check(t, line); again {
-				continue
-			}
+		id := t.ID
+		if perr != nil && id == "" {
+			id = lineID([]byte(text))
+		}
+		if err := ids.check(id, line); err != nil {
+			perr = err
 		}
 		if perr != nil {
 			fmt.Fprintf(errw, "%s:%d: %v\n", name, line, perr)
@@ -141,31 +141,6 @@ func enqueueLines(ctx context.Context, p *amqp.Publisher, in io.Reader, name str
 		return published, invalid, fmt.Errorf("read %s: %w", name, sc.Err())
 	}
 	return published, invalid, nil
-}
-
-// enqueuedIDs is what enqueue knows of the ids it published in this run:
-// each id's first line and the task's fingerprint (some 100 bytes an id).
-// The fleet's workers check the ids they hold and remember; enqueue, which
-// publishes with no store of its own, checks its input: an id that comes
-// again with another task is refused before it is published, and with the
-// same task it is published once.
-type enqueuedIDs map[string]enqueuedID
-
-type enqueuedID struct {
-	line        int
-	fingerprint string
-}
-
-// check records t's id at line. again is true when the id came before
-// with the same task (skip it); the error is an *captchaq.IDConflictError
-// when it came with another one.
-func (m enqueuedIDs) check(t captchaq.Task, line int) (again bool, err error) {
-	if first, ok := m[t.ID]; ok {
-		err := captchaq.ConflictByFingerprint(t, first.fingerprint, fmt.Sprintf("line %d has it with another method, params or proxy", first.line))
-		return err == nil, err
-	}
-	m[t.ID] = enqueuedID{line: line, fingerprint: t.Fingerprint()}
-	return false, nil
 }
 
 // parseTaskLine reads one task line and refuses what every other door

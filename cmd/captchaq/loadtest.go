@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -28,15 +27,14 @@ func init() {
 }
 
 func runLoadtest(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("loadtest")
 	workers := fs.Int("clients", 200, "concurrent client goroutines (1-2000)")
 	reqRate := fs.Float64("rate", 1000, "total requests per second to the front (in.php and res.php together)")
 	duration := fs.Duration("duration", 10*time.Second, "how long to submit (at most 2m); polling of the last tasks ends 10s after")
 	pollEvery := fs.Duration("poll-every", 20*time.Millisecond, "each client's wait between res.php polls")
 	frontURL := fs.String("front", "", "drive this running front (`URL` of a serve, a gateway or a balancer) instead of one of its own; the client key comes from "+loadtestKeyEnv)
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq loadtest [--duration D] [--clients N] [--rate R] [--front URL] [flags]\n\nRuns a simulator and the serve front on loopback, drives the front with\nin.php submits and res.php polls, and reports requests/s, the time spent in\nthe front's handlers (its added latency) and whether every task got exactly\none result. With --front URL it drives a front that runs already (several\nreplicas behind a balancer, say): requests/s, the round trips clients see,\nand whether every task was answered.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq loadtest [--duration D] [--clients N] [--rate R] [--front URL] [flags]\n\nRuns a simulator and the serve front on loopback, drives the front with\nin.php submits and res.php polls, and reports requests/s, the time spent in\nthe front's handlers (its added latency) and whether every task got exactly\none result. With --front URL it drives a front that runs already (several\nreplicas behind a balancer, say): requests/s, the round trips clients see,\nand whether every task was answered.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

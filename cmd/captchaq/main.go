@@ -11,7 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/captchaq/captchaq"
@@ -23,6 +23,12 @@ import (
 type command struct {
 	summary string
 	run     func(ctx context.Context, env *environment, args []string) error
+	// actions are the words the first argument may be (dlq's list and
+	// replay), offered by shell completion.
+	actions []string
+	// defineFlags defines the command's flag sets through env.flagSet, for
+	// shell completion; nil runs the command with --help.
+	defineFlags func(ctx context.Context, env *environment)
 }
 
 // commands is every subcommand by name; each lives in its own file.
@@ -35,6 +41,21 @@ type environment struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// onFlagSet, when set, sees every flag set a command makes (shell
+	// completion reads the flags from them).
+	onFlagSet func(*flag.FlagSet)
+}
+
+// flagSet returns a command's flag set, named as the command line names it
+// ("batch", "dlq list"). Its output is stdout: the flag package writes
+// there only the usage --help asks for, as parseFlags handles errors.
+func (env *environment) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.stdout)
+	if env.onFlagSet != nil {
+		env.onFlagSet(fs)
+	}
+	return fs
 }
 
 // withStderr returns a copy of env that writes errors to w.
@@ -66,15 +87,41 @@ func (e *exitError) Unwrap() error { return e.err }
 // usageError marks err as bad usage or input (exit code 2).
 func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
 
-// parseFlags parses a command's flags; a bad flag is a usage error and
-// --help is flag.ErrHelp (exit 0).
+// parseFlags parses a command's flags. --help prints the command's usage
+// on fs's output (stdout) and is flag.ErrHelp (exit 0); a bad flag is a
+// usage error that names it, and the flag meant when one is close.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	// The flag package prints an error and the whole usage on a bad flag;
+	// run prints the error and a one-line hint instead.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	err := fs.Parse(args)
-	if err == nil || errors.Is(err, flag.ErrHelp) {
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		if usage == nil {
+			fs.PrintDefaults()
+		} else {
+			usage()
+		}
 		return err
 	}
-	return usageError(err)
+	return usageError(&flagError{command: fs.Name(), err: suggestFlag(fs, err)})
 }
+
+// flagError is a bad flag on command's line; run follows it with where
+// the command's flags are listed.
+type flagError struct {
+	command string
+	err     error
+}
+
+func (e *flagError) Error() string { return e.err.Error() }
+func (e *flagError) Unwrap() error { return e.err }
 
 // signalled is the cause of the command context's end when the process got
 // a signal.
@@ -97,28 +144,26 @@ func main() {
 	os.Exit(code)
 }
 
-// run dispatches to a subcommand and turns its error into an exit code and a
-// message on stderr.
+// run runs the command line args (without the program's name) and turns
+// its error into an exit code and a message on stderr.
 func run(ctx context.Context, env *environment, args []string) int {
-	if len(args) == 2 && args[0] == "help" {
-		args = []string{args[1], "--help"} // captchaq help batch; an unknown name is said so
-	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(env.stderr)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
-	}
-	cmd, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(env.stderr, "captchaq: unknown command %q\n\n", args[0])
-		usage(env.stderr)
+	root := newRootCommand(ctx, env, args)
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") && !isCommand(root, args[0]) {
+		fmt.Fprintf(env.stderr, "captchaq: %v\n", unknownCommand(root, args[0]))
+		fmt.Fprintln(env.stderr, "Run 'captchaq --help' for the commands.")
 		return exitUsage
 	}
-	err := cmd.run(ctx, env, args[1:])
+	ran, err := root.ExecuteContextC(ctx)
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(env.stderr, "captchaq %s: %v\n", args[0], err)
+		name := "captchaq"
+		if ran != nil && ran != root {
+			name = ran.CommandPath()
+		}
+		fmt.Fprintf(env.stderr, "%s: %v\n", name, err)
+		var fe *flagError
+		if errors.As(err, &fe) {
+			fmt.Fprintf(env.stderr, "Run '%s --help' for the flags.\n", strings.TrimSpace("captchaq "+fe.command))
+		}
 	}
 	return exitCode(ctx, err)
 }
@@ -149,17 +194,4 @@ func exitCode(ctx context.Context, err error) int {
 		code = exitInterrupted
 	}
 	return code
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: captchaq <command> [flags]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(w, "\nRun 'captchaq <command> --help' for a command's flags.")
 }

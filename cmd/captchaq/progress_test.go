@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -104,7 +106,7 @@ func TestBatchUnreachableProviderSaysSo(t *testing.T) {
 func TestHelpSaysWhatRuns(t *testing.T) {
 	t.Parallel()
 	r := runWith(t, "", nil, "batch", "--help")
-	if r.code != 0 || !strings.Contains(r.stderr, "else 5; 20 with the built-in simulator") {
+	if r.code != 0 || !strings.Contains(r.stdout, "else 5; 20 with the built-in simulator") {
 		t.Errorf("batch --help = %+v", r)
 	}
 	img := captchaq.Task{ID: "img", Method: "base64", Params: map[string]string{"body": "aW1hZ2U="}}
@@ -146,5 +148,59 @@ func TestRetryNote(t *testing.T) {
 	note, ok := retryNote(m, map[string]int64{"NETWORK": 5}, 5*time.Second)
 	if want := "4 attempts retried in the last 5s (ERROR_BAD_DUPLICATES 1, NETWORK 3); still trying"; !ok || note != want {
 		t.Errorf("note %q, want %q", note, want)
+	}
+}
+
+// TestServeOfflineUsesTheBuiltInSimulator: serve with no key, no
+// --api-url and no CAPTCHAAI_URL solves against the built-in simulator,
+// as batch does, says so, and keeps its tasks in a store file of its own;
+// an unchanged in.php client gets a token from it.
+func TestServeOfflineUsesTheBuiltInSimulator(t *testing.T) {
+	t.Parallel()
+	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"client-key-1"}]`)
+	r := startBinary(t, nil, "", "serve", "--clients", clients, "--listen", "127.0.0.1:0")
+	addr := regexp.MustCompile(`msg=serving addr=(\S+)`)
+	testbound.Until(t, "serve to start", func() bool { return addr.MatchString(r.errText()) })
+	log := r.errText()
+	for _, want := range []string{
+		`msg="no CAPTCHAAI_KEY set: solving against the built-in simulator (set CAPTCHAAI_KEY to use CaptchaAI, or --api-url for another provider)"`,
+		`provider="built-in simulator"`,
+		"captchaq-serve-sim.db",
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("serve's log lacks %s:\n%s", want, log)
+		}
+	}
+	base := "http://" + addr.FindStringSubmatch(log)[1]
+	get := func(path string) string {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	sub := get("/in.php?key=client-key-1&method=turnstile&sitekey=0x4AAAAAAAA&pageurl=https://shop.example/")
+	id, ok := strings.CutPrefix(sub, "OK|")
+	if !ok {
+		t.Fatalf("in.php answered %q, want OK|id", sub)
+	}
+	var res string
+	testbound.Until(t, "the simulator's token", func() bool {
+		res = get("/res.php?key=client-key-1&action=get&id=" + id)
+		return res != "CAPCHA_NOT_READY"
+	})
+	if !strings.HasPrefix(res, "OK|") || len(res) < 20 {
+		t.Errorf("res.php answered %q, want OK|token", res)
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t); code != 0 {
+		t.Errorf("serve exit %d after SIGTERM, want 0:\n%s", code, r.errText())
 	}
 }

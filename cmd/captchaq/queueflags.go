@@ -102,7 +102,7 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	}
 
 	useSim := *qf.useSim && lanes == nil
-	if !useSim && lanes == nil && *qf.apiURL == "" && env.getenv("CAPTCHAAI_URL") == "" && !haveKey(env) {
+	if !useSim && lanes == nil && offline(env, *qf.apiURL) {
 		useSim = true
 		fmt.Fprintln(env.stderr, "captchaq: no CAPTCHAAI_KEY set: solving against the built-in simulator (set CAPTCHAAI_KEY to use CaptchaAI)")
 	}
@@ -126,12 +126,7 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 		if apiURL, err = rt.startSim(env, threads); err != nil {
 			return nil, err
 		}
-		clientEnv = &environment{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, getenv: func(k string) string {
-			if k == "CAPTCHAAI_KEY" {
-				return "simulator"
-			}
-			return ""
-		}}
+		clientEnv = simEnv(env)
 	}
 	cfg := captchaq.Config{
 		Providers:    lanes,
@@ -198,23 +193,51 @@ func (qf *queueFlags) openStore(ctx context.Context, env *environment, rt *queue
 // startSim starts the built-in simulator with threads, has rt close it,
 // and returns its URL.
 func (rt *queueRuntime) startSim(env *environment, threads int) (string, error) {
-	// Beside a store file, the simulator keeps its tasks in a file of
-	// its own, so a rerun after kill -9 finds at the simulator the ids
-	// the store kept, and pays for nothing twice.
+	base, stop, err := startBuiltinSim(env, threads, rt.storePath)
+	if err != nil {
+		return "", err
+	}
+	rt.closers = append(rt.closers, stop)
+	return base, nil
+}
+
+// startBuiltinSim starts the built-in simulator with threads on
+// loopback and returns its URL and its stop. Beside a store file at
+// storePath, the simulator keeps its tasks in a file of its own, so a
+// rerun after kill -9 finds at the simulator the ids the store kept, and
+// pays for nothing twice.
+func startBuiltinSim(env *environment, threads int, storePath string) (string, func(), error) {
 	simCfg := sim.Config{Threads: threads, Seed: rand.Uint64()}
-	if rt.storePath != "" {
-		simCfg.StateFile = rt.storePath + ".sim"
+	if storePath != "" {
+		simCfg.StateFile = storePath + ".sim"
 	}
 	s, base, err := sim.Start(simCfg, "127.0.0.1:0")
 	if err != nil {
-		return "", fmt.Errorf("starting the built-in simulator: %w", err)
+		return "", nil, fmt.Errorf("starting the built-in simulator: %w", err)
 	}
-	rt.closers = append(rt.closers, func() {
+	return base, func() {
 		if err := s.Close(); err != nil {
 			fmt.Fprintf(env.stderr, "captchaq: the built-in simulator: %v\n", err)
 		}
-	})
-	return base, nil
+	}, nil
+}
+
+// simEnv is env as a provider client of the built-in simulator sees it:
+// its key, and nothing else.
+func simEnv(env *environment) *environment {
+	return &environment{stdin: env.stdin, stdout: env.stdout, stderr: env.stderr, getenv: func(k string) string {
+		if k == envKey {
+			return "simulator"
+		}
+		return ""
+	}}
+}
+
+// offline reports whether a command that talks to the provider has
+// nothing to reach one with: no key, no --api-url, no CAPTCHAAI_URL. It
+// then solves against the built-in simulator.
+func offline(env *environment, apiURL string) bool {
+	return apiURL == "" && env.getenv(envURL) == "" && !haveKey(env)
 }
 
 // onPause is the queue's OnPause: a pause that lifts by itself is
@@ -235,7 +258,7 @@ func (rt *queueRuntime) onPause(env *environment) func(err error, permanent bool
 }
 
 func haveKey(env *environment) bool {
-	return env.getenv("CAPTCHAAI_KEY") != "" || env.getenv("CAPTCHAAI_KEY_FILE") != ""
+	return env.getenv(envKey) != "" || env.getenv(envKeyFile) != ""
 }
 
 // openStore opens the store a flag names: "memory", a PostgreSQL URL

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -27,11 +26,10 @@ type resultLine struct {
 }
 
 func runResults(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("results", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("results")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq results [TASKS.jsonl | --store PATH] [--sim]")
-		fmt.Fprintln(env.stderr, "\nWrites every result of a store as JSONL; expired tokens are marked \"expired\": true. It only reads: it works while a batch runs.")
+		fmt.Fprintln(fs.Output(), "usage: captchaq results [TASKS.jsonl | --store PATH] [--sim]")
+		fmt.Fprintln(fs.Output(), "\nWrites every result of a store as JSONL; expired tokens are marked \"expired\": true. It only reads: it works while a batch runs.")
 		fs.PrintDefaults()
 	}
 	path := fs.String("store", "", "the SQLite store `PATH` (default: the store `captchaq batch TASKS.jsonl` used)")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/store/postgres"
 )
@@ -31,8 +32,9 @@ const serveShutdownDefault = 30 * time.Second
 // The default store files of the two modes: a gateway's records are not a
 // local queue's, and each refuses the other's unfinished tasks.
 const (
-	serveStoreDefault   = "captchaq-serve.db"
-	gatewayStoreDefault = "captchaq-gateway.db"
+	serveStoreDefault    = "captchaq-serve.db"
+	serveSimStoreDefault = "captchaq-serve-sim.db" // against the built-in simulator
+	gatewayStoreDefault  = "captchaq-gateway.db"
 )
 
 // serveFlags are serve's flags; the local and gateway ones are checked
@@ -90,8 +92,7 @@ func (f *serveFlags) checkURLs(gateway bool) error {
 }
 
 func runServe(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("serve")
 	f := serveFlags{
 		listen:          fs.String("listen", "127.0.0.1:8080", "address to listen on (loopback by default; give e.g. 0.0.0.0:8080 to serve other machines)"),
 		clients:         fs.String("clients", "", `clients file (required): JSON [{"name":"qa","key":"…","weight":2,"max_inflight":50,"rate":20},{"name":"ops","key":"…","admin":true}]`),
@@ -123,7 +124,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		set:             map[string]bool{},
 	}
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq serve --clients FILE [--store PATH | --amqp URL] [flags]\n\n"+
+		fmt.Fprintln(fs.Output(), "usage: captchaq serve --clients FILE [--store PATH | --amqp URL] [flags]\n\n"+
 			"Serves /in.php and /res.php (the provider's protocol, with the clients' own keys), the JSON API\n"+
 			"under /v1/ (Authorization: Bearer KEY), /metrics, /healthz, /readyz and the dashboard at /\n"+
 			"(open it and type an admin client's key into its form; a key in the address is refused).\n\n"+
@@ -301,24 +302,58 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 		qc.Providers, qc.Threads = lanes, 0
 		// getbalance answers the first (preferred) provider's balance.
 		pc, _ = lanes[0].Provider.(captchaq.BalanceChecker)
-	} else {
-		client, err := newProviderClient(env, *f.apiURL)
+	}
+	// Without a key, --api-url or CAPTCHAAI_URL, serve solves against the
+	// built-in simulator, as batch does, in a store of its own, so
+	// simulated tokens never mix with real ones.
+	useSim := f.providers.path == "" && offline(env, *f.apiURL)
+	storeDefault := serveStoreDefault
+	if useSim {
+		storeDefault = serveSimStoreDefault
+	}
+	path, err := storePath(*f.store, storeDefault)
+	if err != nil {
+		return server.Config{}, nil, nil, err
+	}
+	stopSim := func() {}
+	if f.providers.path == "" {
+		apiURL, clientEnv := *f.apiURL, env
+		if useSim {
+			threads := *f.threads
+			if threads == 0 && *f.plan == "" {
+				qc.Threads, threads = simThreadsDefault, simThreadsDefault
+			}
+			if threads == 0 {
+				if threads, err = provider.PlanThreads(*f.plan); err != nil {
+					return server.Config{}, nil, nil, usageError(fmt.Errorf("--plan: %w", err))
+				}
+			}
+			simStore := ""
+			if path != "memory" && !postgres.IsURL(path) {
+				simStore = path
+			}
+			if apiURL, stopSim, err = startBuiltinSim(env, threads, simStore); err != nil {
+				return server.Config{}, nil, nil, err
+			}
+			clientEnv = simEnv(env)
+			log.Warn("no " + envKey + " set: solving against the built-in simulator (set " + envKey + " to use CaptchaAI, or --api-url for another provider)")
+		}
+		client, err := newProviderClient(clientEnv, apiURL)
 		if err != nil {
+			stopSim()
 			return server.Config{}, nil, nil, &exitError{code: 2, err: err}
 		}
 		if err := checkAccount(ctx, client, func(err error) {
 			log.Warn("cannot check the provider account now; starting anyway", "err", err)
 		}); err != nil {
+			stopSim()
 			return server.Config{}, nil, nil, err
 		}
 		qc.Provider, pc = client, client
 	}
-	path, err := storePath(*f.store, serveStoreDefault)
+	store, err := openStore(ctx, path, storeDefault, "serve")
 	if err != nil {
-		return server.Config{}, nil, nil, err
-	}
-	store, err := openStore(ctx, path, serveStoreDefault, "serve")
-	if err != nil {
+		stopSim()
 		return server.Config{}, nil, nil, err
 	}
 	release := func() {}
@@ -330,11 +365,13 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 		active, err := pg.Activate(ctx, *f.standby)
 		if err != nil {
 			store.Close()
+			stopSim()
 			return server.Config{}, nil, nil, fmt.Errorf("--store: %w", err)
 		}
 		f.lost, release = active.Lost(), active.Release
 	} else if *f.standby {
 		store.Close()
+		stopSim()
 		return server.Config{}, nil, nil, &exitError{code: 2, err: errors.New("--standby: applies to a PostgreSQL --store (postgres://…), which several servers can reach")}
 	}
 	qc.Store = store
@@ -342,7 +379,11 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 	if pc != nil {
 		cfg.Balance = pc.Balance
 	}
-	return cfg, []any{"store", storeLabel(path)}, func() { release(); store.Close() }, nil
+	attrs := []any{"store", storeLabel(path)}
+	if useSim {
+		attrs = append(attrs, "provider", "built-in simulator")
+	}
+	return cfg, attrs, func() { release(); store.Close(); stopSim() }, nil
 }
 
 // checkAccounts checks each provider's account at start: the service

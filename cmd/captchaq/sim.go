@@ -50,11 +50,10 @@ func exposedWarning(base string, adminKey bool) string {
 // runSim serves a provider simulator until ctx is cancelled (SIGINT or
 // SIGTERM). It prints the base URL to stderr once it listens.
 func runSim(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("sim")
 	f := addSimFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq sim [--addr HOST:PORT] [--threads N] [--key K] [--latency-scale F] [--mix fast] [--methods M,... --price P] [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. With "+envSimAdminKey+" set, /sim/ needs it as Authorization: Bearer.\nFlags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq sim [--addr HOST:PORT] [--threads N] [--key K] [--latency-scale F] [--mix fast] [--methods M,... --price P] [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. With "+envSimAdminKey+" set, /sim/ needs it as Authorization: Bearer.\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

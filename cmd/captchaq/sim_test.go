@@ -193,13 +193,13 @@ func TestSimBeyondLoopback(t *testing.T) {
 
 func TestSimHelpAndBadFlags(t *testing.T) {
 	t.Parallel()
-	var stderr bytes.Buffer
-	env := &environment{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }}
+	var stdout, stderr bytes.Buffer
+	env := &environment{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr, getenv: func(string) string { return "" }}
 	if c := run(context.Background(), env, []string{"sim", "--help"}); c != 0 {
 		t.Fatalf("--help exit code %d", c)
 	}
 	for _, flag := range []string{"-no-slot-answer", "-latency-scale", "-unsolvable-rate", "-fault-5xx", "-fault-drop", "-fault-slow", "-no-bulk", "-poll-ban-max", "-seed", "-threads", "-key", "-addr", "-methods", "-price"} {
-		if !strings.Contains(stderr.String(), flag) {
+		if !strings.Contains(stdout.String(), flag) {
 			t.Errorf("--help does not list %s", flag)
 		}
 	}

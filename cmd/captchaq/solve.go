@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -51,8 +50,7 @@ const solveUsage = "usage: captchaq solve --method M --param k=v [--param k=v ..
 // scheduler, its retries, its providers, and the built-in simulator when
 // no key is set; the task is kept in memory only.
 func runSolve(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("solve", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("solve")
 	method := fs.String("method", "", "the provider's method: turnstile, userrecaptcha, base64, ... (required)")
 	params := paramFlag{}
 	fs.Var(params, "param", "a task field as key=value, repeatable (e.g. --param sitekey=0x4AAA --param pageurl=https://example.com)")
@@ -60,10 +58,10 @@ func runSolve(ctx context.Context, env *environment, args []string) error {
 	fs.Lookup("store").Usage = "task store: \"memory\" (the default: one task is not worth a file), a SQLite file `PATH` or postgres://USER@HOST/DB"
 	timeout := fs.Duration("timeout", solveTimeoutDefault, "give up after this long")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, solveUsage)
-		fmt.Fprintln(env.stderr, "\nSolves one task through the queue and prints its token (the answer text for image types).")
-		fmt.Fprintln(env.stderr, "The key comes from "+envKey+" or the file named by "+envKeyFile+"; with neither, nor a provider")
-		fmt.Fprintln(env.stderr, "URL, the built-in simulator solves it.\n\nflags:")
+		fmt.Fprintln(fs.Output(), solveUsage)
+		fmt.Fprintln(fs.Output(), "\nSolves one task through the queue and prints its token (the answer text for image types).")
+		fmt.Fprintln(fs.Output(), "The key comes from "+envKey+" or the file named by "+envKeyFile+"; with neither, nor a provider")
+		fmt.Fprintln(fs.Output(), "URL, the built-in simulator solves it.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

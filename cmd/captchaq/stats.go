@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -17,15 +16,14 @@ func init() {
 }
 
 func runStats(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("stats")
 	var af amqpFlags
 	af.register(fs, env.getenv)
 	window := fs.Duration("window", 10*time.Second, "how long to sample the failure rate and listen for status beats")
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq stats --amqp URL [--prefix P] [--window D] [--json]")
-		fmt.Fprintln(env.stderr, "\nSamples the fleet for --window, then prints its task queue depth, failures per minute, the oldest\nunacknowledged task and the threads in use against the plan.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq stats --amqp URL [--prefix P] [--window D] [--json]")
+		fmt.Fprintln(fs.Output(), "\nSamples the fleet for --window, then prints its task queue depth, failures per minute, the oldest\nunacknowledged task and the threads in use against the plan.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

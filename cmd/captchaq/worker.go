@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -20,8 +19,7 @@ func init() {
 }
 
 func runWorker(ctx context.Context, env *environment, args []string) error {
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(env.stderr)
+	fs := env.flagSet("worker")
 	var af amqpFlags
 	af.register(fs, env.getenv)
 	apiURL := addAPIURLFlag(fs)
@@ -39,8 +37,8 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	shared := fs.Bool("shared-threads", true, "share --threads with every worker on the prefix through a pool of thread tokens on the broker (give every worker the same --threads); false: each worker uses --threads on its own")
 	verbose := fs.Bool("v", false, "log every task")
 	fs.Usage = func() {
-		fmt.Fprintln(env.stderr, "usage: captchaq worker --amqp URL [--prefix P] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--metrics-addr ADDR]")
-		fmt.Fprintln(env.stderr, "\nSolves tasks from RabbitMQ until SIGTERM; run one per machine. The workers on a prefix share the\nplan's --threads (or each provider's, with --providers) through the broker. The key comes from\n"+envKey+" or the file named by "+envKeyFile+".\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq worker --amqp URL [--prefix P] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--metrics-addr ADDR]")
+		fmt.Fprintln(fs.Output(), "\nSolves tasks from RabbitMQ until SIGTERM; run one per machine. The workers on a prefix share the\nplan's --threads (or each provider's, with --providers) through the broker. The key comes from\n"+envKey+" or the file named by "+envKeyFile+".\n\nflags:")
 		fs.PrintDefaults()
 	}
 	providers := addProvidersFlag(fs, "api-url", "threads", "plan")

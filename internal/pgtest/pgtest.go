@@ -1,10 +1,10 @@
 // Package pgtest is what tests of the real PostgreSQL server share:
 // finding the server (a missing one fails the test when CI=true and skips
 // it elsewhere), a database of the test's own, created and dropped by the
-// test, and a lock across test processes. `go test ./...` runs packages in
-// parallel processes on one server; a test that restarts the server takes
-// the lock exclusively (Disrupt), every other PostgreSQL test takes it
-// shared (Use, NewDatabase), so no test sees another package's restart.
+// test, and a lock across test processes (internal/testlock). A test that
+// restarts the server takes the lock exclusively (Disrupt), every other
+// PostgreSQL test takes it shared (Use, NewDatabase), so no test sees
+// another package's restart. The lock has no gate.
 package pgtest
 
 import (
@@ -12,16 +12,15 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/captchaq/captchaq/internal/testlock"
 )
 
 // URLEnv names the environment variable that overrides URLDefault: the
@@ -36,26 +35,24 @@ const URLDefault = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 // LockFile is the name of the lock file in os.TempDir().
 const LockFile = "captchaq-postgres-test.lock"
 
-// lockWait bounds the wait for the lock: a disruptive test runs for a
-// minute or two, so longer means something hangs.
-const lockWait = 10 * time.Minute
+// restartWait bounds the wait for the server to come back after Restart.
+const restartWait = 10 * time.Minute
 
 // setupTimeout bounds creating and dropping a database.
 const setupTimeout = time.Minute
 
-// URL is the server's URL.
-func URL() string {
-	if u := os.Getenv(URLEnv); u != "" {
-		return u
-	}
-	return URLDefault
+var server = &testlock.Server{
+	Name: "PostgreSQL", URLEnv: URLEnv, URLDefault: URLDefault, Port: "5432", LockFile: LockFile,
 }
+
+// URL is the server's URL.
+func URL() string { return server.URL() }
 
 // Use checks that the server answers and holds the lock shared until t
 // ends. It returns the server's URL.
 func Use(t testing.TB) string {
 	t.Helper()
-	return acquire(t, syscall.LOCK_SH)
+	return server.Use(t)
 }
 
 // Disrupt checks that the server answers and holds the lock exclusively
@@ -63,7 +60,7 @@ func Use(t testing.TB) string {
 // A test that takes it must not also call Use or NewDatabase before it.
 func Disrupt(t testing.TB) string {
 	t.Helper()
-	return acquire(t, syscall.LOCK_EX)
+	return server.Disrupt(t)
 }
 
 // NewDatabase holds the lock shared (Use), creates an empty database of
@@ -122,65 +119,6 @@ func redacted(u string) string {
 	return p.Redacted()
 }
 
-func acquire(t testing.TB, how int) string {
-	t.Helper()
-	u := URL()
-	path := filepath.Join(os.TempDir(), LockFile)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
-		t.Fatalf("postgres test lock %s: %v", path, err)
-	}
-	deadline := time.Now().Add(lockWait)
-	logged := false
-	for {
-		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if err != syscall.EWOULDBLOCK {
-			f.Close()
-			t.Fatalf("postgres test lock %s: %v", path, err)
-		}
-		if time.Now().After(deadline) {
-			f.Close()
-			t.Fatalf("postgres test lock %s: still taken after %v; is a test hanging?", path, lockWait)
-		}
-		if !logged {
-			t.Logf("waiting for the postgres test lock %s (a test elsewhere restarts the server or uses it)", path)
-			logged = true
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// LOCK_UN, not only Close: a child process this test is starting holds
-	// a copy of the descriptor until its exec, and would keep the lock.
-	t.Cleanup(func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	})
-	reachable(t, u)
-	return u
-}
-
-// reachable fails (CI=true) or skips t when nothing listens at u's host.
-func reachable(t testing.TB, u string) {
-	t.Helper()
-	host := "127.0.0.1:5432"
-	if p, err := url.Parse(u); err == nil && p.Host != "" {
-		host = p.Host
-		if p.Port() == "" {
-			host = net.JoinHostPort(p.Hostname(), "5432")
-		}
-	}
-	nc, err := net.DialTimeout("tcp", host, 2*time.Second)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is not reachable at %s and CI=true: %v", host, err)
-		}
-		t.Skipf("skipping: PostgreSQL is not reachable at %s (%v); start it, or set CI=true to make this a failure", host, err)
-	}
-	nc.Close()
-}
-
 // Restart restarts the local cluster (pg_ctlcluster; the test must hold
 // Disrupt) and waits until it accepts connections again. It may be
 // called from any goroutine.
@@ -193,7 +131,7 @@ func Restart() error {
 	if err != nil {
 		return fmt.Errorf("pgtest: restart PostgreSQL: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(lockWait)
+	deadline := time.Now().Add(restartWait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		conn, err := pgx.Connect(ctx, URL())
@@ -203,7 +141,7 @@ func Restart() error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pgtest: PostgreSQL not back %v after its restart: %v", lockWait, err)
+			return fmt.Errorf("pgtest: PostgreSQL not back %v after its restart: %v", restartWait, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -1,7 +1,9 @@
 // Package tasktest is the one table of valid and invalid tasks that every
 // door's test runs: the library's Queue, the CLI's batch, solve and enqueue,
 // the service's in.php and JSON API, and the fleet's gateway. Each door must
-// accept the valid ones and refuse the others with the same code.
+// accept the valid ones and refuse the others with the same code. Checks
+// counts the checks a door puts its tasks through, for the tests that
+// prove it validates each task once.
 package tasktest
 
 import "encoding/json"

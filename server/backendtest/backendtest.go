@@ -278,7 +278,7 @@ func (r *rig) deadLetters(ids ...string) []string {
 }
 
 func unfinished(s captchaq.Status) bool {
-	return s != captchaq.StatusSolved && s != captchaq.StatusFailed
+	return !s.Final()
 }
 
 // testSubmitSolvedOnce: a task Submit took is recorded before Submit

@@ -16,7 +16,8 @@ import (
 // that writes nothing, so needs no flush) as soon as the last one is
 // done. The cost: an event comes a round trip later, and a process that
 // dies between a commit and its announcement leaves the others without
-// it until they resync (EventResync) or restart.
+// it, as a NOTIFY that fails does, until their next periodic read of the
+// unfinished tasks (doc.go).
 
 // announceBuffer bounds the events waiting to be sent; past it an event
 // is dropped (and logged).

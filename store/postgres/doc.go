@@ -80,6 +80,16 @@
 // the database's active-queue lock for a queue that solves tasks itself;
 // ClaimOwner lets processes that start at once agree on one owner.
 //
+// Announcements are not durable. One a process never sent (it died after
+// its commit, or its queue of announcements was full), one whose NOTIFY
+// failed after the commit, and one sent while a watcher was between
+// connections are lost; only the last is told (EventResync). So a Watch
+// caller reads again on a timer too: the amqp gateway reads the unfinished
+// tasks' heads (PendingHeads) every ResyncEvery (30 s) and takes what it
+// missed that is over 10 s old, so a count it keeps from the news is wrong
+// for at most about 40 s. The cost is that read, about 360 bytes an
+// unfinished task a replica each time, and nothing a task.
+//
 // # Background loops and Close
 //
 // Open starts the announcer (announce.go) and, unless Retention is

@@ -60,7 +60,7 @@ func (s *Store) FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.R
 	if s.closed.Load() {
 		return false, ErrClosed
 	}
-	if r.Status != captchaq.StatusSolved && r.Status != captchaq.StatusFailed {
+	if !r.Status.Final() {
 		return false, fmt.Errorf("postgres: FinishIf %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
 	}
 	if !storable(r.ID) {
@@ -83,7 +83,7 @@ func (s *Store) FinishMarked(ctx context.Context, r captchaq.Result, captchaID s
 	if s.closed.Load() {
 		return false, ErrClosed
 	}
-	if r.Status != captchaq.StatusSolved && r.Status != captchaq.StatusFailed {
+	if !r.Status.Final() {
 		return false, fmt.Errorf("postgres: FinishMarked %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
 	}
 	if !storable(r.ID) || !storable(captchaID) {
@@ -115,7 +115,8 @@ func (s *Store) finishWhere(ctx context.Context, op, id, where string, args []an
 // until it can, and then calls fn with EventResync. Call it once; Close
 // stops it. It returns once the first connection listens (or its first
 // try failed, or listenWait passed): a task another Store accepts after
-// that is told.
+// that is told, unless its announcement is lost (see the package doc),
+// which no event tells.
 func (s *Store) Watch(fn func(Event)) error {
 	if s.closed.Load() {
 		return ErrClosed

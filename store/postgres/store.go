@@ -416,7 +416,7 @@ func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	if r.Status != captchaq.StatusSolved && r.Status != captchaq.StatusFailed {
+	if !r.Status.Final() {
 		return fmt.Errorf("postgres: Finish %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
 	}
 	if !storable(r.ID) {
@@ -781,7 +781,7 @@ func scanRecord(row pgx.Row) (captchaq.Record, error) {
 	}
 	t.Deadline, rec.NotBefore, rec.AcceptedAt, rec.SubmittedAt = utc(deadline), utc(notBefore), utc(acceptedAt), utc(subAt)
 	rec.ReportedAt = utc(reportedAt)
-	if rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed {
+	if rec.Status.Final() {
 		r := &captchaq.Result{
 			ID: t.ID, Status: rec.Status, Method: str(rMethod), Kind: provider.Kind(str(rKind)), Token: str(rToken),
 			Error: str(rErr), ErrorCode: str(rCode), Provider: str(rProvider), Abandoned: rAbandoned,

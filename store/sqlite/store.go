@@ -466,7 +466,7 @@ func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	if r.Status != captchaq.StatusSolved && r.Status != captchaq.StatusFailed {
+	if !r.Status.Final() {
 		return fmt.Errorf("sqlite: Finish %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
 	}
 	var answer any
@@ -844,7 +844,7 @@ func scanRecord(sc rowScanner) (captchaq.Record, error) {
 		{&t.Deadline, deadline}, {&rec.NotBefore, notBefore}, {&rec.AcceptedAt, acceptedAt}, {&rec.SubmittedAt, subAt},
 		{&rec.ReportedAt, reportedAt},
 	}
-	if rec.Status == captchaq.StatusSolved || rec.Status == captchaq.StatusFailed {
+	if rec.Status.Final() {
 		r := &captchaq.Result{
 			ID: t.ID, Status: rec.Status, Method: rMethod.String, Token: rToken.String,
 			Error: rErr.String, ErrorCode: rCode.String, Attempts: int(rAttempts.Int64), SolveSeconds: rSolve.Float64,

@@ -1,11 +1,18 @@
-// Package checkspy counts the checks a task goes through on its way to a
-// provider, for the tests that prove a door validates a task once and
-// the steps after it carry the validated form (validate.go). Nothing
-// watches in production: Count is one atomic load.
-package checkspy
+// Package checks is where a process says which checks a task goes through
+// on its way to a provider: the queue's own fields (Task.check in the
+// root's validate.go), the provider's params (provider.Task's validation)
+// and a post or base64 task's image decoded (provider). Each of them calls
+// Count with the task's params; Watch sees every call.
+//
+// A task is checked once per process, at the door it comes in by
+// (validate.go): Watch is how that is observed, by the tests that hold it
+// (internal/tasktest.Checks counts by kind for the tasks a test picks by
+// their params). Checks are pure functions of a task, not of a Queue, so
+// they are seen here, process-wide, and not in a Queue's Metrics. With no
+// watcher, Count is one atomic load.
+package checks
 
 import (
-	"maps"
 	"sync"
 	"sync/atomic"
 )
@@ -42,8 +49,8 @@ func Count(k Kind, params map[string]string) {
 }
 
 // Watch calls fn for every check from now until stop is called, from
-// any goroutine, one call at a time; fn filters the tasks it counts by
-// their params (a value of the test's own).
+// any goroutine, one call at a time; fn tells the tasks it is after by
+// their params. fn must not modify params.
 func Watch(fn func(k Kind, params map[string]string)) (stop func()) {
 	mu.Lock()
 	defer mu.Unlock()
@@ -55,23 +62,4 @@ func Watch(fn func(k Kind, params map[string]string)) (stop func()) {
 		delete(watchers, &fn)
 		watching.Store(len(watchers) > 0)
 	}
-}
-
-// Tally counts, by kind, the checks of the tasks match picks by their
-// params, from now until stop is called.
-func Tally(match func(params map[string]string) bool) (counts func() map[Kind]int, stop func()) {
-	var tmu sync.Mutex
-	n := map[Kind]int{}
-	stop = Watch(func(k Kind, params map[string]string) {
-		if match(params) {
-			tmu.Lock()
-			n[k]++
-			tmu.Unlock()
-		}
-	})
-	return func() map[Kind]int {
-		tmu.Lock()
-		defer tmu.Unlock()
-		return maps.Clone(n)
-	}, stop
 }
