@@ -59,7 +59,7 @@
 // result names the provider in Result.Abandoned and adds its price to
 // Result.Price, since it may bill the abandoned solve too. Only a queue of
 // several providers takes one out of routing; with one, failures are
-// retried with backoff and account errors pause sending, as before.
+// retried with backoff and account errors pause sending.
 // OnPause and Paused speak of all sending: they fire when every provider
 // is paused.
 //
@@ -72,7 +72,7 @@
 //
 // The first provider loses nothing to spill-over: its lane is filled
 // first on every pass, and a later one takes only tasks that waited
-// (docs/performance.md in the repository gives its threads' busy time).
+// (docs/providers.md in the repository gives its threads' busy time).
 //
 // Known costs: a task is routed by its method alone (a provider that
 // solves hCaptcha is assumed to solve every hCaptcha); spend counted
@@ -137,7 +137,7 @@
 // started last; a stream of tasks keeps its order but for reordering
 // within a second, and no task is ever passed by one accepted more than a
 // second after it, so none starves. Aging counts from each task's
-// acceptance as before, and the order inside a burst never lets a task
+// acceptance, and the order inside a burst never lets a task
 // pass one of a more urgent effective priority or take another tenant's
 // share. LongestFirst does the same over a whole input that reaches the
 // queue over more than a second (larger than Config.MaxQueued).

@@ -89,7 +89,7 @@ const maxReturns = 1024
 // acks, none, or (a broker stopped in the middle of it) some. Either way
 // the task is answered: by this worker's result, or by whoever adopts the
 // checkpoint the broker takes back, with the same answer when both did
-// (see "Windows stay" in the package doc).
+// (see "Windows that stay" in the package doc).
 var errUncommitted = errors.New("amqp: the channel closed before the broker answered the commit")
 
 // ack queues tag for acking; false once the acker has closed (the channel

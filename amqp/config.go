@@ -81,7 +81,10 @@ type Config struct {
 	// connection attempts. Default 250 ms and 5 s: a worker's answers
 	// wait for its reconnect once the broker is back (after a restart,
 	// at 30 s they waited up to that long), and an attempt every 5 s
-	// costs a down broker nothing.
+	// costs a down broker nothing. After a close for the broker's
+	// shutdown the wait is at most a second (shutdownRetryMax): the
+	// claims of the tasks its close cut off must go out soon after it is
+	// back.
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
 	// InflightLease is the expiration of a checkpoint message while it is

@@ -893,7 +893,7 @@ func (s *WorkerStore) answer(ctx context.Context, replyTo string, reply captchaq
 // adopted checkpoint) that holds the task, in one transaction with its
 // ack (Delivery.ackWith), so the broker takes the answer only with the
 // ack and a task is answered whenever the connection dies (once, but for
-// the copies of "Windows stay" in the package doc); with a
+// the copies of "Windows that stay" in the package doc); with a
 // task delivery (no captcha id yet), confirmed on its connection, before
 // Finish acks it; with no holder (a task this worker does not hold),
 // confirmed.
