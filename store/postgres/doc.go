@@ -93,11 +93,11 @@
 // # Background loops and Close
 //
 // Open starts the announcer (announce.go) and, unless Retention is
-// RetentionOff, the pruner (pruner.go), which deletes final tasks
-// Config.Retention after they finished, at Open and every
-// Config.PruneInterval; Watch starts the watcher on a connection of its
-// own; Activate starts a check of its lock's connection, stopped by
-// Release. Close stops, in order, the pruner, the watcher and the
+// RetentionOff, the pruner (pruner.go, an internal/sqlstore Pruner, as
+// store/sqlite's), which deletes final tasks Config.Retention after they
+// finished, at Open and every Config.PruneInterval; Watch starts the
+// watcher on a connection of its own; Activate starts a check of its
+// lock's connection, stopped by Release. Close stops, in order, the pruner, the watcher and the
 // announcer (which sends what is queued), then closes the pool, which
 // waits for the connections in use to come back.
 package postgres

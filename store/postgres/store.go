@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/sqlstore"
 	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
@@ -57,7 +58,7 @@ func IsURL(spec string) bool {
 type Store struct {
 	name     string // postgres://user@host:port/db, never a password
 	pool     *pgxpool.Pool
-	pruner   *pruner
+	pruner   *sqlstore.Pruner
 	log      *slog.Logger
 	instance string // this Store among those on the database (Event)
 	notify   bool   // Config.Notify

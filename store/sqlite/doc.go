@@ -104,10 +104,10 @@
 //
 // Open starts three loops, each an internal/startstop Loop: the writer
 // (writer.go), the checkpointer (checkpointer.go) and, unless Retention is
-// RetentionOff, the pruner (pruner.go). Close stops them in this order,
-// each waited for before the next: the pruner, whose deletes go through
-// the writer; the writer, which commits and answers every write it took
-// while later writes fail with ErrClosed; the checkpointer, which the
-// writer kicks. Only then are the connections closed and the lock file
-// released.
+// RetentionOff, the pruner (pruner.go, an internal/sqlstore Pruner, as
+// store/postgres's). Close stops them in this order, each waited for
+// before the next: the pruner, whose deletes go through the writer; the
+// writer, which commits and answers every write it took while later
+// writes fail with ErrClosed; the checkpointer, which the writer kicks.
+// Only then are the connections closed and the lock file released.
 package sqlite

@@ -20,6 +20,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/sqlstore"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -141,7 +142,7 @@ type Store struct {
 	st     *statements
 	w      *writer
 	ckpt   *checkpointer
-	pruner *pruner
+	pruner *sqlstore.Pruner
 	lock   *fileLock
 	closed atomic.Bool
 }

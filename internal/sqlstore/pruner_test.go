@@ -1,0 +1,144 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// logLines is a slog.Handler that keeps each record as one line:
+// LEVEL message key=value…, times in UTC RFC 3339.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (h *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logLines) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logLines) WithGroup(string) slog.Handler            { return h }
+
+func (h *logLines) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		v := a.Value.Any()
+		if t, ok := v.(time.Time); ok {
+			v = t.UTC().Format(time.RFC3339)
+		}
+		line += fmt.Sprintf(" %s=%v", a.Key, v)
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lines = append(h.lines, line)
+	return nil
+}
+
+func (h *logLines) all() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.lines)
+}
+
+type pruneReport struct {
+	n   int
+	err error
+}
+
+// TestPrunerRunsAtStartAndEveryInterval: the first prune runs at Start,
+// the next one Interval later, each with the cutoff Retention before
+// its time; a prune that deletes tasks or fails is logged with the
+// store's name, one that deletes none is not.
+func TestPrunerRunsAtStartAndEveryInterval(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var cutoffs []time.Time
+		results := []pruneReport{{n: 2}, {n: 0}, {err: errors.New("disk full")}}
+		var reports []pruneReport
+		logs := &logLines{}
+		p := NewPruner(PrunerConfig{
+			Prune: func(_ context.Context, before time.Time) (int, error) {
+				r := results[len(cutoffs)]
+				cutoffs = append(cutoffs, before)
+				return r.n, r.err
+			},
+			Retention: time.Hour,
+			Interval:  10 * time.Minute,
+			Logger:    slog.New(logs),
+			Name:      "test store",
+			Store:     slog.String("path", "/data/q.db"),
+			Pruned:    func(n int, err error) { reports = append(reports, pruneReport{n, err}) },
+		})
+		if err := p.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if len(cutoffs) != 1 || !cutoffs[0].Equal(start.Add(-time.Hour)) {
+			t.Fatalf("after Start: prunes with cutoffs %v, want one at %v", cutoffs, start.Add(-time.Hour))
+		}
+		time.Sleep(10*time.Minute - time.Nanosecond) // the fake clock: no prune yet
+		synctest.Wait()
+		if len(cutoffs) != 1 {
+			t.Fatalf("before the interval: %d prunes, want 1", len(cutoffs))
+		}
+		time.Sleep(10*time.Minute + time.Nanosecond)
+		synctest.Wait()
+		p.Stop()
+
+		want := []time.Time{start.Add(-time.Hour), start.Add(-50 * time.Minute), start.Add(-40 * time.Minute)}
+		if !slices.EqualFunc(cutoffs, want, time.Time.Equal) {
+			t.Errorf("cutoffs %v, want %v", cutoffs, want)
+		}
+		if len(reports) != 3 || reports[0] != (pruneReport{n: 2}) || reports[1] != (pruneReport{}) ||
+			reports[2].n != 0 || reports[2].err == nil || reports[2].err.Error() != "disk full" {
+			t.Errorf("Pruned told %v, want 2 nil, 0 nil, 0 disk full", reports)
+		}
+		wantLogs := []string{
+			"INFO test store: pruned final tasks path=/data/q.db count=2 finished_before=" + want[0].UTC().Format(time.RFC3339),
+			"ERROR test store: prune failed path=/data/q.db err=disk full",
+		}
+		if got := logs.all(); !slices.Equal(got, wantLogs) {
+			t.Errorf("logs:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantLogs, "\n"))
+		}
+	})
+}
+
+// TestPrunerStopInterruptsPrune: Stop ends the context of a prune under
+// way and waits for it; the prune's error is no failure to log.
+func TestPrunerStopInterruptsPrune(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		logs := &logLines{}
+		var reports []pruneReport
+		p := NewPruner(PrunerConfig{
+			Prune: func(ctx context.Context, _ time.Time) (int, error) {
+				<-ctx.Done()
+				return 0, ctx.Err()
+			},
+			Retention: time.Hour,
+			Interval:  time.Minute,
+			Logger:    slog.New(logs),
+			Name:      "test store",
+			Store:     slog.String("store", "postgres://u@h:5432/d"),
+			Pruned:    func(n int, err error) { reports = append(reports, pruneReport{n, err}) },
+		})
+		if err := p.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the prune waits for its context
+		p.Stop()
+		if len(reports) != 1 || !errors.Is(reports[0].err, context.Canceled) {
+			t.Errorf("Pruned told %v, want one 0, context.Canceled", reports)
+		}
+		if got := logs.all(); len(got) != 0 {
+			t.Errorf("logged %q for a prune Stop interrupted, want nothing", got)
+		}
+	})
+}
