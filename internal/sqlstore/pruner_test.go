@@ -51,6 +51,17 @@ type pruneReport struct {
 	err error
 }
 
+// newTestPruner returns a Pruner of the store at /data/q.db, with a
+// retention of an hour, that logs to logs and tells reports of each prune.
+func newTestPruner(interval time.Duration, logs *logLines, reports *[]pruneReport,
+	prune func(context.Context, time.Time) (int, error)) *Pruner {
+	return NewPruner(PrunerConfig{
+		Prune: prune, Retention: time.Hour, Interval: interval,
+		Logger: slog.New(logs), Name: "test store", Store: slog.String("path", "/data/q.db"),
+		Pruned: func(n int, err error) { *reports = append(*reports, pruneReport{n, err}) },
+	})
+}
+
 // TestPrunerRunsAtStartAndEveryInterval: the first prune runs at Start,
 // the next one Interval later, each with the cutoff Retention before
 // its time; a prune that deletes tasks or fails is logged with the
@@ -63,18 +74,10 @@ func TestPrunerRunsAtStartAndEveryInterval(t *testing.T) {
 		results := []pruneReport{{n: 2}, {n: 0}, {err: errors.New("disk full")}}
 		var reports []pruneReport
 		logs := &logLines{}
-		p := NewPruner(PrunerConfig{
-			Prune: func(_ context.Context, before time.Time) (int, error) {
-				r := results[len(cutoffs)]
-				cutoffs = append(cutoffs, before)
-				return r.n, r.err
-			},
-			Retention: time.Hour,
-			Interval:  10 * time.Minute,
-			Logger:    slog.New(logs),
-			Name:      "test store",
-			Store:     slog.String("path", "/data/q.db"),
-			Pruned:    func(n int, err error) { reports = append(reports, pruneReport{n, err}) },
+		p := newTestPruner(10*time.Minute, logs, &reports, func(_ context.Context, before time.Time) (int, error) {
+			r := results[len(cutoffs)]
+			cutoffs = append(cutoffs, before)
+			return r.n, r.err
 		})
 		if err := p.Start(t.Context()); err != nil {
 			t.Fatal(err)
@@ -117,17 +120,9 @@ func TestPrunerStopInterruptsPrune(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := &logLines{}
 		var reports []pruneReport
-		p := NewPruner(PrunerConfig{
-			Prune: func(ctx context.Context, _ time.Time) (int, error) {
-				<-ctx.Done()
-				return 0, ctx.Err()
-			},
-			Retention: time.Hour,
-			Interval:  time.Minute,
-			Logger:    slog.New(logs),
-			Name:      "test store",
-			Store:     slog.String("store", "postgres://u@h:5432/d"),
-			Pruned:    func(n int, err error) { reports = append(reports, pruneReport{n, err}) },
+		p := newTestPruner(time.Minute, logs, &reports, func(ctx context.Context, _ time.Time) (int, error) {
+			<-ctx.Done()
+			return 0, ctx.Err()
 		})
 		if err := p.Start(t.Context()); err != nil {
 			t.Fatal(err)

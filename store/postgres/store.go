@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +22,6 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/sqlstore"
 	"github.com/captchaq/captchaq/internal/startstop"
-	"github.com/captchaq/captchaq/provider"
 )
 
 // ErrClosed is returned by every method called after Close. It is
@@ -282,12 +280,12 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			existed[i] = true
-			known = append(known, r.task.ID)
+			known = append(known, r.Task.ID)
 		case err != nil:
 			_ = br.Close()
 			return nil, nil, s.wrap("Enqueue", err)
 		default:
-			recs[i] = captchaq.Record{Task: r.task, Status: captchaq.StatusQueued, Seq: seq, Fingerprint: r.fingerprint, AcceptedAt: r.acceptedAt}
+			recs[i] = r.Queued(seq)
 		}
 	}
 	if err := br.Close(); err != nil {
@@ -296,7 +294,7 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 	if s.notify {
 		for i, r := range rows {
 			if !existed[i] {
-				s.announce(EventAccepted, r.task.ID)
+				s.announce(EventAccepted, r.Task.ID)
 			}
 		}
 	}
@@ -313,9 +311,9 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 		if !existed[i] {
 			continue
 		}
-		rec, ok := have[r.task.ID]
+		rec, ok := have[r.Task.ID]
 		if !ok {
-			return nil, nil, fmt.Errorf("store %s: Enqueue: task %q was stored by another call and deleted (pruned) before it could be read; submit it again", s.name, r.task.ID)
+			return nil, nil, fmt.Errorf("store %s: Enqueue: task %q was stored by another call and deleted (pruned) before it could be read; submit it again", s.name, r.Task.ID)
 		}
 		recs[i] = rec
 	}
@@ -359,10 +357,10 @@ func (s *Store) EnqueueMarked(ctx context.Context, t captchaq.Task, now time.Tim
 		return captchaq.Record{}, false, s.wrap("EnqueueMarked", err)
 	}
 	if s.notify {
-		s.announce(EventAccepted, r.task.ID)
+		s.announce(EventAccepted, r.Task.ID)
 	}
-	return captchaq.Record{Task: r.task, Status: captchaq.StatusInFlight, Seq: seq, Fingerprint: r.fingerprint,
-		AcceptedAt: r.acceptedAt, CaptchaID: clean(captchaID), SubmittedAt: r.acceptedAt}, true, nil
+	return captchaq.Record{Task: r.Task, Status: captchaq.StatusInFlight, Seq: seq, Fingerprint: r.Fingerprint,
+		AcceptedAt: r.AcceptedAt, CaptchaID: clean(captchaID), SubmittedAt: r.AcceptedAt}, true, nil
 }
 
 // Checkpoint implements captchaq.Store. It clears NotBefore, and fails for
@@ -617,31 +615,13 @@ func (s *Store) each(ctx context.Context, op string, fn func(captchaq.Record) er
 		return s.wrap(op, err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		rec, err := scanRecord(rows)
-		if err != nil {
-			return s.wrap(op, err)
-		}
-		if err := fn(rec); err != nil {
-			return err
-		}
-	}
-	return s.wrap(op, rows.Err())
+	return sqlstore.Each(rows, scanRecord, fn, func(err error) error { return s.wrap(op, err) })
 }
 
 // wrap names the store in database errors; ErrNotFound, ErrClosed and
 // context errors pass through unchanged.
 func (s *Store) wrap(op string, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, captchaq.ErrNotFound), errors.Is(err, ErrClosed),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case s.closed.Load():
-		return ErrClosed // the pool was closed under the call
-	}
-	return fmt.Errorf("store %s: %s: %w", s.name, op, err)
+	return sqlstore.Wrap(err, s.closed.Load(), s.name, op)
 }
 
 // filterWhere selects the dead letters a filter names; its arguments come
@@ -684,31 +664,12 @@ func timeArg(t time.Time) any {
 	return t.UTC()
 }
 
-// normalize makes t what a read of it returns: UTC times, no TTL, nil for
-// empty params.
-func normalize(t captchaq.Task) captchaq.Task {
-	t.TTL = 0
-	if !t.Deadline.IsZero() {
-		t.Deadline = t.Deadline.UTC().Round(0)
-	}
-	if len(t.Params) == 0 {
-		t.Params = nil
-	}
-	return t
-}
-
-// taskRow is a task encoded for the insert statement.
-type taskRow struct {
-	task        captchaq.Task
-	params      string
-	fingerprint string
-	acceptedAt  time.Time
-}
+// taskRow is a task encoded for the insert statements.
+type taskRow struct{ sqlstore.TaskRow }
 
 // newTaskRow encodes t. Params go as JSON text, which holds any string;
 // the other texts must be storable, or t is refused as invalid.
 func newTaskRow(t captchaq.Task, now time.Time) (taskRow, error) {
-	t = normalize(t)
 	for _, f := range []struct{ name, v string }{
 		{"id", t.ID}, {"method", t.Method}, {"tenant", t.Tenant}, {"proxy", t.Proxy},
 		{"proxytype", t.ProxyType}, {"pingback", t.Pingback},
@@ -718,106 +679,36 @@ func newTaskRow(t captchaq.Task, now time.Time) (taskRow, error) {
 				Msg: f.name + ": holds a NUL byte or invalid UTF-8: send text"}
 		}
 	}
-	params := "{}"
-	if len(t.Params) > 0 {
-		b, err := json.Marshal(t.Params)
-		if err != nil {
-			return taskRow{}, fmt.Errorf("postgres: task %q: params: %w", t.ID, err)
-		}
-		params = string(b)
+	r, err := sqlstore.NewTaskRow(t, now)
+	if err != nil {
+		return taskRow{}, fmt.Errorf("postgres: task %q: %w", t.ID, err)
 	}
-	return taskRow{task: t, params: params, fingerprint: t.Fingerprint(), acceptedAt: now.UTC().Round(0)}, nil
+	return taskRow{r}, nil
 }
 
-func (r taskRow) args() []any {
-	t := r.task
-	return []any{
-		t.ID, t.Priority, t.Tenant, t.Method, r.params, timeArg(t.Deadline), t.MaxAttempts,
-		t.Proxy, t.ProxyType, t.Pingback, r.acceptedAt, r.fingerprint,
-	}
-}
+func (r taskRow) args() []any { return r.Args(timeArg(r.Task.Deadline), r.AcceptedAt) }
 
 // recordColumns are the columns scanRecord expects; headColumns are the
-// same with no params read (an image task's body: megabytes of base64),
-// for readers of states and times (PendingHeads, Heads).
+// same with no params read, for PendingHeads and Heads.
 const (
-	recordColumns = `seq, id, status, priority, tenant, method, params,` + restColumns
-	headColumns   = `seq, id, status, priority, tenant, method, '{}',` + restColumns
-	restColumns   = ` deadline, max_attempts,
-	proxy, proxy_type, pingback, captcha_id, attempts, not_before, last_error, last_error_code,
-	accepted_at, submitted_at, result_method, result_kind, result_token, result_answer, result_error,
-	result_error_code, result_attempts, result_solve_seconds, result_expires_at, result_accepted_at,
-	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned, report, reported_at`
+	recordColumns = sqlstore.RecordColumns
+	headColumns   = sqlstore.HeadColumns
 )
 
 const selectRecord = `SELECT ` + recordColumns + ` FROM tasks`
 
-func scanRecord(row pgx.Row) (captchaq.Record, error) {
-	var (
-		rec                                    captchaq.Record
-		status, params                         string
-		deadline, notBefore, acceptedAt, subAt *time.Time
-		rMethod, rKind, rToken, rAnswer, rErr  *string
-		rCode, rProvider                       *string
-		rExpires, rAccepted, rSub, finAt       *time.Time
-		rAttempts                              *int
-		rSolve, rPrice                         *float64
-		rAbandoned                             []string
-		reportedAt                             *time.Time
-	)
-	t := &rec.Task
-	err := row.Scan(&rec.Seq, &t.ID, &status, &t.Priority, &t.Tenant, &t.Method, &params, &deadline, &t.MaxAttempts,
-		&t.Proxy, &t.ProxyType, &t.Pingback, &rec.CaptchaID, &rec.Attempts, &notBefore, &rec.LastError, &rec.LastErrorCode,
-		&acceptedAt, &subAt, &rMethod, &rKind, &rToken, &rAnswer, &rErr,
-		&rCode, &rAttempts, &rSolve, &rExpires, &rAccepted,
-		&rSub, &finAt, &rec.Fingerprint, &rProvider, &rPrice, &rAbandoned, &rec.Report, &reportedAt)
-	if err != nil {
-		return captchaq.Record{}, err
-	}
-	rec.Status = captchaq.Status(status)
-	if params != "{}" {
-		if err := json.Unmarshal([]byte(params), &t.Params); err != nil {
-			return captchaq.Record{}, fmt.Errorf("task %q: bad params JSON in store: %w", t.ID, err)
-		}
-	}
-	t.Deadline, rec.NotBefore, rec.AcceptedAt, rec.SubmittedAt = utc(deadline), utc(notBefore), utc(acceptedAt), utc(subAt)
-	rec.ReportedAt = utc(reportedAt)
-	if rec.Status.Final() {
-		r := &captchaq.Result{
-			ID: t.ID, Status: rec.Status, Method: str(rMethod), Kind: provider.Kind(str(rKind)), Token: str(rToken),
-			Error: str(rErr), ErrorCode: str(rCode), Provider: str(rProvider), Abandoned: rAbandoned,
-			ExpiresAt: utc(rExpires), AcceptedAt: utc(rAccepted), SubmittedAt: utc(rSub), FinishedAt: utc(finAt),
-		}
-		if rAttempts != nil {
-			r.Attempts = *rAttempts
-		}
-		if rSolve != nil {
-			r.SolveSeconds = *rSolve
-		}
-		if rPrice != nil {
-			r.Price = *rPrice
-		}
-		if rAnswer != nil {
-			r.Answer = json.RawMessage(*rAnswer)
-		}
-		// A final record's captcha_id is its Result's (the Record's is
-		// only for a task in flight).
-		r.CaptchaID, rec.CaptchaID = rec.CaptchaID, ""
-		rec.Result = r
-	}
-	return rec, nil
+// scanRecord reads a row of recordColumns or headColumns: times from
+// timestamptz, Result.Abandoned from text[].
+func scanRecord(row sqlstore.Scanner) (captchaq.Record, error) {
+	return sqlstore.ScanRecord(row, decoder)
 }
 
-func utc(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return t.UTC()
-}
-
-func str(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+var decoder = sqlstore.Decoder[*time.Time, []string]{
+	Time: func(t *time.Time) (time.Time, error) {
+		if t == nil {
+			return time.Time{}, nil
+		}
+		return *t, nil
+	},
+	Abandoned: func(a []string) ([]string, error) { return a, nil },
 }

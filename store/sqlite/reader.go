@@ -148,21 +148,7 @@ func (r *Reader) each(ctx context.Context, fn func(captchaq.Record) error, query
 	if r.closed.Load() {
 		return ErrClosed
 	}
-	rows, err := r.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return r.wrap(err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		rec, err := scanRecord(rows)
-		if err != nil {
-			return r.wrap(err)
-		}
-		if err := fn(rec); err != nil {
-			return err
-		}
-	}
-	return r.wrap(rows.Err())
+	return each(ctx, r.db, r.wrap, fn, query, args...)
 }
 
 func (r *Reader) wrap(err error) error {

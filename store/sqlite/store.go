@@ -21,7 +21,6 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/sqlstore"
-	"github.com/captchaq/captchaq/provider"
 )
 
 // ErrClosed is returned by every method called after Close. It is
@@ -411,8 +410,8 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 			// An Exec costs less than reading the new seq back with
 			// RETURNING; the insert does nothing when the id is stored.
 			res, err := st.insert.ExecContext(ctx, r.args()...)
-			if err = affected(r.task.ID)(res, err); errors.Is(err, captchaq.ErrNotFound) {
-				rec, err := scanRecord(st.getByID.QueryRowContext(ctx, r.task.ID))
+			if err = affected(r.Task.ID)(res, err); errors.Is(err, captchaq.ErrNotFound) {
+				rec, err := scanRecord(st.getByID.QueryRowContext(ctx, r.Task.ID))
 				if err != nil {
 					return err
 				}
@@ -426,7 +425,7 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 			if err != nil {
 				return err
 			}
-			recs[i] = captchaq.Record{Task: r.task, Status: captchaq.StatusQueued, Seq: seq, Fingerprint: r.fingerprint, AcceptedAt: r.acceptedAt}
+			recs[i] = r.Queued(seq)
 		}
 		return nil
 	})
@@ -625,36 +624,25 @@ func (s *Store) each(ctx context.Context, op string, fn func(captchaq.Record) er
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	return each(ctx, s.db, func(err error) error { return s.wrap(op, err) }, fn, query, args...)
+}
+
+// each calls fn for every record the query on db returns, stopping at
+// fn's first error, which it returns as it is; other errors go through
+// wrap.
+func each(ctx context.Context, db *sql.DB, wrap func(error) error, fn func(captchaq.Record) error, query string, args ...any) error {
+	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return s.wrap(op, err)
+		return wrap(err)
 	}
 	defer rows.Close()
-	for rows.Next() {
-		rec, err := scanRecord(rows)
-		if err != nil {
-			return s.wrap(op, err)
-		}
-		if err := fn(rec); err != nil {
-			return err
-		}
-	}
-	return s.wrap(op, rows.Err())
+	return sqlstore.Each(rows, scanRecord, fn, wrap)
 }
 
 // wrap names the store in database errors; ErrNotFound, ErrClosed and
 // context errors pass through unchanged.
 func (s *Store) wrap(op string, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, captchaq.ErrNotFound), errors.Is(err, ErrClosed),
-		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return err
-	case s.closed.Load():
-		return ErrClosed // the database was closed under the call
-	}
-	return fmt.Errorf("store %s: %s: %w", s.path, op, err)
+	return sqlstore.Wrap(err, s.closed.Load(), s.path, op)
 }
 
 // affected turns an UPDATE of no row into ErrNotFound.
@@ -761,120 +749,37 @@ func parseTime(ns sql.NullString) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-// normalize makes t what a read of it returns: UTC times, no TTL, nil for
-// empty params.
-func normalize(t captchaq.Task) captchaq.Task {
-	t.TTL = 0
-	if !t.Deadline.IsZero() {
-		t.Deadline = t.Deadline.UTC().Round(0)
-	}
-	if len(t.Params) == 0 {
-		t.Params = nil
-	}
-	return t
-}
-
-// taskRow is a task encoded for the insert statement.
-type taskRow struct {
-	task        captchaq.Task
-	params      string
-	fingerprint string
-	acceptedAt  time.Time
-}
+// taskRow is a task encoded for the insert and renew statements.
+type taskRow struct{ sqlstore.TaskRow }
 
 func newTaskRow(t captchaq.Task, now time.Time) (taskRow, error) {
-	t = normalize(t)
-	params := "{}"
-	if len(t.Params) > 0 {
-		b, err := json.Marshal(t.Params)
-		if err != nil {
-			return taskRow{}, fmt.Errorf("params: %w", err)
-		}
-		params = string(b)
-	}
-	return taskRow{task: t, params: params, fingerprint: t.Fingerprint(), acceptedAt: now.UTC().Round(0)}, nil
+	r, err := sqlstore.NewTaskRow(t, now)
+	return taskRow{r}, err
 }
 
-func (r taskRow) args() []any {
-	t := r.task
-	return []any{
-		t.ID, t.Priority, t.Tenant, t.Method, r.params, timeArg(t.Deadline), t.MaxAttempts,
-		t.Proxy, t.ProxyType, t.Pingback, timeText(r.acceptedAt), r.fingerprint,
-	}
-}
+func (r taskRow) args() []any { return r.Args(timeArg(r.Task.Deadline), timeText(r.AcceptedAt)) }
 
 // selectRecord reads the columns scanRecord expects.
-const selectRecord = `SELECT seq, id, status, priority, tenant, method, params, deadline, max_attempts,
-	proxy, proxy_type, pingback, captcha_id, attempts, not_before, last_error, last_error_code,
-	accepted_at, submitted_at, result_method, result_kind, result_token, result_answer, result_error,
-	result_error_code, result_attempts, result_solve_seconds, result_expires_at, result_accepted_at,
-	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned, report, reported_at FROM tasks`
+const selectRecord = `SELECT ` + sqlstore.RecordColumns + ` FROM tasks`
 
-type rowScanner interface{ Scan(dest ...any) error }
+// scanRecord reads a row of selectRecord: times from text, NULL for
+// none; Result.Abandoned from a JSON array.
+func scanRecord(sc sqlstore.Scanner) (captchaq.Record, error) {
+	return sqlstore.ScanRecord(sc, decoder)
+}
 
-func scanRecord(sc rowScanner) (captchaq.Record, error) {
-	var (
-		rec                                     captchaq.Record
-		status, params                          string
-		deadline, notBefore, acceptedAt, subAt  sql.NullString
-		rMethod, rKind, rToken, rAnswer, rErr   sql.NullString
-		rCode, rExpires, rAccepted, rSub, finAt sql.NullString
-		rAttempts                               sql.NullInt64
-		rSolve, rPrice                          sql.NullFloat64
-		rProvider, rAbandoned, reportedAt       sql.NullString
-	)
-	t := &rec.Task
-	err := sc.Scan(&rec.Seq, &t.ID, &status, &t.Priority, &t.Tenant, &t.Method, &params, &deadline, &t.MaxAttempts,
-		&t.Proxy, &t.ProxyType, &t.Pingback, &rec.CaptchaID, &rec.Attempts, &notBefore, &rec.LastError, &rec.LastErrorCode,
-		&acceptedAt, &subAt, &rMethod, &rKind, &rToken, &rAnswer, &rErr,
-		&rCode, &rAttempts, &rSolve, &rExpires, &rAccepted,
-		&rSub, &finAt, &rec.Fingerprint, &rProvider, &rPrice, &rAbandoned, &rec.Report, &reportedAt)
-	if err != nil {
-		return captchaq.Record{}, err
-	}
-	rec.Status = captchaq.Status(status)
-	if params != "{}" {
-		if err := json.Unmarshal([]byte(params), &t.Params); err != nil {
-			return captchaq.Record{}, fmt.Errorf("task %q: bad params JSON in store: %w", t.ID, err)
+var decoder = sqlstore.Decoder[sql.NullString, sql.NullString]{
+	Time: parseTime,
+	Abandoned: func(a sql.NullString) ([]string, error) {
+		if !a.Valid {
+			return nil, nil
 		}
-	}
-	times := []struct {
-		dst *time.Time
-		src sql.NullString
-	}{
-		{&t.Deadline, deadline}, {&rec.NotBefore, notBefore}, {&rec.AcceptedAt, acceptedAt}, {&rec.SubmittedAt, subAt},
-		{&rec.ReportedAt, reportedAt},
-	}
-	if rec.Status.Final() {
-		r := &captchaq.Result{
-			ID: t.ID, Status: rec.Status, Method: rMethod.String, Token: rToken.String,
-			Error: rErr.String, ErrorCode: rCode.String, Attempts: int(rAttempts.Int64), SolveSeconds: rSolve.Float64,
-			Provider: rProvider.String, Price: rPrice.Float64,
+		var abandoned []string
+		if err := json.Unmarshal([]byte(a.String), &abandoned); err != nil {
+			return nil, fmt.Errorf("bad result_abandoned JSON in store: %w", err)
 		}
-		if rAbandoned.Valid {
-			if err := json.Unmarshal([]byte(rAbandoned.String), &r.Abandoned); err != nil {
-				return captchaq.Record{}, fmt.Errorf("task %q: bad result_abandoned JSON in store: %w", t.ID, err)
-			}
-		}
-		// A final record's captcha_id is its Result's (the Record's is
-		// only for a task in flight).
-		r.CaptchaID, rec.CaptchaID = rec.CaptchaID, ""
-		r.Kind = provider.Kind(rKind.String)
-		if rAnswer.Valid {
-			r.Answer = json.RawMessage(rAnswer.String)
-		}
-		times = append(times, []struct {
-			dst *time.Time
-			src sql.NullString
-		}{{&r.ExpiresAt, rExpires}, {&r.AcceptedAt, rAccepted}, {&r.SubmittedAt, rSub}, {&r.FinishedAt, finAt}}...)
-		rec.Result = r
-	}
-	for _, tm := range times {
-		if *tm.dst, err = parseTime(tm.src); err != nil {
-			return captchaq.Record{}, fmt.Errorf("task %q: %w", t.ID, err)
-		}
-	}
-	return rec, nil
+		return abandoned, nil
+	},
 }
 
 // statements are the writer's prepared statements.
