@@ -33,6 +33,24 @@ func NewTaskRow(t captchaq.Task, now time.Time) (TaskRow, error) {
 	return TaskRow{Task: t, Params: params, Fingerprint: t.Fingerprint(), AcceptedAt: now.UTC().Round(0)}, nil
 }
 
+// NewTaskRows encodes the tasks of one Enqueue with newRow. A task
+// without an id fails the whole call, with an error that pkg ("sqlite")
+// starts; so does an error of newRow, returned as it is.
+func NewTaskRows[R any](pkg string, tasks []captchaq.Task, newRow func(captchaq.Task) (R, error)) ([]R, error) {
+	rows := make([]R, len(tasks))
+	for i, t := range tasks {
+		if t.ID == "" {
+			return nil, fmt.Errorf("%s: Enqueue: task %d (method %q) has no id: every task needs a unique id", pkg, i, t.Method)
+		}
+		r, err := newRow(t)
+		if err != nil {
+			return nil, err
+		}
+		rows[i] = r
+	}
+	return rows, nil
+}
+
 // normalize makes t what a read of it returns: UTC times, no TTL, nil for
 // empty params.
 func normalize(t captchaq.Task) captchaq.Task {

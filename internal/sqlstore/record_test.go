@@ -2,8 +2,10 @@ package sqlstore
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +190,31 @@ func TestTaskRow(t *testing.T) {
 	want := captchaq.Record{Task: r.Task, Status: captchaq.StatusQueued, Seq: 9, Fingerprint: r.Fingerprint, AcceptedAt: now.UTC()}
 	if diff := cmp.Diff(want, r.Queued(9)); diff != "" {
 		t.Errorf("Queued (-want +got):\n%s", diff)
+	}
+}
+
+// TestNewTaskRows: the rows come in the tasks' order; a task without an
+// id, or an error of newRow, fails the whole call.
+func TestNewTaskRows(t *testing.T) {
+	t.Parallel()
+	id := func(t captchaq.Task) (string, error) { return "row " + t.ID, nil }
+	rows, err := NewTaskRows("sqlite", []captchaq.Task{{ID: "b"}, {ID: "a"}}, id)
+	if err != nil || !slices.Equal(rows, []string{"row b", "row a"}) {
+		t.Errorf("NewTaskRows: %q, %v; want [row b row a], nil", rows, err)
+	}
+	rows, err = NewTaskRows("sqlite", []captchaq.Task{{ID: "a"}, {Method: "turnstile"}}, id)
+	want := `sqlite: Enqueue: task 1 (method "turnstile") has no id: every task needs a unique id`
+	if rows != nil || err == nil || err.Error() != want {
+		t.Errorf("a task without an id: %q, %v; want nil, %s", rows, err, want)
+	}
+	refused := errors.New("refused")
+	rows, err = NewTaskRows("postgres", []captchaq.Task{{ID: "a"}, {ID: "b"}}, func(t captchaq.Task) (string, error) {
+		if t.ID == "b" {
+			return "", refused
+		}
+		return t.ID, nil
+	})
+	if rows != nil || err != refused {
+		t.Errorf("newRow's error: %q, %v; want nil, refused as it is", rows, err)
 	}
 }

@@ -250,24 +250,15 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 	if s.closed.Load() {
 		return nil, nil, ErrClosed
 	}
-	rows := make([]taskRow, len(tasks))
-	for i, t := range tasks {
-		if t.ID == "" {
-			return nil, nil, fmt.Errorf("postgres: Enqueue: task %d (method %q) has no id: every task needs a unique id", i, t.Method)
-		}
-		r, err := newTaskRow(t, now)
-		if err != nil {
-			return nil, nil, err
-		}
-		rows[i] = r
-	}
-	var recs []captchaq.Record
-	var existed []bool
 	if len(tasks) == 0 {
-		return recs, existed, nil
+		return nil, nil, nil
 	}
-	recs = make([]captchaq.Record, len(rows))
-	existed = make([]bool, len(rows))
+	rows, err := sqlstore.NewTaskRows("postgres", tasks, func(t captchaq.Task) (taskRow, error) { return newTaskRow(t, now) })
+	if err != nil {
+		return nil, nil, err
+	}
+	recs := make([]captchaq.Record, len(rows))
+	existed := make([]bool, len(rows))
 	batch := &pgx.Batch{}
 	for _, r := range rows {
 		batch.Queue(insertTask, r.args()...)
@@ -302,7 +293,7 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 		return recs, existed, nil
 	}
 	have := map[string]captchaq.Record{}
-	err := s.each(ctx, "Enqueue", func(r captchaq.Record) error { have[r.Task.ID] = r; return nil },
+	err = s.each(ctx, "Enqueue", func(r captchaq.Record) error { have[r.Task.ID] = r; return nil },
 		selectRecord+` WHERE id = ANY($1)`, known)
 	if err != nil {
 		return nil, nil, err

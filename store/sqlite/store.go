@@ -387,23 +387,22 @@ func (s *Store) Enqueue(ctx context.Context, tasks []captchaq.Task, now time.Tim
 	if s.closed.Load() {
 		return nil, nil, ErrClosed
 	}
-	rows := make([]taskRow, len(tasks))
-	for i, t := range tasks {
-		if t.ID == "" {
-			return nil, nil, fmt.Errorf("sqlite: Enqueue: task %d (method %q) has no id: every task needs a unique id", i, t.Method)
-		}
+	if len(tasks) == 0 {
+		return nil, nil, nil
+	}
+	rows, err := sqlstore.NewTaskRows("sqlite", tasks, func(t captchaq.Task) (taskRow, error) {
 		r, err := newTaskRow(t, now)
 		if err != nil {
-			return nil, nil, fmt.Errorf("sqlite: Enqueue: task %q: %w", t.ID, err)
+			return r, fmt.Errorf("sqlite: Enqueue: task %q: %w", t.ID, err)
 		}
-		rows[i] = r
+		return r, nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	var recs []captchaq.Record
 	var existed []bool
-	if len(tasks) == 0 {
-		return recs, existed, nil
-	}
-	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+	err = s.w.do(ctx, func(ctx context.Context, st *statements) error {
 		recs = make([]captchaq.Record, len(rows))
 		existed = make([]bool, len(rows))
 		for i, r := range rows {
