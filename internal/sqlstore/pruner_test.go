@@ -51,14 +51,42 @@ type pruneReport struct {
 	err error
 }
 
+// prunes keeps, under its lock, the cutoff of each prune and what Pruned
+// was told of each.
+type prunes struct {
+	mu      sync.Mutex
+	cutoffs []time.Time
+	reports []pruneReport
+}
+
+// cutoff records a prune's cutoff and returns how many came before it.
+func (p *prunes) cutoff(before time.Time) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutoffs = append(p.cutoffs, before)
+	return len(p.cutoffs) - 1
+}
+
+func (p *prunes) pruned(n int, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reports = append(p.reports, pruneReport{n, err})
+}
+
+func (p *prunes) seen() ([]time.Time, []pruneReport) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.cutoffs), slices.Clone(p.reports)
+}
+
 // newTestPruner returns a Pruner of the store at /data/q.db, with a
-// retention of an hour, that logs to logs and tells reports of each prune.
-func newTestPruner(interval time.Duration, logs *logLines, reports *[]pruneReport,
+// retention of an hour, that logs to logs and tells seen of each prune.
+func newTestPruner(interval time.Duration, logs *logLines, seen *prunes,
 	prune func(context.Context, time.Time) (int, error)) *Pruner {
 	return NewPruner(PrunerConfig{
 		Prune: prune, Retention: time.Hour, Interval: interval,
 		Logger: slog.New(logs), Name: "test store", Store: slog.String("path", "/data/q.db"),
-		Pruned: func(n int, err error) { *reports = append(*reports, pruneReport{n, err}) },
+		Pruned: seen.pruned,
 	})
 }
 
@@ -70,31 +98,30 @@ func TestPrunerRunsAtStartAndEveryInterval(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
-		var cutoffs []time.Time
 		results := []pruneReport{{n: 2}, {n: 0}, {err: errors.New("disk full")}}
-		var reports []pruneReport
+		seen := &prunes{}
 		logs := &logLines{}
-		p := newTestPruner(10*time.Minute, logs, &reports, func(_ context.Context, before time.Time) (int, error) {
-			r := results[len(cutoffs)]
-			cutoffs = append(cutoffs, before)
+		p := newTestPruner(10*time.Minute, logs, seen, func(_ context.Context, before time.Time) (int, error) {
+			r := results[seen.cutoff(before)]
 			return r.n, r.err
 		})
 		if err := p.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if len(cutoffs) != 1 || !cutoffs[0].Equal(start.Add(-time.Hour)) {
+		if cutoffs, _ := seen.seen(); len(cutoffs) != 1 || !cutoffs[0].Equal(start.Add(-time.Hour)) {
 			t.Fatalf("after Start: prunes with cutoffs %v, want one at %v", cutoffs, start.Add(-time.Hour))
 		}
 		time.Sleep(10*time.Minute - time.Nanosecond) // the fake clock: no prune yet
 		synctest.Wait()
-		if len(cutoffs) != 1 {
+		if cutoffs, _ := seen.seen(); len(cutoffs) != 1 {
 			t.Fatalf("before the interval: %d prunes, want 1", len(cutoffs))
 		}
 		time.Sleep(10*time.Minute + time.Nanosecond)
 		synctest.Wait()
 		p.Stop()
 
+		cutoffs, reports := seen.seen()
 		want := []time.Time{start.Add(-time.Hour), start.Add(-50 * time.Minute), start.Add(-40 * time.Minute)}
 		if !slices.EqualFunc(cutoffs, want, time.Time.Equal) {
 			t.Errorf("cutoffs %v, want %v", cutoffs, want)
@@ -119,8 +146,8 @@ func TestPrunerStopInterruptsPrune(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		logs := &logLines{}
-		var reports []pruneReport
-		p := newTestPruner(time.Minute, logs, &reports, func(ctx context.Context, _ time.Time) (int, error) {
+		seen := &prunes{}
+		p := newTestPruner(time.Minute, logs, seen, func(ctx context.Context, _ time.Time) (int, error) {
 			<-ctx.Done()
 			return 0, ctx.Err()
 		})
@@ -129,7 +156,7 @@ func TestPrunerStopInterruptsPrune(t *testing.T) {
 		}
 		synctest.Wait() // the prune waits for its context
 		p.Stop()
-		if len(reports) != 1 || !errors.Is(reports[0].err, context.Canceled) {
+		if _, reports := seen.seen(); len(reports) != 1 || !errors.Is(reports[0].err, context.Canceled) {
 			t.Errorf("Pruned told %v, want one 0, context.Canceled", reports)
 		}
 		if got := logs.all(); len(got) != 0 {
