@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -260,9 +260,55 @@ type ProviderConfig struct {
 	PollGap time.Duration
 }
 
-var laneNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// laneConfig is the lane p runs as, with threads shared through pool
+// (nil: this process's alone). It is the one place ProviderConfig's
+// fields reach lane.Config, which carries them under the same names.
+func (p ProviderConfig) laneConfig(pool lane.Pool, log *slog.Logger) lane.Config {
+	return lane.Config{
+		Name: p.Name, Provider: p.Provider, Threads: p.Threads, Methods: p.Methods,
+		PricePer1000: p.PricePer1000, SpillAfter: p.SpillAfter, MaxSpendPerHour: p.MaxSpendPerHour,
+		DownAfter: p.DownAfter, Pool: pool, Logger: log,
+	}
+}
 
-func validLaneName(s string) bool { return laneNameRE.MatchString(s) }
+// laneConfigs are the queue's lanes (lane.NewSet): one per
+// Config.Providers entry, or one unnamed lane for Config.Provider,
+// solving CaptchaAI's methods. A fleet shares each provider's threads.
+func (c Config) laneConfigs(fleet Fleet) []lane.Config {
+	ps := c.Providers
+	if len(ps) == 0 {
+		ps = []ProviderConfig{{Provider: c.Provider, Threads: c.Threads, Methods: provider.CaptchaAIMethods, DownAfter: DownAfterDefault}}
+	}
+	cs := make([]lane.Config, len(ps))
+	for i, p := range ps {
+		var pool lane.Pool
+		if fleet != nil {
+			if tp := fleet.Threads(p.Name); tp != nil {
+				pool = tp
+			}
+		}
+		cs[i] = p.laneConfig(pool, c.Logger)
+	}
+	return cs
+}
+
+// pollGapOf is the shortest time between two polls of one task at l on
+// the default scheduler: its own rule, else PollGap.
+func (c Config) pollGapOf(l *lane.Lane) time.Duration {
+	if len(c.Providers) > 0 {
+		return cmp.Or(c.Providers[l.Index()].PollGap, c.PollGap)
+	}
+	return cmp.Or(c.providerGap, c.PollGap)
+}
+
+// pollRuleOf is l's own rule for polling one task (0: none), which a
+// fixed PollInterval keeps too.
+func (c Config) pollRuleOf(l *lane.Lane) time.Duration {
+	if len(c.Providers) > 0 {
+		return c.Providers[l.Index()].PollGap
+	}
+	return publishedPollGap(c.Provider)
+}
 
 // providersWithDefaults fills each provider's defaults.
 func (c Config) providersWithDefaults() Config {
@@ -309,7 +355,7 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 			errs = append(errs, fmt.Errorf("%s: %s", fieldName(i, field), fmt.Sprintf(format, args...)))
 		}
 		switch {
-		case !validLaneName(p.Name):
+		case !lane.ValidName(p.Name):
 			at("Name", "%q must be 1 to 64 letters, digits, '-' or '_'", p.Name)
 		case seen[p.Name]:
 			at("Name", "%q is used twice; give each provider its own name", p.Name)

@@ -2,10 +2,12 @@ package captchaq
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -120,7 +122,7 @@ func TestConfigPollGaps(t *testing.T) {
 	t.Parallel()
 	ruled := ruledProvider{gap: 2 * time.Second}
 	gaps := func(c Config) (gaps, rules []time.Duration) {
-		for _, l := range newLanes(c, nil) {
+		for _, l := range lane.NewSet(c.laneConfigs(nil)).Lanes() {
 			gaps, rules = append(gaps, c.pollGapOf(l)), append(rules, c.pollRuleOf(l))
 		}
 		return gaps, rules
@@ -155,5 +157,50 @@ func TestConfigPollGaps(t *testing.T) {
 		"Providers[1].PollGap: must be at least 1ms, got 1µs; leave it out for the provider's own rule"
 	if err == nil || err.Error() != want {
 		t.Errorf("New: %v\nwant: %s", err, want)
+	}
+}
+
+// laneConfig carries every ProviderConfig field but PollGap (the
+// poller's, pollGapOf) to the lane.Config field of the same name and
+// type (or an interface of the same methods), with its value: the two
+// cannot drift apart.
+func TestLaneConfigCarriesProviderConfig(t *testing.T) {
+	t.Parallel()
+	var p ProviderConfig
+	pv := reflect.ValueOf(&p).Elem()
+	for i := range pv.NumField() {
+		f := pv.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(i + 1))
+		case reflect.Float64:
+			f.SetFloat(float64(i) + 0.5)
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]string{"x"}))
+		case reflect.Map:
+			f.Set(reflect.ValueOf(map[string]float64{"x": 1}))
+		case reflect.Interface:
+			f.Set(reflect.ValueOf(nopProvider{}))
+		default:
+			t.Fatalf("ProviderConfig.%s: a %s; fill it here", pv.Type().Field(i).Name, f.Kind())
+		}
+	}
+	lc := reflect.ValueOf(p.laneConfig(nil, nil))
+	for i := range pv.NumField() {
+		name := pv.Type().Field(i).Name
+		if name == "PollGap" {
+			continue
+		}
+		got, want := lc.FieldByName(name), pv.Field(i).Type()
+		// Provider is an interface of the same methods on both sides.
+		if !got.IsValid() || got.Type() != want && !(want.Implements(got.Type()) && got.Type().Implements(want)) {
+			t.Errorf("lane.Config has no field %s of ProviderConfig's type", name)
+			continue
+		}
+		if !reflect.DeepEqual(got.Interface(), pv.Field(i).Interface()) {
+			t.Errorf("lane.Config.%s = %v, want ProviderConfig's %v", name, got, pv.Field(i))
+		}
 	}
 }

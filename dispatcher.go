@@ -15,7 +15,7 @@ import (
 // without a wake (zero: only on wake): it expires tasks past their
 // deadline, starts the probes of a provider that is down, takes the
 // lanes' free slots for the waiting tasks (dispatch.Fill, lanes in order
-// of preference: see routeDecision), tells each lane's pool its demand and
+// of preference: see lane.Set.Route), tells each lane's pool its demand and
 // starts one submit per slot taken.
 func (q *Queue) pass() time.Time {
 	now := q.now()
@@ -26,13 +26,13 @@ func (q *Queue) pass() time.Time {
 	)
 	q.table.Do(func(tx table) {
 		expired = tx.Waiting().Expired(now)
-		next = q.probes(now)
+		next = q.lanes.Probes(now, q.probe)
 		soonest := func(t time.Time) {
 			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 				next = t
 			}
 		}
-		launch = dispatch.Fill(q.lanes, tx.Waiting(), now, q.waiting, soonest)
+		launch = dispatch.Fill(q.lanes.Lanes(), tx.Waiting(), now, q.waiting, soonest)
 		for _, job := range launch {
 			st := job.Value
 			st.slot, st.lane, st.price = true, job.Lane, job.Price
@@ -44,7 +44,7 @@ func (q *Queue) pass() time.Time {
 		// counts the task busy) was overwritten by a count read before
 		// it, and the pool could give back the adopted task's thread
 		// for another worker to submit on (TestFleetSharesOnePlan).
-		for _, dm := range dispatch.Demands(q.lanes, tx.Waiting(), now, q.waiting, soonest) {
+		for _, dm := range dispatch.Demands(q.lanes.Lanes(), tx.Waiting(), now, q.waiting, soonest) {
 			dm.Pool.Want(dm.Busy, dm.Waiting)
 		}
 	})

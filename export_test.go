@@ -4,10 +4,8 @@ package captchaq
 // carry ("" for Config.Provider): what that provider is given, and all
 // it is given.
 func (q *Queue) PingbackURLOf(name string) string {
-	for _, l := range q.lanes {
-		if l.Name() == name {
-			return q.pingbackURL(l)
-		}
+	if l := q.lanes.Named(name); l != nil {
+		return q.pingbackURL(l)
 	}
 	return ""
 }

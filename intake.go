@@ -44,7 +44,7 @@ func (q *Queue) checkStored(t Task) provider.Checked {
 // checkedFor is the providers the queue validates tasks for: none (the
 // one Provider's rules) or Config.Providers.
 func (q *Queue) checkedFor() []ProviderConfig {
-	if q.single {
+	if q.lanes.Single() {
 		return nil
 	}
 	return q.cfg.Providers

@@ -122,7 +122,7 @@ func (c *counters) record(r Result, ready, delivered time.Time) {
 func (q *Queue) Metrics() Metrics {
 	now := q.now()
 	var reqs int64
-	for _, l := range q.lanes {
+	for _, l := range q.lanes.Lanes() {
 		if rc, ok := l.Provider().(interface{ Requests() int64 }); ok {
 			reqs += rc.Requests()
 		}
@@ -146,14 +146,14 @@ func (q *Queue) Metrics() Metrics {
 		waiting := tally.NewWaiting()
 		tx.Waiting().Each(func(it sched.Item[*taskState]) { waiting.Add(it.Priority, it.Enqueued) })
 		m.DepthByPriority, m.OldestWaitingSeconds = waiting.ByPriority, waiting.OldestSeconds(now)
-		for _, l := range q.lanes {
+		for _, l := range q.lanes.Lanes() {
 			dropped = append(dropped, q.pingbackByLane[l].dropped)
 		}
 	})
 	if p := q.pausedNow(now); p != nil {
 		m.Paused, m.PausedReason = true, p.Error()
 	}
-	for i, l := range q.lanes {
+	for i, l := range q.lanes.Lanes() {
 		s := l.Stats(now)
 		pm := ProviderMetrics{
 			Name: l.Name(), Threads: s.Threads, ThreadsInUse: s.InUse, Window: s.Window,

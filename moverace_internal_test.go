@@ -111,7 +111,7 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 	}{
 		{name: "pingback served during the move", duringMove: func(q *Queue, _ *taskState) {
 			rec := httptest.NewRecorder()
-			q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", q.pingbackURL(q.lanes[0])+"&id=A1&code="+tokenA, nil))
+			q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", q.pingbackURL(q.lanes.Lanes()[0])+"&id=A1&code="+tokenA, nil))
 		}},
 		{name: "pingback looked up before the move, finished during it", duringMove: func(q *Queue, st *taskState) {
 			q.pingbackArrived(st, "A1", pingback{answer: provider.Answer{Raw: tokenA, Token: tokenA}, at: time.Now()})
@@ -182,7 +182,7 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 				if tasks != 0 || inflight != 0 || byID != 0 {
 					t.Errorf("left behind: %d tasks, %d in flight, %d provider ids; want none", tasks, inflight, byID)
 				}
-				for _, l := range q.lanes {
+				for _, l := range q.lanes.Lanes() {
 					if n := l.Limiter.InUse(); n != 0 {
 						t.Errorf("lane %s: %d threads still taken, want 0", l.Name(), n)
 					}
@@ -220,7 +220,7 @@ func TestPingbackForAnIDTwoProvidersShare(t *testing.T) {
 			t.Fatalf("%d in flight, %d submits at a, %d at b; want one X1 at each", inflight, a.submitted(), b.submitted())
 		}
 		rec := httptest.NewRecorder()
-		q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", q.pingbackURL(q.lanes[0])+"&id=X1&code=token-from-a-pingback", nil))
+		q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", q.pingbackURL(q.lanes.Lanes()[0])+"&id=X1&code=token-from-a-pingback", nil))
 		byProvider := map[string]string{}
 		for range 2 {
 			select {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -125,15 +124,12 @@ func (q *Queue) pingbackURL(l *lane.Lane) string {
 func (q *Queue) PingbackHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		query := r.URL.Query()
-		l := q.lanes[0]
-		if !q.single {
-			name := query.Get("provider")
-			i := slices.IndexFunc(q.lanes, func(o *lane.Lane) bool { return o.Name() == name })
-			if i < 0 {
+		l := q.lanes.Lanes()[0]
+		if !q.lanes.Single() {
+			if l = q.lanes.Named(query.Get("provider")); l == nil {
 				http.Error(w, "provider names none of the queue's providers", http.StatusBadRequest)
 				return
 			}
-			l = q.lanes[i]
 		}
 		cb := q.pingbackByLane[l]
 		if !hmac.Equal([]byte(query.Get("sig")), []byte(cb.sig)) {

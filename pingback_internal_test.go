@@ -42,7 +42,7 @@ func TestEarlyPingbackKeptSeconds(t *testing.T) {
 		b := &scriptedLane{prefix: "Y", poll: answerAll("token-polled-at-b")}
 		results := make(chan Result, 4)
 		q := startTwoLanes(t, NewMemoryStore(MemoryStoreConfig{}), a, b, results)
-		aURL := q.pingbackURL(q.lanes[0])
+		aURL := q.pingbackURL(q.lanes.Lanes()[0])
 
 		// X1 answered 1 ns before the TTL ends: applied.
 		if code, body := servePingback(q, aURL, "X1", "token-early"); code != http.StatusOK || body != "OK" {
@@ -84,7 +84,7 @@ func TestEarlyPingbacksBoundedPerProvider(t *testing.T) {
 		b := &scriptedLane{prefix: "Y", poll: answerAll("token-polled-at-b")}
 		results := make(chan Result, 4)
 		q := startTwoLanes(t, NewMemoryStore(MemoryStoreConfig{}), a, b, results)
-		aURL, bURL := q.pingbackURL(q.lanes[0]), q.pingbackURL(q.lanes[1])
+		aURL, bURL := q.pingbackURL(q.lanes.Lanes()[0]), q.pingbackURL(q.lanes.Lanes()[1])
 		for i := range earlyPingbacksMax + 1 {
 			if code, _ := servePingback(q, bURL, fmt.Sprintf("never%d", i), "token-flood"); code != http.StatusOK {
 				t.Fatalf("pingback %d at b: %d", i, code)
@@ -95,7 +95,7 @@ func TestEarlyPingbacksBoundedPerProvider(t *testing.T) {
 		}
 		var keptA, keptB int
 		q.table.Do(func(table) {
-			keptA, keptB = len(q.pingbackByLane[q.lanes[0]].early), len(q.pingbackByLane[q.lanes[1]].early)
+			keptA, keptB = len(q.pingbackByLane[q.lanes.Lanes()[0]].early), len(q.pingbackByLane[q.lanes.Lanes()[1]].early)
 		})
 		m := q.Metrics().Providers
 		if keptA != 1 || keptB != earlyPingbacksMax || m[0].EarlyPingbacksDropped != 0 || m[1].EarlyPingbacksDropped != 1 {
@@ -124,7 +124,7 @@ func TestPingbackNeedsItsProvidersSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		aSig, bSig := q.pingbackByLane[q.lanes[0]].sig, q.pingbackByLane[q.lanes[1]].sig
+		aSig, bSig := q.pingbackByLane[q.lanes.Lanes()[0]].sig, q.pingbackByLane[q.lanes.Lanes()[1]].sig
 		altered := aSig[:len(aSig)-1] + map[bool]string{true: "1", false: "0"}[aSig[len(aSig)-1] == '0']
 		const noSig = "sig is missing or not the provider's: give each provider the pingback URL its submits carry\n"
 		for what, u := range map[string]string{
@@ -141,7 +141,7 @@ func TestPingbackNeedsItsProvidersSecret(t *testing.T) {
 		if len(results) != 0 || q.table.Counts().InFlight != 1 {
 			t.Fatalf("after the forged pingbacks: %d results, %d in flight; want none, t1", len(results), q.table.Counts().InFlight)
 		}
-		if code, _ := servePingback(q, q.pingbackURL(q.lanes[0]), "X1", "token-from-a-pingback"); code != http.StatusOK {
+		if code, _ := servePingback(q, q.pingbackURL(q.lanes.Lanes()[0]), "X1", "token-from-a-pingback"); code != http.StatusOK {
 			t.Fatalf("a's pingback: %d", code)
 		}
 		if r := nextResult(t, results); r.ID != "t1" || r.Provider != "a" || r.Token != "token-from-a-pingback" {
@@ -167,7 +167,7 @@ func TestPingbackSecretKeysTheURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return []string{q.pingbackURL(q.lanes[0]), q.pingbackURL(q.lanes[1])}
+		return []string{q.pingbackURL(q.lanes.Lanes()[0]), q.pingbackURL(q.lanes.Lanes()[1])}
 	}
 	one, two := []byte("0123456789abcdef"), []byte("0123456789abcdeF")
 	first, again, other, drawn, drawnAgain := urls(one), urls(one), urls(two), urls(nil), urls(nil)

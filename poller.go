@@ -27,11 +27,11 @@ func (q *Queue) newPoller(l *lane.Lane) *poller.Poller[*taskState] {
 func (q *Queue) logPolling() {
 	switch {
 	case q.pollers[0].Adaptive():
-		if q.single {
-			q.log.Info("polling", "schedule", "default", "poll_gap", q.cfg.pollGapOf(q.lanes[0]))
+		if q.lanes.Single() {
+			q.log.Info("polling", "schedule", "default", "poll_gap", q.cfg.pollGapOf(q.lanes.Lanes()[0]))
 			return
 		}
-		for _, l := range q.lanes {
+		for _, l := range q.lanes.Lanes() {
 			q.log.Info("polling", "schedule", "default", "provider", l.Name(), "poll_gap", q.cfg.pollGapOf(l))
 		}
 	case q.cfg.PingbackURL != "":
@@ -81,14 +81,14 @@ func (s laneSink) Refused(st *taskState, captchaID string, err error, at time.Ti
 		}
 		q.finish(st, q.failure(st, attempts, code, err.Error()))
 	case provider.ClassAccount:
-		q.pauseAll(s.l, err, epoch)
+		q.pauseFor(s.l, err, epoch, 0)
 	}
 }
 
 func (s laneSink) RoundFailed(err error, at time.Time, epoch int) {
 	q := s.q
 	if provider.ClassOf(err) == provider.ClassAccount {
-		q.pauseAll(s.l, err, epoch)
+		q.pauseFor(s.l, err, epoch, 0)
 		if s.l.MayGoDown() {
 			// Its answers cannot be fetched: solve them elsewhere.
 			q.moveInflight(s.l, CodeProviderDown, err)
@@ -100,7 +100,7 @@ func (s laneSink) RoundFailed(err error, at time.Time, epoch int) {
 	}
 }
 
-func (s laneSink) Epoch() int { return s.q.epoch() }
+func (s laneSink) Epoch() int { return s.q.pauses.Epoch() }
 
 func (s laneSink) Recovered() { s.q.recovered(s.l) }
 

@@ -38,7 +38,6 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	q := &Queue{
 		cfg:            cfg,
 		fleet:          f,
-		single:         len(cfg.Providers) == 0,
 		log:            cfg.Logger,
 		store:          cfg.Store,
 		journal:        cfg.Store,
@@ -56,20 +55,22 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	}
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
-	q.lanes = newLanes(cfg, f)
+	q.lanes = lane.NewSet(cfg.laneConfigs(f))
 	secret := cfg.PingbackSecret
 	if len(secret) == 0 {
 		secret = make([]byte, 32)
 		rand.Read(secret)
 	}
-	for _, l := range q.lanes {
+	for _, l := range q.lanes.Lanes() {
 		q.pingbackByLane[l] = newLaneCallbacks(secret, l.Name())
 	}
-	q.pauses = lane.NewPauses(q.lanes)
-	q.waiting = dispatch.Tasks[*taskState]{Route: q.routeDecision, Price: priceAt}
-	q.dispatcher = dispatch.New(q.lanes, q.now, q.pass)
+	q.pauses = lane.NewPauses(q.lanes.Lanes())
+	q.waiting = dispatch.Tasks[*taskState]{Route: func(l *lane.Lane, st *taskState, now time.Time) (bool, time.Time) {
+		return q.lanes.Route(l, st.routing(), now)
+	}, Price: priceAt}
+	q.dispatcher = dispatch.New(q.lanes.Lanes(), q.now, q.pass)
 	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.Run)}
-	for _, l := range q.lanes {
+	for _, l := range q.lanes.Lanes() {
 		p := q.newPoller(l)
 		q.pollers = append(q.pollers, p)
 		q.loops = append(q.loops, startstop.New(p.Run))

@@ -32,18 +32,16 @@ import (
 // Create one with New, call Start, Submit tasks, and end with Shutdown (or
 // Close). All methods are safe for concurrent use.
 type Queue struct {
-	cfg   Config
-	fleet Fleet // nil: the queue is not in a fleet
-	// single: a queue of Config.Provider, one unnamed lane solving
-	// CaptchaAI's methods, whose stored captcha ids carry no "name:".
-	single   bool
+	cfg      Config
+	fleet    Fleet // nil: the queue is not in a fleet
 	log      *slog.Logger
 	store    Store
 	journal  Journal // the Store's steps, or the fleet's Journal
 	estimate *latency.Estimator
-	// lanes are the providers, in order of preference; one for
-	// Config.Provider. pollers[i] polls the tasks in flight at lanes[i].
-	lanes   []*lane.Lane
+	// lanes are the providers, in order of preference, and the routing
+	// among them; one unnamed lane for Config.Provider (lanes.Single).
+	// pollers[i] polls the tasks in flight at lane i.
+	lanes   *lane.Set
 	pollers []*poller.Poller[*taskState]
 
 	// runCtx ends on Close or at the end of Shutdown; store writes use a
@@ -54,7 +52,7 @@ type Queue struct {
 
 	dispatcher *dispatch.Loop // runs pass (dispatcher.go); wakeDispatcher wakes it
 	// waiting is what a pass asks of a waiting task: which lanes may
-	// take it (routeDecision) and its price at each (priceAt).
+	// take it (lane.Set.Route) and its price at each (priceAt).
 	waiting dispatch.Tasks[*taskState]
 	loops   []*startstop.Loop // the dispatcher's and each lane poller's run
 
@@ -118,6 +116,14 @@ type taskState struct {
 	resumed bool
 }
 
+// routing is what the lanes' routing (lane.Set.Route) knows of st.
+func (st *taskState) routing() lane.Waiting {
+	return lane.Waiting{Class: st.class, Route: st.route, Kind: st.kind, Since: st.waitingSince, Deadline: st.rec.Task.Deadline}
+}
+
+// priceAt is what one solve of st costs at l (0 on a flat-rate plan).
+func priceAt(l *lane.Lane, st *taskState) float64 { return l.PriceOf(st.route) }
+
 func (q *Queue) now() time.Time { return q.cfg.Now() }
 
 // storeCtx is for store writes: they outlive Close so no checkpoint or
@@ -138,14 +144,14 @@ func (q *Queue) stopping() bool { return q.runCtx.Err() != nil }
 // inside q.table.Do.
 func (q *Queue) register(tx table, r Record, w func(Result, error), pt provider.Checked) *taskState {
 	route := pt.RouteMethod()
-	st := &taskState{rec: r, pt: pt, route: route, class: q.routeClass(route), burst: q.bursts.of(r.AcceptedAt)}
+	st := &taskState{rec: r, pt: pt, route: route, class: q.lanes.Class(route), burst: q.bursts.of(r.AcceptedAt)}
 	st.kind, _ = pt.KindFor(provider.KnownMethods)
 	if w != nil {
 		st.waiters = append(st.waiters, w)
 	}
 	tx.Add(r.Task.ID, st)
 	if r.Status == StatusInFlight && r.CaptchaID != "" {
-		if l, id, ok := q.laneOf(r.CaptchaID); ok {
+		if l, id, ok := q.lanes.Of(r.CaptchaID); ok {
 			l.Limiter.Take()
 			st.slot, st.lane, st.price = true, l, priceAt(l, st)
 			st.rec.CaptchaID = id

@@ -36,7 +36,7 @@ func (q *Queue) submit(st *taskState) {
 		})
 		return
 	}
-	epoch := q.epoch()
+	epoch := q.pauses.Epoch()
 	captchaID, err := l.Submit(q.runCtx, st.pt, q.pingbackURL(l))
 	now := q.now()
 	if err == nil {
@@ -141,7 +141,7 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 			// On a pay-per-solve service this is an empty balance, not a
 			// busy plan: say so instead of retrying silently forever,
 			// unless getbalance shows funds (then it is a busy plan).
-			if state, funds := q.checkAccount(l); state != lane.AccountFine || funds <= 0 {
+			if state, funds := l.CheckAccount(q.runCtx); state != lane.AccountFine || funds <= 0 {
 				q.pauseFor(l, err, epoch, zeroBalancePause)
 			}
 		}
@@ -174,7 +174,7 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 func (q *Queue) accountRefused(st *taskState, err error, code string, epoch int) {
 	attempts := st.rec.Attempts
 	l := st.lane
-	switch state, _ := q.checkAccount(l); state {
+	switch state, _ := l.CheckAccount(q.runCtx); state {
 	case lane.AccountFine:
 		q.log.Warn("account error on one task's submit while the account checks fine: the task fails alone", "id", st.rec.Task.ID, "code", code)
 		q.finish(st, q.failure(st, attempts+1, CodeAccountErrorTask, fmt.Sprintf(
@@ -188,7 +188,7 @@ func (q *Queue) accountRefused(st *taskState, err error, code string, epoch int)
 			return
 		}
 	}
-	q.pauseAll(l, err, epoch)
+	q.pauseFor(l, err, epoch, 0)
 	q.requeue(st, attempts, time.Time{}, code, err)
 }
 

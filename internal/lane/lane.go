@@ -47,8 +47,11 @@ type balancer interface {
 }
 
 // Config is one lane, with its defaults already filled in by the queue.
+// Name through DownAfter are the fields of the queue's ProviderConfig of
+// the same names, copied from it in one place (the root's laneConfigs).
 type Config struct {
-	// Index is the lane's place in the queue's order of preference.
+	// Index is the lane's place in the queue's order of preference
+	// (NewSet sets it).
 	Index int
 	// Name names it in results, logs and stored captcha ids; empty for a
 	// queue of one Config.Provider.
@@ -64,7 +67,7 @@ type Config struct {
 	DownAfter       time.Duration
 	Pool            Pool // nil: the threads are this process's alone
 	// MayGoDown: failing longer than DownAfter takes the lane out of
-	// routing. Only a queue of several lanes sets it.
+	// routing. NewSet sets it for a set of several lanes.
 	MayGoDown bool
 	Logger    *slog.Logger
 }
@@ -535,15 +538,21 @@ const (
 	AccountRefused
 )
 
-// CheckAccount asks the provider for the balance with the configured key:
-// an answer means the account works (and says its funds); an
-// account-class error means it does not; anything else (no Balance
-// method, network) cannot tell.
+// accountCheckTimeout bounds a getbalance that confirms an account error,
+// and a probe's request.
+const accountCheckTimeout = 30 * time.Second
+
+// CheckAccount asks the provider for the balance with the configured key,
+// within accountCheckTimeout: an answer means the account works (and says
+// its funds); an account-class error means it does not; anything else (no
+// Balance method, network) cannot tell.
 func (l *Lane) CheckAccount(ctx context.Context) (AccountState, float64) {
 	b, ok := l.prov.(balancer)
 	if !ok {
 		return AccountUnknown, 0
 	}
+	ctx, cancel := context.WithTimeout(ctx, accountCheckTimeout)
+	defer cancel()
 	funds, err := b.Balance(ctx)
 	switch {
 	case err == nil:
@@ -556,10 +565,20 @@ func (l *Lane) CheckAccount(ctx context.Context) (AccountState, float64) {
 	}
 }
 
-// HasBalance reports whether the provider can read its balance.
-func (l *Lane) HasBalance() bool {
-	_, ok := l.prov.(balancer)
-	return ok
+// Probe asks the provider whether a lane that is down (or paused for
+// good) may come back: its balance, with funds for a priced lane; a
+// provider with no Balance, for an id, where any answer in the protocol
+// will do. Each request is bounded by accountCheckTimeout. The caller
+// ends the probe with ProbeDone(up).
+func (l *Lane) Probe(ctx context.Context) (up bool) {
+	if _, ok := l.prov.(balancer); ok {
+		state, funds := l.CheckAccount(ctx)
+		return state == AccountFine && (!l.Priced() || funds > 0)
+	}
+	ctx, cancel := context.WithTimeout(ctx, accountCheckTimeout)
+	defer cancel()
+	_, err := l.prov.PollMany(ctx, []string{"0"})
+	return err == nil
 }
 
 // Stats returns the lane's counters and state at now.

@@ -1,8 +1,11 @@
 package lane
 
 import (
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/captchaq/captchaq/provider"
 )
 
 // Pauses is a queue's side of its lanes' pauses (each lane keeps its
@@ -51,6 +54,23 @@ func (p *Pauses) allLocked(now time.Time) (*Lane, *Pause) {
 		}
 	}
 	return first, fp
+}
+
+// PauseFor is the pause an account error err calls for at now: the
+// provider's code, until at least d after now, or its RetryAfter when
+// longer; with neither, until Resume (or a probe that answers).
+func PauseFor(err error, d time.Duration, now time.Time) *Pause {
+	var pe *provider.Error
+	errors.As(err, &pe)
+	p := &Pause{Err: err}
+	if pe != nil {
+		p.Code = pe.Code
+		d = max(d, pe.RetryAfter)
+	}
+	if d > 0 {
+		p.Until = now.Add(d)
+	}
+	return p
 }
 
 // Paused is what Set did with a pause.
