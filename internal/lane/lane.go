@@ -6,10 +6,15 @@
 //
 // A Lane owns that state behind its own lock; the queue reads and changes
 // it only through its methods, which never call out (no provider request,
-// no callback) while the lock is held. A queue of one provider is a list
-// of one lane, built with Config.Name empty and Config.MayGoDown false:
-// its captcha ids are stored bare, its pingback URL carries no provider
-// name, and it never leaves routing (there is nowhere else to send).
+// no callback) while the lock is held.
+//
+// A Set is a queue's lanes in order of preference and the routing among
+// them: which lanes solve a task, which may take it now (spill-over,
+// spend cap, fail-over), the lane of a stored captcha id, the probes due.
+// A queue of one provider is a Set of one lane with Config.Name empty: its
+// captcha ids are stored bare, its pingback URL carries no provider name,
+// and it never leaves routing (there is nowhere else to send). Pauses is
+// the queue's side of the lanes' pauses.
 package lane
 
 import (
