@@ -17,7 +17,8 @@ import (
 
 // A TLS key file other users can read (--tls-key, or the local CA's keys
 // kept from an earlier run at 0644) is named at start with the fix, as
-// the clients file is. serve stops at the missing provider key after.
+// the clients file is. serve, given a provider URL, stops at the missing
+// provider key after.
 func TestTLSKeysReadableByOthersAreNamed(t *testing.T) {
 	data := t.TempDir()
 	t.Setenv("XDG_DATA_HOME", data) // the local CA's directory
@@ -29,7 +30,7 @@ func TestTLSKeysReadableByOthersAreNamed(t *testing.T) {
 		defer cancel()
 		var out bytes.Buffer
 		env := &environment{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: noKey}
-		args = append([]string{"serve", "--clients", clients, "--store", "memory", "--listen", "127.0.0.1:0"}, args...)
+		args = append([]string{"serve", "--clients", clients, "--store", "memory", "--listen", "127.0.0.1:0", "--api-url", "http://127.0.0.1:9"}, args...)
 		if code := run(ctx, env, args); code != 2 {
 			t.Fatalf("serve %v without a provider key: exit %d, want 2\n%s", args, code, out.String())
 		}

@@ -101,9 +101,10 @@ func TestSecretFilesReadableByOthersAreNamed(t *testing.T) {
 			}
 		}
 		var out bytes.Buffer
-		// No key at all: serve stops after reading the clients file.
+		// No key, a provider URL: serve stops after reading the clients
+		// file (with no URL either it would solve on the simulator).
 		env := &environment{stdin: strings.NewReader(""), stdout: &out, stderr: &out, getenv: func(string) string { return "" }}
-		if code := run(context.Background(), env, []string{"serve", "--clients", clients, "--store", "memory"}); code != 2 {
+		if code := run(context.Background(), env, []string{"serve", "--clients", clients, "--store", "memory", "--api-url", "http://127.0.0.1:9"}); code != 2 {
 			t.Fatalf("mode %04o: serve without a key: exit %d\n%s", mode, code, out.String())
 		}
 		wantClients := fmt.Sprintf("captchaq: warning: --clients file %s can be read by other users (mode %04o) and it holds every client's key, the admin's too: chmod 600 %s", clients, mode, clients)
