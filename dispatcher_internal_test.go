@@ -66,8 +66,7 @@ func TestDispatcherSleepsWhileDueRetryWaitsForThread(t *testing.T) {
 		}
 		synctest.Wait()
 		before := pool.count()
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
+		testbound.Advance(5 * time.Second)
 		// One pass when the retry's wait ends; none after it while the
 		// thread stays busy.
 		if n := pool.count() - before; n != 1 {
@@ -146,8 +145,7 @@ func TestSpillToAPooledProviderAtSpillAfter(t *testing.T) {
 		if a, b := submits(mainP), submits(backupP); a != 1 || b != 0 {
 			t.Fatalf("at once: %d submits at main, %d at the backup; want 1 and 0", a, b)
 		}
-		time.Sleep(3 * time.Second)
-		synctest.Wait()
+		testbound.Advance(3 * time.Second)
 		if a, b := submits(mainP), submits(backupP); a != 1 || b != 1 {
 			t.Fatalf("after the backup's spill_after: %d submits at main, %d at the backup; want 1 and 1", a, b)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -161,8 +162,7 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 				}
 				// Let every loop run on for a while: a second submit, a
 				// second result or a task left in flight would show.
-				time.Sleep(10 * time.Minute)
-				synctest.Wait()
+				testbound.Advance(10 * time.Minute)
 				if lookedUp == nil {
 					t.Fatal("the task was never in flight at a")
 				}

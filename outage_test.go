@@ -49,7 +49,7 @@ func TestOutageBackoffEndsWhenTheProviderAnswers(t *testing.T) {
 			}
 		}
 
-		time.Sleep(time.Second)
+		testbound.Advance(time.Second)
 		down.Store(false)
 		back := time.Now()
 		fs = append(fs, submitAll(t, b.q, task("c", 5))...)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/captchaq/captchaq/internal/testbound"
 )
 
 // servePingback serves one in.php pingback of id and code at u and
@@ -48,7 +50,7 @@ func TestEarlyPingbackKeptSeconds(t *testing.T) {
 		if code, body := servePingback(q, aURL, "X1", "token-early"); code != http.StatusOK || body != "OK" {
 			t.Fatalf("early pingback: %d %q", code, body)
 		}
-		time.Sleep(earlyPingbackTTL - time.Nanosecond)
+		testbound.Advance(earlyPingbackTTL - time.Nanosecond)
 		if _, err := q.Submit(t.Context(), turnstileTask("t1")); err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +62,7 @@ func TestEarlyPingbackKeptSeconds(t *testing.T) {
 		if code, _ := servePingback(q, aURL, "X2", "token-stale"); code != http.StatusOK {
 			t.Fatalf("early pingback: %d", code)
 		}
-		time.Sleep(earlyPingbackTTL)
+		testbound.Advance(earlyPingbackTTL)
 		if _, err := q.Submit(t.Context(), turnstileTask("t2")); err != nil {
 			t.Fatal(err)
 		}

@@ -59,7 +59,7 @@ func TestPollCadence(t *testing.T) {
 			futures[i] = f
 			// Scatter the submits across the interval so each task starts in
 			// its own phase.
-			time.Sleep(every / 7)
+			testbound.Advance(every / 7)
 		}
 		for i, f := range futures {
 			r, err := f.Wait(testbound.Context(t))

@@ -324,7 +324,7 @@ func TestQueueOrdersBurstLongestFirst(t *testing.T) {
 					t.Fatalf("%s: %v", batch[i].ID, err)
 				}
 			}
-			time.Sleep(2 * burstWindow)
+			testbound.Advance(2 * burstWindow)
 		}
 		testbound.WaitGroup(t, "a result for every task", &wg)
 		want := []string{"img-b", "rc-a", "rc-b", "ts-a", "ts-b", "img-a", "rc-c", "img-c"}

@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
+
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/sched"
 )
@@ -279,11 +281,11 @@ func TestLoop(t *testing.T) {
 			}
 		}
 		step("started", 1)
-		time.Sleep(time.Hour + time.Second)
+		testbound.Advance(time.Hour + time.Second)
 		step("an hour with nothing due", 2) // the idle timer's pass, which said the next is due 10 s later
 		d.Wake()
 		step("woken", 3) // within those 10 s: a wake does not wait for what is due
-		time.Sleep(10 * time.Second)
+		testbound.Advance(10 * time.Second)
 		step("10 s on", 3) // the pass it woke said nothing is due
 		ready <- struct{}{}
 		step("the pool got threads", 4)
@@ -312,13 +314,11 @@ func TestLoopPassesWhenDue(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		go d.Run(ctx)
-		time.Sleep(5*time.Second - time.Millisecond)
-		synctest.Wait()
+		testbound.Advance(5*time.Second - time.Millisecond)
 		if got := p.count(); got != 1 {
 			t.Fatalf("just before due: %d passes, want 1", got)
 		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
+		testbound.Advance(time.Millisecond)
 		if got := p.count(); got != 2 {
 			t.Fatalf("when due: %d passes, want 2", got)
 		}

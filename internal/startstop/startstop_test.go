@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/captchaq/captchaq/internal/testbound"
 )
 
 // TestStartStop: Start runs the function once however often it is called,
@@ -158,11 +160,11 @@ func callTimes(t *testing.T, body periodicBody, firstCall, runFor time.Duration)
 			body(ctx, time.Second, func(context.Context) {
 				calls = append(calls, time.Since(start))
 				if len(calls) == 1 {
-					time.Sleep(firstCall)
+					time.Sleep(firstCall) // the fault: a slow call, in fake time
 				}
 			})
 		}()
-		time.Sleep(runFor)
+		testbound.Advance(runFor)
 		cancel()
 		<-done
 	})

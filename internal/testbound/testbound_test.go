@@ -78,3 +78,25 @@ func TestBoundedWaits(t *testing.T) {
 		}
 	})
 }
+
+// Advance moves the fake clock by exactly its duration and returns once
+// what the move set off has run; outside a bubble it refuses to sleep.
+func TestAdvance(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		fired := make(chan time.Duration, 2)
+		time.AfterFunc(time.Hour, func() { fired <- time.Since(start) })
+		time.AfterFunc(time.Hour+time.Nanosecond, func() { fired <- time.Since(start) })
+		Advance(time.Hour)
+		if took := time.Since(start); took != time.Hour || len(fired) != 1 || <-fired != time.Hour {
+			t.Errorf("after Advance(1h): %v passed, %d timers ran; want 1h and the 1h timer only", took, len(fired))
+		}
+	})
+	defer func() {
+		if recover() == nil {
+			t.Error("Advance outside a bubble returned; want a panic")
+		}
+	}()
+	Advance(time.Hour)
+}
