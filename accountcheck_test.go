@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -72,7 +73,7 @@ func TestTaskThatKeepsDrawingAccountErrorsFailsAlone(t *testing.T) {
 	fs := submitAll(t, b.q, task("bad", 1))
 	b.start(t)
 	for round := 1; round <= 2; round++ {
-		eventually(t, "pause", func() bool {
+		testbound.Until(t, "pause", func() bool {
 			return b.q.Metrics().RetriesByReason["ERROR_KEY_DOES_NOT_EXIST"] == int64(round)
 		})
 		err := b.q.Paused()

@@ -219,20 +219,6 @@ func waitAll(t *testing.T, fs []*captchaq.Future) []captchaq.Result {
 	return out
 }
 
-// eventually waits for cond, checking every few milliseconds, for up to
-// 60 s (a bound that only a hang reaches): for states that have no
-// signal of their own.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func ids(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {

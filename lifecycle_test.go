@@ -22,7 +22,7 @@ func TestResumeInFlightPollsWithoutResubmit(t *testing.T) {
 	b.start(t)
 	submitAll(t, b.q, task("a", 5))
 	ctx := testbound.Context(t)
-	eventually(t, "checkpoint", func() bool {
+	testbound.Until(t, "checkpoint", func() bool {
 		r, err := b.store.Get(ctx, "a")
 		return err == nil && r.Status == captchaq.StatusInFlight
 	})
@@ -69,7 +69,7 @@ func TestResumeUnknownIDSubmitsAgain(t *testing.T) {
 	first.start(t)
 	submitAll(t, first.q, task("a", 5))
 	ctx := testbound.Context(t)
-	eventually(t, "checkpoint", func() bool {
+	testbound.Until(t, "checkpoint", func() bool {
 		r, err := first.store.Get(ctx, "a")
 		return err == nil && r.Status == captchaq.StatusInFlight
 	})
@@ -217,7 +217,7 @@ func TestStreamFuncEndsWhenQueueClosesWhileFull(t *testing.T) {
 			t.Errorf("result %+v after Close, want none", r)
 		})
 	}()
-	eventually(t, "the first task accepted", func() bool {
+	testbound.Until(t, "the first task accepted", func() bool {
 		_, err := b.store.Get(context.Background(), "held")
 		return err == nil
 	})
@@ -351,7 +351,7 @@ func TestCancel(t *testing.T) {
 	ctx := testbound.Context(t)
 	b.start(t)
 	fs := submitAll(t, b.q, task("first", 1), task("second", 5))
-	eventually(t, "first in flight", func() bool {
+	testbound.Until(t, "first in flight", func() bool {
 		r, _ := b.store.Get(ctx, "first")
 		return r.Status == captchaq.StatusInFlight
 	})
@@ -387,7 +387,7 @@ func TestAbandon(t *testing.T) {
 	ctx := testbound.Context(t)
 	b.start(t)
 	fs := submitAll(t, b.q, task("held", 1), task("queued", 5), task("next", 9))
-	eventually(t, "held in flight", func() bool {
+	testbound.Until(t, "held in flight", func() bool {
 		r, _ := b.store.Get(ctx, "held")
 		return r.Status == captchaq.StatusInFlight
 	})
@@ -407,7 +407,7 @@ func TestAbandon(t *testing.T) {
 		}
 	}
 	// The one thread is free again: the last task goes out on it.
-	eventually(t, "next submitted", func() bool { return slices.Equal(b.prov.order(), []string{"held", "next"}) })
+	testbound.Until(t, "next submitted", func() bool { return slices.Equal(b.prov.order(), []string{"held", "next"}) })
 	if err := b.q.Abandon(ctx, "held"); !errors.Is(err, captchaq.ErrFinal) {
 		t.Fatalf("Abandon finished: %v", err)
 	}
@@ -447,7 +447,7 @@ func TestPingbackAnswersWithoutPolling(t *testing.T) {
 		t.Fatalf("statuses %v", got)
 	}
 	// The simulator counts a pingback once our handler has answered it.
-	eventually(t, "10 pingbacks counted", func() bool { return b.srv.Stats().PingbacksSent == 10 })
+	testbound.Until(t, "10 pingbacks counted", func() bool { return b.srv.Stats().PingbacksSent == 10 })
 	st := b.srv.Stats()
 	// 10 submits; polls only as a fallback far past the expected time.
 	m := b.q.Metrics()

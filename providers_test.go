@@ -19,6 +19,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/tasktest"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/provider/createtask"
 	"github.com/captchaq/captchaq/sim"
@@ -307,7 +308,7 @@ func TestProvidersAccountErrorFailsOver(t *testing.T) {
 	}
 	p.main.SetAccount(sim.Account{})
 	// A probe brings main back: the next task goes there.
-	eventually(t, "main back in routing", func() bool { return p.q.Metrics().Providers[0].Healthy })
+	testbound.Until(t, "main back in routing", func() bool { return p.q.Metrics().Providers[0].Healthy })
 	f, err := p.q.Submit(context.Background(), task("after", 0))
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +328,7 @@ func TestProvidersResumeInFlightAtItsProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rec captchaq.Record
-	eventually(t, "the task in flight", func() bool {
+	testbound.Until(t, "the task in flight", func() bool {
 		rec, _ = p.q.Get(context.Background(), "h")
 		return rec.Status == captchaq.StatusInFlight
 	})
@@ -570,7 +571,7 @@ func TestProvidersDownThenBackAfterProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mainSrv.Close()
-	eventually(t, "a probe bringing main back", func() bool { return q.Metrics().Providers[0].Healthy })
+	testbound.Until(t, "a probe bringing main back", func() bool { return q.Metrics().Providers[0].Healthy })
 	if p := solveAt("after"); p != "main" {
 		t.Fatalf("after the probe: solved at %q", p)
 	}
@@ -614,7 +615,7 @@ func TestCreateTaskCallbacksByProvider(t *testing.T) {
 	if shared == 0 {
 		t.Errorf("no task id given out by both providers (%v); the test needs them", ids)
 	}
-	eventually(t, "4 callbacks from each", func() bool { return p.main.Stats().PingbacksSent == 4 && p.backup.Stats().PingbacksSent == 4 })
+	testbound.Until(t, "4 callbacks from each", func() bool { return p.main.Stats().PingbacksSent == 4 && p.backup.Stats().PingbacksSent == 4 })
 	for name, st := range map[string]sim.Stats{"main": p.main.Stats(), "backup": p.backup.Stats()} {
 		if st.Calls.CreateTask != 4 || st.Calls.Submit != 4 || st.Calls.PollSingle+st.Calls.PollBulk != 0 || st.PingbacksFailed != 0 {
 			t.Errorf("%s: %d createTask-protocol calls, %d submits, %d polls, %d failed callbacks; want 4, 4, 0, 0",
@@ -649,7 +650,7 @@ func TestCreateTaskCallbackGuards(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rec captchaq.Record
-	eventually(t, "h in flight at backup", func() bool {
+	testbound.Until(t, "h in flight at backup", func() bool {
 		rec, _ = p.cfg.Store.Get(ctx, "h")
 		return rec.Status == captchaq.StatusInFlight
 	})
@@ -704,7 +705,7 @@ func TestCreateTaskCallbackGuards(t *testing.T) {
 	if status, _ := post(backupURL, `{"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE","errorDescription":"x","taskId":`+taskID+`}`); status != 200 {
 		t.Fatalf("an unsolvable callback: HTTP %d", status)
 	}
-	eventually(t, "a poll of h after its unsolvable callback", func() bool { return p.backup.Stats().Calls.PollSingle > polls })
+	testbound.Until(t, "a poll of h after its unsolvable callback", func() bool { return p.backup.Stats().Calls.PollSingle > polls })
 	unchanged("an unsolvable callback answered by a poll saying processing")
 
 	if status, answer := post(backupURL, ready(taskID, "tok-from-callback")); status != 200 || answer != "OK" {
@@ -753,7 +754,7 @@ func TestProvidersPingbacksByProvider(t *testing.T) {
 		t.Errorf("no captcha id given out by both providers (%v); the test needs them", ids)
 	}
 	// The simulator counts a pingback once our handler has answered it.
-	eventually(t, "4 pingbacks from each", func() bool { return p.main.Stats().PingbacksSent == 4 && p.backup.Stats().PingbacksSent == 4 })
+	testbound.Until(t, "4 pingbacks from each", func() bool { return p.main.Stats().PingbacksSent == 4 && p.backup.Stats().PingbacksSent == 4 })
 	if a, b := p.main.Stats(), p.backup.Stats(); a.Calls.PollBulk+a.Calls.PollSingle+b.Calls.PollBulk+b.Calls.PollSingle != 0 {
 		t.Errorf("%d polls; want none", a.Calls.PollBulk+a.Calls.PollSingle+b.Calls.PollBulk+b.Calls.PollSingle)
 	}

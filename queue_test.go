@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -219,7 +220,7 @@ func TestBadKeyPausesEverythingAndKeepsTasks(t *testing.T) {
 	fs := submitAll(t, b.q, task("a", 5), task("b", 5), task("c", 5))
 	b.start(t)
 	// Every submit answered and requeued: none in progress any more.
-	eventually(t, "pause", func() bool { return b.q.Metrics().RetriesByReason["ERROR_WRONG_USER_KEY"] == 3 })
+	testbound.Until(t, "pause", func() bool { return b.q.Metrics().RetriesByReason["ERROR_WRONG_USER_KEY"] == 3 })
 	err := b.q.Paused()
 	if !errors.Is(err, captchaq.ErrPaused) || !errors.Is(err, provider.ErrWrongUserKey) {
 		t.Fatalf("Paused() = %v", err)
@@ -411,7 +412,7 @@ func TestZeroBalanceStreakPauses(t *testing.T) {
 	b.prov.Provider = shortNoSlot{b.prov.Provider}
 	b.start(t)
 	fs := submitAll(t, b.q, task("a", 5))
-	eventually(t, "pause", func() bool { return b.q.Paused() != nil })
+	testbound.Until(t, "pause", func() bool { return b.q.Paused() != nil })
 	var ae *captchaq.AccountError
 	if err := b.q.Paused(); !errors.As(err, &ae) || ae.Code != "ERROR_ZERO_BALANCE" || ae.Until.IsZero() {
 		t.Fatalf("Paused() = %v", err)

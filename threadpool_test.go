@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -70,7 +71,7 @@ func TestThreadPoolBoundsSubmits(t *testing.T) {
 			captchaq.Config{Threads: 10}, testFleet{pools: map[string]captchaq.ThreadPool{"": pool}})
 		b.start(t)
 		fs := submitAll(t, b.q, task("p0", 5), task("p1", 5), task("p2", 5), task("p3", 5), task("p4", 5), task("p5", 5))
-		eventually(t, "the pool told of six waiting tasks", func() bool {
+		testbound.Until(t, "the pool told of six waiting tasks", func() bool {
 			busy, waiting := pool.demand()
 			return busy == 0 && waiting == 6
 		})
@@ -85,7 +86,7 @@ func TestThreadPoolBoundsSubmits(t *testing.T) {
 		if peak := b.srv.Stats().PeakThreadsInUse; peak != 2 {
 			t.Errorf("peak threads in use at the provider %d, want the pool's 2", peak)
 		}
-		eventually(t, "the pool told the queue is idle", func() bool {
+		testbound.Until(t, "the pool told the queue is idle", func() bool {
 			busy, waiting := pool.demand()
 			return busy == 0 && waiting == 0
 		})
@@ -111,7 +112,7 @@ func TestProviderThreadPools(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, "each pool told of its own waiting tasks", func() bool {
+	testbound.Until(t, "each pool told of its own waiting tasks", func() bool {
 		mb, mw := mainPool.demand()
 		bb, bw := backupPool.demand()
 		return mb == 0 && mw == 3 && bb == 0 && bw == 3

@@ -134,7 +134,7 @@ func TestCreateTaskCallback(t *testing.T) {
 	if m["taskId"] != created["taskId"] || m["status"] != "ready" || len(text) != 4 || strings.Trim(text, "0123456789") != "" {
 		t.Errorf("callback body %v, want task %v ready with 4 digits", m, created["taskId"])
 	}
-	waitFor(t, func() bool { return b.srv.Stats().PingbacksSent == 1 })
+	testbound.Until(t, "the pingback sent", func() bool { return b.srv.Stats().PingbacksSent == 1 })
 }
 
 // TestTaskResultGap: with Config.TaskResultGap, as CapMonster Cloud has it,

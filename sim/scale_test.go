@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -28,6 +29,9 @@ func runLoad(tb testing.TB, srv *sim.Server, threads, total int) sim.Stats {
 	submit := recaptcha()
 	var inFlight []string
 	submitted, fetched := 0, 0
+	ctx := testbound.Context(tb)
+	pace := time.NewTicker(time.Millisecond)
+	defer pace.Stop()
 	for fetched < total {
 		for submitted < total && len(inFlight) < threads {
 			var a answer
@@ -55,7 +59,12 @@ func runLoad(tb testing.TB, srv *sim.Server, threads, total int) sim.Stats {
 			}
 		}
 		if len(still) == len(inFlight) && submitted == total || len(still) == threads {
-			time.Sleep(time.Millisecond) // nothing to do until the next solve
+			// Nothing to do until the next solve: the client's pause.
+			select {
+			case <-pace.C:
+			case <-ctx.Done():
+				tb.Fatalf("%d of %d tasks fetched after %v", fetched, total, testbound.Bound)
+			}
 		}
 		inFlight = still
 	}
@@ -76,7 +85,7 @@ func TestScale(t *testing.T) {
 		t.Fatalf("accepted %d solved %d fetched %d peak %d duplicates %d", st.Accepted, st.Solved, st.Fetched, st.PeakThreadsInUse, st.Duplicates)
 	}
 	// Fetched tasks are forgotten a millisecond after delivery.
-	waitFor(t, func() bool { return srv.Stats().TasksKept == 0 })
+	testbound.Until(t, "no task kept", func() bool { return srv.Stats().TasksKept == 0 })
 }
 
 // BenchmarkLoad runs 5,000 threads through b.N×1000 tasks of reCAPTCHA at

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -212,7 +213,7 @@ func TestPingback(t *testing.T) {
 			t.Fatalf("pingback code for %s differs from the polled token", id)
 		}
 	}
-	waitFor(t, func() bool { return b.srv.Stats().PingbacksSent == 3 })
+	testbound.Until(t, "3 pingbacks sent", func() bool { return b.srv.Stats().PingbacksSent == 3 })
 	for b.poll(t, plain).Status != 1 {
 		// solved within ~25 ms at this scale; each poll is a real round trip
 	}
@@ -239,18 +240,6 @@ func TestPingbackUnsolvable(t *testing.T) {
 	}
 }
 
-// waitFor waits for a condition that a background goroutine makes true.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 20 s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestCloseEndsSlowCalls(t *testing.T) {
 	t.Parallel()
 	srv, base, err := sim.Start(sim.Config{Threads: 5, Faults: sim.Faults{SlowRate: 1, SlowDelay: time.Hour}}, "127.0.0.1:0")
@@ -268,7 +257,7 @@ func TestCloseEndsSlowCalls(t *testing.T) {
 		}
 		slowDone <- err
 	}()
-	waitFor(t, func() bool { return srv.Stats().Faults.Slow == 1 })
+	testbound.Until(t, "one slow fault", func() bool { return srv.Stats().Faults.Slow == 1 })
 	srv.Close() // must not wait the hour
 	<-slowDone
 	srv.Close() // twice is fine

@@ -10,10 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/captchaq/captchaq/internal/testbound"
-
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/sched"
+	"github.com/captchaq/captchaq/internal/testbound"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/captchaq/captchaq/internal/brokertest"
 	"github.com/captchaq/captchaq/internal/pgtest"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/internal/testlock"
 )
 
@@ -93,9 +94,7 @@ func TestDisruptGoesBeforeLaterSharedTakers(t *testing.T) {
 	disrupted := make(chan func())
 	go func() { disrupted <- s.Lock(named{t, "Disruptive"}, syscall.LOCK_EX) }()
 	// The disruptive test waits at the lock, holding the gate.
-	for tryLock(t, s.GateFile, syscall.LOCK_SH) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testbound.Until(t, "the disruptive test holding the gate", func() bool { return !tryLock(t, s.GateFile, syscall.LOCK_SH) })
 	later := make(chan func())
 	go func() { later <- s.Lock(named{t, "Later"}, syscall.LOCK_SH) }()
 	// A subtest of the holder does not wait at the gate: the disruptive

@@ -49,20 +49,16 @@ func newClient(t *testing.T, base, key string) *createtask.Client {
 // pollUntil polls id until it is final.
 func pollUntil(t *testing.T, c *createtask.Client, id string) provider.PollResult {
 	t.Helper()
-	deadline := time.Now().Add(testbound.Bound)
-	for {
+	var r provider.PollResult
+	testbound.Until(t, "task "+id+" final", func() bool {
 		rs, err := c.PollMany(context.Background(), []string{id})
 		if err != nil {
 			t.Fatalf("poll %s: %v", id, err)
 		}
-		if rs[0].Ready || rs[0].Err != nil {
-			return rs[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s not solved in time", id)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		r = rs[0]
+		return r.Ready || r.Err != nil
+	})
+	return r
 }
 
 // Each kind through createTask and getTaskResult gives the answer the
