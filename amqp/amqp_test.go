@@ -652,21 +652,21 @@ func TestPublishSurvivesDroppedConnection(t *testing.T) {
 					published++
 				}
 				mu.Unlock()
-				// Paced: 32 publishes stay in flight across each drop,
-				// and the results queue holds thousands, not the
-				// hundreds of thousands that unpaced publishing piled up
-				// when the drops took seconds each, until the broker's
-				// memory alarm blocked every publisher.
+				// Paced across the cuts: 32 publishes stay in flight
+				// across each drop, and the results queue holds
+				// thousands, not the hundreds of thousands that unpaced
+				// publishing piled up when the drops took seconds each,
+				// until the broker's memory alarm blocked every publisher.
 				time.Sleep(20 * time.Millisecond)
 			}
 		}()
 	}
 	const drops = 5
 	for range drops {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // the fault's beat: the link is up 200 ms between cuts
 		proxy.cut()
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // publishing goes on 200 ms past the last cut
 	close(stop)
 	wg.Wait()
 	for _, err := range failed {

@@ -411,7 +411,9 @@ func TestGatewayEndToEnd(t *testing.T) {
 	// Every task reached the provider once: 5 + 1 + 1 Turnstile for qa,
 	// other and burst, and two reCAPTCHAs.
 	testbound.Until(t, "nine tasks at the simulator", func() bool { return f.sim.Stats().Accepted >= 9 })
-	time.Sleep(100 * time.Millisecond) // room for a wrong tenth submit to show: it cannot make the test pass
+	// The fault looked for is a tenth submit (a task published twice):
+	// it has 100 ms to show. The pause cannot make the test pass.
+	time.Sleep(100 * time.Millisecond)
 	if s := f.sim.Stats(); s.Accepted != 9 || s.Duplicates != 0 {
 		t.Errorf("simulator accepted %d (duplicates %d), want 9 and 0", s.Accepted, s.Duplicates)
 	}
@@ -516,7 +518,7 @@ type slowSubmit struct {
 }
 
 func (s slowSubmit) Submit(ctx context.Context, t captchaq.ValidTask) error {
-	time.Sleep(s.took)
+	time.Sleep(s.took) // the fault: a submit slower than SubmitWait
 	return s.Gateway.Submit(ctx, t)
 }
 

@@ -5,9 +5,9 @@
 // run with a goroutine dump ten minutes later. A state that sends no
 // signal (a child process's answer, a broker queue's depth, a
 // simulator's count) is polled by Eventually or Until, the one poll loop
-// of the tests. Inside a testing/synctest
-// bubble the bound is fake time, which a hang spins through in little
-// real time (a bubble's timers keep firing while a test waits forever).
+// of the tests. Inside a testing/synctest bubble the bound is fake time,
+// which a hang spins through in little real time (a bubble's timers keep
+// firing while a test waits forever), and Advance steps the fake clock.
 package testbound
 
 import (
