@@ -42,6 +42,8 @@ func TestFrontMaxInflightAcrossReplicas(t *testing.T) {
 	var failures []string
 	for g := range senders {
 		wg.Go(func() {
+			retry := time.NewTicker(20 * time.Millisecond) // a refused sender's pace
+			defer retry.Stop()
 			for i := g; ctx.Err() == nil && accepted.Load() < n; i += senders {
 				_, err := inPHP(bases[i%2], frontTask(i))
 				switch {
@@ -49,7 +51,10 @@ func TestFrontMaxInflightAcrossReplicas(t *testing.T) {
 					accepted.Add(1)
 				case strings.Contains(err.Error(), "ERROR_NO_SLOT_AVAILABLE"):
 					refused.Add(1)
-					time.Sleep(20 * time.Millisecond)
+					select {
+					case <-retry.C:
+					case <-ctx.Done():
+					}
 				default:
 					mu.Lock()
 					failures = append(failures, err.Error())
@@ -70,13 +75,13 @@ func TestFrontMaxInflightAcrossReplicas(t *testing.T) {
 	defer conn.Close(context.Background())
 	type span struct{ from, to time.Time }
 	var spans []span
-	for {
-		spans = spans[:0]
+	open := 0
+	if !testbound.Eventually(func() bool {
+		spans, open = spans[:0], 0
 		rows, err := conn.Query(ctx, `SELECT accepted_at, finished_at FROM tasks WHERE tenant = 'qa'`)
 		if err != nil {
 			t.Fatal(err)
 		}
-		open := 0
 		for rows.Next() {
 			var s span
 			var to *time.Time
@@ -93,13 +98,9 @@ func TestFrontMaxInflightAcrossReplicas(t *testing.T) {
 		if err := rows.Err(); err != nil {
 			t.Fatal(err)
 		}
-		if open == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%d of %d tasks unfinished after %v", open, len(spans), testbound.Bound)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return open == 0
+	}) {
+		t.Fatalf("%d of %d tasks unfinished after %v", open, len(spans), testbound.Bound)
 	}
 	if len(spans) < n {
 		t.Fatalf("%d tasks recorded, want at least %d", len(spans), n)

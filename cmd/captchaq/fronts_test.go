@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
@@ -61,6 +60,19 @@ func resPHP(base, id string) (string, error) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return string(body), nil
+}
+
+// resPHPAnswer polls res.php at base for id until it answers other than
+// CAPCHA_NOT_READY or the call fails, and returns that answer.
+func resPHPAnswer(t *testing.T, base, id string) (string, error) {
+	t.Helper()
+	var ans string
+	var err error
+	testbound.Until(t, "res.php "+id+" at "+base+" to answer", func() bool {
+		ans, err = resPHP(base, id)
+		return err != nil || ans != "CAPCHA_NOT_READY"
+	})
+	return ans, err
 }
 
 // siteverifyHost checks token at the simulator's Turnstile siteverify and
@@ -182,14 +194,9 @@ func TestReplicasAreOneFront(t *testing.T) {
 		seen[id] = i
 	}
 	// Each answered by the replica that did not take it.
-	deadline := time.Now().Add(testbound.Bound)
 	for i, id := range ids {
 		other := bases[(i+1)%2]
-		ans, err := resPHP(other, id)
-		for err == nil && ans == "CAPCHA_NOT_READY" && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-			ans, err = resPHP(other, id)
-		}
+		ans, err := resPHPAnswer(t, other, id)
 		token, ok := strings.CutPrefix(ans, "OK|")
 		if err != nil || !ok {
 			t.Fatalf("res.php %s (task %d) at the other replica: %q, %v", id, i, ans, err)
@@ -274,12 +281,7 @@ func TestLocalServeOneActivePerDatabase(t *testing.T) {
 	}
 	m = waitOutput(t, standby, servingRE)
 	base = "http://" + m[1]
-	deadline := time.Now().Add(testbound.Bound)
-	ans, err := resPHP(base, id)
-	for err == nil && ans == "CAPCHA_NOT_READY" && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		ans, err = resPHP(base, id)
-	}
+	ans, err := resPHPAnswer(t, base, id)
 	if token, ok := strings.CutPrefix(ans, "OK|"); err != nil || !ok {
 		t.Fatalf("res.php %s at the standby that took over: %q, %v", id, ans, err)
 	} else if host := siteverifyHost(t, simURL, token); host != "t0.shop.example" {

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
@@ -105,54 +104,48 @@ func TestFrontCoversEveryReplica(t *testing.T) {
 	all := slices.Concat(idsA, idsB)
 	slices.Sort(all)
 	// Every dead letter of the front, at each replica.
-	deadline := time.Now().Add(testbound.Bound)
 	for _, base := range []string{baseA, baseB} {
-		for {
-			status, body := adminCall(t, "GET", base+"/v1/deadletters", nil)
-			var dl struct {
-				DeadLetters []struct {
-					ID     string `json:"id"`
-					Result struct {
-						ErrorCode string `json:"error_code"`
-					} `json:"result"`
-				} `json:"dead_letters"`
-				Total int `json:"total"`
-			}
+		var body []byte
+		var dl struct {
+			DeadLetters []struct {
+				ID     string `json:"id"`
+				Result struct {
+					ErrorCode string `json:"error_code"`
+				} `json:"result"`
+			} `json:"dead_letters"`
+			Total int `json:"total"`
+		}
+		if !testbound.Eventually(func() bool {
+			var status int
+			status, body = adminCall(t, "GET", base+"/v1/deadletters", nil)
 			if status != http.StatusOK || json.Unmarshal(body, &dl) != nil {
 				t.Fatalf("%s/v1/deadletters: %d %s", base, status, body)
 			}
-			if dl.Total == len(all) {
-				var got []string
-				for _, d := range dl.DeadLetters {
-					got = append(got, d.ID)
-					if d.Result.ErrorCode != "EXPIRED" {
-						t.Errorf("%s: dead letter %s failed %q, want EXPIRED", base, d.ID, d.Result.ErrorCode)
-					}
-				}
-				slices.Sort(got)
-				if !slices.Equal(got, all) {
-					t.Errorf("%s lists dead letters %v, want %v", base, got, all)
-				}
-				break
+			return dl.Total == len(all)
+		}) {
+			t.Fatalf("%s lists %d dead letters, want %d: %s", base, dl.Total, len(all), body)
+		}
+		var got []string
+		for _, d := range dl.DeadLetters {
+			got = append(got, d.ID)
+			if d.Result.ErrorCode != "EXPIRED" {
+				t.Errorf("%s: dead letter %s failed %q, want EXPIRED", base, d.ID, d.Result.ErrorCode)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s lists %d dead letters, want %d: %s", base, dl.Total, len(all), body)
-			}
-			time.Sleep(100 * time.Millisecond)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, all) {
+			t.Errorf("%s lists dead letters %v, want %v", base, got, all)
 		}
 	}
 	// /v1/stats at each: the front's dead letters, and the client's
 	// failures whichever replica stored them.
 	for _, base := range []string{baseA, baseB} {
-		for {
-			st := statsOf(t, base)
-			if st.DeadLetters == 4 && len(st.Clients) == 1 && st.Clients[0].Failed == 4 && st.Clients[0].Accepted == 4 && st.Clients[0].Inflight == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s/v1/stats: %+v, want 4 dead letters, 4 accepted and 4 failed, none in flight", base, st)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var st frontStats
+		if !testbound.Eventually(func() bool {
+			st = statsOf(t, base)
+			return st.DeadLetters == 4 && len(st.Clients) == 1 && st.Clients[0].Failed == 4 && st.Clients[0].Accepted == 4 && st.Clients[0].Inflight == 0
+		}) {
+			t.Fatalf("%s/v1/stats: %+v, want 4 dead letters, 4 accepted and 4 failed, none in flight", base, st)
 		}
 	}
 
@@ -170,30 +163,21 @@ func TestFrontCoversEveryReplica(t *testing.T) {
 		t.Fatalf("replay at B: %s, want %d replayed", out, len(idsA))
 	}
 	for _, id := range idsA {
-		for {
-			ans, err := resPHP(baseA, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if strings.HasPrefix(ans, "OK|") {
-				break
-			}
-			if ans != "CAPCHA_NOT_READY" || time.Now().After(deadline) {
-				t.Fatalf("res.php %s at A after the replay at B: %q", id, ans)
-			}
-			time.Sleep(50 * time.Millisecond)
+		ans, err := resPHPAnswer(t, baseA, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(ans, "OK|") {
+			t.Fatalf("res.php %s at A after the replay at B: %q", id, ans)
 		}
 	}
 	for _, base := range []string{baseA, baseB} {
-		for {
-			st := statsOf(t, base)
-			if st.DeadLetters == 2 && len(st.Clients) == 1 && st.Clients[0].Solved == 2 && st.Clients[0].Inflight == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s/v1/stats after the replay: %+v, want 2 dead letters, 2 solved, none in flight", base, st)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var st frontStats
+		if !testbound.Eventually(func() bool {
+			st = statsOf(t, base)
+			return st.DeadLetters == 2 && len(st.Clients) == 1 && st.Clients[0].Solved == 2 && st.Clients[0].Inflight == 0
+		}) {
+			t.Fatalf("%s/v1/stats after the replay: %+v, want 2 dead letters, 2 solved, none in flight", base, st)
 		}
 	}
 
@@ -229,8 +213,10 @@ func TestFrontCoversEveryReplica(t *testing.T) {
 	// replica charts the front's failures and solves, whichever replica
 	// stored them.
 	for _, base := range []string{baseA, baseB} {
-		for {
-			status, body := adminCall(t, "GET", base+"/v1/history", nil)
+		var body []byte
+		if !testbound.Eventually(func() bool {
+			var status int
+			status, body = adminCall(t, "GET", base+"/v1/history", nil)
 			var h struct {
 				SolvedPerMin []*float64 `json:"solved_per_min"`
 				FailedPerMin []*float64 `json:"failed_per_min"`
@@ -238,13 +224,9 @@ func TestFrontCoversEveryReplica(t *testing.T) {
 			if status != http.StatusOK || json.Unmarshal(body, &h) != nil {
 				t.Fatalf("%s/v1/history: %d %s", base, status, body)
 			}
-			if total(h.SolvedPerMin) > 0 && total(h.FailedPerMin) > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s/v1/history charts no solve or no failure: %s", base, body)
-			}
-			time.Sleep(500 * time.Millisecond)
+			return total(h.SolvedPerMin) > 0 && total(h.FailedPerMin) > 0
+		}) {
+			t.Fatalf("%s/v1/history charts no solve or no failure: %s", base, body)
 		}
 	}
 	a.stop(t)

@@ -71,13 +71,13 @@ func startHAProxy(t *testing.T, replicas ...string) string {
 	go func() { cmd.Wait(); close(done) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-done })
 	base := "http://" + addr
-	deadline := time.Now().Add(testbound.Bound)
-	for {
-		resp, err := http.Get(base + "/healthz")
+	if !testbound.Eventually(func() bool {
+		var resp *http.Response
+		resp, err = http.Get(base + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base
+				return true
 			}
 		}
 		select {
@@ -85,11 +85,11 @@ func startHAProxy(t *testing.T, replicas ...string) string {
 			t.Fatalf("haproxy exited: %s", out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("haproxy at %s does not answer /healthz: %v", base, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("haproxy at %s does not answer /healthz: %v", base, err)
 	}
+	return base
 }
 
 // frontRun is what a run of clients through a front saw.
@@ -144,6 +144,16 @@ func runFrontClients(t *testing.T, base, pingback string, n, clients, disruptAft
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
+			// The client's pace between an in.php sent again and between
+			// res.php polls.
+			pace := time.NewTicker(50 * time.Millisecond)
+			defer pace.Stop()
+			beat := func() {
+				select {
+				case <-pace.C:
+				case <-ctx.Done():
+				}
+			}
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= n || ctx.Err() != nil {
@@ -178,7 +188,7 @@ func runFrontClients(t *testing.T, base, pingback string, n, clients, disruptAft
 					run.mu.Lock()
 					run.resent[i]++
 					run.mu.Unlock()
-					time.Sleep(50 * time.Millisecond)
+					beat()
 				}
 				if int(accepted.Add(1)) == disruptAfter {
 					disrupted.Go(func() { defer down(); disrupt(down) })
@@ -201,7 +211,7 @@ func runFrontClients(t *testing.T, base, pingback string, n, clients, disruptAft
 						fail("task %d (%s): res.php answered %d %q", i, id, status, body)
 						return
 					}
-					time.Sleep(50 * time.Millisecond)
+					beat()
 				}
 			}
 		})
@@ -249,22 +259,18 @@ func (run *frontRun) check(t *testing.T, f *processFleet, n int) (paidTwice, une
 // one or none.
 func (run *frontRun) checkPingbacks(t *testing.T, p *pingbackCounter) {
 	t.Helper()
-	deadline := time.Now().Add(testbound.Bound)
-	for {
-		c, missing := p.counts(), 0
+	missing := 0
+	if !testbound.Eventually(func() bool {
+		c := p.counts()
+		missing = 0
 		for i := range run.tokens {
 			if c[run.ids[i]] == 0 {
 				missing++
 			}
 		}
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%d answered tasks had no pingback after %v", missing, testbound.Bound)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+		return missing == 0
+	}) {
+		t.Errorf("%d answered tasks had no pingback after %v", missing, testbound.Bound)
 	}
 	for id, k := range p.counts() {
 		if k != 1 {
@@ -337,7 +343,7 @@ func TestFrontPostgresRestarted(t *testing.T) {
 	const n = 40
 	run := runFrontClients(t, base, pingbacks.url, n, 4, 20, func(down func()) {
 		// The restart stops the server at once, then waits for it to
-		// come back.
+		// come back: the part counts as down 100 ms into the restart.
 		go func() { time.Sleep(100 * time.Millisecond); down() }()
 		if err := pgtest.Restart(); err != nil {
 			t.Error(err)
@@ -415,19 +421,16 @@ func TestNPMClientThroughBalancer(t *testing.T) {
 		addrs = append(addrs, m[1])
 	}
 	// Each replica hears the balance with the worker's next status beat.
-	deadline := time.Now().Add(testbound.Bound)
 	for _, addr := range addrs {
-		for {
-			_, body, err := call(func() (*http.Response, error) {
+		var body string
+		var err error
+		if !testbound.Eventually(func() bool {
+			_, body, err = call(func() (*http.Response, error) {
 				return http.Get("http://" + addr + "/res.php?key=npm-client-key&action=getbalance")
 			})
-			if err == nil && body == "3.5" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("getbalance at %s: %q, %v; want 3.5", addr, body, err)
-			}
-			time.Sleep(100 * time.Millisecond)
+			return err == nil && body == "3.5"
+		}) {
+			t.Fatalf("getbalance at %s: %q, %v; want 3.5", addr, body, err)
 		}
 	}
 	const official = "@2captcha/captcha-solver"

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -140,21 +141,17 @@ func TestNPMCreateTaskClientsAgainstGateway(t *testing.T) {
 	_, base, _ := f.serve(filepath.Join(t.TempDir(), "gw.db"), clients)
 	// getBalance answers once the worker's status beat brought the
 	// balance to the gateway.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var body []byte
+	if !testbound.Eventually(func() bool {
 		resp, err := http.Post(base+"/getBalance", "application/json", strings.NewReader(`{"clientKey":"ct-client-key"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
+		body, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains(string(body), `"balance":3.5`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("getBalance through the gateway: %s a minute after the start, want 3.5", body)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return strings.Contains(string(body), `"balance":3.5`)
+	}) {
+		t.Fatalf("getBalance through the gateway: %s after %v, want 3.5", body, testbound.Bound)
 	}
 	runCreateTaskClients(t, node, base, "ct-client-key", 3.5)
 }

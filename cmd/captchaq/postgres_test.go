@@ -9,11 +9,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/captchaq/captchaq/internal/pgtest"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -109,19 +109,17 @@ func TestServeOnPostgres(t *testing.T) {
 	}
 	answer := func(base, id string) string {
 		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
-		for {
+		var body []byte
+		testbound.Until(t, "res.php "+id+" to answer", func() bool {
 			resp, err := http.Get(base + "/res.php?" + url.Values{"key": {clientKey}, "action": {"get"}, "id": {id}}.Encode())
 			if err != nil {
 				t.Fatal(err)
 			}
-			body, _ := io.ReadAll(resp.Body)
+			body, _ = io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if string(body) != "CAPCHA_NOT_READY" || time.Now().After(deadline) {
-				return string(body)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return string(body) != "CAPCHA_NOT_READY"
+		})
+		return string(body)
 	}
 
 	t.Run("local", func(t *testing.T) {

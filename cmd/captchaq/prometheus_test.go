@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
@@ -182,8 +181,8 @@ scrape_configs:
 	}
 
 	// Every shipped rule is loaded and has been evaluated without error.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var names, bad []string
+	if !testbound.Eventually(func() bool {
 		var data struct {
 			Groups []struct {
 				Rules []struct {
@@ -192,7 +191,7 @@ scrape_configs:
 			} `json:"groups"`
 		}
 		api.get("/api/v1/rules", nil, &data)
-		var names, bad []string
+		names, bad = nil, nil
 		for _, g := range data.Groups {
 			for _, r := range g.Rules {
 				names = append(names, r.Name)
@@ -201,13 +200,9 @@ scrape_configs:
 				}
 			}
 		}
-		if len(names) == 6 && len(bad) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rules loaded %v, not healthy %v, want the 6 of alerts.yml healthy", names, bad)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return len(names) == 6 && len(bad) == 0
+	}) {
+		t.Fatalf("rules loaded %v, not healthy %v, want the 6 of alerts.yml healthy", names, bad)
 	}
 	// Nothing is wrong in this run: no alert is firing or pending.
 	if r := api.query(`ALERTS`); len(r) != 0 {

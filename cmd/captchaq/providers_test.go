@@ -21,6 +21,7 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
 	"github.com/captchaq/captchaq/internal/brokertest"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -121,13 +122,10 @@ func TestServeProviders(t *testing.T) {
 		t.Fatalf("in.php refused hcaptcha: %s", id)
 	}
 	var answer string
-	for range 600 { // event: the answer; the bound only stops a hang
+	testbound.Until(t, "res.php to answer", func() bool {
 		answer = call("/res.php", url.Values{"key": {"client-key-1"}, "action": {"get"}, "id": {id}})
-		if answer != "CAPCHA_NOT_READY" {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return answer != "CAPCHA_NOT_READY"
+	})
 	if !strings.HasPrefix(answer, "OK|") {
 		t.Fatalf("res.php: %s", answer)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/captchaq/captchaq/amqp"
 	"github.com/captchaq/captchaq/internal/brokertest"
+	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -275,12 +276,11 @@ func TestServeAsGatewayProcess(t *testing.T) {
 		t.Errorf("the gateway's command line holds the broker URL: %q", cmdline)
 	}
 	for _, id := range ids {
-		deadline := time.Now().Add(90 * time.Second)
-		ans := get(base2, url.Values{"key": {clientKey}, "action": {"get"}, "id": {id}})
-		for ans == "CAPCHA_NOT_READY" && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
+		var ans string
+		testbound.Until(t, "res.php "+id+" after the restart", func() bool {
 			ans = get(base2, url.Values{"key": {clientKey}, "action": {"get"}, "id": {id}})
-		}
+			return ans != "CAPCHA_NOT_READY"
+		})
 		if token, ok := strings.CutPrefix(ans, "OK|"); !ok || len(token) < 100 {
 			t.Errorf("res.php %s after the restart: %q, want OK|<token>", id, ans)
 		}
