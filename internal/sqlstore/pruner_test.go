@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/captchaq/captchaq/internal/testbound"
 )
 
 // logLines is a slog.Handler that keeps each record as one line:
@@ -112,13 +114,11 @@ func TestPrunerRunsAtStartAndEveryInterval(t *testing.T) {
 		if cutoffs, _ := seen.seen(); len(cutoffs) != 1 || !cutoffs[0].Equal(start.Add(-time.Hour)) {
 			t.Fatalf("after Start: prunes with cutoffs %v, want one at %v", cutoffs, start.Add(-time.Hour))
 		}
-		time.Sleep(10*time.Minute - time.Nanosecond) // the fake clock: no prune yet
-		synctest.Wait()
+		testbound.Advance(10*time.Minute - time.Nanosecond) // no prune yet
 		if cutoffs, _ := seen.seen(); len(cutoffs) != 1 {
 			t.Fatalf("before the interval: %d prunes, want 1", len(cutoffs))
 		}
-		time.Sleep(10*time.Minute + time.Nanosecond)
-		synctest.Wait()
+		testbound.Advance(10*time.Minute + time.Nanosecond)
 		p.Stop()
 
 		cutoffs, reports := seen.seen()
