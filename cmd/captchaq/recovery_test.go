@@ -48,12 +48,15 @@ func TestRecoveryRestart(t *testing.T) {
 // result publish whose channel died before its confirm is sent again
 // (the first may have been taken), and a broker stopped in the middle of
 // a commit may keep its result and lose its ack (RabbitMQ does not make
-// a transaction atomic across a restart), so the checkpoint comes back
-// and its adopter answers again from the same captcha id. Each copy is
-// the same answer (collect and the gateway keep one of each task's
-// results) of a task answered at that moment, so the plan's threads
-// bound them. A SIGKILLed worker sends nothing again: none.
-const answersOnTheirWay = bench.FleetThreadsDefault
+// a transaction atomic), so the checkpoint comes back and its adopter
+// answers again from the same captcha id. Each copy is the same answer
+// (collect and the gateway keep one of each task's results) of a task a
+// worker held as the connection died: a group commit stalled by a
+// stopping broker may carry many, so the tasks the fleet holds at once
+// (each worker's prefetch, its threads + WorkerPrefetchExtra) bound
+// them; one restart counted 8. A SIGKILLed worker sends nothing again:
+// none. A task given two different answers is never allowed.
+const answersOnTheirWay = bench.FleetWorkersDefault * (bench.FleetThreadsDefault + amqp.WorkerPrefetchExtra)
 
 // silentPaidTwice bounds the second solves of a worker cut off or stopped
 // without its connection closing: a submit on its way when it fell silent
