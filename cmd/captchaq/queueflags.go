@@ -106,11 +106,9 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 		useSim = true
 		fmt.Fprintln(env.stderr, "captchaq: no CAPTCHAAI_KEY set: solving against the built-in simulator (set CAPTCHAAI_KEY to use CaptchaAI)")
 	}
-	threads := *qf.threads
-	if threads == 0 && *qf.plan != "" {
-		if threads, err = provider.PlanThreads(*qf.plan); err != nil {
-			return nil, usageError(fmt.Errorf("--plan: %w", err))
-		}
+	threads, err := planThreads(*qf.threads, *qf.plan, useSim)
+	if err != nil {
+		return nil, err
 	}
 	st, err := qf.openStore(ctx, env, rt, useSim)
 	if err != nil {
@@ -120,9 +118,6 @@ func (qf *queueFlags) open(ctx context.Context, env *environment) (_ *queueRunti
 	apiURL := *qf.apiURL
 	clientEnv := env
 	if useSim {
-		if threads == 0 {
-			threads = simThreadsDefault
-		}
 		if apiURL, err = rt.startSim(env, threads); err != nil {
 			return nil, err
 		}
@@ -199,6 +194,25 @@ func (rt *queueRuntime) startSim(env *environment, threads int) (string, error) 
 	}
 	rt.closers = append(rt.closers, stop)
 	return base, nil
+}
+
+// planThreads is the threads of --threads, else of --plan, else, against
+// the built-in simulator, the plan it plays (simThreadsDefault); 0 leaves
+// them to the queue's default.
+func planThreads(threads int, plan string, useSim bool) (int, error) {
+	switch {
+	case threads != 0:
+		return threads, nil
+	case plan != "":
+		n, err := provider.PlanThreads(plan)
+		if err != nil {
+			return 0, usageError(fmt.Errorf("--plan: %w", err))
+		}
+		return n, nil
+	case useSim:
+		return simThreadsDefault, nil
+	}
+	return 0, nil
 }
 
 // startBuiltinSim starts the built-in simulator with threads on

@@ -17,7 +17,6 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
-	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/store/postgres"
 )
@@ -319,20 +318,14 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 	if f.providers.path == "" {
 		apiURL, clientEnv := *f.apiURL, env
 		if useSim {
-			threads := *f.threads
-			if threads == 0 && *f.plan == "" {
-				qc.Threads, threads = simThreadsDefault, simThreadsDefault
-			}
-			if threads == 0 {
-				if threads, err = provider.PlanThreads(*f.plan); err != nil {
-					return server.Config{}, nil, nil, usageError(fmt.Errorf("--plan: %w", err))
-				}
+			if qc.Threads, err = planThreads(*f.threads, *f.plan, true); err != nil {
+				return server.Config{}, nil, nil, err
 			}
 			simStore := ""
 			if path != "memory" && !postgres.IsURL(path) {
 				simStore = path
 			}
-			if apiURL, stopSim, err = startBuiltinSim(env, threads, simStore); err != nil {
+			if apiURL, stopSim, err = startBuiltinSim(env, qc.Threads, simStore); err != nil {
 				return server.Config{}, nil, nil, err
 			}
 			clientEnv = simEnv(env)
