@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/pgtest"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
 	"github.com/captchaq/captchaq/store/postgres"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
 // refusingWorker runs a worker whose provider refuses every task for good
