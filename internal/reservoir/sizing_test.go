@@ -126,6 +126,19 @@ type simRun struct {
 	lastRefill, lastSolve             time.Time
 }
 
+// check fails t when fewer than minHit of the draws after the first
+// minute were hits, or more than 10% of the tokens solved aged out.
+func (run simRun) check(t *testing.T, minHit float64) {
+	t.Helper()
+	t.Logf("hits %d of %d after the first minute, %d solved, %d aged out", run.hitsAfterMinute, run.drawsAfterMinute, run.solved, run.expired)
+	if hit := float64(run.hitsAfterMinute) / float64(run.drawsAfterMinute); hit < minHit {
+		t.Errorf("hits after the first minute: %d of %d (%.1f%%), want at least %.0f%%", run.hitsAfterMinute, run.drawsAfterMinute, 100*hit, 100*minHit)
+	}
+	if waste := float64(run.expired) / float64(run.solved); waste > 0.10 {
+		t.Errorf("aged out %d of %d solved (%.1f%%), want at most 10%%", run.expired, run.solved, 100*waste)
+	}
+}
+
 // simulate runs a reservoir of Turnstile tokens (300 s life, 75 s
 // min_life, solves of 2–6 s drawn uniformly) against arrivals, and counts
 // its hits after the first minute, its solves and the tokens that aged
@@ -197,13 +210,7 @@ func TestSteadyDemand(t *testing.T) {
 		arrivals = append(arrivals, at(float64(i)))
 	}
 	run := simulate(arrivals, 1)
-	t.Logf("hits %d of %d after the first minute, %d solved, %d aged out", run.hitsAfterMinute, run.drawsAfterMinute, run.solved, run.expired)
-	if run.hitsAfterMinute != run.drawsAfterMinute {
-		t.Errorf("hits after the first minute: %d of %d, want all", run.hitsAfterMinute, run.drawsAfterMinute)
-	}
-	if waste := float64(run.expired) / float64(run.solved); waste > 0.10 {
-		t.Errorf("aged out %d of %d solved (%.1f%%), want at most 10%%", run.expired, run.solved, 100*waste)
-	}
+	run.check(t, 1)
 	last := arrivals[len(arrivals)-1]
 	if run.lastRefill.After(last) {
 		t.Errorf("a refill started at %v, after the demand stopped at %v", run.lastRefill.Sub(t0), last.Sub(t0))
@@ -221,13 +228,7 @@ func TestPoissonDemand(t *testing.T) {
 		arrivals = append(arrivals, at(s))
 	}
 	run := simulate(arrivals, 3)
-	t.Logf("hits %d of %d after the first minute, %d solved, %d aged out", run.hitsAfterMinute, run.drawsAfterMinute, run.solved, run.expired)
-	if hit := float64(run.hitsAfterMinute) / float64(run.drawsAfterMinute); hit < 0.98 {
-		t.Errorf("hits after the first minute: %d of %d (%.1f%%), want at least 98%%", run.hitsAfterMinute, run.drawsAfterMinute, 100*hit)
-	}
-	if waste := float64(run.expired) / float64(run.solved); waste > 0.10 {
-		t.Errorf("aged out %d of %d solved (%.1f%%), want at most 10%%", run.expired, run.solved, 100*waste)
-	}
+	run.check(t, 0.98)
 }
 
 // TestSteppedDemand: a rate that doubles, then stops.
@@ -240,13 +241,7 @@ func TestSteppedDemand(t *testing.T) {
 		arrivals = append(arrivals, at(120+float64(i)/2))
 	}
 	run := simulate(arrivals, 5)
-	t.Logf("hits %d of %d after the first minute, %d solved, %d aged out", run.hitsAfterMinute, run.drawsAfterMinute, run.solved, run.expired)
-	if hit := float64(run.hitsAfterMinute) / float64(run.drawsAfterMinute); hit < 0.98 {
-		t.Errorf("hits after the first minute: %d of %d (%.1f%%), want at least 98%%", run.hitsAfterMinute, run.drawsAfterMinute, 100*hit)
-	}
-	if waste := float64(run.expired) / float64(run.solved); waste > 0.10 {
-		t.Errorf("aged out %d of %d solved (%.1f%%), want at most 10%%", run.expired, run.solved, 100*waste)
-	}
+	run.check(t, 0.98)
 	if last := arrivals[len(arrivals)-1]; run.lastRefill.After(last) {
 		t.Errorf("a refill started %v after the demand stopped", run.lastRefill.Sub(last))
 	}
