@@ -67,6 +67,9 @@
 //
 // Memory stays flat: a task is forgotten Config.FetchedRetention after its
 // final answer was first delivered, or Config.ResultTTL after it was solved
-// if nobody asks. Solving runs on one timer over a heap of due times, so
-// idle tasks cost no CPU.
+// if nobody asks; a fingerprint (Stats.Duplicates) ResultTTL after its last
+// submit; a token only the demo site could check, twice its lifetime after
+// its solve. Solving runs on one timer over a heap of due times, so idle
+// tasks cost no CPU, and the heap is cleared of the events of forgotten
+// tasks once they outnumber the live ones.
 package sim

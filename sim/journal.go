@@ -130,7 +130,7 @@ func (s *Server) restoreLocked(e journalEntry, now time.Time) {
 	s.nextID = max(s.nextID, t.id+1)
 	s.threadTakenLocked(now)
 	if fp, err := hex.DecodeString(e.Fingerprint); err == nil && len(fp) == 16 {
-		s.st.submissions[[16]byte(fp)]++
+		s.st.submissions.add([16]byte(fp), e.AcceptedAt)
 	}
 	// An overdue solve is done at the timer's first run, at its due time.
 	s.scheduleLocked(event{at: e.DueAt, id: t.id, kind: eventSolve})

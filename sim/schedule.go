@@ -38,12 +38,45 @@ func (h *eventHeap) Pop() any {
 // scheduleLocked adds an event and wakes the timer loop when the event is
 // the new earliest one.
 func (s *Server) scheduleLocked(e event) {
+	s.compactEventsLocked()
 	heap.Push(&s.events, e)
 	if s.events[0] == e {
 		select {
 		case s.wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// compactEventsLocked drops the events that will do nothing once the heap
+// holds more than twice as many events as tasks: a fetched task's forget
+// event replaces the one at ResultTTL, which would otherwise stay in the
+// heap for ResultTTL after the task is gone. A task has at most one live
+// event, so the heap stays within 2 × tasks + 1024 at an amortized O(1).
+func (s *Server) compactEventsLocked() {
+	if len(s.events) <= 2*len(s.tasks)+1024 {
+		return
+	}
+	kept := s.events[:0]
+	for _, e := range s.events {
+		if s.liveLocked(e) {
+			kept = append(kept, e)
+		}
+	}
+	s.events = kept
+	heap.Init(&s.events)
+}
+
+// liveLocked reports whether e still has something to do when due.
+func (s *Server) liveLocked(e event) bool {
+	t := s.tasks[e.id]
+	switch {
+	case t == nil:
+		return false
+	case e.kind == eventSolve:
+		return t.state == statePending
+	default:
+		return t.forgetAt.Equal(e.at)
 	}
 }
 

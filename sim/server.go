@@ -101,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 		wake:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
-	s.st.reset(cfg.Seed)
+	s.st.reset(cfg.Seed, cfg.ResultTTL)
 	if cfg.StateFile != "" {
 		s.mu.Lock()
 		err := s.openJournalLocked(cfg.StateFile)

@@ -25,9 +25,9 @@ const (
 // Siteverify shapes the checks of /turnstile/v0/siteverify and
 // /recaptcha/api/siteverify. A token is accepted once, for the sitekey it
 // was solved for, until its lifetime after it was solved has passed.
-// Tokens are remembered for twice the longer lifetime: an expired or used
-// token is answered timeout-or-duplicate within that time, and
-// invalid-input-response after it.
+// Tokens solved for the demo's sitekeys are remembered for twice the longer
+// lifetime: an expired or used token is answered timeout-or-duplicate
+// within that time, and invalid-input-response after it.
 type Siteverify struct {
 	// TurnstileLifetime default TurnstileLifetimeDefault (300 s).
 	TurnstileLifetime time.Duration
@@ -120,19 +120,30 @@ type tokenBook struct {
 
 // noteSiteLocked records the sitekey and page host of an accepted token
 // task, so that its token can be checked against them.
+// Only tokens for the demo's sitekeys are remembered: siteverify answers
+// invalid-input-response to any other token, remembered or not, so the
+// book holds nothing for a client that never uses the demo site.
 func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
-	if familyOf(kind) == 0 {
+	demo := DemoTurnstile
+	switch familyOf(kind) {
+	case 0:
+		return
+	case familyRecaptcha:
+		demo = DemoRecaptcha
+	}
+	sitekey := q.get("sitekey")
+	if kind != provider.KindTurnstile {
+		sitekey = q.get("googlekey")
+	}
+	if sitekey != demo.SiteKey {
 		return
 	}
 	if s.tokens.pending == nil {
 		s.tokens.pending = make(map[uint64]tokenSite)
 	}
-	site := tokenSite{sitekey: q.get("sitekey")}
-	if kind != provider.KindTurnstile {
-		site.sitekey = q.get("googlekey")
-	}
+	site := tokenSite{sitekey: demo.SiteKey}
 	if u, err := url.Parse(q.get("pageurl")); err == nil {
-		site.hostname = u.Hostname()
+		site.hostname = strings.Clone(u.Hostname()) // not the request body it points into
 	}
 	s.tokens.pending[id] = site
 }

@@ -65,7 +65,8 @@ type Stats struct {
 	SolveSecondsDrawn   float64 `json:"solve_seconds_drawn"`
 	SolveSecondsLongest float64 `json:"solve_seconds_longest"`
 	// Duplicates counts accepted submits whose fingerprint (see
-	// Fingerprint) equals an earlier accepted submit's.
+	// Fingerprint) equals that of a submit accepted less than
+	// Config.ResultTTL before.
 	Duplicates int64 `json:"duplicates"`
 	// PingbacksSent counts pingback calls answered with a 2xx status;
 	// PingbacksFailed those that failed or got another status.
@@ -133,13 +134,13 @@ type statsState struct {
 	delayMax   time.Duration
 	sampler    *rand.Rand // reservoir draws, apart from the main stream
 
-	submissions map[[16]byte]int
+	submissions submissionBook
 }
 
-func (st *statsState) reset(seed uint64) {
+func (st *statsState) reset(seed uint64, window time.Duration) {
 	*st = statsState{
 		sampler:     rand.New(rand.NewPCG(seed, 0x5157_0002)),
-		submissions: make(map[[16]byte]int),
+		submissions: newSubmissionBook(window),
 	}
 }
 
@@ -157,12 +158,11 @@ func (st *statsState) recordDelay(d time.Duration) {
 	}
 }
 
-func (st *statsState) countSubmission(fp [16]byte) {
+func (st *statsState) countSubmission(fp [16]byte, at time.Time) {
 	st.accepted++
-	if st.submissions[fp] > 0 {
+	if st.submissions.add(fp, at) {
 		st.duplicates++
 	}
-	st.submissions[fp]++
 }
 
 // advanceBusyLocked brings the busy integral up to t.
@@ -262,13 +262,14 @@ func (s *Server) ResetStats() {
 	defer s.mu.Unlock()
 	now := s.cfg.Now()
 	s.runDueLocked(now)
-	s.st.reset(s.cfg.Seed)
+	s.st.reset(s.cfg.Seed, s.cfg.ResultTTL)
 	s.st.busyAt = now
 	s.st.peak = s.inUse
 }
 
 // SubmissionsOf returns how many accepted submits had the fingerprint fp
-// (from Fingerprint) since New or ResetStats.
+// (from Fingerprint) since New or ResetStats, counting from the first one
+// after Config.ResultTTL without any.
 func (s *Server) SubmissionsOf(fp string) int {
 	b, err := hex.DecodeString(fp)
 	if err != nil || len(b) != 16 {
@@ -276,5 +277,5 @@ func (s *Server) SubmissionsOf(fp string) int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.st.submissions[[16]byte(b)]
+	return s.st.submissions.count([16]byte(b), s.cfg.Now())
 }

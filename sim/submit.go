@@ -381,7 +381,7 @@ func (s *Server) acceptLocked(spec taskSpec, now time.Time) uint64 {
 	s.recordLocked(t, now.Add(lat), spec.fingerprint)
 	s.tasks[id] = t
 	s.threadTakenLocked(now)
-	s.st.countSubmission(spec.fingerprint)
+	s.st.countSubmission(spec.fingerprint, now)
 	s.st.drawn += lat
 	s.st.longest = max(s.st.longest, lat)
 	s.scheduleLocked(event{at: now.Add(lat), id: id, kind: eventSolve})
