@@ -35,7 +35,24 @@ func (b *submissionBook) add(fp [16]byte, at time.Time) (duplicate bool) {
 	c.last = at.UnixNano()
 	b.byFP[fp] = c
 	b.order = append(b.order, submitAt{fp, c.last})
+	b.compact()
 	return c.n > 1
+}
+
+// compact drops the order entries of submits a later one of the same
+// fingerprint made stale once they outnumber the fingerprints, so that
+// order stays within 2 × fingerprints + 1024 at an amortized O(1).
+func (b *submissionBook) compact() {
+	if len(b.order) <= 2*len(b.byFP)+1024 {
+		return
+	}
+	kept := b.order[:0]
+	for _, o := range b.order {
+		if b.byFP[o.fp].last == o.at {
+			kept = append(kept, o)
+		}
+	}
+	b.order = kept
 }
 
 // count is how many submits of fp the book holds at now.
