@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"math/rand/v2"
@@ -13,7 +14,7 @@ import (
 
 // answerHint is what a task's answer depends on besides its kind.
 type answerHint struct {
-	text     string // GeeTest challenge; Cloudflare Challenge user agent
+	text     string // GeeTest challenge; Turnstile, hCaptcha, Cloudflare Challenge user agent; reCAPTCHA v2 cookies
 	charset  int8   // image: 0 letters and digits, 1 digits, 2 letters
 	min, max int8   // image text length bounds
 }
@@ -42,9 +43,25 @@ func imageHint(q *request) answerHint {
 const defaultUserAgent = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36"
 
 // answer is a solved task's answer text; object answers are JSON objects.
+// userAgent and cookies bind a token: they are answered beside it.
 type answer struct {
-	raw    string
-	object bool
+	raw       string
+	object    bool
+	userAgent string
+	cookies   string
+}
+
+// bindings is a's user agent and cookies as a getTaskResult solution has
+// them, nil when a binds nothing.
+func (a answer) bindings() json.RawMessage {
+	if a.userAgent == "" && a.cookies == "" {
+		return nil
+	}
+	b, _ := json.Marshal(struct {
+		UserAgent string `json:"userAgent,omitempty"`
+		Cookies   string `json:"cookies,omitempty"`
+	}{a.userAgent, a.cookies})
+	return b
 }
 
 const (
@@ -96,9 +113,17 @@ func (s *Server) answerFor(t *task) answer {
 		b, _ := json.Marshal(cells)
 		return answer{raw: string(b)}
 	case provider.KindRecaptchaV2, provider.KindRecaptchaV3:
-		return answer{raw: "03A" + str(tokenSet, 480+rng.IntN(100))}
+		a := answer{raw: "03A" + str(tokenSet, 480+rng.IntN(100))}
+		if t.hint.text != "" {
+			// solved with the task's cookies: they come back with the one
+			// Google sets
+			a.cookies = t.hint.text + "; _GRECAPTCHA=09" + str(tokenSet, 80)
+		}
+		return a
 	case provider.KindTurnstile:
-		return answer{raw: "0." + str(tokenSet, 300+rng.IntN(60)) + "." + str(hexDigits, 64)}
+		return answer{raw: "0." + str(tokenSet, 300+rng.IntN(60)) + "." + str(hexDigits, 64), userAgent: cmp.Or(t.hint.text, s.cfg.UserAgent)}
+	case provider.KindHCaptcha:
+		return answer{raw: str(tokenSet, 280+rng.IntN(40)), userAgent: cmp.Or(t.hint.text, s.cfg.UserAgent)}
 	case provider.KindGeeTest:
 		return object(map[string]string{
 			"geetest_challenge": t.hint.text + str(letters, 2),
@@ -106,10 +131,7 @@ func (s *Server) answerFor(t *task) answer {
 			"geetest_seccode":   str(hexDigits, 32) + "|jordan",
 		})
 	case provider.KindCloudflareChallenge:
-		ua := t.hint.text
-		if ua == "" {
-			ua = defaultUserAgent
-		}
+		ua := cmp.Or(t.hint.text, s.cfg.UserAgent, defaultUserAgent)
 		return object(map[string]string{
 			"cf_clearance": str(tokenSet, 43) + "-" + strconv.FormatInt(t.acceptedAt.Unix(), 10) + "-1.2.1.1-" + str(tokenSet, 200),
 			"user_agent":   ua,

@@ -99,6 +99,14 @@ type Config struct {
 	// not count as a poll. Zero: no such rule (res.php polls keep
 	// PollBan's either way).
 	TaskResultGap time.Duration
+	// UserAgent is the browser user agent the simulated workers solve
+	// Turnstile and hCaptcha tasks with when the task names none, answered
+	// beside the token as 2captcha answers it (res.php json=1's
+	// "useragent", getTaskResult's "userAgent"); a task's own userAgent is
+	// answered back. Empty: such a token comes alone, as CaptchaAI's do. A
+	// Cloudflare Challenge answer always has one: the task's, this, else a
+	// common desktop Chrome's.
+	UserAgent string
 	// Pingback tunes the calls to a task's pingback URL.
 	Pingback Pingback
 

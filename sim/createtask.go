@@ -163,7 +163,7 @@ func (s *Server) ctResult(w http.ResponseWriter, q, in *request, ip string) {
 // readyAnswer is getTaskResult's answer for a solved task (and the body of
 // its callbackUrl POST).
 func (s *Server) readyAnswer(t *task, a answer) map[string]any {
-	var raw json.RawMessage
+	raw := a.bindings()
 	if a.object {
 		raw = json.RawMessage(a.raw)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/captchaq/captchaq/internal/testbound"
-	"github.com/captchaq/captchaq/provider/createtask"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -58,7 +57,7 @@ func TestCreateTaskProtocol(t *testing.T) {
 	ready := b.ct(t, "getTaskResult", `{"clientKey":"`+key+`","taskId":"`+idText+`"}`)
 	sol, _ := ready["solution"].(map[string]any)
 	tok, _ := sol["token"].(string)
-	if ready["errorId"] != 0.0 || ready["status"] != "ready" || !strings.HasPrefix(tok, "0.") || sol["userAgent"] != createtask.DefaultUserAgent {
+	if ready["errorId"] != 0.0 || ready["status"] != "ready" || !strings.HasPrefix(tok, "0.") || sol["userAgent"] != nil {
 		t.Errorf("getTaskResult once solved: %v", ready)
 	}
 	if ready["solveCount"] != 1.0 || ready["endTime"].(float64)-ready["createTime"].(float64) != 10 {

@@ -29,7 +29,11 @@
 // (geetest_challenge, geetest_validate, geetest_seccode), Cloudflare
 // Challenge answers a JSON object (cf_clearance, user_agent), Lemin an object
 // (answer, challenge_id); in plain-text mode those objects are sent as JSON
-// text after "OK|".
+// text after "OK|". A Turnstile or hCaptcha solved with a user agent (the
+// task's, else Config.UserAgent) answers it beside the token in JSON mode
+// ({"status":1,"request":"0.…","useragent":"…"}, getTaskResult's
+// userAgent), and a reCAPTCHA v2 given cookies answers them with Google's
+// _GRECAPTCHA added ("cookies"); plain text and ids= answer the token alone.
 //
 // The same port speaks the JSON createTask protocol (2captcha's API v2,
 // Anti-Captcha, CapMonster Cloud, CapSolver) at the root: POST

@@ -118,6 +118,8 @@ type jsonAnswer struct {
 	Status    int    `json:"status"`
 	Request   any    `json:"request"`
 	ErrorText string `json:"error_text,omitempty"`
+	UserAgent string `json:"useragent,omitempty"`
+	Cookies   string `json:"cookies,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, q *request, v jsonAnswer) {

@@ -179,6 +179,9 @@ func (s *Server) pollOneLocked(w http.ResponseWriter, q *request, ip string, now
 		replyError(w, q, st.code, "")
 	case st.answer.object:
 		replyOK(w, q, json.RawMessage(st.answer.raw), "OK|"+st.answer.raw)
+	case q.json:
+		// what binds the token goes beside it; plain text has no room
+		writeJSON(w, q, jsonAnswer{Status: 1, Request: st.answer.raw, UserAgent: st.answer.userAgent, Cookies: st.answer.cookies})
 	default:
 		replyOK(w, q, st.answer.raw, "OK|"+st.answer.raw)
 	}

@@ -97,7 +97,7 @@ func parseKind(q *request, method string) (spec taskSpec, code, text string) {
 		}
 		spec.kind = tm.kind
 		switch method {
-		case "cloudflare_challenge":
+		case "cloudflare_challenge", "turnstile", "hcaptcha":
 			spec.hint.text = q.get("useragent")
 		case "geetest":
 			spec.hint.text = q.get("challenge")
@@ -123,7 +123,9 @@ func parseKind(q *request, method string) (spec taskSpec, code, text string) {
 			return spec, "ERROR_GOOGLEKEY", ""
 		}
 		spec.kind = provider.KindRecaptchaV2
+		spec.hint.text = q.get("cookies")
 		if strings.EqualFold(q.get("version"), "v3") {
+			spec.hint.text = ""
 			spec.kind = provider.KindRecaptchaV3
 			if ms := q.get("min_score"); ms != "" {
 				if f, err := strconv.ParseFloat(ms, 64); err != nil || f < 0.1 || f > 0.9 {

@@ -114,7 +114,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 
 // simFlags are sim's flags.
 type simFlags struct {
-	addr, key, noSlot, methods, mix                   *string
+	addr, key, noSlot, methods, mix, userAgent        *string
 	threads, banMax                                   *int
 	scale, unsolv, f5xx, fDrop, fSlow, balance, price *float64
 	instant, noBulk, numeric, banOff                  *bool
@@ -125,31 +125,32 @@ type simFlags struct {
 
 func addSimFlags(fs *flag.FlagSet) *simFlags {
 	return &simFlags{
-		addr:     fs.String("addr", simAddrDefault, "listen address, `host:port` (port 0 picks a free one)"),
-		threads:  fs.Int("threads", sim.ThreadsDefault, "plan threads: tasks in progress at once"),
-		key:      fs.String("key", "", "the one valid account key (default: any non-empty key)"),
-		noSlot:   fs.String("no-slot-answer", sim.NoSlotAnswerDefault, "answer when every thread is busy: ERROR_NO_SLOT_AVAILABLE or ERROR_ZERO_BALANCE"),
-		scale:    fs.Float64("latency-scale", sim.LatencyScaleDefault, "multiply every solve time by this `factor` (0.01: a 10 s solve takes 100 ms)"),
-		instant:  fs.Bool("instant", false, "solve every task at once"),
-		unsolv:   fs.Float64("unsolvable-rate", 0, "share of tasks answered ERROR_CAPTCHA_UNSOLVABLE, 0..1"),
-		f5xx:     fs.Float64("fault-5xx", 0, "share of calls answered with an HTML 5xx page, 0..1"),
-		fDrop:    fs.Float64("fault-drop", 0, "share of calls whose connection is dropped, 0..1"),
-		fSlow:    fs.Float64("fault-slow", 0, "share of calls answered late, 0..1"),
-		slow:     fs.Duration("fault-slow-delay", sim.SlowDelayDefault, "delay of a slow answer"),
-		noBulk:   fs.Bool("no-bulk", false, "act like a provider without res.php ids= (bulk polling)"),
-		numeric:  fs.Bool("numeric-ids", false, "send ids in JSON answers as numbers, not strings"),
-		banMax:   fs.Int("poll-ban-max", sim.PollBanMaxDefault, "polls of one id per window before the client's IP is banned"),
-		banWin:   fs.Duration("poll-ban-window", sim.PollBanWindowDefault, "poll-ban counting window"),
-		banFor:   fs.Duration("poll-ban-duration", sim.PollBanDurationDefault, "how long a poll ban lasts"),
-		banOff:   fs.Bool("no-poll-ban", false, "never ban for polling"),
-		ctGap:    fs.Duration("task-result-gap", 0, "answer a getTaskResult sooner than this after the task's last one with ERROR_TOO_MUCH_REQUESTS, as CapMonster Cloud does at 2s (default 0: no such rule)"),
-		seed:     fs.Uint64("seed", 0, "seed of the random source: same seed, same requests, same ids and tokens (default: a new one each run, printed at start)"),
-		balance:  fs.Float64("balance", sim.BalanceDefault, "what getbalance answers"),
-		retained: fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept"),
-		methods:  fs.String("methods", "", "comma-separated in.php `methods` served, others refused as unsupported (default: CaptchaAI's: "+strings.Join(provider.CaptchaAIMethods, ",")+"; e.g. hcaptcha,turnstile,userrecaptcha,base64 for a per-solve service)"),
-		price:    fs.Float64("price", 0, "per-solve provider: 1,000 solves cost this `much` of --balance (default 0: a thread plan)"),
-		tls:      addTLSFlags(fs, "the simulator"),
-		mix:      fs.String("mix", "", "solve times of a `NAME`d task mix of captchaq bench ("+strings.Join(bench.MixNames(), ", ")+"; default: the simulator's own, which the realistic and short mixes use)"),
+		addr:      fs.String("addr", simAddrDefault, "listen address, `host:port` (port 0 picks a free one)"),
+		threads:   fs.Int("threads", sim.ThreadsDefault, "plan threads: tasks in progress at once"),
+		key:       fs.String("key", "", "the one valid account key (default: any non-empty key)"),
+		noSlot:    fs.String("no-slot-answer", sim.NoSlotAnswerDefault, "answer when every thread is busy: ERROR_NO_SLOT_AVAILABLE or ERROR_ZERO_BALANCE"),
+		scale:     fs.Float64("latency-scale", sim.LatencyScaleDefault, "multiply every solve time by this `factor` (0.01: a 10 s solve takes 100 ms)"),
+		instant:   fs.Bool("instant", false, "solve every task at once"),
+		unsolv:    fs.Float64("unsolvable-rate", 0, "share of tasks answered ERROR_CAPTCHA_UNSOLVABLE, 0..1"),
+		f5xx:      fs.Float64("fault-5xx", 0, "share of calls answered with an HTML 5xx page, 0..1"),
+		fDrop:     fs.Float64("fault-drop", 0, "share of calls whose connection is dropped, 0..1"),
+		fSlow:     fs.Float64("fault-slow", 0, "share of calls answered late, 0..1"),
+		slow:      fs.Duration("fault-slow-delay", sim.SlowDelayDefault, "delay of a slow answer"),
+		noBulk:    fs.Bool("no-bulk", false, "act like a provider without res.php ids= (bulk polling)"),
+		numeric:   fs.Bool("numeric-ids", false, "send ids in JSON answers as numbers, not strings"),
+		banMax:    fs.Int("poll-ban-max", sim.PollBanMaxDefault, "polls of one id per window before the client's IP is banned"),
+		banWin:    fs.Duration("poll-ban-window", sim.PollBanWindowDefault, "poll-ban counting window"),
+		banFor:    fs.Duration("poll-ban-duration", sim.PollBanDurationDefault, "how long a poll ban lasts"),
+		banOff:    fs.Bool("no-poll-ban", false, "never ban for polling"),
+		ctGap:     fs.Duration("task-result-gap", 0, "answer a getTaskResult sooner than this after the task's last one with ERROR_TOO_MUCH_REQUESTS, as CapMonster Cloud does at 2s (default 0: no such rule)"),
+		seed:      fs.Uint64("seed", 0, "seed of the random source: same seed, same requests, same ids and tokens (default: a new one each run, printed at start)"),
+		balance:   fs.Float64("balance", sim.BalanceDefault, "what getbalance answers"),
+		retained:  fs.Duration("result-ttl", sim.ResultTTLDefault, "how long an unfetched answer is kept"),
+		methods:   fs.String("methods", "", "comma-separated in.php `methods` served, others refused as unsupported (default: CaptchaAI's: "+strings.Join(provider.CaptchaAIMethods, ",")+"; e.g. hcaptcha,turnstile,userrecaptcha,base64 for a per-solve service)"),
+		userAgent: fs.String("user-agent", "", "the browser `user agent` Turnstile and hCaptcha tokens are answered with when a task names none, as 2captcha answers them (default: none, as CaptchaAI)"),
+		price:     fs.Float64("price", 0, "per-solve provider: 1,000 solves cost this `much` of --balance (default 0: a thread plan)"),
+		tls:       addTLSFlags(fs, "the simulator"),
+		mix:       fs.String("mix", "", "solve times of a `NAME`d task mix of captchaq bench ("+strings.Join(bench.MixNames(), ", ")+"; default: the simulator's own, which the realistic and short mixes use)"),
 	}
 }
 
@@ -182,6 +183,7 @@ func (f *simFlags) config(env *environment) (sim.Config, error) {
 		Balance:        *f.balance,
 		ResultTTL:      *f.retained,
 		PricePer1000:   *f.price,
+		UserAgent:      *f.userAgent,
 		AdminKey:       env.getenv(envSimAdminKey),
 	}
 	if *f.methods != "" {

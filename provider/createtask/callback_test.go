@@ -1,6 +1,7 @@
 package createtask_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -24,7 +25,7 @@ func TestReadCallback(t *testing.T) {
 		{`{"ErrorID":0,"STATUS":"Ready","Solution":{"text":"deditur"},"TaskId":"37223a89-06ed-442c-a0b8-22067b79c5b4"}`,
 			createtask.Callback{TaskID: "37223a89-06ed-442c-a0b8-22067b79c5b4", Ready: true, Answer: provider.Answer{Raw: "deditur", Token: "deditur"}}},
 		{`{"errorId":0,"status":"ready","solution":{"token":"0.tok","userAgent":"UA"},"taskId":5}`,
-			createtask.Callback{TaskID: "5", Ready: true, Answer: provider.Answer{Raw: "0.tok", Token: "0.tok"}}},
+			createtask.Callback{TaskID: "5", Ready: true, Answer: provider.Answer{Raw: `{"token":"0.tok","userAgent":"UA"}`, Token: "0.tok", JSON: json.RawMessage(`{"token":"0.tok","userAgent":"UA"}`)}}},
 		{`{"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE","errorDescription":"x","taskId":5}`, createtask.Callback{TaskID: "5", Code: "ERROR_CAPTCHA_UNSOLVABLE"}},
 		{`{"errorId":16,"errorCode":"ERROR_NO_SUCH_CAPCHA_ID","taskId":5}`, createtask.Callback{TaskID: "5", Code: "ERROR_WRONG_CAPTCHA_ID"}},
 		{`{"errorId":3,"taskId":5}`, createtask.Callback{TaskID: "5", Code: "ERROR_3"}},

@@ -281,8 +281,8 @@ func TestClientServiceVariants(t *testing.T) {
 		t.Fatalf("502 page: %v, want a transient HTTP_5XX", err)
 	}
 	rs, err := c.PollMany(ctx, []string{id})
-	if err != nil || !rs[0].Ready || rs[0].Answer.Token != "0.tok" {
-		t.Fatalf("ready: %+v, %v", rs, err)
+	if err != nil || !rs[0].Ready || rs[0].Answer.Token != "0.tok" || provider.BindingsOf(rs[0].Answer.JSON).UserAgent != "UA" {
+		t.Fatalf("ready: %+v, %v; want the token 0.tok bound to the user agent UA", rs, err)
 	}
 	img, err := c.Submit(ctx, provider.Image{Body: []byte("GIF89a")}.Task(), "")
 	if err != nil {

@@ -562,12 +562,6 @@ func foldParams(p map[string]string) map[string]string {
 	return out
 }
 
-// DefaultUserAgent is a Turnstile or hCaptcha solution's userAgent when
-// neither the answer nor the task names one (a token solved through an
-// in.php service comes without one): a common desktop browser's, which
-// clients that send the solution's user agent with the token can use.
-const DefaultUserAgent = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36"
-
 // Solution is the solution object of an answer of kind k, as the
 // services return it: ImageToTextTask {text}; reCAPTCHA
 // {gRecaptchaResponse, token}; Turnstile {token, userAgent}; hCaptcha
@@ -575,44 +569,48 @@ const DefaultUserAgent = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/
 // {challenge, validate, seccode}; GeeTest v4 the answer's fields
 // (captcha_id, lot_number, pass_token, gen_time, captcha_output). token
 // and raw are the answer (provider.Answer's Token and, for structured
-// answers, its JSON); params are the task's, for its userAgent. Any other
-// kind (a task taken by in.php) answers {token}, with a structured
+// answers or a token with its bindings, its JSON); params are the task's.
+// What the answer binds the token to (provider.BindingsOf: its user
+// agent under any spelling, cookies, proxy) is added as userAgent,
+// cookies and proxy to every kind's solution; a Turnstile or hCaptcha
+// answer without a user agent takes the task's userAgent, and without
+// either has none: a made-up one would be a token the site refuses. Any
+// other kind (a task taken by in.php) answers {token}, with a structured
 // answer's fields beside it.
 func Solution(k provider.Kind, token string, raw json.RawMessage, params map[string]string) map[string]any {
-	ua := func() string {
-		for _, name := range []string{"userAgent", "user_agent"} {
-			if s := objectString(raw, name); s != "" {
-				return s
-			}
-		}
-		if s := foldParams(params)["useragent"]; strings.TrimSpace(s) != "" {
-			return s
-		}
-		return DefaultUserAgent
-	}
+	var out map[string]any
 	switch k {
 	case provider.KindImage:
-		return map[string]any{"text": token}
+		out = map[string]any{"text": token}
 	case provider.KindRecaptchaV2, provider.KindRecaptchaV3:
-		return map[string]any{"gRecaptchaResponse": token, "token": token}
+		out = map[string]any{"gRecaptchaResponse": token, "token": token}
 	case provider.KindHCaptcha:
-		return map[string]any{"gRecaptchaResponse": token, "token": token, "userAgent": ua()}
-	case provider.KindTurnstile:
-		return map[string]any{"token": token, "userAgent": ua()}
-	case provider.KindFunCaptcha:
-		return map[string]any{"token": token}
+		out = map[string]any{"gRecaptchaResponse": token, "token": token}
+	case provider.KindTurnstile, provider.KindFunCaptcha:
+		out = map[string]any{"token": token}
 	case provider.KindGeeTest:
 		doc := geeTestDoc(raw, token)
-		return map[string]any{"challenge": doc["geetest_challenge"], "validate": doc["geetest_validate"], "seccode": doc["geetest_seccode"]}
+		out = map[string]any{"challenge": doc["geetest_challenge"], "validate": doc["geetest_validate"], "seccode": doc["geetest_seccode"]}
+	default:
+		out = map[string]any{}
+		var doc map[string]any
+		if len(raw) > 0 && json.Unmarshal(raw, &doc) == nil {
+			if _, env := doc["request"]; env {
+				// a res.php answer: its request is the token
+				delete(doc, "request")
+				delete(doc, "status")
+			}
+			maps.Copy(out, doc)
+		}
+		if k != provider.KindGeeTestV4 || len(out) == 0 {
+			out["token"] = token
+		}
 	}
-	out := map[string]any{}
-	var doc map[string]any
-	if len(raw) > 0 && json.Unmarshal(raw, &doc) == nil {
-		maps.Copy(out, doc)
+	b := provider.BindingsOf(raw)
+	if b.UserAgent == "" && (k == provider.KindTurnstile || k == provider.KindHCaptcha) {
+		b.UserAgent = strings.TrimSpace(foldParams(params)["useragent"])
 	}
-	if k != provider.KindGeeTestV4 || len(out) == 0 {
-		out["token"] = token
-	}
+	b.AddTo(out, "userAgent")
 	return out
 }
 
@@ -660,7 +658,7 @@ func AnswerOf(k provider.Kind, solution json.RawMessage) (provider.Answer, bool)
 	text := func(names ...string) (provider.Answer, bool) {
 		for _, n := range names {
 			if s, ok := obj.str(n); ok && s != "" {
-				return provider.Answer{Raw: s, Token: s}, true
+				return bound(s, solution), true
 			}
 		}
 		return provider.Answer{}, false
@@ -693,6 +691,19 @@ func AnswerOf(k provider.Kind, solution json.RawMessage) (provider.Answer, bool)
 		return structured(m)
 	}
 	return text("token", "text", "gRecaptchaResponse")
+}
+
+// bound is the answer token of a solution: the solution itself is kept as
+// the answer's JSON when it binds the token to something (a user agent,
+// cookies, a proxy), so those reach the client with the token.
+func bound(token string, solution json.RawMessage) provider.Answer {
+	a := provider.Answer{Raw: token, Token: token}
+	var buf bytes.Buffer
+	if !provider.BindingsOf(solution).Empty() && json.Compact(&buf, solution) == nil {
+		a.Raw = buf.String()
+		a.JSON = json.RawMessage(a.Raw)
+	}
+	return a
 }
 
 func isTrue(v string) bool {

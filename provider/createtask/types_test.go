@@ -213,7 +213,13 @@ func TestSolution(t *testing.T) {
 		{provider.KindRecaptchaV2, "03Aab", nil, nil, `{"gRecaptchaResponse":"03Aab","token":"03Aab"}`},
 		{provider.KindRecaptchaV3, "03Acd", nil, nil, `{"gRecaptchaResponse":"03Acd","token":"03Acd"}`},
 		{provider.KindTurnstile, "0.tt", nil, map[string]string{"userAgent": "MyUA"}, `{"token":"0.tt","userAgent":"MyUA"}`},
-		{provider.KindTurnstile, "0.tt", nil, nil, `{"token":"0.tt","userAgent":"` + DefaultUserAgent + `"}`},
+		{provider.KindTurnstile, "0.tt", nil, nil, `{"token":"0.tt"}`},
+		{provider.KindTurnstile, "0.tt", json.RawMessage(`{"status":1,"request":"0.tt","useragent":"SolvedUA"}`), map[string]string{"userAgent": "MyUA"}, `{"token":"0.tt","userAgent":"SolvedUA"}`},
+		{provider.KindTurnstile, "0.tt", json.RawMessage(`{"token":"0.tt","UserAgent":"SolvedUA"}`), nil, `{"token":"0.tt","userAgent":"SolvedUA"}`},
+		{provider.KindHCaptcha, "P1_x", json.RawMessage(`{"status":1,"request":"P1_x","user_agent":"SolvedUA"}`), nil, `{"gRecaptchaResponse":"P1_x","token":"P1_x","userAgent":"SolvedUA"}`},
+		{provider.KindHCaptcha, "P1_x", nil, nil, `{"gRecaptchaResponse":"P1_x","token":"P1_x"}`},
+		{provider.KindRecaptchaV2, "03Aab", json.RawMessage(`{"gRecaptchaResponse":"03Aab","cookies":{"_GRECAPTCHA":"g1"},"userAgent":"SolvedUA"}`), map[string]string{"userAgent": "MyUA"}, `{"gRecaptchaResponse":"03Aab","token":"03Aab","cookies":{"_GRECAPTCHA":"g1"},"userAgent":"SolvedUA"}`},
+		{provider.KindCloudflareChallenge, "cfv", json.RawMessage(`{"status":1,"request":"cfv","user_agent":"SolvedUA","proxy":"1.2.3.4:8080"}`), nil, `{"token":"cfv","user_agent":"SolvedUA","userAgent":"SolvedUA","proxy":"1.2.3.4:8080"}`},
 		{provider.KindHCaptcha, "P1_x", nil, map[string]string{"useragent": "UA2"}, `{"gRecaptchaResponse":"P1_x","token":"P1_x","userAgent":"UA2"}`},
 		{provider.KindFunCaptcha, "fc|r=1", nil, nil, `{"token":"fc|r=1"}`},
 		{provider.KindGeeTest, string(gt3), gt3, nil, `{"challenge":"c1","validate":"v1","seccode":"s1|jordan"}`},
@@ -237,6 +243,13 @@ func TestSolution(t *testing.T) {
 			wantRaw := tc.token
 			if tc.raw != nil && tc.kind != provider.KindLemin {
 				wantRaw = string(tc.raw)
+			}
+			if !provider.BindingsOf(tc.raw).Empty() {
+				// read back as the token, and the solution that binds it
+				if a.Token != tc.token || !jsonEqual(a.Raw, string(b)) || !cmp.Equal(provider.BindingsOf(a.JSON), provider.BindingsOf(b)) {
+					t.Errorf("read back %+v, want the token %s and the solution %s", a, tc.token, b)
+				}
+				return
 			}
 			if tc.kind == provider.KindLemin {
 				return // an in.php-only kind: the front answers it, no service sends it
