@@ -92,6 +92,17 @@ type TaskView struct {
 	// Report is the client's report on the answer (reportgood or
 	// reportbad on res.php): "good" or "bad", once.
 	Report string `json:"report,omitempty"`
+	// Bindings are what the provider answered the token is bound to
+	// (read from result.answer): send the token with exactly these.
+	Bindings *Bindings `json:"bindings,omitempty"`
+}
+
+// Bindings are a token's user agent, cookies and proxy as the provider
+// answered them (provider.Bindings).
+type Bindings struct {
+	UserAgent string          `json:"user_agent,omitempty"`
+	Cookies   json.RawMessage `json:"cookies,omitempty"`
+	Proxy     json.RawMessage `json:"proxy,omitempty"`
 }
 
 // view shows rec to cs: an admin sees "client/id", others their own id.
@@ -118,6 +129,9 @@ func view(rec captchaq.Record, cs *clientState) TaskView {
 		if res.Expired(time.Now()) {
 			v.Expired = true
 			res.Token, res.Answer = "", nil
+		}
+		if b := provider.BindingsOf(res.Answer); !b.Empty() {
+			v.Bindings = &Bindings{UserAgent: b.UserAgent, Cookies: b.Cookies, Proxy: b.Proxy}
 		}
 		v.Result = &res
 	}

@@ -12,7 +12,7 @@
 //	POST /createTask, /getTaskResult, /getBalance, /reportIncorrect…, /reportCorrect…
 //	                              the JSON createTask protocol, the same tasks and keys
 //	POST   /v1/tasks              one task object or an array (captchaq.Task JSON)
-//	GET    /v1/tasks/{id}         record and result; ?wait=30s long-polls
+//	GET    /v1/tasks/{id}         record, result and its token's bindings; ?wait=30s long-polls
 //	DELETE /v1/tasks/{id}         cancel a queued task
 //	GET    /v1/events             server-sent events: the caller's results
 //	GET    /v1/stats              queue metrics and per-client counts

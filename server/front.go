@@ -34,13 +34,59 @@ func (f frontReply) ok(v string) {
 	f.text("OK|" + v)
 }
 
-// okRaw answers a structured (JSON) answer as the provider does.
-func (f frontReply) okRaw(raw json.RawMessage, token string) {
+// okAnswer answers a solved task whose answer is a JSON document (raw).
+// Plain text is OK|token, which has no room for what binds a token.
+func (f frontReply) okAnswer(token string, raw json.RawMessage) {
 	if f.json {
-		f.write(map[string]any{"status": 1, "request": raw})
+		f.write(resAnswer(token, raw))
 		return
 	}
 	f.text("OK|" + token)
+}
+
+// resAnswer is res.php's json=1 answer for a solved task. A structured
+// answer (GeeTest, a Cloudflare Challenge object) is the request as the
+// provider gave it. A token answered with what binds it is the request,
+// the binding beside it: a res.php answer's own fields verbatim (2captcha's
+// "useragent", CaptchaAI's "user_agent", "cookies"), a createTask
+// solution's as "useragent", "cookies" and "proxy" (provider.BindingsOf).
+func resAnswer(token string, raw json.RawMessage) map[string]any {
+	out := map[string]any{"status": 1, "request": raw}
+	var doc map[string]json.RawMessage
+	if json.Unmarshal(raw, &doc) != nil {
+		return out
+	}
+	if req, ok := doc["request"]; ok {
+		for k, v := range doc {
+			if k != "status" && k != "error_text" {
+				out[k] = v
+			}
+		}
+		out["request"] = req
+		return out
+	}
+	b := provider.BindingsOf(raw)
+	if b.Empty() || !carriesToken(doc, token) {
+		return out
+	}
+	out["request"] = token
+	b.AddTo(out, "useragent")
+	return out
+}
+
+// carriesToken reports whether a getTaskResult solution carries token as
+// its answer (token, gRecaptchaResponse or text, in any letter case).
+func carriesToken(doc map[string]json.RawMessage, token string) bool {
+	for k, v := range doc {
+		switch strings.ToLower(k) {
+		case "token", "grecaptcharesponse", "text":
+			var s string
+			if json.Unmarshal(v, &s) == nil && s == token {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // plain answers a value without the OK| prefix (bulk, balance, reports).
@@ -473,7 +519,7 @@ func (s *Server) resOne(r *http.Request, reply frontReply, cs *clientState, id s
 	case code != "":
 		reply.fail(code, text)
 	case len(raw) > 0:
-		reply.okRaw(raw, token)
+		reply.okAnswer(token, raw)
 	default:
 		reply.ok(token)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -42,6 +43,9 @@ type options struct {
 	// served: the Handler on the server's capped Listener, with the
 	// http.Server timeouts captchaq serve sets, not httptest's bare one.
 	served bool
+	// createTask: the queue reaches the simulator by createTask and
+	// getTaskResult instead of in.php and res.php.
+	createTask bool
 }
 
 // slowRecaptcha keeps reCAPTCHA v2 tasks in flight for the whole test.
@@ -62,17 +66,26 @@ func setup(t *testing.T, o options) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var qp captchaq.Provider = pc
+	balance := pc.Balance
+	if o.createTask {
+		cc, err := createtask.NewClient(provider.ClientConfig{BaseURL: base, Key: "provider-secret"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, balance = cc, cc.Balance
+	}
 	clients := o.clients
 	if clients == nil {
 		clients = []server.Client{{Name: "qa", Key: keyQA, Weight: 2}, {Name: "other", Key: keyOther}, {Name: "ops", Key: keyAdmin, Admin: true}}
 	}
 	cfg := server.Config{
 		Queue: captchaq.Config{
-			Provider: pc, Threads: o.threads, PollInterval: 10 * time.Millisecond,
+			Provider: qp, Threads: o.threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond,
 		},
 		Clients: clients,
-		Balance: pc.Balance,
+		Balance: balance,
 		// The tests' pingback receivers listen on loopback.
 		PingbackAllow: testAllow,
 	}
