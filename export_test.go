@@ -5,7 +5,7 @@ package captchaq
 // it is given.
 func (q *Queue) PingbackURLOf(name string) string {
 	if l := q.lanes.Named(name); l != nil {
-		return q.pingbackURL(l)
+		return q.inboxes[l.Index()].URL()
 	}
 	return ""
 }

@@ -128,7 +128,6 @@ func (q *Queue) Metrics() Metrics {
 		}
 	}
 	var m Metrics
-	var dropped []int64 // early pingbacks, by lane
 	q.table.Do(func(tx table) {
 		c := &q.metrics
 		rates := c.Rates(now)
@@ -146,9 +145,6 @@ func (q *Queue) Metrics() Metrics {
 		waiting := tally.NewWaiting()
 		tx.Waiting().Each(func(it sched.Item[*taskState]) { waiting.Add(it.Priority, it.Enqueued) })
 		m.DepthByPriority, m.OldestWaitingSeconds = waiting.ByPriority, waiting.OldestSeconds(now)
-		for _, l := range q.lanes.Lanes() {
-			dropped = append(dropped, q.pingbackByLane[l].dropped)
-		}
 	})
 	if p := q.pausedNow(now); p != nil {
 		m.Paused, m.PausedReason = true, p.Error()
@@ -159,8 +155,9 @@ func (q *Queue) Metrics() Metrics {
 			Name: l.Name(), Threads: s.Threads, ThreadsInUse: s.InUse, Window: s.Window,
 			Submitted: s.Submitted, Solved: s.Solved, Failed: s.Failed, Moved: s.Moved,
 			Spend: s.Spend, SpendLastHour: s.SpendLastHour, MaxSpendPerHour: l.MaxSpendPerHour(),
-			Down: s.Down, Paused: s.Paused, EarlyPingbacksDropped: dropped[i],
+			Down: s.Down, Paused: s.Paused,
 		}
+		_, pm.EarlyPingbacksDropped = q.inboxes[i].Counts()
 		pm.Healthy = !pm.Down && !pm.Paused
 		r := l.Reach()
 		pm.FailingSince, pm.Failures, pm.LastFailure, pm.EverAnswered = r.FailingSince, r.Failures, r.LastFailure, r.EverAnswered

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/pingback"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 )
@@ -112,13 +113,13 @@ func TestMoveInflightRacesPingback(t *testing.T) {
 	}{
 		{name: "pingback served during the move", duringMove: func(q *Queue, _ *taskState) {
 			rec := httptest.NewRecorder()
-			q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", q.pingbackURL(q.lanes.Lanes()[0])+"&id=A1&code="+tokenA, nil))
+			q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", q.inboxes[0].URL()+"&id=A1&code="+tokenA, nil))
 		}},
 		{name: "pingback looked up before the move, finished during it", duringMove: func(q *Queue, st *taskState) {
-			q.pingbackArrived(st, "A1", pingback{answer: provider.Answer{Raw: tokenA, Token: tokenA}, at: time.Now()})
+			q.pingbackArrived(st, "A1", pingback.Pingback{Answer: provider.Answer{Raw: tokenA, Token: tokenA}, At: time.Now()})
 		}},
 		{name: "pingback looked up before the move, finished at the other provider", atFirstPollB: func(q *Queue, st *taskState) {
-			q.pingbackArrived(st, "A1", pingback{answer: provider.Answer{Raw: tokenA, Token: tokenA}, at: time.Now()})
+			q.pingbackArrived(st, "A1", pingback.Pingback{Answer: provider.Answer{Raw: tokenA, Token: tokenA}, At: time.Now()})
 		}},
 	}
 	for _, c := range cases {
@@ -220,7 +221,7 @@ func TestPingbackForAnIDTwoProvidersShare(t *testing.T) {
 			t.Fatalf("%d in flight, %d submits at a, %d at b; want one X1 at each", inflight, a.submitted(), b.submitted())
 		}
 		rec := httptest.NewRecorder()
-		q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", q.pingbackURL(q.lanes.Lanes()[0])+"&id=X1&code=token-from-a-pingback", nil))
+		q.PingbackHandler().ServeHTTP(rec, httptest.NewRequest("GET", q.inboxes[0].URL()+"&id=X1&code=token-from-a-pingback", nil))
 		byProvider := map[string]string{}
 		for range 2 {
 			select {

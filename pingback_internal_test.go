@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/pingback"
 	"github.com/captchaq/captchaq/internal/testbound"
 )
 
@@ -34,7 +35,7 @@ func nextResult(t *testing.T, results <-chan Result) Result {
 
 // A pingback for an id its provider has not given out yet (the answer beat
 // our checkpoint) finishes the task that gets that id within
-// earlyPingbackTTL, not after: an older one is dropped, counted for its
+// pingback.EarlyTTL, not after: an older one is dropped, counted for its
 // provider, and the task is polled for its own answer. The clock is
 // synctest's.
 func TestEarlyPingbackKeptSeconds(t *testing.T) {
@@ -44,13 +45,13 @@ func TestEarlyPingbackKeptSeconds(t *testing.T) {
 		b := &scriptedLane{prefix: "Y", poll: answerAll("token-polled-at-b")}
 		results := make(chan Result, 4)
 		q := startTwoLanes(t, NewMemoryStore(MemoryStoreConfig{}), a, b, results)
-		aURL := q.pingbackURL(q.lanes.Lanes()[0])
+		aURL := q.inboxes[0].URL()
 
 		// X1 answered 1 ns before the TTL ends: applied.
 		if code, body := servePingback(q, aURL, "X1", "token-early"); code != http.StatusOK || body != "OK" {
 			t.Fatalf("early pingback: %d %q", code, body)
 		}
-		testbound.Advance(earlyPingbackTTL - time.Nanosecond)
+		testbound.Advance(pingback.EarlyTTL - time.Nanosecond)
 		if _, err := q.Submit(t.Context(), turnstileTask("t1")); err != nil {
 			t.Fatal(err)
 		}
@@ -62,7 +63,7 @@ func TestEarlyPingbackKeptSeconds(t *testing.T) {
 		if code, _ := servePingback(q, aURL, "X2", "token-stale"); code != http.StatusOK {
 			t.Fatalf("early pingback: %d", code)
 		}
-		testbound.Advance(earlyPingbackTTL)
+		testbound.Advance(pingback.EarlyTTL)
 		if _, err := q.Submit(t.Context(), turnstileTask("t2")); err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +77,7 @@ func TestEarlyPingbackKeptSeconds(t *testing.T) {
 	})
 }
 
-// Early pingbacks are bounded per provider: past earlyPingbacksMax kept
+// Early pingbacks are bounded per provider: past pingback.EarlyMax kept
 // for one provider, its next is dropped and counted there, while another
 // provider's early pingback is still kept and finishes its task.
 func TestEarlyPingbacksBoundedPerProvider(t *testing.T) {
@@ -86,8 +87,8 @@ func TestEarlyPingbacksBoundedPerProvider(t *testing.T) {
 		b := &scriptedLane{prefix: "Y", poll: answerAll("token-polled-at-b")}
 		results := make(chan Result, 4)
 		q := startTwoLanes(t, NewMemoryStore(MemoryStoreConfig{}), a, b, results)
-		aURL, bURL := q.pingbackURL(q.lanes.Lanes()[0]), q.pingbackURL(q.lanes.Lanes()[1])
-		for i := range earlyPingbacksMax + 1 {
+		aURL, bURL := q.inboxes[0].URL(), q.inboxes[1].URL()
+		for i := range pingback.EarlyMax + 1 {
 			if code, _ := servePingback(q, bURL, fmt.Sprintf("never%d", i), "token-flood"); code != http.StatusOK {
 				t.Fatalf("pingback %d at b: %d", i, code)
 			}
@@ -95,13 +96,11 @@ func TestEarlyPingbacksBoundedPerProvider(t *testing.T) {
 		if code, _ := servePingback(q, aURL, "X1", "token-early"); code != http.StatusOK {
 			t.Fatalf("early pingback at a: %d", code)
 		}
-		var keptA, keptB int
-		q.table.Do(func(table) {
-			keptA, keptB = len(q.pingbackByLane[q.lanes.Lanes()[0]].early), len(q.pingbackByLane[q.lanes.Lanes()[1]].early)
-		})
+		keptA, _ := q.inboxes[0].Counts()
+		keptB, _ := q.inboxes[1].Counts()
 		m := q.Metrics().Providers
-		if keptA != 1 || keptB != earlyPingbacksMax || m[0].EarlyPingbacksDropped != 0 || m[1].EarlyPingbacksDropped != 1 {
-			t.Errorf("kept a %d, b %d; dropped a %d, b %d; want 1, %d, 0, 1", keptA, keptB, m[0].EarlyPingbacksDropped, m[1].EarlyPingbacksDropped, earlyPingbacksMax)
+		if keptA != 1 || keptB != pingback.EarlyMax || m[0].EarlyPingbacksDropped != 0 || m[1].EarlyPingbacksDropped != 1 {
+			t.Errorf("kept a %d, b %d; dropped a %d, b %d; want 1, %d, 0, 1", keptA, keptB, m[0].EarlyPingbacksDropped, m[1].EarlyPingbacksDropped, pingback.EarlyMax)
 		}
 		if _, err := q.Submit(t.Context(), turnstileTask("t1")); err != nil {
 			t.Fatal(err)
@@ -126,7 +125,7 @@ func TestPingbackNeedsItsProvidersSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		aSig, bSig := q.pingbackByLane[q.lanes.Lanes()[0]].sig, q.pingbackByLane[q.lanes.Lanes()[1]].sig
+		aSig, bSig := q.inboxes[0].Sig(), q.inboxes[1].Sig()
 		altered := aSig[:len(aSig)-1] + map[bool]string{true: "1", false: "0"}[aSig[len(aSig)-1] == '0']
 		const noSig = "sig is missing or not the provider's: give each provider the pingback URL its submits carry\n"
 		for what, u := range map[string]string{
@@ -143,7 +142,7 @@ func TestPingbackNeedsItsProvidersSecret(t *testing.T) {
 		if len(results) != 0 || q.table.Counts().InFlight != 1 {
 			t.Fatalf("after the forged pingbacks: %d results, %d in flight; want none, t1", len(results), q.table.Counts().InFlight)
 		}
-		if code, _ := servePingback(q, q.pingbackURL(q.lanes.Lanes()[0]), "X1", "token-from-a-pingback"); code != http.StatusOK {
+		if code, _ := servePingback(q, q.inboxes[0].URL(), "X1", "token-from-a-pingback"); code != http.StatusOK {
 			t.Fatalf("a's pingback: %d", code)
 		}
 		if r := nextResult(t, results); r.ID != "t1" || r.Provider != "a" || r.Token != "token-from-a-pingback" {
@@ -169,7 +168,7 @@ func TestPingbackSecretKeysTheURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return []string{q.pingbackURL(q.lanes.Lanes()[0]), q.pingbackURL(q.lanes.Lanes()[1])}
+		return []string{q.inboxes[0].URL(), q.inboxes[1].URL()}
 	}
 	one, two := []byte("0123456789abcdef"), []byte("0123456789abcdeF")
 	first, again, other, drawn, drawnAgain := urls(one), urls(one), urls(two), urls(nil), urls(nil)

@@ -2,7 +2,6 @@ package captchaq
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/captchaq/captchaq/internal/dispatch"
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
+	"github.com/captchaq/captchaq/internal/pingback"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/internal/tasktable"
@@ -36,13 +36,12 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 		return nil, err
 	}
 	q := &Queue{
-		cfg:            cfg,
-		fleet:          f,
-		log:            cfg.Logger,
-		store:          cfg.Store,
-		journal:        cfg.Store,
-		estimate:       latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
-		pingbackByLane: map[*lane.Lane]*laneCallbacks{},
+		cfg:      cfg,
+		fleet:    f,
+		log:      cfg.Logger,
+		store:    cfg.Store,
+		journal:  cfg.Store,
+		estimate: latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
 	}
 	// The pollers hear when tasks start or stop waiting for a thread.
 	q.table = tasktable.New[*taskState](sched.Config{AgingInterval: cfg.AgingInterval, Weights: cfg.TenantWeights}, func(busy bool) {
@@ -56,13 +55,11 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.lanes = lane.NewSet(cfg.laneConfigs(f))
-	secret := cfg.PingbackSecret
-	if len(secret) == 0 {
-		secret = make([]byte, 32)
-		rand.Read(secret)
-	}
+	secret := pingback.Secret(cfg.PingbackSecret)
 	for _, l := range q.lanes.Lanes() {
-		q.pingbackByLane[l] = newLaneCallbacks(secret, l.Name())
+		q.inboxes = append(q.inboxes, pingback.NewInbox(secret, l.Name(), func(sig string) string {
+			return l.PingbackURL(cfg.PingbackURL, sig)
+		}))
 	}
 	q.pauses = lane.NewPauses(q.lanes.Lanes())
 	q.waiting = dispatch.Tasks[*taskState]{Route: func(l *lane.Lane, st *taskState, now time.Time) (bool, time.Time) {

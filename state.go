@@ -10,6 +10,7 @@ import (
 	"github.com/captchaq/captchaq/internal/dispatch"
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
+	"github.com/captchaq/captchaq/internal/pingback"
 	"github.com/captchaq/captchaq/internal/poller"
 	"github.com/captchaq/captchaq/internal/pollsched"
 	"github.com/captchaq/captchaq/internal/sched"
@@ -71,10 +72,13 @@ type Queue struct {
 	// pingbacks) and the waiting ones in order. Its lock also guards the
 	// fields of each taskState below and the fields after it here, which
 	// are read and written only inside table.Do.
-	table          *tasktable.Table[*taskState]
-	pingbackByLane map[*lane.Lane]*laneCallbacks // each lane's pingback secret and early pingbacks
-	bursts         bursts
-	metrics        counters
+	table   *tasktable.Table[*taskState]
+	bursts  bursts
+	metrics counters
+
+	// inboxes[i] is lane i's side of the pingbacks: the secret its URL
+	// carries and the pingbacks that beat their checkpoint.
+	inboxes []*pingback.Inbox
 }
 
 // taskState is the queue's memory of one unfinished task. Its fields

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq/internal/lane"
+	"github.com/captchaq/captchaq/internal/pingback"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -37,7 +38,7 @@ func (q *Queue) submit(st *taskState) {
 		return
 	}
 	epoch := q.pauses.Epoch()
-	captchaID, err := l.Submit(q.runCtx, st.pt, q.pingbackURL(l))
+	captchaID, err := l.Submit(q.runCtx, st.pt, q.inboxes[l.Index()].URL())
 	now := q.now()
 	if err == nil {
 		if l.Answered() {
@@ -65,7 +66,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 		q.log.Error("checkpoint failed; polling anyway", "id", t.ID, "err", err)
 	}
 	key := l.StoredID(captchaID)
-	var early pingback
+	var early pingback.Pingback
 	var isEarly bool
 	checkpointed := q.now()
 	q.table.Do(func(tx table) {
@@ -75,14 +76,14 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 		l.Accepted(now, st.price)
 		q.pollerOf(l).Track(t.ID, st, captchaID, st.kind, now, t.Deadline, now.Add(q.firstPoll(st.kind)), false)
 		tx.Fly(t.ID, key, st)
-		early, isEarly = q.pingbackByLane[l].take(key, checkpointed)
+		early, isEarly = q.inboxes[l.Index()].Take(key, checkpointed)
 	})
 	q.log.Debug("task submitted", "id", t.ID, "type", st.kind, "attempt", attempt, "provider", l.Name())
 	if isEarly {
 		// One that beat the submit's answer would date the solve before
 		// the submit: it is dated at the submit.
-		if early.at.Before(now) {
-			early.at = now
+		if early.At.Before(now) {
+			early.At = now
 		}
 		q.pingbackArrived(st, captchaID, early)
 	}
