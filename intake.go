@@ -277,7 +277,7 @@ func (q *Queue) claimIDs(in *intakeBatch, todo []int, capacity int) (claimed, le
 // the caller answers with the stored result.
 func (q *Queue) registerStored(in *intakeBatch, claimed []int, batch []Task, recs []Record, existed []bool, renewed int, now time.Time) (finished []int) {
 	q.table.Do(func(tx table) {
-		q.metrics.renewed += int64(renewed)
+		q.metrics.Renewed(renewed)
 		for j, i := range claimed {
 			r := recs[j]
 			known, err := KnownPending, error(nil)
@@ -296,9 +296,9 @@ func (q *Queue) registerStored(in *intakeBatch, claimed []int, batch []Task, rec
 				st := q.register(tx, r, in.ws[i], in.pts[i])
 				switch {
 				case !existed[j]:
-					q.metrics.submitted++
+					q.metrics.Submitted()
 				case in.adoptedAt(i) == nil:
-					q.metrics.countResumed(st)
+					q.metrics.Resumed(st.resumed)
 				}
 			}
 		}

@@ -1,7 +1,6 @@
 package captchaq
 
 import (
-	"maps"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/sched"
@@ -86,38 +85,6 @@ type ProviderMetrics struct {
 	EarlyPingbacksDropped int64
 }
 
-type counters struct {
-	tally.Results
-	submitted, retries, renewed int64
-	resumed, resumedInFlight    int64
-	retriesBy                   map[string]int64
-}
-
-func (c *counters) init() {
-	c.Results = tally.NewResults(time.Time{}) // Start sets Started
-	c.retriesBy = map[string]int64{}
-}
-
-// countResumed counts st, an unfinished task taken over from the Store.
-func (c *counters) countResumed(st *taskState) {
-	c.resumed++
-	if st.resumed {
-		c.resumedInFlight++
-	}
-}
-
-func (c *counters) retry(code string) {
-	if code == "" {
-		code = "UNKNOWN"
-	}
-	c.retries++
-	c.retriesBy[code]++
-}
-
-func (c *counters) record(r Result, ready, delivered time.Time) {
-	c.Add(r.Status == StatusSolved, r.SolveSeconds, delivered.Sub(ready), !ready.IsZero())
-}
-
 // Metrics returns a snapshot.
 func (q *Queue) Metrics() Metrics {
 	now := q.now()
@@ -127,21 +94,19 @@ func (q *Queue) Metrics() Metrics {
 			reqs += rc.Requests()
 		}
 	}
-	var m Metrics
+	c := q.metrics.Counts(now)
+	m := Metrics{
+		Submitted: c.Submitted, Solved: c.Solved, Failed: c.Failed, Retries: c.Retries, Renewed: c.Renewed,
+		Resumed: c.Resumed, ResumedInFlight: c.ResumedInFlight, RetriesByReason: c.RetriesByReason,
+		Requests: reqs, StartedAt: c.Started,
+		AvgSolveSeconds: c.AvgSolveSeconds, SuccessRate: c.SuccessRate, ThroughputPerMin: c.ThroughputPerMin,
+		DeliveryDelayP50: c.DelayP50, DeliveryDelayP99: c.DelayP99,
+	}
+	if c.Solved > 0 {
+		m.RequestsPerSolved = float64(reqs) / float64(c.Solved)
+	}
 	q.table.Do(func(tx table) {
-		c := &q.metrics
-		rates := c.Rates(now)
-		m = Metrics{
-			Submitted: c.submitted, Solved: c.Solved, Failed: c.Failed, Retries: c.retries, Renewed: c.renewed,
-			Resumed: c.resumed, ResumedInFlight: c.resumedInFlight,
-			RetriesByReason: maps.Clone(c.retriesBy),
-			QueueDepth:      tx.Waiting().Len(), Requests: reqs, StartedAt: c.Started,
-			AvgSolveSeconds: rates.AvgSolveSeconds, SuccessRate: rates.SuccessRate, ThroughputPerMin: rates.ThroughputPerMin,
-			DeliveryDelayP50: rates.DelayP50, DeliveryDelayP99: rates.DelayP99,
-		}
-		if c.Solved > 0 {
-			m.RequestsPerSolved = float64(reqs) / float64(c.Solved)
-		}
+		m.QueueDepth = tx.Waiting().Len()
 		waiting := tally.NewWaiting()
 		tx.Waiting().Each(func(it sched.Item[*taskState]) { waiting.Add(it.Priority, it.Enqueued) })
 		m.DepthByPriority, m.OldestWaitingSeconds = waiting.ByPriority, waiting.OldestSeconds(now)

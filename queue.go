@@ -12,6 +12,7 @@ import (
 	"github.com/captchaq/captchaq/internal/pingback"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/startstop"
+	"github.com/captchaq/captchaq/internal/tally"
 	"github.com/captchaq/captchaq/internal/tasktable"
 	"github.com/captchaq/captchaq/provider"
 )
@@ -41,6 +42,7 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 		log:      cfg.Logger,
 		store:    cfg.Store,
 		journal:  cfg.Store,
+		metrics:  tally.NewCounters(),
 		estimate: latency.NewEstimator(estimateQuantile, estimateSamples, func(k string) time.Duration { return provider.TypicalSolveTime(provider.Kind(k)) }),
 	}
 	// The pollers hear when tasks start or stop waiting for a thread.
@@ -52,7 +54,6 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	if f != nil && f.Journal() != nil {
 		q.journal = f.Journal()
 	}
-	q.metrics.init()
 	q.runCtx, q.runCancel = context.WithCancel(context.Background())
 	q.lanes = lane.NewSet(cfg.laneConfigs(f))
 	secret := pingback.Secret(cfg.PingbackSecret)
@@ -100,7 +101,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	q.started = true
 	q.mu.Unlock()
 	started := q.now()
-	q.table.Do(func(table) { q.metrics.Started = started })
+	q.metrics.Start(started)
 
 	var resumed, polling int
 	err := q.store.Pending(ctx, func(r Record) (err error) {
@@ -117,7 +118,7 @@ func (q *Queue) Start(ctx context.Context) error {
 			}
 			st := q.register(tx, r, nil, q.checkStored(r.Task))
 			resumed++
-			q.metrics.countResumed(st)
+			q.metrics.Resumed(st.resumed)
 			if r.Status == StatusInFlight {
 				polling++
 			}

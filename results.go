@@ -140,7 +140,7 @@ func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 		tx.Remove(r.ID)
 		ws = st.waiters
 		st.waiters = nil
-		q.metrics.record(r, ready, delivered)
+		q.metrics.Result(r.Status == StatusSolved, r.SolveSeconds, ready, delivered)
 		if l := st.lane; l != nil {
 			l.Finished(r.Status == StatusSolved, st.price)
 		}
@@ -194,7 +194,7 @@ func (q *Queue) retryLocked(tx table, st *taskState, attempts int, notBefore tim
 	q.leaveFlight(tx, st)
 	st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.NotBefore = StatusQueued, "", attempts, notBefore
 	st.rec.LastError, st.rec.LastErrorCode = text, code
-	q.metrics.retry(code)
+	q.metrics.Retry(code)
 	return true
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/captchaq/captchaq/internal/pollsched"
 	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/startstop"
+	"github.com/captchaq/captchaq/internal/tally"
 	"github.com/captchaq/captchaq/internal/tasktable"
 	"github.com/captchaq/captchaq/provider"
 )
@@ -70,11 +71,12 @@ type Queue struct {
 	// stored concurrently, the Store grouping their commits), those in
 	// flight (by the provider's id as stored, lane.StoredID, for
 	// pingbacks) and the waiting ones in order. Its lock also guards the
-	// fields of each taskState below and the fields after it here, which
-	// are read and written only inside table.Do.
-	table   *tasktable.Table[*taskState]
-	bursts  bursts
-	metrics counters
+	// fields of each taskState below and bursts, which are read and
+	// written only inside table.Do.
+	table  *tasktable.Table[*taskState]
+	bursts bursts
+
+	metrics *tally.Counters // under their own lock, a leaf
 
 	// inboxes[i] is lane i's side of the pingbacks: the secret its URL
 	// carries and the pingbacks that beat their checkpoint.

@@ -1,7 +1,8 @@
 // Package tally counts final results and tasks waiting, and derives the
 // numbers a captchaq.Metrics snapshot reports from them, for the queue and
-// for a gateway that learns of results from a fleet. Not safe for
-// concurrent use: its owner guards it.
+// for a gateway that learns of results from a fleet. Results and Waiting
+// are not safe for concurrent use: their owner guards them. Counters, a
+// queue's counts, guard themselves.
 package tally
 
 import (

@@ -1,6 +1,8 @@
 package tally
 
 import (
+	"reflect"
+	"sync"
 	"testing"
 	"time"
 )
@@ -41,5 +43,41 @@ func TestWaiting(t *testing.T) {
 	}
 	if got := w.OldestSeconds(now); got != 7 {
 		t.Errorf("oldest %v s, want 7", got)
+	}
+}
+
+// Counters count what a queue reports, each call from any goroutine;
+// Counts is a copy (changing its map changes no count).
+func TestCounters(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	c := NewCounters()
+	c.Start(start)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			c.Submitted()
+			c.Retry("ERROR_NO_SLOT_AVAILABLE")
+		})
+	}
+	wg.Wait()
+	c.Retry("")
+	c.Renewed(2)
+	c.Resumed(true)
+	c.Resumed(false)
+	c.Result(true, 10, start.Add(time.Second), start.Add(1200*time.Millisecond))
+	c.Result(true, 20, time.Time{}, start.Add(time.Minute)) // not timed
+	c.Result(false, 0, time.Time{}, start)
+	got := c.Counts(start.Add(time.Minute))
+	want := Counts{
+		Started: start, Submitted: 4, Solved: 2, Failed: 1, Renewed: 2, Resumed: 2, ResumedInFlight: 1, Retries: 5,
+		RetriesByReason: map[string]int64{"ERROR_NO_SLOT_AVAILABLE": 4, "UNKNOWN": 1},
+		Rates:           Rates{AvgSolveSeconds: 15, SuccessRate: 2.0 / 3, ThroughputPerMin: 2, DelayP50: 0.2, DelayP99: 0.2},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("counts %+v\nwant %+v", got, want)
+	}
+	got.RetriesByReason["UNKNOWN"] = 99
+	if c.Counts(start).RetriesByReason["UNKNOWN"] != 1 {
+		t.Error("changing a snapshot's map changed the counters")
 	}
 }
