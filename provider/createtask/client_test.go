@@ -341,3 +341,24 @@ func TestPublishedPollGap(t *testing.T) {
 		t.Errorf("a CapSolver client's PollGap = %v, want 3s", got)
 	}
 }
+
+// TestPublishedPollBudget: CapMonster Cloud and CapSolver publish 120
+// getTaskResult calls a task within 5 minutes of its creation; any other
+// host publishes no limit.
+func TestPublishedPollBudget(t *testing.T) {
+	limited := createtask.PollBudget{Polls: 120, Window: 5 * time.Minute}
+	for base, want := range map[string]createtask.PollBudget{
+		"https://api.capmonster.cloud": limited,
+		"https://API.CapSolver.com/":   limited,
+		"https://api.2captcha.com":     {},
+		"https://api.anti-captcha.com": {},
+		"http://127.0.0.1:8080":        {},
+	} {
+		if got := createtask.PublishedPollBudget(base); got != want {
+			t.Errorf("PublishedPollBudget(%q) = %+v, want %+v", base, got, want)
+		}
+	}
+	if got := newClient(t, "https://api.capsolver.com", "k").PollBudget(); got != limited {
+		t.Errorf("a CapSolver client's PollBudget = %+v, want %+v", got, limited)
+	}
+}
