@@ -30,13 +30,13 @@ func (r MixedReport) Markdown(w io.Writer) {
 		"The floor is the simulator's drawn solve times summed ÷ threads (or the longest one if larger); "+
 		"the frontier is (requests/solved − 1) × (1 − utilization), where fixed-interval bulk polling sits near 1/(2×threads) = %.4f.\n\n",
 		c.Seed, lat, c.Scale, c.Scale, c.Scale, 1/(2*float64(c.Threads)))
-	fmt.Fprintln(w, "| run | solved | failed | utilization | ready→fetched p50 | p99 | max | requests/solved | submits | polls | frontier | makespan | floor | vs floor | vs seed | bans | CPU |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| run | solved | failed | utilization | ready→fetched p50 | p99 | max | requests/solved | submits | polls | polls/task max | frontier | makespan | floor | vs floor | vs seed | bans | CPU |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	rows := append([]Row{r.Seed, r.Script}, r.Engine...)
 	for _, x := range rows {
-		fmt.Fprintf(w, "| %s | %d | %d | %.3f | %.3f s | %.3f s | %.3f s | %.2f | %d | %d | %.4f | %s | %s | %.3f× | %.2f× | %d | %s |\n",
+		fmt.Fprintf(w, "| %s | %d | %d | %.3f | %.3f s | %.3f s | %.3f s | %.2f | %d | %d | %d | %.4f | %s | %s | %.3f× | %.2f× | %d | %s |\n",
 			x.Name, x.Solved, x.Failed, x.Utilization, x.ReadyToFetched.P50, x.ReadyToFetched.P99, x.ReadyToFetched.Max,
-			x.RequestsPerSolved, x.Submits, x.Polls, Frontier(x), secs(x.Makespan), secs(x.Floor), ratio(x.Makespan, x.Floor),
+			x.RequestsPerSolved, x.Submits, x.Polls, x.MaxPollsPerTask, Frontier(x), secs(x.Makespan), secs(x.Floor), ratio(x.Makespan, x.Floor),
 			ratio(x.Makespan, r.Seed.Makespan), x.Bans, x.CPU.Round(time.Millisecond))
 	}
 	f := c.Scale

@@ -73,6 +73,9 @@ type Row struct {
 	Solved, Failed int
 	// Submits and Polls are in.php and res.php calls; Requests all calls.
 	Submits, Polls, Requests int64
+	// MaxPollsPerTask is the most polls one task drew, for a provider's
+	// poll budget (120 at CapMonster Cloud and CapSolver).
+	MaxPollsPerTask int64
 	// RequestsPerSolved is Requests / Solved.
 	RequestsPerSolved float64
 	// Utilization is the simulator's: busy thread-seconds ÷ (threads ×
@@ -102,6 +105,7 @@ func (r *Row) fill(st sim.Stats) {
 	r.Submits = st.Calls.Submit
 	r.Window = time.Duration(st.WindowSeconds * float64(time.Second))
 	r.Polls = st.Calls.PollSingle + st.Calls.PollBulk
+	r.MaxPollsPerTask = st.MaxPollsPerTask
 	r.Requests = st.Calls.Submit + st.Calls.PollSingle + st.Calls.PollBulk + st.Calls.Balance +
 		st.Calls.Report + st.Calls.ThreadsInfo + st.Calls.Other
 	if r.Solved > 0 {

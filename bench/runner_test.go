@@ -136,8 +136,8 @@ func TestMixedReportTiny(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, row := range append([]Row{rep.Seed, rep.Script}, rep.Engine...) {
-		if row.Solved != 20 || row.Floor <= 0 || row.Makespan < row.Floor {
-			t.Fatalf("row %+v: want 20 solved and a makespan no shorter than its floor", row)
+		if row.Solved != 20 || row.Floor <= 0 || row.Makespan < row.Floor || row.MaxPollsPerTask < 1 || row.MaxPollsPerTask > row.Polls {
+			t.Fatalf("row %+v: want 20 solved, a makespan no shorter than its floor and the most polls of a task counted", row)
 		}
 	}
 	var b bytes.Buffer

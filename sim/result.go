@@ -116,6 +116,8 @@ type pollState struct {
 // countPollLocked counts a poll of t against the poll-ban limit and
 // reports whether it went over, which bans ip.
 func (s *Server) countPollLocked(t *task, ip string, now time.Time) bool {
+	t.polls++
+	s.st.maxPollsPerTask = max(s.st.maxPollsPerTask, t.polls)
 	pb := s.cfg.PollBan
 	if pb.Disabled {
 		return false

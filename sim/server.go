@@ -43,6 +43,7 @@ type task struct {
 
 	pollWindow time.Time // start of the current poll-ban window
 	pollCount  int
+	polls      int64     // all its polls (Stats.MaxPollsPerTask)
 	resultAt   time.Time // last getTaskResult answered for it (Config.TaskResultGap)
 }
 

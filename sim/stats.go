@@ -21,6 +21,9 @@ type Stats struct {
 	// IDsPolled counts ids asked for in polls, one per single poll and one
 	// per id of a bulk poll.
 	IDsPolled int64 `json:"ids_polled"`
+	// MaxPollsPerTask is the most polls one task drew: a provider's poll
+	// budget (120 at CapMonster Cloud and CapSolver) bounds it.
+	MaxPollsPerTask int64 `json:"max_polls_per_task"`
 	// NoSlot counts submits answered with Config.NoSlotAnswer.
 	NoSlot int64 `json:"no_slot"`
 	// Accepted counts submits that got an id.
@@ -112,6 +115,7 @@ type Quantiles struct {
 type statsState struct {
 	calls                            Calls
 	idsPolled, noSlot, accepted      int64
+	maxPollsPerTask                  int64
 	solved, unsolvable, fetched      int64
 	spent                            float64
 	faults5xx, faultsSlow            int64
@@ -197,13 +201,14 @@ func (s *Server) Stats() Stats {
 	s.runDueLocked(s.cfg.Now())
 	st := &s.st
 	out := Stats{
-		Calls:      st.calls,
-		IDsPolled:  st.idsPolled,
-		NoSlot:     st.noSlot,
-		Accepted:   st.accepted,
-		Solved:     st.solved,
-		Unsolvable: st.unsolvable,
-		Fetched:    st.fetched,
+		Calls:           st.calls,
+		IDsPolled:       st.idsPolled,
+		MaxPollsPerTask: st.maxPollsPerTask,
+		NoSlot:          st.noSlot,
+		Accepted:        st.accepted,
+		Solved:          st.solved,
+		Unsolvable:      st.unsolvable,
+		Fetched:         st.fetched,
 		Faults: FaultCounts{
 			Total:   st.faults5xx + st.faultsSlow + st.faultsDropped,
 			HTTP5xx: st.faults5xx, Slow: st.faultsSlow, Dropped: st.faultsDropped,

@@ -118,8 +118,13 @@ func TestCallCounts(t *testing.T) {
 	}
 	resp.Body.Close()
 	want := sim.Calls{Submit: 1, PollSingle: 1, PollBulk: 1, Balance: 1, Report: 1, ThreadsInfo: 1, Other: 2}
-	if diff := cmp.Diff(want, b.srv.Stats().Calls); diff != "" {
+	st := b.srv.Stats()
+	if diff := cmp.Diff(want, st.Calls); diff != "" {
 		t.Fatalf("calls (-want +got):\n%s", diff)
+	}
+	// The one task was asked for once alone and twice in the bulk poll.
+	if st.MaxPollsPerTask != 3 {
+		t.Fatalf("max polls per task %d, want 3", st.MaxPollsPerTask)
 	}
 }
 
@@ -145,7 +150,7 @@ func TestStatsJSON(t *testing.T) {
 		return ks
 	}
 	want := []string{"accepted", "bans", "busy_thread_seconds", "calls", "duplicates", "faults", "fetched", "ids_polled",
-		"no_slot", "peak_threads_in_use", "pingbacks_failed", "pingbacks_sent", "ready_to_fetched", "reports_bad",
+		"max_polls_per_task", "no_slot", "peak_threads_in_use", "pingbacks_failed", "pingbacks_sent", "ready_to_fetched", "reports_bad",
 		"reports_good", "solve_seconds_drawn", "solve_seconds_longest", "solved", "spent", "tasks_kept", "threads", "threads_in_use", "too_many_requests", "unsolvable", "utilization", "window_seconds"}
 	if diff := cmp.Diff(want, keys(doc)); diff != "" {
 		t.Fatalf("stats keys (-want +got):\n%s", diff)
