@@ -12,6 +12,7 @@ import (
 
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 )
 
 // Config defaults.
@@ -281,6 +282,18 @@ type ProviderConfig struct {
 	// the provider has no rule of its own and the default scheduler keeps
 	// Config.PollGap there. At least PollGapMin when set.
 	PollGap time.Duration
+	// PollBudget bounds the polls of one task here, and ResultWindow the
+	// time after its submit in which its result can be fetched: the
+	// service's limits (CapMonster Cloud and CapSolver: 120 polls, 5
+	// minutes). A task whose polls left would not last to the end of its
+	// window at PollGap is polled at (rest of window) / (polls left + 1);
+	// one that reaches its budget or its window unanswered is never polled
+	// again and is submitted again as a new attempt (CodePollBudget,
+	// CodeResultWindow). Default: the Provider's PollBudget() when it has
+	// one (a *createtask.Client gives its service's published limits,
+	// createtask.PublishedPollBudget); negative: no limit.
+	PollBudget   int
+	ResultWindow time.Duration
 }
 
 // laneConfig is the lane p runs as, with threads shared through pool
@@ -333,6 +346,15 @@ func (c Config) pollRuleOf(l *lane.Lane) time.Duration {
 	return publishedPollGap(c.Provider)
 }
 
+// pollBudgetOf is l's limits on polling one task (zero fields: none).
+func (c Config) pollBudgetOf(l *lane.Lane) createtask.PollBudget {
+	if len(c.Providers) == 0 {
+		return publishedPollBudget(c.Provider)
+	}
+	p := c.Providers[l.Index()]
+	return createtask.PollBudget{Polls: max(p.PollBudget, 0), Window: max(p.ResultWindow, 0)}
+}
+
 // providersWithDefaults fills each provider's defaults.
 func (c Config) providersWithDefaults() Config {
 	ps := slices.Clone(c.Providers)
@@ -344,6 +366,9 @@ func (c Config) providersWithDefaults() Config {
 		}
 		p.DownAfter = cmp.Or(p.DownAfter, DownAfterDefault)
 		p.PollGap = cmp.Or(p.PollGap, publishedPollGap(p.Provider)) // 0: none of its own
+		b := publishedPollBudget(p.Provider)
+		p.PollBudget = cmp.Or(p.PollBudget, b.Polls)
+		p.ResultWindow = cmp.Or(p.ResultWindow, b.Window)
 	}
 	c.Providers = ps
 	return c
@@ -420,6 +445,15 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 		}
 	}
 	return errs
+}
+
+// publishedPollBudget is p's published limits on polling one task (its
+// PollBudget() method: a *createtask.Client has one), or none.
+func publishedPollBudget(p Provider) createtask.PollBudget {
+	if b, ok := p.(interface{ PollBudget() createtask.PollBudget }); ok {
+		return b.PollBudget()
+	}
+	return createtask.PollBudget{}
 }
 
 // publishedPollGap is p's own rule for polling one task (its PollGap()

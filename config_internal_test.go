@@ -9,6 +9,7 @@ import (
 
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 )
 
 // TestConfigDefaults pins every default withDefaults fills in.
@@ -190,8 +191,9 @@ func TestLaneConfigCarriesProviderConfig(t *testing.T) {
 	lc := reflect.ValueOf(p.laneConfig(nil, nil))
 	for i := range pv.NumField() {
 		name := pv.Type().Field(i).Name
-		if name == "PollGap" {
-			continue
+		switch name {
+		case "PollGap", "PollBudget", "ResultWindow":
+			continue // the poller's (pollGapOf, pollBudgetOf), not the lane's
 		}
 		got, want := lc.FieldByName(name), pv.Field(i).Type()
 		// Provider is an interface of the same methods on both sides.
@@ -201,6 +203,39 @@ func TestLaneConfigCarriesProviderConfig(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got.Interface(), pv.Field(i).Interface()) {
 			t.Errorf("lane.Config.%s = %v, want ProviderConfig's %v", name, got, pv.Field(i))
+		}
+	}
+}
+
+// TestPollBudgetDefaults: a provider's poll budget and result window are
+// its service's published limits (CapMonster Cloud and CapSolver: 120
+// polls in 5 minutes; 2captcha and in.php services: none) unless set;
+// negative says none.
+func TestPollBudgetDefaults(t *testing.T) {
+	t.Parallel()
+	ct := func(base string) Provider {
+		c, err := createtask.NewClient(provider.ClientConfig{BaseURL: base, Key: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cfg := Config{Providers: []ProviderConfig{
+		{Name: "capmonster", Provider: ct("https://api.capmonster.cloud")},
+		{Name: "capsolver", Provider: ct("https://api.capsolver.com")},
+		{Name: "twocaptcha", Provider: ct("https://api.2captcha.com")},
+		{Name: "inphp", Provider: nopProvider{}},
+		{Name: "set", Provider: ct("https://api.capmonster.cloud"), PollBudget: 60, ResultWindow: time.Minute},
+		{Name: "none", Provider: ct("https://api.capmonster.cloud"), PollBudget: -1, ResultWindow: -1},
+	}}.withDefaults()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	lanes := lane.NewSet(cfg.laneConfigs(nil))
+	want := []createtask.PollBudget{{Polls: 120, Window: 5 * time.Minute}, {Polls: 120, Window: 5 * time.Minute}, {}, {}, {Polls: 60, Window: time.Minute}, {}}
+	for i, l := range lanes.Lanes() {
+		if got := cfg.pollBudgetOf(l); got != want[i] {
+			t.Errorf("%s: %+v, want %+v", cfg.Providers[i].Name, got, want[i])
 		}
 	}
 }

@@ -118,7 +118,11 @@
 // createtask.Client gives its service's, e.g. CapMonster Cloud's 2 s a
 // task): its ids are polled at most once per that gap, counted from the
 // answer to the last poll, while a request still costs Config.PollGap of
-// answers' waiting (docs/protocols.md, Poll rules). A lone task costs a
+// answers' waiting (docs/protocols.md, Poll rules), and within its poll
+// budget and result window (ProviderConfig.PollBudget, ResultWindow:
+// CapMonster Cloud's and CapSolver's 120 polls in 5 minutes): past half
+// the budget a task's polls are spread over the rest of its window, and
+// one that reaches either is submitted again. A lone task costs a
 // few polls: the first goes out when its kind's answer has probably
 // waited PollGap, and each later one when it has probably waited that
 // long again (1 to 2 polls a task on the fast mix).

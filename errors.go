@@ -47,6 +47,13 @@ const (
 	// polled (down, or refusing the account), so the task was submitted
 	// to another one: a task's LastErrorCode, never a final result's.
 	CodeProviderDown = "PROVIDER_DOWN"
+
+	// CodePollBudget and CodeResultWindow: the task's captcha id reached
+	// its provider's poll budget or result window unanswered
+	// (ProviderConfig.PollBudget, ResultWindow), so it is never polled
+	// again; the task is submitted again as a new attempt.
+	CodePollBudget   = "ERROR_POLL_BUDGET"
+	CodeResultWindow = "ERROR_RESULT_WINDOW"
 )
 
 // TaskError says why a task was refused before anything was sent. Msg

@@ -16,7 +16,9 @@ import (
 
 // newPoller builds l's poller.
 func (q *Queue) newPoller(l *lane.Lane) *poller.Poller[*taskState] {
+	b := q.cfg.pollBudgetOf(l)
 	return poller.New(poller.Config{
+		Budget: b.Polls, Window: b.Window,
 		Lane: l, Adaptive: q.cfg.adaptive && q.cfg.PingbackURL == "",
 		PollInterval: q.cfg.PollInterval, PollGap: q.cfg.pollGapOf(l), Rule: q.cfg.pollRuleOf(l), RequestCost: q.cfg.PollGap, Repoll: q.repoll(),
 		Backoff: q.backoff, Requests: q.runCtx, Now: q.cfg.Now, Logger: q.log,
@@ -98,6 +100,20 @@ func (s laneSink) RoundFailed(err error, at time.Time, epoch int) {
 	if q.transportFailed(s.l, at, err) {
 		q.moveInflight(s.l, CodeProviderDown, err)
 	}
+}
+
+// Expired: the task's id may not be polled again (its budget is spent or
+// its result window is over), so only a new submit can bring an answer:
+// it is retried as a new attempt, and fails with the code once its
+// attempts are spent.
+func (s laneSink) Expired(st *taskState, _ string, err error, at time.Time) {
+	code := CodeResultWindow
+	if errors.Is(err, poller.ErrPollBudget) {
+		code = CodePollBudget
+	}
+	var attempts int
+	s.q.table.Do(func(table) { attempts = st.rec.Attempts })
+	s.q.retryOrFail(st, attempts, code, err, at)
 }
 
 func (s laneSink) Epoch() int { return s.q.pauses.Epoch() }

@@ -2,6 +2,7 @@ package captchaq
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +40,7 @@ type ProvidersEnv struct {
 var providersFields = []string{
 	"name", "url", "key_env", "key_file", "threads", "plan", "methods",
 	"price_per_1000", "spill_after", "max_spend_per_hour", "down_after", "protocol", "poll_gap",
+	"poll_budget", "result_window",
 }
 
 // ParseProviders reads a providers file: a JSON array of providers, the
@@ -57,7 +59,10 @@ var providersFields = []string{
 // "5s") are the ProviderConfig fields of the same names; poll_gap
 // defaults to the service's published rule for a createtask provider
 // (createtask.PublishedPollGap: 2 s, 5 s at 2captcha, 3 s at CapSolver)
-// and to the queue's PollGap for in.php; methods defaults to
+// and to the queue's PollGap for in.php. poll_budget (polls of one task)
+// and result_window default to the service's published limits
+// (createtask.PublishedPollBudget: 120 polls and 5m at CapMonster Cloud
+// and CapSolver, none elsewhere); 0 says none. methods defaults to
 // CaptchaAI's for CaptchaAI's URL, createtask.Methods for a createtask
 // provider, else to provider.CommonMethods. Field
 // names are lower case; an unknown field is refused. The error lists every
@@ -103,7 +108,7 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 	fileNames := map[string]string{
 		"Name": "name", "Provider": "url", "Threads": "threads", "Methods": "methods", "PricePer1000": "price_per_1000",
 		"SpillAfter": "spill_after", "MaxSpendPerHour": "max_spend_per_hour", "DownAfter": "down_after",
-		"PollGap": "poll_gap",
+		"PollGap": "poll_gap", "PollBudget": "poll_budget", "ResultWindow": "result_window",
 	}
 	if perrs := cfg.providersWithDefaults().checkProviders(func(i int, field string) string {
 		return fmt.Sprintf("providers[%d] (%s).%s", i, out[i].Name, fileNames[field])
@@ -139,6 +144,7 @@ func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (
 	if _, ok := e["poll_gap"]; ok && pc.PollGap == 0 {
 		r.fail("poll_gap", "must be at least %v; leave it out for the protocol's default (%v for createtask, the queue's PollGap for in.php)", PollGapMin, createtask.PollGapDefault)
 	}
+	pc.PollBudget, pc.ResultWindow = r.pollBudget()
 
 	if env.WithoutKeys {
 		return pc, r.errs
@@ -234,6 +240,27 @@ func (r *entryReader) dur(field string) time.Duration {
 		r.fail(field, "%q is not a duration; write it as \"5s\", \"500ms\" or \"2m\"", s)
 	}
 	return d
+}
+
+// pollBudget is the entry's poll_budget and result_window as
+// ProviderConfig takes them: left out, 0 (the service's published
+// limits); 0 in the file, -1 (none).
+func (r *entryReader) pollBudget() (polls int, window time.Duration) {
+	if _, ok := r.e["poll_budget"]; ok {
+		n := r.num("poll_budget")
+		if n < 0 || n != float64(int(n)) {
+			r.fail("poll_budget", "must be a whole number of polls a task, or 0 for none; got %v", n)
+		}
+		polls = cmp.Or(int(n), -1)
+	}
+	if _, ok := r.e["result_window"]; ok {
+		window = r.dur("result_window")
+		if window < 0 {
+			r.fail("result_window", "must be a duration after the submit, or \"0s\" for none; got %v", window)
+		}
+		window = cmp.Or(window, -1)
+	}
+	return polls, window
 }
 
 // baseURL is the entry's url, or "" when it has none or none usable.

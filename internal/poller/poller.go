@@ -5,7 +5,9 @@
 // task table: Track when a task's captcha id is durable, Forget when it
 // leaves flight, DueNow when a pingback says to look at once. What a
 // round finds goes back to the table through its Sink: an answer, a
-// per-id refusal, a round that failed as a whole.
+// per-id refusal, a round that failed as a whole, a task past its poll
+// budget or result window (Config.Budget, Window), which it no longer
+// polls.
 //
 // Its lock is a leaf: no other lock is taken while it is held, and the
 // Sink is never called under it. Rounds follow the default scheduler
@@ -52,6 +54,10 @@ type Config struct {
 	// provider polled id by id (pollsched.DecideEach): the queue's
 	// PollGap. Default PollGap.
 	RequestCost time.Duration
+	// Budget bounds the polls of one task, and Window the time after its
+	// submit in which it may be polled (0: no bound). See budgetFloor.
+	Budget int
+	Window time.Duration
 	// Repoll is the time between two polls of one task on the fixed
 	// cadence: PollInterval, or the slow fallback behind pingbacks.
 	Repoll time.Duration
@@ -79,9 +85,19 @@ type Sink[T any] interface {
 	RoundFailed(err error, at time.Time, epoch int)
 	// Recovered says the lane answered after transport failures.
 	Recovered()
+	// Expired gives a task no longer polled, unanswered: err is
+	// ErrPollBudget or ErrResultWindow.
+	Expired(ref T, captchaID string, err error, at time.Time)
 	// Epoch identifies the pause state a request is sent under.
 	Epoch() int
 }
+
+// A task that reaches Config.Budget or Config.Window unanswered leaves the
+// poller with one of these: its id may not be polled again.
+var (
+	ErrPollBudget   = errors.New("poll budget spent: the provider allows no more polls of this task")
+	ErrResultWindow = errors.New("result window over: the provider no longer keeps this task's result")
+)
 
 // entry is one task in flight.
 type entry[T any] struct {
@@ -92,6 +108,7 @@ type entry[T any] struct {
 	due                 time.Time // next poll
 	lastPoll            time.Time // last poll that found it not ready
 	polledAt            time.Time // start of the round that last polled it
+	polls               int       // polls asked for it
 }
 
 // Poller polls one lane's tasks in flight. Its methods are safe for
@@ -212,6 +229,7 @@ func (p *Poller[T]) Run(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		now := p.cfg.Now()
+		p.expire(now)
 		next := p.nextRound(now)
 		if !next.IsZero() && !next.After(now) {
 			p.round(now)
@@ -259,16 +277,89 @@ func (p *Poller[T]) nextRound(now time.Time) time.Time {
 			}
 		}
 	}
-	if due.IsZero() {
-		return due
+	if !due.IsZero() {
+		if g := p.last.Add(p.minGap()); g.After(due) {
+			due = g
+		}
+		if p.pollsHeldUntil.After(due) {
+			due = p.pollsHeldUntil
+		}
 	}
-	if g := p.last.Add(p.minGap()); g.After(due) {
-		due = g
-	}
-	if p.pollsHeldUntil.After(due) {
-		due = p.pollsHeldUntil
+	if end := p.nextEndLocked(); !end.IsZero() && (due.IsZero() || end.Before(due)) {
+		return end
 	}
 	return due
+}
+
+// endLocked is when e leaves the poller unanswered (zero: never): at its
+// window's end, or at once when its budget is spent.
+func (p *Poller[T]) endLocked(e *entry[T]) time.Time {
+	if p.cfg.Budget > 0 && e.polls >= p.cfg.Budget {
+		return e.submitted
+	}
+	if p.cfg.Window > 0 {
+		return e.submitted.Add(p.cfg.Window)
+	}
+	return time.Time{}
+}
+
+// nextEndLocked is the earliest endLocked of the tasks in flight.
+func (p *Poller[T]) nextEndLocked() time.Time {
+	var first time.Time
+	for _, e := range p.tasks {
+		if end := p.endLocked(e); !end.IsZero() && (first.IsZero() || end.Before(first)) {
+			first = end
+		}
+	}
+	return first
+}
+
+// expire takes out the tasks past their budget or window at now and
+// reports them to the sink: none of them is polled again.
+func (p *Poller[T]) expire(now time.Time) {
+	type gone struct {
+		e   *entry[T]
+		err error
+	}
+	var out []gone
+	p.mu.Lock()
+	for id, e := range p.tasks {
+		end := p.endLocked(e)
+		if end.IsZero() || end.After(now) {
+			continue
+		}
+		err := ErrResultWindow
+		if p.cfg.Budget > 0 && e.polls >= p.cfg.Budget {
+			err = ErrPollBudget
+		}
+		delete(p.tasks, id)
+		out = append(out, gone{e, err})
+	}
+	p.mu.Unlock()
+	for _, g := range out {
+		p.cfg.Logger.Warn("task no longer polled", "provider", p.cfg.Lane.Name(), "captcha_id", g.e.captchaID, "polls", g.e.polls, "err", g.err)
+		p.sink.Expired(g.e.ref, g.e.captchaID, g.err, now)
+	}
+}
+
+// budgetFloor is the earliest e may be polled again within its budget
+// (zero: any time). The first half of the budget is polled as the
+// scheduler decides: most answers come well within it (an 80 s reCAPTCHA
+// polled every 2 s takes 40 of 120). From then on the polls left are
+// spread over the rest of the window, split from the last poll in (polls
+// left + 1) equal parts so the last one still comes before the window
+// ends: a slow answer is polled less often, and never past the budget.
+func (p *Poller[T]) budgetFloor(e *entry[T]) time.Time {
+	if p.cfg.Budget <= 0 || p.cfg.Window <= 0 || e.polls < p.cfg.Budget/2 {
+		return time.Time{}
+	}
+	left := p.cfg.Budget - e.polls
+	last := pollsched.Later(e.polledAt, e.submitted)
+	end := e.submitted.Add(p.cfg.Window)
+	if left <= 0 || !end.After(last) {
+		return end
+	}
+	return last.Add(end.Sub(last) / time.Duration(left+1))
 }
 
 // timingsLocked is the tasks in flight as the default scheduler weighs
@@ -276,7 +367,7 @@ func (p *Poller[T]) nextRound(now time.Time) time.Time {
 func (p *Poller[T]) timingsLocked(es *[]*entry[T]) []pollsched.InFlight {
 	out := make([]pollsched.InFlight, 0, len(p.tasks))
 	for _, e := range p.tasks {
-		out = append(out, e.timing())
+		out = append(out, p.timing(e))
 		if es != nil {
 			*es = append(*es, e)
 		}
@@ -284,8 +375,8 @@ func (p *Poller[T]) timingsLocked(es *[]*entry[T]) []pollsched.InFlight {
 	return out
 }
 
-func (e *entry[T]) timing() pollsched.InFlight {
-	return pollsched.InFlight{Kind: e.kind, Submitted: e.submitted, LastPoll: e.lastPoll, PolledAt: e.polledAt, Deadline: e.deadline}
+func (p *Poller[T]) timing(e *entry[T]) pollsched.InFlight {
+	return pollsched.InFlight{Kind: e.kind, Submitted: e.submitted, LastPoll: e.lastPoll, PolledAt: e.polledAt, NotBefore: p.budgetFloor(e), Deadline: e.deadline}
 }
 
 // eachID reports whether the provider answers one id a request (a
@@ -298,13 +389,14 @@ func (p *Poller[T]) eachID() bool {
 }
 
 // floor is the earliest e may be polled again on the fixed cadence:
-// PollInterval after it was last polled, and never within the provider's
-// Rule.
+// PollInterval after it was last polled, never within the provider's
+// Rule, and not before its budgetFloor.
 func (p *Poller[T]) floor(e *entry[T]) time.Time {
+	b := p.budgetFloor(e)
 	if e.polledAt.IsZero() {
-		return time.Time{}
+		return b
 	}
-	return e.polledAt.Add(max(p.cfg.PollInterval, p.cfg.Rule))
+	return pollsched.Later(e.polledAt.Add(max(p.cfg.PollInterval, p.cfg.Rule)), b)
 }
 
 // pollAtLocked is when e is next polled: its due time, not before its
@@ -356,7 +448,7 @@ func (p *Poller[T]) dueLocked(now time.Time, idle bool) []*entry[T] {
 	case p.cfg.Adaptive:
 		model := p.learned.Models(true)
 		for _, e := range p.tasks {
-			if pollsched.Due(e.timing(), now, p.cfg.PollGap, model) {
+			if pollsched.Due(p.timing(e), now, p.cfg.PollGap, model) {
 				due = append(due, e)
 			}
 		}
@@ -369,6 +461,7 @@ func (p *Poller[T]) dueLocked(now time.Time, idle bool) []*entry[T] {
 	}
 	for _, e := range due {
 		e.polledAt = now
+		e.polls++
 	}
 	if !p.cfg.Adaptive {
 		p.chain = now.Add(p.cfg.Repoll)

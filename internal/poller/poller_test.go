@@ -36,6 +36,7 @@ func (sink) Ready(string, string, provider.Answer, time.Time, time.Time) bool { 
 func (sink) Refused(string, string, error, time.Time, int)                    {}
 func (sink) RoundFailed(error, time.Time, int)                                {}
 func (sink) Recovered()                                                       {}
+func (sink) Expired(string, string, error, time.Time)                         {}
 func (sink) Epoch() int                                                       { return 0 }
 
 func newPoller(rec *pollRecorder, adaptive, busy bool, now time.Time) *Poller[string] {

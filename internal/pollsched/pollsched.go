@@ -240,7 +240,10 @@ type InFlight struct {
 	// PolledAt is the start of the round that last asked for it (zero:
 	// none): its per-id gap runs from there.
 	PolledAt time.Time
-	Deadline time.Time
+	// NotBefore is the earliest its poll budget allows the next poll
+	// (zero: any time).
+	NotBefore time.Time
+	Deadline  time.Time
 }
 
 // pending is one task in flight as a decision sees it.
@@ -285,6 +288,7 @@ func (l *Learned) snapshot(tasks []InFlight, now time.Time, idle bool, gap time.
 		if !t.PolledAt.IsZero() {
 			c.eligible = t.PolledAt.Add(gap)
 		}
+		c.eligible = Later(c.eligible, t.NotBefore)
 		if dl := t.Deadline; !dl.IsZero() && dl.Sub(now) < urgentWithin*gap {
 			c.weight *= urgentWeight
 		}
@@ -392,7 +396,7 @@ func firstWorth(worth func(time.Time) float64, now, from time.Time, gap time.Dur
 // ended and its answer may be ready before the next round could go.
 // model is Models(true) for the round.
 func Due(t InFlight, now time.Time, gap time.Duration, model func(provider.Kind) Model) bool {
-	if !t.PolledAt.IsZero() && t.PolledAt.Add(gap).After(now) {
+	if !t.PolledAt.IsZero() && t.PolledAt.Add(gap).After(now) || t.NotBefore.After(now) {
 		return false
 	}
 	return model(t.Kind).CDF(now.Add(gap).Sub(t.Submitted)) >= readyFloor

@@ -100,3 +100,22 @@ func TestDecideEachAndDueEach(t *testing.T) {
 	}
 	within("DecideEach after its gap", l.DecideEach([]InFlight{a}, t0.Add(2300*time.Millisecond), t0, false, gap, gap).Sub(t0), 2700*time.Millisecond)
 }
+
+// A task's poll budget (InFlight.NotBefore) holds its next poll however
+// much its answer is worth: Due leaves it out and DecideEach waits for
+// it, as they do within its per-id gap.
+func TestNotBeforeHoldsThePoll(t *testing.T) {
+	l := NewLearned()
+	l.Learn(provider.KindTurnstile, t0.Add(-time.Minute), t0.Add(-time.Minute+2*time.Second), t0.Add(-time.Minute+2*time.Second))
+	gap := 500 * time.Millisecond
+	task := InFlight{Kind: provider.KindTurnstile, Submitted: t0.Add(-time.Minute), NotBefore: t0.Add(3 * time.Second)}
+	if Due(task, t0, gap, l.Models(true)) {
+		t.Fatal("due 3 s before its budget allows")
+	}
+	if !Due(task, t0.Add(3*time.Second), gap, l.Models(true)) {
+		t.Fatal("not due once its budget allows")
+	}
+	if at := l.DecideEach([]InFlight{task}, t0, t0, false, gap, gap); !at.Equal(task.NotBefore) {
+		t.Fatalf("round at %v, want when its budget allows (+3s)", at.Sub(t0))
+	}
+}
