@@ -121,7 +121,7 @@ var codeTable = func() map[string]*Error {
 func Classify(op, code, text string) *Error {
 	code = strings.TrimSpace(code)
 	text = strings.TrimSpace(text)
-	e := &Error{Op: op, Code: code, Text: text}
+	e := &Error{Op: op, Code: code, Text: text, answered: true}
 	if s, ok := codeTable[code]; ok {
 		e.Class, e.RetryAfter = s.Class, s.RetryAfter
 		if e.Text == "" {
@@ -149,6 +149,45 @@ func Classify(op, code, text string) *Error {
 		}
 	}
 	return e
+}
+
+// refusalTexts are what the services' error texts say when they refuse
+// a task's type under a general code (ERROR_BAD_PARAMETERS, CapSolver's
+// ERROR_INVALID_TASK_DATA): "hCaptcha is not supported by this service",
+// "We do not support hcaptcha", "unsupported captcha type, please check if
+// the type is correct", "Not found HCaptchaTaskProxyLess access".
+var refusalTexts = []string{"not supported by this service", "do not support", "unsupported captcha type", "access. please contact"}
+
+// TypeRefused reports whether e is a provider's answer to a submit that it
+// does not take the task's type: in.php's ERROR_METHOD_CALL (2captcha
+// since it withdrew hCaptcha), createTask's ERROR_TASK_NOT_SUPPORTED
+// (CapMonster) and ERROR_TASK_TYPE_DEPRECATED (Anti-Captcha), both read as
+// UNSUPPORTED_TYPE, and ERROR_BAD_PARAMETERS with a text that says so
+// (refusalTexts). A refusal the client makes itself, with no request, is
+// not one: the provider was not asked.
+func (e *Error) TypeRefused() bool {
+	if !e.answered || e.Op != "submit" {
+		return false
+	}
+	switch e.Code {
+	case ErrMethodCall.Code, CodeUnsupportedType:
+		return true
+	case ErrBadParameters.Code:
+		text := strings.ToLower(e.Text)
+		for _, r := range refusalTexts {
+			if strings.Contains(text, r) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TypeRefused reports whether err has a provider's refusal of a task's
+// type in its chain (Error.TypeRefused).
+func TypeRefused(err error) bool {
+	var pe *Error
+	return errors.As(err, &pe) && pe.TypeRefused()
 }
 
 // ClassOf says what to do about any error: the Class of an *Error in the

@@ -48,6 +48,9 @@ type Error struct {
 	RetryAfter time.Duration // a suggested wait; zero means use your backoff
 	HTTPStatus int           // when the failure was an HTTP status
 	Err        error         // the underlying cause, key redacted
+	// answered: the provider gave this answer (Classify), rather than
+	// the client refusing a request it did not send.
+	answered bool
 }
 
 // String names the class for logs and metrics labels.

@@ -152,3 +152,30 @@ func TestClassString(t *testing.T) {
 		}
 	}
 }
+
+// Each service's answer that it does not take a task's type is a refusal
+// of the type; the same codes to other requests, other texts, and the
+// client's own refusals (no request sent) are not.
+func TestTypeRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"2captcha's hCaptcha", Classify("submit", "ERROR_METHOD_CALL", ""), true},
+		{"a front's UNSUPPORTED_TYPE", Classify("submit", "UNSUPPORTED_TYPE", "hcaptcha is not solved here"), true},
+		{"CaptchaAI's not supported", Classify("submit", "ERROR_BAD_PARAMETERS", "hCaptcha is not supported by this service."), true},
+		{"wrapped", fmt.Errorf("lane a: %w", Classify("submit", "ERROR_METHOD_CALL", "")), true},
+		{"a bad field", Classify("submit", "ERROR_BAD_PARAMETERS", "pageurl is missing or empty."), false},
+		{"res.php's unknown action", Classify("poll", "ERROR_METHOD_CALL", ""), false},
+		{"another task error", Classify("submit", "ERROR_PAGEURL", ""), false},
+		{"the client's own", &Error{Op: "submit", Code: CodeUnsupportedType, Class: ClassTask}, false},
+		{"the sentinel", ErrUnsupportedType, false},
+		{"not a provider error", errors.New("ERROR_METHOD_CALL"), false},
+	} {
+		if got := TypeRefused(tc.err); got != tc.want {
+			t.Errorf("%s: TypeRefused(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}

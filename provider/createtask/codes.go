@@ -72,6 +72,7 @@ var codes = []codeRow{
 	{"ERROR_IP_BANNED", 1, "IP_BANNED", toQueue}, // CapMonster
 	{"ERROR_TASK_ABSENT", 22, "ERROR_BAD_PARAMETERS", toQueue},
 	{"ERROR_TASK_NOT_SUPPORTED", 23, provider.CodeUnsupportedType, both},
+	{"ERROR_TASK_TYPE_DEPRECATED", 1, provider.CodeUnsupportedType, toQueue}, // Anti-Captcha
 	{"ERROR_INCORRECT_SESSION_DATA", 24, "ERROR_BAD_PARAMETERS", toQueue},
 	{"ERROR_PROXY_CONNECT_REFUSED", 25, "ERROR_PROXY_CONNECTION_FAILED", both},
 	{"ERROR_PROXY_CONNECT_TIMEOUT", 26, "ERROR_PROXY_CONNECTION_FAILED", toQueue},

@@ -327,3 +327,31 @@ func TestCodes(t *testing.T) {
 		}
 	}
 }
+
+// The createTask services' refusals of a type (CapMonster's, Anti-Captcha's
+// and CapSolver's answers for hCaptcha and for a renamed Turnstile type)
+// are refusals of the type at the queue.
+func TestClassifyTypeRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code, description string
+		want              bool
+	}{
+		{"ERROR_TASK_NOT_SUPPORTED", "Task type is not supported or typed incorrectly.", true},
+		{"ERROR_TASK_TYPE_DEPRECATED", "This captcha type is deprecated.", true},
+		{"ERROR_INVALID_TASK_DATA", "We do not support hcaptcha. Please contact customer service for details.", true},
+		{"ERROR_INVALID_TASK_DATA", "unsupported captcha type, please check if the type is correct: TurnstileTaskProxyLess", true},
+		{"ERROR_INVALID_TASK_DATA", "Not found HCaptchaTaskProxyLess access. Please contact our support.", true},
+		{"ERROR_INVALID_TASK_DATA", "websiteURL is required", false},
+		{"ERROR_NO_SUCH_METHOD", "", true},
+		{"ERROR_ZERO_BALANCE", "", false},
+	} {
+		e := classify("submit", tc.code, tc.description)
+		if got := e.TypeRefused(); got != tc.want {
+			t.Errorf("%s %q: TypeRefused = %v (code %s), want %v", tc.code, tc.description, got, e.Code, tc.want)
+		}
+		if tc.want && e.Class != provider.ClassTask {
+			t.Errorf("%s: class %v, want task", tc.code, e.Class)
+		}
+	}
+}
