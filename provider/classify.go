@@ -103,8 +103,21 @@ var codeTable = func() map[string]*Error {
 	} {
 		m[e.Code] = e
 	}
+	// createTask services' codes that their in.php endpoints answer too:
+	// the class of the in.php code of the same meaning.
+	for code, e := range typeRefusalCodes {
+		m[code] = e
+	}
 	return m
 }()
+
+// typeRefusalCodes are the createTask codes refusing a type, with the
+// in.php sentinel of the same meaning.
+var typeRefusalCodes = map[string]*Error{
+	"ERROR_TASK_NOT_SUPPORTED":   ErrUnsupportedType, // CapMonster
+	"ERROR_TASK_TYPE_DEPRECATED": ErrUnsupportedType, // Anti-Captcha
+	"ERROR_INVALID_TASK_DATA":    ErrBadParameters,   // CapSolver, with a text that says so
+}
 
 // Classify turns a provider code (and its error_text, if any) into an *Error
 // with the class and suggested wait of the protocol's error table.
@@ -161,18 +174,21 @@ var refusalTexts = []string{"not supported by this service", "do not support", "
 // TypeRefused reports whether e is a provider's answer to a submit that it
 // does not take the task's type: in.php's ERROR_METHOD_CALL (2captcha
 // since it withdrew hCaptcha), createTask's ERROR_TASK_NOT_SUPPORTED
-// (CapMonster) and ERROR_TASK_TYPE_DEPRECATED (Anti-Captcha), both read as
-// UNSUPPORTED_TYPE, and ERROR_BAD_PARAMETERS with a text that says so
-// (refusalTexts). A refusal the client makes itself, with no request, is
+// (CapMonster) and ERROR_TASK_TYPE_DEPRECATED (Anti-Captcha) on either
+// protocol, and ERROR_BAD_PARAMETERS or ERROR_INVALID_TASK_DATA with a
+// text that says so (refusalTexts). A refusal the client makes itself, with no request, is
 // not one: the provider was not asked.
 func (e *Error) TypeRefused() bool {
 	if !e.answered || e.Op != "submit" {
 		return false
 	}
+	if s := typeRefusalCodes[e.Code]; s != nil && s.Code == CodeUnsupportedType {
+		return true
+	}
 	switch e.Code {
 	case ErrMethodCall.Code, CodeUnsupportedType:
 		return true
-	case ErrBadParameters.Code:
+	case ErrBadParameters.Code, "ERROR_INVALID_TASK_DATA":
 		text := strings.ToLower(e.Text)
 		for _, r := range refusalTexts {
 			if strings.Contains(text, r) {

@@ -167,6 +167,8 @@ func TestTypeRefused(t *testing.T) {
 		{"a front's UNSUPPORTED_TYPE", Classify("submit", "UNSUPPORTED_TYPE", "hcaptcha is not solved here"), true},
 		{"CaptchaAI's not supported", Classify("submit", "ERROR_BAD_PARAMETERS", "hCaptcha is not supported by this service."), true},
 		{"wrapped", fmt.Errorf("lane a: %w", Classify("submit", "ERROR_METHOD_CALL", "")), true},
+		{"CapMonster's, on in.php", Classify("submit", "ERROR_TASK_NOT_SUPPORTED", ""), true},
+		{"CapSolver's, on in.php", Classify("submit", "ERROR_INVALID_TASK_DATA", "We do not support hcaptcha"), true},
 		{"a bad field", Classify("submit", "ERROR_BAD_PARAMETERS", "pageurl is missing or empty."), false},
 		{"res.php's unknown action", Classify("poll", "ERROR_METHOD_CALL", ""), false},
 		{"another task error", Classify("submit", "ERROR_PAGEURL", ""), false},

@@ -35,6 +35,22 @@ const (
 // every thread is busy; a valid Config.NoSlotAnswer.
 const NoSlotAnswerZeroBalance = "ERROR_ZERO_BALANCE"
 
+// Refusal is a service's answer to a submit of a type it does not take:
+// its error code, on both protocols (a createTask server answers an in.php
+// code as the createTask code of the same meaning), and its text, where %s
+// is the type's name.
+type Refusal struct{ Code, Text string }
+
+// The services' refusals of a type they do not take (or took and
+// withdrew, as they withdrew hCaptcha in 2025).
+var (
+	RefusalCaptchaAI   = Refusal{"ERROR_BAD_PARAMETERS", "%s" + notSupported}
+	Refusal2Captcha    = Refusal{"ERROR_METHOD_CALL", "Unknown method."}
+	RefusalAntiCaptcha = Refusal{"ERROR_TASK_TYPE_DEPRECATED", "%s tasks are no longer supported."}
+	RefusalCapMonster  = Refusal{"ERROR_TASK_NOT_SUPPORTED", "Task type is not supported or typed incorrectly."}
+	RefusalCapSolver   = Refusal{"ERROR_INVALID_TASK_DATA", "We do not support %s. Please contact customer service for details."}
+)
+
 // Config configures a Server. Every field's zero value means its default.
 type Config struct {
 	// Threads is the plan's thread count: tasks accepted and not yet solved.
@@ -56,9 +72,13 @@ type Config struct {
 	Balance float64
 	// Methods are the in.php methods served (as provider.Task.RouteMethod
 	// names them, each one of provider.KnownMethods); others are refused
-	// with ERROR_BAD_PARAMETERS, as a provider refuses a type it does not
-	// solve. Default provider.CaptchaAIMethods.
+	// as Refusal says. Default provider.CaptchaAIMethods.
 	Methods []string
+	// Refusal is how a submit of a type the service does not take is
+	// answered (a method not in Methods): one of
+	// the Refusal profiles. Default RefusalCaptchaAI.
+	// Server.Withdraw refuses methods of Methods at run time.
+	Refusal Refusal
 	// PricePer1000 makes a per-solve provider: 1,000 solves cost this
 	// much of the Balance. Zero: a thread plan, solves cost nothing.
 	PricePer1000 float64
@@ -230,6 +250,7 @@ func (c Config) withDefaults() Config {
 	if c.Methods == nil {
 		c.Methods = provider.CaptchaAIMethods
 	}
+	c.Refusal = cmp.Or(c.Refusal, RefusalCaptchaAI)
 	c.LatencyScale = cmp.Or(c.LatencyScale, LatencyScaleDefault)
 	lat := maps.Clone(DefaultLatency)
 	maps.Copy(lat, c.Latency)

@@ -111,7 +111,7 @@ func (s *Server) ctCreate(w http.ResponseWriter, q, in *request, ip string) {
 		if text == "" {
 			text = errorTexts[code]
 		}
-		if strings.HasSuffix(text, notSupported) {
+		if code == RefusalCaptchaAI.Code && strings.HasSuffix(text, notSupported) {
 			code = "UNSUPPORTED_TYPE"
 		}
 		writeFault(w, createtask.FrontFault(code, text))

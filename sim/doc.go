@@ -50,6 +50,10 @@
 // errors as {"errorId","errorCode","errorDescription"}; a createTask
 // task's callbackUrl is POSTed getTaskResult's JSON with its taskId.
 // Stats counts these calls under their kinds and in Calls.CreateTask.
+// A type the service does not take (not in Config.Methods, or withdrawn
+// with Server.Withdraw) is refused as Config.Refusal says, in the words
+// of CaptchaAI, 2captcha, Anti-Captcha, CapMonster or CapSolver
+// (Stats.Refused counts them).
 //
 // Under /sim/ the server offers an admin API: GET /sim/stats (the Stats
 // document), POST /sim/stats/reset, GET or POST /sim/account (switch the bad

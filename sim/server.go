@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,9 +70,11 @@ type Server struct {
 	events  eventHeap
 	inUse   int
 	account Account
-	bans    map[string]time.Time // client IP → end of its poll ban
-	st      statsState
-	tokens  tokenBook
+	// withdrawn are methods of Config.Methods refused now (Withdraw).
+	withdrawn []string
+	bans      map[string]time.Time // client IP → end of its poll ban
+	st        statsState
+	tokens    tokenBook
 
 	pingbacks *pingbackSender
 	httpSrv   *http.Server
@@ -194,6 +197,15 @@ func (s *Server) SetAccount(a Account) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.account = a
+}
+
+// Withdraw makes the service refuse methods (RouteMethod names) from now
+// on, with Config.Refusal, as a service withdraws a type it solved;
+// Withdraw() takes every one of Config.Methods again.
+func (s *Server) Withdraw(methods ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.withdrawn = slices.Clone(methods)
 }
 
 // Unban lifts every poll ban.

@@ -41,6 +41,9 @@ type Stats struct {
 	// TooManyRequests counts getTaskResult calls refused for coming
 	// within Config.TaskResultGap of the task's last one.
 	TooManyRequests int64 `json:"too_many_requests"`
+	// Refused counts submits refused for their type: a method not in
+	// Config.Methods or withdrawn (Withdraw).
+	Refused int64 `json:"refused"`
 	// Spent is what the solves cost (Config.PricePer1000).
 	Spent float64 `json:"spent"`
 	// ReportsBad and ReportsGood count recorded reports.
@@ -120,7 +123,7 @@ type statsState struct {
 	spent                            float64
 	faults5xx, faultsSlow            int64
 	faultsDropped, bans              int64
-	tooManyRequests                  int64
+	tooManyRequests, refused         int64
 	reportsBad, reportsGood          int64
 	duplicates                       int64
 	pingbacksSent, pingbacksFailed   int64
@@ -215,6 +218,7 @@ func (s *Server) Stats() Stats {
 		},
 		Bans:             st.bans,
 		TooManyRequests:  st.tooManyRequests,
+		Refused:          st.refused,
 		Spent:            st.spent,
 		ReportsBad:       st.reportsBad,
 		ReportsGood:      st.reportsGood,

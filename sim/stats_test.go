@@ -150,7 +150,7 @@ func TestStatsJSON(t *testing.T) {
 		return ks
 	}
 	want := []string{"accepted", "bans", "busy_thread_seconds", "calls", "duplicates", "faults", "fetched", "ids_polled",
-		"max_polls_per_task", "no_slot", "peak_threads_in_use", "pingbacks_failed", "pingbacks_sent", "ready_to_fetched", "reports_bad",
+		"max_polls_per_task", "no_slot", "peak_threads_in_use", "pingbacks_failed", "pingbacks_sent", "ready_to_fetched", "refused", "reports_bad",
 		"reports_good", "solve_seconds_drawn", "solve_seconds_longest", "solved", "spent", "tasks_kept", "threads", "threads_in_use", "too_many_requests", "unsolvable", "utilization", "window_seconds"}
 	if diff := cmp.Diff(want, keys(doc)); diff != "" {
 		t.Fatalf("stats keys (-want +got):\n%s", diff)

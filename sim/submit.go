@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"net"
 	"net/http"
@@ -35,7 +36,7 @@ const notSupported = " is not supported by this service."
 // not in served (RouteMethod names) is refused as one the service does
 // not solve.
 func parseSubmit(q *request, served []string) (spec taskSpec, code, text string) {
-	method := provider.Task{Method: q.get("method"), Params: map[string]string{"version": q.get("version")}}.RouteMethod()
+	method := routeMethod(q)
 	if name := provider.TypeName(method); name != "" && !slices.Contains(served, method) {
 		return spec, "ERROR_BAD_PARAMETERS", name + notSupported
 	}
@@ -321,6 +322,9 @@ func (s *Server) admit(q *request, ip string, spec taskSpec, code, text string) 
 	s.runDueLocked(now)
 	if gate := s.gateLocked(q, ip, now); gate != "" {
 		code, text = gate, ""
+	} else if r, ok := s.refusalLocked(q, text); ok {
+		code, text = r.Code, r.Text
+		s.st.refused++
 	} else if refuse := s.refuseLocked(q); refuse != "" {
 		code, text = refuse, ""
 	} else if s.account.ZeroBalance || code == "" && s.balanceLocked() < s.cfg.PricePer1000/1000 {
@@ -352,6 +356,30 @@ func (s *Server) gateLocked(q *request, ip string, now time.Time) string {
 		return "ERROR_WRONG_USER_KEY"
 	}
 	return ""
+}
+
+// refusalLocked is Config.Refusal for a submit of a type the service
+// does not take: one parseSubmit refused as not served (text), or one of
+// Withdraw's methods.
+func (s *Server) refusalLocked(q *request, text string) (Refusal, bool) {
+	if q == nil {
+		return Refusal{}, false
+	}
+	method := routeMethod(q)
+	name := provider.TypeName(method)
+	if !strings.HasSuffix(text, notSupported) && (name == "" || !slices.Contains(s.withdrawn, method)) {
+		return Refusal{}, false
+	}
+	r := s.cfg.Refusal
+	if strings.Contains(r.Text, "%s") {
+		r.Text = fmt.Sprintf(r.Text, name)
+	}
+	return r, true
+}
+
+// routeMethod is the RouteMethod of a submit's task.
+func routeMethod(q *request) string {
+	return provider.Task{Method: q.get("method"), Params: map[string]string{"version": q.get("version")}}.RouteMethod()
 }
 
 // refuseLocked is the test hook Config.RefuseSubmit's answer, if any.
