@@ -29,6 +29,9 @@ const (
 	MaxQueuedMin           = 1000 // MaxQueued's default is max(MaxQueuedMin, 20×threads)
 )
 
+// RefusalHoldDefault is Config.RefusalHold's default.
+const RefusalHoldDefault = time.Hour
+
 // DownAfterDefault is how long a provider may fail (network errors, 5xx)
 // before it leaves routing.
 const DownAfterDefault = 30 * time.Second
@@ -92,6 +95,15 @@ type Config struct {
 	// not attempts: they are retried with backoff for as long as it takes
 	// (bound it with a task Deadline or TTL), so a blip never fails a task.
 	MaxAttempts int
+	// RefusalHold is how long a provider's refusal of a task's type (a
+	// type it withdrew: provider.TypeRefused) keeps that type's tasks
+	// away from it. They go to the other providers that solve the type,
+	// or fail with CodeUnsupportedType when none takes it; the first task
+	// of the type after the hold probes the provider again, alone. The
+	// refusals are kept in a Store that keeps state (store/sqlite).
+	// Default RefusalHoldDefault; negative: a refusal fails its task like
+	// any task error, and nothing is held.
+	RefusalHold time.Duration
 	// RetryBackoff and RetryBackoffMax shape the exponential backoff (with
 	// jitter) between retries. Defaults RetryBackoffDefault and
 	// RetryBackoffMaxDefault.
@@ -324,6 +336,7 @@ func (c Config) laneConfigs(fleet Fleet) []lane.Config {
 			}
 		}
 		cs[i] = p.laneConfig(pool, c.Logger)
+		cs[i].RefusalHold = cmp.Or(c.RefusalHold, RefusalHoldDefault)
 	}
 	return cs
 }

@@ -13,19 +13,23 @@ import (
 
 // pass does one round of work and returns when the next round is due
 // without a wake (zero: only on wake): it expires tasks past their
-// deadline, starts the probes of a provider that is down, takes the
+// deadline, fails those of a type every provider refuses, starts the probes of a provider that is down, takes the
 // lanes' free slots for the waiting tasks (dispatch.Fill, lanes in order
 // of preference: see lane.Set.Route), tells each lane's pool its demand and
 // starts one submit per slot taken.
 func (q *Queue) pass() time.Time {
 	now := q.now()
 	var (
-		launch  []dispatch.Launch[*taskState]
-		expired []sched.Item[*taskState]
-		next    time.Time
+		launch   []dispatch.Launch[*taskState]
+		expired  []sched.Item[*taskState]
+		unserved []*taskState
+		next     time.Time
 	)
 	q.table.Do(func(tx table) {
 		expired = tx.Waiting().Expired(now)
+		if q.unserved.Swap(false) {
+			unserved = q.unservedWaiting(tx, now)
+		}
 		next = q.lanes.Probes(now, q.probe)
 		soonest := func(t time.Time) {
 			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
@@ -51,6 +55,9 @@ func (q *Queue) pass() time.Time {
 	for _, it := range expired {
 		st := it.Value
 		q.finish(st, q.failure(st, st.rec.Attempts, CodeExpired, ErrExpired.Error()))
+	}
+	for _, st := range unserved {
+		q.finish(st, q.failure(st, st.rec.Attempts, CodeUnsupportedType, q.unservedText(st.route, now)))
 	}
 	for _, job := range launch {
 		q.wg.Add(1)

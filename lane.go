@@ -1,6 +1,11 @@
 package captchaq
 
 import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/lane"
@@ -131,4 +136,84 @@ func (q *Queue) pauseFor(l *lane.Lane, err error, sentAt int, d time.Duration) {
 	}
 	q.wakeDispatcher()
 	q.pollerOf(l).Wake()
+}
+
+// unservedWaiting takes out of waiting, and returns, the tasks of a type
+// every provider that solves it refuses at now (lane.Set.Unserved). It
+// runs inside q.table.Do.
+func (q *Queue) unservedWaiting(tx table, now time.Time) []*taskState {
+	var out []*taskState
+	tx.Waiting().Each(func(it sched.Item[*taskState]) {
+		if st := it.Value; q.lanes.Unserved(st.class, st.route, now) {
+			out = append(out, st)
+		}
+	})
+	for _, st := range out {
+		tx.Waiting().Remove(st.rec.Task.ID)
+	}
+	return out
+}
+
+// unservedText is the error of a task of route method m that no provider
+// takes at now: who refused it, with which code, and when a probe may try
+// again.
+func (q *Queue) unservedText(m string, now time.Time) string {
+	var by []string
+	for _, r := range q.lanes.Refusals() {
+		if r.Method == m && now.Before(r.Until) {
+			who := cmp.Or(r.Provider, "the provider")
+			by = append(by, fmt.Sprintf("%s answered %s (since %s; a task after %s tries again)",
+				who, r.Code, r.Since.UTC().Format(time.RFC3339), r.Until.UTC().Format(time.RFC3339)))
+		}
+	}
+	return fmt.Sprintf("no provider takes %s tasks now: %s", m, strings.Join(by, "; "))
+}
+
+// refusalsState is the name the lanes' refusals are stored under
+// (stateStore).
+const refusalsState = "type_refusals"
+
+// stateStore is a Store that keeps small named values of the queue across
+// restarts, such as the lanes' refusals of types (store/sqlite has it).
+type stateStore interface {
+	// LoadState returns the value stored under name; nil when none.
+	LoadState(ctx context.Context, name string) ([]byte, error)
+	SaveState(ctx context.Context, name string, value []byte) error
+}
+
+// storeRefusals stores the lanes' refusals, so a restarted queue does not
+// pay a refused submit again for each; a Store without stateStore keeps
+// them in memory only.
+func (q *Queue) storeRefusals() {
+	ss, ok := q.store.(stateStore)
+	if !ok {
+		return
+	}
+	q.refusalsMu.Lock()
+	defer q.refusalsMu.Unlock()
+	b, _ := json.Marshal(q.lanes.Refusals())
+	if err := ss.SaveState(q.storeCtx(), refusalsState, b); err != nil {
+		q.log.Error("storing the providers' refusals of types failed", "err", err)
+	}
+}
+
+// loadRefusals takes back the refusals storeRefusals stored.
+func (q *Queue) loadRefusals(ctx context.Context) error {
+	ss, ok := q.store.(stateStore)
+	if !ok {
+		return nil
+	}
+	b, err := ss.LoadState(ctx, refusalsState)
+	if err != nil || b == nil {
+		return err
+	}
+	var rs []lane.Refusal
+	if err := json.Unmarshal(b, &rs); err != nil {
+		q.log.Warn("stored refusals of types unreadable; starting without them", "err", err)
+		return nil
+	}
+	for _, l := range q.lanes.Lanes() {
+		l.Restore(rs)
+	}
+	return nil
 }

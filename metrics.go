@@ -83,6 +83,17 @@ type ProviderMetrics struct {
 	// checkpointed that were dropped: not checkpointed within 10 s, or
 	// past the 256 kept at once (see PingbackHandler).
 	EarlyPingbacksDropped int64
+	// Refused are the types it refuses (Config.RefusalHold), by method.
+	Refused []TypeRefusal
+}
+
+// TypeRefusal is a provider's refusal of a type: its tasks of Method (a
+// route method) go elsewhere until Until, when the next one probes it.
+// Code is the provider's answer; Since its first refusal since it last
+// took the type.
+type TypeRefusal struct {
+	Method, Code string
+	Since, Until time.Time
 }
 
 // Metrics returns a snapshot.
@@ -124,6 +135,9 @@ func (q *Queue) Metrics() Metrics {
 		}
 		_, pm.EarlyPingbacksDropped = q.inboxes[i].Counts()
 		pm.Healthy = !pm.Down && !pm.Paused
+		for _, r := range l.Refusals() {
+			pm.Refused = append(pm.Refused, TypeRefusal{Method: r.Method, Code: r.Code, Since: r.Since, Until: r.Until})
+		}
 		r := l.Reach()
 		pm.FailingSince, pm.Failures, pm.LastFailure, pm.EverAnswered = r.FailingSince, r.Failures, r.LastFailure, r.EverAnswered
 		if s.Solved > 0 {

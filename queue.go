@@ -66,7 +66,7 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	q.pauses = lane.NewPauses(q.lanes.Lanes())
 	q.waiting = dispatch.Tasks[*taskState]{Route: func(l *lane.Lane, st *taskState, now time.Time) (bool, time.Time) {
 		return q.lanes.Route(l, st.routing(), now)
-	}, Price: priceAt}
+	}, Price: priceAt, Taken: func(l *lane.Lane, st *taskState) { l.Sending(st.route) }}
 	q.dispatcher = dispatch.New(q.lanes.Lanes(), q.now, q.pass)
 	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.Run)}
 	for _, l := range q.lanes.Lanes() {
@@ -104,6 +104,9 @@ func (q *Queue) Start(ctx context.Context) error {
 	started := q.now()
 	q.metrics.Start(started)
 
+	if err := q.loadRefusals(ctx); err != nil {
+		return fmt.Errorf("captchaq: load the providers' refusals of types: %w", err)
+	}
 	var resumed, polling int
 	err := q.store.Pending(ctx, func(r Record) (err error) {
 		q.table.Do(func(tx table) {

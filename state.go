@@ -65,6 +65,11 @@ type Queue struct {
 	closed  atomic.Bool  // intake stopped
 	stopped atomic.Bool  // loops stopped
 	pauses  *lane.Pauses // the lanes' pauses, as the queue sees them
+	// unserved: a waiting task's type may be refused by every provider
+	// that solves it (the next pass fails those: failUnserved).
+	unserved atomic.Bool
+	// refusalsMu orders the writes of the lanes' refusals to the Store.
+	refusalsMu sync.Mutex
 
 	// table holds every unfinished task: by id, the ids being stored
 	// (claims: one id is stored and added once while different ids are
@@ -182,6 +187,9 @@ func (q *Queue) push(tx table, st *taskState) {
 	t := st.rec.Task
 	now := q.now()
 	st.waitingSince = pollsched.Later(now, st.rec.NotBefore)
+	if q.lanes.Unserved(st.class, st.route, now) {
+		q.unserved.Store(true)
+	}
 	tx.Waiting().Push(sched.Item[*taskState]{
 		ID: t.ID, Value: st, Priority: effectivePriority(t), Seq: st.rec.Seq, Tenant: t.Tenant,
 		Burst: st.burst, Expected: provider.MedianSolveTime(st.kind), Enqueued: st.rec.AcceptedAt, NotBefore: st.rec.NotBefore, Deadline: t.Deadline, Class: st.class,

@@ -17,7 +17,7 @@ func (q *Queue) submit(st *taskState) {
 	defer q.wg.Done()
 	// Captured now: a failed submit puts st back in the queue, where the
 	// dispatcher may give it another lane before the deferred count below.
-	l, price := st.lane, st.price
+	l, price, route := st.lane, st.price, st.route
 	// The cap covers the checkpoint too: a task the provider accepted is
 	// at risk of a second solve until its captcha id is durable, and while
 	// the Store cannot write (a broker outage) at most the cap of them
@@ -28,6 +28,7 @@ func (q *Queue) submit(st *taskState) {
 	}()
 	t := st.rec.Task
 	if q.fleet != nil && !q.fleet.Admit(t.ID) {
+		l.NotSent(route, q.now())
 		q.table.Do(func(tx table) {
 			q.leaveFlight(tx, st)
 			st.rec.NotBefore = q.now().Add(q.cfg.PollInterval)
@@ -40,6 +41,9 @@ func (q *Queue) submit(st *taskState) {
 	epoch := q.pauses.Epoch()
 	captchaID, err := l.Submit(q.runCtx, st.pt, q.inboxes[l.Index()].URL())
 	now := q.now()
+	if l.Sent(route, err, now) {
+		q.storeRefusals()
+	}
 	if err == nil {
 		if l.Answered() {
 			q.recovered(l)
@@ -124,6 +128,10 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 	} else if l.Answered() {
 		q.recovered(l)
 	}
+	if provider.TypeRefused(err) && l.Refuses(st.route, now) {
+		q.typeRefused(st, code, err, now)
+		return
+	}
 	switch class {
 	case provider.ClassTask:
 		if code == "" || code == "NETWORK" {
@@ -159,6 +167,21 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		q.log.Warn("submit failed; retrying", "id", st.rec.Task.ID, "code", code, "retry", st.transient)
 		q.requeue(st, attempts, now.Add(q.backoff(st.transient)), code, err)
 	}
+}
+
+// typeRefused acts on l's refusal of st's type (provider.TypeRefused),
+// which l.Sent holds off l: st goes to another provider that solves its
+// type, its attempt not counted; with none left that takes it, st fails
+// with CodeUnsupportedType, and the next pass fails the other tasks of
+// its type that wait (failUnserved).
+func (q *Queue) typeRefused(st *taskState, code string, err error, now time.Time) {
+	if q.lanes.Unserved(st.class, st.route, now) {
+		q.unserved.Store(true)
+		q.wakeDispatcher()
+		q.finish(st, q.failure(st, st.rec.Attempts+1, CodeUnsupportedType, q.unservedText(st.route, now)))
+		return
+	}
+	q.requeue(st, st.rec.Attempts, time.Time{}, code, err)
 }
 
 // accountRefused acts on an account error (bad key, IP not allowed or

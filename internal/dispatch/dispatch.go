@@ -111,6 +111,9 @@ type Tasks[T any] struct {
 	Route func(l *lane.Lane, v T, now time.Time) (take bool, retry time.Time)
 	// Price is what v's attempt at l costs.
 	Price func(l *lane.Lane, v T) float64
+	// Taken, when set, is told that Fill took v for a submit at l, before
+	// it asks Route of the next task.
+	Taken func(l *lane.Lane, v T)
 }
 
 // Launch is a waiting task Fill took a slot for: at Lane, for Price. Its
@@ -161,6 +164,9 @@ func Fill[T any](lanes []*lane.Lane, waiting *sched.Scheduler[T], now time.Time,
 			if !ok {
 				l.Limiter.Release()
 				break
+			}
+			if tasks.Taken != nil {
+				tasks.Taken(l, it.Value)
 			}
 			price := tasks.Price(l, it.Value)
 			l.StartSubmit(price)

@@ -18,6 +18,7 @@
 package lane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -70,7 +71,11 @@ type Config struct {
 	SpillAfter      time.Duration
 	MaxSpendPerHour float64
 	DownAfter       time.Duration
-	Pool            Pool // nil: the threads are this process's alone
+	// RefusalHold is how long a method the provider refused stays off
+	// the lane before a probe (zero: RefusalHoldDefault; negative: a
+	// refusal is a task error like any other, and nothing is held).
+	RefusalHold time.Duration
+	Pool        Pool // nil: the threads are this process's alone
 	// MayGoDown: failing longer than DownAfter takes the lane out of
 	// routing. NewSet sets it for a set of several lanes.
 	MayGoDown bool
@@ -109,6 +114,7 @@ type Lane struct {
 	maxSpendPerHour float64
 	downAfter       time.Duration
 	mayGoDown       bool
+	refusalHold     time.Duration
 	log             *slog.Logger
 
 	// Limiter is the lane's threads: slots taken and the AIMD window. It
@@ -118,9 +124,10 @@ type Lane struct {
 
 	mu                sync.Mutex
 	pause             *Pause
-	submitsHeldUntil  time.Time // no submits before (rate limited)
-	zeroBalanceStreak int       // ERROR_ZERO_BALANCE refusals in a row with nothing in flight here
-	submits           int       // submit requests in progress
+	submitsHeldUntil  time.Time          // no submits before (rate limited)
+	zeroBalanceStreak int                // ERROR_ZERO_BALANCE refusals in a row with nothing in flight here
+	submits           int                // submit requests in progress
+	known             map[string]*method // route methods' answers (refusals.go)
 	// failingSince is the first network error or 5xx since the lane last
 	// answered; zero while it answers. failures counts them, lastFailure
 	// is the last one's text (the provider's redacted error: no key);
@@ -155,7 +162,8 @@ func New(c Config) *Lane {
 		idx: c.Index, name: c.Name, prov: c.Provider, threads: c.Threads, methods: c.Methods,
 		price: c.PricePer1000, spillAfter: c.SpillAfter, maxSpendPerHour: c.MaxSpendPerHour,
 		downAfter: c.DownAfter, mayGoDown: c.MayGoDown, log: c.Logger,
-		Limiter: limiter.New(c.Threads), pool: c.Pool,
+		refusalHold: cmp.Or(c.RefusalHold, RefusalHoldDefault),
+		Limiter:     limiter.New(c.Threads), pool: c.Pool,
 	}
 }
 

@@ -99,8 +99,9 @@ type Waiting struct {
 // Route tells whether lane l may take the waiting task t at now, and if
 // not, when it may (zero: not by waiting).
 //
-// A task goes to the first routable lane that solves it. A later lane
-// takes a task an earlier routable lane solves only once it has waited
+// A task goes to the first routable lane that solves it and does not
+// refuse its method (Takes). A later lane takes a task an earlier such
+// lane solves only once it has waited
 // the later lane's SpillAfter, or sooner when waiting that long would
 // leave less than its kind's median solve time before its deadline. A
 // lane with MaxSpendPerHour takes nothing that would pass it.
@@ -108,12 +109,15 @@ func (s *Set) Route(l *Lane, t Waiting, now time.Time) (ok bool, retry time.Time
 	if t.Class&(1<<l.Index()) == 0 {
 		return false, time.Time{}
 	}
+	if ok, retry := l.Takes(t.Route, now); !ok {
+		return false, retry
+	}
 	if ok, retry := l.Affords(now, l.PriceOf(t.Route)); !ok {
 		return false, retry
 	}
 	earlier := false
 	for _, e := range s.lanes[:l.Index()] {
-		if t.Class&(1<<e.Index()) != 0 && e.Routable(now) {
+		if t.Class&(1<<e.Index()) != 0 && e.Routable(now) && !e.Refuses(t.Route, now) {
 			earlier = true
 			break
 		}
