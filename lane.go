@@ -170,22 +170,23 @@ func (q *Queue) unservedText(m string, now time.Time) string {
 }
 
 // refusalsState is the name the lanes' refusals are stored under
-// (stateStore).
+// (StateStore).
 const refusalsState = "type_refusals"
 
-// stateStore is a Store that keeps small named values of the queue across
-// restarts, such as the lanes' refusals of types (store/sqlite has it).
-type stateStore interface {
+// StateStore is a Store that keeps small named values of the queue across
+// restarts: its providers' refusals of types (Config.RefusalHold).
+// store/sqlite's Store is one; with another Store they live in memory.
+type StateStore interface {
 	// LoadState returns the value stored under name; nil when none.
 	LoadState(ctx context.Context, name string) ([]byte, error)
 	SaveState(ctx context.Context, name string, value []byte) error
 }
 
 // storeRefusals stores the lanes' refusals, so a restarted queue does not
-// pay a refused submit again for each; a Store without stateStore keeps
-// them in memory only.
+// pay a refused submit again for each; with a Store that is no
+// StateStore they live in memory only.
 func (q *Queue) storeRefusals() {
-	ss, ok := q.store.(stateStore)
+	ss, ok := q.store.(StateStore)
 	if !ok {
 		return
 	}
@@ -199,7 +200,7 @@ func (q *Queue) storeRefusals() {
 
 // loadRefusals takes back the refusals storeRefusals stored.
 func (q *Queue) loadRefusals(ctx context.Context) error {
-	ss, ok := q.store.(stateStore)
+	ss, ok := q.store.(StateStore)
 	if !ok {
 		return nil
 	}

@@ -1,7 +1,9 @@
 package captchaq_test
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -23,8 +25,9 @@ type refusalLane struct {
 
 // setupRefusals starts a queue (in a synctest bubble: call it there) on
 // an in-process simulator per lane, "first" preferred to "second", each
-// solving tasktest.BackupMethods; opts change the queue's Config.
-func setupRefusals(t *testing.T, lanes [2]refusalLane, opts ...func(*captchaq.Config)) (*captchaq.Queue, [2]*sim.Server) {
+// solving tasktest.BackupMethods; opts change the queue's Config, which
+// it returns too.
+func setupRefusals(t *testing.T, lanes [2]refusalLane, opts ...func(*captchaq.Config)) (*captchaq.Queue, [2]*sim.Server, captchaq.Config) {
 	t.Helper()
 	var sims [2]*sim.Server
 	var ps []captchaq.ProviderConfig
@@ -59,7 +62,7 @@ func setupRefusals(t *testing.T, lanes [2]refusalLane, opts ...func(*captchaq.Co
 	if err := q.Start(testbound.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	return q, sims
+	return q, sims, cfg
 }
 
 // hcaptchaTasks are n hCaptcha tasks named prefix-0 … prefix-n-1.
@@ -84,7 +87,7 @@ func TestWithdrawnTypeGoesToTheOther(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				q, sims := setupRefusals(t, [2]refusalLane{first, {refusal: sim.RefusalCapMonster, createTask: true}})
+				q, sims, _ := setupRefusals(t, [2]refusalLane{first, {refusal: sim.RefusalCapMonster, createTask: true}})
 				sims[0].Withdraw("hcaptcha")
 				for i, r := range waitAll(t, submitAll(t, q, hcaptchaTasks("h", 5)...)) {
 					if r.Status != captchaq.StatusSolved || r.Provider != "second" {
@@ -114,7 +117,7 @@ func TestWithdrawnTypeGoesToTheOther(t *testing.T) {
 // and the tasks after it go there.
 func TestWithdrawnEverywhereFailsThenAProbeRestores(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q, sims := setupRefusals(t, [2]refusalLane{{refusal: sim.Refusal2Captcha}, {refusal: sim.RefusalCapSolver, createTask: true}})
+		q, sims, _ := setupRefusals(t, [2]refusalLane{{refusal: sim.Refusal2Captcha}, {refusal: sim.RefusalCapSolver, createTask: true}})
 		sims[0].Withdraw("hcaptcha")
 		sims[1].Withdraw("hcaptcha")
 		check := func(rs []captchaq.Result) {
@@ -148,6 +151,60 @@ func TestWithdrawnEverywhereFailsThenAProbeRestores(t *testing.T) {
 		}
 		if m := q.Metrics().Providers[0]; len(m.Refused) != 0 {
 			t.Errorf("first provider's refusals after its probe was accepted: %+v, want none", m.Refused)
+		}
+	})
+}
+
+// memStateStore is a memory Store that keeps the queue's state (LoadState,
+// SaveState) as store/sqlite does.
+type memStateStore struct {
+	captchaq.Store
+	mu    sync.Mutex
+	state map[string][]byte
+}
+
+func (s *memStateStore) LoadState(_ context.Context, name string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state[name], nil
+}
+
+func (s *memStateStore) SaveState(_ context.Context, name string, value []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state[name] = value
+	return nil
+}
+
+// A queue started again on a Store that keeps state knows the refusals
+// of the one before: the withdrawn type goes to the other provider with
+// no refused submit.
+func TestRefusalsSurviveARestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &memStateStore{Store: captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), state: map[string][]byte{}}
+		q, sims, cfg := setupRefusals(t, [2]refusalLane{{refusal: sim.Refusal2Captcha}, {refusal: sim.RefusalCapMonster, createTask: true}},
+			func(c *captchaq.Config) { c.Store = store })
+		sims[0].Withdraw("hcaptcha")
+		if r := waitAll(t, submitAll(t, q, hcaptchaTasks("a", 1)...))[0]; r.Provider != "second" {
+			t.Fatalf("first run: %+v", r)
+		}
+		q.Close()
+
+		again, err := captchaq.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer again.Close()
+		if err := again.Start(testbound.Context(t)); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range waitAll(t, submitAll(t, again, hcaptchaTasks("b", 3)...)) {
+			if r.Status != captchaq.StatusSolved || r.Provider != "second" {
+				t.Errorf("after the restart, task %d: %s at %q, want solved at second", i, r.Status, r.Provider)
+			}
+		}
+		if got := sims[0].Stats().Refused; got != 1 {
+			t.Errorf("first provider refused %d submits over both runs, want 1", got)
 		}
 	})
 }

@@ -60,6 +60,9 @@ var migrations = []string{
 	`ALTER TABLE tasks ADD COLUMN report TEXT NOT NULL DEFAULT '';
 	ALTER TABLE tasks ADD COLUMN reported_at TEXT;
 	CREATE INDEX tasks_dead_by_tenant ON tasks (tenant, seq) WHERE status = 'failed';`,
+	// Version 5: small named values of the queue kept across restarts,
+	// such as its providers' refusals of types (LoadState, SaveState).
+	`CREATE TABLE queue_state (name TEXT PRIMARY KEY, value BLOB NOT NULL);`,
 }
 
 // schemaVersion is the version this code writes and reads.

@@ -596,6 +596,33 @@ func (s *Store) Get(ctx context.Context, id string) (captchaq.Record, error) {
 	return rec, s.wrap("Get", err)
 }
 
+// LoadState returns the value SaveState stored under name, or nil. The
+// queue keeps its providers' refusals of types here
+// (captchaq.Config.RefusalHold).
+func (s *Store) LoadState(ctx context.Context, name string) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	var v []byte
+	err := s.db.QueryRowContext(ctx, `SELECT value FROM queue_state WHERE name = ?`, name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return v, s.wrap("LoadState", err)
+}
+
+// SaveState stores value under name, replacing what was there.
+func (s *Store) SaveState(ctx context.Context, name string, value []byte) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+		_, err := st.saveState.ExecContext(ctx, name, value)
+		return err
+	})
+	return s.wrap("SaveState", err)
+}
+
 // Pending implements captchaq.Store.
 func (s *Store) Pending(ctx context.Context, fn func(captchaq.Record) error) error {
 	return s.each(ctx, "Pending", fn, selectRecord+` WHERE status IN ('queued', 'inflight') ORDER BY seq`)
@@ -785,7 +812,7 @@ var decoder = sqlstore.Decoder[sql.NullString, sql.NullString]{
 type statements struct {
 	begin, commit                                                       *sql.Stmt
 	insert, getByID, statusOf, checkpoint, retry, finish, replay, prune *sql.Stmt
-	renew, report                                                       *sql.Stmt
+	renew, report, saveState                                            *sql.Stmt
 }
 
 func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
@@ -828,6 +855,8 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			result_provider = NULL, result_price = NULL, result_abandoned = NULL, report = '', reported_at = NULL
 			WHERE id = ?1 AND status = 'solved'`},
 		{&st.report, `UPDATE tasks SET report = ?2, reported_at = ?3 WHERE id = ?1 AND status = 'solved' AND report = ''`},
+		{&st.saveState, `INSERT INTO queue_state (name, value) VALUES (?1, ?2)
+			ON CONFLICT (name) DO UPDATE SET value = excluded.value`},
 		{&st.prune, `DELETE FROM tasks WHERE status IN ('solved', 'failed') AND finished_at < ?`},
 	} {
 		stmt, err := conn.PrepareContext(ctx, p.query)
