@@ -29,6 +29,7 @@ type Collector struct {
 	pvSolved, pvFailed, pvMoved, pvSpend, pvSpendHour, pvCost, pvHealthy, pvThreads, pvInUse *prometheus.Desc
 	// Per provider, for a queue of one too (its provider label empty).
 	earlyDropped *prometheus.Desc
+	typeRefused  *prometheus.Desc
 
 	mu         sync.Mutex
 	priorities map[int]struct{} // every priority seen waiting
@@ -67,6 +68,7 @@ func NewCollector(src Source) *Collector {
 		pvInUse:     d("provider_threads_in_use", "The provider's threads taken.", "provider"),
 
 		earlyDropped: d("early_pingbacks_dropped_total", "Pingbacks for ids not yet checkpointed, dropped after 10 s or past 256 kept, by provider.", "provider"),
+		typeRefused:  d("provider_type_refused", "1 while the provider refuses a type: its tasks go to other providers until a probe is accepted.", "provider", "method"),
 	}
 }
 
@@ -74,7 +76,7 @@ func NewCollector(src Source) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.submitted, c.solved, c.failed, c.retries, c.requests,
 		c.plan, c.window, c.inUse, c.depth, c.oldest, c.delayP50, c.delayP99, c.paused,
-		c.pvSolved, c.pvFailed, c.pvMoved, c.pvSpend, c.pvSpendHour, c.pvCost, c.pvHealthy, c.pvThreads, c.pvInUse, c.earlyDropped} {
+		c.pvSolved, c.pvFailed, c.pvMoved, c.pvSpend, c.pvSpendHour, c.pvCost, c.pvHealthy, c.pvThreads, c.pvInUse, c.earlyDropped, c.typeRefused} {
 		ch <- d
 	}
 }
@@ -111,6 +113,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.paused, paused)
 	for _, p := range m.Providers {
 		counter(c.earlyDropped, p.EarlyPingbacksDropped, p.Name)
+		for _, r := range p.Refused {
+			gauge(c.typeRefused, 1, p.Name, r.Method)
+		}
 		if p.Name == "" {
 			continue // one provider: the series above are its own
 		}

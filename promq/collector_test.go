@@ -280,7 +280,8 @@ func TestCollectorProviders(t *testing.T) {
 	t.Parallel()
 	src := &snapshots{}
 	src.set(captchaq.Metrics{Providers: []captchaq.ProviderMetrics{
-		{Name: "main", Threads: 20, ThreadsInUse: 20, Solved: 900, Failed: 3, Healthy: true, EarlyPingbacksDropped: 7},
+		{Name: "main", Threads: 20, ThreadsInUse: 20, Solved: 900, Failed: 3, Healthy: true, EarlyPingbacksDropped: 7,
+			Refused: []captchaq.TypeRefusal{{Method: "hcaptcha", Code: "ERROR_METHOD_CALL"}}},
 		{Name: "backup", Threads: 100, ThreadsInUse: 4, Solved: 100, Moved: 2, Spend: 0.299, SpendLastHour: 0.15, CostPer1000: 2.99, Down: true},
 	}})
 	c := promq.NewCollector(src)
@@ -313,10 +314,14 @@ captchaq_provider_tasks_solved_total{provider="main"} 900
 # TYPE captchaq_provider_threads_in_use gauge
 captchaq_provider_threads_in_use{provider="backup"} 4
 captchaq_provider_threads_in_use{provider="main"} 20
+# HELP captchaq_provider_type_refused 1 while the provider refuses a type: its tasks go to other providers until a probe is accepted.
+# TYPE captchaq_provider_type_refused gauge
+captchaq_provider_type_refused{method="hcaptcha",provider="main"} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "captchaq_early_pingbacks_dropped_total",
 		"captchaq_provider_cost_per_1000", "captchaq_provider_healthy", "captchaq_provider_spend_total",
-		"captchaq_provider_tasks_moved_total", "captchaq_provider_tasks_solved_total", "captchaq_provider_threads_in_use"); err != nil {
+		"captchaq_provider_tasks_moved_total", "captchaq_provider_tasks_solved_total", "captchaq_provider_threads_in_use",
+		"captchaq_provider_type_refused"); err != nil {
 		t.Fatal(err)
 	}
 	problems, err := testutil.CollectAndLint(c)

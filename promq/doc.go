@@ -23,6 +23,7 @@
 //	captchaq_delivery_delay_p50_seconds        gauge    how long answers sat ready before delivery: median of the last 1024
 //	captchaq_delivery_delay_p99_seconds        gauge    the same, 99th percentile
 //	captchaq_paused                            gauge    1 while an account error stops all sending
+//	captchaq_provider_type_refused{provider,method}  gauge  1 while the provider refuses the type (Config.RefusalHold)
 //
 // A queue of several providers (Config.Providers) adds, per provider:
 //

@@ -62,6 +62,17 @@ type StatsProvider struct {
 	LastFailure           string `json:"last_failure,omitempty"`
 	EverAnswered          bool   `json:"ever_answered"`
 	EarlyPingbacksDropped int64  `json:"early_pingbacks_dropped"`
+	// Refused are the types the provider refuses (captchaq.TypeRefusal):
+	// their tasks go elsewhere until a probe after Until (RFC 3339).
+	Refused []StatsRefusal `json:"refused,omitempty"`
+}
+
+// StatsRefusal is a provider's refusal of a type in /v1/stats.
+type StatsRefusal struct {
+	Method string `json:"method"`
+	Code   string `json:"code"`
+	Since  string `json:"since"`
+	Until  string `json:"until"`
 }
 
 // statsMetrics converts m.
@@ -90,6 +101,10 @@ func statsMetrics(m captchaq.Metrics) *StatsMetrics {
 			EarlyPingbacksDropped: p.EarlyPingbacksDropped}
 		if !p.FailingSince.IsZero() {
 			sp.FailingSince = p.FailingSince.UTC().Format(time.RFC3339Nano)
+		}
+		for _, r := range p.Refused {
+			sp.Refused = append(sp.Refused, StatsRefusal{Method: r.Method, Code: r.Code,
+				Since: r.Since.UTC().Format(time.RFC3339), Until: r.Until.UTC().Format(time.RFC3339)})
 		}
 		s.Providers = append(s.Providers, sp)
 	}

@@ -51,12 +51,14 @@
     const state = $("state");
     state.textContent = m.paused ? "paused: " + m.paused_reason : (st.ready ? "ready" : "not ready");
     state.className = "badge " + (m.paused || !st.ready ? "bad" : "ok");
-    // Several providers (--providers): each one's health, tasks and spend.
+    // Several providers (--providers): each one's health, tasks, spend and
+    // the types it refuses.
     const ps = (m.providers || []).filter((p) => p.name);
     $("providers-section").hidden = ps.length === 0;
     $("providers").replaceChildren(...ps.map((p) => row([p.name, p.healthy ? "in routing" : (p.down ? "down" : "paused"),
       p.threads_in_use + " / " + p.threads, p.solved, p.failed, p.moved, p.spend.toFixed(4),
-      p.spend_last_hour.toFixed(4) + (p.max_spend_per_hour ? " / " + p.max_spend_per_hour.toFixed(2) : ""), p.cost_per_1000.toFixed(2)])));
+      p.spend_last_hour.toFixed(4) + (p.max_spend_per_hour ? " / " + p.max_spend_per_hour.toFixed(2) : ""), p.cost_per_1000.toFixed(2),
+      (p.refused || []).map((r) => r.method + " (" + r.code + ") until " + r.until).join(", ")])));
     $("clients").replaceChildren(...(st.clients || []).map((c) => row([c.name, c.weight, c.inflight, c.accepted, c.solved, c.failed])));
     set("dead-count", st.dead_letters);
   }
