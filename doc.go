@@ -63,6 +63,15 @@
 // OnPause and Paused speak of all sending: they fire when every provider
 // is paused.
 //
+// Withdrawn types. A provider's answer that it does not take a task's
+// type (provider.TypeRefused) holds that type off it for RefusalHold: the
+// task goes to another provider that solves the type, its attempt not
+// counted, or fails with CodeUnsupportedType when none is left, and so do
+// the type's waiting tasks. In a queue of several providers a type not yet
+// taken at a provider goes there one task at a time, so a withdrawn type
+// costs one refused submit; after the hold the next task probes it. A
+// StateStore (store/sqlite) keeps the refusals across restarts.
+//
 // Cost and records. Each Result names its Provider and its Price (the
 // per-solve price of its method at that provider, 0 on a flat-rate plan).
 // The captcha id of a task in flight is checkpointed as "name:id", so a

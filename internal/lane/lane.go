@@ -2,7 +2,8 @@
 // solves and their prices, its threads (an internal/limiter with its own
 // AIMD window, and the pool that shares them with other processes), its
 // pause on account errors, its rate-limit hold on submits, its health
-// (failing since, down, the next probe) and its spend over the last hour.
+// (failing since, down, the next probe), its spend over the last hour and
+// the route methods its provider refuses (refusals.go).
 //
 // A Lane owns that state behind its own lock; the queue reads and changes
 // it only through its methods, which never call out (no provider request,
