@@ -97,11 +97,13 @@ func TestThreadPoolBoundsSubmits(t *testing.T) {
 // ThreadPool; a provider submits only on the threads its pool holds, and
 // its pool hears only of the tasks routing would give it (the hCaptcha
 // tasks, which only the backup solves, are no demand on the main pool).
+// Main's solves take 200 ms: its first Turnstile submit goes alone (a type
+// not yet taken there), and the second must find it still solving.
 func TestProviderThreadPools(t *testing.T) {
 	t.Parallel()
 	mainPool := &fixedPool{ready: make(chan struct{}, 1)}
 	backupPool := &fixedPool{ready: make(chan struct{}, 1)}
-	p := setupFleetLanes(t, sim.Config{Threads: 5}, sim.Config{Threads: 5, PricePer1000: 2.99},
+	p := setupFleetLanes(t, sim.Config{Threads: 5, Latency: fastLatency(200 * time.Millisecond)}, sim.Config{Threads: 5, PricePer1000: 2.99},
 		captchaq.ProviderConfig{Threads: 5},
 		captchaq.ProviderConfig{Threads: 5, SpillAfter: time.Hour},
 		testFleet{pools: map[string]captchaq.ThreadPool{"main": mainPool, "backup": backupPool}})
