@@ -42,6 +42,9 @@ type MemoryStore struct {
 type memRecord struct {
 	rec    Record
 	finGen int64 // which finish of this record finished[] refers to
+	// pingbackOwed is when its pingback became owed (zero: none owed),
+	// pingbackLease until when a sender holds it (PingbackLedger).
+	pingbackOwed, pingbackLease time.Time
 }
 
 type finishedRef struct {
@@ -49,7 +52,10 @@ type finishedRef struct {
 	gen int64
 }
 
-var _ Store = (*MemoryStore)(nil)
+var (
+	_ Store          = (*MemoryStore)(nil)
+	_ PingbackLedger = (*MemoryStore)(nil)
+)
 
 // NewMemoryStore returns an empty MemoryStore.
 // Every MemoryStoreConfig is valid: it has only defaults.
@@ -201,6 +207,10 @@ func (s *MemoryStore) Finish(ctx context.Context, r Result) error {
 	res := r
 	res.Answer = slices.Clone(r.Answer)
 	mr.rec.Result = &res
+	mr.pingbackOwed, mr.pingbackLease = time.Time{}, time.Time{}
+	if mr.rec.Task.Pingback != "" {
+		mr.pingbackOwed = time.Now()
+	}
 	mr.finGen++
 	s.finished = append(s.finished, finishedRef{r.ID, mr.finGen})
 	s.trim()
@@ -378,6 +388,63 @@ func (s *MemoryStore) Prune(ctx context.Context, finishedBefore time.Time) (int,
 		}
 	}
 	return n, nil
+}
+
+// TakePingback implements PingbackLedger.
+func (s *MemoryStore) TakePingback(ctx context.Context, id string, lease time.Duration) (Record, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Record{}, false, ErrStoreClosed
+	}
+	mr, ok := s.recs[id]
+	now := time.Now()
+	if !ok || !mr.pingbackFree(now) {
+		return Record{}, false, nil
+	}
+	mr.pingbackLease = now.Add(lease)
+	return copyRecord(mr.rec), true, nil
+}
+
+// pingbackFree reports whether the record owes a pingback no lease holds.
+func (mr *memRecord) pingbackFree(now time.Time) bool {
+	return mr.rec.Status.Final() && !mr.pingbackOwed.IsZero() && !mr.pingbackLease.After(now)
+}
+
+// ClaimPingbacks implements PingbackLedger.
+func (s *MemoryStore) ClaimPingbacks(ctx context.Context, grace, lease time.Duration, max int) ([]Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrStoreClosed
+	}
+	now := time.Now()
+	var owed []*memRecord
+	for _, mr := range s.recs {
+		if mr.pingbackFree(now) && !mr.pingbackOwed.After(now.Add(-grace)) {
+			owed = append(owed, mr)
+		}
+	}
+	slices.SortFunc(owed, func(a, b *memRecord) int { return a.pingbackOwed.Compare(b.pingbackOwed) })
+	var recs []Record
+	for _, mr := range owed[:min(max, len(owed))] {
+		mr.pingbackLease = now.Add(lease)
+		recs = append(recs, copyRecord(mr.rec))
+	}
+	return recs, nil
+}
+
+// PingbackDone implements PingbackLedger.
+func (s *MemoryStore) PingbackDone(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrStoreClosed
+	}
+	if mr, ok := s.recs[id]; ok {
+		mr.pingbackOwed, mr.pingbackLease = time.Time{}, time.Time{}
+	}
+	return nil
 }
 
 // Close implements Store.

@@ -109,6 +109,34 @@ type Store interface {
 	Close() error
 }
 
+// PingbackLedger is a Store that keeps the pingbacks owed to clients
+// durable, so that a process that dies with a pingback unsent leaves it to
+// another (a replica of the front, or itself started again). A pingback
+// is owed from the Finish of a task whose Task.Pingback is set, at the
+// store's clock, until PingbackDone; a later Finish (of a renewed or
+// replayed task) owes it again. Whoever sends one holds its lease first:
+// TakePingback for the task whose result it recorded, ClaimPingbacks for
+// those owed longer than a grace period, which their recorder did not
+// mark done (it died, or its store call failed). A lease is taken in one
+// step: of several processes asking at once, one gets it.
+//
+// It is optional: the server keeps pingbacks in memory with a Store
+// without it. storetest checks every implementation of it.
+type PingbackLedger interface {
+	// TakePingback leases task id's pingback for lease when it is owed
+	// and no lease on it runs: its record and true. False, with no
+	// error, when none is owed (sent already, no pingback, an unknown
+	// id) or another holds it.
+	TakePingback(ctx context.Context, id string, lease time.Duration) (Record, bool, error)
+	// ClaimPingbacks leases, for lease, at most max pingbacks owed for
+	// longer than grace with no lease running, oldest owed first, and
+	// returns their tasks' records (final, with their Result).
+	ClaimPingbacks(ctx context.Context, grace, lease time.Duration, max int) ([]Record, error)
+	// PingbackDone marks task id's pingback no longer owed: sent, or
+	// given up. An unknown id, or one owing none, is not an error.
+	PingbackDone(ctx context.Context, id string) error
+}
+
 // DeadLetterFilter selects dead letters. The zero value selects none; set
 // All, IDs or ErrorCode. Tenant, when set, narrows what they select to one
 // tenant's dead letters (with All: every dead letter of that tenant); a

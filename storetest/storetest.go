@@ -53,6 +53,10 @@
 //     was, at the limits too (an id and a tenant of MaxIDBytes that do
 //     not compress, any UTF-8 text without NUL bytes): no door publishes
 //     or submits a task its store then refuses.
+//   - A PingbackLedger owes a pingback from the Finish of a task with
+//     Task.Pingback (a failed one too; again after a Renew) until
+//     PingbackDone; a lease is taken by one of many at once, and
+//     ClaimPingbacks takes the oldest owed first, at most max.
 //   - Every call after Close returns ErrStoreClosed (errors.Is).
 //
 // Recorder wraps a Store and records its Enqueue calls, for the tests of
@@ -99,6 +103,8 @@ func Run(t *testing.T, open func(t *testing.T) captchaq.Store) {
 		{"DeadLetterFilters", testDeadLetterFilters},
 		{"DeadLetterFiltersByTenant", testDeadLetterTenant},
 		{"ReportOnce", testReportOnce},
+		{"PingbackOwedUntilDone", testPingbackOwed},
+		{"PingbackClaimedOnce", testPingbackClaimsOnce},
 		{"Replay", testReplay},
 		{"PendingIsQueuedAndInFlightInSeqOrder", testPending},
 		{"CallbackErrorStopsIteration", testCallbackError},
@@ -971,6 +977,12 @@ func testClosed(t *testing.T, s captchaq.Store) {
 		{"Prune", func() error { _, err := s.Prune(ctx, at(time.Hour)); return err }()},
 		{"Renew", func() error { _, err := s.Renew(ctx, task("a"), t0); return err }()},
 		{"Report", func() error { _, err := s.Report(ctx, "a", true, t0); return err }()},
+	}
+	for name, err := range pingbackCallsAfterClose(s) {
+		calls = append(calls, struct {
+			name string
+			err  error
+		}{name, err})
 	}
 	for _, c := range calls {
 		if !errors.Is(c.err, captchaq.ErrStoreClosed) {

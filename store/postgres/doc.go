@@ -42,6 +42,9 @@
 //	  finished_at  timestamptz                  -- NULL until final
 //	  result_provider, result_price,
 //	  result_abandoned text[]
+//	  report, reported_at
+//	  pingback_owed timestamptz                 -- since when its pingback is owed; NULL when none
+//	  pingback_lease timestamptz                -- until when a sender holds it (captchaq.PingbackLedger)
 //	)
 //	store_owner(one boolean PRIMARY KEY, owner text)   at most one row: Config.Owner
 //
@@ -78,7 +81,10 @@
 // task's body), for a replica that reads the others' news and the
 // front's unfinished tasks again (their states and times); Activate holds
 // the database's active-queue lock for a queue that solves tasks itself;
-// ClaimOwner lets processes that start at once agree on one owner.
+// ClaimOwner lets processes that start at once agree on one owner;
+// TakePingback and ClaimPingbacks lease a pingback owed to one replica,
+// at the database's clock (FOR UPDATE SKIP LOCKED: claimers at once take
+// different rows).
 //
 // Announcements are not durable. One a process never sent (it died after
 // its commit, or its queue of announcements was full), one whose NOTIFY

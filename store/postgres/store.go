@@ -425,7 +425,8 @@ const finishTask = `UPDATE tasks SET status = $2, captcha_id = $3, attempts = $4
 	result_method = $5, result_kind = $6, result_token = $7, result_answer = $10, result_error = $8,
 	result_error_code = $9, result_attempts = $4, result_solve_seconds = $11, result_expires_at = $12,
 	result_accepted_at = $13, result_submitted_at = $14, finished_at = $15, result_provider = $16,
-	result_price = $17, result_abandoned = $18`
+	result_price = $17, result_abandoned = $18,
+	pingback_owed = CASE WHEN pingback <> '' THEN now() END, pingback_lease = NULL`
 
 func finishArgs(r captchaq.Result) []any {
 	var answer any

@@ -84,8 +84,12 @@
 //	  result_provider TEXT           -- Result.Provider (version 3)
 //	  result_price    REAL           -- Result.Price (version 3)
 //	  result_abandoned TEXT          -- Result.Abandoned, a JSON array; NULL when none (version 3)
+//	  report, reported_at            -- Record.Report (version 4)
+//	  pingback_owed TEXT             -- since when its pingback is owed; NULL when none (version 6)
+//	  pingback_lease TEXT            -- until when a sender holds that pingback (captchaq.PingbackLedger)
 //	)
 //	store_owner(owner TEXT)           at most one row: Config.Owner of the first opener
+//	queue_state(name, value)          the queue's named values kept across restarts (version 5)
 //	INDEX tasks_status_seq ON tasks(status, seq)       -- Pending, Results, dead letters
 //	INDEX tasks_finished_at ON tasks(finished_at)      -- pruning
 //

@@ -74,7 +74,7 @@ func TestOpenMigratesVersion1Store(t *testing.T) {
 	}
 	defer db.Close()
 	var v int
-	if err := db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != 5 {
-		t.Fatalf("schema version after Open: %d, %v; want 5", v, err)
+	if err := db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != 6 {
+		t.Fatalf("schema version after Open: %d, %v; want 6", v, err)
 	}
 }

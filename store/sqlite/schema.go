@@ -63,6 +63,11 @@ var migrations = []string{
 	// Version 5: small named values of the queue kept across restarts,
 	// such as its providers' refusals of types (LoadState, SaveState).
 	`CREATE TABLE queue_state (name TEXT PRIMARY KEY, value BLOB NOT NULL);`,
+	// Version 6: the pingbacks owed (captchaq.PingbackLedger): since when
+	// (NULL: none), and until when a sender holds one.
+	`ALTER TABLE tasks ADD COLUMN pingback_owed TEXT;
+	ALTER TABLE tasks ADD COLUMN pingback_lease TEXT;
+	CREATE INDEX tasks_pingback_owed ON tasks (pingback_owed) WHERE pingback_owed IS NOT NULL;`,
 }
 
 // schemaVersion is the version this code writes and reads.

@@ -483,7 +483,7 @@ func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 	args := []any{
 		string(r.Status), r.Attempts, r.Method, string(r.Kind), r.Token, answer, r.Error, r.ErrorCode,
 		r.Attempts, r.SolveSeconds, timeArg(r.ExpiresAt), timeArg(r.AcceptedAt), timeArg(r.SubmittedAt),
-		timeText(r.FinishedAt), r.ID, r.CaptchaID, r.Provider, r.Price, abandoned,
+		timeText(r.FinishedAt), r.ID, r.CaptchaID, r.Provider, r.Price, abandoned, timeText(time.Now()),
 	}
 	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
 		return affected(r.ID)(st.finish.ExecContext(ctx, args...))
@@ -813,6 +813,7 @@ type statements struct {
 	begin, commit                                                       *sql.Stmt
 	insert, getByID, statusOf, checkpoint, retry, finish, replay, prune *sql.Stmt
 	renew, report, saveState                                            *sql.Stmt
+	takePingback, owedPingbacks, leasePingback, pingbackDone            *sql.Stmt
 }
 
 func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
@@ -837,7 +838,8 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			result_method = ?3, result_kind = ?4,
 			result_token = ?5, result_answer = ?6, result_error = ?7, result_error_code = ?8, result_attempts = ?9,
 			result_solve_seconds = ?10, result_expires_at = ?11, result_accepted_at = ?12, result_submitted_at = ?13,
-			finished_at = ?14, result_provider = ?17, result_price = ?18, result_abandoned = ?19 WHERE id = ?15`},
+			finished_at = ?14, result_provider = ?17, result_price = ?18, result_abandoned = ?19,
+			pingback_owed = iif(pingback <> '', ?20, NULL), pingback_lease = NULL WHERE id = ?15`},
 		{&st.replay, `UPDATE tasks SET status = 'queued', attempts = 0, captcha_id = '', not_before = NULL,
 			accepted_at = ?5, submitted_at = NULL,
 			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
@@ -858,6 +860,11 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 		{&st.saveState, `INSERT INTO queue_state (name, value) VALUES (?1, ?2)
 			ON CONFLICT (name) DO UPDATE SET value = excluded.value`},
 		{&st.prune, `DELETE FROM tasks WHERE status IN ('solved', 'failed') AND finished_at < ?`},
+		{&st.takePingback, `UPDATE tasks SET pingback_lease = ?3 WHERE id = ?1 AND ` + pingbackFree},
+		{&st.owedPingbacks, `SELECT id FROM tasks WHERE pingback_owed <= ?1 AND ` + pingbackFree + `
+			ORDER BY pingback_owed LIMIT ?3`},
+		{&st.leasePingback, `UPDATE tasks SET pingback_lease = ?2 WHERE id = ?1`},
+		{&st.pingbackDone, `UPDATE tasks SET pingback_owed = NULL, pingback_lease = NULL WHERE id = ?1`},
 	} {
 		stmt, err := conn.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -870,7 +877,8 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.begin, st.commit, st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune, st.renew} {
+	for _, s := range []*sql.Stmt{st.begin, st.commit, st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune, st.renew,
+		st.report, st.takePingback, st.owedPingbacks, st.leasePingback, st.pingbackDone} {
 		if s != nil {
 			_ = s.Close()
 		}
