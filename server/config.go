@@ -27,6 +27,7 @@ const (
 	PingbackTimeoutDefault  = 5 * time.Second
 	PingbackAttemptsDefault = 3
 	PingbackParallelDefault = 16
+	PingbackGraceDefault    = 15 * time.Second
 	WaitMaxDefault          = 60 * time.Second
 	ReplayEveryDefault      = time.Second
 	BulkMaxIDs              = 100
@@ -176,6 +177,17 @@ type Config struct {
 	PingbackTimeout  time.Duration
 	PingbackAttempts int
 	PingbackParallel int
+	// PingbackLedger keeps the pingbacks owed durable, so that one this
+	// process does not send (it dies) is sent by another replica of the
+	// front, or by this one started again. Default: the local queue's
+	// Queue.Store when it is a captchaq.PingbackLedger; with a Backend,
+	// give its Store here. Nil: pingbacks are kept in memory only.
+	PingbackLedger captchaq.PingbackLedger
+	// PingbackGrace is how long a pingback owed stays with the process
+	// that recorded its result before any replica sends it (from
+	// PingbackLedger, looked for every PingbackGrace, at most 5 s).
+	// Default PingbackGraceDefault.
+	PingbackGrace time.Duration
 	// MaxTasksPerRequest bounds the tasks of one POST /v1/tasks (413
 	// past it). MaxStreamsPerClient and MaxStreams bound open event
 	// streams, MaxWaitsPerClient and MaxWaits long polls (?wait=), per
@@ -238,6 +250,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.SubmitWait = cmp.Or(c.SubmitWait, SubmitWaitDefault)
 	c.PingbackTimeout = cmp.Or(c.PingbackTimeout, PingbackTimeoutDefault)
+	c.PingbackGrace = cmp.Or(c.PingbackGrace, PingbackGraceDefault)
 	c.PingbackAttempts = cmp.Or(c.PingbackAttempts, PingbackAttemptsDefault)
 	c.PingbackParallel = cmp.Or(c.PingbackParallel, PingbackParallelDefault)
 	c.MaxTasksPerRequest = cmp.Or(c.MaxTasksPerRequest, MaxTasksPerRequestDefault)
@@ -284,6 +297,7 @@ func (c Config) validate() error {
 		{"MaxBodyPerClient", c.MaxBodyPerClient}, {"MaxBodyPerAddress", c.MaxBodyPerAddress}, {"KeylessBodyTimeout", int64(c.KeylessBodyTimeout)},
 		{"PingbackTimeout", int64(c.PingbackTimeout)}, {"PingbackAttempts", int64(c.PingbackAttempts)},
 		{"PingbackParallel", int64(c.PingbackParallel)}, {"ReplayEvery", int64(c.ReplayEvery)},
+		{"PingbackGrace", int64(c.PingbackGrace)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("server: %s: must not be negative (0 for the default)", f.name))

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
 )
 
@@ -30,17 +31,30 @@ import (
 // bounded backlog are dropped (and counted). Connections go through the
 // egress guard: no internal addresses, no redirects.
 //
-// Delivery is at most once, after the result is recorded (on a gateway,
-// after the result message is acked). close lets the queued and
-// in-progress calls finish until its context ends and abandons the rest;
-// every pingback not sent is counted by outcome (failed, dropped,
-// abandoned) and logged with its task id, never lost silently. A process
-// that dies loses its queued pingbacks; the result stays in the Store,
-// where res.php and GET /v1/tasks/{id} answer it. Sending before the ack
-// would let one client's slow or hostile receiver hold the fleet's reply
-// queue for every client (attempts × timeout per result), which the
-// per-client queues exist to prevent; persisting unsent pingbacks would
-// need a field in every Store and the storetest contract.
+// A pingback is sent after its result is recorded (on a gateway, after
+// the result message is acked): sending before the ack would let one
+// client's slow receiver hold the fleet's reply queue for every client.
+// With a ledger (captchaq.PingbackLedger, the Store) the pingback owed is
+// durable: the sender takes its lease before the first attempt (none
+// when another holds it or it was sent) and marks it done after the last
+// (sent, failed, or abandoned at shutdown); one dropped past a client's
+// backlog is marked done too. The sweeper (pingbacksweep.go) claims those owed past the grace
+// period (their recorder died, or its store calls failed) and sends them
+// here. So a process killed before its send leaves the pingback to
+// another replica or its own next start, sent once; one killed between a
+// receiver's answer and the mark (one store round trip, a few ms) has it
+// sent twice. A lease lasts lease() (every attempt and backoff, plus the
+// grace period); a claimed pingback still queued when only its attempts
+// are left is not sent, and waits for the next claim. Without a ledger, a
+// process that dies loses its queued pingbacks.
+//
+// close lets the queued and in-progress calls finish until its context
+// ends and abandons the rest; every pingback not sent is counted by
+// outcome (failed, dropped, abandoned) and logged with its task id. One
+// not begun when the server stops (dropped then, or abandoned) stays
+// owed in the ledger, for another replica or the next start.
+// The result itself stays in the Store, where res.php and
+// GET /v1/tasks/{id} answer it.
 type pingbackSender struct {
 	p       pingbackParams
 	client  *http.Client
@@ -54,6 +68,7 @@ type pingbackSender struct {
 	cancelAbandon context.CancelFunc
 	once          sync.Once
 	metrics       *prometheus.CounterVec
+	sweeper       *startstop.Loop // with a ledger
 }
 
 type pingbackParams struct {
@@ -62,6 +77,9 @@ type pingbackParams struct {
 	parallel int
 	allow    []netip.Prefix // internal addresses let through (tests, operators' own receivers)
 	log      *slog.Logger
+	ledger   captchaq.PingbackLedger // nil: pingbacks in memory only
+	grace    time.Duration           // before the sweeper claims a pingback owed
+	store    recordGetter            // what the sweeper's jobs read
 }
 
 // recordGetter reads a task's record (a Backend).
@@ -73,6 +91,10 @@ type pingbackJob struct {
 	store recordGetter
 	res   captchaq.Result
 	local string
+	// claimed is the record of a pingback the sweeper leased, and sendBy
+	// the time past which its send might outlast the lease.
+	claimed *captchaq.Record
+	sendBy  time.Time
 }
 
 // pingbackBacklog bounds one client's queued pingbacks.
@@ -98,17 +120,35 @@ func newPingbackSender(p pingbackParams) *pingbackSender {
 			Name: "captchaq_client_pingbacks_total", Help: "Calls to clients' pingback URLs by outcome (sent, failed, dropped, abandoned at shutdown).",
 		}, []string{"outcome"}),
 	}
+	if p.ledger != nil {
+		ps.sweeper = startstop.New(ps.sweep)
+	}
 	return ps
 }
+
+// lease is how long a pingback's lease lasts: every attempt's timeout and
+// the backoffs between them, plus the grace period.
+func (ps *pingbackSender) lease() time.Duration {
+	backoffs := pingbackBackoff * (1<<max(ps.p.attempts-1, 0) - 1)
+	return time.Duration(ps.p.attempts)*ps.p.timeout + backoffs + ps.p.grace
+}
+
+// pingbackBackoff is the wait after a pingback's first failed attempt;
+// it doubles after each.
+const pingbackBackoff = 200 * time.Millisecond
 
 // enqueue hands r's pingback to its client's queue, starting the client's
 // senders on first use. It never blocks the caller (a queue's goroutine).
 func (ps *pingbackSender) enqueue(store recordGetter, r captchaq.Result, local string) {
-	client, _ := splitID(r.ID)
+	ps.enqueueJob(pingbackJob{store: store, res: r, local: local})
+}
+
+func (ps *pingbackSender) enqueueJob(j pingbackJob) {
+	client, _ := splitID(j.res.ID)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.closed {
-		ps.notSent(pingbackDropped, r.ID, "the server is stopping")
+		ps.notSent(pingbackDropped, j.res.ID, "the server is stopping")
 		return
 	}
 	q, ok := ps.queues[client]
@@ -121,9 +161,12 @@ func (ps *pingbackSender) enqueue(store recordGetter, r captchaq.Result, local s
 		}
 	}
 	select {
-	case q <- pingbackJob{store: store, res: r, local: local}:
+	case q <- j:
 	default:
-		ps.notSent(pingbackDropped, r.ID, fmt.Sprintf("the client's backlog of %d is full", pingbackBacklog))
+		ps.notSent(pingbackDropped, j.res.ID, fmt.Sprintf("the client's backlog of %d is full", pingbackBacklog))
+		if ps.p.ledger != nil {
+			ps.wg.Go(func() { ps.done(j.res.ID) }) // close waits: it has not begun
+		}
 	}
 }
 
@@ -149,16 +192,19 @@ func (ps *pingbackSender) send(j pingbackJob) {
 		abandoned()
 		return
 	}
-	rec, err := ps.read(ctx, j)
+	rec, ok, err := ps.read(ctx, j)
 	switch {
 	case ctx.Err() != nil:
-		abandoned()
+		abandoned() // not taken: it stays owed
 		return
 	case err != nil:
 		ps.notSent(pingbackFailed, j.res.ID, "read the task: "+err.Error())
 		return
-	case rec.Task.Pingback == "":
+	case !ok || rec.Task.Pingback == "":
 		return
+	}
+	if ps.p.ledger != nil {
+		defer ps.done(j.res.ID)
 	}
 	var body []byte
 	var ctype string
@@ -187,7 +233,7 @@ func (ps *pingbackSender) send(j pingbackJob) {
 		body, _ = json.Marshal(res)
 		ctype = "application/json"
 	}
-	backoff := 200 * time.Millisecond
+	backoff := pingbackBackoff
 	for attempt := 1; attempt <= ps.p.attempts; attempt++ {
 		err = ps.post(ctx, target, ctype, body)
 		if err == nil {
@@ -224,23 +270,66 @@ const (
 	pingbackReadWait       = 2 * time.Minute
 )
 
-// read is the record of j's task, read again while the store fails (see
-// pingbackReadWait) until it answers, the task is not found, or ctx ends.
-func (ps *pingbackSender) read(ctx context.Context, j pingbackJob) (captchaq.Record, error) {
+// read is the record of j's task, and whether its pingback is this
+// sender's to send: with a ledger, a claimed job's while its lease
+// lasts, any other once its lease is taken; without, once read. The
+// store is asked again while it fails (see pingbackReadWait), until it
+// answers, the task is not found, or ctx ends.
+func (ps *pingbackSender) read(ctx context.Context, j pingbackJob) (rec captchaq.Record, ok bool, err error) {
+	if j.claimed != nil {
+		if time.Now().After(j.sendBy) {
+			ps.p.log.Info("client pingback left for the next claim: its lease may end before its send", "id", j.res.ID)
+			return *j.claimed, false, nil
+		}
+		return *j.claimed, true, nil
+	}
+	err = ps.retryStore(ctx, j.res.ID, "client pingback waits for the store", func() error {
+		if ps.p.ledger != nil {
+			rec, ok, err = ps.p.ledger.TakePingback(ctx, j.res.ID, ps.lease())
+			return err
+		}
+		rec, err = j.store.Get(ctx, j.res.ID)
+		ok = err == nil
+		return err
+	})
+	return rec, ok, err
+}
+
+// retryStore calls fn until it returns nil or captchaq.ErrNotFound, ctx
+// ends or pingbackReadWait has passed, from pingbackReadBackoff doubling
+// up to pingbackReadBackoffMax, logging msg at each retry.
+func (ps *pingbackSender) retryStore(ctx context.Context, id, msg string, fn func() error) error {
 	backoff := pingbackReadBackoff
 	deadline := time.Now().Add(pingbackReadWait)
 	for {
-		rec, err := j.store.Get(ctx, j.res.ID)
+		err := fn()
 		if err == nil || errors.Is(err, captchaq.ErrNotFound) || ctx.Err() != nil || time.Now().Add(backoff).After(deadline) {
-			return rec, err
+			return err
 		}
-		ps.p.log.Info("client pingback waits for the store", "id", j.res.ID, "err", err, "retry_in", backoff)
+		ps.p.log.Info(msg, "id", id, "err", err, "retry_in", backoff)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			return rec, ctx.Err()
+			return ctx.Err()
 		}
 		backoff = min(2*backoff, pingbackReadBackoffMax)
+	}
+}
+
+// pingbackDoneWait bounds the marking of one pingback done, past the
+// shutdown's context too: one not marked is sent again once its lease
+// ends.
+const pingbackDoneWait = 10 * time.Second
+
+// done marks id's pingback done in the ledger.
+func (ps *pingbackSender) done(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), pingbackDoneWait)
+	defer cancel()
+	err := ps.retryStore(ctx, id, "client pingback waits for the store to mark it done", func() error {
+		return ps.p.ledger.PingbackDone(ctx, id)
+	})
+	if err != nil {
+		ps.p.log.Warn("client pingback not marked done: it is sent again once its lease ends", "id", id, "err", err)
 	}
 }
 
@@ -280,11 +369,12 @@ func (ps *pingbackSender) post(ctx context.Context, u, ctype string, body []byte
 	return nil
 }
 
-// close takes no more pingbacks and waits for the queued and
+// close stops the sweeper, takes no more pingbacks and waits for the queued and
 // in-progress ones until ctx ends; then it abandons the rest (each counted
 // and logged) and returns once every sender has stopped.
 func (ps *pingbackSender) close(ctx context.Context) {
 	ps.once.Do(func() {
+		ps.stopSweeper()
 		ps.mu.Lock()
 		ps.closed = true
 		for _, q := range ps.queues {

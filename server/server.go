@@ -148,8 +148,13 @@ func New(cfg Config) (*Server, error) {
 	// key drawn here; an id that names a stored task is skipped (freshID).
 	s.ids.Store(uint64(time.Now().UnixMicro()))
 	s.localIDs = randomIDPerm()
+	ledger := cfg.PingbackLedger
+	if ledger == nil && s.local != nil {
+		ledger, _ = s.local.store.(captchaq.PingbackLedger)
+	}
 	s.pingbacks = newPingbackSender(pingbackParams{
 		timeout: cfg.PingbackTimeout, attempts: cfg.PingbackAttempts, parallel: cfg.PingbackParallel, allow: cfg.PingbackAllow, log: s.log,
+		ledger: ledger, grace: cfg.PingbackGrace, store: s.backend,
 	})
 	s.registry = prometheus.NewRegistry()
 	var reg prometheus.Registerer = s.registry
@@ -200,16 +205,18 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.started.Store(true)
 	_ = s.history.Start(context.Background())
+	s.pingbacks.start()
 	return nil
 }
 
 // Shutdown stops the charts' sampling loop (waiting for a sample under
-// way), then the Backend (the local queue waits for accepted tasks
+// way) and the pingback sweeper, then the Backend (the local queue waits for accepted tasks
 // until ctx is done, see captchaq.Queue.Shutdown; amqp.Gateway stops
 // taking results, which wait in its reply queue), then the event streams
 // and the pingback calls in progress. Stop the http.Server first.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.history.Stop()
+	s.pingbacks.stopSweeper()
 	err := s.backend.Shutdown(ctx)
 	s.events.close()
 	s.pingbacks.close(ctx)

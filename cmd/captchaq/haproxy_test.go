@@ -280,22 +280,22 @@ func (run *frontRun) checkPingbacks(t *testing.T, p *pingbackCounter) {
 }
 
 // frontFleet starts a fleet, a database and one worker, and returns a
-// function that starts a replica on them.
-func frontFleet(t *testing.T, prefix, db string) (*processFleet, func() (*process, string)) {
+// function that starts a replica on them (with args added to serve's).
+func frontFleet(t *testing.T, prefix, db string) (*processFleet, func(args ...string) (*process, string)) {
 	t.Helper()
 	return frontFleetOn(t, brokertest.Use(t), prefix, db)
 }
 
 // frontFleetOn is frontFleet on the broker at brokerURL, for a test that
 // took the broker test lock its own way (brokertest.Disrupt).
-func frontFleetOn(t *testing.T, brokerURL, prefix, db string) (*processFleet, func() (*process, string)) {
+func frontFleetOn(t *testing.T, brokerURL, prefix, db string) (*processFleet, func(args ...string) (*process, string)) {
 	t.Helper()
 	f := newProcessFleetOn(t, brokerURL, prefix, sim.Config{Threads: 10, LatencyScale: 0.1, Seed: 7, PollBan: sim.PollBan{Disabled: true}})
 	clients := writeFile(t, "clients.json", `[{"name":"qa","key":"`+frontClient+`","admin":true}]`)
 	f.worker("cli-front-worker", "front-provider-key", workerStartedRE, "--poll-interval", "20ms")
-	return f, func() (*process, string) {
-		p, m := startProcess(f.t, f.bin, nil, gatewayServingRE, "serve", "--amqp", f.brokerURL, "--prefix", f.prefix,
-			"--store", db, "--clients", clients, "--listen", "127.0.0.1:0", "--pingback-allow", "127.0.0.0/8")
+	return f, func(args ...string) (*process, string) {
+		p, m := startProcess(f.t, f.bin, nil, gatewayServingRE, append([]string{"serve", "--amqp", f.brokerURL, "--prefix", f.prefix,
+			"--store", db, "--clients", clients, "--listen", "127.0.0.1:0", "--pingback-allow", "127.0.0.0/8"}, args...)...)
 		f.mu.Lock()
 		f.gateways = append(f.gateways, m[2])
 		f.mu.Unlock()

@@ -51,6 +51,7 @@ type serveFlags struct {
 	fairBurst                       *int
 
 	pingbackAllow *string
+	pingbackGrace *time.Duration
 	metricsListen *string
 	metricsTLS    *bool
 	replicaName   *string
@@ -115,6 +116,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		fairBurst:       fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
 		resyncEvery:     fs.Duration("resync-every", amqp.ResyncEveryDefault, "with --amqp and a PostgreSQL --store: how often this replica reads the front's unfinished tasks again, for what a replica that died did not announce (a result it stored, a task it took)"),
 		pingbackAllow:   fs.String("pingback-allow", "", "comma-separated `CIDRs` clients' pingbacks may reach although internal (loopback, private, link-local and metadata addresses are refused otherwise), e.g. 10.1.2.0/24 for your own receivers"),
+		pingbackGrace:   fs.Duration("pingback-grace", server.PingbackGraceDefault, "how long a client's pingback owed stays with the server that recorded its result before any server on the store sends it (that one died): with a SQLite or PostgreSQL --store"),
 		maxAttempts:     fs.Int("max-attempts", 0, fmt.Sprintf("submissions per task before it fails for good, and the most a client's max_attempts may ask for (default %d)", captchaq.MaxAttemptsDefault)),
 		metricsListen:   fs.String("metrics-listen", "", "also serve /metrics, without a key, on this operator-only `ADDR` (e.g. 127.0.0.1:9090); on --listen /metrics needs an admin key as Authorization: Bearer"),
 		replicaName:     fs.String("replica-name", "", "this server's `NAME` among the replicas of a front: every series of /metrics is labelled replica=NAME (default with --amqp and a PostgreSQL --store: the host name and --listen's port, host:port)"),
@@ -207,7 +209,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	defer stop()
 	cfg.Clients, cfg.MaxBodyBytes, cfg.Logger = clients, *f.maxBody, log
 	cfg.MaxConns, cfg.MaxConnsPerAddress = *f.maxConns, *f.maxConnsPerAddr
-	cfg.PingbackAllow = allow
+	cfg.PingbackAllow, cfg.PingbackGrace = allow, *f.pingbackGrace
 	cfg.MaxAttempts, cfg.Queue.MaxAttempts = *f.maxAttempts, *f.maxAttempts
 	if cfg.Backend != nil {
 		cfg.Queue.MaxAttempts = 0 // the workers' business
@@ -525,7 +527,8 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 	report := func(ctx context.Context, r captchaq.Result, good bool) error {
 		return gw.Report(ctx, r.Provider, r.CaptchaID, good)
 	}
-	return server.Config{Backend: gw, Balance: gw.Balance, Report: report}, attrs, stop, nil
+	ledger, _ := store.(captchaq.PingbackLedger)
+	return server.Config{Backend: gw, Balance: gw.Balance, Report: report, PingbackLedger: ledger}, attrs, stop, nil
 }
 
 // replicaName is a replica's default name: the host name and the port
