@@ -211,11 +211,6 @@ type SoakReport struct {
 	// PingbacksDoubled ids with more than one, PingbacksOther pingbacks
 	// for ids no accepted task had (an in.php taken whose answer was lost).
 	PingbacksMissing, PingbacksDoubled, PingbacksOther int
-	// PingbacksWithReplica counts the missing pingbacks of tasks answered
-	// around a front-sigkill (SoakKilledReplicaWindow): a replica that
-	// dies loses the pingbacks it had queued (server/pingback.go), a
-	// window the soak reports apart.
-	PingbacksWithReplica int
 	// PaidTwice counts the simulator's second accepted submits of a task;
 	// Resent those explained by an in.php the client sent again after no
 	// answer (it was sent twice, and solved twice).

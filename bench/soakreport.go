@@ -56,9 +56,6 @@ func (r *soakRun) report(rep *SoakReport, endRSS map[string]int64) {
 			note(&two, t)
 		}
 		switch k := n[t.id]; {
-		case k == 0 && nearKill(rep.Faults, t.answered.Sub(l.start)):
-			rep.PingbacksWithReplica++
-			note(&noPingback, t)
 		case k == 0:
 			rep.PingbacksMissing++
 			note(&noPingback, t)
@@ -126,12 +123,7 @@ func (r *soakRun) report(rep *SoakReport, endRSS map[string]int64) {
 		broke("%d ids answered with two different tokens: %s", rep.TwoTokens, strings.Join(two, ", "))
 	}
 	if rep.PingbacksMissing > 0 {
-		broke("%d answered tasks without a pingback, none near a replica's SIGKILL (%d were): %s", rep.PingbacksMissing,
-			rep.PingbacksWithReplica, strings.Join(noPingback, ", "))
-	}
-	if rep.PingbacksWithReplica > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%d answered tasks had no pingback, each answered within %v of a replica's SIGKILL, "+
-			"which loses the pingbacks it had queued: %s", rep.PingbacksWithReplica, SoakKilledReplicaWindow, strings.Join(noPingback, ", ")))
+		broke("%d answered tasks without a pingback: %s", rep.PingbacksMissing, strings.Join(noPingback, ", "))
 	}
 	if rep.PingbacksDoubled > 0 {
 		broke("%d answered tasks with more than one pingback: %s", rep.PingbacksDoubled, strings.Join(doubled, ", "))
@@ -165,21 +157,6 @@ func (r *soakRun) report(rep *SoakReport, endRSS map[string]int64) {
 	}
 }
 
-// SoakKilledReplicaWindow is how long before a front-sigkill's strike,
-// and after its end, a task's answer (as the client first saw it) may be
-// and still have its pingback queued at the replica killed: the result is
-// stored and its pingback queued at once, and the client sees it at its
-// next poll, 500 ms on; the rest is slack for a loaded machine.
-const SoakKilledReplicaWindow = 10 * time.Second
-
-// nearKill reports whether an answer at (from the start) came within
-// SoakKilledReplicaWindow of a front-sigkill.
-func nearKill(faults []SoakFault, at time.Duration) bool {
-	return slices.ContainsFunc(faults, func(f SoakFault) bool {
-		return f.Kind == SoakFrontKill && at >= f.At-SoakKilledReplicaWindow && at <= f.At+f.Took+SoakKilledReplicaWindow
-	})
-}
-
 // soakQuantiles summarizes ds as the simulator's Quantiles.
 func soakQuantiles(ds []time.Duration) sim.Quantiles {
 	q := sim.Quantiles{Count: int64(len(ds))}
@@ -211,10 +188,10 @@ func SoakMarkdown(w io.Writer, r SoakReport) {
 		"Rerun: `captchaq bench --scenario soak --duration %v --fault-gap %v-%v --seed %d`.\n\n",
 		c.Workers, c.Threads, c.Replicas, c.Threads, latencyText(FleetLatencyDefault), c.Rate, secs(r.Elapsed), c.GapMin, c.GapMax, c.Outage,
 		c.Duration, c.GapMin, c.GapMax, c.Seed)
-	fmt.Fprintln(w, "| submitted | accepted | answered | lost | wrong token | two tokens | pingbacks missing | with a killed replica | doubled | other ids | paid twice | sent twice | plan peak | no free thread | accept→answer p50 | p99 | max |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	fmt.Fprintf(w, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d of %d | %d of %d | %.2f s | %.2f s | %.2f s |\n\n",
-		r.Submitted, r.Accepted, r.Answered, r.Lost, r.WrongToken, r.TwoTokens, r.PingbacksMissing, r.PingbacksWithReplica,
+	fmt.Fprintln(w, "| submitted | accepted | answered | lost | wrong token | two tokens | pingbacks missing | doubled | other ids | paid twice | sent twice | plan peak | no free thread | accept→answer p50 | p99 | max |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d of %d | %d of %d | %.2f s | %.2f s | %.2f s |\n\n",
+		r.Submitted, r.Accepted, r.Answered, r.Lost, r.WrongToken, r.TwoTokens, r.PingbacksMissing,
 		r.PingbacksDoubled, r.PingbacksOther,
 		r.PaidTwice, r.Resent, r.PlanPeak, c.Threads, r.NoSlot, r.Submits, r.Latency.P50, r.Latency.P99, r.Latency.Max)
 	fmt.Fprintln(w, "| at | fault | target | took | paid twice until the next | bound |")

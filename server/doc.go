@@ -109,12 +109,13 @@
 //     {"all":true} replays at most MaxTasksPerRequest ("more": true when
 //     more wait), found by tenant in the Store without reading others'.
 //   - The tasks of an array are stored together, in one call.
-//   - A pingback is sent at most once, after its result is recorded (in
-//     front of a fleet, after the result message is acked). Shutdown
-//     lets queued and in-progress pingbacks finish until its context
-//     ends; any it then abandons, and any past a client's backlog, are
-//     counted in captchaq_client_pingbacks_total{outcome} and logged with
-//     the task id (why not before the ack: see pingbackSender).
+//   - A pingback is sent once, after its result is recorded (in front of
+//     a fleet, after the result message is acked); in a Store that is a
+//     captchaq.PingbackLedger it is owed until marked done, so one a
+//     process died with is sent by another replica or the next start
+//     (twice if it died between the receiver's answer and the mark).
+//     Shutdown lets pingbacks finish until its context ends; the rest is
+//     counted by outcome and logged with the task id (pingbackSender).
 //   - The dashboard and the admin views (every client's tasks, dead
 //     letters and counts) need a client with "admin": true.
 //
@@ -226,10 +227,9 @@
 //
 // Known limits: behind a proxy every connection and keyless body comes
 // from the proxy's address (raise MaxConnsPerAddress and
-// MaxBodyPerAddress to what it carries); a process that dies loses its
-// queued pingbacks (the result stays answerable); in front of a fleet a
-// canceled task may still be solved and billed, and a gateway that stops
-// with tasks published and not yet recorded drops their results.
+// MaxBodyPerAddress to what it carries); in front of a fleet a canceled
+// task may still be solved and billed, and a gateway that stops with
+// tasks published and not yet recorded drops their results.
 //
 // By endpoint, what the caller is trusted with:
 //   - in.php, res.php and createTask: a client's key, in the query or the

@@ -23,9 +23,7 @@ import (
 // (bench.SoakReport.Broken): a task lost, a token not its task's, two
 // tokens for one id, a pingback missing or doubled, the plan exceeded, or
 // more second solves than the faults' bounds (bench.SoakPaidTwiceBound).
-// A pingback missing for a task answered around a replica's SIGKILL is the
-// known window of a dying replica (bench.SoakKilledReplicaWindow), logged,
-// not failed. It restarts the broker and PostgreSQL, so it holds both test
+// It restarts the broker and PostgreSQL, so it holds both test
 // locks exclusively, PostgreSQL's first, for the whole run. It takes about
 // five minutes: CI runs go test with -timeout 30m.
 func TestSoakShort(t *testing.T) {
