@@ -38,9 +38,9 @@ import (
 // durable: the sender takes its lease before the first attempt (none
 // when another holds it or it was sent) and marks it done after the last
 // (sent, failed, or abandoned at shutdown); one dropped past a client's
-// backlog is marked done too. The sweeper (pingbacksweep.go) claims those owed past the grace
-// period (their recorder died, or its store calls failed) and sends them
-// here. So a process killed before its send leaves the pingback to
+// backlog is marked done too. The sweeper (pingbacksweep.go) claims those
+// owed past the grace period (their recorder died, or its store calls
+// failed) and sends them here. So a process killed before its send leaves the pingback to
 // another replica or its own next start, sent once; one killed between a
 // receiver's answer and the mark (one store round trip, a few ms) has it
 // sent twice. A lease lasts lease() (every attempt and backoff, plus the

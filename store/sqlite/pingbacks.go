@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"time"
 
@@ -16,14 +17,23 @@ const pingbackFree = `status IN ('solved', 'failed') AND pingback_owed IS NOT NU
 	AND (pingback_lease IS NULL OR pingback_lease <= ?2)`
 
 // TakePingback implements captchaq.PingbackLedger, at this process's
-// clock.
+// clock: a read, and a write only for a task that owes a pingback.
 func (s *Store) TakePingback(ctx context.Context, id string, lease time.Duration) (captchaq.Record, bool, error) {
 	if s.closed.Load() {
 		return captchaq.Record{}, false, ErrClosed
 	}
+	// A read first: most results owe no pingback, and need no write.
+	var owed bool
+	err := s.db.QueryRowContext(ctx, `SELECT pingback_owed IS NOT NULL FROM tasks WHERE id = ?`, id).Scan(&owed)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && !owed {
+		return captchaq.Record{}, false, nil
+	}
+	if err != nil {
+		return captchaq.Record{}, false, s.wrap("TakePingback", err)
+	}
 	var rec captchaq.Record
 	var ok bool
-	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+	err = s.w.do(ctx, func(ctx context.Context, st *statements) error {
 		rec, ok = captchaq.Record{}, false
 		now := time.Now()
 		res, err := st.takePingback.ExecContext(ctx, id, timeText(now), timeText(now.Add(lease)))
