@@ -43,8 +43,6 @@ const (
 	// task's record (another gateway of a shared store records it) waits
 	// before it goes back to the reply queue.
 	notRecordedRetryAfter = 20 * time.Millisecond
-	// depthsFresh is how long QueueDepths answers from its last reading.
-	depthsFresh = time.Second
 	// maxWireID is AMQP's limit on a message id (a short string).
 	maxWireID = 255
 )
@@ -173,17 +171,15 @@ type Gateway struct {
 	// resynced are the news Resync told, by id, until their
 	// announcements come (or resyncedKeep passes): told late, they are
 	// not counted again.
-	resynced      map[string]resyncedNews
-	byTenant      map[string]int
-	counts        GatewayCounts
-	tally         tally.Results
-	results       *Consumer
-	receiver      *startstop.Loop // receive, from Start until Shutdown
-	resyncer      *startstop.Loop // resync, on a shared store: from Start until Shutdown
-	balances      *balanceListener
-	depthMu       sync.Mutex
-	depthAt       time.Time
-	depthReadings map[string]int
+	resynced map[string]resyncedNews
+	byTenant map[string]int
+	counts   GatewayCounts
+	tally    tally.Results
+	results  *Consumer
+	receiver *startstop.Loop // receive, from Start until Shutdown
+	resyncer *startstop.Loop // resync, on a shared store: from Start until Shutdown
+	balances *balanceListener
+	depths   *depthReader
 }
 
 type pendingTask struct {
@@ -271,6 +267,7 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 		unrecorded: map[string]unrecordedTask{},
 		resynced:   map[string]resyncedNews{},
 		balances:   newBalanceListener(c),
+		depths:     &depthReader{c: c, reply: c.Names().ReplyQueue(cfg.Name)},
 	}, nil
 }
 
@@ -990,29 +987,7 @@ func (g *Gateway) Ready(ctx context.Context) error {
 // reply queue and the dead-letter queue, at most once a second; while the
 // broker connection is down it fails at once.
 func (g *Gateway) QueueDepths(ctx context.Context) (map[string]int, error) {
-	g.depthMu.Lock()
-	defer g.depthMu.Unlock()
-	if g.depthReadings != nil && time.Since(g.depthAt) < depthsFresh {
-		return maps.Clone(g.depthReadings), nil
-	}
-	if !g.c.Connected() {
-		return nil, errors.New("amqp: broker connection lost; reconnecting")
-	}
-	n := g.c.Names()
-	queues := []string{n.Tasks}
-	for _, l := range g.c.cfg.Lanes {
-		queues = append(queues, n.Lane(l))
-	}
-	stats, err := g.c.Depths(ctx, append(queues, g.reply, n.Failed)...)
-	if err != nil {
-		return nil, err
-	}
-	m := make(map[string]int, len(stats))
-	for _, s := range stats {
-		m[s.Name] = s.Ready
-	}
-	g.depthReadings, g.depthAt = m, time.Now()
-	return maps.Clone(m), nil
+	return g.depths.read(ctx)
 }
 
 // Shutdown stops taking tasks and results: results being recorded are

@@ -3,7 +3,10 @@ package amqp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"sync"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -265,4 +268,45 @@ func (c *Conn) threadsInUse(ctx context.Context, st *Stats) {
 			st.Threads.InUse = max(st.Threads.Plan-qs[0].Ready, 0)
 		}
 	}
+}
+
+// depthsFresh is how long a depthReader answers from its last reading.
+const depthsFresh = time.Second
+
+// depthReader reads a gateway's queue depths (Gateway.QueueDepths): the
+// task queues, its reply queue and the dead-letter queue, at most once
+// every depthsFresh; while the broker connection is down it fails at once.
+type depthReader struct {
+	c     *Conn
+	reply string
+
+	mu       sync.Mutex
+	at       time.Time
+	readings map[string]int
+}
+
+func (d *depthReader) read(ctx context.Context) (map[string]int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.readings != nil && time.Since(d.at) < depthsFresh {
+		return maps.Clone(d.readings), nil
+	}
+	if !d.c.Connected() {
+		return nil, errors.New("amqp: broker connection lost; reconnecting")
+	}
+	n := d.c.Names()
+	queues := []string{n.Tasks}
+	for _, l := range d.c.cfg.Lanes {
+		queues = append(queues, n.Lane(l))
+	}
+	stats, err := d.c.Depths(ctx, append(queues, d.reply, n.Failed)...)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]int, len(stats))
+	for _, s := range stats {
+		m[s.Name] = s.Ready
+	}
+	d.readings, d.at = m, time.Now()
+	return maps.Clone(m), nil
 }
