@@ -259,7 +259,7 @@ func (c *Conn) replayedNotices(ctx context.Context) (map[string]int64, error) {
 
 // replayedSince says whether dead letter t, under a gateway's wire id
 // (NAME/ID, or NAME@GEN/ID with GEN the time it was published, see
-// Gateway.wireID), was published before its gateway replayed or answered
+// wireIDs.wireID), was published before its gateway replayed or answered
 // the task. A copy without GEN counts from when it was accepted: a task
 // accepted later under the same id (its gateway's store made again) is
 // another task.

@@ -12,8 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -30,9 +28,6 @@ const (
 )
 
 const (
-	// gatewayMark prefixes the captcha id a gateway records for the tasks
-	// it has published: "gateway:<name>".
-	gatewayMark = "gateway:"
 	// storeTimeout bounds one store write made on the gateway's own
 	// account (a result, or the record of a task already published).
 	storeTimeout = 30 * time.Second
@@ -43,8 +38,6 @@ const (
 	// task's record (another gateway of a shared store records it) waits
 	// before it goes back to the reply queue.
 	notRecordedRetryAfter = 20 * time.Millisecond
-	// maxWireID is AMQP's limit on a message id (a short string).
-	maxWireID = 255
 )
 
 // GatewayConfig configures a Gateway.
@@ -142,7 +135,7 @@ type Gateway struct {
 	store captchaq.Store
 	pub   *Publisher
 	reply string // the reply queue
-	mark  string // "gateway:<name>"
+	ids   wireIDs
 	locks keyLocks
 
 	weights  map[string]int
@@ -262,7 +255,7 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	shared, _ := cfg.Store.(FrontStore)
 	return &Gateway{
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(), shared: shared,
-		reply: c.Names().ReplyQueue(cfg.Name), mark: gatewayMark + cfg.Name,
+		reply: c.Names().ReplyQueue(cfg.Name), ids: newWireIDs(cfg.Name),
 		pending: map[string]pendingTask{}, byTenant: map[string]int{}, read: map[string]readRecord{}, unread: map[string]struct{}{},
 		unrecorded: map[string]unrecordedTask{},
 		resynced:   map[string]resyncedNews{},
@@ -421,50 +414,6 @@ func (g *Gateway) open() error {
 	return nil
 }
 
-// wireID is a task's id on the wire: NAME/ID, or NAME@GEN/ID for a task
-// solved again after its token expired (workers answer a message id once,
-// so each solve of an id needs an id of its own on the wire). Names hold
-// no '@' or '/', so the parts read back unambiguously.
-func (g *Gateway) wireID(id, gen string) string {
-	if gen == "" {
-		return g.cfg.Name + "/" + id
-	}
-	return g.cfg.Name + "@" + gen + "/" + id
-}
-
-// storeID is the Store's id of a task id on the wire and its generation,
-// if the task is this gateway's.
-func (g *Gateway) storeID(wire string) (id, gen string, ours bool) {
-	if id, ok := strings.CutPrefix(wire, g.cfg.Name+"/"); ok {
-		return id, "", true
-	}
-	rest, ok := strings.CutPrefix(wire, g.cfg.Name+"@")
-	if !ok {
-		return "", "", false
-	}
-	gen, id, ok = strings.Cut(rest, "/")
-	return id, gen, ok && gen != ""
-}
-
-// markFor is the captcha id recorded for a task published in generation
-// gen: gateway:NAME, or gateway:NAME@GEN.
-func (g *Gateway) markFor(gen string) string {
-	if gen == "" {
-		return g.mark
-	}
-	return g.mark + "@" + gen
-}
-
-// parseMark reads a gateway's mark: its name and the task's generation.
-func parseMark(captchaID string) (name, gen string, ok bool) {
-	rest, ok := strings.CutPrefix(captchaID, gatewayMark)
-	if !ok {
-		return "", "", false
-	}
-	name, gen, _ = strings.Cut(rest, "@")
-	return name, gen, true
-}
-
 // track counts r as unfinished.
 func (g *Gateway) track(r captchaq.Record) {
 	g.mu.Lock()
@@ -510,7 +459,7 @@ func (g *Gateway) demotion(tenant string) int {
 // under its wire id of generation gen.
 func (g *Gateway) publish(ctx context.Context, t captchaq.Task, now time.Time, gen string) error {
 	wire := t
-	wire.ID = g.wireID(t.ID, gen)
+	wire.ID = g.ids.wireID(t.ID, gen)
 	wire.Pingback = "" // the client's callback is the front's business
 	return g.pub.PublishTask(ctx, TaskMessage{Task: wire, Accepted: now, ReplyTo: g.reply, Demoted: g.demotion(t.Tenant)})
 }
@@ -518,7 +467,7 @@ func (g *Gateway) publish(ctx context.Context, t captchaq.Task, now time.Time, g
 // markPublished records a published task as in flight at the fleet, in
 // generation gen.
 func (g *Gateway) markPublished(ctx context.Context, id, gen string, attempts int, now time.Time) error {
-	return g.store.Checkpoint(ctx, id, g.markFor(gen), attempts, now)
+	return g.store.Checkpoint(ctx, id, g.ids.markFor(gen), attempts, now)
 }
 
 // Check validates t as the fleet's workers on the gateway's Providers
@@ -554,7 +503,7 @@ func (g *Gateway) submit(ctx context.Context, v captchaq.ValidTask, look bool) e
 		}
 	}
 	t := v.Task()
-	if n := len(g.wireID(t.ID, renewGen(time.Now()))); n > maxWireID {
+	if n := len(g.ids.wireID(t.ID, renewGen(time.Now()))); n > maxWireID {
 		return &captchaq.TaskError{ID: t.ID, Code: captchaq.CodeInvalidTask,
 			Msg: fmt.Sprintf("id: %d characters with the gateway's name and the client's; a message id holds at most %d: use a shorter id", n, maxWireID)}
 	}
@@ -620,7 +569,7 @@ func (g *Gateway) writePublished(ctx context.Context, t captchaq.Task, now time.
 		if marked != nil {
 			// The record and its mark in one write; an id stored already
 			// (a try before whose answer was lost) goes the long way.
-			rec, ok, err := marked.EnqueueMarked(ctx, t, now, g.markFor(""))
+			rec, ok, err := marked.EnqueueMarked(ctx, t, now, g.ids.markFor(""))
 			if err != nil {
 				return err
 			}
@@ -693,9 +642,6 @@ func (g *Gateway) unrecordedTask(id string) (unrecordedTask, bool) {
 	u, ok := g.unrecorded[id]
 	return u, ok
 }
-
-// renewGen is the generation of a solve that starts at now.
-func renewGen(now time.Time) string { return strconv.FormatInt(now.UnixMilli(), 36) }
 
 // renew solves again a task whose token expired: the task is published
 // under a wire id of a new generation, which no worker has answered, then

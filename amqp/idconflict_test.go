@@ -85,43 +85,43 @@ func TestGatewayAndFleetRefuseAnotherTaskUnderAKnownID(t *testing.T) {
 // of another generation than the solve in flight does not answer it.
 func TestGatewayGenerations(t *testing.T) {
 	t.Parallel()
-	g := &Gateway{cfg: GatewayConfig{Name: "gw-1.a"}, mark: gatewayMark + "gw-1.a"}
+	g := &Gateway{ids: newWireIDs("gw-1.a")}
 	for _, c := range []struct{ id, gen, wire string }{
 		{"a", "", "gw-1.a/a"},
 		{"x/y@z", "", "gw-1.a/x/y@z"},
 		{"a", "mi8k2x", "gw-1.a@mi8k2x/a"},
 		{"x/y@z", "mi8k2x", "gw-1.a@mi8k2x/x/y@z"},
 	} {
-		wire := g.wireID(c.id, c.gen)
-		id, gen, ours := g.storeID(wire)
+		wire := g.ids.wireID(c.id, c.gen)
+		id, gen, ours := g.ids.storeID(wire)
 		if wire != c.wire || id != c.id || gen != c.gen || !ours {
 			t.Errorf("%q gen %q: wire %q → %q %q %v", c.id, c.gen, wire, id, gen, ours)
 		}
 	}
 	for _, wire := range []string{"gw-1/a", "gw-1.a@/a", "gw-1.a@g", "other/gw-1.a/a"} {
-		if id, gen, ours := g.storeID(wire); ours {
+		if id, gen, ours := g.ids.storeID(wire); ours {
 			t.Errorf("%q read as ours: %q %q", wire, id, gen)
 		}
 	}
 	inflight := func(mark string) captchaq.Record {
 		return captchaq.Record{Status: captchaq.StatusInFlight, CaptchaID: mark}
 	}
-	if name, gen, ok := parseMark(g.markFor("g2")); name != "gw-1.a" || gen != "g2" || !ok {
-		t.Errorf("mark %q reads %q %q %v", g.markFor("g2"), name, gen, ok)
+	if name, gen, ok := parseMark(g.ids.markFor("g2")); name != "gw-1.a" || gen != "g2" || !ok {
+		t.Errorf("mark %q reads %q %q %v", g.ids.markFor("g2"), name, gen, ok)
 	}
 	for _, c := range []struct {
 		rec  captchaq.Record
 		gen  string
 		want bool
 	}{
-		{inflight(g.markFor("")), "", true},
-		{inflight(g.markFor("")), "g2", false},
-		{inflight(g.markFor("g2")), "", false},
-		{inflight(g.markFor("g2")), "g2", true},
+		{inflight(g.ids.markFor("")), "", true},
+		{inflight(g.ids.markFor("")), "g2", false},
+		{inflight(g.ids.markFor("g2")), "", false},
+		{inflight(g.ids.markFor("g2")), "g2", true},
 		{inflight(""), "g2", true},
 		{captchaq.Record{Status: captchaq.StatusQueued}, "g2", true},
 	} {
-		if got := g.sameGeneration(c.rec, c.gen); got != c.want {
+		if got := sameGeneration(c.rec, c.gen); got != c.want {
 			t.Errorf("record %s %q, result of %q: %v, want %v", c.rec.Status, c.rec.CaptchaID, c.gen, got, c.want)
 		}
 	}

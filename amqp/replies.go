@@ -69,7 +69,7 @@ func (g *Gateway) handle(ctx context.Context, d *Delivery) {
 // (its TTL ran out in a task queue) turned into a failure. Dead letters of
 // other gateways and those a worker made (a worker sends their result
 // itself) are not outcomes. gen is the generation of the solve it answers
-// (see Gateway.wireID).
+// (see wireIDs.wireID).
 func (g *Gateway) outcome(d *Delivery) (r captchaq.Result, gen string, ok bool) {
 	if d.Type == messageTypeResul {
 		r, err := DecodeResult(d.Body)
@@ -77,7 +77,7 @@ func (g *Gateway) outcome(d *Delivery) (r captchaq.Result, gen string, ok bool) 
 			g.log.Warn("dropping a reply that is not a result", "message_id", d.MessageID, "err", err)
 			return r, "", false
 		}
-		id, gen, ours := g.storeID(r.ID)
+		id, gen, ours := g.ids.storeID(r.ID)
 		if !ours {
 			g.log.Warn("dropping a result for another gateway's task", "id", r.ID)
 			return r, "", false
@@ -92,7 +92,7 @@ func (g *Gateway) outcome(d *Delivery) (r captchaq.Result, gen string, ok bool) 
 	if err != nil {
 		return captchaq.Result{}, "", false
 	}
-	id, gen, ours := g.storeID(m.ownID())
+	id, gen, ours := g.ids.storeID(m.ownID())
 	death, dead := LastDeath(d.Headers)
 	if !ours || !dead {
 		return captchaq.Result{}, "", false
@@ -130,7 +130,7 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 	// flight under this generation's mark takes the result. A replay's or
 	// renew's answer is read first: it may need its notice (noteAnswered).
 	if mf, ok := g.shared.(MarkedFinisher); ok && (gen == "" || r.Status != captchaq.StatusSolved) {
-		if done, err := mf.FinishMarked(ctx, r, g.markFor(gen)); err == nil && done {
+		if done, err := mf.FinishMarked(ctx, r, g.ids.markFor(gen)); err == nil && done {
 			g.mu.Lock()
 			g.untrackLocked(r.ID)
 			g.countLocked(r, time.Now())
@@ -161,7 +161,7 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 			return false, nil
 		case err != nil:
 			return false, err
-		case !answers(rec, r) || !g.sameGeneration(rec, gen):
+		case !answers(rec, r) || !sameGeneration(rec, gen):
 			if r.Status == captchaq.StatusFailed && answered(rec) {
 				// This copy's dead letter is in the fleet's queue.
 				if err := g.noteAnswered(ctx, r.ID); err != nil {
@@ -209,16 +209,6 @@ func (g *Gateway) recordUnrecorded(ctx context.Context, id string) bool {
 		return false
 	}
 	return true
-}
-
-// sameGeneration reports whether a result of generation gen may answer
-// rec: a task in flight at the fleet takes only its own generation's.
-func (g *Gateway) sameGeneration(rec captchaq.Record, gen string) bool {
-	if rec.Status != captchaq.StatusInFlight {
-		return true
-	}
-	_, want, marked := parseMark(rec.CaptchaID)
-	return !marked || want == gen
 }
 
 // noteAnswered notes in Names.Replayed that the gateway has an answer for
