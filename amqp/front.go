@@ -150,23 +150,14 @@ func (g *Gateway) otherAccepted(rec captchaq.Record, resynced bool) {
 	id := rec.Task.ID
 	g.mu.Lock()
 	delete(g.unread, id)
-	if _, ok := g.pending[id]; resynced && ok {
-		// Its announcement came between Resync's read and now.
-		g.mu.Unlock()
-		return
-	}
-	if !g.newsLocked(id, rec.AcceptedAt, resynced, func(n *resyncedNews) *time.Time { return &n.accepted }) {
-		g.mu.Unlock()
-		return
-	}
-	if !rec.Status.Final() {
-		g.trackLocked(rec)
-	}
-	g.counts.OthersAccepted++
-	fn := g.othersAccepted
 	g.mu.Unlock()
-	if fn != nil {
-		fn(rec)
+	counted := g.ledger.otherAccepted(rec, resynced, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.newsLocked(id, rec.AcceptedAt, resynced, func(n *resyncedNews) *time.Time { return &n.accepted })
+	})
+	if counted && g.othersAccepted != nil {
+		g.othersAccepted(rec)
 	}
 }
 
@@ -226,22 +217,13 @@ func (g *Gateway) OtherFinished(ctx context.Context, id string) {
 // again), and is kept in mind so that its announcement, coming late, does
 // not count it again.
 func (g *Gateway) otherFinished(r captchaq.Result, resynced bool) {
-	g.mu.Lock()
-	if _, ok := g.pending[r.ID]; resynced && !ok {
-		g.mu.Unlock()
-		return
-	}
-	if !g.newsLocked(r.ID, r.FinishedAt, resynced, func(n *resyncedNews) *time.Time { return &n.finished }) {
-		g.mu.Unlock()
-		return
-	}
-	g.untrackLocked(r.ID)
-	g.countLocked(r, time.Now())
-	g.counts.OthersResults++
-	fn := g.othersFinished
-	g.mu.Unlock()
-	if fn != nil {
-		fn(r)
+	counted := g.ledger.otherFinished(r, resynced, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.newsLocked(r.ID, r.FinishedAt, resynced, func(n *resyncedNews) *time.Time { return &n.finished })
+	})
+	if counted && g.othersFinished != nil {
+		g.othersFinished(r)
 	}
 }
 
@@ -294,20 +276,7 @@ func (g *Gateway) resyncBefore(ctx context.Context, settled time.Time) error {
 	if err != nil {
 		return err
 	}
-	g.mu.Lock()
-	var gone []string
-	var fresh []captchaq.Record
-	for id := range g.pending {
-		if _, ok := open[id]; !ok {
-			gone = append(gone, id)
-		}
-	}
-	for id, r := range open {
-		if _, ok := g.pending[id]; !ok && before(r.AcceptedAt) {
-			fresh = append(fresh, r)
-		}
-	}
-	g.mu.Unlock()
+	gone, fresh := g.ledger.compare(open, before)
 	var stored map[string]captchaq.Record
 	if len(gone) > 0 {
 		if stored, err = g.heads(ctx, gone); err != nil {
@@ -318,9 +287,7 @@ func (g *Gateway) resyncBefore(ctx context.Context, settled time.Time) error {
 		rec, ok := stored[id]
 		switch {
 		case !ok:
-			g.mu.Lock()
-			g.untrackLocked(id)
-			g.mu.Unlock()
+			g.ledger.untrack(id)
 		case rec.Status.Final() && rec.Result != nil && before(rec.Result.FinishedAt):
 			g.otherFinished(*rec.Result, true)
 		}
@@ -352,9 +319,7 @@ func (g *Gateway) readUnread(ctx context.Context) error {
 		return err
 	}
 	for _, id := range ids {
-		g.mu.Lock()
-		_, told := g.pending[id] // by another resync meanwhile
-		g.mu.Unlock()
+		told := g.ledger.holds(id) // by another resync meanwhile
 		if rec, ok := stored[id]; ok && !told {
 			// The announcement's news, told late: not counted again
 			// when a resync told it already.

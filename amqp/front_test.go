@@ -84,9 +84,7 @@ func TestOtherAcceptedUnreadIsToldAtResync(t *testing.T) {
 	if c := g.Counts(); c.OthersAccepted != 2 {
 		t.Errorf("OthersAccepted %d, want 2", c.OthersAccepted)
 	}
-	g.mu.Lock()
-	pending, held := len(g.pending), g.byTenant["qa"]
-	g.mu.Unlock()
+	pending, held := g.ledger.unfinished("qa")
 	if pending != 1 || held != 1 {
 		t.Errorf("unfinished here: %d tasks, %d of qa; want 1 and 1 (the open task)", pending, held)
 	}

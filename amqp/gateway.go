@@ -1,7 +1,6 @@
 package amqp
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/startstop"
-	"github.com/captchaq/captchaq/internal/tally"
 )
 
 // Defaults of GatewayConfig.
@@ -148,16 +146,11 @@ type Gateway struct {
 	othersAccepted func(captchaq.Record)
 	othersFinished func(captchaq.Result)
 
+	ledger *ledger
+
 	mu      sync.Mutex
 	started bool
 	closed  bool
-	pending map[string]pendingTask // unfinished tasks, by store id
-	// unrecorded are tasks published whose record's write failed, by
-	// store id (keepUnrecorded).
-	unrecorded map[string]unrecordedTask
-	// read are unfinished records Get read from a shared store, by id,
-	// while their tasks are pending here (see Get).
-	read map[string]readRecord
 	// unread are tasks another gateway accepted whose records
 	// OtherAccepted could not read; the next resync tells them.
 	unread map[string]struct{}
@@ -165,20 +158,11 @@ type Gateway struct {
 	// announcements come (or resyncedKeep passes): told late, they are
 	// not counted again.
 	resynced map[string]resyncedNews
-	byTenant map[string]int
-	counts   GatewayCounts
-	tally    tally.Results
 	results  *Consumer
 	receiver *startstop.Loop // receive, from Start until Shutdown
 	resyncer *startstop.Loop // resync, on a shared store: from Start until Shutdown
 	balances *balanceListener
 	depths   *depthReader
-}
-
-type pendingTask struct {
-	tenant   string
-	priority int
-	accepted time.Time
 }
 
 // GatewayCounts are what a gateway did since it started.
@@ -256,11 +240,10 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	return &Gateway{
 		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(), shared: shared,
 		reply: c.Names().ReplyQueue(cfg.Name), ids: newWireIDs(cfg.Name),
-		pending: map[string]pendingTask{}, byTenant: map[string]int{}, read: map[string]readRecord{}, unread: map[string]struct{}{},
-		unrecorded: map[string]unrecordedTask{},
-		resynced:   map[string]resyncedNews{},
-		balances:   newBalanceListener(c),
-		depths:     &depthReader{c: c, reply: c.Names().ReplyQueue(cfg.Name)},
+		ledger: newLedger(cfg.FairBurst), unread: map[string]struct{}{},
+		resynced: map[string]resyncedNews{},
+		balances: newBalanceListener(c),
+		depths:   &depthReader{c: c, reply: c.Names().ReplyQueue(cfg.Name)},
 	}, nil
 }
 
@@ -293,9 +276,7 @@ func (g *Gateway) ReplyQueue() string { return g.reply }
 
 // Counts returns what the gateway did since it started.
 func (g *Gateway) Counts() GatewayCounts {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.counts
+	return g.ledger.snapshot()
 }
 
 // Attach sets the clients' fair-share weights by tenant and the function
@@ -306,7 +287,8 @@ func (g *Gateway) Attach(weights map[string]int, onResult func(captchaq.Result))
 	if g.started {
 		return errors.New("amqp: gateway: Attach after Start")
 	}
-	g.weights, g.onResult = maps.Clone(weights), onResult
+	g.ledger.setWeights(weights)
+	g.onResult = onResult
 	return nil
 }
 
@@ -322,8 +304,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		g.mu.Unlock()
 		return errors.New("amqp: gateway: Start called twice or after Shutdown")
 	}
-	g.started, g.tally = true, tally.NewResults(time.Now())
+	g.started = true
 	g.mu.Unlock()
+	g.ledger.start(time.Now())
 	defer func() {
 		if err != nil {
 			g.mu.Lock()
@@ -342,9 +325,9 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		name, _, marked := parseMark(r.CaptchaID)
 		switch {
 		case r.Status == captchaq.StatusInFlight && marked && name == g.cfg.Name:
-			g.track(r)
+			g.ledger.track(r)
 		case !marked && g.shared != nil && r.Status == captchaq.StatusQueued && !r.AcceptedAt.Before(orphanedBefore):
-			g.track(r)
+			g.ledger.track(r)
 		case r.Status == captchaq.StatusInFlight && marked:
 			others[name]++
 		case r.Status == captchaq.StatusInFlight:
@@ -387,8 +370,8 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		g.resyncer = startstop.New(g.resync)
 		_ = g.resyncer.Start(context.Background())
 	}
-	unfinished := len(g.pending)
 	g.mu.Unlock()
+	unfinished, _ := g.ledger.unfinished("")
 	g.log.Info("gateway started", "reply_queue", g.reply, "unfinished", unfinished, "republished", len(unmarked))
 	return nil
 }
@@ -414,54 +397,13 @@ func (g *Gateway) open() error {
 	return nil
 }
 
-// track counts r as unfinished.
-func (g *Gateway) track(r captchaq.Record) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.trackLocked(r)
-}
-
-func (g *Gateway) trackLocked(r captchaq.Record) {
-	if _, ok := g.pending[r.Task.ID]; ok {
-		return
-	}
-	g.pending[r.Task.ID] = pendingTask{tenant: r.Task.Tenant, priority: cmp.Or(r.Task.Priority, captchaq.PriorityDefault), accepted: r.AcceptedAt}
-	g.byTenant[r.Task.Tenant]++
-}
-
-func (g *Gateway) untrackLocked(id string) {
-	p, ok := g.pending[id]
-	if !ok {
-		return
-	}
-	delete(g.pending, id)
-	delete(g.read, id)
-	if g.byTenant[p.tenant]--; g.byTenant[p.tenant] <= 0 {
-		delete(g.byTenant, p.tenant)
-	}
-}
-
-// demotion is how many priority levels a new task of tenant goes down:
-// one once the tenant has its share of unfinished tasks here.
-func (g *Gateway) demotion(tenant string) int {
-	if g.cfg.FairBurst < 0 {
-		return 0
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.byTenant[tenant] >= max(g.weights[tenant], 1)*g.cfg.FairBurst {
-		return 1
-	}
-	return 0
-}
-
 // publish sends t to the fleet with this gateway's reply-to, confirmed,
 // under its wire id of generation gen.
 func (g *Gateway) publish(ctx context.Context, t captchaq.Task, now time.Time, gen string) error {
 	wire := t
 	wire.ID = g.ids.wireID(t.ID, gen)
 	wire.Pingback = "" // the client's callback is the front's business
-	return g.pub.PublishTask(ctx, TaskMessage{Task: wire, Accepted: now, ReplyTo: g.reply, Demoted: g.demotion(t.Tenant)})
+	return g.pub.PublishTask(ctx, TaskMessage{Task: wire, Accepted: now, ReplyTo: g.reply, Demoted: g.ledger.demotion(t.Tenant)})
 }
 
 // markPublished records a published task as in flight at the fleet, in
@@ -537,7 +479,7 @@ func (g *Gateway) submit(ctx context.Context, v captchaq.ValidTask, look bool) e
 	case !errors.Is(err, captchaq.ErrNotFound):
 		return err
 	}
-	if u, ok := g.unrecordedTask(t.ID); ok {
+	if u, ok := g.ledger.unrecordedTask(t.ID); ok {
 		// Published before, and its record's write failed: the client
 		// sends it again. It is at the fleet: write its record, do not
 		// publish it a second time.
@@ -596,51 +538,22 @@ func (g *Gateway) writePublished(ctx context.Context, t captchaq.Task, now time.
 	if err != nil {
 		return err
 	}
-	g.mu.Lock()
-	delete(g.unrecorded, t.ID)
-	if !answered {
-		g.trackLocked(recs[0])
+	if answered {
+		g.ledger.accepted(t.ID, nil)
+	} else {
+		g.ledger.accepted(t.ID, &recs[0])
 	}
-	g.counts.Accepted++
-	g.mu.Unlock()
 	return nil
-}
-
-// maxUnrecorded bounds the tasks a gateway keeps published but not
-// recorded (their images included) while its store fails.
-const maxUnrecorded = 10000
-
-// unrecordedTask is a task published whose record's write failed: its
-// result, or the client's next submit of it, writes the record then.
-type unrecordedTask struct {
-	task     captchaq.Task
-	accepted time.Time
 }
 
 // keepUnrecorded keeps t, published at now, whose record's write failed
 // with err, so that it is not solved twice nor its result dropped.
 func (g *Gateway) keepUnrecorded(t captchaq.Task, now time.Time, err error) {
-	g.mu.Lock()
-	_, again := g.unrecorded[t.ID]
-	kept := again || len(g.unrecorded) < maxUnrecorded
-	if kept && !again {
-		g.unrecorded[t.ID] = unrecordedTask{task: t, accepted: now}
-		g.counts.Unrecorded++
-	}
-	g.mu.Unlock()
-	if kept {
+	if g.ledger.keepUnrecorded(t, now) {
 		g.log.Error("task published but not recorded: recorded when its result comes or it is submitted again", "id", t.ID, "err", err)
 		return
 	}
 	g.log.Error("task published but not recorded, and too many are: its result will be dropped", "id", t.ID, "err", err, "kept", maxUnrecorded)
-}
-
-// unrecordedTask returns the task kept published but not recorded under id.
-func (g *Gateway) unrecordedTask(id string) (unrecordedTask, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	u, ok := g.unrecorded[id]
-	return u, ok
 }
 
 // renew solves again a task whose token expired: the task is published
@@ -669,11 +582,8 @@ func (g *Gateway) renew(ctx context.Context, t captchaq.Task, now time.Time) err
 	if err != nil {
 		return fmt.Errorf("amqp: gateway: record %q solved again: %w", t.ID, err)
 	}
-	g.track(rec)
-	g.mu.Lock()
-	g.counts.Accepted++
-	g.counts.Renewed++
-	g.mu.Unlock()
+	g.ledger.track(rec)
+	g.ledger.count(func(c *GatewayCounts) { c.Accepted++; c.Renewed++ })
 	g.log.Info("token expired: solving the task again", "id", t.ID, "generation", gen)
 	return nil
 }
@@ -689,21 +599,9 @@ func (g *Gateway) republish(ctx context.Context, r captchaq.Record) error {
 	if err := g.markPublished(context.WithoutCancel(ctx), r.Task.ID, "", r.Attempts, now); err != nil {
 		return err
 	}
-	g.track(r)
-	g.mu.Lock()
-	g.counts.Republished++
-	g.mu.Unlock()
+	g.ledger.track(r)
+	g.ledger.count(func(c *GatewayCounts) { c.Republished++ })
 	return nil
-}
-
-// readFresh is how long Get answers a shared store's unfinished record
-// from its last read.
-const readFresh = time.Second
-
-// readRecord is an unfinished record as Get read it.
-type readRecord struct {
-	rec captchaq.Record
-	at  time.Time
 }
 
 // Get returns a task's record from the Store. On a shared store, a task
@@ -719,22 +617,12 @@ func (g *Gateway) Get(ctx context.Context, id string) (captchaq.Record, error) {
 		return g.store.Get(ctx, id)
 	}
 	now := time.Now()
-	g.mu.Lock()
-	if r, ok := g.read[id]; ok && now.Sub(r.at) < readFresh {
-		g.mu.Unlock()
-		return r.rec, nil
+	if rec, ok := g.ledger.lastRead(id, now); ok {
+		return rec, nil
 	}
-	g.mu.Unlock()
 	rec, err := g.store.Get(ctx, id)
 	if err == nil && !rec.Status.Final() {
-		// Kept only while pending: a result that came during the read
-		// took the task out of pending (and out of read) already, or
-		// takes it out of read when it comes.
-		g.mu.Lock()
-		if _, ok := g.pending[id]; ok {
-			g.read[id] = readRecord{rec: rec, at: now}
-		}
-		g.mu.Unlock()
+		g.ledger.keepRead(rec, now)
 	}
 	return rec, err
 }
@@ -776,18 +664,8 @@ func (g *Gateway) cancel(ctx context.Context, id string) (captchaq.Result, error
 	} else if err != nil {
 		return r, err
 	}
-	g.mu.Lock()
-	g.untrackLocked(id)
-	g.countLocked(r, time.Time{})
-	g.mu.Unlock()
+	g.ledger.finished(r, time.Time{})
 	return r, nil
-}
-
-// countLocked counts a recorded result; received, when set, dates the
-// delivery delay.
-func (g *Gateway) countLocked(r captchaq.Result, received time.Time) {
-	g.counts.Results++
-	g.tally.Add(r.Status == captchaq.StatusSolved, r.SolveSeconds, received.Sub(r.FinishedAt), !received.IsZero() && !r.FinishedAt.IsZero())
 }
 
 func (g *Gateway) deliver(r captchaq.Result) {
@@ -870,7 +748,7 @@ func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
 		return true, fmt.Errorf("amqp: gateway: replay %q: published, not marked (the next Start publishes it again): %w", id, err)
 	}
 	cur.AcceptedAt = now
-	g.track(cur)
+	g.ledger.track(cur)
 	if err := g.pub.noteReplayed(sctx, g.cfg.Name, id, now); err != nil {
 		g.log.Warn("noting a replay for captchaq dlq failed: a dlq replay may publish the task's earlier dead letter again", "id", id, "err", err)
 	}
@@ -891,21 +769,7 @@ func (g *Gateway) RecordReport(ctx context.Context, id string, good bool) (bool,
 // machines' clocks). Threads and requests are the workers' (see their
 // /metrics); here they are zero.
 func (g *Gateway) Metrics() captchaq.Metrics {
-	now := time.Now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	rates := g.tally.Rates(now)
-	waiting := tally.NewWaiting()
-	for _, p := range g.pending {
-		waiting.Add(p.priority, p.accepted)
-	}
-	return captchaq.Metrics{
-		Submitted: g.counts.Accepted + g.counts.OthersAccepted, Solved: g.tally.Solved, Failed: g.tally.Failed,
-		RetriesByReason: map[string]int64{}, StartedAt: g.tally.Started,
-		AvgSolveSeconds: rates.AvgSolveSeconds, SuccessRate: rates.SuccessRate, ThroughputPerMin: rates.ThroughputPerMin,
-		QueueDepth: len(g.pending), DepthByPriority: waiting.ByPriority, OldestWaitingSeconds: waiting.OldestSeconds(now),
-		DeliveryDelayP50: rates.DelayP50, DeliveryDelayP99: rates.DelayP99,
-	}
+	return g.ledger.metrics(time.Now())
 }
 
 // Ready says why the gateway cannot take tasks now: not started or

@@ -131,10 +131,7 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 	// renew's answer is read first: it may need its notice (noteAnswered).
 	if mf, ok := g.shared.(MarkedFinisher); ok && (gen == "" || r.Status != captchaq.StatusSolved) {
 		if done, err := mf.FinishMarked(ctx, r, g.ids.markFor(gen)); err == nil && done {
-			g.mu.Lock()
-			g.untrackLocked(r.ID)
-			g.countLocked(r, time.Now())
-			g.mu.Unlock()
+			g.ledger.finished(r, time.Now())
 			return true, nil
 		}
 		// Not in flight under it, or the write failed: read and decide.
@@ -155,9 +152,7 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 			return false, errNotRecordedYet
 		case errors.Is(err, captchaq.ErrNotFound):
 			g.log.Warn("dropping a result for a task this gateway has no record of (published just before a crash, or pruned)", "id", r.ID)
-			g.mu.Lock()
-			g.counts.Unknown++
-			g.mu.Unlock()
+			g.ledger.count(func(c *GatewayCounts) { c.Unknown++ })
 			return false, nil
 		case err != nil:
 			return false, err
@@ -168,9 +163,7 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 					return false, err
 				}
 			}
-			g.mu.Lock()
-			g.counts.Duplicates++
-			g.mu.Unlock()
+			g.ledger.count(func(c *GatewayCounts) { c.Duplicates++ })
 			return false, nil
 		}
 		if r.Status == captchaq.StatusSolved && (gen != "" || rec.Status == captchaq.StatusFailed) {
@@ -189,10 +182,7 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 		}
 		break
 	}
-	g.mu.Lock()
-	g.untrackLocked(r.ID)
-	g.countLocked(r, time.Now())
-	g.mu.Unlock()
+	g.ledger.finished(r, time.Now())
 	return true, nil
 }
 
@@ -200,7 +190,7 @@ func (g *Gateway) record(r captchaq.Result, gen string) (fresh bool, err error) 
 // recorded under id (keepUnrecorded), whose result came: true when it is
 // written now. Called with the id's lock held.
 func (g *Gateway) recordUnrecorded(ctx context.Context, id string) bool {
-	u, ok := g.unrecordedTask(id)
+	u, ok := g.ledger.unrecordedTask(id)
 	if !ok {
 		return false
 	}

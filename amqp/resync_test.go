@@ -206,11 +206,7 @@ func TestLostFinishedNoticeHealsAtResync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unfinished := func() (pending, held int) {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return len(g.pending), g.byTenant["qa"]
-	}
+	unfinished := func() (pending, held int) { return g.ledger.unfinished("qa") }
 
 	tk := captchaq.Task{ID: id, Method: "turnstile", Tenant: "qa", Params: map[string]string{"sitekey": "k"}}
 	seen, ok, err := other.EnqueueMarked(ctx, tk, time.Now(), gatewayMark+name)
