@@ -136,33 +136,22 @@ type Gateway struct {
 	ids   wireIDs
 	locks keyLocks
 
-	weights  map[string]int
-	onResult func(captchaq.Result)
 	// shared is the Store when other gateways share it (FrontStore):
-	// results are stored with a compare-and-swap, and the tasks the
-	// others accept and finish are told by OtherAccepted and
-	// OtherFinished to othersAccepted and othersFinished.
-	shared         FrontStore
-	othersAccepted func(captchaq.Record)
-	othersFinished func(captchaq.Result)
+	// results are stored with a compare-and-swap, and replicas keeps the
+	// ledger true to what the others accept and finish.
+	shared   FrontStore
+	ledger   *ledger
+	replicas *replicaSync
+	balances *balanceListener
+	depths   *depthReader
 
-	ledger *ledger
-
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	// unread are tasks another gateway accepted whose records
-	// OtherAccepted could not read; the next resync tells them.
-	unread map[string]struct{}
-	// resynced are the news Resync told, by id, until their
-	// announcements come (or resyncedKeep passes): told late, they are
-	// not counted again.
-	resynced map[string]resyncedNews
+	mu       sync.Mutex
+	started  bool
+	closed   bool
+	onResult func(captchaq.Result)
 	results  *Consumer
 	receiver *startstop.Loop // receive, from Start until Shutdown
 	resyncer *startstop.Loop // resync, on a shared store: from Start until Shutdown
-	balances *balanceListener
-	depths   *depthReader
 }
 
 // GatewayCounts are what a gateway did since it started.
@@ -237,11 +226,12 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 		return nil, err
 	}
 	shared, _ := cfg.Store.(FrontStore)
+	log := cfg.Logger.With("gateway", cfg.Name)
+	l := newLedger(cfg.FairBurst)
 	return &Gateway{
-		c: c, cfg: cfg, log: cfg.Logger.With("gateway", cfg.Name), store: cfg.Store, pub: c.NewPublisher(), shared: shared,
+		c: c, cfg: cfg, log: log, store: cfg.Store, pub: c.NewPublisher(), shared: shared,
 		reply: c.Names().ReplyQueue(cfg.Name), ids: newWireIDs(cfg.Name),
-		ledger: newLedger(cfg.FairBurst), unread: map[string]struct{}{},
-		resynced: map[string]resyncedNews{},
+		ledger: l, replicas: newReplicaSync(cfg.Store, shared, l, log, cfg.ResyncEvery),
 		balances: newBalanceListener(c),
 		depths:   &depthReader{c: c, reply: c.Names().ReplyQueue(cfg.Name)},
 	}, nil
@@ -367,7 +357,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	_ = g.receiver.Start(context.Background())
 	_ = g.balances.Start(context.Background())
 	if g.shared != nil {
-		g.resyncer = startstop.New(g.resync)
+		g.resyncer = startstop.New(g.replicas.resync)
 		_ = g.resyncer.Start(context.Background())
 	}
 	g.mu.Unlock()
