@@ -8,27 +8,6 @@ import (
 	"github.com/captchaq/captchaq"
 )
 
-// errNotRecordedYet: a result for a task the shared store does not hold
-// yet, as another gateway of the front records it after its publish.
-var errNotRecordedYet = errors.New("amqp: gateway: the task is not recorded yet")
-
-// errChanged: a shared store's record changed between the read and the
-// write (another gateway of the front wrote it).
-var errChanged = errors.New("amqp: gateway: the task's record changed meanwhile")
-
-// finish stores r for a task whose record was read as seen: on a shared
-// store only while it still is (errChanged otherwise).
-func (g *Gateway) finish(ctx context.Context, r captchaq.Result, seen captchaq.Record) error {
-	if g.shared == nil {
-		return g.store.Finish(ctx, r)
-	}
-	ok, err := g.shared.FinishIf(ctx, r, seen)
-	if err == nil && !ok {
-		err = errChanged
-	}
-	return err
-}
-
 // AttachReplicas sets the functions told of what the other gateways of a
 // shared store recorded (server.Replicated): accepted with each task
 // another accepted (its record, without Task.Params on a HeadReader),
@@ -101,27 +80,6 @@ type HeadReader interface {
 	// Heads calls fn with the record of each of ids that is stored, its
 	// Task.Params nil, in one read; an id not stored is left out.
 	Heads(ctx context.Context, ids []string, fn func(captchaq.Record) error) error
-}
-
-// retryStore calls write until it succeeds, fails for a reason a retry
-// does not change (a refused task, the store closed), or ctx ends; the
-// pause between tries doubles from 50 ms to a second.
-func retryStore(ctx context.Context, write func() error) error {
-	pause := 50 * time.Millisecond
-	for {
-		err := write()
-		var te *captchaq.TaskError
-		if err == nil || errors.As(err, &te) || errors.Is(err, captchaq.ErrStoreClosed) ||
-			errors.Is(err, captchaq.ErrNotFound) || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, time.Second)
-	}
 }
 
 // AdmitStore is a FrontStore that keeps clients' max_inflight and rate

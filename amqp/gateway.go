@@ -134,13 +134,13 @@ type Gateway struct {
 	pub   *Publisher
 	reply string // the reply queue
 	ids   wireIDs
-	locks keyLocks
 
 	// shared is the Store when other gateways share it (FrontStore):
 	// results are stored with a compare-and-swap, and replicas keeps the
 	// ledger true to what the others accept and finish.
 	shared   FrontStore
 	ledger   *ledger
+	tasks    *taskRecorder
 	replicas *replicaSync
 	balances *balanceListener
 	depths   *depthReader
@@ -228,13 +228,18 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	shared, _ := cfg.Store.(FrontStore)
 	log := cfg.Logger.With("gateway", cfg.Name)
 	l := newLedger(cfg.FairBurst)
-	return &Gateway{
-		c: c, cfg: cfg, log: log, store: cfg.Store, pub: c.NewPublisher(), shared: shared,
-		reply: c.Names().ReplyQueue(cfg.Name), ids: newWireIDs(cfg.Name),
+	pub, reply, ids := c.NewPublisher(), c.Names().ReplyQueue(cfg.Name), newWireIDs(cfg.Name)
+	g := &Gateway{
+		c: c, cfg: cfg, log: log, store: cfg.Store, pub: pub, shared: shared, reply: reply, ids: ids,
 		ledger: l, replicas: newReplicaSync(cfg.Store, shared, l, log, cfg.ResyncEvery),
 		balances: newBalanceListener(c),
-		depths:   &depthReader{c: c, reply: c.Names().ReplyQueue(cfg.Name)},
-	}, nil
+		depths:   &depthReader{c: c, reply: reply},
+	}
+	g.tasks = &taskRecorder{
+		store: cfg.Store, shared: shared, pub: pub, reply: reply, ids: ids, providers: cfg.Providers,
+		ledger: l, log: log, open: g.open,
+	}
+	return g, nil
 }
 
 // GatewayNameFor is a gateway name that stays the same for one store file
@@ -341,7 +346,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 		return err
 	}
 	for _, r := range unmarked {
-		if err := g.republish(ctx, r); err != nil {
+		if err := g.tasks.republish(ctx, r); err != nil {
 			return fmt.Errorf("amqp: gateway: publish recorded task %q: %w", r.Task.ID, err)
 		}
 	}
@@ -387,21 +392,6 @@ func (g *Gateway) open() error {
 	return nil
 }
 
-// publish sends t to the fleet with this gateway's reply-to, confirmed,
-// under its wire id of generation gen.
-func (g *Gateway) publish(ctx context.Context, t captchaq.Task, now time.Time, gen string) error {
-	wire := t
-	wire.ID = g.ids.wireID(t.ID, gen)
-	wire.Pingback = "" // the client's callback is the front's business
-	return g.pub.PublishTask(ctx, TaskMessage{Task: wire, Accepted: now, ReplyTo: g.reply, Demoted: g.ledger.demotion(t.Tenant)})
-}
-
-// markPublished records a published task as in flight at the fleet, in
-// generation gen.
-func (g *Gateway) markPublished(ctx context.Context, id, gen string, attempts int, now time.Time) error {
-	return g.store.Checkpoint(ctx, id, g.ids.markFor(gen), attempts, now)
-}
-
 // Check validates t as the fleet's workers on the gateway's Providers
 // take it (server.Backend): captchaq.Task.CheckFor them, the one
 // provider's rules without.
@@ -416,182 +406,14 @@ func (g *Gateway) Check(t captchaq.Task) (captchaq.ValidTask, error) {
 // (renew). The record is written even when ctx ends after the publish
 // was confirmed.
 func (g *Gateway) Submit(ctx context.Context, t captchaq.ValidTask) error {
-	return g.submit(ctx, t, true)
+	return g.tasks.submit(ctx, t, true)
 }
 
 // SubmitNew is Submit for a task whose id names no stored task
 // (server.NewSubmitter: the id came from the front's IDBlock): the id is
 // not looked up before the publish.
 func (g *Gateway) SubmitNew(ctx context.Context, t captchaq.ValidTask) error {
-	return g.submit(ctx, t, false)
-}
-
-// submit publishes v and records it; look reads the id's record first.
-func (g *Gateway) submit(ctx context.Context, v captchaq.ValidTask, look bool) error {
-	if !v.CheckedFor(g.cfg.Providers) {
-		var err error
-		if v, err = g.Check(v.Task()); err != nil {
-			return err
-		}
-	}
-	t := v.Task()
-	if n := len(g.ids.wireID(t.ID, renewGen(time.Now()))); n > maxWireID {
-		return &captchaq.TaskError{ID: t.ID, Code: captchaq.CodeInvalidTask,
-			Msg: fmt.Sprintf("id: %d characters with the gateway's name and the client's; a message id holds at most %d: use a shorter id", n, maxWireID)}
-	}
-	if err := g.open(); err != nil {
-		return err
-	}
-	now := time.Now()
-	if t.TTL > 0 {
-		t.Deadline, t.TTL = now.Add(t.TTL), 0
-	}
-	unlock := g.locks.lock(t.ID)
-	defer unlock()
-	rec, err := captchaq.Record{}, captchaq.ErrNotFound
-	if look {
-		rec, err = g.store.Get(ctx, t.ID)
-	}
-	switch {
-	case err == nil:
-		// The same task is the one recorded; another one under its id is
-		// refused before it is published.
-		known, err := rec.Known(t, now)
-		if err != nil {
-			return err
-		}
-		if known == captchaq.KnownExpired {
-			// The same task, its token dead: solved again, as the local
-			// queue does.
-			return g.renew(ctx, t, now)
-		}
-		return nil
-	case !errors.Is(err, captchaq.ErrNotFound):
-		return err
-	}
-	if u, ok := g.ledger.unrecordedTask(t.ID); ok {
-		// Published before, and its record's write failed: the client
-		// sends it again. It is at the fleet: write its record, do not
-		// publish it a second time.
-		if err := (captchaq.Record{Task: u.task, Fingerprint: u.task.Fingerprint()}).Conflict(t); err != nil {
-			return err
-		}
-		t, now = u.task, u.accepted
-	} else if err := g.publish(ctx, t, now, ""); err != nil {
-		return fmt.Errorf("amqp: gateway: publish %q: %w", t.ID, err)
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	defer cancel()
-	if err := g.writePublished(sctx, t, now); err != nil {
-		g.keepUnrecorded(t, now, err)
-		return fmt.Errorf("amqp: gateway: record %q: %w", t.ID, err)
-	}
-	return nil
-}
-
-// writePublished writes the record of t, published at now in generation
-// "", with its mark, and counts it accepted. The task is at the fleet:
-// it keeps trying while the store is out of reach (a database
-// restarting), until ctx ends. Called with the id's lock held.
-func (g *Gateway) writePublished(ctx context.Context, t captchaq.Task, now time.Time) error {
-	var recs []captchaq.Record
-	answered := false
-	marked, _ := g.store.(MarkedEnqueuer)
-	err := retryStore(ctx, func() error {
-		if marked != nil {
-			// The record and its mark in one write; an id stored already
-			// (a try before whose answer was lost) goes the long way.
-			rec, ok, err := marked.EnqueueMarked(ctx, t, now, g.ids.markFor(""))
-			if err != nil {
-				return err
-			}
-			if ok {
-				recs = []captchaq.Record{rec}
-				return nil
-			}
-		}
-		var err error
-		if recs, _, err = g.store.Enqueue(ctx, []captchaq.Task{t}, now); err != nil {
-			return err
-		}
-		err = g.markPublished(ctx, t.ID, "", 0, now)
-		if err != nil && g.shared != nil {
-			// Another gateway of the front may have taken its answer
-			// and stored it already (an instant solve).
-			if cur, gerr := g.store.Get(ctx, t.ID); gerr == nil && cur.Status.Final() {
-				answered = true
-				return nil
-			}
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if answered {
-		g.ledger.accepted(t.ID, nil)
-	} else {
-		g.ledger.accepted(t.ID, &recs[0])
-	}
-	return nil
-}
-
-// keepUnrecorded keeps t, published at now, whose record's write failed
-// with err, so that it is not solved twice nor its result dropped.
-func (g *Gateway) keepUnrecorded(t captchaq.Task, now time.Time, err error) {
-	if g.ledger.keepUnrecorded(t, now) {
-		g.log.Error("task published but not recorded: recorded when its result comes or it is submitted again", "id", t.ID, "err", err)
-		return
-	}
-	g.log.Error("task published but not recorded, and too many are: its result will be dropped", "id", t.ID, "err", err, "kept", maxUnrecorded)
-}
-
-// renew solves again a task whose token expired: the task is published
-// under a wire id of a new generation, which no worker has answered, then
-// the record goes back to queued (Store.Renew) and is marked with that
-// generation, the two writes together with no network call between. Until
-// they are done a result of the new generation finds the task solved and
-// is dropped (the client's next submit renews again); a result of an
-// earlier generation that comes late is not this solve's (see record).
-// Called with the id's lock held, which record takes too.
-func (g *Gateway) renew(ctx context.Context, t captchaq.Task, now time.Time) error {
-	gen := renewGen(now)
-	if err := g.publish(ctx, t, now, gen); err != nil {
-		return fmt.Errorf("amqp: gateway: publish %q again: %w", t.ID, err)
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	defer cancel()
-	rec, err := g.store.Renew(sctx, t, now)
-	if err == nil {
-		err = g.markPublished(sctx, t.ID, gen, 0, now)
-	} else if cur, gerr := g.store.Get(sctx, t.ID); g.shared != nil && gerr == nil && !cur.Status.Final() {
-		// Another gateway of the front renewed it first: its solve
-		// answers the client; this publish's result is dropped.
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("amqp: gateway: record %q solved again: %w", t.ID, err)
-	}
-	g.ledger.track(rec)
-	g.ledger.count(func(c *GatewayCounts) { c.Accepted++; c.Renewed++ })
-	g.log.Info("token expired: solving the task again", "id", t.ID, "generation", gen)
-	return nil
-}
-
-// republish publishes a task recorded but not marked published.
-func (g *Gateway) republish(ctx context.Context, r captchaq.Record) error {
-	unlock := g.locks.lock(r.Task.ID)
-	defer unlock()
-	now := time.Now()
-	if err := g.publish(ctx, r.Task, now, ""); err != nil {
-		return err
-	}
-	if err := g.markPublished(context.WithoutCancel(ctx), r.Task.ID, "", r.Attempts, now); err != nil {
-		return err
-	}
-	g.ledger.track(r)
-	g.ledger.count(func(c *GatewayCounts) { c.Republished++ })
-	return nil
+	return g.tasks.submit(ctx, t, false)
 }
 
 // Get returns a task's record from the Store. On a shared store, a task
@@ -625,37 +447,12 @@ func (g *Gateway) Pending(ctx context.Context, fn func(captchaq.Record) error) e
 // Cancel records an unfinished task failed with CANCELED and answers it
 // so; the fleet may still solve it (see Gateway).
 func (g *Gateway) Cancel(ctx context.Context, id string) error {
-	r, err := g.cancel(ctx, id)
+	r, err := g.tasks.cancel(ctx, id)
 	if err != nil {
 		return err
 	}
 	g.deliver(r)
 	return nil
-}
-
-func (g *Gateway) cancel(ctx context.Context, id string) (captchaq.Result, error) {
-	unlock := g.locks.lock(id)
-	defer unlock()
-	rec, err := g.store.Get(ctx, id)
-	if err != nil {
-		return captchaq.Result{}, err
-	}
-	if rec.Status.Final() {
-		return captchaq.Result{}, fmt.Errorf("amqp: cancel %q: %w", id, captchaq.ErrFinal)
-	}
-	r := captchaq.Result{
-		ID: id, Status: captchaq.StatusFailed, Method: rec.Task.Method, ErrorCode: captchaq.CodeCanceled,
-		Error:    "canceled at the gateway; a worker may still solve it, and that answer is dropped",
-		Attempts: rec.Attempts, AcceptedAt: rec.AcceptedAt, FinishedAt: time.Now(),
-	}
-	if err := g.finish(context.WithoutCancel(ctx), r, rec); errors.Is(err, errChanged) {
-		// Another gateway of the front answered or canceled it meanwhile.
-		return captchaq.Result{}, fmt.Errorf("amqp: cancel %q: %w", id, captchaq.ErrFinal)
-	} else if err != nil {
-		return r, err
-	}
-	g.ledger.finished(r, time.Time{})
-	return r, nil
 }
 
 func (g *Gateway) deliver(r captchaq.Result) {
@@ -684,65 +481,7 @@ func (g *Gateway) Replay(ctx context.Context, ids []string) ([]string, error) {
 	if err := g.open(); err != nil {
 		return nil, err
 	}
-	var order []string
-	err := g.store.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
-		order = append(order, r.Task.ID)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	var replayed []string
-	for _, id := range order {
-		ok, err := g.replayOne(ctx, id)
-		if ok {
-			replayed = append(replayed, id)
-		}
-		if err != nil {
-			return replayed, err
-		}
-	}
-	return replayed, nil
-}
-
-// replayOne puts one dead letter back at the fleet; false when it is no
-// longer a dead letter.
-func (g *Gateway) replayOne(ctx context.Context, id string) (bool, error) {
-	unlock := g.locks.lock(id)
-	defer unlock()
-	cur, err := g.store.Get(ctx, id)
-	if err != nil || cur.Status != captchaq.StatusFailed {
-		return false, err
-	}
-	now := time.Now()
-	if n, err := g.store.Replay(ctx, captchaq.DeadLetterFilter{IDs: []string{id}}, now); err != nil {
-		return false, fmt.Errorf("amqp: gateway: replay %q: %w", id, err)
-	} else if n == 0 {
-		return false, nil // another gateway of the front replayed it
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	defer cancel()
-	// A new generation: a worker that failed the task answers its wire id
-	// once, and would drop a copy under the same one.
-	gen := renewGen(now)
-	if err := g.publish(ctx, cur.Task, now, gen); err != nil {
-		// Not at the fleet: it stays the dead letter it was.
-		if cur.Result != nil {
-			if ferr := g.store.Finish(sctx, *cur.Result); ferr != nil {
-				g.log.Error("restoring a dead letter after a failed replay", "id", id, "err", ferr)
-			}
-		}
-		return false, fmt.Errorf("amqp: gateway: replay %q: %w", id, err)
-	}
-	if err := g.markPublished(sctx, id, gen, 0, now); err != nil {
-		return true, fmt.Errorf("amqp: gateway: replay %q: published, not marked (the next Start publishes it again): %w", id, err)
-	}
-	cur.AcceptedAt = now
-	g.ledger.track(cur)
-	if err := g.pub.noteReplayed(sctx, g.cfg.Name, id, now); err != nil {
-		g.log.Warn("noting a replay for captchaq dlq failed: a dlq replay may publish the task's earlier dead letter again", "id", id, "err", err)
-	}
-	return true, nil
+	return g.tasks.replay(ctx, ids)
 }
 
 // RecordReport records a client's report on a solved task once, in the
