@@ -141,6 +141,7 @@ type Gateway struct {
 	shared   FrontStore
 	ledger   *ledger
 	tasks    *taskRecorder
+	replies  *replyReceiver
 	replicas *replicaSync
 	balances *balanceListener
 	depths   *depthReader
@@ -239,6 +240,7 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 		store: cfg.Store, shared: shared, pub: pub, reply: reply, ids: ids, providers: cfg.Providers,
 		ledger: l, log: log, open: g.open,
 	}
+	g.replies = &replyReceiver{log: log, reply: reply, ids: ids, prefetch: cfg.Prefetch, tasks: g.tasks, deliver: g.deliver}
 	return g, nil
 }
 
@@ -357,7 +359,7 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	}
 	g.mu.Lock()
 	g.results = k
-	g.receiver = startstop.New(func(ctx context.Context) { g.receive(ctx, k) })
+	g.receiver = startstop.New(func(ctx context.Context) { g.replies.receive(ctx, k) })
 	// Started under mu, so a Shutdown that saw results stops them.
 	_ = g.receiver.Start(context.Background())
 	_ = g.balances.Start(context.Background())

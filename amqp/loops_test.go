@@ -31,7 +31,7 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer replies.Close()
-	g := &Gateway{cfg: GatewayConfig{Prefetch: 4}, log: discardLogger}
+	replyTaker := &replyReceiver{prefetch: 4, log: discardLogger}
 	if err := c.DeclareThreads(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 		"sweeper":          startstop.New((&staleSweeper{s: store, every: time.Millisecond}).run),
 		"report forwarder": startstop.New((&reportForwarder{k: reports, forward: forward, log: discardLogger}).run),
 		"balance listener": newBalanceListener(c).Loop,
-		"result receiver":  startstop.New(func(ctx context.Context) { g.receive(ctx, replies) }),
+		"result receiver":  startstop.New(func(ctx context.Context) { replyTaker.receive(ctx, replies) }),
 		"thread pool":      startstop.New(newThreadPool(c, c.Names().PlanThreads(), 2, discardLogger).run),
 	}
 	for range 100 {

@@ -4,17 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/startstop"
 )
 
+// replyReceiver takes a gateway's reply queue: each result, or dead
+// letter of one of its tasks, goes to the task recorder, is acked once
+// recorded and then told (deliver, the server's onResult). It holds no
+// state of its own.
+type replyReceiver struct {
+	log      *slog.Logger
+	reply    string // the reply queue
+	ids      wireIDs
+	prefetch int // GatewayConfig.Prefetch
+	tasks    *taskRecorder
+	deliver  func(captchaq.Result)
+}
+
 // receive hands each delivery of the reply queue to a handler of its own,
 // at most Prefetch at once, until ctx ends (Shutdown); it returns once the
 // handlers have.
-func (g *Gateway) receive(ctx context.Context, k *Consumer) {
-	handlers := startstop.NewPool(g.cfg.Prefetch)
+func (rr *replyReceiver) receive(ctx context.Context, k *Consumer) {
+	handlers := startstop.NewPool(rr.prefetch)
 	defer handlers.Wait()
 	for {
 		select {
@@ -24,7 +38,7 @@ func (g *Gateway) receive(ctx context.Context, k *Consumer) {
 			if !ok {
 				return
 			}
-			handlers.Go(func() { g.handle(ctx, d) })
+			handlers.Go(func() { rr.handle(ctx, d) })
 		}
 	}
 }
@@ -33,20 +47,20 @@ func (g *Gateway) receive(ctx context.Context, k *Consumer) {
 // is not for this gateway, or that answers nothing new, is only acked. A
 // store failure sends the reply back to the queue after a pause, cut
 // short when ctx ends.
-func (g *Gateway) handle(ctx context.Context, d *Delivery) {
-	r, gen, ok := g.outcome(d)
+func (rr *replyReceiver) handle(ctx context.Context, d *Delivery) {
+	r, gen, ok := rr.outcome(d)
 	if !ok {
-		ackAll(g.log, d)
+		ackAll(rr.log, d)
 		return
 	}
-	fresh, err := g.tasks.record(r, gen)
+	fresh, err := rr.tasks.record(r, gen)
 	pause := storeRetryAfter
 	if errors.Is(err, errNotRecordedYet) {
 		// The record is a round trip away: look again soon.
 		pause = notRecordedRetryAfter
-		g.log.Debug("a result came before its task's record; it goes back to the reply queue", "id", r.ID)
+		rr.log.Debug("a result came before its task's record; it goes back to the reply queue", "id", r.ID)
 	} else if err != nil {
-		g.log.Error("recording a result failed; it goes back to the reply queue", "id", r.ID, "err", err)
+		rr.log.Error("recording a result failed; it goes back to the reply queue", "id", r.ID, "err", err)
 	}
 	if err != nil {
 		select {
@@ -54,13 +68,13 @@ func (g *Gateway) handle(ctx context.Context, d *Delivery) {
 		case <-ctx.Done():
 		}
 		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) {
-			g.log.Warn("nack failed", "id", r.ID, "err", err)
+			rr.log.Warn("nack failed", "id", r.ID, "err", err)
 		}
 		return
 	}
-	ackAll(g.log, d)
+	ackAll(rr.log, d)
 	if fresh {
-		g.deliver(r)
+		rr.deliver(r)
 	}
 }
 
@@ -70,29 +84,29 @@ func (g *Gateway) handle(ctx context.Context, d *Delivery) {
 // other gateways and those a worker made (a worker sends their result
 // itself) are not outcomes. gen is the generation of the solve it answers
 // (see wireIDs.wireID).
-func (g *Gateway) outcome(d *Delivery) (r captchaq.Result, gen string, ok bool) {
+func (rr *replyReceiver) outcome(d *Delivery) (r captchaq.Result, gen string, ok bool) {
 	if d.Type == messageTypeResul {
 		r, err := DecodeResult(d.Body)
 		if err != nil {
-			g.log.Warn("dropping a reply that is not a result", "message_id", d.MessageID, "err", err)
+			rr.log.Warn("dropping a reply that is not a result", "message_id", d.MessageID, "err", err)
 			return r, "", false
 		}
-		id, gen, ours := g.ids.storeID(r.ID)
+		id, gen, ours := rr.ids.storeID(r.ID)
 		if !ours {
-			g.log.Warn("dropping a result for another gateway's task", "id", r.ID)
+			rr.log.Warn("dropping a result for another gateway's task", "id", r.ID)
 			return r, "", false
 		}
 		r.ID = id
 		return r, gen, true
 	}
-	if d.ReplyTo != g.reply || headerString(d.Headers, HeaderReason) != "" {
+	if d.ReplyTo != rr.reply || headerString(d.Headers, HeaderReason) != "" {
 		return captchaq.Result{}, "", false
 	}
 	m, err := d.Task()
 	if err != nil {
 		return captchaq.Result{}, "", false
 	}
-	id, gen, ours := g.ids.storeID(m.ownID())
+	id, gen, ours := rr.ids.storeID(m.ownID())
 	death, dead := LastDeath(d.Headers)
 	if !ours || !dead {
 		return captchaq.Result{}, "", false
