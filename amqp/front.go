@@ -14,13 +14,7 @@ import (
 // finished with each result another stored (that gateway told its own
 // server; its pingback is its own). Call it before Start.
 func (g *Gateway) AttachReplicas(accepted func(captchaq.Record), finished func(captchaq.Result)) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.started {
-		return errors.New("amqp: gateway: AttachReplicas after Start")
-	}
-	g.replicas.attach(accepted, finished)
-	return nil
+	return g.life.beforeStart("AttachReplicas", func() { g.replicas.attach(accepted, finished) })
 }
 
 // Shared says whether the gateway's Store is shared with other gateways

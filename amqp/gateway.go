@@ -133,7 +133,6 @@ type Gateway struct {
 	store captchaq.Store
 	pub   *Publisher
 	reply string // the reply queue
-	ids   wireIDs
 
 	// shared is the Store when other gateways share it (FrontStore):
 	// results are stored with a compare-and-swap, and replicas keeps the
@@ -146,13 +145,7 @@ type Gateway struct {
 	balances *balanceListener
 	depths   *depthReader
 
-	mu       sync.Mutex
-	started  bool
-	closed   bool
-	onResult func(captchaq.Result)
-	results  *Consumer
-	receiver *startstop.Loop // receive, from Start until Shutdown
-	resyncer *startstop.Loop // resync, on a shared store: from Start until Shutdown
+	life *lifecycle
 }
 
 // GatewayCounts are what a gateway did since it started.
@@ -231,16 +224,15 @@ func NewGateway(c *Conn, cfg GatewayConfig) (*Gateway, error) {
 	l := newLedger(cfg.FairBurst)
 	pub, reply, ids := c.NewPublisher(), c.Names().ReplyQueue(cfg.Name), newWireIDs(cfg.Name)
 	g := &Gateway{
-		c: c, cfg: cfg, log: log, store: cfg.Store, pub: pub, shared: shared, reply: reply, ids: ids,
+		c: c, cfg: cfg, log: log, store: cfg.Store, pub: pub, reply: reply, shared: shared,
 		ledger: l, replicas: newReplicaSync(cfg.Store, shared, l, log, cfg.ResyncEvery),
-		balances: newBalanceListener(c),
-		depths:   &depthReader{c: c, reply: reply},
+		balances: newBalanceListener(c), depths: &depthReader{c: c, reply: reply}, life: &lifecycle{},
 	}
 	g.tasks = &taskRecorder{
 		store: cfg.Store, shared: shared, pub: pub, reply: reply, ids: ids, providers: cfg.Providers,
-		ledger: l, log: log, open: g.open,
+		ledger: l, log: log, open: g.life.open,
 	}
-	g.replies = &replyReceiver{log: log, reply: reply, ids: ids, prefetch: cfg.Prefetch, tasks: g.tasks, deliver: g.deliver}
+	g.replies = &replyReceiver{log: log, reply: reply, ids: ids, prefetch: cfg.Prefetch, tasks: g.tasks, deliver: g.life.deliver}
 	return g, nil
 }
 
@@ -279,14 +271,10 @@ func (g *Gateway) Counts() GatewayCounts {
 // Attach sets the clients' fair-share weights by tenant and the function
 // told of each result once it is recorded. Call it before Start.
 func (g *Gateway) Attach(weights map[string]int, onResult func(captchaq.Result)) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.started {
-		return errors.New("amqp: gateway: Attach after Start")
-	}
-	g.ledger.setWeights(weights)
-	g.onResult = onResult
-	return nil
+	return g.life.beforeStart("Attach", func() {
+		g.ledger.setWeights(weights)
+		g.life.onResult = onResult
+	})
 }
 
 // Start reads the Store's unfinished tasks, declares the reply queue,
@@ -296,19 +284,13 @@ func (g *Gateway) Attach(weights map[string]int, onResult func(captchaq.Result))
 // a queue that solves tasks itself. A gateway whose Start failed takes no
 // tasks.
 func (g *Gateway) Start(ctx context.Context) (err error) {
-	g.mu.Lock()
-	if g.started || g.closed {
-		g.mu.Unlock()
-		return errors.New("amqp: gateway: Start called twice or after Shutdown")
+	if err := g.life.begin(); err != nil {
+		return err
 	}
-	g.started = true
-	g.mu.Unlock()
 	g.ledger.start(time.Now())
 	defer func() {
 		if err != nil {
-			g.mu.Lock()
-			g.closed = true
-			g.mu.Unlock()
+			g.life.fail()
 		}
 	}()
 
@@ -357,17 +339,11 @@ func (g *Gateway) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	g.mu.Lock()
-	g.results = k
-	g.receiver = startstop.New(func(ctx context.Context) { g.replies.receive(ctx, k) })
-	// Started under mu, so a Shutdown that saw results stops them.
-	_ = g.receiver.Start(context.Background())
-	_ = g.balances.Start(context.Background())
+	var resyncer *startstop.Loop
 	if g.shared != nil {
-		g.resyncer = startstop.New(g.replicas.resync)
-		_ = g.resyncer.Start(context.Background())
+		resyncer = startstop.New(g.replicas.resync)
 	}
-	g.mu.Unlock()
+	g.life.serve(k, startstop.New(func(ctx context.Context) { g.replies.receive(ctx, k) }), g.balances.Loop, resyncer)
 	unfinished, _ := g.ledger.unfinished("")
 	g.log.Info("gateway started", "reply_queue", g.reply, "unfinished", unfinished, "republished", len(unmarked))
 	return nil
@@ -379,19 +355,6 @@ func firstKey(m map[string]int) string {
 		return ""
 	}
 	return keys[0]
-}
-
-// open says whether tasks may be taken now.
-func (g *Gateway) open() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	switch {
-	case g.closed:
-		return captchaq.ErrClosed
-	case !g.started:
-		return errors.New("amqp: gateway not started: call Start first (its reply queue must exist before a task names it)")
-	}
-	return nil
 }
 
 // Check validates t as the fleet's workers on the gateway's Providers
@@ -453,17 +416,8 @@ func (g *Gateway) Cancel(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	g.deliver(r)
+	g.life.deliver(r)
 	return nil
-}
-
-func (g *Gateway) deliver(r captchaq.Result) {
-	g.mu.Lock()
-	fn := g.onResult
-	g.mu.Unlock()
-	if fn != nil {
-		fn(r)
-	}
 }
 
 // DeadLetters calls fn for the gateway's failed tasks that match f.
@@ -480,7 +434,7 @@ func (g *Gateway) DeadLetters(ctx context.Context, f captchaq.DeadLetterFilter, 
 // and the replay is noted in Names.Replayed: captchaq dlq replay
 // (Conn.Replay) takes that copy out without publishing it again.
 func (g *Gateway) Replay(ctx context.Context, ids []string) ([]string, error) {
-	if err := g.open(); err != nil {
+	if err := g.life.open(); err != nil {
 		return nil, err
 	}
 	return g.tasks.replay(ctx, ids)
@@ -507,7 +461,7 @@ func (g *Gateway) Metrics() captchaq.Metrics {
 // stopping, the broker connection down (it reconnects), or the Store
 // unreadable.
 func (g *Gateway) Ready(ctx context.Context) error {
-	if err := g.open(); err != nil {
+	if err := g.life.open(); err != nil {
 		return err
 	}
 	if !g.c.Connected() {
@@ -540,14 +494,10 @@ func (g *Gateway) QueueDepths(ctx context.Context) (map[string]int, error) {
 // once and waited for until ctx ends; the consumer closes; the
 // publisher closes last.
 func (g *Gateway) Shutdown(ctx context.Context) error {
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
+	k, receiver, resyncer, first := g.life.shut()
+	if !first {
 		return nil
 	}
-	g.closed = true
-	k, receiver, resyncer := g.results, g.receiver, g.resyncer
-	g.mu.Unlock()
 	defer g.pub.Close()
 	if k == nil {
 		return nil

@@ -429,7 +429,7 @@ func TestGatewayOutcomes(t *testing.T) {
 	}
 	d := next(t, ctx, k)
 	// A new generation: a worker answers a wire id once.
-	if id, gen, ours := g.ids.storeID(d.MessageID); id != "x1" || gen == "" || !ours || d.ReplyTo != g.ReplyQueue() {
+	if id, gen, ours := g.tasks.ids.storeID(d.MessageID); id != "x1" || gen == "" || !ours || d.ReplyTo != g.ReplyQueue() {
 		t.Fatalf("replayed message %s reply-to %s, want x1 in a new generation to %s", d.MessageID, d.ReplyTo, g.ReplyQueue())
 	}
 	replayedX1 := d.MessageID

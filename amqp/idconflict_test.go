@@ -85,39 +85,39 @@ func TestGatewayAndFleetRefuseAnotherTaskUnderAKnownID(t *testing.T) {
 // of another generation than the solve in flight does not answer it.
 func TestGatewayGenerations(t *testing.T) {
 	t.Parallel()
-	g := &Gateway{ids: newWireIDs("gw-1.a")}
+	ids := newWireIDs("gw-1.a")
 	for _, c := range []struct{ id, gen, wire string }{
 		{"a", "", "gw-1.a/a"},
 		{"x/y@z", "", "gw-1.a/x/y@z"},
 		{"a", "mi8k2x", "gw-1.a@mi8k2x/a"},
 		{"x/y@z", "mi8k2x", "gw-1.a@mi8k2x/x/y@z"},
 	} {
-		wire := g.ids.wireID(c.id, c.gen)
-		id, gen, ours := g.ids.storeID(wire)
+		wire := ids.wireID(c.id, c.gen)
+		id, gen, ours := ids.storeID(wire)
 		if wire != c.wire || id != c.id || gen != c.gen || !ours {
 			t.Errorf("%q gen %q: wire %q → %q %q %v", c.id, c.gen, wire, id, gen, ours)
 		}
 	}
 	for _, wire := range []string{"gw-1/a", "gw-1.a@/a", "gw-1.a@g", "other/gw-1.a/a"} {
-		if id, gen, ours := g.ids.storeID(wire); ours {
+		if id, gen, ours := ids.storeID(wire); ours {
 			t.Errorf("%q read as ours: %q %q", wire, id, gen)
 		}
 	}
 	inflight := func(mark string) captchaq.Record {
 		return captchaq.Record{Status: captchaq.StatusInFlight, CaptchaID: mark}
 	}
-	if name, gen, ok := parseMark(g.ids.markFor("g2")); name != "gw-1.a" || gen != "g2" || !ok {
-		t.Errorf("mark %q reads %q %q %v", g.ids.markFor("g2"), name, gen, ok)
+	if name, gen, ok := parseMark(ids.markFor("g2")); name != "gw-1.a" || gen != "g2" || !ok {
+		t.Errorf("mark %q reads %q %q %v", ids.markFor("g2"), name, gen, ok)
 	}
 	for _, c := range []struct {
 		rec  captchaq.Record
 		gen  string
 		want bool
 	}{
-		{inflight(g.ids.markFor("")), "", true},
-		{inflight(g.ids.markFor("")), "g2", false},
-		{inflight(g.ids.markFor("g2")), "", false},
-		{inflight(g.ids.markFor("g2")), "g2", true},
+		{inflight(ids.markFor("")), "", true},
+		{inflight(ids.markFor("")), "g2", false},
+		{inflight(ids.markFor("g2")), "", false},
+		{inflight(ids.markFor("g2")), "g2", true},
 		{inflight(""), "g2", true},
 		{captchaq.Record{Status: captchaq.StatusQueued}, "g2", true},
 	} {

@@ -361,7 +361,7 @@ func publishCopy(t *testing.T, ctx context.Context, r *gatewayRig, g *Gateway, i
 	defer p.Close()
 	now := time.Now()
 	wire := task(id, 0)
-	wire.ID = g.ids.wireID(id, renewGen(now))
+	wire.ID = g.tasks.ids.wireID(id, renewGen(now))
 	if err := p.PublishTask(ctx, TaskMessage{Task: wire, Accepted: now, ReplyTo: g.ReplyQueue()}); err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func (p *Publisher) PublishReport(ctx context.Context, r ProviderReport) error {
 // provider key (WorkerConfig.Report). providerName is the result's
 // Provider: empty in a fleet on one provider.
 func (g *Gateway) Report(ctx context.Context, providerName, captchaID string, good bool) error {
-	if err := g.open(); err != nil {
+	if err := g.life.open(); err != nil {
 		return err
 	}
 	return g.pub.PublishReport(ctx, ProviderReport{Provider: providerName, CaptchaID: captchaID, Good: good, At: time.Now()})
