@@ -137,15 +137,18 @@ type Gateway struct {
 	// shared is the Store when other gateways share it (FrontStore):
 	// results are stored with a compare-and-swap, and replicas keeps the
 	// ledger true to what the others accept and finish.
-	shared   FrontStore
-	ledger   *ledger
-	tasks    *taskRecorder
-	replies  *replyReceiver
-	replicas *replicaSync
-	balances *balanceListener
-	depths   *depthReader
+	shared FrontStore
 
-	life *lifecycle
+	// The parts, each with its own state and at most one lock. Locks
+	// nest in one order: a task id's (taskRecorder), the lifecycle's, the
+	// ledger's, the replicas'.
+	ledger   *ledger          // unfinished tasks, unrecorded ones, counts (ledger.go)
+	tasks    *taskRecorder    // publishes and records, one id at a time (recorder.go)
+	replies  *replyReceiver   // takes the reply queue (replies.go)
+	replicas *replicaSync     // the other gateways' news, Resync (replicas.go)
+	balances *balanceListener // the workers' balance readings (balance.go)
+	depths   *depthReader     // QueueDepths' last reading (stats.go)
+	life     *lifecycle       // started, shut down, what Start started (lifecycle.go)
 }
 
 // GatewayCounts are what a gateway did since it started.

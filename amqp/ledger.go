@@ -31,7 +31,7 @@ type ledger struct {
 	// byTenant counts the pending tasks of each tenant.
 	byTenant map[string]int
 	// unrecorded are tasks published whose record's write failed, by
-	// store id (Gateway.keepUnrecorded).
+	// store id (taskRecorder.keepUnrecorded).
 	unrecorded map[string]unrecordedTask
 	// read are unfinished records Get read from a shared store, by id,
 	// while their tasks are pending here (see Gateway.Get).
