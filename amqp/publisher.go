@@ -452,9 +452,7 @@ func (p *Publisher) handOver(ctx context.Context, m TaskMessage) error {
 	if err != nil {
 		return err
 	}
-	// Not the task's id: a worker that reads every message on
-	// Names.Claims as a claim (an older one) must not drop its copy.
-	msg.Type, msg.MessageId = messageTypeHandover, "handover/"+m.Task.ID
+	msg.Type = messageTypeHandover
 	return p.Publish(ctx, p.c.Names().Claims, "", msg)
 }
 
