@@ -728,15 +728,11 @@ func (s *WorkerStore) handOver(ctx context.Context, id string, update func(*Task
 	if m.CaptchaID == "" {
 		return
 	}
-	// On its own, as a claim: it waits for the broker up to claimGiveUp,
-	// and the queue's submit that called it goes on meanwhile.
-	go func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimGiveUp)
-		defer cancel()
-		if err := s.pub.handOver(ctx, m); err != nil {
-			s.log.Warn("handing a forfeited task's captcha id to the fleet failed; it may be solved twice", "id", id, "err", err)
-		}
-	}()
+	ctx, cancel := context.WithTimeout(ctx, claimGiveUp)
+	defer cancel()
+	if err := s.pub.handOver(ctx, m); err != nil {
+		s.log.Warn("handing a forfeited task's captcha id to the fleet failed; it may be solved twice", "id", id, "err", err)
+	}
 }
 
 // handedFor returns the handover heard for task id, if any.
