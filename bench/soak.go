@@ -699,14 +699,15 @@ func (r *soakRun) kill(name string) error {
 	return nil
 }
 
-// restartPostgres restarts the local cluster with pg_ctlcluster and waits,
-// for at most limit, until admin connects again.
+// restartPostgres restarts the local cluster that serves admin's port
+// (pg_ctlcluster, found with pg_lsclusters) and waits, for at most limit,
+// until admin connects again.
 func restartPostgres(ctx context.Context, admin string, limit time.Duration) error {
-	versions, err := os.ReadDir("/etc/postgresql")
-	if err != nil || len(versions) != 1 {
-		return fmt.Errorf("soak: a PostgreSQL restart needs one cluster version in /etc/postgresql: %v", err)
+	version, cluster, err := clusterServing(admin)
+	if err != nil {
+		return err
 	}
-	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", versions[0].Name(), "main", "restart").CombinedOutput()
+	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("soak: pg_ctlcluster restart: %v: %s", err, out)
 	}
@@ -802,4 +803,27 @@ func (r *soakRun) cleanup() {
 	if r.dir != "" {
 		_ = os.RemoveAll(r.dir)
 	}
+}
+
+// clusterServing names the local cluster (version and name, as
+// pg_lsclusters lists them) that listens on the port of the PostgreSQL URL
+// admin, 5432 when it names none: a soak on a cluster of its own restarts
+// only that one.
+func clusterServing(admin string) (version, cluster string, err error) {
+	cfg, err := pgx.ParseConfig(admin)
+	if err != nil {
+		return "", "", fmt.Errorf("soak: --postgres: %v", err)
+	}
+	out, err := exec.Command("pg_lsclusters", "--no-header").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("soak: pg_lsclusters: %v", err)
+	}
+	port := strconv.Itoa(int(cfg.Port))
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[2] == port {
+			return f[0], f[1], nil
+		}
+	}
+	return "", "", fmt.Errorf("soak: no local cluster listens on port %s (pg_lsclusters); a PostgreSQL restart needs one", port)
 }
