@@ -37,6 +37,9 @@ type MemoryStore struct {
 	recs     map[string]*memRecord
 	finished []finishedRef // in finish order; stale entries skipped
 	nFinal   int
+	// tokens are the reservoirs' stocks by name, then by result ID
+	// (ReservoirStore).
+	tokens map[string]map[string]Result
 }
 
 type memRecord struct {
@@ -55,13 +58,14 @@ type finishedRef struct {
 var (
 	_ Store          = (*MemoryStore)(nil)
 	_ PingbackLedger = (*MemoryStore)(nil)
+	_ ReservoirStore = (*MemoryStore)(nil)
 )
 
 // NewMemoryStore returns an empty MemoryStore.
 // Every MemoryStoreConfig is valid: it has only defaults.
 func NewMemoryStore(cfg MemoryStoreConfig) *MemoryStore {
 	cfg = cfg.withDefaults()
-	return &MemoryStore{max: cfg.MaxFinished, recs: map[string]*memRecord{}}
+	return &MemoryStore{max: cfg.MaxFinished, recs: map[string]*memRecord{}, tokens: map[string]map[string]Result{}}
 }
 
 // withDefaults returns c with its zero fields filled in (and a negative
@@ -445,6 +449,92 @@ func (s *MemoryStore) PingbackDone(ctx context.Context, id string) error {
 		mr.pingbackOwed, mr.pingbackLease = time.Time{}, time.Time{}
 	}
 	return nil
+}
+
+// StockToken implements ReservoirStore.
+func (s *MemoryStore) StockToken(ctx context.Context, name string, r Result) error {
+	if err := checkStockable(r); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrStoreClosed
+	}
+	stock := s.tokens[name]
+	if stock == nil {
+		stock = map[string]Result{}
+		s.tokens[name] = stock
+	}
+	if _, ok := stock[r.ID]; !ok {
+		r.Answer = slices.Clone(r.Answer)
+		stock[r.ID] = r
+	}
+	return nil
+}
+
+// checkStockable is StockToken's check of r, the same in every Store.
+func checkStockable(r Result) error {
+	if r.Status != StatusSolved || r.ExpiresAt.IsZero() {
+		return fmt.Errorf("captchaq: a reservoir token must be a solved result with its expires_at (task %q is %s, expires_at %v)", r.ID, r.Status, r.ExpiresAt)
+	}
+	return nil
+}
+
+// TakeToken implements ReservoirStore.
+func (s *MemoryStore) TakeToken(ctx context.Context, name string, notBefore time.Time) (Result, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Result{}, false, ErrStoreClosed
+	}
+	var best Result
+	found := false
+	for _, r := range s.tokens[name] {
+		if r.ExpiresAt.Before(notBefore) {
+			continue
+		}
+		if !found || r.ExpiresAt.Before(best.ExpiresAt) || (r.ExpiresAt.Equal(best.ExpiresAt) && r.ID < best.ID) {
+			best, found = r, true
+		}
+	}
+	if found {
+		delete(s.tokens[name], best.ID)
+	}
+	return best, found, nil
+}
+
+// DropTokens implements ReservoirStore.
+func (s *MemoryStore) DropTokens(ctx context.Context, name string, before time.Time) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, ErrStoreClosed
+	}
+	n := 0
+	for id, r := range s.tokens[name] {
+		if r.ExpiresAt.Before(before) {
+			delete(s.tokens[name], id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// TokenCounts implements ReservoirStore.
+func (s *MemoryStore) TokenCounts(ctx context.Context) (map[string]int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrStoreClosed
+	}
+	counts := map[string]int{}
+	for name, stock := range s.tokens {
+		if len(stock) > 0 {
+			counts[name] = len(stock)
+		}
+	}
+	return counts, nil
 }
 
 // Close implements Store.

@@ -147,3 +147,32 @@ type DeadLetterFilter struct {
 	ErrorCode string // matches Result.ErrorCode exactly
 	Tenant    string // matches Task.Tenant exactly
 }
+
+// ReservoirStore is a Store that keeps reservoirs' tokens: answers solved
+// ahead of demand for a reservoir (internal/reservoir sizes it), each
+// handed to one task. Tokens are kept by reservoir name and by the ID of
+// the result that solved them; a token is a solved Result with its
+// ExpiresAt set. Taking one is a single step: of several processes
+// sharing the store that ask at once, one gets each token, and a process
+// that dies after taking one loses that one only.
+//
+// It is optional: a Store without it serves no reservoir. storetest
+// checks every implementation of it.
+type ReservoirStore interface {
+	// StockToken adds r, a solved result of one of reservoir name's
+	// refills, to its stock under r.ID; an ID stocked already is left as
+	// it is. It fails for a result that is not solved or has no
+	// ExpiresAt.
+	StockToken(ctx context.Context, name string, r Result) error
+	// TakeToken removes from reservoir name's stock, and returns, the
+	// token that expires first among those expiring at or after
+	// notBefore (now plus the least life a token handed out must have
+	// left). False, with no error, when there is none.
+	TakeToken(ctx context.Context, name string, notBefore time.Time) (Result, bool, error)
+	// DropTokens removes reservoir name's tokens that expire before
+	// before, aged out unused, and says how many it removed.
+	DropTokens(ctx context.Context, name string, before time.Time) (int, error)
+	// TokenCounts counts the tokens in each reservoir's stock, by name;
+	// a reservoir with none is left out.
+	TokenCounts(ctx context.Context) (map[string]int, error)
+}
