@@ -77,6 +77,13 @@ type Config struct {
 	// declaring the topology. Default 10 s each.
 	DialTimeout  time.Duration
 	SetupTimeout time.Duration
+	// StartWait is how long Dial waits for a broker that is not taking
+	// connections yet (nothing listens on its port, or it is still
+	// starting and drops the handshake), trying again every second, before
+	// it fails. A long-running process started beside its broker, or in
+	// the middle of a broker restart, waits for it; a refused login or a
+	// topology conflict still fails at once. Default 0: no wait.
+	StartWait time.Duration
 	// ReconnectMin and ReconnectMax bound the exponential backoff between
 	// connection attempts. Default 250 ms and 5 s: a worker's answers
 	// wait for its reconnect once the broker is back (after a restart,

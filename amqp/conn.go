@@ -57,14 +57,15 @@ type Conn struct {
 }
 
 // Dial connects, declares the topology of cfg and starts the reconnect
-// loop. The first connection is not retried: a wrong URL or a topology
-// conflict is reported at once.
+// loop. The first connection is tried again only while the broker is not
+// taking connections, for at most cfg.StartWait: a wrong login or a
+// topology conflict is reported at once.
 func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	conn, heard, err := connect(ctx, cfg, nil)
+	conn, heard, err := connectAtStart(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -232,6 +233,43 @@ func connect(ctx context.Context, cfg Config, extra []declareFunc) (*amqp091.Con
 		}
 	}
 	return conn, heard, nil
+}
+
+// connectAtStart is Dial's first connect: it waits, for at most
+// cfg.StartWait, for a broker that is not taking connections yet.
+func connectAtStart(ctx context.Context, cfg Config) (*amqp091.Connection, *readClock, error) {
+	deadline := time.Now().Add(cfg.StartWait)
+	for {
+		conn, heard, err := connect(ctx, cfg, nil)
+		if err == nil || !notListening(err) || cfg.StartWait <= 0 {
+			return conn, heard, err
+		}
+		if !time.Now().Add(startRetry).Before(deadline) {
+			return nil, nil, fmt.Errorf("%w (the broker took no connection for %v: check that it runs and that the URL's host and port are its own; --broker-wait waits longer)",
+				err, cfg.StartWait.Round(time.Second))
+		}
+		cfg.Logger.Warn("broker not taking connections yet; waiting for it",
+			"broker", redactURL(cfg.URL), "err", err, "waits_until", deadline.Format(time.TimeOnly))
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(startRetry):
+		}
+	}
+}
+
+// startRetry is the pause between Dial's first connects while the broker
+// is not taking connections.
+const startRetry = time.Second
+
+// notListening reports whether a connect failed because the broker is not
+// taking connections: nothing listens on its port, or it dropped the
+// connection before the handshake ended (a broker still starting). A
+// refused login is an amqp091.Error of another code and is not.
+func notListening(err error) bool {
+	var ae *amqp091.Error
+	return refused(err) || errors.Is(err, syscall.ECONNRESET) ||
+		(errors.As(err, &ae) && ae.Code == amqp091.FrameError)
 }
 
 // watch watches the connection and replaces it when it dies, until ctx

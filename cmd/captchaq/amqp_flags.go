@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/captchaq/captchaq/amqp"
 )
@@ -37,4 +38,14 @@ func (f *amqpFlags) config() (amqp.Config, error) {
 		return amqp.Config{}, err
 	}
 	return amqp.Config{URL: f.url, Prefix: f.prefix, Logger: slog.Default()}, nil
+}
+
+// brokerWaitDefault is how long serve --amqp and worker wait at start for a
+// broker that is not taking connections yet (--broker-wait): a process
+// started with its broker, or during a broker restart, waits for it.
+const brokerWaitDefault = time.Minute
+
+// addBrokerWaitFlag adds --broker-wait to a long-running command's flags.
+func addBrokerWaitFlag(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("broker-wait", brokerWaitDefault, "at start, how long to wait for a broker that is not taking connections yet (not listening, or still starting), trying every second; a refused login fails at once (0: no wait)")
 }

@@ -47,6 +47,7 @@ type serveFlags struct {
 	maxConns, maxConnsPerAddr                       *int
 
 	amqpURL, prefix, gateway, lanes *string
+	brokerWait                      *time.Duration
 	taskTTL, resyncEvery            *time.Duration
 	fairBurst                       *int
 
@@ -111,6 +112,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		amqpURL:         fs.String("amqp", "", "run as a gateway to the RabbitMQ fleet at `URL` (amqp://user:pass@host:5672/): tasks go to 'captchaq worker' processes, which hold the provider key (default: $"+envAMQPURL+", which keeps the password out of ps; --amqp '' serves locally although it is set)"),
 		prefix:          fs.String("prefix", amqp.PrefixDefault, "with --amqp: name prefix of the fleet's queues and exchanges"),
 		gateway:         fs.String("gateway", "", "with --amqp: this gateway's `NAME`; results come to PREFIX.replies.NAME, so keep it with the store (default: host name and a hash of the store's path)"),
+		brokerWait:      addBrokerWaitFlag(fs),
 		lanes:           fs.String("lanes", "", "with --amqp: comma-separated task kinds that have their own queue (as the workers' --lanes)"),
 		taskTTL:         fs.Duration("task-ttl", amqp.TaskTTLDefault, "with --amqp: how long a task may wait for a worker before it fails EXPIRED (as the workers' --task-ttl)"),
 		fairBurst:       fs.Int("fair-burst", amqp.FairBurstDefault, "with --amqp: unfinished tasks per unit of weight a client may have before its next ones are published one priority level lower (-1: off)"),
@@ -450,7 +452,7 @@ func providersReport(qc captchaq.Config) func(ctx context.Context, providerName,
 // gatewayBackend opens the store, connects to the broker and builds the
 // gateway; it needs no provider key.
 func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (server.Config, []any, func(), error) {
-	acfg := amqp.Config{URL: *f.amqpURL, Prefix: *f.prefix, TaskTTL: *f.taskTTL, Logger: log}
+	acfg := amqp.Config{URL: *f.amqpURL, Prefix: *f.prefix, TaskTTL: *f.taskTTL, StartWait: *f.brokerWait, Logger: log}
 	if *f.lanes != "" {
 		acfg.Lanes = strings.Split(*f.lanes, ",")
 	}

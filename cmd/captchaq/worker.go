@@ -36,6 +36,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	owner := fs.String("owner", "", "name of this worker's checkpoint queue (default host-pid-random)")
 	shared := fs.Bool("shared-threads", true, "share --threads with every worker on the prefix through a pool of thread tokens on the broker (give every worker the same --threads); false: each worker uses --threads on its own")
 	verbose := fs.Bool("v", false, "log every task")
+	brokerWait := addBrokerWaitFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: captchaq worker --amqp URL [--prefix P] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--metrics-addr ADDR]")
 		fmt.Fprintln(fs.Output(), "\nSolves tasks from RabbitMQ until SIGTERM; run one per machine. The workers on a prefix share the\nplan's --threads (or each provider's, with --providers) through the broker. The key comes from\n"+envKey+" or the file named by "+envKeyFile+".\n\nflags:")
@@ -55,6 +56,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
+	cfg.StartWait = *brokerWait
 	if *lanes != "" {
 		cfg.Lanes = strings.Split(*lanes, ",")
 	}
