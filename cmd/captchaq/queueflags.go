@@ -178,11 +178,19 @@ func (qf *queueFlags) openStore(ctx context.Context, env *environment, rt *queue
 	if err != nil {
 		return nil, err
 	}
-	if p, ok := st.(interface{ Path() string }); ok {
-		rt.storePath = p.Path()
-	}
+	rt.storePath = storeFile(st)
 	rt.closers = append(rt.closers, func() { st.Close() })
 	return st, nil
+}
+
+// storeFile is the file st keeps its tasks in: a SQLite store's; "" for
+// the memory store and PostgreSQL. The built-in simulator keeps its own
+// beside it (startBuiltinSim).
+func storeFile(st captchaq.Store) string {
+	if p, ok := st.(interface{ Path() string }); ok {
+		return p.Path()
+	}
+	return ""
 }
 
 // startSim starts the built-in simulator with threads, has rt close it,

@@ -318,18 +318,20 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 	if err != nil {
 		return server.Config{}, nil, nil, err
 	}
+	store, err := openStore(ctx, path, storeDefault, "serve")
+	if err != nil {
+		return server.Config{}, nil, nil, err
+	}
 	stopSim := func() {}
 	if f.providers.path == "" {
 		apiURL, clientEnv := *f.apiURL, env
 		if useSim {
 			if qc.Threads, err = planThreads(*f.threads, *f.plan, true); err != nil {
+				store.Close()
 				return server.Config{}, nil, nil, err
 			}
-			simStore := ""
-			if path != "memory" && !postgres.IsURL(path) {
-				simStore = path
-			}
-			if apiURL, stopSim, err = startBuiltinSim(env, qc.Threads, simStore); err != nil {
+			if apiURL, stopSim, err = startBuiltinSim(env, qc.Threads, storeFile(store)); err != nil {
+				store.Close()
 				return server.Config{}, nil, nil, err
 			}
 			clientEnv = simEnv(env)
@@ -337,21 +339,18 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 		}
 		client, err := newProviderClient(clientEnv, apiURL)
 		if err != nil {
+			store.Close()
 			stopSim()
 			return server.Config{}, nil, nil, &exitError{code: 2, err: err}
 		}
 		if err := checkAccount(ctx, client, func(err error) {
 			log.Warn("cannot check the provider account now; starting anyway", "err", err)
 		}); err != nil {
+			store.Close()
 			stopSim()
 			return server.Config{}, nil, nil, err
 		}
 		qc.Provider, pc = client, client
-	}
-	store, err := openStore(ctx, path, storeDefault, "serve")
-	if err != nil {
-		stopSim()
-		return server.Config{}, nil, nil, err
 	}
 	release := func() {}
 	if pg, ok := store.(*postgres.Store); ok {
