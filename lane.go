@@ -22,7 +22,7 @@ import (
 // whether l has now failed for longer than its DownAfter (and so leaves
 // routing, in a queue of several).
 func (q *Queue) transportFailed(l *lane.Lane, now time.Time, err error) bool {
-	down, wentDown := l.TransportFailed(now, err)
+	down, wentDown := l.Health.TransportFailed(now, err)
 	if wentDown {
 		q.wakeDispatcher()
 	}
@@ -57,7 +57,7 @@ func (q *Queue) recovered(l *lane.Lane) {
 // l back on an answer.
 func (q *Queue) probe(l *lane.Lane) {
 	q.wg.Go(func() {
-		l.ProbeDone(l.Probe(q.runCtx), q.now())
+		l.Health.ProbeDone(l.Probe(q.runCtx), q.now())
 		q.wakeDispatcher()
 		q.pollerOf(l).Wake()
 	})
@@ -88,7 +88,7 @@ func (q *Queue) moveInflight(l *lane.Lane, code string, err error) {
 			q.retryLocked(tx, st, max(st.rec.Attempts-1, 0), now, code, err.Error())
 		}
 	})
-	l.Moved(len(moved), spend)
+	l.Ledger.Moved(len(moved), spend)
 	if len(moved) == 0 {
 		return
 	}
@@ -214,7 +214,7 @@ func (q *Queue) loadRefusals(ctx context.Context) error {
 		return nil
 	}
 	for _, l := range q.lanes.Lanes() {
-		l.Restore(rs)
+		l.Refusals.Restore(rs)
 	}
 	return nil
 }

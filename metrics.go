@@ -135,10 +135,10 @@ func (q *Queue) Metrics() Metrics {
 		}
 		_, pm.EarlyPingbacksDropped = q.inboxes[i].Counts()
 		pm.Healthy = !pm.Down && !pm.Paused
-		for _, r := range l.Refusals() {
+		for _, r := range l.Refusals.List() {
 			pm.Refused = append(pm.Refused, TypeRefusal{Method: r.Method, Code: r.Code, Since: r.Since, Until: r.Until})
 		}
-		r := l.Reach()
+		r := l.Health.Reach()
 		pm.FailingSince, pm.Failures, pm.LastFailure, pm.EverAnswered = r.FailingSince, r.Failures, r.LastFailure, r.EverAnswered
 		if s.Solved > 0 {
 			pm.CostPer1000 = s.Spend / float64(s.Solved) * 1000

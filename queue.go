@@ -66,7 +66,7 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	q.pauses = lane.NewPauses(q.lanes.Lanes())
 	q.waiting = dispatch.Tasks[*taskState]{Route: func(l *lane.Lane, st *taskState, now time.Time) (bool, time.Time) {
 		return q.lanes.Route(l, st.routing(), now)
-	}, Price: priceAt, Taken: func(l *lane.Lane, st *taskState) { l.Sending(st.route) }}
+	}, Price: priceAt, Taken: func(l *lane.Lane, st *taskState) { l.Refusals.Sending(st.route) }}
 	q.dispatcher = dispatch.New(q.lanes.Lanes(), q.now, q.pass)
 	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.Run)}
 	for _, l := range q.lanes.Lanes() {

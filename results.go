@@ -142,7 +142,7 @@ func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 		st.waiters = nil
 		q.metrics.Result(r.Status == StatusSolved, r.SolveSeconds, ready, delivered)
 		if l := st.lane; l != nil {
-			l.Finished(r.Status == StatusSolved, st.price)
+			l.Ledger.Finished(r.Status == StatusSolved, st.price)
 		}
 	})
 	q.logResult(r)

@@ -23,12 +23,12 @@ func (q *Queue) submit(st *taskState) {
 	// the Store cannot write (a broker outage) at most the cap of them
 	// are.
 	defer func() {
-		l.EndSubmit(price)
+		l.Ledger.EndSubmit(price)
 		q.wakeDispatcher()
 	}()
 	t := st.rec.Task
 	if q.fleet != nil && !q.fleet.Admit(t.ID) {
-		l.NotSent(route, q.now())
+		l.Refusals.NotSent(route, q.now())
 		q.table.Do(func(tx table) {
 			q.leaveFlight(tx, st)
 			st.rec.NotBefore = q.now().Add(q.cfg.PollInterval)
@@ -41,11 +41,11 @@ func (q *Queue) submit(st *taskState) {
 	epoch := q.pauses.Epoch()
 	captchaID, err := l.Submit(q.runCtx, st.pt, q.inboxes[l.Index()].URL())
 	now := q.now()
-	if l.Sent(route, err, now) {
+	if l.Refusals.Sent(route, err, now) {
 		q.storeRefusals()
 	}
 	if err == nil {
-		if l.Answered() {
+		if l.Health.Answered() {
 			q.recovered(l)
 		}
 		q.accepted(st, captchaID, now)
@@ -77,7 +77,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 		st.rec.Status, st.rec.CaptchaID, st.rec.Attempts, st.rec.SubmittedAt = StatusInFlight, captchaID, attempt, now
 		st.rec.NotBefore = time.Time{}
 		st.transient = 0
-		l.Accepted(now, st.price)
+		l.Ledger.Accepted(now, st.price)
 		q.pollerOf(l).Track(t.ID, st, captchaID, st.kind, now, t.Deadline, now.Add(q.firstPoll(st.kind)), false)
 		tx.Fly(t.ID, key, st)
 		early, isEarly = q.inboxes[l.Index()].Take(key, checkpointed)
@@ -125,10 +125,10 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 			q.requeue(st, attempts, time.Time{}, code, err)
 			return
 		}
-	} else if l.Answered() {
+	} else if l.Health.Answered() {
 		q.recovered(l)
 	}
-	if provider.TypeRefused(err) && l.Refuses(st.route, now) {
+	if provider.TypeRefused(err) && l.Refusals.Refuses(st.route, now) {
 		q.typeRefused(st, code, err, now)
 		return
 	}
@@ -156,7 +156,7 @@ func (q *Queue) submitFailed(st *taskState, err error, now time.Time, epoch int)
 		}
 	case provider.ClassRateLimit:
 		wait = max(wait, q.cfg.RetryBackoff)
-		l.HoldSubmits(now.Add(wait))
+		l.Health.HoldSubmits(now.Add(wait))
 		q.log.Warn("provider rate limit: submits held", "provider", l.Name(), "for", wait)
 		q.requeue(st, attempts, time.Time{}, code, err)
 	case provider.ClassAccount:
@@ -252,7 +252,7 @@ const zeroBalancePause = time.Minute
 func (q *Queue) zeroBalanceRun(l *lane.Lane, code string) bool {
 	var n int
 	q.table.Do(func(tx table) { n = inflightAt(tx, l) })
-	return l.ZeroBalance(code, n)
+	return l.Ledger.ZeroBalance(code, n)
 }
 
 // inflightAt counts the tasks in flight at l. It runs inside q.table.Do.

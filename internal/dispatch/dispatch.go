@@ -117,7 +117,7 @@ type Tasks[T any] struct {
 }
 
 // Launch is a waiting task Fill took a slot for: at Lane, for Price. Its
-// owner submits it there and ends the submit (lane.Lane.EndSubmit) with
+// owner submits it there and ends the submit (lane.Ledger.EndSubmit) with
 // that price.
 type Launch[T any] struct {
 	Value T
@@ -129,7 +129,7 @@ type Launch[T any] struct {
 // lanes in order of preference, so the first lane's threads are taken
 // before a task spills over to a later one; each task taken leaves
 // waiting and counts as a submit in progress at its lane
-// (lane.Lane.StartSubmit). A lane takes none while its submits are held
+// (lane.Ledger.StartSubmit). A lane takes none while its submits are held
 // (paused, down, rate limited), and stops at its bound on submits at once
 // (Concurrency), at the threads its pool holds, at its limiter, or when no
 // waiting task may go to it (tasks.Route). soonest hears each time at
@@ -140,13 +140,13 @@ type Launch[T any] struct {
 func Fill[T any](lanes []*lane.Lane, waiting *sched.Scheduler[T], now time.Time, tasks Tasks[T], soonest func(time.Time)) []Launch[T] {
 	var launch []Launch[T]
 	for _, l := range lanes {
-		if until, blocked := l.SendHold(now); blocked {
+		if until, blocked := l.Health.SendHold(now); blocked {
 			soonest(until)
 			continue
 		}
 		concurrency := Concurrency(l.Threads())
 		pool := l.Pool()
-		for l.Submits() < concurrency {
+		for l.Ledger.Submits() < concurrency {
 			if pool != nil && l.Limiter.InUse() >= pool.Held() {
 				break
 			}
@@ -169,7 +169,7 @@ func Fill[T any](lanes []*lane.Lane, waiting *sched.Scheduler[T], now time.Time,
 				tasks.Taken(l, it.Value)
 			}
 			price := tasks.Price(l, it.Value)
-			l.StartSubmit(price)
+			l.Ledger.StartSubmit(price)
 			launch = append(launch, Launch[T]{Value: it.Value, Lane: l, Price: price})
 		}
 	}
@@ -199,7 +199,7 @@ func Demands[T any](lanes []*lane.Lane, waiting *sched.Scheduler[T], now time.Ti
 			continue
 		}
 		dm := Demand{Pool: pool, Busy: l.Limiter.InUse()}
-		_, blocked := l.SendHold(now)
+		_, blocked := l.Health.SendHold(now)
 		switch {
 		case blocked:
 		case len(lanes) == 1:

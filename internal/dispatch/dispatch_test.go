@@ -96,7 +96,7 @@ func TestFillTakesLanesInOrder(t *testing.T) {
 		t.Errorf("waiting after Fill: %d tasks, f among them %v; want f alone", waiting.Len(), waiting.Has("f"))
 	}
 	for i, want := range []int{2, 3} {
-		if got := lanes[i].Submits(); got != want {
+		if got := lanes[i].Ledger.Submits(); got != want {
 			t.Errorf("lane %d: %d submits in progress, want %d", i, got, want)
 		}
 		if got := lanes[i].Limiter.InUse(); got != want {
@@ -120,8 +120,8 @@ func TestFillStopsAtConcurrency(t *testing.T) {
 	if len(first) != 8 || waiting.Len() != 4 {
 		t.Fatalf("first Fill launched %d with %d left waiting, want 8 (Concurrency(20)) and 4", len(first), waiting.Len())
 	}
-	l.EndSubmit(first[0].Price)
-	l.EndSubmit(first[1].Price)
+	l.Ledger.EndSubmit(first[0].Price)
+	l.Ledger.EndSubmit(first[1].Price)
 	if got := launched(Fill(lanes, waiting, t0, anyLane, func(time.Time) {})); got != "i@0:1 j@0:1" {
 		t.Errorf("second Fill, two submits ended, launched %q, want %q", got, "i@0:1 j@0:1")
 	}
@@ -136,7 +136,7 @@ func TestFillSkipsAHeldLane(t *testing.T) {
 	t.Parallel()
 	lanes := []*lane.Lane{lane.New(lane.Config{Index: 0, Threads: 5}), lane.New(lane.Config{Index: 1, Threads: 1})}
 	until := t0.Add(3 * time.Second)
-	lanes[0].HoldSubmits(until)
+	lanes[0].Health.HoldSubmits(until)
 	waiting := waitingOf("a", "b")
 	var soonest soonestOf
 	if got := launched(Fill(lanes, waiting, t0, anyLane, soonest.tell)); got != "a@1:2" {
@@ -165,8 +165,8 @@ func TestFillGivesBackTheThreadOfARefusal(t *testing.T) {
 	if got := Fill([]*lane.Lane{l}, waiting, t0, later, soonest.tell); len(got) != 0 {
 		t.Errorf("Fill launched %q, want nothing", launched(got))
 	}
-	if l.Limiter.InUse() != 0 || l.Submits() != 0 || waiting.Len() != 1 {
-		t.Errorf("after a refusal: %d threads in use, %d submits, %d waiting; want 0, 0, 1", l.Limiter.InUse(), l.Submits(), waiting.Len())
+	if l.Limiter.InUse() != 0 || l.Ledger.Submits() != 0 || waiting.Len() != 1 {
+		t.Errorf("after a refusal: %d threads in use, %d submits, %d waiting; want 0, 0, 1", l.Limiter.InUse(), l.Ledger.Submits(), waiting.Len())
 	}
 	if !slices.Equal(soonest.times, []time.Time{retry}) {
 		t.Errorf("Fill told soonest %v, want the retry %v", soonest.times, retry)
@@ -226,7 +226,7 @@ func TestDemands(t *testing.T) {
 		if len(soonest.times) != 3 {
 			t.Errorf("Demands told soonest %d times, want 3 (the first lane's retry for each task)", len(soonest.times))
 		}
-		lanes[2].HoldSubmits(t0.Add(time.Hour))
+		lanes[2].Health.HoldSubmits(t0.Add(time.Hour))
 		if got := Demands(lanes, waiting, t0, byName, func(time.Time) {}); got[1].Waiting != 0 {
 			t.Errorf("a held lane's pool hears %d waiting, want 0", got[1].Waiting)
 		}

@@ -45,23 +45,23 @@ func TestStoredIDAndPingbackURL(t *testing.T) {
 // one without stays until Resume.
 func TestPauseLiftsAtItsEnd(t *testing.T) {
 	l := newLane(Config{})
-	if !l.SetPause(&Pause{Code: "ERROR_IP_BANNED", Until: t0.Add(time.Minute)}) {
+	if !l.Health.SetPause(&Pause{Code: "ERROR_IP_BANNED", Until: t0.Add(time.Minute)}) {
 		t.Fatal("first pause: not first")
 	}
-	if l.Routable(t0.Add(time.Minute - 1)) {
+	if l.Health.Routable(t0.Add(time.Minute - 1)) {
 		t.Fatal("routable 1 ns before the pause ends")
 	}
-	if until, blocked := l.SendHold(t0); !blocked || !until.Equal(t0.Add(time.Minute)) {
+	if until, blocked := l.Health.SendHold(t0); !blocked || !until.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("SendHold %v %v, want held until the pause ends", until, blocked)
 	}
-	if !l.Routable(t0.Add(time.Minute)) || l.Paused(t0.Add(time.Minute)) != nil {
+	if !l.Health.Routable(t0.Add(time.Minute)) || l.Health.Paused(t0.Add(time.Minute)) != nil {
 		t.Fatal("pause in force at its end")
 	}
-	l.SetPause(&Pause{Code: "ERROR_WRONG_USER_KEY"})
-	if l.Routable(t0.Add(24 * time.Hour)) {
+	l.Health.SetPause(&Pause{Code: "ERROR_WRONG_USER_KEY"})
+	if l.Health.Routable(t0.Add(24 * time.Hour)) {
 		t.Fatal("a pause with no end lifted by itself")
 	}
-	if !l.Resume() || l.Paused(t0) != nil {
+	if !l.Health.Resume() || l.Health.Paused(t0) != nil {
 		t.Fatal("Resume did not lift the pause")
 	}
 }
@@ -71,37 +71,37 @@ func TestPauseLiftsAtItsEnd(t *testing.T) {
 // it back.
 func TestDownAndProbe(t *testing.T) {
 	alone := newLane(Config{})
-	alone.TransportFailed(t0, provider.ErrNetwork)
-	if down, _ := alone.TransportFailed(t0.Add(time.Hour), provider.ErrNetwork); down {
+	alone.Health.TransportFailed(t0, provider.ErrNetwork)
+	if down, _ := alone.Health.TransportFailed(t0.Add(time.Hour), provider.ErrNetwork); down {
 		t.Fatal("the only lane went down")
 	}
 	l := newLane(Config{MayGoDown: true, DownAfter: 10 * time.Second})
-	l.TransportFailed(t0, provider.ErrNetwork)
-	if down, _ := l.TransportFailed(t0.Add(10*time.Second), provider.ErrNetwork); down {
+	l.Health.TransportFailed(t0, provider.ErrNetwork)
+	if down, _ := l.Health.TransportFailed(t0.Add(10*time.Second), provider.ErrNetwork); down {
 		t.Fatal("down at DownAfter, want only past it")
 	}
-	down, wentDown := l.TransportFailed(t0.Add(10*time.Second+1), provider.ErrNetwork)
-	if !down || !wentDown || l.Routable(t0.Add(11*time.Second)) {
+	down, wentDown := l.Health.TransportFailed(t0.Add(10*time.Second+1), provider.ErrNetwork)
+	if !down || !wentDown || l.Health.Routable(t0.Add(11*time.Second)) {
 		t.Fatalf("down %v, went down %v: want both, out of routing", down, wentDown)
 	}
-	if _, wentDown := l.TransportFailed(t0.Add(11*time.Second), provider.ErrNetwork); wentDown {
+	if _, wentDown := l.Health.TransportFailed(t0.Add(11*time.Second), provider.ErrNetwork); wentDown {
 		t.Fatal("went down twice")
 	}
-	if start, next := l.ProbeDue(t0.Add(11 * time.Second)); start || !next.Equal(t0.Add(20*time.Second+1)) {
+	if start, next := l.Health.ProbeDue(t0.Add(11 * time.Second)); start || !next.Equal(t0.Add(20*time.Second+1)) {
 		t.Fatalf("probe start %v, next %v; want next at DownAfter after going down", start, next)
 	}
-	if start, _ := l.ProbeDue(t0.Add(20*time.Second + 1)); !start {
+	if start, _ := l.Health.ProbeDue(t0.Add(20*time.Second + 1)); !start {
 		t.Fatal("probe not started when due")
 	}
-	if start, next := l.ProbeDue(t0.Add(time.Hour)); start || !next.IsZero() {
+	if start, next := l.Health.ProbeDue(t0.Add(time.Hour)); start || !next.IsZero() {
 		t.Fatal("a second probe while one runs")
 	}
-	l.ProbeDone(false, t0.Add(21*time.Second))
-	if _, next := l.ProbeDue(t0.Add(21 * time.Second)); !next.Equal(t0.Add(31 * time.Second)) {
+	l.Health.ProbeDone(false, t0.Add(21*time.Second))
+	if _, next := l.Health.ProbeDue(t0.Add(21 * time.Second)); !next.Equal(t0.Add(31 * time.Second)) {
 		t.Fatalf("after a failed probe the next is at %v, want DownAfter later", next)
 	}
-	l.ProbeDone(true, t0.Add(31*time.Second))
-	if !l.Routable(t0.Add(31 * time.Second)) {
+	l.Health.ProbeDone(true, t0.Add(31*time.Second))
+	if !l.Health.Routable(t0.Add(31 * time.Second)) {
 		t.Fatal("a probe answered and the lane is still out of routing")
 	}
 }
@@ -116,19 +116,19 @@ func TestAffords(t *testing.T) {
 	if p := l.PriceOf("hcaptcha"); p != 0.002 {
 		t.Fatalf("default price %v, want 0.002", p)
 	}
-	l.Accepted(t0, 0.002)
-	if ok, _ := l.Affords(t0.Add(time.Minute), 0.002); !ok {
+	l.Ledger.Accepted(t0, 0.002)
+	if ok, _ := l.Ledger.Affords(t0.Add(time.Minute), 0.002); !ok {
 		t.Fatal("one solve reserved of two: refused")
 	}
-	l.StartSubmit(0.002)
-	if ok, retry := l.Affords(t0.Add(time.Minute), 0.002); ok || !retry.Equal(t0.Add(time.Hour)) {
+	l.Ledger.StartSubmit(0.002)
+	if ok, retry := l.Ledger.Affords(t0.Add(time.Minute), 0.002); ok || !retry.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("cap reached: ok %v, retry %v; want refused until the first leaves the hour", ok, retry)
 	}
-	l.EndSubmit(0.002)
+	l.Ledger.EndSubmit(0.002)
 	if s := l.Stats(t0.Add(time.Minute)); s.Submitted != 1 || s.SpendLastHour != 0.002 {
 		t.Fatalf("stats %+v, want 1 submitted, 0.002 in the last hour", s)
 	}
-	if ok, _ := l.Affords(t0.Add(time.Hour+1), 0.002); !ok {
+	if ok, _ := l.Ledger.Affords(t0.Add(time.Hour+1), 0.002); !ok {
 		t.Fatal("the first solve left the hour: refused")
 	}
 }
@@ -139,15 +139,15 @@ func TestZeroBalanceStreak(t *testing.T) {
 	l := newLane(Config{})
 	zero := provider.ErrZeroBalance.Code
 	for i := range ZeroBalanceStreak - 1 {
-		if l.ZeroBalance(zero, 0) {
+		if l.Ledger.ZeroBalance(zero, 0) {
 			t.Fatalf("paused after %d refusals", i+1)
 		}
 	}
-	if l.ZeroBalance(zero, 1) {
+	if l.Ledger.ZeroBalance(zero, 1) {
 		t.Fatal("paused with a task in flight")
 	}
 	for i := range ZeroBalanceStreak {
-		if got := l.ZeroBalance(zero, 0); got != (i == ZeroBalanceStreak-1) {
+		if got := l.Ledger.ZeroBalance(zero, 0); got != (i == ZeroBalanceStreak-1) {
 			t.Fatalf("refusal %d: pause %v", i+1, got)
 		}
 	}
@@ -203,8 +203,8 @@ func TestPausesTellEveryLanePausedOnce(t *testing.T) {
 	if !ps.Resume() {
 		t.Fatal("Resume with a paused: want was")
 	}
-	if got := ps.Set(a, key, sent, t0); got != (Paused{Stale: true}) || a.Paused(t0) != nil {
-		t.Fatalf("an answer to a request sent before Resume: %+v, a paused %v; want stale, a sending", got, a.Paused(t0))
+	if got := ps.Set(a, key, sent, t0); got != (Paused{Stale: true}) || a.Health.Paused(t0) != nil {
+		t.Fatalf("an answer to a request sent before Resume: %+v, a paused %v; want stale, a sending", got, a.Health.Paused(t0))
 	}
 	ps.Set(a, key, ps.Epoch(), t0)
 	if got := ps.Set(b, key, ps.Epoch(), t0); !got.All || !got.Permanent {

@@ -12,7 +12,8 @@ import (
 // own), under a lock of its own: the Resume calls, which tell an answer
 // to a request sent before the latest one (stale: it cannot pause
 // again), and whether every lane is paused (the queue's OnPause was
-// called for it). Safe for concurrent use.
+// called for it). Safe for concurrent use. Its lock is taken before a
+// lane's Health lock (Set, Resume, All), never under it.
 type Pauses struct {
 	lanes []*Lane
 
@@ -44,7 +45,7 @@ func (p *Pauses) allLocked(now time.Time) (*Lane, *Pause) {
 	var first *Lane
 	var fp *Pause
 	for _, l := range p.lanes {
-		lp := l.Paused(now)
+		lp := l.Health.Paused(now)
 		if lp == nil {
 			p.all = false
 			return nil, nil
@@ -94,13 +95,13 @@ func (p *Pauses) Set(l *Lane, pause *Pause, sentAt int, now time.Time) Paused {
 	if sentAt != p.resumes {
 		return Paused{Stale: true}
 	}
-	r := Paused{First: l.SetPause(pause)}
+	r := Paused{First: l.Health.SetPause(pause)}
 	if first, _ := p.allLocked(now); first == nil || p.all {
 		return r
 	}
 	p.all, r.All, r.Permanent = true, true, true
 	for _, o := range p.lanes {
-		op := o.Paused(now)
+		op := o.Health.Paused(now)
 		r.Permanent = r.Permanent && op != nil && op.Until.IsZero()
 	}
 	return r
@@ -112,7 +113,7 @@ func (p *Pauses) Resume() (was bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, l := range p.lanes {
-		was = l.Resume() || was
+		was = l.Health.Resume() || was
 	}
 	p.all = false
 	p.resumes++

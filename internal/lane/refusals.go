@@ -2,8 +2,10 @@ package lane
 
 import (
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq/provider"
@@ -24,6 +26,24 @@ type Refusal struct {
 	Until    time.Time `json:"until"`
 }
 
+// Refusals is what a lane knows of the route methods its provider was
+// sent: which it took, which a submit is trying, which it refused and
+// until when. Its methods are safe for concurrent use and call out only
+// to the logger.
+type Refusals struct {
+	name string
+	// hold is how long a refused method stays off the lane (Config's
+	// RefusalHold, its default filled in; negative: nothing is held).
+	hold time.Duration
+	// several: the lane's set has other lanes (Config.MayGoDown), so a
+	// method not known to be taken goes alone (Sending).
+	several bool
+	log     *slog.Logger
+
+	mu    sync.Mutex
+	known map[string]*method // by route method
+}
+
 // method is what a lane knows of one route method at its provider.
 type method struct {
 	taken bool // the provider accepted a task of it
@@ -37,14 +57,14 @@ type method struct {
 }
 
 // methodLocked is the state of route method m, made on first use.
-func (l *Lane) methodLocked(m string) *method {
-	if l.known == nil {
-		l.known = map[string]*method{}
+func (r *Refusals) methodLocked(m string) *method {
+	if r.known == nil {
+		r.known = map[string]*method{}
 	}
-	ms := l.known[m]
+	ms := r.known[m]
 	if ms == nil {
 		ms = &method{}
-		l.known[m] = ms
+		r.known[m] = ms
 	}
 	return ms
 }
@@ -52,13 +72,13 @@ func (l *Lane) methodLocked(m string) *method {
 // Takes tells whether a task of route method m may go to the lane at now,
 // as far as the provider's answers about m go, and if not, when it may
 // (zero: when the submit of m in progress ends).
-func (l *Lane) Takes(m string, now time.Time) (ok bool, retry time.Time) {
-	if l.refusalHold < 0 {
+func (r *Refusals) Takes(m string, now time.Time) (ok bool, retry time.Time) {
+	if r.hold < 0 {
 		return true, time.Time{}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ms := l.known[m]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ms := r.known[m]
 	switch {
 	case ms == nil:
 		return true, time.Time{}
@@ -72,23 +92,23 @@ func (l *Lane) Takes(m string, now time.Time) (ok bool, retry time.Time) {
 
 // Refuses reports whether the lane holds a refusal of route method m at
 // now.
-func (l *Lane) Refuses(m string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ms := l.known[m]
+func (r *Refusals) Refuses(m string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ms := r.known[m]
 	return ms != nil && ms.refusal != nil && now.Before(ms.refusal.Until)
 }
 
 // Sending is told that a task of route method m was taken for a submit
 // here: in a set of several lanes, a method not known to be taken goes
 // alone (Takes).
-func (l *Lane) Sending(m string) {
-	if l.refusalHold < 0 || !l.mayGoDown {
+func (r *Refusals) Sending(m string) {
+	if r.hold < 0 || !r.several {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if ms := l.methodLocked(m); !ms.taken {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ms := r.methodLocked(m); !ms.taken {
 		ms.trying = true
 	}
 }
@@ -98,20 +118,20 @@ var errNotSent = errors.New("not sent")
 
 // NotSent ends a submit of route method m that Sending counted and that
 // was not sent.
-func (l *Lane) NotSent(m string, now time.Time) { l.Sent(m, errNotSent, now) }
+func (r *Refusals) NotSent(m string, now time.Time) { r.Sent(m, errNotSent, now) }
 
 // Sent learns from the answer to a submit of route method m at now (err
 // nil: accepted): an acceptance lifts a refusal of m, a refusal of the
 // type (provider.TypeRefused) holds m off the lane for its refusal hold.
 // changed reports whether the lane's refusals changed (to be stored).
-func (l *Lane) Sent(m string, err error, now time.Time) (changed bool) {
-	if l.refusalHold < 0 {
+func (r *Refusals) Sent(m string, err error, now time.Time) (changed bool) {
+	if r.hold < 0 {
 		return false
 	}
 	var pe *provider.Error
 	refused := errors.As(err, &pe) && pe.TypeRefused()
-	l.mu.Lock()
-	ms := l.methodLocked(m)
+	r.mu.Lock()
+	ms := r.methodLocked(m)
 	ms.trying = false
 	was := ms.refusal
 	switch {
@@ -119,32 +139,32 @@ func (l *Lane) Sent(m string, err error, now time.Time) (changed bool) {
 		ms.taken, ms.refusal = true, nil
 	case refused:
 		ms.taken = false
-		r := &Refusal{Provider: l.name, Method: m, Code: pe.Code, Since: now, Until: now.Add(l.refusalHold)}
+		rf := &Refusal{Provider: r.name, Method: m, Code: pe.Code, Since: now, Until: now.Add(r.hold)}
 		if was != nil {
-			r.Since = was.Since
+			rf.Since = was.Since
 		}
-		ms.refusal = r
+		ms.refusal = rf
 	}
-	l.mu.Unlock()
+	r.mu.Unlock()
 	switch {
 	case refused:
-		l.log.Warn("provider refuses a type: its tasks go to the other providers that solve it until a probe after the hold",
-			"provider", l.name, "method", m, "code", pe.Code, "hold", l.refusalHold)
+		r.log.Warn("provider refuses a type: its tasks go to the other providers that solve it until a probe after the hold",
+			"provider", r.name, "method", m, "code", pe.Code, "hold", r.hold)
 	case err == nil && was != nil:
-		l.log.Info("provider takes a type again: a probe was accepted", "provider", l.name, "method", m, "refused_since", was.Since)
+		r.log.Info("provider takes a type again: a probe was accepted", "provider", r.name, "method", m, "refused_since", was.Since)
 	}
 	return refused || err == nil && was != nil
 }
 
-// Refusals are the lane's refusals (held, or past their hold and waiting
-// for a probe), by method.
-func (l *Lane) Refusals() []Refusal {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// List is the lane's refusals (held, or past their hold and waiting for
+// a probe), by method.
+func (r *Refusals) List() []Refusal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var out []Refusal
-	for _, m := range slices.Sorted(maps.Keys(l.known)) {
-		if r := l.known[m].refusal; r != nil {
-			out = append(out, *r)
+	for _, m := range slices.Sorted(maps.Keys(r.known)) {
+		if rf := r.known[m].refusal; rf != nil {
+			out = append(out, *rf)
 		}
 	}
 	return out
@@ -152,38 +172,15 @@ func (l *Lane) Refusals() []Refusal {
 
 // Restore takes back refusals stored earlier (Refusals); those of other
 // providers are left out.
-func (l *Lane) Restore(rs []Refusal) {
-	if l.refusalHold < 0 {
+func (r *Refusals) Restore(rs []Refusal) {
+	if r.hold < 0 {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, r := range rs {
-		if r.Provider == l.name && r.Method != "" {
-			l.methodLocked(r.Method).refusal = &r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rf := range rs {
+		if rf.Provider == r.name && rf.Method != "" {
+			r.methodLocked(rf.Method).refusal = &rf
 		}
 	}
-}
-
-// Unserved reports whether every lane of class (Class) refuses route
-// method m at now: no provider takes its tasks before a hold ends.
-func (s *Set) Unserved(class uint64, m string, now time.Time) bool {
-	if class == 0 {
-		return false
-	}
-	for _, l := range s.lanes {
-		if class&(1<<l.Index()) != 0 && !l.Refuses(m, now) {
-			return false
-		}
-	}
-	return true
-}
-
-// Refusals are every lane's refusals, lanes in order of preference.
-func (s *Set) Refusals() []Refusal {
-	var out []Refusal
-	for _, l := range s.lanes {
-		out = append(out, l.Refusals()...)
-	}
-	return out
 }

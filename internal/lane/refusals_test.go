@@ -23,7 +23,7 @@ func TestRefusalRouting(t *testing.T) {
 	if ok, _ := route(a, t0); !ok {
 		t.Fatal("a fresh lane does not take hcaptcha")
 	}
-	a.Sending("hcaptcha")
+	a.Refusals.Sending("hcaptcha")
 	if ok, retry := route(a, t0); ok || !retry.IsZero() {
 		t.Fatalf("a second hcaptcha while the first is in progress: %v %v, want held until its answer", ok, retry)
 	}
@@ -33,7 +33,7 @@ func TestRefusalRouting(t *testing.T) {
 	if ok, retry := route(b, t0); ok || !retry.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("b before a answers: %v %v, want its spill-over wait", ok, retry)
 	}
-	if !a.Sent("hcaptcha", provider.Classify("submit", "ERROR_METHOD_CALL", ""), t0) {
+	if !a.Refusals.Sent("hcaptcha", provider.Classify("submit", "ERROR_METHOD_CALL", ""), t0) {
 		t.Fatal("a refusal did not change the refusals")
 	}
 	if ok, retry := route(a, t0); ok || !retry.Equal(t0.Add(time.Hour)) {
@@ -45,7 +45,7 @@ func TestRefusalRouting(t *testing.T) {
 	if s.Unserved(h.Class, "hcaptcha", t0) {
 		t.Fatal("unserved while b takes it")
 	}
-	b.Sent("hcaptcha", provider.Classify("submit", "ERROR_TASK_NOT_SUPPORTED", ""), t0)
+	b.Refusals.Sent("hcaptcha", provider.Classify("submit", "ERROR_TASK_NOT_SUPPORTED", ""), t0)
 	if !s.Unserved(h.Class, "hcaptcha", t0) {
 		t.Fatal("served while both refuse it")
 	}
@@ -60,26 +60,26 @@ func TestRefusalRouting(t *testing.T) {
 	if ok, _ := route(a, later); !ok {
 		t.Fatal("no probe after the hold")
 	}
-	a.Sending("hcaptcha")
+	a.Refusals.Sending("hcaptcha")
 	if ok, _ := route(a, later); ok {
 		t.Fatal("a second probe while the first is in progress")
 	}
-	if !a.Sent("hcaptcha", nil, later) || len(a.Refusals()) != 0 {
-		t.Fatalf("an accepted probe left %+v", a.Refusals())
+	if !a.Refusals.Sent("hcaptcha", nil, later) || len(a.Refusals.List()) != 0 {
+		t.Fatalf("an accepted probe left %+v", a.Refusals.List())
 	}
-	a.Sending("hcaptcha")
+	a.Refusals.Sending("hcaptcha")
 	if ok, _ := route(a, later); !ok {
 		t.Fatal("a taken type went alone")
 	}
 
 	// Stored refusals come back to their lane only.
 	c := newSet(Config{Name: "a", RefusalHold: time.Hour}, Config{Name: "b", RefusalHold: time.Hour})
-	c.Lanes()[0].Restore(s.Refusals())
-	if got := c.Lanes()[0].Refusals(); len(got) != 0 {
+	c.Lanes()[0].Refusals.Restore(s.Refusals())
+	if got := c.Lanes()[0].Refusals.List(); len(got) != 0 {
 		t.Fatalf("a restored %+v, want none (b's refusal only)", got)
 	}
-	c.Lanes()[1].Restore(s.Refusals())
-	if !c.Lanes()[1].Refuses("hcaptcha", t0) {
+	c.Lanes()[1].Refusals.Restore(s.Refusals())
+	if !c.Lanes()[1].Refusals.Refuses("hcaptcha", t0) {
 		t.Fatal("b's stored refusal not restored")
 	}
 }
@@ -89,11 +89,11 @@ func TestRefusalOff(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := newSet(Config{Name: "a", RefusalHold: -1}, Config{Name: "b", RefusalHold: -1})
 	a := s.Lanes()[0]
-	a.Sending("hcaptcha")
-	if a.Sent("hcaptcha", provider.Classify("submit", "ERROR_METHOD_CALL", ""), t0) || a.Refuses("hcaptcha", t0) {
+	a.Refusals.Sending("hcaptcha")
+	if a.Refusals.Sent("hcaptcha", provider.Classify("submit", "ERROR_METHOD_CALL", ""), t0) || a.Refusals.Refuses("hcaptcha", t0) {
 		t.Fatal("a refusal held with the hold off")
 	}
-	if ok, _ := a.Takes("hcaptcha", t0); !ok {
+	if ok, _ := a.Refusals.Takes("hcaptcha", t0); !ok {
 		t.Fatal("hcaptcha held with the hold off")
 	}
 }

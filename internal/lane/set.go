@@ -12,7 +12,7 @@ import (
 // them: which lanes solve a task (its class), which may take it now
 // (spill-over, spend cap, fail-over), which lane a stored captcha id
 // belongs to, and which probes are due. A Set is fixed once built; the
-// state it reads is each lane's, behind the lane's lock, so its methods
+// state it reads is each lane's, behind its parts' locks, so its methods
 // are safe for concurrent use.
 type Set struct {
 	lanes []*Lane
@@ -109,15 +109,15 @@ func (s *Set) Route(l *Lane, t Waiting, now time.Time) (ok bool, retry time.Time
 	if t.Class&(1<<l.Index()) == 0 {
 		return false, time.Time{}
 	}
-	if ok, retry := l.Takes(t.Route, now); !ok {
+	if ok, retry := l.Refusals.Takes(t.Route, now); !ok {
 		return false, retry
 	}
-	if ok, retry := l.Affords(now, l.PriceOf(t.Route)); !ok {
+	if ok, retry := l.Ledger.Affords(now, l.PriceOf(t.Route)); !ok {
 		return false, retry
 	}
 	earlier := false
 	for _, e := range s.lanes[:l.Index()] {
-		if t.Class&(1<<e.Index()) != 0 && e.Routable(now) && !e.Refuses(t.Route, now) {
+		if t.Class&(1<<e.Index()) != 0 && e.Health.Routable(now) && !e.Refusals.Refuses(t.Route, now) {
 			earlier = true
 			break
 		}
@@ -136,12 +136,12 @@ func (s *Set) Route(l *Lane, t Waiting, now time.Time) (ok bool, retry time.Time
 }
 
 // Probes calls start for each lane whose probe is due at now
-// (Lane.ProbeDue; start runs it and ends it with Lane.ProbeDone), and
+// (Health.ProbeDue; start runs it and ends it with Health.ProbeDone), and
 // returns when the next probe is due (zero: none).
 func (s *Set) Probes(now time.Time, start func(*Lane)) time.Time {
 	var next time.Time
 	for _, l := range s.lanes {
-		due, at := l.ProbeDue(now)
+		due, at := l.Health.ProbeDue(now)
 		if due {
 			start(l)
 			continue
@@ -151,4 +151,27 @@ func (s *Set) Probes(now time.Time, start func(*Lane)) time.Time {
 		}
 	}
 	return next
+}
+
+// Unserved reports whether every lane of class (Class) refuses route
+// method m at now: no provider takes its tasks before a hold ends.
+func (s *Set) Unserved(class uint64, m string, now time.Time) bool {
+	if class == 0 {
+		return false
+	}
+	for _, l := range s.lanes {
+		if class&(1<<l.Index()) != 0 && !l.Refusals.Refuses(m, now) {
+			return false
+		}
+	}
+	return true
+}
+
+// Refusals are every lane's refusals, lanes in order of preference.
+func (s *Set) Refusals() []Refusal {
+	var out []Refusal
+	for _, l := range s.lanes {
+		out = append(out, l.Refusals.List()...)
+	}
+	return out
 }

@@ -118,25 +118,25 @@ func TestSetRoute(t *testing.T) {
 
 	// Fail-over: main failing longer than its DownAfter leaves routing;
 	// backup takes its tasks at once, last still waits for backup.
-	main.TransportFailed(t0.Add(-31*time.Second), provider.ErrNetwork)
-	if down, _ := main.TransportFailed(t0, provider.ErrNetwork); !down {
+	main.Health.TransportFailed(t0.Add(-31*time.Second), provider.ErrNetwork)
+	if down, _ := main.Health.TransportFailed(t0, provider.ErrNetwork); !down {
 		t.Fatal("main failing for longer than DownAfter: not down")
 	}
 	check("backup: main down", backup, ts, t0, true, time.Time{})
 	check("last: main down, backup up", last, ts, t0, false, t0.Add(10*time.Second))
-	backup.SetPause(&Pause{Code: "ERROR_WRONG_USER_KEY"})
+	backup.Health.SetPause(&Pause{Code: "ERROR_WRONG_USER_KEY"})
 	check("last: main down, backup paused", last, ts, t0, true, time.Time{})
-	backup.Resume()
-	main.ProbeDone(true, t0)
+	backup.Health.Resume()
+	main.Health.ProbeDone(true, t0)
 	check("backup: main back", backup, ts, t0, false, t0.Add(5*time.Second))
 
 	// Two solves at 0.002 reach the 0.004 cap: the third waits until the
 	// first leaves the hour.
-	backup.Accepted(t0, 0.002)
+	backup.Ledger.Accepted(t0, 0.002)
 	check("backup: one solve reserved", backup, hc, t0.Add(time.Minute), true, time.Time{})
-	backup.StartSubmit(0.002)
+	backup.Ledger.StartSubmit(0.002)
 	check("backup: cap reached with one in progress", backup, hc, t0.Add(time.Minute), false, t0.Add(time.Hour))
-	backup.EndSubmit(0.002)
+	backup.Ledger.EndSubmit(0.002)
 	check("backup: the first solve has left the hour", backup, hc, t0.Add(time.Hour+time.Nanosecond), true, time.Time{})
 }
 
@@ -146,8 +146,8 @@ func TestSetProbes(t *testing.T) {
 	s := newSet(Config{Name: "a", DownAfter: 20 * time.Second}, Config{Name: "b", DownAfter: 10 * time.Second}, Config{Name: "c"})
 	a, b := s.Lanes()[0], s.Lanes()[1]
 	for _, l := range []*Lane{a, b} {
-		l.TransportFailed(t0, provider.ErrNetwork)
-		l.TransportFailed(t0.Add(21*time.Second), provider.ErrNetwork) // down; probe due DownAfter later
+		l.Health.TransportFailed(t0, provider.ErrNetwork)
+		l.Health.TransportFailed(t0.Add(21*time.Second), provider.ErrNetwork) // down; probe due DownAfter later
 	}
 	var started []string
 	start := func(l *Lane) { started = append(started, l.Name()) }

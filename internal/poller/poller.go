@@ -252,7 +252,7 @@ func (p *Poller[T]) Run(ctx context.Context) {
 // nextRound is when the next round may go: the earliest due time, no
 // sooner than the rate bound and any hold allow. Zero: nothing to poll.
 func (p *Poller[T]) nextRound(now time.Time) time.Time {
-	if pause := p.cfg.Lane.Paused(now); pause != nil {
+	if pause := p.cfg.Lane.Health.Paused(now); pause != nil {
 		return pause.Until
 	}
 	idle := !p.busy.Load()
@@ -544,7 +544,7 @@ func (p *Poller[T]) round(now time.Time) {
 		p.mu.Lock()
 		p.failures = 0
 		p.mu.Unlock()
-		if p.cfg.Lane.Answered() {
+		if p.cfg.Lane.Health.Answered() {
 			p.sink.Recovered()
 		}
 	}
