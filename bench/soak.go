@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -279,12 +278,6 @@ type soakRun struct {
 	struck    time.Time // when a fault that waited for a lock struck
 }
 
-// soakProc is one process of the deployment.
-type soakProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
 // soakClientKey is the key of the soak's client at the fronts.
 const soakClientKey = "soak-client-key"
 
@@ -493,93 +486,6 @@ func (r *soakRun) createDatabase(ctx context.Context) error {
 	return nil
 }
 
-// startProc starts a process of the deployment under name.
-func (r *soakRun) startProc(name string, env []string, args ...string) error {
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = diesWithParent()
-	lw := &lineWriter{w: r.log, prefix: "[" + name + "] "}
-	cmd.Stdout, cmd.Stderr = lw, lw
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("soak: start %s: %w", name, err)
-	}
-	p := &soakProc{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	r.mu.Lock()
-	r.procs[name] = p
-	r.mu.Unlock()
-	return nil
-}
-
-// startWorker runs `captchaq worker` at its defaults but --threads, in
-// slot i: through its own proxies to the broker and the provider.
-func (r *soakRun) startWorker(i int) error {
-	brokerURL := strings.Replace(r.brokerURL, hostPort(r.brokerURL), r.brokerWay[i].addr(), 1)
-	return r.startProc(fmt.Sprintf("w%d", i), []string{"CAPTCHAAI_KEY=" + soakKey},
-		r.cfg.Binary, "worker", "--amqp", brokerURL, "--api-url", r.apiWay[i].url(), "--threads", fmt.Sprint(r.cfg.Threads))
-}
-
-// startReplica runs `captchaq serve --amqp` in slot i, on its address.
-// --pingback-allow lets its pingbacks reach the soak's receiver on
-// loopback, which the egress guard refuses by default.
-func (r *soakRun) startReplica(i int) error {
-	return r.startProc(fmt.Sprintf("r%d", i+1), nil, r.cfg.Binary, "serve", "--amqp", r.brokerURL, "--store", r.storeURL,
-		"--clients", r.clients, "--listen", r.replicas[i], "--pingback-allow", "127.0.0.0/8")
-}
-
-// startHAProxy runs haproxy on the shipped config, its server lines past
-// the replicas dropped.
-func (r *soakRun) startHAProxy() error {
-	b, err := os.ReadFile(r.cfg.HAProxy)
-	if err != nil {
-		return fmt.Errorf("soak: HAProxy config: %w", err)
-	}
-	var lines []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) > 1 && f[0] == "server" && f[1] > "r"+strconv.Itoa(len(r.replicas)) {
-			continue
-		}
-		lines = append(lines, l)
-	}
-	cfgPath := filepath.Join(r.dir, "haproxy.cfg")
-	if err := os.WriteFile(cfgPath, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	env := []string{"CAPTCHAQ_LISTEN=" + addr}
-	for i, a := range r.replicas {
-		env = append(env, fmt.Sprintf("CAPTCHAQ_R%d=%s", i+1, a))
-	}
-	r.base = "http://" + addr
-	return r.startProc("haproxy", env, "haproxy", "-db", "-f", cfgPath)
-}
-
-// waitHealthy waits until base answers /healthz with 200, for at most limit.
-func waitHealthy(ctx context.Context, base string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		resp, err := soakHTTP.Get(base + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("soak: %s does not answer /healthz after %v: %v", base, limit, err)
-		}
-		sleepCtx(ctx, 100*time.Millisecond)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-	}
-}
-
 // waitConsumers waits until n workers consume the task queue.
 func (r *soakRun) waitConsumers(ctx context.Context, n int) error {
 	c, err := amqp.Dial(ctx, amqp.Config{URL: r.brokerURL})
@@ -603,130 +509,6 @@ func (r *soakRun) waitConsumers(ctx context.Context, n int) error {
 	}
 }
 
-// fault strikes kind at slot pick (of the workers or the replicas) and
-// returns once it is over, naming what it struck.
-func (r *soakRun) fault(ctx context.Context, kind string, pick int) (string, error) {
-	cfg := r.cfg
-	w, rep := pick%cfg.Workers, pick%cfg.Replicas
-	wName, rName := fmt.Sprintf("w%d", w), fmt.Sprintf("r%d", rep+1)
-	switch kind {
-	case SoakWorkerKill:
-		if err := r.kill(wName); err != nil {
-			return wName, err
-		}
-		if err := r.startWorker(w); err != nil {
-			return wName, err
-		}
-		return wName, r.waitConsumers(ctx, cfg.Workers)
-	case SoakWorkerStop:
-		p := r.proc(wName)
-		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			return wName, err
-		}
-		sleepCtx(ctx, cfg.Outage)
-		return wName, p.cmd.Process.Signal(syscall.SIGCONT)
-	case SoakFrontKill:
-		if err := r.kill(rName); err != nil {
-			return rName, err
-		}
-		// Back a second later, as a supervisor restarts it.
-		sleepCtx(ctx, time.Second)
-		if err := r.startReplica(rep); err != nil {
-			return rName, err
-		}
-		return rName, waitHealthy(ctx, "http://"+r.replicas[rep], cfg.Drain)
-	case SoakPartition:
-		r.brokerWay[w].setCut(true)
-		r.apiWay[w].setCut(true)
-		sleepCtx(ctx, cfg.Outage)
-		r.brokerWay[w].setCut(false)
-		r.apiWay[w].setCut(false)
-		return wName, nil
-	case SoakClose:
-		if cfg.DisruptBroker != nil {
-			defer cfg.DisruptBroker()()
-			r.struck = time.Now()
-		}
-		// The worker may be between connections (after a broker restart):
-		// wait for one to close.
-		deadline := time.Now().Add(cfg.Drain)
-		for {
-			err := closeConnectionsFrom(r.brokerWay[w].upstreamPorts())
-			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
-				return wName, err
-			}
-			sleepCtx(ctx, 500*time.Millisecond)
-		}
-	case SoakBrokerRestart:
-		if cfg.DisruptBroker != nil {
-			defer cfg.DisruptBroker()()
-			r.struck = time.Now()
-		}
-		if out, err := exec.Command("rabbitmqctl", "stop_app").CombinedOutput(); err != nil {
-			return "broker", fmt.Errorf("rabbitmqctl stop_app: %v: %s", err, out)
-		}
-		sleepCtx(ctx, time.Second)
-		if out, err := exec.Command("rabbitmqctl", "start_app").CombinedOutput(); err != nil {
-			return "broker", fmt.Errorf("rabbitmqctl start_app: %v: %s", err, out)
-		}
-		return "broker", nil
-	case SoakPostgresRestart:
-		if cfg.DisruptPostgres != nil {
-			defer cfg.DisruptPostgres()()
-			r.struck = time.Now()
-		}
-		return "postgres", restartPostgres(ctx, cfg.Postgres, cfg.Drain)
-	}
-	return "", fmt.Errorf("soak: no fault %q", kind)
-}
-
-func (r *soakRun) proc(name string) *soakProc {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.procs[name]
-}
-
-// kill SIGKILLs the process name and waits for it.
-func (r *soakRun) kill(name string) error {
-	p := r.proc(name)
-	if p == nil {
-		return fmt.Errorf("soak: no process %s", name)
-	}
-	if err := p.cmd.Process.Kill(); err != nil {
-		return err
-	}
-	<-p.done
-	return nil
-}
-
-// restartPostgres restarts the local cluster that serves admin's port
-// (pg_ctlcluster, found with pg_lsclusters) and waits, for at most limit,
-// until admin connects again.
-func restartPostgres(ctx context.Context, admin string, limit time.Duration) error {
-	version, cluster, err := clusterServing(admin)
-	if err != nil {
-		return err
-	}
-	out, err := exec.Command("pg_ctlcluster", "--skip-systemctl-redirect", version, cluster, "restart").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("soak: pg_ctlcluster restart: %v: %s", err, out)
-	}
-	deadline := time.Now().Add(limit)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		conn, err := pgx.Connect(cctx, admin)
-		cancel()
-		if err == nil {
-			conn.Close(context.Background())
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("soak: PostgreSQL not back %v after its restart: %v", limit, err)
-		}
-		sleepCtx(ctx, 100*time.Millisecond)
-	}
-}
-
 // replicaURLs are the replicas' base URLs.
 func (r *soakRun) replicaURLs() []string {
 	var us []string
@@ -734,28 +516,6 @@ func (r *soakRun) replicaURLs() []string {
 		us = append(us, "http://"+a)
 	}
 	return us
-}
-
-// rss reads each process's resident set (VmRSS, KiB).
-func (r *soakRun) rss() map[string]int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := map[string]int64{}
-	for name, p := range r.procs {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				f := strings.Fields(v)
-				if len(f) > 0 {
-					m[name], _ = strconv.ParseInt(f[0], 10, 64)
-				}
-			}
-		}
-	}
-	return m
 }
 
 // cleanup stops every process (SIGTERM, then SIGKILL after 10 s) and
@@ -803,27 +563,4 @@ func (r *soakRun) cleanup() {
 	if r.dir != "" {
 		_ = os.RemoveAll(r.dir)
 	}
-}
-
-// clusterServing names the local cluster (version and name, as
-// pg_lsclusters lists them) that listens on the port of the PostgreSQL URL
-// admin, 5432 when it names none: a soak on a cluster of its own restarts
-// only that one.
-func clusterServing(admin string) (version, cluster string, err error) {
-	cfg, err := pgx.ParseConfig(admin)
-	if err != nil {
-		return "", "", fmt.Errorf("soak: --postgres: %v", err)
-	}
-	out, err := exec.Command("pg_lsclusters", "--no-header").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("soak: pg_lsclusters: %v", err)
-	}
-	port := strconv.Itoa(int(cfg.Port))
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[2] == port {
-			return f[0], f[1], nil
-		}
-	}
-	return "", "", fmt.Errorf("soak: no local cluster listens on port %s (pg_lsclusters); a PostgreSQL restart needs one", port)
 }
