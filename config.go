@@ -121,6 +121,14 @@ type Config struct {
 	// will not lift by itself (bad key, no plan: fix it and call Resume).
 	// It runs on the queue's goroutines: keep it short.
 	OnPause func(err error, permanent bool)
+	// Reservoirs keep tokens of the captchas named solved ahead of
+	// demand: a task that matches one takes a token and is answered at
+	// once (see ReservoirConfig). The Store must be a ReservoirStore.
+	Reservoirs []ReservoirConfig
+	// ReservoirShare is the share of the plan's threads the reservoirs'
+	// refills may take at once, above 0 and at most 1. Default
+	// ReservoirShareDefault.
+	ReservoirShare float64
 	// Logger receives the queue's logs. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock the queue reads for every time it records and every
@@ -170,6 +178,14 @@ func (c Config) withDefaults() Config {
 	c.AgingInterval = max(cmp.Or(c.AgingInterval, AgingIntervalDefault), 0)
 	if c.Store == nil {
 		c.Store = NewMemoryStore(MemoryStoreConfig{})
+	}
+	c.ReservoirShare = cmp.Or(c.ReservoirShare, ReservoirShareDefault)
+	if len(c.Reservoirs) > 0 {
+		rcs := slices.Clone(c.Reservoirs)
+		for i := range rcs {
+			rcs[i].Max = cmp.Or(rcs[i].Max, max(ReservoirMaxDefault, rcs[i].Size))
+		}
+		c.Reservoirs = rcs
 	}
 	c.Logger = cmp.Or(c.Logger, discardLogger)
 	if c.Now == nil {
@@ -224,6 +240,7 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("TenantWeights[%q]: must be positive, got %d", k, w))
 		}
 	}
+	errs = append(errs, c.checkReservoirs(c.threads())...)
 	if len(errs) > 0 {
 		return fmt.Errorf("captchaq: invalid Config: %w", errors.Join(errs...))
 	}
@@ -385,6 +402,14 @@ func (c Config) providersWithDefaults() Config {
 	}
 	c.Providers = ps
 	return c
+}
+
+// threads is the queue's threads: Threads, or the providers' together.
+func (c Config) threads() int {
+	if len(c.Providers) > 0 {
+		return c.providersThreads()
+	}
+	return c.Threads
 }
 
 // providersThreads is the sum of the providers' Threads (those below 0,

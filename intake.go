@@ -230,6 +230,7 @@ func (q *Queue) intakeRound(ctx context.Context, in *intakeBatch, todo []int, ca
 	if err != nil {
 		return slices.Concat(left, claimed), err
 	}
+	q.res.draw(ctx, batch, recs, existed, func(j int) bool { return in.adoptedAt(claimed[j]) != nil }, now)
 	for _, j := range q.registerStored(in, claimed, batch, recs, existed, renewed, now) {
 		in.ws[claimed[j]](*recs[j].Result, nil)
 	}

@@ -69,6 +69,9 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	}, Price: priceAt, Taken: func(l *lane.Lane, st *taskState) { l.Refusals.Sending(st.route) }}
 	q.dispatcher = dispatch.New(q.lanes.Lanes(), q.now, q.pass)
 	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.Run)}
+	if q.res = newReservoirs(q, cfg.threads()); q.res != nil {
+		q.loops = append(q.loops, q.res.loop())
+	}
 	for _, l := range q.lanes.Lanes() {
 		p := q.newPoller(l)
 		q.pollers = append(q.pollers, p)
@@ -121,6 +124,7 @@ func (q *Queue) Start(ctx context.Context) error {
 				return // a Submit is storing it now and registers the stored record
 			}
 			st := q.register(tx, r, nil, q.checkStored(r.Task))
+			q.res.resume(r.Task.ID)
 			resumed++
 			q.metrics.Resumed(st.resumed)
 			if r.Status == StatusInFlight {

@@ -82,6 +82,9 @@ type Queue struct {
 	bursts bursts
 
 	metrics *tally.Counters // under their own lock, a leaf
+	// res are the reservoirs (reservoirs.go), nil without any; they
+	// keep their state under their own lock, a leaf.
+	res *reservoirs
 
 	// inboxes[i] is lane i's side of the pingbacks: the secret its URL
 	// carries and the pingbacks that beat their checkpoint.

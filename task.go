@@ -103,6 +103,9 @@ type Result struct {
 	// ExpiresAt is when the token stops being accepted by the target site,
 	// as far as the type's published lifetime says.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Reservoir names the reservoir whose token answered the task at
+	// once (Config.Reservoirs); empty for a task solved for itself.
+	Reservoir string `json:"reservoir,omitempty"`
 	// Provider names the provider of the last attempt, the one that
 	// solved it, in a queue of several (Config.Providers); empty with one.
 	Provider string `json:"provider,omitempty"`
