@@ -440,13 +440,9 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 		at := func(field, format string, args ...any) {
 			errs = append(errs, fmt.Errorf("%s: %s", fieldName(i, field), fmt.Sprintf(format, args...)))
 		}
-		switch {
-		case !lane.ValidName(p.Name):
-			at("Name", "%q must be 1 to 64 letters, digits, '-' or '_'", p.Name)
-		case seen[p.Name]:
-			at("Name", "%q is used twice; give each provider its own name", p.Name)
+		if bad := nameProblem(p.Name, seen, "provider"); bad != "" {
+			at("Name", "%s", bad)
 		}
-		seen[p.Name] = true
 		if needClients && p.Provider == nil {
 			at("Provider", "required (e.g. a *provider.Client)")
 		}
@@ -483,6 +479,19 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 		}
 	}
 	return errs
+}
+
+// nameProblem says what is wrong with name, a what's, among the names
+// seen before it ("" when nothing), and marks it seen.
+func nameProblem(name string, seen map[string]bool, what string) string {
+	defer func() { seen[name] = true }()
+	switch {
+	case !lane.ValidName(name):
+		return fmt.Sprintf("%q must be 1 to 64 letters, digits, '-' or '_'", name)
+	case seen[name]:
+		return fmt.Sprintf("%q is used twice; give each %s its own name", name, what)
+	}
+	return ""
 }
 
 // publishedPollBudget is p's published limits on polling one task (its

@@ -2,6 +2,7 @@ package captchaq_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -135,4 +136,157 @@ func TestReservoirSteadyDemand(t *testing.T) {
 			t.Errorf("solved %d, want handed out %d + stock %d + expired %d", c.Solved, c.HandedOut, c.Stock, c.Expired)
 		}
 	})
+}
+
+// waitStock advances the bubble's clock until the reservoir holds n
+// tokens, at most a minute.
+func waitStock(t *testing.T, b *bundle, n int) {
+	t.Helper()
+	for range 60 {
+		if counts(b).Stock >= n {
+			return
+		}
+		testbound.Advance(time.Second)
+	}
+	t.Fatalf("the reservoir holds %d tokens after a minute, want %d", counts(b).Stock, n)
+}
+
+// TestReservoirDraws: only a task with the template's method and params,
+// from a tenant in Clients, draws; any other is an ordinary task, solved
+// for itself, and leaves the stock as it is.
+func TestReservoirDraws(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setupReservoir(t, captchaq.ReservoirConfig{Name: "shop", Size: 2, Clients: []string{"acme"}}, nil)
+		b.start(t)
+		waitStock(t, b, 2)
+		other := demoTask("other-page", "acme")
+		other.Params["pageurl"] = "https://shop.example/cart"
+		urgent := demoTask("urgent", "acme")
+		urgent.Priority = 1 // not a solving param: it draws
+		rs := waitAll(t, submitAll(t, b.q, demoTask("stranger", "globex"), other, urgent))
+		want := []string{"", "", "shop"}
+		for i, r := range rs {
+			if r.Status != captchaq.StatusSolved || r.Reservoir != want[i] {
+				t.Errorf("task %s: status %s, reservoir %q; want solved, %q", r.ID, r.Status, r.Reservoir, want[i])
+			}
+			if ordinary := r.Reservoir == ""; ordinary != (r.SolveSeconds > 0) {
+				t.Errorf("task %s (reservoir %q) solved in %v s", r.ID, r.Reservoir, r.SolveSeconds)
+			}
+		}
+		rec, err := b.store.Get(testbound.Context(t), "urgent")
+		if err != nil || rec.Status != captchaq.StatusSolved || rec.Result.Reservoir != "shop" {
+			t.Errorf("stored hit: %+v, %v; want solved from shop", rec, err)
+		}
+		if c := counts(b); c.Hits != 1 || c.Misses != 0 || c.HandedOut != 1 {
+			t.Errorf("counts %+v: want 1 hit, no miss (the others did not match)", c)
+		}
+	})
+}
+
+// TestReservoirMinLife: a token with less than MinLife left is never
+// handed out; it is dropped, counted as expired unused, and refilled.
+func TestReservoirMinLife(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// Turnstile tokens live 300 s: with 200 s kept back, one is good
+		// for 100 s after its solve.
+		b := setupReservoir(t, captchaq.ReservoirConfig{Name: "shop", Size: 1, MinLife: 200 * time.Second}, nil)
+		b.start(t)
+		waitStock(t, b, 1)
+		testbound.Advance(110 * time.Second)
+		if c := counts(b); c.Expired != 1 || c.Solved != 2 {
+			t.Fatalf("110 s on: %+v; want 1 expired unused and a second solved", c)
+		}
+		var fs []*captchaq.Future
+		for i := range 120 {
+			fs = append(fs, submitAll(t, b.q, demoTask(fmt.Sprintf("t%03d", i), ""))...)
+			testbound.Advance(time.Second)
+		}
+		hits := 0
+		for _, r := range waitAll(t, fs) {
+			if r.Reservoir == "" {
+				continue
+			}
+			hits++
+			if left := r.ExpiresAt.Sub(r.AcceptedAt); left < 200*time.Second {
+				t.Errorf("hit %s handed out with %v left, want at least 200s", r.ID, left)
+			}
+		}
+		if hits == 0 {
+			t.Error("no task drew a token")
+		}
+	})
+}
+
+// TestReservoirRestart: refills pending in the Store count in flight
+// again at Start, and tokens in the Store are stock: a queue started
+// again on it refills only what is missing.
+func TestReservoirRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
+		rc := captchaq.ReservoirConfig{Name: "shop", Size: 3}
+		b := setupReservoir(t, rc, store)
+		b.start(t)
+		synctest.Wait() // the first tick submits 3 refills
+		if c := counts(b); c.InFlight != 3 {
+			t.Fatalf("in flight after the first tick: %d, want 3", c.InFlight)
+		}
+		b.q.Close()
+
+		again := func() *bundle {
+			rc.Task = demoTemplate()
+			b2 := newBundle(t, b.srv, sim.InProcessBaseURL, b.srv.InProcessClient(), captchaq.Config{
+				Threads: 20, PollInterval: 250 * time.Millisecond, Store: store, Reservoirs: []captchaq.ReservoirConfig{rc},
+			})
+			b2.store = store
+			return b2
+		}
+		b2 := again()
+		before := b.srv.Stats().Calls.Submit
+		b2.start(t)
+		if c := counts(b2); c.InFlight != 3 {
+			t.Fatalf("in flight at Start: %d, want the 3 pending in the store", c.InFlight)
+		}
+		waitStock(t, b2, 3)
+		if got := b.srv.Stats().Calls.Submit - before; got != 0 {
+			t.Errorf("%d refills submitted after the restart, want none (3 were in flight)", got)
+		}
+		b2.q.Close()
+
+		b3 := again()
+		b3.start(t)
+		testbound.Advance(time.Second)
+		if c := counts(b3); c.Stock != 3 || c.InFlight != 0 {
+			t.Errorf("after a restart: %+v; want the 3 tokens in stock, none in flight", c)
+		}
+		if r := waitAll(t, submitAll(t, b3.q, demoTask("a", ""))); r[0].Reservoir != "shop" {
+			t.Errorf("a task after the restart: %+v, want a token of shop", r[0])
+		}
+	})
+}
+
+// plainStore is a Store that keeps no reservoir tokens.
+type plainStore struct{ captchaq.Store }
+
+func TestReservoirConfigErrors(t *testing.T) {
+	image := captchaq.Task{Method: "base64", Params: map[string]string{"body": "iVBORw0KGgo="}}
+	for _, c := range []struct {
+		name string
+		cfg  captchaq.Config
+		want string
+	}{
+		{"unknown method", captchaq.Config{Reservoirs: []captchaq.ReservoirConfig{{Name: "a", Task: captchaq.Task{Method: "nocaptcha", Params: map[string]string{"sitekey": "k"}}}}}, "Reservoirs[0].Task: "},
+		{"no token lifetime", captchaq.Config{Reservoirs: []captchaq.ReservoirConfig{{Name: "a", Task: image}}}, "Reservoirs[0].Task.Method: \"base64\" answers with text that does not expire"},
+		{"max below size", captchaq.Config{Reservoirs: []captchaq.ReservoirConfig{{Name: "a", Task: demoTemplate(), Size: 5, Max: 3}}}, "Reservoirs[0].Max: 3 is less than Size 5"},
+		{"min life past the lifetime", captchaq.Config{Reservoirs: []captchaq.ReservoirConfig{{Name: "a", Task: demoTemplate(), MinLife: 300 * time.Second}}}, "Reservoirs[0].MinLife: must be 0 (default 1m15s) or more and less than the token's lifetime 5m0s"},
+		{"same template twice", captchaq.Config{Reservoirs: []captchaq.ReservoirConfig{{Name: "a", Task: demoTemplate()}, {Name: "b", Task: demoTemplate()}}}, "Reservoirs[1].Task: the same method and params as reservoir \"a\""},
+		{"same name twice", captchaq.Config{Reservoirs: []captchaq.ReservoirConfig{{Name: "a", Task: demoTemplate()}, {Name: "a", Task: task("x", 0)}}}, "Reservoirs[1].Name: \"a\" is used twice"},
+		{"a store without tokens", captchaq.Config{Store: plainStore{captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})}, Reservoirs: []captchaq.ReservoirConfig{{Name: "a", Task: demoTemplate()}}}, "Store: captchaq_test.plainStore keeps no reservoir tokens"},
+		{"no thread for refills", captchaq.Config{Threads: 2, Reservoirs: []captchaq.ReservoirConfig{{Name: "a", Task: demoTemplate()}}}, "ReservoirShare: 0.25 of 2 threads leaves no thread for refills; raise it to at least 0.50"},
+	} {
+		c.cfg.Provider = &recorder{}
+		_, err := captchaq.New(c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: New = %v, want an error with %q", c.name, err, c.want)
+		}
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/reservoir"
 	"github.com/captchaq/captchaq/internal/startstop"
 	"github.com/captchaq/captchaq/provider"
@@ -113,13 +112,9 @@ func (c Config) checkReservoirs(threads int) []error {
 		at := func(field, format string, args ...any) {
 			errs = append(errs, fmt.Errorf("Reservoirs[%d].%s: %s", i, field, fmt.Sprintf(format, args...)))
 		}
-		switch {
-		case !lane.ValidName(rc.Name):
-			at("Name", "%q must be 1 to 64 letters, digits, '-' or '_'", rc.Name)
-		case names[rc.Name]:
-			at("Name", "%q is used twice; give each reservoir its own name", rc.Name)
+		if bad := nameProblem(rc.Name, names, "reservoir"); bad != "" {
+			at("Name", "%s", bad)
 		}
-		names[rc.Name] = true
 		life, err := c.reservoirLife(rc)
 		switch {
 		case err != nil:

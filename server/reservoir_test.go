@@ -1,0 +1,38 @@
+package server_test
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/testbound"
+	"github.com/captchaq/captchaq/server"
+)
+
+// An in.php submit as a 2captcha client sends it (json, soft_id,
+// header_acao beside the captcha's params) matches a reservoir declared
+// with the same method and params: the protocol's fields are not the
+// task's. Its first res.php poll gets the token.
+func TestInPHPSubmitDrawsFromReservoir(t *testing.T) {
+	v := turnstile()
+	template := captchaq.Task{Method: v.Get("method"), Params: map[string]string{"sitekey": v.Get("sitekey"), "pageurl": v.Get("pageurl")}}
+	b := setup(t, options{server: func(c *server.Config) {
+		c.Queue.Threads = 4
+		c.Queue.Reservoirs = []captchaq.ReservoirConfig{{Name: "checkout", Task: template, Size: 1}}
+	}})
+	q := b.srv.Queue()
+	testbound.Until(t, "a token in stock", func() bool { return q.Reservoirs()[0].Stock == 1 })
+
+	v.Set("soft_id", "4580")
+	v.Set("header_acao", "0")
+	id := b.inOK(t, keyQA, v) // with json=1
+	got := b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"get"}, "id": {id}, "json": {"1"}})
+	if !strings.Contains(got, `"status":1`) {
+		t.Errorf("first res.php poll after the submit: %s, want the token", got)
+	}
+	if c := q.Reservoirs()[0]; c.Hits != 1 || c.Misses != 0 {
+		t.Errorf("reservoir counts %+v: want the submit to hit", c)
+	}
+}
