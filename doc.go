@@ -155,11 +155,24 @@
 // share. LongestFirst does the same over a whole input that reaches the
 // queue over more than a second (larger than Config.MaxQueued).
 //
+// # Reservoirs
+//
+// Config.Reservoirs keeps tokens of named captchas solved ahead of
+// demand, in the Store (a ReservoirStore). A new task whose Fingerprint is
+// a reservoir's template's, from a tenant in its Clients, takes a token
+// with at least MinLife left, if one is in stock: it is stored and
+// finished at once with that token's answer (Result.Reservoir names the
+// reservoir); otherwise it is an ordinary task. Each second the refill
+// loop drops the tokens with less than MinLife left and submits refill
+// tasks ("reservoir-NAME-…", at PriorityLowest) for what the reservoir
+// lacks: sized from the demand it sees (internal/reservoir), within
+// ReservoirShare of the threads. Queue.Reservoirs gives their counts.
+//
 // # Loops and shutdown
 //
 // A started Queue runs its loops on the queue's run context: a
-// dispatcher, which starts submits, and one poller per provider, which
-// polls the tasks in flight there.
+// dispatcher, which starts submits, one poller per provider, which
+// polls the tasks in flight there, and with reservoirs the refill loop.
 // Shutdown stops intake, waits for every accepted task (or ctx), then
 // stops as Close does: it ends the run context, waits for the dispatcher
 // and then each poller to return, then for the goroutines they started

@@ -109,6 +109,9 @@ func TestReservoirSteadyDemand(t *testing.T) {
 		if c.Hits+c.Misses != 90 || c.HandedOut != c.Hits || c.TimeToTokenP50 != 0 {
 			t.Errorf("counts %+v: want hits+misses 90, handed out = hits, time to token p50 0", c)
 		}
+		if c.Misses > 0 && c.TimeToTokenP99 < 2*time.Second {
+			t.Errorf("time to token p99 %v with %d misses, want a solve time (2 s or more)", c.TimeToTokenP99, c.Misses)
+		}
 		// A token handed out verifies once at the site: a second check
 		// refuses it.
 		for _, r := range rs {
@@ -230,6 +233,17 @@ func TestReservoirRestart(t *testing.T) {
 		if c := counts(b); c.InFlight != 3 {
 			t.Fatalf("in flight after the first tick: %d, want 3", c.InFlight)
 		}
+		// Each refill says what it is, at the lowest priority: client
+		// tasks go first.
+		err := store.Pending(testbound.Context(t), func(r captchaq.Record) error {
+			if !strings.HasPrefix(r.Task.ID, "reservoir-shop-") || r.Task.Priority != captchaq.PriorityLowest || r.Task.Tenant != "" {
+				t.Errorf("refill %q: priority %d, tenant %q; want reservoir-shop-…, %d, none", r.Task.ID, r.Task.Priority, r.Task.Tenant, captchaq.PriorityLowest)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 		b.q.Close()
 
 		again := func() *bundle {
@@ -289,4 +303,31 @@ func TestReservoirConfigErrors(t *testing.T) {
 			t.Errorf("%s: New = %v, want an error with %q", c.name, err, c.want)
 		}
 	}
+}
+
+// TestReservoirNoStaleToken: a draw takes the token that expires first
+// among those with MinLife left, never one with less, even before the
+// refill loop drops it.
+func TestReservoirNoStaleToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := setupReservoir(t, captchaq.ReservoirConfig{Name: "shop"}, nil)
+		b.start(t)
+		synctest.Wait() // the loop's first round: nothing to drop, no demand
+		ctx := testbound.Context(t)
+		now := time.Now()
+		for _, tok := range []struct {
+			id   string
+			left time.Duration
+		}{{"stale", 74 * time.Second}, {"fresh", 76 * time.Second}, {"later", 200 * time.Second}} {
+			r := captchaq.Result{ID: tok.id, Status: captchaq.StatusSolved, Method: "turnstile", Token: tok.id, ExpiresAt: now.Add(tok.left)}
+			if err := b.store.StockToken(ctx, "shop", r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fs := submitAll(t, b.q, demoTask("a", ""), demoTask("b", ""))
+		rs := waitAll(t, fs)
+		if rs[0].Token != "fresh" || rs[1].Token != "later" {
+			t.Errorf("tokens handed out: %q, %q; want fresh, later (stale has less than MinLife 75 s left)", rs[0].Token, rs[1].Token)
+		}
+	})
 }

@@ -52,6 +52,10 @@ type Refill struct {
 // RefillPrefix starts the id of every refill task: "reservoir-NAME-…".
 const RefillPrefix = "reservoir-"
 
+// tokenSamples is how many of the latest times to token a reservoir's
+// quantiles are taken over: a p99 needs a few hundred.
+const tokenSamples = 1000
+
 // maxMisses bounds the misses a Pool times at once; past it, a miss is
 // counted but not timed.
 const maxMisses = 10000
@@ -95,7 +99,7 @@ func NewPool(specs []Spec, limit int) *Pool {
 	pl := &Pool{limit: limit, byKey: map[string]*pool{}, byName: map[string]*pool{},
 		inflight: map[string]*pool{}, misses: map[string]miss{}}
 	for _, s := range specs {
-		p := &pool{spec: s, toToken: NewSolveTimes(0), sizer: Sizer{
+		p := &pool{spec: s, toToken: &SolveTimes{size: tokenSamples}, sizer: Sizer{
 			Size: s.Size, Max: s.Max, Life: s.Life, MinLife: s.MinLife,
 			Demand: NewDemand(0), Solves: NewSolveTimes(s.Solve),
 		}}

@@ -4,6 +4,10 @@
 // spread of a Poisson count, never more than the reservoir's max, and
 // never more than the demand can use before the tokens age out.
 //
+// A Pool runs a queue's reservoirs on that rule: which requests draw from
+// which, the refills each needs within the threads they may take, the
+// refills in flight, and their counts.
+//
 // Nothing here reads a clock: every call takes the time it is asked at,
 // so the rule is tested on made-up times.
 package reservoir
@@ -84,24 +88,25 @@ const solveSamples = 64
 // SolveTimes keeps the latest solve times of a reservoir's refills.
 type SolveTimes struct {
 	prior   time.Duration
-	samples []time.Duration // a ring of at most solveSamples
+	size    int             // how many it keeps
+	samples []time.Duration // a ring of at most size
 	next    int
 }
 
 // NewSolveTimes returns SolveTimes that answer prior (the kind's published
 // median, say) until a refill has been timed.
 func NewSolveTimes(prior time.Duration) *SolveTimes {
-	return &SolveTimes{prior: prior}
+	return &SolveTimes{prior: prior, size: solveSamples}
 }
 
 // Add records a refill's solve time.
 func (s *SolveTimes) Add(d time.Duration) {
-	if len(s.samples) < solveSamples {
+	if len(s.samples) < s.size {
 		s.samples = append(s.samples, d)
 		return
 	}
 	s.samples[s.next] = d
-	s.next = (s.next + 1) % solveSamples
+	s.next = (s.next + 1) % s.size
 }
 
 // Quantile is the q-quantile (0 < q ≤ 1) of the recorded solve times, the
