@@ -166,7 +166,9 @@
 // loop drops the tokens with less than MinLife left and submits refill
 // tasks ("reservoir-NAME-…", at PriorityLowest) for what the reservoir
 // lacks: sized from the demand it sees (internal/reservoir), within
-// ReservoirShare of the threads. Queue.Reservoirs gives their counts.
+// ReservoirShare of the threads; failed refills hold the next back (1 s,
+// doubling to a minute). A refill's token goes to the stock, its result
+// to no client (nor OnResult). Queue.Reservoirs gives their counts.
 //
 // # Loops and shutdown
 //

@@ -3,6 +3,7 @@ package captchaq_test
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -328,6 +329,33 @@ func TestReservoirNoStaleToken(t *testing.T) {
 		rs := waitAll(t, fs)
 		if rs[0].Token != "fresh" || rs[1].Token != "later" {
 			t.Errorf("tokens handed out: %q, %q; want fresh, later (stale has less than MinLife 75 s left)", rs[0].Token, rs[1].Token)
+		}
+	})
+}
+
+// TestReservoirFailedRefills: a refill that fails is counted, goes to no
+// client (OnResult is not called), and holds the next refills back (1 s,
+// 2 s, 4 s … after failures in a row) rather than failing every second.
+func TestReservoirFailedRefills(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var results atomic.Int64
+		b := setupInProcess(t, sim.Config{Threads: 20, Latency: turnstileSolves}, captchaq.Config{
+			Threads: 20, PollInterval: 250 * time.Millisecond, MaxAttempts: 1,
+			Reservoirs: []captchaq.ReservoirConfig{{Name: "shop", Task: demoTemplate(), Size: 1}},
+			OnResult:   func(captchaq.Result) { results.Add(1) },
+		})
+		b.prov.inject = func(int) error {
+			return &provider.Error{Op: "submit", Code: "ERROR_CAPTCHA_UNSOLVABLE", Class: provider.ClassUnsolvable, Text: "unsolvable"}
+		}
+		b.start(t)
+		testbound.Advance(20 * time.Second)
+		c := counts(b)
+		// Failures at about 0, 1, 3, 7 and 15 s: 5, not 20.
+		if c.Failed < 4 || c.Failed > 6 || c.Solved != 0 || c.Stock != 0 {
+			t.Errorf("after 20 s of failing refills: %+v; want 4 to 6 failed, none solved", c)
+		}
+		if n := results.Load(); n != 0 {
+			t.Errorf("OnResult saw %d refill results, want none (they go to no client)", n)
 		}
 	})
 }

@@ -56,6 +56,15 @@ const RefillPrefix = "reservoir-"
 // quantiles are taken over: a p99 needs a few hundred.
 const tokenSamples = 1000
 
+// A reservoir whose refills fail holds its next refills back: failHold
+// after one failure, twice as long after each failure in a row, at most
+// failHoldMax. A template the provider cannot solve (a wrong sitekey)
+// costs a refill a minute, not the whole share every second.
+const (
+	failHold    = time.Second
+	failHoldMax = time.Minute
+)
+
 // maxMisses bounds the misses a Pool times at once; past it, a miss is
 // counted but not timed.
 const maxMisses = 10000
@@ -84,6 +93,10 @@ type pool struct {
 	sizer   Sizer
 	toToken *SolveTimes
 	stock   int
+	// fails counts the refills failed in a row; none starts before
+	// holdUntil.
+	fails     int
+	holdUntil time.Time
 	inflight,
 	hits, misses, solved, handed, expired, failed int64
 }
@@ -179,6 +192,9 @@ func (pl *Pool) Plan(now time.Time, stock map[string]int) []Refill {
 	var out []Refill
 	for _, p := range pl.list {
 		p.stock = stock[p.spec.Name]
+		if now.Before(p.holdUntil) {
+			continue
+		}
 		n := p.sizer.Refills(now, p.stock, int(p.inflight), max(room, 0))
 		for range n {
 			pl.seq++
@@ -238,7 +254,7 @@ func RefillOf(id string) string {
 
 // Finished is told that task id finished at, solved or not, took after
 // it was accepted. For a refill it counts the solve (timed for the sizer)
-// or the failure, and returns its reservoir's name and true: the caller
+// or the failure (which holds the reservoir's refills back), and returns its reservoir's name and true: the caller
 // stocks a solved one's token. For a miss it times the request.
 func (pl *Pool) Finished(id string, solved bool, took time.Duration, at time.Time) (name string, refill bool) {
 	pl.mu.Lock()
@@ -248,9 +264,12 @@ func (pl *Pool) Finished(id string, solved bool, took time.Duration, at time.Tim
 		p.inflight--
 		if solved {
 			p.solved++
+			p.fails, p.holdUntil = 0, time.Time{}
 			p.sizer.Solves.Add(took)
 		} else {
 			p.failed++
+			p.fails++
+			p.holdUntil = at.Add(min(failHold<<min(p.fails-1, 16), failHoldMax))
 		}
 		return p.spec.Name, true
 	}

@@ -173,3 +173,41 @@ func TestPoolStopsWhenDemandStops(t *testing.T) {
 		t.Errorf("a refill started at %v, after the last request at 119 s", lastPlan.Sub(t0))
 	}
 }
+
+// TestPoolFailedRefillsHold: failures in a row hold a reservoir's
+// refills back, 1 s, 2 s, 4 s … at most a minute; a solve ends the hold.
+func TestPoolFailedRefillsHold(t *testing.T) {
+	pl := NewPool([]Spec{turnstileSpec("a", "k1", 1)}, 10)
+	now := t0
+	for i, hold := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		rs := pl.Plan(now, nil)
+		if len(rs) != 1 {
+			t.Fatalf("round %d: %d refills, want 1", i, len(rs))
+		}
+		pl.Finished(rs[0].ID, false, 0, now)
+		if rs := pl.Plan(now.Add(hold-time.Millisecond), nil); len(rs) != 0 {
+			t.Fatalf("round %d: a refill %v after failure %d, want none before %v", i, hold-time.Millisecond, i+1, hold)
+		}
+		now = now.Add(hold)
+	}
+	for range 10 {
+		rs := pl.Plan(now, nil)
+		pl.Finished(rs[0].ID, false, 0, now)
+		now = now.Add(time.Minute)
+	}
+	// A refill sent before the failures (none here) that solves while
+	// the hold runs ends it.
+	rs := pl.Plan(now, nil)
+	pl.Finished(rs[0].ID, false, 0, now)
+	if rs := pl.Plan(now.Add(59*time.Second), nil); len(rs) != 0 {
+		t.Fatalf("%d refills 59 s after the 12th failure in a row, want none (held a minute)", len(rs))
+	}
+	pl.Resume("reservoir-a-1-1")
+	pl.Finished("reservoir-a-1-1", true, time.Second, now)
+	if rs := pl.Plan(now, nil); len(rs) != 1 {
+		t.Errorf("after a solve: %d refills, want 1 at once", len(rs))
+	}
+	if c := pl.Counts(now)[0]; c.Failed != 14 || c.Solved != 1 {
+		t.Errorf("counts %+v: want 14 failed, 1 solved", c)
+	}
+}
