@@ -17,8 +17,9 @@ import (
 // header_acao beside the captcha's params) matches a reservoir declared
 // with the same method and params: the protocol's fields are not the
 // task's. Its first res.php poll gets the token, and its pingback is
-// sent at once.
-func TestInPHPSubmitDrawsFromReservoir(t *testing.T) {
+// sent at once. A createTask of the same captcha draws too: its first
+// getTaskResult is ready.
+func TestFrontSubmitsDrawFromReservoir(t *testing.T) {
 	pingbacks := make(chan url.Values, 1)
 	rx := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -30,10 +31,10 @@ func TestInPHPSubmitDrawsFromReservoir(t *testing.T) {
 	template := captchaq.Task{Method: v.Get("method"), Params: map[string]string{"sitekey": v.Get("sitekey"), "pageurl": v.Get("pageurl")}}
 	b := setup(t, options{server: func(c *server.Config) {
 		c.Queue.Threads = 4
-		c.Queue.Reservoirs = []captchaq.ReservoirConfig{{Name: "checkout", Task: template, Size: 1}}
+		c.Queue.Reservoirs = []captchaq.ReservoirConfig{{Name: "checkout", Task: template, Size: 2}}
 	}})
 	q := b.srv.Queue()
-	testbound.Until(t, "a token in stock", func() bool { return q.Reservoirs()[0].Stock == 1 })
+	testbound.Until(t, "a token in stock", func() bool { return q.Reservoirs()[0].Stock == 2 })
 
 	v.Set("soft_id", "4580")
 	v.Set("header_acao", "0")
@@ -47,10 +48,15 @@ func TestInPHPSubmitDrawsFromReservoir(t *testing.T) {
 	if err := json.Unmarshal([]byte(got), &res); err != nil || res.Status != 1 || res.Request == "" {
 		t.Fatalf("first res.php poll after the submit: %s, want the token", got)
 	}
-	if c := q.Reservoirs()[0]; c.Hits != 1 || c.Misses != 0 {
-		t.Errorf("reservoir counts %+v: want the submit to hit", c)
-	}
 	if pb := testbound.Receive(t, "the pingback", pingbacks); pb.Get("id") != id || pb.Get("code") != res.Request {
 		t.Errorf("pingback %v, want id %s and the token", pb, id)
+	}
+
+	ct := b.ctCreate(t, keyQA, `{"type":"TurnstileTaskProxyless","websiteURL":"`+v.Get("pageurl")+`","websiteKey":"`+v.Get("sitekey")+`"}`)
+	if m := b.ct(t, "getTaskResult", `{"clientKey":"`+keyQA+`","taskId":`+ct+`}`); m["status"] != "ready" {
+		t.Errorf("first getTaskResult after createTask: %v, want ready", m)
+	}
+	if c := q.Reservoirs()[0]; c.Hits != 2 || c.Misses != 0 {
+		t.Errorf("reservoir counts %+v: want both submits to hit", c)
 	}
 }
