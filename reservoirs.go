@@ -278,12 +278,8 @@ func (rs *reservoirs) resume(id string) {
 	}
 }
 
-// loop is the refill loop, started and stopped with the queue's loops;
-// nil without reservoirs.
+// loop is the refill loop, started and stopped with the queue's loops.
 func (rs *reservoirs) loop() *startstop.Loop {
-	if rs == nil {
-		return nil
-	}
 	return startstop.New(func(ctx context.Context) { startstop.Every(ctx, reservoirTick, rs.tick) })
 }
 

@@ -2,7 +2,6 @@ package reservoir
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -296,13 +295,4 @@ func (pl *Pool) Counts(now time.Time) []Counts {
 		})
 	}
 	return out
-}
-
-// Names are the reservoirs' names, in the order of the specs.
-func (pl *Pool) Names() []string {
-	out := make([]string, len(pl.list))
-	for i, p := range pl.list {
-		out[i] = p.spec.Name
-	}
-	return slices.Clip(out)
 }
