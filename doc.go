@@ -52,14 +52,15 @@
 // DownAfter, getbalance; a poll for a provider with no Balance) gets an
 // answer, with funds for a priced provider; a temporary ban or a zero
 // balance that getbalance confirms pauses it for the time the pause
-// states (a minute for the balance), after which submits try it again. Tasks in flight there keep being
-// polled while its res.php answers; once its polls have failed for
-// DownAfter (or answer an account error) they cannot be fetched, and they
-// are submitted to another provider. That attempt is not counted; the
-// result names the provider in Result.Abandoned and adds its price to
-// Result.Price, since it may bill the abandoned solve too. Only a queue of
-// several providers takes one out of routing; with one, failures are
-// retried with backoff and account errors pause sending.
+// states (a minute for the balance), after which submits try it again.
+// Tasks in flight there keep being polled while its res.php answers; once
+// its polls have failed for DownAfter (or answer an account error) they
+// cannot be fetched, and they are submitted to another provider. That
+// attempt is not counted; the result names the provider in
+// Result.Abandoned and adds its price to Result.Price, since it may bill
+// the abandoned solve too. Only a queue of several providers takes one out
+// of routing; with one, failures are retried with backoff and account
+// errors pause sending.
 // OnPause and Paused speak of all sending: they fire when every provider
 // is paused.
 //
