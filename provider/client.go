@@ -104,6 +104,7 @@ type ClientConfig struct {
 
 // Client speaks the in.php/res.php protocol. It is safe for concurrent use.
 type Client struct {
+	root          string
 	inURL, resURL string
 	key           string
 	hc            *http.Client
@@ -126,6 +127,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	u, _ := url.Parse(cfg.BaseURL) // validate parsed it
 	root := strings.TrimRight(u.String(), "/")
 	return &Client{
+		root:     root,
 		inURL:    root + "/in.php",
 		resURL:   root + "/res.php",
 		key:      cfg.Key,
@@ -526,6 +528,10 @@ func (c *Client) ReportBad(ctx context.Context, id string) error {
 func (c *Client) ReportGood(ctx context.Context, id string) error {
 	return c.report(ctx, "reportgood", id)
 }
+
+// ReportWindow is how long after an answer the Client's service takes a
+// report (PublishedReportWindow of its base URL; 0: not published).
+func (c *Client) ReportWindow() time.Duration { return PublishedReportWindow(c.root) }
 
 func (c *Client) report(ctx context.Context, action, id string) error {
 	if !validID(id) {

@@ -315,21 +315,45 @@ func TestAccountStates(t *testing.T) {
 	}
 }
 
+// A report is taken once per solved task, within ReportWindow of its
+// answer: a second one, one of a task not solved, unknown or too late is
+// refused with 2captcha's code, and only taken ones are counted.
 func TestReports(t *testing.T) {
 	t.Parallel()
-	b := setup(t, sim.Config{Threads: 5, Instant: true})
-	id := b.submit(t, recaptcha())
-	if got := b.get(t, "/res.php", form("key", key, "action", "reportbad", "id", id)); got != "OK_REPORT_RECORDED" {
+	clock := newManualClock()
+	b := setup(t, sim.Config{Threads: 5, Latency: tenSeconds(), Now: clock.Now, ReportWindow: time.Minute, FetchedRetention: time.Hour})
+	id, late := b.submit(t, recaptcha()), b.submit(t, recaptcha())
+	clock.Advance(10 * time.Second)
+	waiting := b.submit(t, recaptcha())
+	report := func(action, id string) string {
+		return b.get(t, "/res.php", form("key", key, "action", action, "id", id))
+	}
+	if got := report("reportbad", id); got != "OK_REPORT_RECORDED" {
 		t.Fatalf("reportbad %q", got)
 	}
-	if a := decode(t, b.get(t, "/res.php", form("key", key, "action", "reportgood", "id", id, "json", "1"))); a.Status != 1 || a.str(t) != "OK_REPORT_RECORDED" {
-		t.Fatalf("reportgood %s", a.Request)
+	if a := decode(t, b.get(t, "/res.php", form("key", key, "action", "reportgood", "id", id, "json", "1"))); a.Status != 0 || a.str(t) != "ERROR_DUPLICATE_REPORT" {
+		t.Fatalf("a second report: %s, want ERROR_DUPLICATE_REPORT", a.Request)
 	}
-	if got := b.get(t, "/res.php", form("key", key, "action", "reportbad", "id", "123")); got != "ERROR_WRONG_CAPTCHA_ID" {
+	if got := report("reportbad", "123"); got != "ERROR_WRONG_CAPTCHA_ID" {
 		t.Fatalf("report of an unknown id %q", got)
 	}
-	if st := b.srv.Stats(); st.ReportsBad != 1 || st.ReportsGood != 1 || st.Calls.Report != 3 {
-		t.Fatalf("reports bad %d good %d calls %d", st.ReportsBad, st.ReportsGood, st.Calls.Report)
+	if got := report("reportbad", waiting); got != "ERROR_WRONG_CAPTCHA_ID" {
+		t.Fatalf("report of a task not solved %q", got)
+	}
+	clock.Advance(time.Minute)
+	if got := report("reportgood", late); got != "OK_REPORT_RECORDED" {
+		t.Fatalf("a report a minute after the answer: %q", got)
+	}
+	if got := report("reportbad", waiting); got != "OK_REPORT_RECORDED" {
+		t.Fatalf("a report 50 s after the answer: %q", got)
+	}
+	waiting2 := b.submit(t, recaptcha())
+	clock.Advance(time.Minute + 10*time.Second + time.Nanosecond)
+	if got := report("reportbad", waiting2); got != "ERROR_REPORT_NOT_RECORDED" {
+		t.Fatalf("a report past the window: %q", got)
+	}
+	if st := b.srv.Stats(); st.ReportsBad != 2 || st.ReportsGood != 1 || st.Calls.Report != 7 {
+		t.Fatalf("reports bad %d good %d calls %d; want 2, 1, 7", st.ReportsBad, st.ReportsGood, st.Calls.Report)
 	}
 }
 

@@ -22,6 +22,7 @@ const (
 	BalanceDefault          = 15.0
 	ResultTTLDefault        = 10 * time.Minute
 	FetchedRetentionDefault = 30 * time.Second
+	ReportWindowDefault     = 15 * time.Minute
 	SlowDelayDefault        = 3 * time.Second
 	PollBanMaxDefault       = 20
 	PollBanWindowDefault    = 10 * time.Second
@@ -137,6 +138,13 @@ type Config struct {
 	// answer was first delivered, so repeated polls and reports still work.
 	// Default FetchedRetentionDefault (30 s).
 	FetchedRetention time.Duration
+	// ReportWindow is how long after a task's answer a report on it is
+	// taken, as 2captcha's; later ones are refused
+	// ERROR_REPORT_NOT_RECORDED, a second one of a task
+	// ERROR_DUPLICATE_REPORT, one of a task not solved or forgotten
+	// ERROR_WRONG_CAPTCHA_ID. Default ReportWindowDefault (15 min);
+	// negative: no window.
+	ReportWindow time.Duration
 
 	// Siteverify sets the token lifetimes of the siteverify endpoints.
 	Siteverify Siteverify
@@ -264,6 +272,7 @@ func (c Config) withDefaults() Config {
 	c.Pingback.Parallel = cmp.Or(c.Pingback.Parallel, PingbackParallelDefault)
 	c.ResultTTL = cmp.Or(c.ResultTTL, ResultTTLDefault)
 	c.FetchedRetention = cmp.Or(c.FetchedRetention, FetchedRetentionDefault)
+	c.ReportWindow = cmp.Or(c.ReportWindow, ReportWindowDefault)
 	c.Siteverify = c.Siteverify.withDefaults()
 	if c.Now == nil {
 		c.Now = time.Now

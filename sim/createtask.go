@@ -187,14 +187,9 @@ func (s *Server) ctReport(w http.ResponseWriter, q, in *request, ip string, good
 		writeFault(w, createtask.FrontFault(gate, errorTexts[gate]))
 		return
 	}
-	if _, code := s.lookupLocked(q.get("taskid")); code != "" {
+	if code := s.reportLocked(q.get("taskid"), good, s.cfg.Now()); code != "" {
 		writeFault(w, createtask.FrontFault(code, errorTexts[code]))
 		return
-	}
-	if good {
-		s.st.reportsGood++
-	} else {
-		s.st.reportsBad++
 	}
 	writeCT(w, map[string]any{"errorId": 0, "status": "success"})
 }

@@ -88,6 +88,7 @@ func TestCreateTaskProtocol(t *testing.T) {
 		{"empty image", "createTask", `{"clientKey":"` + key + `","task":{"type":"ImageToTextTask","body":""}}`, "ERROR_ZERO_CAPTCHA_FILESIZE", 3},
 		{"unknown id", "getTaskResult", `{"clientKey":"` + key + `","taskId":12345}`, "ERROR_NO_SUCH_CAPCHA_ID", 16},
 		{"no id", "reportIncorrect", `{"clientKey":"` + key + `"}`, "ERROR_NO_SUCH_CAPCHA_ID", 16},
+		{"a second report", "reportIncorrect", `{"clientKey":"` + key + `","taskId":` + idText + `}`, "ERROR_DUPLICATE_REPORT", 1},
 	} {
 		got := b.ct(t, tc.method, tc.body)
 		if got["errorId"] != tc.id || got["errorCode"] != tc.code || got["errorDescription"] == "" {

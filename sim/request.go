@@ -81,6 +81,8 @@ var errorTexts = map[string]string{
 	"ERROR_WRONG_CAPTCHA_ID":         "The id is unknown or expired.",
 	"ERROR_CAPTCHA_UNSOLVABLE":       "The captcha could not be solved.",
 	"ERROR_METHOD_CALL":              "Unknown action.",
+	"ERROR_DUPLICATE_REPORT":         "The captcha was reported already.",
+	"ERROR_REPORT_NOT_RECORDED":      "The report came more than the report window after the answer.",
 }
 
 // replyError sends an error code, with status 0 in JSON mode.

@@ -64,14 +64,9 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request) {
 		v := strconv.FormatFloat(s.balanceLocked(), 'f', -1, 64)
 		replyOK(w, q, v, v)
 	case "reportbad", "reportgood":
-		if _, code := s.lookupLocked(q.get("id")); code != "" {
+		if code := s.reportLocked(q.get("id"), action == "reportgood", now); code != "" {
 			replyError(w, q, code, "")
 			return
-		}
-		if action == "reportbad" {
-			s.st.reportsBad++
-		} else {
-			s.st.reportsGood++
 		}
 		replyOK(w, q, answerReported, answerReported)
 	case "threadsinfo":
@@ -91,6 +86,30 @@ type ThreadsInfo struct {
 	Threads        int `json:"threads"`
 	WorkingThreads int `json:"working_threads"`
 	FreeThreads    int `json:"free_threads"`
+}
+
+// reportLocked takes a report on the task of id text idText, or gives
+// the error code: the id unknown or not solved, reported already, or past
+// Config.ReportWindow after the answer.
+func (s *Server) reportLocked(idText string, good bool, now time.Time) string {
+	t, code := s.lookupLocked(idText)
+	switch {
+	case code != "":
+		return code
+	case t.state != stateSolved:
+		return "ERROR_WRONG_CAPTCHA_ID"
+	case t.reported:
+		return "ERROR_DUPLICATE_REPORT"
+	case s.cfg.ReportWindow > 0 && now.Sub(t.doneAt) > s.cfg.ReportWindow:
+		return "ERROR_REPORT_NOT_RECORDED"
+	}
+	t.reported = true
+	if good {
+		s.st.reportsGood++
+	} else {
+		s.st.reportsBad++
+	}
+	return ""
 }
 
 // lookupLocked finds a task by its id text, or gives the error code.

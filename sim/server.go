@@ -37,6 +37,7 @@ type task struct {
 	forgetAt   time.Time
 	delivered  bool // the final answer reached the client (poll or pingback)
 	fetched    bool // the final answer reached a poll
+	reported   bool // a report on it was taken
 	pingback   string
 	pbJSON     bool // pingback is a createTask callbackUrl
 	hint       answerHint

@@ -405,6 +405,11 @@ func (c *Client) report(ctx context.Context, op, id string, methods []string) er
 	return errNoMethod
 }
 
+// ReportWindow is how long after an answer the Client's service takes a
+// report (provider.PublishedReportWindow of its base URL; 0: not
+// published).
+func (c *Client) ReportWindow() time.Duration { return provider.PublishedReportWindow(c.root) }
+
 func (c *Client) kindOf(id string) provider.Kind {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -127,6 +127,7 @@ func TestClientBalanceAndReports(t *testing.T) {
 		"image":     provider.Image{Body: []byte("GIF89a")}.Task(),
 		"turnstile": provider.Turnstile{SiteKey: "0x4", PageURL: "https://a.example/"}.Task(),
 		"recaptcha": provider.RecaptchaV2{SiteKey: "6Le", PageURL: "https://a.example/"}.Task(),
+		"good":      provider.RecaptchaV2{SiteKey: "6Le", PageURL: "https://b.example/"}.Task(),
 	} {
 		id, err := c.Submit(context.Background(), task, "")
 		if err != nil {
@@ -134,13 +135,19 @@ func TestClientBalanceAndReports(t *testing.T) {
 		}
 		ids[name] = id
 	}
-	for _, id := range ids {
+	for name, id := range ids {
+		if name == "good" {
+			continue
+		}
 		if err := c.ReportBad(context.Background(), id); err != nil {
 			t.Fatalf("ReportBad: %v", err)
 		}
 	}
-	if err := c.ReportGood(context.Background(), ids["recaptcha"]); err != nil {
+	if err := c.ReportGood(context.Background(), ids["good"]); err != nil {
 		t.Fatalf("ReportGood: %v", err)
+	}
+	if err := c.ReportBad(context.Background(), ids["good"]); !errors.Is(err, provider.ErrDuplicateReport) {
+		t.Errorf("a second report of a task: %v, want ErrDuplicateReport", err)
 	}
 	st := s.Stats()
 	if st.ReportsBad != 3 || st.ReportsGood != 1 {
