@@ -323,6 +323,13 @@ type ProviderConfig struct {
 	// createtask.PublishedPollBudget); negative: no limit.
 	PollBudget   int
 	ResultWindow time.Duration
+	// ReportWindow is how long after a task's answer (Result.FinishedAt)
+	// the provider takes a report on it: a report later is counted
+	// ReportTooLate and not sent. Default: the Provider's ReportWindow()
+	// when it has one (provider.PublishedReportWindow: 15 minutes at
+	// 2captcha, 60 s at Anti-Captcha); negative or none: every report is
+	// sent.
+	ReportWindow time.Duration
 }
 
 // laneConfig is the lane p runs as, with threads shared through pool
@@ -399,6 +406,7 @@ func (c Config) providersWithDefaults() Config {
 		b := publishedPollBudget(p.Provider)
 		p.PollBudget = cmp.Or(p.PollBudget, b.Polls)
 		p.ResultWindow = cmp.Or(p.ResultWindow, b.Window)
+		p.ReportWindow = cmp.Or(p.ReportWindow, PublishedReportWindow(p.Provider))
 	}
 	c.Providers = ps
 	return c
@@ -501,6 +509,16 @@ func publishedPollBudget(p Provider) createtask.PollBudget {
 		return b.PollBudget()
 	}
 	return createtask.PollBudget{}
+}
+
+// PublishedReportWindow is p's published window for reports (its
+// ReportWindow() method: provider.Client and createtask.Client have one),
+// or 0.
+func PublishedReportWindow(p Provider) time.Duration {
+	if w, ok := p.(interface{ ReportWindow() time.Duration }); ok {
+		return w.ReportWindow()
+	}
+	return 0
 }
 
 // publishedPollGap is p's own rule for polling one task (its PollGap()

@@ -40,7 +40,7 @@ type ProvidersEnv struct {
 var providersFields = []string{
 	"name", "url", "key_env", "key_file", "threads", "plan", "methods",
 	"price_per_1000", "spill_after", "max_spend_per_hour", "down_after", "protocol", "poll_gap",
-	"poll_budget", "result_window",
+	"poll_budget", "result_window", "report_window",
 }
 
 // ParseProviders reads a providers file: a JSON array of providers, the
@@ -62,7 +62,9 @@ var providersFields = []string{
 // and to the queue's PollGap for in.php. poll_budget (polls of one task)
 // and result_window default to the service's published limits
 // (createtask.PublishedPollBudget: 120 polls and 5m at CapMonster Cloud
-// and CapSolver, none elsewhere); 0 says none. methods defaults to
+// and CapSolver, none elsewhere); 0 says none. report_window (reports
+// later than it after the answer are not sent) defaults to
+// provider.PublishedReportWindow. methods defaults to
 // CaptchaAI's for CaptchaAI's URL, createtask.Methods for a createtask
 // provider, else to provider.CommonMethods. Field
 // names are lower case; an unknown field is refused. The error lists every
@@ -109,6 +111,7 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 		"Name": "name", "Provider": "url", "Threads": "threads", "Methods": "methods", "PricePer1000": "price_per_1000",
 		"SpillAfter": "spill_after", "MaxSpendPerHour": "max_spend_per_hour", "DownAfter": "down_after",
 		"PollGap": "poll_gap", "PollBudget": "poll_budget", "ResultWindow": "result_window",
+		"ReportWindow": "report_window",
 	}
 	if perrs := cfg.providersWithDefaults().checkProviders(func(i int, field string) string {
 		return fmt.Sprintf("providers[%d] (%s).%s", i, out[i].Name, fileNames[field])
@@ -145,6 +148,7 @@ func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (
 		r.fail("poll_gap", "must be at least %v; leave it out for the protocol's default (%v for createtask, the queue's PollGap for in.php)", PollGapMin, createtask.PollGapDefault)
 	}
 	pc.PollBudget, pc.ResultWindow = r.pollBudget()
+	pc.ReportWindow = r.window("report_window", "after the answer")
 
 	if env.WithoutKeys {
 		return pc, r.errs
@@ -253,14 +257,20 @@ func (r *entryReader) pollBudget() (polls int, window time.Duration) {
 		}
 		polls = cmp.Or(int(n), -1)
 	}
-	if _, ok := r.e["result_window"]; ok {
-		window = r.dur("result_window")
-		if window < 0 {
-			r.fail("result_window", "must be a duration after the submit, or \"0s\" for none; got %v", window)
-		}
-		window = cmp.Or(window, -1)
+	return polls, r.window("result_window", "after the submit")
+}
+
+// window is the entry's duration field as ProviderConfig takes it: left
+// out, 0 (the service's published value); "0s" in the file, -1 (none).
+func (r *entryReader) window(field, after string) time.Duration {
+	if _, ok := r.e[field]; !ok {
+		return 0
 	}
-	return polls, window
+	w := r.dur(field)
+	if w < 0 {
+		r.fail(field, "must be a duration %s, or \"0s\" for none; got %v", after, w)
+	}
+	return cmp.Or(w, -1)
 }
 
 // baseURL is the entry's url, or "" when it has none or none usable.

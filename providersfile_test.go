@@ -62,7 +62,7 @@ func TestParseProvidersErrors(t *testing.T) {
 	want := []string{
 		`providers[0] (main).URL: write the field name in lower case: "url"`,
 		`providers[0] (main).key: a key is never read from the providers file; put it in an environment variable named by "key_env", or a file named by "key_file"`,
-		`providers[0] (main).thread: unknown field; the fields are name, url, key_env, key_file, threads, plan, methods, price_per_1000, spill_after, max_spend_per_hour, down_after, protocol, poll_gap, poll_budget, result_window`,
+		`providers[0] (main).thread: unknown field; the fields are name, url, key_env, key_file, threads, plan, methods, price_per_1000, spill_after, max_spend_per_hour, down_after, protocol, poll_gap, poll_budget, result_window, report_window`,
 		`providers[0] (main).url: required: the service's base URL, e.g. https://ocr.captchaai.com`,
 		`providers[0] (main).key_env: the environment variable NOPE is not set; export it with the provider's account key`,
 		`providers[1] (main).url: "ftp://x" is not an absolute http(s) URL; use e.g. https://ocr.captchaai.com`,
@@ -223,39 +223,49 @@ func TestParseProvidersPollGap(t *testing.T) {
 	}
 }
 
-// TestParseProvidersPollBudget: poll_budget and result_window are read
-// as ProviderConfig's PollBudget and ResultWindow; left out they are 0
+// TestParseProvidersPollBudget: poll_budget, result_window and
+// report_window are read as ProviderConfig's PollBudget, ResultWindow and
+// ReportWindow; left out they are 0
 // (the service's published limits), 0 in the file says none (-1); a bad
 // value is refused, naming the field and the fix.
 func TestParseProvidersPollBudget(t *testing.T) {
 	t.Parallel()
 	env := providersEnv(map[string]string{"K": "k"})
 	file := `[{"name": "published", "url": "https://api.capmonster.cloud", "key_env": "K", "protocol": "createtask"},
-	 {"name": "set", "url": "https://api.example", "key_env": "K", "poll_budget": 60, "result_window": "2m"},
-	 {"name": "none", "url": "https://api.capsolver.com", "key_env": "K", "protocol": "createtask", "poll_budget": 0, "result_window": "0s"}]`
+	 {"name": "set", "url": "https://api.example", "key_env": "K", "poll_budget": 60, "result_window": "2m", "report_window": "5m"},
+	 {"name": "none", "url": "https://api.capsolver.com", "key_env": "K", "protocol": "createtask", "poll_budget": 0, "result_window": "0s",
+	  "report_window": "0s"}]`
 	ps, err := captchaq.ParseProviders([]byte(file), env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	type limits struct {
-		polls  int
-		window time.Duration
+		polls          int
+		window, report time.Duration
 	}
 	var got []limits
 	for _, p := range ps {
-		got = append(got, limits{p.PollBudget, p.ResultWindow})
+		got = append(got, limits{p.PollBudget, p.ResultWindow, p.ReportWindow})
 	}
-	if want := []limits{{0, 0}, {60, 2 * time.Minute}, {-1, -1}}; !slices.Equal(got, want) {
+	if want := []limits{{0, 0, 0}, {60, 2 * time.Minute, 5 * time.Minute}, {-1, -1, -1}}; !slices.Equal(got, want) {
 		t.Errorf("as read: %v, want %v", got, want)
 	}
 	for _, c := range []struct{ field, want string }{
 		{`"poll_budget": 2.5`, `providers[0] (a).poll_budget: must be a whole number of polls a task, or 0 for none; got 2.5`},
 		{`"poll_budget": -1`, `providers[0] (a).poll_budget: must be a whole number of polls a task, or 0 for none; got -1`},
 		{`"result_window": "-1m"`, `providers[0] (a).result_window: must be a duration after the submit, or "0s" for none; got -1m0s`},
+		{`"report_window": "-1m"`, `providers[0] (a).report_window: must be a duration after the answer, or "0s" for none; got -1m0s`},
 	} {
 		_, err := captchaq.ParseProviders([]byte(`[{"name": "a", "url": "https://api.example", "key_env": "K", `+c.field+`}]`), env)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v; want %q", c.field, err, c.want)
+		}
+	}
+	// The published report windows, for both protocols' hosts.
+	for base, want := range map[string]time.Duration{"https://2captcha.com": 15 * time.Minute, "https://api.2captcha.com": 15 * time.Minute,
+		"https://api.anti-captcha.com": time.Minute, "https://api.capmonster.cloud": 0, "https://api.capsolver.com": 0} {
+		if got := provider.PublishedReportWindow(base); got != want {
+			t.Errorf("PublishedReportWindow(%s) = %v, want %v", base, got, want)
 		}
 	}
 }

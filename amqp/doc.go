@@ -199,8 +199,8 @@
 // records it (docs/engine.md says why), so CheckFor refuses every text the
 // stores cannot hold; a record's write that fails is retried for 30 s,
 // then kept in memory (GatewayCounts.Unrecorded, at most 10,000). Reports
-// (Gateway.Report) go through captcha.reports to a worker with
-// WorkerConfig.Report, and expire after an hour.
+// (Gateway.Report) go through captcha.reports to a worker, which answers
+// each outcome (AttachReports); one expired (an hour) is never answered.
 //
 // # Ids, broker work and stats
 //

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/reportfwd"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
@@ -24,6 +25,9 @@ type gatewayRig struct {
 	t   *testing.T
 	cfg Config
 	c   *Conn
+
+	// reports, when set, is each gateway's AttachReports.
+	reports func(captchaq.ReportOutcome)
 
 	mu       sync.Mutex
 	owners   []string
@@ -75,12 +79,7 @@ func (r *gatewayRig) workerWith(owner string, sc sim.Config, threads, prefetch i
 		Queue: captchaq.Config{Provider: cl, Threads: threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: quiet},
 		Owner: owner, Prefetch: prefetch, Grace: time.Second, BeatInterval: time.Second, Logger: quiet,
-		Report: func(ctx context.Context, _, captchaID string, good bool) error {
-			if good {
-				return cl.ReportGood(ctx, captchaID)
-			}
-			return cl.ReportBad(ctx, captchaID)
-		},
+		Report: reportfwd.New(captchaq.Config{Provider: cl}).Forward,
 	}
 	if change != nil {
 		change(&wc)
@@ -140,6 +139,11 @@ func (r *gatewayRig) start(gc GatewayConfig, weights map[string]int, accepted fu
 	}
 	if accepted != nil || finished != nil {
 		if err := g.AttachReplicas(accepted, finished); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	if r.reports != nil {
+		if err := g.AttachReports(r.reports); err != nil {
 			r.t.Fatal(err)
 		}
 	}

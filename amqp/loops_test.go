@@ -35,7 +35,7 @@ func TestWorkerLoopsStartStop(t *testing.T) {
 	if err := c.DeclareThreads(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	forward := func(context.Context, string, string, bool) error {
+	forward := func(context.Context, string, string, bool, time.Time) error {
 		t.Error("forwarded a report no one sent")
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/reportfwd"
 	"github.com/captchaq/captchaq/internal/tasktest"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
@@ -69,21 +70,12 @@ func newProviderPair(t *testing.T, cfg Config) *providerPair {
 func (p *providerPair) worker(r *gatewayRig, owner string, change ...func(*WorkerConfig)) *Worker {
 	r.t.Helper()
 	c := setup(r.t, r.cfg)
-	byName := map[string]*provider.Client{}
-	for _, pc := range p.providers {
-		byName[pc.Name] = pc.Provider.(*provider.Client)
-	}
 	quiet := testLogger(r.t)
 	wc := WorkerConfig{
 		Queue: captchaq.Config{Providers: p.providers, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: quiet},
 		Owner: owner, Grace: time.Second, BeatInterval: 100 * time.Millisecond, Logger: quiet, SharedThreads: true,
-		Report: func(ctx context.Context, name, captchaID string, good bool) error {
-			if good {
-				return byName[name].ReportGood(ctx, captchaID)
-			}
-			return byName[name].ReportBad(ctx, captchaID)
-		},
+		Report: reportfwd.New(captchaq.Config{Providers: p.providers}).Forward,
 	}
 	for _, ch := range change {
 		ch(&wc)
@@ -176,13 +168,13 @@ func TestFleetOnTwoProviders(t *testing.T) {
 			}
 		}
 	}
-	if err := g.Report(ctx, tr.Provider, tr.CaptchaID, true); err != nil {
+	if err := g.Report(ctx, tr, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Report(ctx, hr.Provider, hr.CaptchaID, false); err != nil {
+	if err := g.Report(ctx, hr, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Report(ctx, "gone", hr.CaptchaID, false); err != nil {
+	if err := g.Report(ctx, captchaq.Result{Provider: "gone", CaptchaID: hr.CaptchaID}, false); err != nil {
 		t.Fatal(err)
 	}
 	testbound.Until(t, "a good report at main and a bad one at the backup", func() bool {

@@ -2,6 +2,7 @@ package amqp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,9 @@ type replyReceiver struct {
 	prefetch int // GatewayConfig.Prefetch
 	tasks    *taskRecorder
 	deliver  func(captchaq.Result)
+	// reports, when set (Gateway.AttachReports), is told what came of
+	// each report the gateway published, as workers answer.
+	reports func(captchaq.ReportOutcome)
 }
 
 // receive hands each delivery of the reply queue to a handler of its own,
@@ -48,6 +52,10 @@ func (rr *replyReceiver) receive(ctx context.Context, k *Consumer) {
 // store failure sends the reply back to the queue after a pause, cut
 // short when ctx ends.
 func (rr *replyReceiver) handle(ctx context.Context, d *Delivery) {
+	if d.Type == messageTypeReportOutcome {
+		rr.reportOutcome(d)
+		return
+	}
 	r, gen, ok := rr.outcome(d)
 	if !ok {
 		ackAll(rr.log, d)
@@ -126,4 +134,17 @@ func (rr *replyReceiver) outcome(d *Delivery) (r captchaq.Result, gen string, ok
 		r.Error += "; last error: " + m.LastError
 	}
 	return r, gen, true
+}
+
+// reportOutcome hands a worker's answer to a report on to reports.
+func (rr *replyReceiver) reportOutcome(d *Delivery) {
+	ackAll(rr.log, d)
+	var o captchaq.ReportOutcome
+	if err := json.Unmarshal(d.Body, &o); err != nil || o.Outcome == "" {
+		rr.log.Warn("dropping a report outcome that is not one", "message_id", d.MessageID, "err", err)
+		return
+	}
+	if rr.reports != nil {
+		rr.reports(o)
+	}
 }

@@ -3,6 +3,8 @@ package amqp
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/sim"
@@ -11,10 +13,13 @@ import (
 // Clients' reportbad and reportgood through a gateway reach the provider:
 // the gateway publishes them on the reports queue by the result's
 // provider captcha id, and a worker forwards them with the key. A report
-// the provider refuses is dropped, not retried forever.
+// the provider refuses is dropped, not retried forever. What came of each
+// comes back to the gateway (AttachReports).
 func TestGatewayReportsReachTheProviderThroughAWorker(t *testing.T) {
 	t.Parallel()
 	r := newGatewayRig(t, testConfig(t))
+	outcomes := make(chan captchaq.ReportOutcome, 10)
+	r.reports = func(o captchaq.ReportOutcome) { outcomes <- o }
 	ctx := testCtx(t)
 	srv := r.worker("rep-w1", sim.Config{LatencyScale: 0.005, PollBan: sim.PollBan{Disabled: true}}, 4, 4)
 	g, results := r.gateway("rep", nil, nil)
@@ -30,14 +35,15 @@ func TestGatewayReportsReachTheProviderThroughAWorker(t *testing.T) {
 		}
 		byID[res.ID] = res
 	}
-	if err := g.Report(ctx, "", "999", false); err != nil {
-		t.Fatalf("report of an unknown captcha id: %v", err)
-	}
-	if err := g.Report(ctx, "", byID["bad"].CaptchaID, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Report(ctx, "", byID["good"].CaptchaID, true); err != nil {
-		t.Fatal(err)
+	unknown := byID["bad"]
+	unknown.ID, unknown.CaptchaID = "unknown", "999"
+	for _, rep := range []struct {
+		r    captchaq.Result
+		good bool
+	}{{unknown, false}, {byID["bad"], false}, {byID["good"], true}} {
+		if err := g.Report(ctx, rep.r, rep.good); err != nil {
+			t.Fatalf("report of %s: %v", rep.r.ID, err)
+		}
 	}
 	testbound.Until(t, "one bad and one good report at the provider", func() bool {
 		st := srv.Stats()
@@ -53,5 +59,22 @@ func TestGatewayReportsReachTheProviderThroughAWorker(t *testing.T) {
 	})
 	if st := srv.Stats(); st.ReportsBad != 1 || st.ReportsGood != 1 || st.Calls.Report != 3 {
 		t.Fatalf("provider: %d bad, %d good reports, %d report calls; want 1, 1, 3", st.ReportsBad, st.ReportsGood, st.Calls.Report)
+	}
+	got := map[string]captchaq.ReportOutcome{}
+	for range 3 {
+		select {
+		case o := <-outcomes:
+			got[o.Task] = o
+		case <-ctx.Done():
+			t.Fatalf("outcomes %v, want 3", got)
+		}
+	}
+	want := map[string]captchaq.ReportOutcome{
+		"unknown": {Task: "unknown", Outcome: captchaq.ReportRefused, Code: "ERROR_WRONG_CAPTCHA_ID"},
+		"bad":     {Task: "bad", Outcome: captchaq.ReportAccepted},
+		"good":    {Task: "good", Good: true, Outcome: captchaq.ReportAccepted},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("outcomes at the gateway (-want +got):\n%s", diff)
 	}
 }

@@ -58,9 +58,11 @@ type WorkerConfig struct {
 	// Report, when set, forwards clients' reportbad (good false) and
 	// reportgood that gateways publish on Names.Reports to the provider
 	// (provider.Client's ReportBad and ReportGood): the one of Queue's
-	// Providers named providerName, or Queue's Provider when it is empty.
-	// Reports for a provider the worker does not have are dropped.
-	Report func(ctx context.Context, providerName, captchaID string, good bool) error
+	// Providers named providerName, or Queue's Provider when it is empty,
+	// answered at answeredAt. Reports for a provider the worker does not
+	// have are dropped. Its error is classified by
+	// captchaq.ReportOutcomeOf and the outcome sent to the gateway.
+	Report func(ctx context.Context, providerName, captchaID string, good bool, answeredAt time.Time) error
 	// SharedThreads makes Queue's Threads (or Plan) one pool for every
 	// worker on the prefix, held as tokens on the broker (Names.Threads):
 	// together they never have more than Threads tasks at the provider,
@@ -362,7 +364,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if reports, err = w.c.Consume(bg, []string{w.c.Names().Reports}, 4); err != nil {
 			w.log.Warn("not forwarding clients' reports: the reports queue cannot be consumed", "err", err)
 		} else {
-			forwarder := startstop.New((&reportForwarder{k: reports, forward: w.cfg.Report, providers: w.providerNames(), log: w.log}).run)
+			forwarder := startstop.New((&reportForwarder{k: reports, pub: w.pub, forward: w.cfg.Report, providers: w.providerNames(), log: w.log}).run)
 			_ = forwarder.Start(bg)
 			loops = append(loops, forwarder)
 		}

@@ -610,6 +610,8 @@ type ClientStats struct {
 	Accepted int64  `json:"accepted"`
 	Solved   int64  `json:"solved"`
 	Failed   int64  `json:"failed"`
+	// Reports are what came of the client's reports.
+	Reports ReportCounts `json:"reports"`
 }
 
 // Stats is GET /v1/stats.
@@ -629,6 +631,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientS
 	if cs.Admin {
 		// Whole-queue numbers are the operator's; a client sees its own.
 		st.Metrics = statsMetrics(s.backend.Metrics())
+		withReports(st.Metrics, s.reports.providers())
 	}
 	if qd, ok := s.backend.(QueueDepther); ok && cs.Admin {
 		// Best effort: a broker that does not answer soon leaves it out.
@@ -642,7 +645,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientS
 		}
 		x := s.byName[c.Name]
 		x.mu.Lock()
-		st.Clients = append(st.Clients, ClientStats{Name: c.Name, Weight: max(c.Weight, 1), Inflight: len(x.inflight), Accepted: x.accepted, Solved: x.solved, Failed: x.failed})
+		st.Clients = append(st.Clients, ClientStats{Name: c.Name, Weight: max(c.Weight, 1), Inflight: len(x.inflight), Accepted: x.accepted, Solved: x.solved, Failed: x.failed, Reports: s.reports.client(c.Name)})
 		x.mu.Unlock()
 	}
 	n := 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,7 +14,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/reportfwd"
 	"github.com/captchaq/captchaq/internal/testbound"
+	"github.com/captchaq/captchaq/server"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -73,7 +76,7 @@ func openDashboard(base, key string) chromedp.Action[chromedp.Void] {
 }
 
 func TestDashboardInBrowser(t *testing.T) {
-	b := setup(t, options{})
+	b := setup(t, options{server: func(c *server.Config) { c.Report = reportfwd.New(c.Queue).ForwardResult }})
 	ctx := browser(t)
 	if err := chromedp.Do(ctx,
 		openDashboard(b.url, keyAdmin),
@@ -86,11 +89,29 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the dashboard's address: %q (%v), want %q", loc, err, b.url+"/")
 	}
 	// Five tasks solved: the page shows 5.
+	var ids []string
 	for range 5 {
-		b.inOK(t, keyQA, turnstile())
+		ids = append(ids, b.inOK(t, keyQA, turnstile()))
 	}
 	if err := chromedp.Do(ctx, waitText("#solved", "5"), waitText("#submitted", "5"), waitText("#success", "100.0%")); err != nil {
 		t.Fatalf("solved count did not reach 5: %v", err)
+	}
+	// Two reports, one the provider had already: a row for the provider
+	// and one for the client, each 2 sent, 1 accepted, 1 refused.
+	rec, err := b.srv.Queue().Get(t.Context(), "qa/"+ids[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.simReport(t, rec.Result.CaptchaID)
+	for _, id := range ids[:2] {
+		b.form(t, http.MethodGet, "/res.php", url.Values{"key": {keyQA}, "action": {"reportbad"}, "id": {id}})
+	}
+	refused := "1 ERROR_DUPLICATE_REPORT: 1"
+	if err := chromedp.Do(ctx, waitText("#reports tr:nth-child(1) td:nth-child(1)", "provider (the only one)"),
+		waitText("#reports tr:nth-child(1) td:nth-child(2)", "2"), waitText("#reports tr:nth-child(1) td:nth-child(4)", refused),
+		waitText("#reports tr:nth-child(2) td:nth-child(1)", "client qa"), waitText("#reports tr:nth-child(2) td:nth-child(3)", "1"),
+		waitText("#reports tr:nth-child(2) td:nth-child(4)", refused)); err != nil {
+		t.Fatalf("reports not shown: %v", err)
 	}
 	// A dead letter: a task canceled while sending is paused.
 	b.sim.SetAccount(simBadKey())

@@ -53,15 +53,15 @@
 //   - getbalance answers the provider account's balance (cached for
 //     BalanceCacheDefault); the provider key itself never leaves the server.
 //     When it cannot be read now the answer is CodeBalanceUnknown
-//     (ERROR_NO_SLOT_AVAILABLE, "try again later"), never a parameter
-//     error.
+//     (ERROR_NO_SLOT_AVAILABLE, "try again later"), never a parameter one.
 //   - reportbad/reportgood must name the caller's solved task and count
 //     against its rate like a submit. A task is reported once: the first
 //     report is stored with the task (Backend.RecordReport; "report" in
 //     GET /v1/tasks/{id}), counted in captchaq_reports_total and forwarded
 //     by its captcha id (Config.Report); a later one is answered
-//     OK_REPORT_RECORDED and goes nowhere. A provider's refusal is
-//     answered as it came; one that could not reach it is not sent again.
+//     OK_REPORT_RECORDED and goes nowhere. A provider's refusal is answered
+//     as it came, one that could not reach it is not sent again, and each
+//     outcome is counted per provider and client (ReportCounts).
 //   - in.php and res.php read the query string, urlencoded, multipart and
 //     JSON-object bodies alike (internal/apiform), as the real services
 //     do: a JSON object under any Content-Type, an urlencoded body with
@@ -139,7 +139,7 @@
 //     amqp.BalanceWait, then answers CodeBalanceUnknown with the reason.
 //   - reportbad/reportgood are answered OK_REPORT_RECORDED once the first
 //     report is confirmed on the broker (PREFIX.reports); a worker
-//     forwards it, and the provider's answer is in the worker's log.
+//     forwards it and answers its outcome (ReportOutcomer).
 //   - A replay publishes the client's dead letters again from the
 //     gateway's store (amqp.Gateway.Replay); it never reads the fleet's
 //     dead-letter queue, which holds every gateway's and the fleet's dead

@@ -434,18 +434,42 @@ func (s *Server) frontReport(r *http.Request, cs *clientState, id string, good b
 		verdict = captchaq.ReportGood
 	}
 	s.metrics.reports.WithLabelValues(verdict).Inc()
-	if s.cfg.Report != nil && rec.Result.CaptchaID != "" {
-		// Forwarded once, whatever comes of it: a repeat is not sent.
-		if err := s.cfg.Report(r.Context(), *rec.Result, good); err != nil {
-			var pe *provider.Error
-			if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "ERROR_") {
-				return pe.Code, pe.Text
-			}
-			s.log.Warn("report recorded but not forwarded to the provider", "id", rec.Task.ID, "report", verdict, "err", err)
-			return "ERROR_INTERNAL_SERVER_ERROR", "the report is recorded but could not reach the provider; it is not sent again"
-		}
+	return s.forwardReport(r.Context(), cs, rec, good)
+}
+
+// forwardReport sends a task's first report to its provider (Config.Report)
+// and counts what came of it; code is the client's answer, "" for
+// OK_REPORT_RECORDED. A report past the provider's window is answered
+// ERROR_REPORT_NOT_RECORDED, as the provider would, without a call. A
+// Backend that answers outcomes later (ReportOutcomer) has them counted
+// then.
+func (s *Server) forwardReport(ctx context.Context, cs *clientState, rec captchaq.Record, good bool) (code, text string) {
+	o := captchaq.ReportOutcome{Task: rec.Task.ID, Provider: rec.Result.Provider, Good: good, Outcome: captchaq.ReportNotSent}
+	if s.cfg.Report == nil || rec.Result.CaptchaID == "" {
+		s.reports.add(cs.Name, o)
+		return "", ""
 	}
-	return "", ""
+	// Forwarded once, whatever comes of it: a repeat is not sent.
+	err := s.cfg.Report(ctx, *rec.Result, good)
+	if s.reportsLater && err == nil {
+		return "", ""
+	}
+	o.Outcome, o.Code = captchaq.ReportOutcomeOf(err)
+	if s.reportsLater {
+		o.Outcome, o.Code = captchaq.ReportNotSent, ""
+	}
+	s.reports.add(cs.Name, o)
+	var pe *provider.Error
+	switch {
+	case err == nil:
+		return "", ""
+	case o.Outcome == captchaq.ReportTooLate:
+		return provider.ErrReportNotRecorded.Code, scrubURLs(err.Error())
+	case errors.As(err, &pe) && strings.HasPrefix(pe.Code, "ERROR_"):
+		return pe.Code, pe.Text
+	}
+	s.log.Warn("report recorded but not forwarded to the provider", "id", rec.Task.ID, "good", good, "err", err)
+	return "ERROR_INTERNAL_SERVER_ERROR", "the report is recorded but could not reach the provider; it is not sent again"
 }
 
 // frontRecord finds the caller's task by its own id; code is the

@@ -9,7 +9,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/captchaq/captchaq/internal/testbound"
+	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -17,7 +20,7 @@ import (
 // provider: the gateway publishes them by the result's captcha id and a
 // worker forwards them with the provider key. A task is reported once: 50
 // reports of it at once make one message, and one request to the
-// provider.
+// provider. The worker answers what came of each: /v1/stats counts them.
 func TestGatewayForwardsReportsToTheProvider(t *testing.T) {
 	t.Parallel()
 	f := newFleetRig(t, sim.Config{LatencyScale: 0.005, PollBan: sim.PollBan{Disabled: true}})
@@ -69,4 +72,21 @@ func TestGatewayForwardsReportsToTheProvider(t *testing.T) {
 	if n := f.sim.Stats().Calls.Report; n != 2 {
 		t.Errorf("the provider got %d report calls, want 2", n)
 	}
+	want := server.ReportCounts{Sent: 2, Accepted: 2}
+	var qa, fleet server.ReportCounts
+	testbound.Until(t, "two accepted reports counted for qa and the provider", func() bool {
+		var st server.Stats
+		g.api(t, "GET", "/v1/stats", keyAdmin, "", http.StatusOK, &st)
+		for _, c := range st.Clients {
+			if c.Name == "qa" {
+				qa = c.Reports
+			}
+		}
+		for _, p := range st.Metrics.Providers {
+			if p.Name == "" {
+				fleet = p.Reports
+			}
+		}
+		return cmp.Equal(qa, want) && cmp.Equal(fleet, want)
+	})
 }

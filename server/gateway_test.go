@@ -25,6 +25,7 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
 	"github.com/captchaq/captchaq/internal/brokertest"
+	"github.com/captchaq/captchaq/internal/reportfwd"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
@@ -114,12 +115,7 @@ func (f *fleetRig) worker(owner string, threads int) (stop func()) {
 		Queue: captchaq.Config{Provider: pc, Threads: threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: f.log},
 		Owner: owner, Grace: 200 * time.Millisecond, BeatInterval: time.Second, Logger: f.log,
-		Report: func(ctx context.Context, _, captchaID string, good bool) error {
-			if good {
-				return pc.ReportGood(ctx, captchaID)
-			}
-			return pc.ReportBad(ctx, captchaID)
-		},
+		Report: reportfwd.New(captchaq.Config{Provider: pc}).Forward,
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -191,9 +187,7 @@ func (f *fleetRig) serveStore(name string, st captchaq.Store, before func(*bundl
 		f.t.Fatal(err)
 	}
 	scfg := server.Config{Backend: gw, Clients: gatewayClients, Logger: f.log, PingbackAllow: testAllow,
-		PingbackTimeout: time.Minute, Report: func(ctx context.Context, r captchaq.Result, good bool) error {
-			return gw.Report(ctx, r.Provider, r.CaptchaID, good)
-		}}
+		PingbackTimeout: time.Minute, Report: gw.Report}
 	if f.config != nil {
 		f.config(&scfg)
 	}

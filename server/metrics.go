@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/captchaq/captchaq"
 )
 
 // clientCollector reads the clients' counts at scrape time; the queue's
@@ -15,6 +17,7 @@ type clientCollector struct {
 	s *Server
 
 	inflight, solved, failed *prometheus.Desc
+	reports                  *prometheus.Desc // by client and outcome (reportTally)
 }
 
 func newClientCollector(s *Server) *clientCollector {
@@ -26,6 +29,8 @@ func newClientCollector(s *Server) *clientCollector {
 		inflight: d("tasks_inflight", "Unfinished tasks per client."),
 		solved:   d("tasks_solved_total", "Tasks solved per client."),
 		failed:   d("tasks_failed_total", "Tasks failed for good per client."),
+		reports: prometheus.NewDesc("captchaq_client_reports_total",
+			"What came of each client's reports, by outcome.", []string{"client", "outcome"}, nil),
 	}
 }
 
@@ -33,6 +38,7 @@ func (c *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inflight
 	ch <- c.solved
 	ch <- c.failed
+	ch <- c.reports
 }
 
 func (c *clientCollector) Collect(ch chan<- prometheus.Metric) {
@@ -44,6 +50,11 @@ func (c *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(inflight), cl.Name)
 		ch <- prometheus.MustNewConstMetric(c.solved, prometheus.CounterValue, float64(solved), cl.Name)
 		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(failed), cl.Name)
+		r := c.s.reports.client(cl.Name)
+		for outcome, n := range map[string]int64{captchaq.ReportAccepted: r.Accepted, captchaq.ReportRefused: r.Refused,
+			captchaq.ReportFailed: r.Failed, captchaq.ReportTooLate: r.TooLate, captchaq.ReportNotSent: r.NotSent} {
+			ch <- prometheus.MustNewConstMetric(c.reports, prometheus.CounterValue, float64(n), cl.Name, outcome)
+		}
 	}
 }
 

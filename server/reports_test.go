@@ -1,15 +1,13 @@
 package server_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/url"
 	"sync"
 	"testing"
 
-	"github.com/captchaq/captchaq"
-	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/internal/reportfwd"
 	"github.com/captchaq/captchaq/server"
 )
 
@@ -23,13 +21,7 @@ func TestReportsForwardedOnce(t *testing.T) {
 		{Name: "qa", Key: keyQA}, {Name: "slow", Key: keySlow, Rate: 0.01}, {Name: "ops", Key: keyAdmin, Admin: true},
 	}, server: func(c *server.Config) {
 		// As captchaq serve does: to the provider that solved it.
-		pc := c.Queue.Provider.(*provider.Client)
-		c.Report = func(ctx context.Context, r captchaq.Result, good bool) error {
-			if good {
-				return pc.ReportGood(ctx, r.CaptchaID)
-			}
-			return pc.ReportBad(ctx, r.CaptchaID)
-		}
+		c.Report = reportfwd.New(c.Queue).ForwardResult
 	}})
 	id := b.inOK(t, keyQA, turnstile())
 	if v := b.waitFinal(t, keyQA, id); v.Status != "solved" {

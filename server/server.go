@@ -54,9 +54,12 @@ type Server struct {
 	events    *broker
 	pingbacks *pingbackSender
 	metrics   *httpMetrics
-	registry  *prometheus.Registry
-	pbPath    string // the provider pingback's secret path
-	history   *history
+	reports   *reportTally // what came of clients' reports
+	// reportsLater: the Backend answers reports' outcomes (ReportOutcomer).
+	reportsLater bool
+	registry     *prometheus.Registry
+	pbPath       string // the provider pingback's secret path
+	history      *history
 
 	started atomic.Bool
 	paused  atomic.Bool // a permanent account error
@@ -135,6 +138,13 @@ func New(cfg Config) (*Server, error) {
 	if err := s.backend.Attach(weights, s.result); err != nil {
 		return nil, err
 	}
+	s.reports = newReportTally()
+	if ro, ok := s.backend.(ReportOutcomer); ok {
+		if err := ro.AttachReports(s.reportOutcome); err != nil {
+			return nil, err
+		}
+		s.reportsLater = true
+	}
 	if rb, ok := s.backend.(Replicated); ok {
 		if err := rb.AttachReplicas(s.otherAccepted, s.otherResult); err != nil {
 			return nil, err
@@ -162,7 +172,7 @@ func New(cfg Config) (*Server, error) {
 		reg = prometheus.WrapRegistererWith(prometheus.Labels{"replica": cfg.Replica}, s.registry)
 	}
 	s.metrics = newHTTPMetrics()
-	reg.MustRegister(promq.NewCollector(s.backend), newClientCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports)
+	reg.MustRegister(promq.NewCollector(s.backend), newClientCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports, s.reports.outcomes)
 	reg.MustRegister(s.budget.collectors()...)
 	reg.MustRegister(s.conns.collectors()...)
 	if qd, ok := s.backend.(QueueDepther); ok {

@@ -28,10 +28,11 @@ const (
 
 // bundle is one running stack: simulator, provider client, queue, server.
 type bundle struct {
-	sim  *sim.Server
-	srv  *server.Server
-	url  string
-	http *http.Client
+	sim     *sim.Server
+	simBase string // the simulator's URL
+	srv     *server.Server
+	url     string
+	http    *http.Client
 }
 
 type options struct {
@@ -118,7 +119,7 @@ func setup(t *testing.T, o options) *bundle {
 			t.Fatal(err)
 		}
 	}
-	return &bundle{sim: ss, srv: srv, url: hs.URL, http: hs.Client()}
+	return &bundle{sim: ss, simBase: base, srv: srv, url: hs.URL, http: hs.Client()}
 }
 
 // form sends a front request and returns the body.

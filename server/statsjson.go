@@ -65,6 +65,8 @@ type StatsProvider struct {
 	// Refused are the types the provider refuses (captchaq.TypeRefusal):
 	// their tasks go elsewhere until a probe after Until (RFC 3339).
 	Refused []StatsRefusal `json:"refused,omitempty"`
+	// Reports are what came of the clients' reports forwarded to it.
+	Reports ReportCounts `json:"reports"`
 }
 
 // StatsRefusal is a provider's refusal of a type in /v1/stats.

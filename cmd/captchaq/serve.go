@@ -17,6 +17,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/internal/reportfwd"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/store/postgres"
 )
@@ -371,7 +372,7 @@ func (f *serveFlags) localBackend(ctx context.Context, env *environment, log *sl
 		return server.Config{}, nil, nil, &exitError{code: 2, err: errors.New("--standby: applies to a PostgreSQL --store (postgres://…), which several servers can reach")}
 	}
 	qc.Store = store
-	cfg := server.Config{Queue: qc, PublicURL: *f.publicURL, Report: resultReport(qc)}
+	cfg := server.Config{Queue: qc, PublicURL: *f.publicURL, Report: reportfwd.New(qc).ForwardResult}
 	if pc != nil {
 		cfg.Balance = pc.Balance
 	}
@@ -404,48 +405,6 @@ func checkAccounts(ctx context.Context, lanes []captchaq.ProviderConfig, log *sl
 		return refused[0]
 	}
 	return nil
-}
-
-// reporter is a Provider that forwards reportgood and reportbad.
-type reporter interface {
-	ReportGood(ctx context.Context, captchaID string) error
-	ReportBad(ctx context.Context, captchaID string) error
-}
-
-// resultReport forwards a client's report to the provider that solved the
-// result: the only one, or the one r.Provider names.
-func resultReport(qc captchaq.Config) func(ctx context.Context, r captchaq.Result, good bool) error {
-	report := providersReport(qc)
-	return func(ctx context.Context, r captchaq.Result, good bool) error {
-		if err := report(ctx, r.Provider, r.CaptchaID, good); err != nil {
-			return fmt.Errorf("task %s: %w", r.ID, err)
-		}
-		return nil
-	}
-}
-
-// providersReport forwards a client's reportbad (good false) or
-// reportgood to the provider named providerName: one of qc's Providers,
-// or qc's Provider when the name is empty. Never to another: two
-// providers may give the same captcha id to different tasks.
-func providersReport(qc captchaq.Config) func(ctx context.Context, providerName, captchaID string, good bool) error {
-	byName := map[string]captchaq.Provider{}
-	if len(qc.Providers) == 0 {
-		byName[""] = qc.Provider
-	}
-	for _, l := range qc.Providers {
-		byName[l.Name] = l.Provider
-	}
-	return func(ctx context.Context, providerName, captchaID string, good bool) error {
-		pc, ok := byName[providerName].(reporter)
-		switch {
-		case !ok:
-			return fmt.Errorf("no provider %q to report to", providerName)
-		case good:
-			return pc.ReportGood(ctx, captchaID)
-		}
-		return pc.ReportBad(ctx, captchaID)
-	}
 }
 
 // gatewayBackend opens the store, connects to the broker and builds the
@@ -525,11 +484,8 @@ func (f *serveFlags) gatewayBackend(ctx context.Context, log *slog.Logger) (serv
 	attrs := []any{"mode", "gateway", "gateway", gw.Name(), "reply_queue", gw.ReplyQueue(), "store", storeLabel(path)}
 	// getbalance: the freshest balance a worker read (at most about a
 	// minute old; see amqp.BalanceEveryDefault).
-	report := func(ctx context.Context, r captchaq.Result, good bool) error {
-		return gw.Report(ctx, r.Provider, r.CaptchaID, good)
-	}
 	ledger, _ := store.(captchaq.PingbackLedger)
-	return server.Config{Backend: gw, Balance: gw.Balance, Report: report, PingbackLedger: ledger}, attrs, stop, nil
+	return server.Config{Backend: gw, Balance: gw.Balance, Report: gw.Report, PingbackLedger: ledger}, attrs, stop, nil
 }
 
 // replicaName is a replica's default name: the host name and the port

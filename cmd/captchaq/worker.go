@@ -12,6 +12,7 @@ import (
 
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/internal/reportfwd"
 )
 
 func init() {
@@ -104,7 +105,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	defer c.Close()
 	w, err := amqp.NewWorker(c, amqp.WorkerConfig{
 		Queue: qc, Owner: *owner, Prefetch: *prefetch, Grace: *grace, Logger: log,
-		Balance: balance, Report: providersReport(qc), SharedThreads: *shared,
+		Balance: balance, Report: reportfwd.New(qc).Forward, SharedThreads: *shared,
 	})
 	if err != nil {
 		return &exitError{code: 2, err: err}

@@ -53,13 +53,22 @@
     state.className = "badge " + (m.paused || !st.ready ? "bad" : "ok");
     // Several providers (--providers): each one's health, tasks, spend and
     // the types it refuses.
-    const ps = (m.providers || []).filter((p) => p.name);
+    const ps = (m.providers || []).filter((p) => p.name && p.threads > 0);
     $("providers-section").hidden = ps.length === 0;
     $("providers").replaceChildren(...ps.map((p) => row([p.name, p.healthy ? "in routing" : (p.down ? "down" : "paused"),
       p.threads_in_use + " / " + p.threads, p.solved, p.failed, p.moved, p.spend.toFixed(4),
       p.spend_last_hour.toFixed(4) + (p.max_spend_per_hour ? " / " + p.max_spend_per_hour.toFixed(2) : ""), p.cost_per_1000.toFixed(2),
       (p.refused || []).map((r) => r.method + " (" + r.code + ") until " + r.until).join(", ")])));
     $("clients").replaceChildren(...(st.clients || []).map((c) => row([c.name, c.weight, c.inflight, c.accepted, c.solved, c.failed])));
+    // What came of the clients' reports (reportbad, reportgood), by
+    // provider and by client: refusals with the provider's codes.
+    const reports = (m.providers || []).map((p) => ["provider " + (p.name || "(the only one)"), p.reports])
+      .concat((st.clients || []).map((c) => ["client " + c.name, c.reports]))
+      .filter(([, r]) => r && (r.sent || r.too_late || r.not_sent));
+    $("reports-section").hidden = reports.length === 0;
+    $("reports").replaceChildren(...reports.map(([who, r]) => row([who, r.sent, r.accepted,
+      r.refused + Object.keys(r.refused_by_code || {}).sort().map((c) => " " + c + ": " + r.refused_by_code[c]).join(","),
+      r.too_late, r.not_sent])));
     set("dead-count", st.dead_letters);
   }
 
