@@ -74,7 +74,7 @@ func TestGatewayForwardsReportsToTheProvider(t *testing.T) {
 	}
 	want := server.ReportCounts{Sent: 2, Accepted: 2}
 	var qa, fleet server.ReportCounts
-	testbound.Until(t, "two accepted reports counted for qa and the provider", func() bool {
+	counted := testbound.Eventually(func() bool {
 		var st server.Stats
 		g.api(t, "GET", "/v1/stats", keyAdmin, "", http.StatusOK, &st)
 		for _, c := range st.Clients {
@@ -89,4 +89,7 @@ func TestGatewayForwardsReportsToTheProvider(t *testing.T) {
 		}
 		return cmp.Equal(qa, want) && cmp.Equal(fleet, want)
 	})
+	if !counted {
+		t.Fatalf("reports counted for qa %+v, for the provider %+v; want %+v for each", qa, fleet, want)
+	}
 }
