@@ -159,7 +159,9 @@ type Config struct {
 	// Report forwards a client's reportbad (good false) or reportgood to
 	// the provider of the solved result r, by the provider's captcha id
 	// (r.CaptchaID; r.Provider names the provider in a queue of several).
-	// Default: the report is recorded in the metrics only.
+	// What came of it is counted (captchaq.ReportOutcomeOf of its error;
+	// captchaq serve's is internal/reportfwd's, which keeps to each
+	// provider's report window). Default: nothing is sent (not_sent).
 	Report func(ctx context.Context, r captchaq.Result, good bool) error
 	// MaxAttempts is the most submissions a client's task may ask for: a
 	// larger max_attempts is lowered to it, and a task that names none gets
