@@ -30,7 +30,7 @@ const maxLineBytes = 16 << 20
 func runBatch(ctx context.Context, env *environment, args []string) error {
 	fs := env.flagSet("batch")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: captchaq batch [FILE|-] [--out FILE] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--sim] [--store PATH|memory] [--order input|longest-first]")
+		fmt.Fprintln(fs.Output(), "usage: captchaq batch [FILE|-] [--out FILE] [--store PATH|memory] [--threads N | --plan NAME] [flags]")
 		fmt.Fprintln(fs.Output(), "\nReads task JSONL (one task a line), solves every task through the queue and writes one result line per task.")
 		fs.PrintDefaults()
 	}

@@ -94,7 +94,7 @@ func dlqTaskFile(args []string) string {
 	return ""
 }
 
-const dlqUsage = "usage: captchaq dlq list|replay (TASKS.jsonl [--sim] | --store PATH | --amqp URL [--prefix P]) [--id ID ... | --reason CODE | --all]"
+const dlqUsage = "usage: captchaq dlq list|replay (FILE | --store PATH | --amqp URL) [--id ID ... | --reason CODE | --all]"
 
 // dlqHelp is `dlq --help`: both back ends take the same flags.
 const dlqHelp = dlqUsage + `

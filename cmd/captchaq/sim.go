@@ -53,7 +53,7 @@ func runSim(ctx context.Context, env *environment, args []string) error {
 	fs := env.flagSet("sim")
 	f := addSimFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: captchaq sim [--addr HOST:PORT] [--threads N] [--key K] [--latency-scale F] [--mix fast] [--methods M,... --price P] [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. With "+envSimAdminKey+" set, /sim/ needs it as Authorization: Bearer.\nFlags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq sim [--addr HOST:PORT] [--threads N] [--latency-scale F] [--mix fast] [flags]\n\nServes in.php, res.php and /sim/stats, /sim/stats/reset, /sim/account, /sim/unban\nuntil interrupted. With "+envSimAdminKey+" set, /sim/ needs it as Authorization: Bearer.\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {

@@ -44,7 +44,7 @@ func (p paramFlag) Set(s string) error {
 	return nil
 }
 
-const solveUsage = "usage: captchaq solve --method M --param k=v [--param k=v ...] [--api-url URL | --providers FILE] [--timeout D]"
+const solveUsage = "usage: captchaq solve --method M --param k=v [--param k=v ...] [--api-url URL] [--timeout D] [flags]"
 
 // runSolve solves one task through the same queue as batch: its poll
 // scheduler, its retries, its providers, and the built-in simulator when

@@ -39,7 +39,7 @@ func runWorker(ctx context.Context, env *environment, args []string) error {
 	verbose := fs.Bool("v", false, "log every task")
 	brokerWait := addBrokerWaitFlag(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: captchaq worker --amqp URL [--prefix P] [--threads N | --plan NAME] [--api-url URL | --providers FILE] [--metrics-addr ADDR]")
+		fmt.Fprintln(fs.Output(), "usage: captchaq worker --amqp URL [--threads N | --plan NAME] [--api-url URL | --providers FILE] [flags]")
 		fmt.Fprintln(fs.Output(), "\nSolves tasks from RabbitMQ until SIGTERM; run one per machine. The workers on a prefix share the\nplan's --threads (or each provider's, with --providers) through the broker. The key comes from\n"+envKey+" or the file named by "+envKeyFile+".\n\nflags:")
 		fs.PrintDefaults()
 	}
