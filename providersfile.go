@@ -66,7 +66,7 @@ var providersFields = []string{
 // later than it after the answer are not sent) defaults to
 // provider.PublishedReportWindow. methods defaults to
 // CaptchaAI's for CaptchaAI's URL, createtask.Methods for a createtask
-// provider, else to provider.CommonMethods. Field
+// provider (which may list createtask.Carried), else to provider.CommonMethods. Field
 // names are lower case; an unknown field is refused. The error lists every
 // problem at once, each naming the entry, the field and the fix, and never
 // carries a key.
@@ -351,8 +351,8 @@ func (r *entryReader) methods(base string, createTask bool) []string {
 		switch {
 		case !slices.Contains(provider.KnownMethods, m):
 			r.fail("methods", "[%d] %q is not a method captchaq can validate; use one of %s", j, m, strings.Join(provider.KnownMethods, ", "))
-		case createTask && !slices.Contains(createtask.Methods, m):
-			r.fail("methods", "[%d] %q has no createTask type; a createtask provider solves %s", j, m, strings.Join(createtask.Methods, ", "))
+		case createTask && !slices.Contains(createtask.Carried, m):
+			r.fail("methods", "[%d] %q has no createTask type; a createtask provider may list %s", j, m, strings.Join(createtask.Carried, ", "))
 		}
 	}
 	return methods

@@ -85,7 +85,9 @@ var (
 	fProxyType = field{"proxytype", "the proxy's protocol: one of HTTP, HTTPS, SOCKS4, SOCKS5", checkProxyType}
 	fUserAgent = field{"userAgent", "", nil}
 	fAPIServer = field{"api_server", "", checkHost}
-	fTextInstr = field{"textinstructions", `what to select, e.g. "select all images with a bus"`, nil}
+	fTextInstr = field{"textinstructions", `what to select, e.g. "select all images with a bus", or imginstructions: an image of it, base64-encoded`, nil}
+	// fRecaptchaDomain is where the widget loads from (createTask's apiDomain).
+	fRecaptchaDomain = field{"domain", "", checkRecaptchaDomain}
 )
 
 func flag(name string) field  { return field{name, "", checkFlag} }
@@ -110,8 +112,9 @@ var imageOptional = []field{
 // specs is the method-spec table: required and optional fields per kind.
 var specs = map[Kind]methodSpec{
 	KindImage: {kind: KindImage, optional: imageOptional},
-	KindGrid: {kind: KindGrid, required: []field{fTextInstr},
-		optional: []field{flag("recaptcha"), intIn("recaptcharows", 1, 10), intIn("recaptchacols", 1, 10), plain("lang")}},
+	KindGrid: {kind: KindGrid, extra: gridInstructions,
+		optional: []field{fTextInstr, {"imginstructions", "", checkBLSImage}, flag("recaptcha"),
+			intIn("recaptcharows", 1, 10), intIn("recaptchacols", 1, 10), plain("lang")}},
 	KindBLS: {kind: KindBLS,
 		required: []field{
 			{"instructions", "the numeric code shown above the grid, e.g. 664", nil},
@@ -119,14 +122,14 @@ var specs = map[Kind]methodSpec{
 		},
 		optional: blsImages()},
 	KindRecaptchaV2: {kind: KindRecaptchaV2, required: []field{fGoogleKey, fPageURL},
-		optional: append([]field{flag("invisible"), flag("enterprise"), plain("data-s"), fUserAgent, plain("cookies"), plain("version")}, proxyFields...)},
+		optional: append([]field{flag("invisible"), flag("enterprise"), plain("data-s"), fUserAgent, plain("cookies"), plain("version"), fRecaptchaDomain}, proxyFields...)},
 	KindRecaptchaV3: {kind: KindRecaptchaV3, required: []field{fGoogleKey, fPageURL},
-		optional: []field{plain("action"), {"min_score", "", checkScore}, flag("enterprise"), plain("version")}},
+		optional: []field{plain("action"), {"min_score", "", checkScore}, flag("enterprise"), plain("version"), fRecaptchaDomain}},
 	KindTurnstile: {kind: KindTurnstile, required: []field{fSiteKey, fPageURL},
 		optional: append([]field{plain("action"), plain("data"), plain("pagedata"), fUserAgent}, proxyFields...)},
 	KindCloudflareChallenge: {kind: KindCloudflareChallenge,
 		required: []field{fPageURL, fProxy, fProxyType},
-		optional: []field{fUserAgent}},
+		optional: []field{fUserAgent, plain("sitekey"), {"htmlPageBase64", "", checkHTMLPage}}},
 	KindGeeTest: {kind: KindGeeTest,
 		required: []field{
 			{"gt", "the GeeTest gt value from the page", nil},
@@ -136,7 +139,7 @@ var specs = map[Kind]methodSpec{
 		optional: []field{fAPIServer, plain("version")}},
 	KindCaptchaFox: {kind: KindCaptchaFox, required: []field{fSiteKey, fPageURL},
 		optional: append([]field{fAPIServer, fUserAgent}, proxyFields...)},
-	KindFriendlyCaptcha: {kind: KindFriendlyCaptcha, required: []field{fSiteKey, fPageURL}},
+	KindFriendlyCaptcha: {kind: KindFriendlyCaptcha, required: []field{fSiteKey, fPageURL}, optional: proxyFields},
 	KindHCaptcha: {kind: KindHCaptcha, required: []field{fSiteKey, fPageURL},
 		optional: append([]field{flag("invisible"), plain("data"), fUserAgent, plain("domain")}, proxyFields...)},
 	KindFunCaptcha: {kind: KindFunCaptcha,
@@ -147,7 +150,7 @@ var specs = map[Kind]methodSpec{
 		optional: []field{fAPIServer, plain("version")}},
 	KindLemin: {kind: KindLemin,
 		required: []field{{"captcha_id", "the Lemin captcha id from the page", nil}, fPageURL},
-		optional: []field{plain("div_id"), fAPIServer}},
+		optional: append([]field{plain("div_id"), fAPIServer, fUserAgent}, proxyFields...)},
 }
 
 func blsImages() []field {
@@ -693,6 +696,31 @@ func checkHost(v string) string {
 		return fmt.Sprintf("%s is not a host name; give the API server's host, e.g. api.example.com", quoteShort(v))
 	}
 	return ""
+}
+
+func checkRecaptchaDomain(v string) string {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "google.com", "recaptcha.net":
+		return ""
+	}
+	return fmt.Sprintf("%s is not a domain reCAPTCHA loads from; use google.com or recaptcha.net (createTask's apiDomain)", quoteShort(v))
+}
+
+// checkHTMLPage checks a challenge page's HTML, base64-encoded
+// (createTask's htmlPageBase64).
+func checkHTMLPage(v string) string {
+	if _, err := decodeBase64(v); err != nil {
+		return "not valid base64; send the challenge page's HTML base64-encoded (createTask's htmlPageBase64)"
+	}
+	return ""
+}
+
+// gridInstructions: a grid says what to select, in words or as an image.
+func gridInstructions(t Task) error {
+	if strings.TrimSpace(t.Params["textinstructions"]) == "" && strings.TrimSpace(t.Params["imginstructions"]) == "" {
+		return &ValidationError{Field: "params.textinstructions", Reason: "required for " + string(KindGrid) + "; " + fTextInstr.hint}
+	}
+	return nil
 }
 
 func checkFlag(v string) string {

@@ -77,7 +77,7 @@ func TestMissingRequiredFields(t *testing.T) {
 		"proxytype":        "the proxy's protocol: one of HTTP, HTTPS, SOCKS4, SOCKS5",
 		"gt":               "the GeeTest gt value from the page",
 		"challenge":        "a fresh GeeTest challenge value from the page (it expires quickly)",
-		"textinstructions": `what to select, e.g. "select all images with a bus"`,
+		"textinstructions": `what to select, e.g. "select all images with a bus", or imginstructions: an image of it, base64-encoded`,
 		"instructions":     "the numeric code shown above the grid, e.g. 664",
 		"image_base64_1":   "the first grid image as base64 (image_base64_1 … image_base64_9, in reading order)",
 		"captcha_id":       "the Lemin captcha id from the page",
@@ -168,6 +168,14 @@ func TestValidateBadValues(t *testing.T) {
 		{"empty method", Task{}, `method: required; one of base64, bls, captchafox, cloudflare_challenge, friendly_captcha, geetest, lemin, post, turnstile, userrecaptcha`},
 		{"unknown method", Task{Method: "recaptcha"}, `method: unknown method "recaptcha"; supported: base64, bls, captchafox, cloudflare_challenge, friendly_captcha, geetest, lemin, post, turnstile, userrecaptcha`},
 		{"upper case method", Task{Method: "Turnstile"}, `method: "Turnstile" must be written in lower case: "turnstile"`},
+		{"reCAPTCHA API domain not Google's", v2("enterprise", "1", "domain", "recaptcha.example"),
+			`params.domain: "recaptcha.example" is not a domain reCAPTCHA loads from; use google.com or recaptcha.net (createTask's apiDomain)`},
+		{"reCAPTCHA v3 API domain with a scheme", Task{Method: "userrecaptcha", Params: map[string]string{"googlekey": "k", "pageurl": "https://a.example/", "version": "v3", "domain": "https://google.com"}},
+			`params.domain: "https://google.com" is not a domain reCAPTCHA loads from; use google.com or recaptcha.net (createTask's apiDomain)`},
+		{"cf challenge page not base64", Task{Method: "cloudflare_challenge", Params: map[string]string{"pageurl": "https://a.example/", "proxy": "h:1", "proxytype": "HTTP", "htmlPageBase64": "<html>"}},
+			`params.htmlPageBase64: not valid base64; send the challenge page's HTML base64-encoded (createTask's htmlPageBase64)`},
+		{"grid with neither instruction", Task{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "recaptcha": "1"}},
+			`params.textinstructions: required for grid; what to select, e.g. "select all images with a bus", or imginstructions: an image of it, base64-encoded`},
 		{"cf challenge without proxytype", Task{Method: "cloudflare_challenge", Params: map[string]string{"pageurl": "https://a.example/", "proxy": "h:1"}},
 			`params.proxytype: required for cloudflare_challenge; the proxy's protocol: one of HTTP, HTTPS, SOCKS4, SOCKS5`},
 	}
@@ -197,6 +205,8 @@ func TestValidateAcceptsLenientValues(t *testing.T) {
 		{Method: "base64", Params: map[string]string{"body": "R0lGODk"}}, // unpadded
 		{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "recaptcha": "0"}},
 		{Method: "geetest", Params: map[string]string{"gt": "g", "challenge": "c", "pageurl": "https://a.example/", "version": "3"}},
+		{Method: "userrecaptcha", Params: map[string]string{"googlekey": "k", "pageurl": "https://a.example/", "enterprise": "1", "data-s": "S", "domain": "Recaptcha.NET"}},
+		{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "recaptcha": "1", "imginstructions": "R0lGODlh"}},
 	} {
 		if err := task.Validate(); err != nil {
 			t.Errorf("%v: %v", task, err)

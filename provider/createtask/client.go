@@ -49,7 +49,7 @@ type Client struct {
 
 // NewClient checks cfg and returns a Client for the service at
 // cfg.BaseURL (required: there is no default createTask service).
-// cfg.Methods defaults to Methods and may name only those; BulkPoll does
+// cfg.Methods defaults to Methods and may name only Carried; BulkPoll does
 // not apply (getTaskResult takes one id); SoftID is sent as softId when
 // it is a number. The error lists every problem of cfg.
 func NewClient(cfg provider.ClientConfig) (*Client, error) {
@@ -75,8 +75,8 @@ func NewClient(cfg provider.ClientConfig) (*Client, error) {
 		methods = Methods
 	}
 	for _, m := range methods {
-		if !slices.Contains(Methods, m) {
-			errs = append(errs, fmt.Errorf("createtask: Methods has %q, which no createTask type carries; use methods of %s", m, strings.Join(Methods, ", ")))
+		if !slices.Contains(Carried, m) {
+			errs = append(errs, fmt.Errorf("createtask: Methods has %q, which no createTask type carries; use methods of %s", m, strings.Join(Carried, ", ")))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -189,12 +189,6 @@ func (c *Client) Submit(ctx context.Context, t provider.Task, pingback string) (
 	const op = "submit"
 	if err := t.ValidateFor(c.methods); err != nil {
 		return "", invalid(op, err)
-	}
-	if t.Method == "base64" || t.Method == "post" {
-		if isTrue(t.Params["recaptcha"]) {
-			return "", &provider.Error{Op: op, Code: provider.CodeUnsupportedType, Class: provider.ClassTask,
-				Text: "grid image tasks (recaptcha=1) have no createTask type; route them to an in.php provider"}
-		}
 	}
 	obj, err := TaskObject(t)
 	if err != nil {
@@ -429,6 +423,12 @@ func answerOf(solution json.RawMessage) (provider.Answer, bool) {
 	switch {
 	case has(obj, "captcha_output"):
 		k = provider.KindGeeTestV4
+	case has(obj, "cf_clearance"):
+		k = provider.KindCloudflareChallenge
+	case has(obj, "click"):
+		k = provider.KindGrid
+	case has(obj, "challenge_id") && has(obj, "answer"):
+		k = provider.KindLemin
 	case has(obj, "challenge") && has(obj, "validate"):
 		k = provider.KindGeeTest
 	case has(obj, "gRecaptchaResponse"):

@@ -28,7 +28,7 @@ func FuzzParseTask(f *testing.F) {
 			}
 			return
 		}
-		if !slices.Contains(Methods, task.Method) {
+		if !slices.Contains(Carried, task.Method) {
 			t.Fatalf("method %q of %s", task.Method, raw)
 		}
 		if task.ValidateFor(provider.KnownMethods) != nil {

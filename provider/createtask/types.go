@@ -2,6 +2,7 @@ package createtask
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -37,8 +38,12 @@ type taskType struct {
 	method string
 	fields []field
 	// proxy: the family has proxy variants (RecaptchaV2Task beside
-	// RecaptchaV2TaskProxyless); a proxy is optional on them.
+	// RecaptchaV2TaskProxyless); a proxy is optional on them unless needs
+	// names it.
 	proxy bool
+	// needs are fields the services require of the family beyond what
+	// in.php requires of its method (CaptchaFox's user agent and proxy).
+	needs []need
 }
 
 // typeName is one type name of a family: the names clients send, the
@@ -76,6 +81,7 @@ var (
 		{wire: "isInvisible", param: "invisible", kind: vFlag},
 		fUserAgent,
 		{wire: "cookies", param: "cookies"},
+		fAPIDomain,
 	}}
 	typeRecaptchaV3 = &taskType{kind: provider.KindRecaptchaV3, method: "userrecaptcha", fields: []field{
 		fWebsiteURL,
@@ -83,6 +89,7 @@ var (
 		{wire: "minScore", param: "min_score", kind: vNumber},
 		{wire: "pageAction", param: "action"},
 		{wire: "isEnterprise", param: "enterprise", kind: vFlag},
+		fAPIDomain,
 	}}
 	typeTurnstile = &taskType{kind: provider.KindTurnstile, method: "turnstile", proxy: true, fields: []field{
 		fWebsiteURL,
@@ -141,6 +148,12 @@ var names = []typeName{
 	{name: "HCaptchaTask", t: typeHCaptcha, proxy: true},
 	{name: "FunCaptchaTaskProxyless", t: typeFunCaptcha},
 	{name: "FunCaptchaTask", t: typeFunCaptcha, proxy: true},
+	{name: "GridTask", t: typeGrid, extra: map[string]string{"recaptcha": "1"}},
+	{name: "LeminTaskProxyless", t: typeLemin},
+	{name: "LeminTask", t: typeLemin, proxy: true},
+	{name: "CaptchaFoxTask", t: typeCaptchaFox, proxy: true},
+	{name: "FriendlyCaptchaTaskProxyless", t: typeFriendly},
+	{name: "FriendlyCaptchaTask", t: typeFriendly, proxy: true},
 }
 
 // byName finds a type name in any letter case.
@@ -161,12 +174,20 @@ func TypeNames() []string {
 	return out
 }
 
-// Methods are the in.php methods a createTask service can be sent (as
-// provider.Task.RouteMethod names them): the default methods of a
-// createTask provider, and the only ones it may list. An image task goes
-// as ImageToTextTask whether it came as base64 or post; a grid image
-// (recaptcha=1) has no createTask type and is refused.
+// Methods are the default methods of a createTask provider (as
+// provider.Task.RouteMethod names them): the types most services of the
+// protocol solve. An image task goes as ImageToTextTask whether it came
+// as base64 or post, a grid image (recaptcha=1) as GridTask.
 var Methods = []string{"base64", "funcaptcha", "geetest", "geetest_v4", "hcaptcha", "post", "turnstile", "userrecaptcha"}
+
+// Carried are every method a createTask type carries, the only ones a
+// createTask provider may list: Methods and those fewer services solve
+// (2captcha's CaptchaFox, Friendly Captcha and Lemin types; CapMonster's
+// cf_clearance).
+var Carried = []string{
+	"base64", "captchafox", "cloudflare_challenge", "friendly_captcha", "funcaptcha",
+	"geetest", "geetest_v4", "hcaptcha", "lemin", "post", "turnstile", "userrecaptcha",
+}
 
 // proxyFields are the proxy's fields on a task of a proxy type.
 var proxyFields = []string{"proxyType", "proxyAddress", "proxyPort", "proxyLogin", "proxyPassword"}
@@ -207,8 +228,12 @@ func ParseTask(raw []byte) (provider.Task, *Fault) {
 		}
 	}
 	if tn.t == typeTurnstile {
-		if v, _ := obj.str("cloudflareTaskType"); v != "" && !strings.EqualFold(v, "token") {
-			return provider.Task{}, fault("ERROR_TASK_NOT_SUPPORTED", fmt.Sprintf("task.cloudflareTaskType: %s is not supported; captchaq solves Turnstile tokens (\"token\")", quote(v)))
+		switch v, _ := obj.str("cloudflareTaskType"); strings.ToLower(strings.TrimSpace(v)) {
+		case "", "token":
+		case "cf_clearance":
+			tt = typeCFClearance
+		default:
+			return provider.Task{}, fault("ERROR_TASK_NOT_SUPPORTED", fmt.Sprintf("task.cloudflareTaskType: %s is not supported; use \"token\" (a Turnstile token) or \"cf_clearance\" (a challenge page's cookie)", quote(v)))
 		}
 	}
 	t := provider.Task{Method: tt.method, Params: map[string]string{}}
@@ -233,7 +258,15 @@ func ParseTask(raw []byte) (provider.Task, *Fault) {
 		}
 		t.Params["captcha_id"] = id
 	}
+	if tt == typeRecaptchaV2 {
+		if f := enterprisePayload(obj, tn, t.Params); f != nil {
+			return provider.Task{}, f
+		}
+	}
 	if f := parseProxy(obj, tn, t.Params); f != nil {
+		return provider.Task{}, f
+	}
+	if f := checkNeeds(tt, tn, t.Params); f != nil {
 		return provider.Task{}, f
 	}
 	return t, nil
@@ -452,18 +485,21 @@ func TaskObject(t provider.Task) (map[string]any, error) {
 		return nil, err
 	}
 	var tt *taskType
-	for _, c := range []*taskType{typeImage, typeRecaptchaV2, typeRecaptchaV3, typeTurnstile, typeGeeTest, typeGeeTestV4, typeHCaptcha, typeFunCaptcha} {
+	for _, c := range families {
 		if c.kind == k {
 			tt = c
 		}
 	}
 	if tt == nil {
 		return nil, &provider.Error{Op: "submit", Code: provider.CodeUnsupportedType, Class: provider.ClassTask,
-			Text: fmt.Sprintf("%s tasks have no createTask type; route them to an in.php provider (createTask providers solve %s)", k, strings.Join(Methods, ", "))}
+			Text: fmt.Sprintf("%s tasks have no createTask type; route them to an in.php provider (createTask providers solve %s)", k, strings.Join(Carried, ", "))}
 	}
 	params := foldParams(t.Params)
 	if t.Method == "post" {
 		params["body"] = params["file"]
+	}
+	if err := sendNeeds(tt, k, params); err != nil {
+		return nil, err
 	}
 	proxy := strings.TrimSpace(params["proxy"]) != ""
 	name := pickName(tt, proxy, params)
@@ -493,6 +529,14 @@ func TaskObject(t provider.Task) (map[string]any, error) {
 		obj["initParameters"] = map[string]string{"captcha_id": params["captcha_id"]}
 	case typeGeeTest:
 		obj["version"] = 3
+	case typeCFClearance:
+		obj["type"] = "TurnstileTask"
+		obj["cloudflareTaskType"] = "cf_clearance"
+	case typeRecaptchaV2:
+		if s, ok := obj["recaptchaDataSValue"]; ok && isTrue(params["enterprise"]) {
+			delete(obj, "recaptchaDataSValue")
+			obj["enterprisePayload"] = map[string]any{"s": s}
+		}
 	}
 	if proxy {
 		if err := proxyObject(params["proxy"], params["proxytype"], obj); err != nil {
@@ -586,8 +630,15 @@ func Solution(k provider.Kind, token string, raw json.RawMessage, params map[str
 		out = map[string]any{"gRecaptchaResponse": token, "token": token}
 	case provider.KindHCaptcha:
 		out = map[string]any{"gRecaptchaResponse": token, "token": token}
-	case provider.KindTurnstile, provider.KindFunCaptcha:
+	case provider.KindTurnstile, provider.KindFunCaptcha, provider.KindCaptchaFox, provider.KindFriendlyCaptcha:
 		out = map[string]any{"token": token}
+	case provider.KindCloudflareChallenge:
+		out = map[string]any{"cf_clearance": cmp.Or(objectString(raw, "cf_clearance"), token)}
+	case provider.KindGrid:
+		out = map[string]any{"text": token}
+		if c, ok := clicks(token); ok {
+			out = map[string]any{"click": c}
+		}
 	case provider.KindGeeTest:
 		doc := geeTestDoc(raw, token)
 		out = map[string]any{"challenge": doc["geetest_challenge"], "validate": doc["geetest_validate"], "seccode": doc["geetest_seccode"]}
@@ -602,16 +653,26 @@ func Solution(k provider.Kind, token string, raw json.RawMessage, params map[str
 			}
 			maps.Copy(out, doc)
 		}
-		if k != provider.KindGeeTestV4 || len(out) == 0 {
+		if k != provider.KindGeeTestV4 && k != provider.KindLemin || len(out) == 0 {
 			out["token"] = token
 		}
 	}
 	b := provider.BindingsOf(raw)
-	if b.UserAgent == "" && (k == provider.KindTurnstile || k == provider.KindHCaptcha) {
+	if b.UserAgent == "" && takesTaskUA(k) {
 		b.UserAgent = strings.TrimSpace(foldParams(params)["useragent"])
 	}
 	b.AddTo(out, "userAgent")
 	return out
+}
+
+// takesTaskUA: a token of kind k answered without a user agent is bound
+// to the task's, which the solver used.
+func takesTaskUA(k provider.Kind) bool {
+	switch k {
+	case provider.KindTurnstile, provider.KindHCaptcha, provider.KindCloudflareChallenge, provider.KindCaptchaFox:
+		return true
+	}
+	return false
 }
 
 // geeTestDoc reads a GeeTest v3 answer: {"geetest_challenge", …}, from
@@ -689,6 +750,28 @@ func AnswerOf(k provider.Kind, solution json.RawMessage) (provider.Answer, bool)
 			return provider.Answer{}, false
 		}
 		return structured(m)
+	case provider.KindLemin:
+		a, _ := obj.str("answer")
+		id, _ := obj.str("challenge_id")
+		if a == "" || id == "" {
+			return provider.Answer{}, false
+		}
+		return structured(map[string]string{"answer": a, "challenge_id": id})
+	case provider.KindGrid:
+		var g struct{ Click []int }
+		if json.Unmarshal(solution, &g) == nil && len(g.Click) > 0 {
+			s := clickAnswer(g.Click)
+			return provider.Answer{Raw: s, Token: s}, true
+		}
+	case provider.KindCloudflareChallenge:
+		// The cookie is the token; the solution, with what binds it, the
+		// answer, as an in.php service's JSON answer is.
+		cf, _ := obj.str("cf_clearance")
+		var buf bytes.Buffer
+		if cf == "" || json.Compact(&buf, solution) != nil {
+			return provider.Answer{}, false
+		}
+		return provider.Answer{Raw: buf.String(), Token: cf, JSON: json.RawMessage(buf.String())}, true
 	}
 	return text("token", "text", "gRecaptchaResponse")
 }
