@@ -17,6 +17,7 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/apiform"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 )
 
 // apiError is the JSON API's error body. Field names the input at fault.
@@ -93,7 +94,8 @@ type TaskView struct {
 	// reportbad on res.php): "good" or "bad", once.
 	Report string `json:"report,omitempty"`
 	// Bindings are what the provider answered the token is bound to
-	// (read from result.answer): send the token with exactly these.
+	// (read from result.answer; else the task's user agent where the
+	// type is solved with it): send the token with exactly these.
 	Bindings *Bindings `json:"bindings,omitempty"`
 }
 
@@ -130,7 +132,7 @@ func view(rec captchaq.Record, cs *clientState) TaskView {
 			v.Expired = true
 			res.Token, res.Answer = "", nil
 		}
-		if b := provider.BindingsOf(res.Answer); !b.Empty() {
+		if b := createtask.BindingsFor(res.Kind, res.Answer, rec.Task.Params); res.Token != "" && !b.Empty() {
 			v.Bindings = &Bindings{UserAgent: b.UserAgent, Cookies: b.Cookies, Proxy: b.Proxy}
 		}
 		v.Result = &res

@@ -16,6 +16,7 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/apiform"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 )
 
 // frontReply writes a protocol answer: {"status":s,"request":v} with
@@ -34,11 +35,12 @@ func (f frontReply) ok(v string) {
 	f.text("OK|" + v)
 }
 
-// okAnswer answers a solved task whose answer is a JSON document (raw).
-// Plain text is OK|token, which has no room for what binds a token.
-func (f frontReply) okAnswer(token string, raw json.RawMessage) {
+// okAnswer answers a solved task whose answer is a JSON document (raw)
+// or binds its token (b). Plain text is OK|token, which has no room for
+// what binds a token.
+func (f frontReply) okAnswer(token string, raw json.RawMessage, b provider.Bindings) {
 	if f.json {
-		f.write(resAnswer(token, raw))
+		f.write(resAnswer(token, raw, b))
 		return
 	}
 	f.text("OK|" + token)
@@ -48,13 +50,17 @@ func (f frontReply) okAnswer(token string, raw json.RawMessage) {
 // answer (GeeTest, a Cloudflare Challenge object) is the request as the
 // provider gave it. A token answered with what binds it is the request,
 // the binding beside it: a res.php answer's own fields verbatim (2captcha's
-// "useragent", CaptchaAI's "user_agent", "cookies"), a createTask
-// solution's as "useragent", "cookies" and "proxy" (provider.BindingsOf).
-func resAnswer(token string, raw json.RawMessage) map[string]any {
-	out := map[string]any{"status": 1, "request": raw}
+// "useragent", CaptchaAI's "user_agent", "cookies"), else b (a createTask
+// solution's, the task's user agent; createtask.BindingsFor) as
+// "useragent", "cookies" and "proxy", beside a structured answer too.
+func resAnswer(token string, raw json.RawMessage, b provider.Bindings) map[string]any {
+	out := map[string]any{"status": 1, "request": token}
 	var doc map[string]json.RawMessage
-	if json.Unmarshal(raw, &doc) != nil {
-		return out
+	if len(raw) > 0 {
+		out["request"] = raw
+		if json.Unmarshal(raw, &doc) != nil {
+			return out
+		}
 	}
 	if req, ok := doc["request"]; ok {
 		for k, v := range doc {
@@ -65,11 +71,9 @@ func resAnswer(token string, raw json.RawMessage) map[string]any {
 		out["request"] = req
 		return out
 	}
-	b := provider.BindingsOf(raw)
-	if b.Empty() || !carriesToken(doc, token) {
-		return out
+	if doc != nil && carriesToken(doc, token) {
+		out["request"] = token
 	}
-	out["request"] = token
 	b.AddTo(out, "useragent")
 	return out
 }
@@ -539,11 +543,15 @@ func (s *Server) resOne(r *http.Request, reply frontReply, cs *clientState, id s
 		return
 	}
 	token, raw, code, text := answer(rec)
+	var b provider.Bindings
+	if code == "" {
+		b = createtask.BindingsFor(rec.Result.Kind, raw, rec.Task.Params)
+	}
 	switch {
 	case code != "":
 		reply.fail(code, text)
-	case len(raw) > 0:
-		reply.okAnswer(token, raw)
+	case len(raw) > 0 || !b.Empty():
+		reply.okAnswer(token, raw, b)
 	default:
 		reply.ok(token)
 	}

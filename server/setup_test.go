@@ -47,6 +47,8 @@ type options struct {
 	// createTask: the queue reaches the simulator by createTask and
 	// getTaskResult instead of in.php and res.php.
 	createTask bool
+	// methods: the createTask provider's, else createtask.Methods.
+	methods []string
 }
 
 // slowRecaptcha keeps reCAPTCHA v2 tasks in flight for the whole test.
@@ -70,7 +72,7 @@ func setup(t *testing.T, o options) *bundle {
 	var qp captchaq.Provider = pc
 	balance := pc.Balance
 	if o.createTask {
-		cc, err := createtask.NewClient(provider.ClientConfig{BaseURL: base, Key: "provider-secret"})
+		cc, err := createtask.NewClient(provider.ClientConfig{BaseURL: base, Key: "provider-secret", Methods: o.methods})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -614,13 +614,14 @@ func foldParams(p map[string]string) map[string]string {
 // (captcha_id, lot_number, pass_token, gen_time, captcha_output). token
 // and raw are the answer (provider.Answer's Token and, for structured
 // answers or a token with its bindings, its JSON); params are the task's.
-// What the answer binds the token to (provider.BindingsOf: its user
-// agent under any spelling, cookies, proxy) is added as userAgent,
-// cookies and proxy to every kind's solution; a Turnstile or hCaptcha
-// answer without a user agent takes the task's userAgent, and without
-// either has none: a made-up one would be a token the site refuses. Any
-// other kind (a task taken by in.php) answers {token}, with a structured
-// answer's fields beside it.
+// Cloudflare Challenge {cf_clearance}; grid {click}; Lemin {answer,
+// challenge_id}; CaptchaFox, Friendly Captcha {token}. What the answer
+// binds the token to (BindingsFor: its user agent under any spelling,
+// cookies, proxy; else the task's user agent for the kinds solved with
+// it) is added as userAgent, cookies and proxy to every kind's solution:
+// a made-up one would be a token the site refuses. Any other kind (a
+// task taken by in.php) answers {token}, with a structured answer's
+// fields beside it.
 func Solution(k provider.Kind, token string, raw json.RawMessage, params map[string]string) map[string]any {
 	var out map[string]any
 	switch k {
@@ -657,22 +658,24 @@ func Solution(k provider.Kind, token string, raw json.RawMessage, params map[str
 			out["token"] = token
 		}
 	}
-	b := provider.BindingsOf(raw)
-	if b.UserAgent == "" && takesTaskUA(k) {
-		b.UserAgent = strings.TrimSpace(foldParams(params)["useragent"])
-	}
-	b.AddTo(out, "userAgent")
+	BindingsFor(k, raw, params).AddTo(out, "userAgent")
 	return out
 }
 
-// takesTaskUA: a token of kind k answered without a user agent is bound
-// to the task's, which the solver used.
-func takesTaskUA(k provider.Kind) bool {
+// BindingsFor is what an answer of kind k binds its token to: the
+// answer's bindings (provider.BindingsOf), and for a Turnstile, hCaptcha,
+// Cloudflare Challenge or CaptchaFox answered without a user agent the
+// task's userAgent (params), which it was solved with; none without
+// either.
+func BindingsFor(k provider.Kind, raw json.RawMessage, params map[string]string) provider.Bindings {
+	b := provider.BindingsOf(raw)
 	switch k {
 	case provider.KindTurnstile, provider.KindHCaptcha, provider.KindCloudflareChallenge, provider.KindCaptchaFox:
-		return true
+		if b.UserAgent == "" {
+			b.UserAgent = strings.TrimSpace(foldParams(params)["useragent"])
+		}
 	}
-	return false
+	return b
 }
 
 // geeTestDoc reads a GeeTest v3 answer: {"geetest_challenge", …}, from
