@@ -24,7 +24,7 @@ import (
 var demoPages = template.Must(template.New("index").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>captchaq demo site</title></head>
 <body><h1>captchaq demo site</h1>
-<ul><li><a href="/demo/turnstile">Sign in (Turnstile)</a></li><li><a href="/demo/recaptcha">Checkout (reCAPTCHA v2)</a></li></ul>
+<ul><li><a href="/demo/turnstile">Sign in (Turnstile)</a></li><li><a href="/demo/recaptcha">Checkout (reCAPTCHA v2)</a></li><li><a href="/demo/challenge">Catalogue (Cloudflare challenge)</a></li></ul>
 </body></html>
 {{define "turnstile"}}<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Sign in - captchaq demo</title></head>
@@ -71,6 +71,9 @@ func (s *Server) serveDemo(w http.ResponseWriter, r *http.Request) {
 	case "", "/demo":
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_ = demoPages.Execute(w, nil)
+		return
+	case DemoChallenge.Path:
+		s.serveChallenge(w, r)
 		return
 	case DemoTurnstile.Path:
 		site, page, field, verifyPath = DemoTurnstile, "turnstile", "cf-turnstile-response", "/turnstile/v0/siteverify"

@@ -67,6 +67,9 @@
 // (success, challenge_ts, hostname, error-codes). They accept a token only
 // if this simulator issued it, for that page's sitekey, within its lifetime
 // (Config.Siteverify: 300 s Turnstile, 120 s reCAPTCHA) and only once.
+// /demo/challenge stands behind a Cloudflare challenge: it opens (200) to
+// a cf_clearance cookie solved for its URL, sent with the user agent the
+// cookie is bound to, and answers 403 with the reason otherwise.
 //
 // Start serves the simulator on a socket; New alone serves nothing, and
 // Server.InProcessClient answers its requests in the calling goroutine,

@@ -66,6 +66,9 @@ type DemoSite struct {
 var (
 	DemoTurnstile = DemoSite{Path: "/demo/turnstile", SiteKey: "0x4AAAAAAADemoCaptchaQ01", Secret: "0x4AAAAAAADemoCaptchaQSecret00000001"}
 	DemoRecaptcha = DemoSite{Path: "/demo/recaptcha", SiteKey: "6LdDemoAAAAAAcaptchaqDemoSiteKey00000001", Secret: "6LdDemoAAAAAAcaptchaqDemoSecretKey000001"}
+	// DemoChallenge is a page behind a Cloudflare challenge: no sitekey, no
+	// secret; a Cloudflare Challenge task for its URL is solved for it.
+	DemoChallenge = DemoSite{Path: "/demo/challenge"}
 )
 
 // family is a siteverify endpoint's family of token kinds.
@@ -74,6 +77,7 @@ type family uint8
 const (
 	familyTurnstile family = iota + 1
 	familyRecaptcha
+	familyChallenge // a cf_clearance cookie, checked by the page itself
 )
 
 func familyOf(k provider.Kind) family {
@@ -82,6 +86,8 @@ func familyOf(k provider.Kind) family {
 		return familyTurnstile
 	case provider.KindRecaptchaV2, provider.KindRecaptchaV3:
 		return familyRecaptcha
+	case provider.KindCloudflareChallenge:
+		return familyChallenge
 	}
 	return 0
 }
@@ -94,11 +100,12 @@ type tokenSite struct {
 
 // issuedToken is a token this simulator handed out.
 type issuedToken struct {
-	kind     provider.Kind
-	sitekey  string
-	hostname string
-	at       time.Time // when it was solved
-	used     bool
+	kind      provider.Kind
+	sitekey   string
+	hostname  string
+	userAgent string    // a cf_clearance's, which it is bound to
+	at        time.Time // when it was solved
+	used      bool
 }
 
 type tokenKey [16]byte
@@ -130,9 +137,15 @@ func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
 		return
 	case familyRecaptcha:
 		demo = DemoRecaptcha
+	case familyChallenge:
+		demo = DemoChallenge
 	}
 	sitekey := q.get("sitekey")
-	if kind != provider.KindTurnstile {
+	if kind == provider.KindCloudflareChallenge {
+		if u, err := url.Parse(q.get("pageurl")); err != nil || u.Path != DemoChallenge.Path {
+			return
+		}
+	} else if kind != provider.KindTurnstile {
 		sitekey = q.get("googlekey")
 	}
 	if sitekey != demo.SiteKey {
@@ -162,8 +175,13 @@ func (s *Server) issueLocked(t *task, at time.Time) {
 		s.tokens.issued = make(map[tokenKey]*issuedToken)
 	}
 	s.forgetTokensLocked(at)
-	k := keyOf(s.answerFor(t).raw)
-	s.tokens.issued[k] = &issuedToken{kind: t.kind, sitekey: site.sitekey, hostname: site.hostname, at: at}
+	it := &issuedToken{kind: t.kind, sitekey: site.sitekey, hostname: site.hostname, at: at}
+	token := s.answerFor(t).raw
+	if t.kind == provider.KindCloudflareChallenge {
+		token, it.userAgent = clearanceOf(token)
+	}
+	k := keyOf(token)
+	s.tokens.issued[k] = it
 	s.tokens.order = append(s.tokens.order, k)
 }
 
