@@ -19,7 +19,8 @@ type RecaptchaV2 struct {
 	PageURL    string // the page's absolute URL
 	Invisible  bool
 	Enterprise bool
-	DataS      string // data-s (Google search pages)
+	DataS      string // data-s (Google search pages; Enterprise's payload s)
+	Domain     string // where the widget loads from: google.com or recaptcha.net
 	UserAgent  string
 	Cookies    string // "name1=value1; name2=value2"
 	Proxy      string // user:pass@host:port
@@ -34,6 +35,7 @@ func (r RecaptchaV2) Task() Task {
 	p.flag("invisible", r.Invisible)
 	p.flag("enterprise", r.Enterprise)
 	p.set("data-s", r.DataS)
+	p.set("domain", r.Domain)
 	p.set("userAgent", r.UserAgent)
 	p.set("cookies", r.Cookies)
 	p.set("proxy", r.Proxy)
@@ -91,12 +93,16 @@ func (t Turnstile) Task() Task {
 
 // CloudflareChallenge is Cloudflare's full-page challenge. The answer (a
 // cf_clearance cookie) is bound to the proxy's IP and the user agent, so
-// both proxy fields are required.
+// both proxy fields are required. A createTask service (CapMonster's
+// cf_clearance) also requires the user agent, the page's site key and
+// its HTML.
 type CloudflareChallenge struct {
 	PageURL   string
 	Proxy     string
 	ProxyType string
 	UserAgent string
+	SiteKey   string
+	HTMLPage  []byte // the challenge page as served, sent base64-encoded
 }
 
 // Task returns the raw form: method cloudflare_challenge.
@@ -106,6 +112,10 @@ func (c CloudflareChallenge) Task() Task {
 	p.set("proxy", c.Proxy)
 	p.set("proxytype", c.ProxyType)
 	p.set("userAgent", c.UserAgent)
+	p.set("sitekey", c.SiteKey)
+	if len(c.HTMLPage) > 0 {
+		p["htmlPageBase64"] = base64.StdEncoding.EncodeToString(c.HTMLPage)
+	}
 	return Task{Method: "cloudflare_challenge", Params: p}
 }
 
@@ -165,6 +175,7 @@ type Grid struct {
 	Body             []byte
 	File             string
 	TextInstructions string // e.g. "select all images with a bus"
+	ImgInstructions  []byte // or an image of it
 	Rows, Cols       int    // 0: the provider's default (3×3)
 }
 
@@ -174,6 +185,9 @@ func (g Grid) Task() Task {
 	p := params(t.Params)
 	p["recaptcha"] = "1"
 	p.set("textinstructions", g.TextInstructions)
+	if len(g.ImgInstructions) > 0 {
+		p["imginstructions"] = base64.StdEncoding.EncodeToString(g.ImgInstructions)
+	}
 	p.int("recaptcharows", g.Rows)
 	p.int("recaptchacols", g.Cols)
 	return t

@@ -20,14 +20,16 @@ var goodTasks = []struct {
 	task Task
 	want Task // the raw form Task() must produce
 }{
-	{KindRecaptchaV2, RecaptchaV2{SiteKey: "6Le-site", PageURL: "https://shop.example/login", Invisible: true, Enterprise: true, DataS: "ds", UserAgent: "UA", Cookies: "a=b", Proxy: "u:p@1.2.3.4:8080", ProxyType: "HTTP"}.Task(),
-		Task{Method: "userrecaptcha", Params: map[string]string{"googlekey": "6Le-site", "pageurl": "https://shop.example/login", "invisible": "1", "enterprise": "1", "data-s": "ds", "userAgent": "UA", "cookies": "a=b", "proxy": "u:p@1.2.3.4:8080", "proxytype": "HTTP"}}},
+	{KindRecaptchaV2, RecaptchaV2{SiteKey: "6Le-site", PageURL: "https://shop.example/login", Invisible: true, Enterprise: true, DataS: "ds", Domain: "recaptcha.net", UserAgent: "UA", Cookies: "a=b", Proxy: "u:p@1.2.3.4:8080", ProxyType: "HTTP"}.Task(),
+		Task{Method: "userrecaptcha", Params: map[string]string{"googlekey": "6Le-site", "pageurl": "https://shop.example/login", "invisible": "1", "enterprise": "1", "data-s": "ds", "domain": "recaptcha.net", "userAgent": "UA", "cookies": "a=b", "proxy": "u:p@1.2.3.4:8080", "proxytype": "HTTP"}}},
 	{KindRecaptchaV3, RecaptchaV3{SiteKey: "6Le-v3", PageURL: "https://shop.example/", Action: "login", MinScore: 0.3}.Task(),
 		Task{Method: "userrecaptcha", Params: map[string]string{"googlekey": "6Le-v3", "pageurl": "https://shop.example/", "version": "v3", "action": "login", "min_score": "0.3"}}},
 	{KindTurnstile, Turnstile{SiteKey: "0x4AAA", PageURL: "https://shop.example/checkout", Action: "pay", Data: "cd", PageData: "pd", UserAgent: "UA"}.Task(),
 		Task{Method: "turnstile", Params: map[string]string{"sitekey": "0x4AAA", "pageurl": "https://shop.example/checkout", "action": "pay", "data": "cd", "pagedata": "pd", "userAgent": "UA"}}},
 	{KindCloudflareChallenge, CloudflareChallenge{PageURL: "https://shop.example/", Proxy: "u:p@proxy.example:3128", ProxyType: "HTTPS", UserAgent: "UA"}.Task(),
 		Task{Method: "cloudflare_challenge", Params: map[string]string{"pageurl": "https://shop.example/", "proxy": "u:p@proxy.example:3128", "proxytype": "HTTPS", "userAgent": "UA"}}},
+	{KindCloudflareChallenge, CloudflareChallenge{PageURL: "https://shop.example/", Proxy: "proxy.example:3128", ProxyType: "HTTP", UserAgent: "UA", SiteKey: "0x4AAA", HTMLPage: []byte("<html>")}.Task(),
+		Task{Method: "cloudflare_challenge", Params: map[string]string{"pageurl": "https://shop.example/", "proxy": "proxy.example:3128", "proxytype": "HTTP", "userAgent": "UA", "sitekey": "0x4AAA", "htmlPageBase64": "PGh0bWw+"}}},
 	{KindGeeTest, GeeTest{GT: "gt1", Challenge: "ch1", PageURL: "https://shop.example/", APIServer: "api-na.geetest.com"}.Task(),
 		Task{Method: "geetest", Params: map[string]string{"gt": "gt1", "challenge": "ch1", "pageurl": "https://shop.example/", "api_server": "api-na.geetest.com"}}},
 	{KindImage, Image{Body: []byte("GIF89a"), Phrase: true, RegSense: true, Numeric: 1, Calc: true, MinLen: 4, MaxLen: 6, Lang: "en", TextInstructions: "type the letters"}.Task(),
@@ -206,7 +208,7 @@ func TestValidateAcceptsLenientValues(t *testing.T) {
 		{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "recaptcha": "0"}},
 		{Method: "geetest", Params: map[string]string{"gt": "g", "challenge": "c", "pageurl": "https://a.example/", "version": "3"}},
 		{Method: "userrecaptcha", Params: map[string]string{"googlekey": "k", "pageurl": "https://a.example/", "enterprise": "1", "data-s": "S", "domain": "Recaptcha.NET"}},
-		{Method: "base64", Params: map[string]string{"body": "R0lGODlh", "recaptcha": "1", "imginstructions": "R0lGODlh"}},
+		Grid{Body: []byte("GIF89a"), ImgInstructions: []byte("GIF89a")}.Task(), // instructions as an image alone
 	} {
 		if err := task.Validate(); err != nil {
 			t.Errorf("%v: %v", task, err)

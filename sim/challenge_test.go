@@ -56,7 +56,7 @@ func TestDemoChallengeTakesItsClearance(t *testing.T) {
 		t.Fatalf("res.php answered %s: %v", a.Request, err)
 	}
 	created := b.ct(t, "createTask", `{"clientKey":"`+key+`","task":{"type":"TurnstileTask","cloudflareTaskType":"cf_clearance","websiteURL":"`+page+
-		`","htmlPageBase64":"PGh0bWw+","userAgent":"`+ua+`","proxyType":"http","proxyAddress":"10.1.2.3","proxyPort":8080}}`)
+		`","websiteKey":"0x4AAAAAAADemo","htmlPageBase64":"PGh0bWw+","userAgent":"`+ua+`","proxyType":"http","proxyAddress":"10.1.2.3","proxyPort":8080}}`)
 	id, _ := created["taskId"].(float64)
 	ready := b.ct(t, "getTaskResult", `{"clientKey":"`+key+`","taskId":`+strconv.FormatFloat(id, 'f', 0, 64)+`}`)
 	sol, _ := ready["solution"].(map[string]any)

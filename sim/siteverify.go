@@ -145,6 +145,7 @@ func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
 		if u, err := url.Parse(q.get("pageurl")); err != nil || u.Path != DemoChallenge.Path {
 			return
 		}
+		sitekey = DemoChallenge.SiteKey // the page's URL says which, whatever the task's key
 	} else if kind != provider.KindTurnstile {
 		sitekey = q.get("googlekey")
 	}

@@ -57,6 +57,7 @@ var (
 	}, needs: []need{
 		{"htmlPageBase64", "htmlPageBase64", "the challenge page's HTML, base64-encoded, read just before the task is sent"},
 		{"userAgent", "userAgent", "the browser user agent the cookie will be used with (the cookie is bound to it)"},
+		{"websiteKey", "sitekey", "the Turnstile site key in the challenge page"},
 		needProxy,
 	}}
 )
