@@ -100,3 +100,35 @@ func TestDemoTakesAnEnterpriseToken(t *testing.T) {
 		t.Errorf("siteverify of the Enterprise token %q: %+v (getTaskResult %v)", tok, v, ready)
 	}
 }
+
+// A CaptchaFox or Friendly Captcha token solved for the demo's sitekey,
+// through either protocol, passes its siteverify once; a second check
+// answers timeout-or-duplicate, a wrong secret invalid-input-secret.
+func TestDemoWidgetTokensVerify(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Key: key, Instant: true})
+	const ua = "Mozilla/5.0 (X11; Linux x86_64) Bound/48"
+	for _, tc := range []struct {
+		site         sim.DemoSite
+		method, task string // in.php's method; the createTask task's type and fields
+		verify       string
+	}{
+		{sim.DemoCaptchaFox, "captchafox", `"type":"CaptchaFoxTask","userAgent":"` + ua + `","proxyType":"http","proxyAddress":"10.1.2.3","proxyPort":8080`, "/captchafox/siteverify"},
+		{sim.DemoFriendly, "friendly_captcha", `"type":"FriendlyCaptchaTaskProxyless"`, "/friendlycaptcha/api/v1/siteverify"},
+	} {
+		page := b.base + tc.site.Path
+		inphp := b.token(t, form("key", key, "method", tc.method, "sitekey", tc.site.SiteKey, "pageurl", page, "userAgent", ua, "proxy", "10.1.2.3:8080", "proxytype", "HTTP"))
+		created := b.ct(t, "createTask", `{"clientKey":"`+key+`","task":{`+tc.task+`,"websiteURL":"`+page+`","websiteKey":"`+tc.site.SiteKey+`"}}`)
+		id, _ := created["taskId"].(float64)
+		ready := b.ct(t, "getTaskResult", `{"clientKey":"`+key+`","taskId":`+strconv.FormatFloat(id, 'f', 0, 64)+`}`)
+		sol, _ := ready["solution"].(map[string]any)
+		ct, _ := sol["token"].(string)
+		for via, tok := range map[string]string{"in.php": inphp, "createTask": ct} {
+			if v := b.verify(t, tc.verify, form("secret", tc.site.Secret, "response", tok)); !v.Success || v.Hostname != "127.0.0.1" {
+				t.Errorf("%s %s token %q: %+v, want success for 127.0.0.1", tc.method, via, tok, v)
+			}
+			wantCodes(t, tc.method+" "+via+" token again", b.verify(t, tc.verify, form("secret", tc.site.Secret, "solution", tok)), "timeout-or-duplicate")
+		}
+		wantCodes(t, tc.method+" wrong secret", b.verify(t, tc.verify, form("secret", "nope", "response", inphp)), "invalid-input-secret")
+	}
+}

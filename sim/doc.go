@@ -70,6 +70,9 @@
 // /demo/challenge stands behind a Cloudflare challenge: it opens (200) to
 // a cf_clearance cookie solved for its URL, sent with the user agent the
 // cookie is bound to, and answers 403 with the reason otherwise.
+// /captchafox/siteverify and /friendlycaptcha/api/v1/siteverify check
+// tokens solved for DemoCaptchaFox's and DemoFriendly's sitekeys (the
+// token as response, or solution), answering in Turnstile's shape.
 //
 // Start serves the simulator on a socket; New alone serves nothing, and
 // Server.InProcessClient answers its requests in the calling goroutine,

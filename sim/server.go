@@ -219,7 +219,7 @@ func (s *Server) Unban() {
 // ServeHTTP serves /in.php, /res.php (under any path prefix), the
 // createTask protocol's methods at the root (/createTask, /getTaskResult,
 // /getBalance and the report methods), /sim/…, the demo site under
-// /demo/ and the two siteverify endpoints.
+// /demo/ and the siteverify endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/sim/"):
@@ -235,6 +235,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveSiteverify(w, r, familyTurnstile)
 	case r.URL.Path == "/recaptcha/api/siteverify":
 		s.serveSiteverify(w, r, familyRecaptcha)
+	case r.URL.Path == "/captchafox/siteverify":
+		s.serveSiteverify(w, r, familyCaptchaFox)
+	case r.URL.Path == "/friendlycaptcha/api/v1/siteverify":
+		s.serveSiteverify(w, r, familyFriendly)
 	case r.URL.Path == "/" || r.URL.Path == "/demo" || strings.HasPrefix(r.URL.Path, "/demo/"):
 		s.serveDemo(w, r)
 	default:

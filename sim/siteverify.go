@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -69,6 +70,11 @@ var (
 	// DemoChallenge is a page behind a Cloudflare challenge: no sitekey, no
 	// secret; a Cloudflare Challenge task for its URL is solved for it.
 	DemoChallenge = DemoSite{Path: "/demo/challenge"}
+	// DemoCaptchaFox and DemoFriendly are widgets the demo's pages do not
+	// show: a token solved for their sitekey is checked at their
+	// siteverify endpoints as a page's server would.
+	DemoCaptchaFox = DemoSite{Path: "/demo/captchafox", SiteKey: "sk_DemoCaptchaQ01", Secret: "ok_DemoCaptchaQSecret00000001"}
+	DemoFriendly   = DemoSite{Path: "/demo/friendly", SiteKey: "FCMDEMOCAPTCHAQ01", Secret: "A1DemoCaptchaQSecret00000001"}
 )
 
 // family is a siteverify endpoint's family of token kinds.
@@ -78,6 +84,8 @@ const (
 	familyTurnstile family = iota + 1
 	familyRecaptcha
 	familyChallenge // a cf_clearance cookie, checked by the page itself
+	familyCaptchaFox
+	familyFriendly
 )
 
 func familyOf(k provider.Kind) family {
@@ -88,8 +96,27 @@ func familyOf(k provider.Kind) family {
 		return familyRecaptcha
 	case provider.KindCloudflareChallenge:
 		return familyChallenge
+	case provider.KindCaptchaFox:
+		return familyCaptchaFox
+	case provider.KindFriendlyCaptcha:
+		return familyFriendly
 	}
 	return 0
+}
+
+// demoSite is the demo site of family f.
+func demoSite(f family) DemoSite {
+	switch f {
+	case familyRecaptcha:
+		return DemoRecaptcha
+	case familyChallenge:
+		return DemoChallenge
+	case familyCaptchaFox:
+		return DemoCaptchaFox
+	case familyFriendly:
+		return DemoFriendly
+	}
+	return DemoTurnstile
 }
 
 // tokenSite is where a token task was submitted for.
@@ -131,22 +158,18 @@ type tokenBook struct {
 // invalid-input-response to any other token, remembered or not, so the
 // book holds nothing for a client that never uses the demo site.
 func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
-	demo := DemoTurnstile
-	switch familyOf(kind) {
-	case 0:
+	f := familyOf(kind)
+	if f == 0 {
 		return
-	case familyRecaptcha:
-		demo = DemoRecaptcha
-	case familyChallenge:
-		demo = DemoChallenge
 	}
+	demo := demoSite(f)
 	sitekey := q.get("sitekey")
 	if kind == provider.KindCloudflareChallenge {
 		if u, err := url.Parse(q.get("pageurl")); err != nil || u.Path != DemoChallenge.Path {
 			return
 		}
 		sitekey = DemoChallenge.SiteKey // the page's URL says which, whatever the task's key
-	} else if kind != provider.KindTurnstile {
+	} else if f == familyRecaptcha {
 		sitekey = q.get("googlekey")
 	}
 	if sitekey != demo.SiteKey {
@@ -210,12 +233,10 @@ type verdict struct {
 }
 
 // verifyLocked checks secret and response as the service of family f does.
-// Google lists every missing field; Cloudflare stops at the secret.
+// Google lists every missing field; Cloudflare (and the widgets checked
+// in its shape) stops at the secret.
 func (s *Server) verifyLocked(f family, secret, response string, now time.Time) verdict {
-	site := DemoTurnstile
-	if f == familyRecaptcha {
-		site = DemoRecaptcha
-	}
+	site := demoSite(f)
 	var codes []string
 	switch {
 	case secret == "":
@@ -223,7 +244,7 @@ func (s *Server) verifyLocked(f family, secret, response string, now time.Time) 
 	case secret != site.Secret:
 		codes = append(codes, "invalid-input-secret")
 	}
-	if len(codes) > 0 && f == familyTurnstile {
+	if len(codes) > 0 && f != familyRecaptcha {
 		return verdict{codes: codes}
 	}
 	if response == "" {
@@ -252,7 +273,9 @@ func (s *Server) verifyLocked(f family, secret, response string, now time.Time) 
 const maxVerifyBody = 64 << 10
 
 // serveSiteverify answers /turnstile/v0/siteverify (POST, form or JSON)
-// and /recaptcha/api/siteverify (POST or GET, form) in the services' shapes.
+// and /recaptcha/api/siteverify (POST or GET, form) in the services' shapes,
+// and /captchafox/siteverify and /friendlycaptcha/api/v1/siteverify (the
+// token as response, or Friendly Captcha's solution) in Turnstile's.
 func (s *Server) serveSiteverify(w http.ResponseWriter, r *http.Request, f family) {
 	w.Header().Set("Content-Type", "application/json")
 	if r.Method != http.MethodPost && !(f == familyRecaptcha && r.Method == http.MethodGet) {
@@ -273,7 +296,7 @@ func (s *Server) serveSiteverify(w http.ResponseWriter, r *http.Request, f famil
 		s.mu.Unlock()
 	}
 	var out map[string]any
-	if f == familyTurnstile {
+	if f != familyRecaptcha {
 		out = map[string]any{"success": v.success, "error-codes": cmpSlice(v.codes), "messages": []string{}}
 		if v.success {
 			out["challenge_ts"] = v.issued.at.UTC().Format("2006-01-02T15:04:05.000Z")
@@ -304,29 +327,30 @@ func cmpSlice(a []string) []string {
 	return a
 }
 
-// readVerifyRequest reads secret and response from a form or, for
-// Turnstile, a JSON body.
+// readVerifyRequest reads secret and response (or solution) from a form
+// or, but for reCAPTCHA, a JSON body.
 func readVerifyRequest(w http.ResponseWriter, r *http.Request, f family) (secret, response string, err error) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxVerifyBody)
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if ct == "application/json" {
-		if f != familyTurnstile {
+		if f == familyRecaptcha {
 			return "", "", errors.New("reCAPTCHA siteverify takes a form")
 		}
 		var body struct {
 			Secret   string `json:"secret"`
 			Response string `json:"response"`
+			Solution string `json:"solution"`
 			RemoteIP string `json:"remoteip"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 			return "", "", err
 		}
-		return body.Secret, body.Response, nil
+		return body.Secret, cmp.Or(body.Response, body.Solution), nil
 	}
 	if err := r.ParseForm(); err != nil {
 		return "", "", err
 	}
-	return strings.TrimSpace(r.Form.Get("secret")), strings.TrimSpace(r.Form.Get("response")), nil
+	return strings.TrimSpace(r.Form.Get("secret")), strings.TrimSpace(cmp.Or(r.Form.Get("response"), r.Form.Get("solution"))), nil
 }
 
 // VerifiedHost asks the Turnstile siteverify of the simulator at base,
