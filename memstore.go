@@ -453,7 +453,7 @@ func (s *MemoryStore) PingbackDone(ctx context.Context, id string) error {
 
 // StockToken implements ReservoirStore.
 func (s *MemoryStore) StockToken(ctx context.Context, name string, r Result) error {
-	if err := checkStockable(r); err != nil {
+	if err := r.CheckStockable(); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -469,14 +469,6 @@ func (s *MemoryStore) StockToken(ctx context.Context, name string, r Result) err
 	if _, ok := stock[r.ID]; !ok {
 		r.Answer = slices.Clone(r.Answer)
 		stock[r.ID] = r
-	}
-	return nil
-}
-
-// checkStockable is StockToken's check of r, the same in every Store.
-func checkStockable(r Result) error {
-	if r.Status != StatusSolved || r.ExpiresAt.IsZero() {
-		return fmt.Errorf("captchaq: a reservoir token must be a solved result with its expires_at (task %q is %s, expires_at %v)", r.ID, r.Status, r.ExpiresAt)
 	}
 	return nil
 }

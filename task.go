@@ -2,6 +2,7 @@ package captchaq
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/captchaq/captchaq/provider"
@@ -128,4 +129,18 @@ type Result struct {
 // handed out as a fresh answer. A result with no ExpiresAt does not expire.
 func (r Result) Expired(now time.Time) bool {
 	return r.Status == StatusSolved && !r.ExpiresAt.IsZero() && !now.Before(r.ExpiresAt)
+}
+
+// CheckStockable says why r cannot be a reservoir's token
+// (ReservoirStore.StockToken), or nil when it can: a token is a solved
+// result with its ExpiresAt. Every ReservoirStore refuses r with this
+// error.
+func (r Result) CheckStockable() error {
+	switch {
+	case r.Status != StatusSolved:
+		return fmt.Errorf("captchaq: reservoir token %q: status is %q: stock only %q results", r.ID, r.Status, StatusSolved)
+	case r.ExpiresAt.IsZero():
+		return fmt.Errorf("captchaq: reservoir token %q has no expires_at: set Result.ExpiresAt from the type's token lifetime", r.ID)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -14,11 +15,18 @@ import (
 // without one.
 func ledger(t *testing.T, s captchaq.Store) captchaq.PingbackLedger {
 	t.Helper()
-	l, ok := s.(captchaq.PingbackLedger)
+	return optional[captchaq.PingbackLedger](t, s, "pingbacks")
+}
+
+// optional is s as I, an interface a Store may implement; the test is
+// skipped, saying the store keeps no what, for a Store without it.
+func optional[I any](t *testing.T, s captchaq.Store, what string) I {
+	t.Helper()
+	i, ok := s.(I)
 	if !ok {
-		t.Skip("the store keeps no pingbacks (captchaq.PingbackLedger)")
+		t.Skipf("the store keeps no %s (%s)", what, reflect.TypeFor[I]())
 	}
-	return l
+	return i
 }
 
 func pingbackTask(id string) captchaq.Task {
@@ -178,17 +186,4 @@ func testPingbackClaimsOnce(t *testing.T, s captchaq.Store) {
 	if taken != 1 {
 		t.Errorf("8 takers at once: %d took the pingback, want 1", taken)
 	}
-}
-
-// pingbackCallsAfterClose are the ledger's calls for testClosed, when s
-// has it.
-func pingbackCallsAfterClose(s captchaq.Store) map[string]error {
-	l, ok := s.(captchaq.PingbackLedger)
-	if !ok {
-		return nil
-	}
-	ctx := context.Background()
-	_, _, take := l.TakePingback(ctx, "a", time.Hour)
-	_, claim := l.ClaimPingbacks(ctx, 0, time.Hour, 10)
-	return map[string]error{"TakePingback": take, "ClaimPingbacks": claim, "PingbackDone": l.PingbackDone(ctx, "a")}
 }

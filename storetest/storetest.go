@@ -57,6 +57,12 @@
 //     Task.Pingback (a failed one too; again after a Renew) until
 //     PingbackDone; a lease is taken by one of many at once, and
 //     ClaimPingbacks takes the oldest owed first, at most max.
+//   - A ReservoirStore hands each token to one take (of many at once
+//     too: TokensTakenOnce), the one expiring first at or after
+//     notBefore; it keeps the first token stocked under an ID, refuses
+//     what Result.CheckStockable refuses with its error, and gives a
+//     token back whole (its Answer byte for byte). DropTokens' cutoff is
+//     exclusive: a token expiring at it stays.
 //   - Every call after Close returns ErrStoreClosed (errors.Is).
 //
 // Recorder wraps a Store and records its Enqueue calls, for the tests of
@@ -105,6 +111,14 @@ func Run(t *testing.T, open func(t *testing.T) captchaq.Store) {
 		{"ReportOnce", testReportOnce},
 		{"PingbackOwedUntilDone", testPingbackOwed},
 		{"PingbackClaimedOnce", testPingbackClaimsOnce},
+		{"TokenTakenOnce", testTokenTakenOnce},
+		{"TokenTakeExpiringFirst", testTakeExpiringFirst},
+		{"TokenStockKnownIDLeavesIt", testStockKnownIDLeavesIt},
+		{"TokenStockRefusesUnstockable", testStockRefusesUnstockable},
+		{"TokenDropBeforeCutoff", testDropTokens},
+		{"TokenReservoirsSeparate", testReservoirsSeparate},
+		{"TokenRoundTrip", testTokenRoundTrip},
+		{"TokenTakenOnceConcurrently", testTokensTakenOnceConcurrently},
 		{"Replay", testReplay},
 		{"PendingIsQueuedAndInFlightInSeqOrder", testPending},
 		{"CallbackErrorStopsIteration", testCallbackError},
@@ -978,7 +992,7 @@ func testClosed(t *testing.T, s captchaq.Store) {
 		{"Renew", func() error { _, err := s.Renew(ctx, task("a"), t0); return err }()},
 		{"Report", func() error { _, err := s.Report(ctx, "a", true, t0); return err }()},
 	}
-	for name, err := range pingbackCallsAfterClose(s) {
+	for name, err := range optionalCallsAfterClose(s) {
 		calls = append(calls, struct {
 			name string
 			err  error
