@@ -47,6 +47,12 @@
 //	  pingback_lease timestamptz                -- until when a sender holds it (captchaq.PingbackLedger)
 //	)
 //	store_owner(one boolean PRIMARY KEY, owner text)   at most one row: Config.Owner
+//	reservoir_tokens(                 reservoirs' tokens, captchaq.ReservoirStore (version 8)
+//	  reservoir, id text                        -- PRIMARY KEY: the reservoir's name, Result.ID
+//	  expires_at   timestamptz                  -- Result.ExpiresAt, indexed with reservoir
+//	  method, kind, token, answer, attempts, captcha_id, solve_seconds, provider, price,
+//	  abandoned text[], accepted_at, submitted_at, finished_at  -- the rest of the solved Result
+//	)
 //
 // Times are timestamptz (microseconds). PostgreSQL text holds neither NUL
 // bytes nor invalid UTF-8: Params are stored as JSON text, which holds any
@@ -84,7 +90,10 @@
 // ClaimOwner lets processes that start at once agree on one owner;
 // TakePingback and ClaimPingbacks lease a pingback owed to one replica,
 // at the database's clock (FOR UPDATE SKIP LOCKED: claimers at once take
-// different rows).
+// different rows); TakeToken deletes and returns a reservoir's token in
+// one statement, FOR UPDATE SKIP LOCKED too, so replicas taking at once
+// neither wait for each other nor get one token twice, and one that dies
+// after its commit loses that token only.
 //
 // Announcements are not durable. One a process never sent (it died after
 // its commit, or its queue of announcements was full), one whose NOTIFY

@@ -433,14 +433,7 @@ func finishArgs(r captchaq.Result) []any {
 	if len(r.Answer) > 0 {
 		answer = clean(string(r.Answer))
 	}
-	var abandoned any
-	if len(r.Abandoned) > 0 {
-		a := make([]string, len(r.Abandoned))
-		for i, p := range r.Abandoned {
-			a[i] = clean(p)
-		}
-		abandoned = a
-	}
+	abandoned, _ := encoder.Abandoned(r.Abandoned)
 	return []any{
 		r.ID, string(r.Status), clean(r.CaptchaID), r.Attempts, clean(r.Method), clean(string(r.Kind)), clean(r.Token),
 		clean(r.Error), clean(r.ErrorCode), answer, r.SolveSeconds, timeArg(r.ExpiresAt), timeArg(r.AcceptedAt),
@@ -693,6 +686,23 @@ const selectRecord = `SELECT ` + recordColumns + ` FROM tasks`
 // timestamptz, Result.Abandoned from text[].
 func scanRecord(row sqlstore.Scanner) (captchaq.Record, error) {
 	return sqlstore.ScanRecord(row, decoder)
+}
+
+// encoder writes times as timestamptz (NULL for none), Result.Abandoned
+// as text[] (NULL for none), and texts clean.
+var encoder = sqlstore.Encoder{
+	Time: timeArg,
+	Abandoned: func(a []string) (any, error) {
+		if len(a) == 0 {
+			return nil, nil
+		}
+		out := make([]string, len(a))
+		for i, p := range a {
+			out[i] = clean(p)
+		}
+		return out, nil
+	},
+	Text: clean,
 }
 
 var decoder = sqlstore.Decoder[*time.Time, []string]{

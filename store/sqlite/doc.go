@@ -90,8 +90,19 @@
 //	)
 //	store_owner(owner TEXT)           at most one row: Config.Owner of the first opener
 //	queue_state(name, value)          the queue's named values kept across restarts (version 5)
+//	reservoir_tokens(                 reservoirs' tokens, captchaq.ReservoirStore (version 7)
+//	  reservoir, id TEXT              -- PRIMARY KEY: the reservoir's name, Result.ID
+//	  expires_at   TEXT              -- Result.ExpiresAt: TakeToken takes the soonest first
+//	  method, kind, token, answer, attempts, captcha_id, solve_seconds, provider, price,
+//	  abandoned, accepted_at, submitted_at, finished_at  -- the rest of the solved Result
+//	)
 //	INDEX tasks_status_seq ON tasks(status, seq)       -- Pending, Results, dead letters
 //	INDEX tasks_finished_at ON tasks(finished_at)      -- pruning
+//	INDEX reservoir_tokens_expiry ON reservoir_tokens(reservoir, expires_at)
+//
+// A token is taken in one statement of the writer (DELETE … RETURNING),
+// so of two takes one gets it; tokens stay across a restart until taken
+// or dropped (DropTokens).
 //
 // For example:
 //

@@ -65,6 +65,14 @@ func TestOpenMigratesVersion1Store(t *testing.T) {
 	if got, err := s.Get(t.Context(), "job-1"); err != nil || got.Status != captchaq.StatusQueued {
 		t.Fatalf("job-1 after migration: %+v, %v", got, err)
 	}
+	// Version 7 keeps reservoirs' tokens.
+	tok := captchaq.Result{ID: "r-1", Status: captchaq.StatusSolved, Token: "0.res", ExpiresAt: time.Now().Add(time.Minute)}
+	if err := s.StockToken(t.Context(), "ts", tok); err != nil {
+		t.Fatalf("StockToken after migration: %v", err)
+	}
+	if got, ok, err := s.TakeToken(t.Context(), "ts", time.Now()); err != nil || !ok || got.Token != tok.Token {
+		t.Fatalf("TakeToken after migration: %+v, %v, %v", got, ok, err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +82,7 @@ func TestOpenMigratesVersion1Store(t *testing.T) {
 	}
 	defer db.Close()
 	var v int
-	if err := db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != 6 {
-		t.Fatalf("schema version after Open: %d, %v; want 6", v, err)
+	if err := db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != 7 {
+		t.Fatalf("schema version after Open: %d, %v; want 7", v, err)
 	}
 }

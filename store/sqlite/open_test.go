@@ -84,7 +84,7 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 		}, "is not a usable SQLite database"},
 		{"another program's database", writeForeignDB, "is an SQLite database but not a captchaq store"},
 		{"newer schema", func(t *testing.T, path string) { writeStoreWithVersion(t, path, 99) },
-			"has schema version 99, newer than this captchaq knows (6): upgrade captchaq"},
+			"has schema version 99, newer than this captchaq knows (7): upgrade captchaq"},
 		{"directory", func(t *testing.T, path string) { must(t, os.Mkdir(path, 0o700)) },
 			"is a directory: give the path of a file in it"},
 	}

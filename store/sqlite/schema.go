@@ -68,6 +68,28 @@ var migrations = []string{
 	`ALTER TABLE tasks ADD COLUMN pingback_owed TEXT;
 	ALTER TABLE tasks ADD COLUMN pingback_lease TEXT;
 	CREATE INDEX tasks_pingback_owed ON tasks (pingback_owed) WHERE pingback_owed IS NOT NULL;`,
+	// Version 7: reservoirs' tokens (captchaq.ReservoirStore), each a
+	// solved result, taken in the order they expire.
+	`CREATE TABLE reservoir_tokens (
+		reservoir     TEXT    NOT NULL,
+		id            TEXT    NOT NULL,
+		method        TEXT    NOT NULL,
+		kind          TEXT    NOT NULL,
+		token         TEXT    NOT NULL,
+		answer        TEXT,
+		attempts      INTEGER NOT NULL,
+		captcha_id    TEXT    NOT NULL,
+		solve_seconds REAL    NOT NULL,
+		expires_at    TEXT    NOT NULL,
+		provider      TEXT    NOT NULL,
+		price         REAL    NOT NULL,
+		abandoned     TEXT,
+		accepted_at   TEXT,
+		submitted_at  TEXT,
+		finished_at   TEXT,
+		PRIMARY KEY (reservoir, id)
+	);
+	CREATE INDEX reservoir_tokens_expiry ON reservoir_tokens (reservoir, expires_at);`,
 }
 
 // schemaVersion is the version this code writes and reads.

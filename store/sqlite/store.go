@@ -472,20 +472,16 @@ func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 	if len(r.Answer) > 0 {
 		answer = string(r.Answer)
 	}
-	var abandoned any
-	if len(r.Abandoned) > 0 {
-		b, err := json.Marshal(r.Abandoned)
-		if err != nil {
-			return fmt.Errorf("sqlite: Finish %q: abandoned: %w", r.ID, err)
-		}
-		abandoned = string(b)
+	abandoned, err := encoder.Abandoned(r.Abandoned)
+	if err != nil {
+		return fmt.Errorf("sqlite: Finish %q: %w", r.ID, err)
 	}
 	args := []any{
 		string(r.Status), r.Attempts, r.Method, string(r.Kind), r.Token, answer, r.Error, r.ErrorCode,
 		r.Attempts, r.SolveSeconds, timeArg(r.ExpiresAt), timeArg(r.AcceptedAt), timeArg(r.SubmittedAt),
 		timeText(r.FinishedAt), r.ID, r.CaptchaID, r.Provider, r.Price, abandoned, timeText(time.Now()),
 	}
-	err := s.w.do(ctx, func(ctx context.Context, st *statements) error {
+	err = s.w.do(ctx, func(ctx context.Context, st *statements) error {
 		return affected(r.ID)(st.finish.ExecContext(ctx, args...))
 	})
 	return s.wrap("Finish", err)
@@ -808,12 +804,31 @@ var decoder = sqlstore.Decoder[sql.NullString, sql.NullString]{
 	},
 }
 
+// encoder writes times as text (NULL for none) and Result.Abandoned as
+// a JSON array (NULL for none); texts go as they are.
+var encoder = sqlstore.Encoder{
+	Time: timeArg,
+	Abandoned: func(a []string) (any, error) {
+		if len(a) == 0 {
+			return nil, nil
+		}
+		b, err := json.Marshal(a)
+		if err != nil {
+			return nil, fmt.Errorf("abandoned: %w", err)
+		}
+		return string(b), nil
+	},
+	Text: func(s string) string { return s },
+}
+
 // statements are the writer's prepared statements.
 type statements struct {
 	begin, commit                                                       *sql.Stmt
 	insert, getByID, statusOf, checkpoint, retry, finish, replay, prune *sql.Stmt
 	renew, report, saveState                                            *sql.Stmt
 	takePingback, owedPingbacks, leasePingback, pingbackDone            *sql.Stmt
+	stockToken, takeToken, dropTokens                                   *sql.Stmt
+	all                                                                 []*sql.Stmt // those prepared, for close
 }
 
 func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
@@ -865,6 +880,9 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			ORDER BY pingback_owed LIMIT ?3`},
 		{&st.leasePingback, `UPDATE tasks SET pingback_lease = ?2 WHERE id = ?1`},
 		{&st.pingbackDone, `UPDATE tasks SET pingback_owed = NULL, pingback_lease = NULL WHERE id = ?1`},
+		{&st.stockToken, stockToken},
+		{&st.takeToken, takeToken},
+		{&st.dropTokens, dropTokens},
 	} {
 		stmt, err := conn.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -872,15 +890,13 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			return nil, fmt.Errorf("prepare %q: %w", p.query, err)
 		}
 		*p.dst = stmt
+		st.all = append(st.all, stmt)
 	}
 	return st, nil
 }
 
 func (st *statements) close() {
-	for _, s := range []*sql.Stmt{st.begin, st.commit, st.insert, st.getByID, st.statusOf, st.checkpoint, st.retry, st.finish, st.replay, st.prune, st.renew,
-		st.report, st.takePingback, st.owedPingbacks, st.leasePingback, st.pingbackDone} {
-		if s != nil {
-			_ = s.Close()
-		}
+	for _, s := range st.all {
+		_ = s.Close()
 	}
 }
