@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,4 +303,30 @@ func optionalCallsAfterClose(s captchaq.Store) map[string]error {
 		_, calls["TokenCounts"] = rs.TokenCounts(ctx)
 	}
 	return calls
+}
+
+// BenchTakeToken stocks b.N tokens through stores[0], all expiring at
+// one time, and times their takes by takers goroutines at once, each
+// through one of stores in turn, in takes/s.
+func BenchTakeToken(b *testing.B, takers int, stores ...captchaq.ReservoirStore) {
+	now := time.Now()
+	for i := range b.N {
+		r := token(fmt.Sprintf("tok-%d", i), now.Add(time.Hour))
+		if err := stores[0].StockToken(b.Context(), "ts", r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.ResetTimer()
+	b.SetParallelism((takers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		rs := stores[int(next.Add(1))%len(stores)]
+		for pb.Next() {
+			if _, ok, err := rs.TakeToken(b.Context(), "ts", now); err != nil || !ok {
+				b.Errorf("TakeToken: %v, %v", ok, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "takes/s")
 }

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -44,5 +45,25 @@ func TestReservoirTokensOutliveARestart(t *testing.T) {
 	}
 	if r, ok, err := s.TakeToken(t.Context(), "ts", now); err != nil || !ok || r.ID != "a" || r.Token != "0.tok-a" {
 		t.Fatalf("TakeToken after the restart: %+v, %v, %v; want a", r, ok, err)
+	}
+}
+
+// BenchmarkTakeToken measures TakeToken by 1 taker, and by 8 at once in
+// 8 processes (Stores) on one database.
+func BenchmarkTakeToken(b *testing.B) {
+	for _, takers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("takers=%d", takers), func(b *testing.B) {
+			url := pgtest.NewDatabase(b)
+			stores := make([]captchaq.ReservoirStore, takers)
+			for i := range stores {
+				s, err := postgres.Open(b.Context(), url, postgres.Config{Retention: postgres.RetentionOff})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = s.Close() })
+				stores[i] = s
+			}
+			storetest.BenchTakeToken(b, takers, stores...)
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/store/sqlite"
+	"github.com/captchaq/captchaq/storetest"
 )
 
 // BenchmarkLifecycle measures whole task lifecycles (Enqueue, Checkpoint,
@@ -66,4 +67,20 @@ func benchLifecycle(b *testing.B, sync sqlite.Synchronous, callers int) {
 		})
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "lifecycles/s")
+}
+
+// BenchmarkTakeToken measures TakeToken from a reservoir that holds a
+// token for every take, all expiring at one time, by 1 taker and by 8
+// at once.
+func BenchmarkTakeToken(b *testing.B) {
+	for _, takers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("takers=%d", takers), func(b *testing.B) {
+			s, err := sqlite.Open(b.Context(), b.TempDir()+"/bench.db", sqlite.Config{Retention: sqlite.RetentionOff})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			storetest.BenchTakeToken(b, takers, s)
+		})
+	}
 }

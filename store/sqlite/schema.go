@@ -89,7 +89,7 @@ var migrations = []string{
 		finished_at   TEXT,
 		PRIMARY KEY (reservoir, id)
 	);
-	CREATE INDEX reservoir_tokens_expiry ON reservoir_tokens (reservoir, expires_at);`,
+	CREATE INDEX reservoir_tokens_expiry ON reservoir_tokens (reservoir, expires_at, id);`,
 }
 
 // schemaVersion is the version this code writes and reads.

@@ -20,4 +20,4 @@ CREATE TABLE reservoir_tokens (
 	finished_at   timestamptz,
 	PRIMARY KEY (reservoir, id)
 );
-CREATE INDEX reservoir_tokens_expiry ON reservoir_tokens (reservoir, expires_at);
+CREATE INDEX reservoir_tokens_expiry ON reservoir_tokens (reservoir, expires_at, id);
