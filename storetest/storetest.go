@@ -851,6 +851,7 @@ func testResultRoundTrip(t *testing.T, s captchaq.Store) {
 		Provider:     "backup", // several providers: where it was solved, its price, where it was abandoned
 		Price:        0.00299,
 		Abandoned:    []string{"main"},
+		Reservoir:    "gt", // a reservoir's token answered it
 		ExpiresAt:    time.Date(2026, 3, 1, 12, 5, 0, 1000000, time.UTC),
 		AcceptedAt:   t0,
 		SubmittedAt:  at(1500 * time.Millisecond),

@@ -91,7 +91,8 @@ const (
 	proxy, proxy_type, pingback, captcha_id, attempts, not_before, last_error, last_error_code,
 	accepted_at, submitted_at, result_method, result_kind, result_token, result_answer, result_error,
 	result_error_code, result_attempts, result_solve_seconds, result_expires_at, result_accepted_at,
-	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned, report, reported_at`
+	result_submitted_at, finished_at, fingerprint, result_provider, result_price, result_abandoned, result_reservoir,
+	report, reported_at`
 )
 
 // Scanner is a row of a query: pgx.Row and pgx.Rows, *sql.Row and
@@ -119,7 +120,7 @@ func ScanRecord[T, A any](sc Scanner, d Decoder[T, A]) (captchaq.Record, error) 
 		rExpires, rAccepted, rSub, finAt       T
 		reportedAt                             T
 		rMethod, rKind, rToken, rAnswer, rErr  *string
-		rCode, rProvider                       *string
+		rCode, rProvider, rReservoir           *string
 		rAttempts                              *int
 		rSolve, rPrice                         *float64
 		rAbandoned                             A
@@ -129,7 +130,7 @@ func ScanRecord[T, A any](sc Scanner, d Decoder[T, A]) (captchaq.Record, error) 
 		&t.Proxy, &t.ProxyType, &t.Pingback, &rec.CaptchaID, &rec.Attempts, &notBefore, &rec.LastError, &rec.LastErrorCode,
 		&acceptedAt, &subAt, &rMethod, &rKind, &rToken, &rAnswer, &rErr,
 		&rCode, &rAttempts, &rSolve, &rExpires, &rAccepted,
-		&rSub, &finAt, &rec.Fingerprint, &rProvider, &rPrice, &rAbandoned, &rec.Report, &reportedAt)
+		&rSub, &finAt, &rec.Fingerprint, &rProvider, &rPrice, &rAbandoned, &rReservoir, &rec.Report, &reportedAt)
 	if err != nil {
 		return captchaq.Record{}, err
 	}
@@ -149,7 +150,7 @@ func ScanRecord[T, A any](sc Scanner, d Decoder[T, A]) (captchaq.Record, error) 
 	if rec.Status.Final() {
 		r := &captchaq.Result{
 			ID: t.ID, Status: rec.Status, Method: deref(rMethod), Kind: provider.Kind(deref(rKind)), Token: deref(rToken),
-			Error: deref(rErr), ErrorCode: deref(rCode), Provider: deref(rProvider),
+			Error: deref(rErr), ErrorCode: deref(rCode), Provider: deref(rProvider), Reservoir: deref(rReservoir),
 			Attempts: deref(rAttempts), SolveSeconds: deref(rSolve), Price: deref(rPrice),
 		}
 		if r.Abandoned, err = d.Abandoned(rAbandoned); err != nil {

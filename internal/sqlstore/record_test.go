@@ -113,7 +113,7 @@ func TestScanRecordFinal(t *testing.T) {
 		"result_token": "tok", "result_answer": `{"x":1}`, "result_attempts": 2, "result_solve_seconds": 4.5,
 		"result_expires_at": "2026-12-07T15:02:00Z", "result_accepted_at": "2026-12-07T15:00:00Z",
 		"result_submitted_at": "2026-12-07T15:00:01.5Z", "finished_at": "2026-12-07T15:00:06Z",
-		"result_provider": "main", "result_price": 0.002, "result_abandoned": "spare,slow",
+		"result_provider": "main", "result_price": 0.002, "result_abandoned": "spare,slow", "result_reservoir": "ts",
 		"report": "good", "reported_at": "2026-12-07T15:10:00Z",
 	} {
 		r[k] = v
@@ -130,6 +130,7 @@ func TestScanRecordFinal(t *testing.T) {
 		ID: "t1", Status: captchaq.StatusSolved, Method: "turnstile", Kind: "token", Token: "tok",
 		Answer: json.RawMessage(`{"x":1}`), Attempts: 2, CaptchaID: "c9", SolveSeconds: 4.5,
 		ExpiresAt: date("2026-12-07T15:02:00Z"), Provider: "main", Price: 0.002, Abandoned: []string{"spare", "slow"},
+		Reservoir:  "ts",
 		AcceptedAt: date("2026-12-07T15:00:00Z"), SubmittedAt: date("2026-12-07T15:00:01.5Z"),
 		FinishedAt: date("2026-12-07T15:00:06Z"),
 	}

@@ -42,6 +42,7 @@
 //	  finished_at  timestamptz                  -- NULL until final
 //	  result_provider, result_price,
 //	  result_abandoned text[]
+//	  result_reservoir text                     -- Result.Reservoir (version 8)
 //	  report, reported_at
 //	  pingback_owed timestamptz                 -- since when its pingback is owed; NULL when none
 //	  pingback_lease timestamptz                -- until when a sender holds it (captchaq.PingbackLedger)

@@ -71,8 +71,8 @@ func (s *Store) FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.R
 		captchaID, finished = seen.Result.CaptchaID, timeArg(seen.Result.FinishedAt)
 	}
 	args := append(finishArgs(r), string(seen.Status), clean(captchaID), seen.AcceptedAt.UTC(), finished)
-	return s.finishWhere(ctx, "FinishIf", r.ID, ` WHERE id = $1 AND status = $19 AND captcha_id = $20
-		AND accepted_at = $21 AND finished_at IS NOT DISTINCT FROM $22`, args)
+	return s.finishWhere(ctx, "FinishIf", r.ID, ` WHERE id = $1 AND status = $20 AND captcha_id = $21
+		AND accepted_at = $22 AND finished_at IS NOT DISTINCT FROM $23`, args)
 }
 
 // FinishMarked stores r for a task in flight under captchaID (the mark
@@ -89,7 +89,7 @@ func (s *Store) FinishMarked(ctx context.Context, r captchaq.Result, captchaID s
 	if !storable(r.ID) || !storable(captchaID) {
 		return false, nil
 	}
-	return s.finishWhere(ctx, "FinishMarked", r.ID, ` WHERE id = $1 AND status = 'inflight' AND captcha_id = $19`,
+	return s.finishWhere(ctx, "FinishMarked", r.ID, ` WHERE id = $1 AND status = 'inflight' AND captcha_id = $20`,
 		append(finishArgs(r), captchaID))
 }
 

@@ -425,7 +425,7 @@ const finishTask = `UPDATE tasks SET status = $2, captcha_id = $3, attempts = $4
 	result_method = $5, result_kind = $6, result_token = $7, result_answer = $10, result_error = $8,
 	result_error_code = $9, result_attempts = $4, result_solve_seconds = $11, result_expires_at = $12,
 	result_accepted_at = $13, result_submitted_at = $14, finished_at = $15, result_provider = $16,
-	result_price = $17, result_abandoned = $18,
+	result_price = $17, result_abandoned = $18, result_reservoir = $19,
 	pingback_owed = CASE WHEN pingback <> '' THEN now() END, pingback_lease = NULL`
 
 func finishArgs(r captchaq.Result) []any {
@@ -437,7 +437,7 @@ func finishArgs(r captchaq.Result) []any {
 	return []any{
 		r.ID, string(r.Status), clean(r.CaptchaID), r.Attempts, clean(r.Method), clean(string(r.Kind)), clean(r.Token),
 		clean(r.Error), clean(r.ErrorCode), answer, r.SolveSeconds, timeArg(r.ExpiresAt), timeArg(r.AcceptedAt),
-		timeArg(r.SubmittedAt), r.FinishedAt.UTC(), clean(r.Provider), r.Price, abandoned,
+		timeArg(r.SubmittedAt), r.FinishedAt.UTC(), clean(r.Provider), r.Price, abandoned, clean(r.Reservoir),
 	}
 }
 
@@ -471,7 +471,7 @@ func (s *Store) Renew(ctx context.Context, t captchaq.Task, now time.Time) (capt
 const clearResult = ` result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL,
 	result_error = NULL, result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL,
 	result_expires_at = NULL, result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL,
-	result_provider = NULL, result_price = NULL, result_abandoned = NULL`
+	result_provider = NULL, result_price = NULL, result_abandoned = NULL, result_reservoir = NULL`
 
 // Replay implements captchaq.Store. A replayed task keeps its Seq and
 // LastError; AcceptedAt becomes now and SubmittedAt is cleared.

@@ -84,6 +84,7 @@
 //	  result_provider TEXT           -- Result.Provider (version 3)
 //	  result_price    REAL           -- Result.Price (version 3)
 //	  result_abandoned TEXT          -- Result.Abandoned, a JSON array; NULL when none (version 3)
+//	  result_reservoir TEXT          -- Result.Reservoir (version 7)
 //	  report, reported_at            -- Record.Report (version 4)
 //	  pingback_owed TEXT             -- since when its pingback is owed; NULL when none (version 6)
 //	  pingback_lease TEXT            -- until when a sender holds that pingback (captchaq.PingbackLedger)

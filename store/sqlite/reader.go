@@ -74,6 +74,10 @@ func OpenReader(ctx context.Context, path string) (*Reader, error) {
 		return nil, err
 	}
 	r := &Reader{path: abs, db: db, selectRec: selectRecord}
+	if version < 7 {
+		// Before reservoirs: results came from none.
+		r.selectRec = strings.Replace(r.selectRec, "result_reservoir,", "NULL,", 1)
+	}
 	if version < 4 {
 		// Before reports: none.
 		r.selectRec = strings.Replace(r.selectRec, "report, reported_at FROM", "'', NULL FROM", 1)

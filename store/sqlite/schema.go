@@ -69,8 +69,10 @@ var migrations = []string{
 	ALTER TABLE tasks ADD COLUMN pingback_lease TEXT;
 	CREATE INDEX tasks_pingback_owed ON tasks (pingback_owed) WHERE pingback_owed IS NOT NULL;`,
 	// Version 7: reservoirs' tokens (captchaq.ReservoirStore), each a
-	// solved result, taken in the order they expire.
-	`CREATE TABLE reservoir_tokens (
+	// solved result, taken in the order they expire; which reservoir's
+	// token answered a task (Result.Reservoir).
+	`ALTER TABLE tasks ADD COLUMN result_reservoir TEXT;
+	CREATE TABLE reservoir_tokens (
 		reservoir     TEXT    NOT NULL,
 		id            TEXT    NOT NULL,
 		method        TEXT    NOT NULL,

@@ -479,7 +479,7 @@ func (s *Store) Finish(ctx context.Context, r captchaq.Result) error {
 	args := []any{
 		string(r.Status), r.Attempts, r.Method, string(r.Kind), r.Token, answer, r.Error, r.ErrorCode,
 		r.Attempts, r.SolveSeconds, timeArg(r.ExpiresAt), timeArg(r.AcceptedAt), timeArg(r.SubmittedAt),
-		timeText(r.FinishedAt), r.ID, r.CaptchaID, r.Provider, r.Price, abandoned, timeText(time.Now()),
+		timeText(r.FinishedAt), r.ID, r.CaptchaID, r.Provider, r.Price, abandoned, timeText(time.Now()), r.Reservoir,
 	}
 	err = s.w.do(ctx, func(ctx context.Context, st *statements) error {
 		return affected(r.ID)(st.finish.ExecContext(ctx, args...))
@@ -853,14 +853,14 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			result_method = ?3, result_kind = ?4,
 			result_token = ?5, result_answer = ?6, result_error = ?7, result_error_code = ?8, result_attempts = ?9,
 			result_solve_seconds = ?10, result_expires_at = ?11, result_accepted_at = ?12, result_submitted_at = ?13,
-			finished_at = ?14, result_provider = ?17, result_price = ?18, result_abandoned = ?19,
+			finished_at = ?14, result_provider = ?17, result_price = ?18, result_abandoned = ?19, result_reservoir = ?21,
 			pingback_owed = iif(pingback <> '', ?20, NULL), pingback_lease = NULL WHERE id = ?15`},
 		{&st.replay, `UPDATE tasks SET status = 'queued', attempts = 0, captcha_id = '', not_before = NULL,
 			accepted_at = ?5, submitted_at = NULL,
 			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
 			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
 			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL,
-			result_provider = NULL, result_price = NULL, result_abandoned = NULL
+			result_provider = NULL, result_price = NULL, result_abandoned = NULL, result_reservoir = NULL
 			WHERE status = 'failed' AND ` + filterWhere},
 		{&st.renew, `UPDATE tasks SET status = 'queued', priority = ?2, tenant = ?3, method = ?4, params = ?5,
 			deadline = ?6, max_attempts = ?7, proxy = ?8, proxy_type = ?9, pingback = ?10, accepted_at = ?11,
@@ -869,7 +869,8 @@ func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
 			result_method = NULL, result_kind = NULL, result_token = NULL, result_answer = NULL, result_error = NULL,
 			result_error_code = NULL, result_attempts = NULL, result_solve_seconds = NULL, result_expires_at = NULL,
 			result_accepted_at = NULL, result_submitted_at = NULL, finished_at = NULL,
-			result_provider = NULL, result_price = NULL, result_abandoned = NULL, report = '', reported_at = NULL
+			result_provider = NULL, result_price = NULL, result_abandoned = NULL, result_reservoir = NULL,
+			report = '', reported_at = NULL
 			WHERE id = ?1 AND status = 'solved'`},
 		{&st.report, `UPDATE tasks SET report = ?2, reported_at = ?3 WHERE id = ?1 AND status = 'solved' AND report = ''`},
 		{&st.saveState, `INSERT INTO queue_state (name, value) VALUES (?1, ?2)

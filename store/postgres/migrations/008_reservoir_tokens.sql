@@ -1,6 +1,8 @@
 -- Version 8: reservoirs' tokens (captchaq.ReservoirStore), each a solved
 -- result, taken in the order they expire (TakeToken locks the row it
--- takes, skipping those another take holds).
+-- takes, skipping those another take holds); which reservoir's token
+-- answered a task (Result.Reservoir).
+ALTER TABLE tasks ADD COLUMN result_reservoir text;
 CREATE TABLE reservoir_tokens (
 	reservoir     text             NOT NULL,
 	id            text             NOT NULL,
