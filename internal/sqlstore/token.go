@@ -11,8 +11,9 @@ import (
 
 // TokenColumns are the columns of the reservoir_tokens table that hold a
 // token's Result, in the order of TokenArgs and ScanToken: all of it but
-// its status (solved), Error and ErrorCode (a solved result has none).
-// The table's key is (reservoir, id).
+// its status (solved), Error and ErrorCode (a solved result has none)
+// and Reservoir (a refill's result has none; a draw names it). The
+// table's key is (reservoir, id).
 const TokenColumns = `id, method, kind, token, answer, attempts, captcha_id, solve_seconds,
 	expires_at, provider, price, abandoned, accepted_at, submitted_at, finished_at`
 
