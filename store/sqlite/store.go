@@ -828,7 +828,8 @@ type statements struct {
 	renew, report, saveState                                            *sql.Stmt
 	takePingback, owedPingbacks, leasePingback, pingbackDone            *sql.Stmt
 	stockToken, takeToken, dropTokens                                   *sql.Stmt
-	all                                                                 []*sql.Stmt // those prepared, for close
+	// all are those prepared, for close.
+	all []*sql.Stmt
 }
 
 func prepare(ctx context.Context, conn *sql.Conn) (*statements, error) {
