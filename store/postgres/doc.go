@@ -50,7 +50,7 @@
 //	store_owner(one boolean PRIMARY KEY, owner text)   at most one row: Config.Owner
 //	reservoir_tokens(                 reservoirs' tokens, captchaq.ReservoirStore (version 8)
 //	  reservoir, id text                        -- PRIMARY KEY: the reservoir's name, Result.ID
-//	  expires_at   timestamptz                  -- Result.ExpiresAt, indexed with reservoir
+//	  expires_at   timestamptz                  -- Result.ExpiresAt; indexed: TakeToken's order
 //	  method, kind, token, answer, attempts, captcha_id, solve_seconds, provider, price,
 //	  abandoned text[], accepted_at, submitted_at, finished_at  -- the rest of the solved Result
 //	)

@@ -99,7 +99,7 @@
 //	)
 //	INDEX tasks_status_seq ON tasks(status, seq)       -- Pending, Results, dead letters
 //	INDEX tasks_finished_at ON tasks(finished_at)      -- pruning
-//	INDEX reservoir_tokens_expiry ON reservoir_tokens(reservoir, expires_at)
+//	INDEX reservoir_tokens_expiry ON reservoir_tokens(reservoir, expires_at, id)  -- TakeToken
 //
 // A token is taken in one statement of the writer (DELETE … RETURNING),
 // so of two takes one gets it; tokens stay across a restart until taken
