@@ -661,23 +661,8 @@ func checkPageURL(v string) string {
 }
 
 func checkProxy(v string) string {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return "empty; " + proxyHint
-	}
-	hostport := v
-	if i := strings.LastIndex(v, "@"); i >= 0 {
-		hostport = v[i+1:]
-	}
-	if strings.Contains(v, "://") {
-		return "must not carry a scheme; give user:pass@host:port and put the protocol in proxytype"
-	}
-	i := strings.LastIndex(hostport, ":")
-	if i <= 0 {
-		return "has no port; " + proxyHint
-	}
-	if p, err := strconv.Atoi(hostport[i+1:]); err != nil || p < 1 || p > 65535 {
-		return "has no valid port; " + proxyHint
+	if _, err := ParseProxy(v, ""); err != nil {
+		return err.(*ValidationError).Reason
 	}
 	return ""
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -340,23 +339,20 @@ func parseProxy(obj folded, tn typeName, params map[string]string) *Fault {
 		}
 		vals[i] = strings.TrimSpace(s)
 	}
-	typ, addr, port, login, pass := vals[0], vals[1], vals[2], vals[3], vals[4]
-	switch {
-	case addr == "" || port == "":
-		return fault("ERROR_BAD_PROXY", "task.proxyAddress and task.proxyPort: both required with a proxy (and proxyType: http, https, socks4 or socks5)")
-	case typ == "":
+	return proxyParams(vals, params)
+}
+
+// proxyParams writes createTask's proxy fields (in proxyFields' order)
+// as in.php's proxy and proxytype.
+func proxyParams(vals [5]string, params map[string]string) *Fault {
+	if vals[0] == "" {
 		return fault("ERROR_BAD_PROXY", "task.proxyType: required with a proxy: http, https, socks4 or socks5")
-	case (login == "") != (pass == ""):
-		return fault("ERROR_BAD_PROXY", "task.proxyLogin and task.proxyPassword: give both or neither")
-	case strings.ContainsAny(login+pass, "@:"):
-		return fault("ERROR_BAD_PROXY", "task.proxyLogin, task.proxyPassword: may not contain '@' or ':'")
 	}
-	p := net.JoinHostPort(addr, port)
-	if login != "" {
-		p = login + ":" + pass + "@" + p
+	p, err := provider.NewProxy(vals[0], vals[1], vals[2], vals[3], vals[4], func(f string) string { return "task." + f })
+	if err != nil {
+		return fault("ERROR_BAD_PROXY", err.Error())
 	}
-	params["proxy"] = p
-	params["proxytype"] = strings.ToUpper(typ)
+	params["proxy"], params["proxytype"] = p.InPHP()
 	return nil
 }
 
@@ -570,29 +566,19 @@ func pickName(tt *taskType, proxy bool, params map[string]string) string {
 	return best
 }
 
-// proxyObject writes in.php's proxy (login:pass@host:port) as the proxy
-// fields.
+// proxyObject writes in.php's proxy (login:password@host:port) and
+// proxytype as the proxy fields.
 func proxyObject(proxy, typ string, obj map[string]any) error {
-	hostport := strings.TrimSpace(proxy)
-	var login, pass string
-	if i := strings.LastIndex(hostport, "@"); i >= 0 {
-		login, pass, _ = strings.Cut(hostport[:i], ":")
-		hostport = hostport[i+1:]
+	p, err := provider.ParseProxy(proxy, typ)
+	if err != nil {
+		return err
 	}
-	host, port, err := net.SplitHostPort(hostport)
-	n, perr := strconv.Atoi(port)
-	if err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-		return &provider.ValidationError{Field: "params.proxy", Reason: "not host:port with a port number; give user:pass@host:port"}
-	}
-	if typ == "" {
-		typ = "http"
-	}
-	obj["proxyType"] = strings.ToLower(strings.TrimSpace(typ))
-	obj["proxyAddress"] = host
-	obj["proxyPort"] = n
-	if login != "" {
-		obj["proxyLogin"] = login
-		obj["proxyPassword"] = pass
+	obj["proxyType"] = strings.ToLower(p.Type)
+	obj["proxyAddress"] = p.Host
+	obj["proxyPort"] = p.Port
+	if p.Login != "" {
+		obj["proxyLogin"] = p.Login
+		obj["proxyPassword"] = p.Password
 	}
 	return nil
 }
