@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -104,6 +105,10 @@ type Config struct {
 	// Default RefusalHoldDefault; negative: a refusal fails its task like
 	// any task error, and nothing is held.
 	RefusalHold time.Duration
+	// ProxyResolver resolves a task's proxy host name for a provider
+	// taking only public IP addresses (ProviderConfig.ProxyAddresses).
+	// Default net.DefaultResolver.
+	ProxyResolver provider.Resolver
 	// RetryBackoff and RetryBackoffMax shape the exponential backoff (with
 	// jitter) between retries. Defaults RetryBackoffDefault and
 	// RetryBackoffMaxDefault.
@@ -190,6 +195,9 @@ func (c Config) withDefaults() Config {
 	c.Logger = cmp.Or(c.Logger, discardLogger)
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.ProxyResolver == nil {
+		c.ProxyResolver = net.DefaultResolver
 	}
 	return c
 }
@@ -330,6 +338,14 @@ type ProviderConfig struct {
 	// 2captcha, 60 s at Anti-Captcha); negative or none: every report is
 	// sent.
 	ReportWindow time.Duration
+	// ProxyAddresses is what its service takes as a task proxy's address:
+	// provider.ProxyAnyHost, or provider.ProxyPublicIP (a host name is
+	// resolved at submit and sent as its address; a task whose proxy is
+	// in a local network, or does not resolve, goes to another provider
+	// or fails with provider.ProxyRefused). Default: the Provider's
+	// ProxyAddresses() when it has one (createtask.PublishedProxyAddresses),
+	// else ProxyAnyHost.
+	ProxyAddresses provider.ProxyAddresses
 }
 
 // laneConfig is the lane p runs as, with threads shared through pool
@@ -407,6 +423,7 @@ func (c Config) providersWithDefaults() Config {
 		p.PollBudget = cmp.Or(p.PollBudget, b.Polls)
 		p.ResultWindow = cmp.Or(p.ResultWindow, b.Window)
 		p.ReportWindow = cmp.Or(p.ReportWindow, PublishedReportWindow(p.Provider))
+		p.ProxyAddresses = cmp.Or(p.ProxyAddresses, publishedProxyAddresses(p.Provider))
 	}
 	c.Providers = ps
 	return c
@@ -481,6 +498,9 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 		}
 		if p.DownAfter < 0 {
 			at("DownAfter", "must be positive, got %v", p.DownAfter)
+		}
+		if a := p.ProxyAddresses; a != provider.ProxyAnyHost && a != provider.ProxyPublicIP {
+			at("ProxyAddresses", "%q is not a rule; use %q or %q", a, provider.ProxyAnyHost, provider.ProxyPublicIP)
 		}
 		if p.PollGap != 0 && p.PollGap < PollGapMin {
 			at("PollGap", "must be at least %v, got %v; leave it out for the provider's own rule", PollGapMin, p.PollGap)

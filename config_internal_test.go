@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,8 +193,8 @@ func TestLaneConfigCarriesProviderConfig(t *testing.T) {
 	for i := range pv.NumField() {
 		name := pv.Type().Field(i).Name
 		switch name {
-		case "PollGap", "PollBudget", "ResultWindow":
-			continue // the poller's (pollGapOf, pollBudgetOf), not the lane's
+		case "PollGap", "PollBudget", "ResultWindow", "ProxyAddresses":
+			continue // the poller's (pollGapOf, pollBudgetOf) and the submitter's (proxyAddressesOf), not the lane's
 		}
 		got, want := lc.FieldByName(name), pv.Field(i).Type()
 		// Provider is an interface of the same methods on both sides.
@@ -213,13 +214,7 @@ func TestLaneConfigCarriesProviderConfig(t *testing.T) {
 // negative says none.
 func TestPollBudgetDefaults(t *testing.T) {
 	t.Parallel()
-	ct := func(base string) Provider {
-		c, err := createtask.NewClient(provider.ClientConfig{BaseURL: base, Key: "k"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	ct := func(base string) Provider { return createTaskClient(t, base) }
 	cfg := Config{Providers: []ProviderConfig{
 		{Name: "capmonster", Provider: ct("https://api.capmonster.cloud")},
 		{Name: "capsolver", Provider: ct("https://api.capsolver.com")},
@@ -238,4 +233,45 @@ func TestPollBudgetDefaults(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", cfg.Providers[i].Name, got, want[i])
 		}
 	}
+}
+
+// TestProxyAddressesDefaults: what a provider takes as a proxy's address
+// is its service's published rule (Anti-Captcha and CapMonster Cloud:
+// public IP addresses only; CapSolver, 2captcha and in.php services: host
+// names too) unless set; a value that is no rule is refused, naming it.
+func TestProxyAddressesDefaults(t *testing.T) {
+	t.Parallel()
+	ct := func(base string) Provider { return createTaskClient(t, base) }
+	cfg := Config{Providers: []ProviderConfig{
+		{Name: "anticaptcha", Provider: ct("https://api.anti-captcha.com")},
+		{Name: "capmonster", Provider: ct("https://api.capmonster.cloud")},
+		{Name: "capsolver", Provider: ct("https://api.capsolver.com")},
+		{Name: "twocaptcha", Provider: ct("https://api.2captcha.com")},
+		{Name: "inphp", Provider: nopProvider{}},
+		{Name: "set", Provider: ct("https://api.anti-captcha.com"), ProxyAddresses: provider.ProxyAnyHost},
+	}}.withDefaults()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	ip, host := provider.ProxyPublicIP, provider.ProxyAnyHost
+	want := []provider.ProxyAddresses{ip, ip, host, host, host, host}
+	for i, l := range lane.NewSet(cfg.laneConfigs(nil)).Lanes() {
+		if got := cfg.proxyAddressesOf(l); got != want[i] {
+			t.Errorf("%s: %q, want %q", cfg.Providers[i].Name, got, want[i])
+		}
+	}
+	bad := Config{Providers: []ProviderConfig{{Name: "a", Provider: nopProvider{}, ProxyAddresses: "ip"}}}.withDefaults()
+	if err := bad.validate(); err == nil || !strings.Contains(err.Error(), `Providers[0].ProxyAddresses: "ip" is not a rule; use "host" or "public_ip"`) {
+		t.Errorf("ProxyAddresses \"ip\": %v", err)
+	}
+}
+
+// createTaskClient is a createtask client of the service at base.
+func createTaskClient(t *testing.T, base string) Provider {
+	t.Helper()
+	c, err := createtask.NewClient(provider.ClientConfig{BaseURL: base, Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

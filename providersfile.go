@@ -40,7 +40,7 @@ type ProvidersEnv struct {
 var providersFields = []string{
 	"name", "url", "key_env", "key_file", "threads", "plan", "methods",
 	"price_per_1000", "spill_after", "max_spend_per_hour", "down_after", "protocol", "poll_gap",
-	"poll_budget", "result_window", "report_window",
+	"poll_budget", "result_window", "report_window", "proxy_addresses",
 }
 
 // ParseProviders reads a providers file: a JSON array of providers, the
@@ -64,7 +64,8 @@ var providersFields = []string{
 // (createtask.PublishedPollBudget: 120 polls and 5m at CapMonster Cloud
 // and CapSolver, none elsewhere); 0 says none. report_window (reports
 // later than it after the answer are not sent) defaults to
-// provider.PublishedReportWindow. methods defaults to
+// provider.PublishedReportWindow. proxy_addresses ("host" or "public_ip")
+// defaults to createtask.PublishedProxyAddresses. methods defaults to
 // CaptchaAI's for CaptchaAI's URL, createtask.Methods for a createtask
 // provider (which may list createtask.Carried), else to provider.CommonMethods. Field
 // names are lower case; an unknown field is refused. The error lists every
@@ -111,7 +112,8 @@ func ParseProviders(data []byte, env ProvidersEnv) ([]ProviderConfig, error) {
 		"Name": "name", "Provider": "url", "Threads": "threads", "Methods": "methods", "PricePer1000": "price_per_1000",
 		"SpillAfter": "spill_after", "MaxSpendPerHour": "max_spend_per_hour", "DownAfter": "down_after",
 		"PollGap": "poll_gap", "PollBudget": "poll_budget", "ResultWindow": "result_window",
-		"ReportWindow": "report_window",
+		"ReportWindow":   "report_window",
+		"ProxyAddresses": "proxy_addresses",
 	}
 	if perrs := cfg.providersWithDefaults().checkProviders(func(i int, field string) string {
 		return fmt.Sprintf("providers[%d] (%s).%s", i, out[i].Name, fileNames[field])
@@ -149,6 +151,7 @@ func parseProviderEntry(i int, e map[string]json.RawMessage, env ProvidersEnv) (
 	}
 	pc.PollBudget, pc.ResultWindow = r.pollBudget()
 	pc.ReportWindow = r.window("report_window", "after the answer")
+	pc.ProxyAddresses = provider.ProxyAddresses(r.str("proxy_addresses"))
 
 	if env.WithoutKeys {
 		return pc, r.errs

@@ -62,7 +62,7 @@ func TestParseProvidersErrors(t *testing.T) {
 	want := []string{
 		`providers[0] (main).URL: write the field name in lower case: "url"`,
 		`providers[0] (main).key: a key is never read from the providers file; put it in an environment variable named by "key_env", or a file named by "key_file"`,
-		`providers[0] (main).thread: unknown field; the fields are name, url, key_env, key_file, threads, plan, methods, price_per_1000, spill_after, max_spend_per_hour, down_after, protocol, poll_gap, poll_budget, result_window, report_window`,
+		`providers[0] (main).thread: unknown field; the fields are name, url, key_env, key_file, threads, plan, methods, price_per_1000, spill_after, max_spend_per_hour, down_after, protocol, poll_gap, poll_budget, result_window, report_window, proxy_addresses`,
 		`providers[0] (main).url: required: the service's base URL, e.g. https://ocr.captchaai.com`,
 		`providers[0] (main).key_env: the environment variable NOPE is not set; export it with the provider's account key`,
 		`providers[1] (main).url: "ftp://x" is not an absolute http(s) URL; use e.g. https://ocr.captchaai.com`,
@@ -267,5 +267,26 @@ func TestParseProvidersPollBudget(t *testing.T) {
 		if got := provider.PublishedReportWindow(base); got != want {
 			t.Errorf("PublishedReportWindow(%s) = %v, want %v", base, got, want)
 		}
+	}
+}
+
+// TestParseProvidersProxyAddresses: proxy_addresses is read as
+// ProviderConfig.ProxyAddresses (left out: "", the service's published
+// rule); a value that is no rule is refused, naming the field.
+func TestParseProvidersProxyAddresses(t *testing.T) {
+	t.Parallel()
+	env := providersEnv(map[string]string{"K": "k"})
+	file := `[{"name": "published", "url": "https://api.anti-captcha.com", "key_env": "K", "protocol": "createtask"},
+	 {"name": "set", "url": "https://api.example", "key_env": "K", "proxy_addresses": "public_ip"}]`
+	ps, err := captchaq.ParseProviders([]byte(file), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps[0].ProxyAddresses != "" || ps[1].ProxyAddresses != provider.ProxyPublicIP {
+		t.Errorf("as read: %q, %q; want \"\", %q", ps[0].ProxyAddresses, ps[1].ProxyAddresses, provider.ProxyPublicIP)
+	}
+	_, err = captchaq.ParseProviders([]byte(`[{"name": "a", "url": "https://api.example", "key_env": "K", "proxy_addresses": "ips"}]`), env)
+	if want := `providers[0] (a).proxy_addresses: "ips" is not a rule; use "host" or "public_ip"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%v; want %q", err, want)
 	}
 }

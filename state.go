@@ -108,6 +108,8 @@ type taskState struct {
 	class uint64
 	// waitingSince is when it last joined the queue, for SpillAfter.
 	waitingSince time.Time
+	// proxy is its proxy as a provider taking only IP addresses is sent it.
+	proxy taskProxy
 
 	// lane holds it while it has a slot there; price is what the
 	// attempt there costs.

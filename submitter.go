@@ -27,6 +27,12 @@ func (q *Queue) submit(st *taskState) {
 		q.wakeDispatcher()
 	}()
 	t := st.rec.Task
+	pt, perr := q.proxyFor(l, st)
+	if perr != nil {
+		l.Refusals.NotSent(route, q.now())
+		q.proxyRefused(st, perr)
+		return
+	}
 	if q.fleet != nil && !q.fleet.Admit(t.ID) {
 		l.Refusals.NotSent(route, q.now())
 		q.table.Do(func(tx table) {
@@ -39,7 +45,7 @@ func (q *Queue) submit(st *taskState) {
 		return
 	}
 	epoch := q.pauses.Epoch()
-	captchaID, err := l.Submit(q.runCtx, st.pt, q.inboxes[l.Index()].URL())
+	captchaID, err := l.Submit(q.runCtx, pt, q.inboxes[l.Index()].URL())
 	now := q.now()
 	if l.Refusals.Sent(route, err, now) {
 		q.storeRefusals()

@@ -1,13 +1,13 @@
 package provider_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/captchaq/captchaq/internal/tasktest"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/provider/createtask"
 )
@@ -84,22 +84,12 @@ func TestProxyRefused(t *testing.T) {
 	}
 }
 
-// resolver answers from a map: no network.
-type resolver map[string][]netip.Addr
-
-func (r resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if ips, ok := r[host]; ok {
-		return ips, nil
-	}
-	return nil, errors.New("no such host")
-}
-
 // TestProxyFor: a service taking only public IP addresses is sent a host
 // name's first public address, an address as given, and nothing for a
 // name that does not resolve or an address in a local network; a service
 // taking host names is sent the proxy as it came.
 func TestProxyFor(t *testing.T) {
-	r := resolver{
+	r := tasktest.Resolver{
 		"proxy.example": {netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("203.0.113.7")},
 		"v6.example":    {netip.MustParseAddr("2001:db8::7")},
 		"lan.example":   {netip.MustParseAddr("192.168.1.5"), netip.MustParseAddr("fe80::1")},

@@ -120,6 +120,11 @@ type Config struct {
 	// not count as a poll. Zero: no such rule (res.php polls keep
 	// PollBan's either way).
 	TaskResultGap time.Duration
+	// ProxyIPOnly takes a task proxy's address only as a public IP
+	// address, as Anti-Captcha and CapMonster Cloud do: a host name, or
+	// an address in a local network, is answered ERROR_BAD_PROXY
+	// (ProxyIPOnlyText) on both protocols.
+	ProxyIPOnly bool
 	// UserAgent is the browser user agent the simulated workers solve
 	// Turnstile and hCaptcha tasks with when the task names none, answered
 	// beside the token as 2captcha answers it (res.php json=1's

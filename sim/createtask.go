@@ -95,7 +95,7 @@ func (s *Server) ctCreate(w http.ResponseWriter, q, in *request, ip string) {
 		if cb := q.get("callbackurl"); cb != "" {
 			in.params["pingback"] = cb
 		}
-		spec, code, text = parseSubmit(in, s.cfg.Methods)
+		spec, code, text = s.parseSubmit(in)
 		spec.pingbackJSON = spec.pingback != ""
 	} else {
 		// The gates still come first: a bad key is told before a bad task.

@@ -178,3 +178,21 @@ func TestTaskResultGap(t *testing.T) {
 		t.Errorf("stats: %d too many, %d bans, %d single polls, %d ids polled; want 1, 0, 5, 4", st.TooManyRequests, st.Bans, st.Calls.PollSingle, st.IDsPolled)
 	}
 }
+
+// With ProxyIPOnly the service takes a proxy's address only as a public
+// IP address: a host name or a local address is answered ERROR_BAD_PROXY
+// (errorId 130) with ProxyIPOnlyText; a public address is taken.
+func TestCreateTaskProxyIPOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sim.Config{Key: key, Latency: tenSeconds(), ProxyIPOnly: true})
+	for _, c := range []struct {
+		addr string
+		ok   bool
+	}{{"203.0.113.7", true}, {"2001:db8::7", true}, {"proxy.example", false}, {"10.0.0.5", false}, {"127.0.0.1", false}, {"fe80::1", false}} {
+		got := b.ct(t, "createTask", `{"clientKey":"`+key+`","task":{"type":"TurnstileTask","websiteURL":"https://a.example/","websiteKey":"0x4AAA",`+
+			`"proxyType":"http","proxyAddress":"`+c.addr+`","proxyPort":3128,"proxyLogin":"u","proxyPassword":"p"}}`)
+		if c.ok && got["errorId"] != 0.0 || !c.ok && (got["errorId"] != 130.0 || got["errorCode"] != "ERROR_BAD_PROXY" || got["errorDescription"] != sim.ProxyIPOnlyText) {
+			t.Errorf("%s: %v", c.addr, got)
+		}
+	}
+}

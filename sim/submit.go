@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -194,6 +195,23 @@ func validPageURL(s string) bool {
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
+// ProxyIPOnlyText is the text of Config.ProxyIPOnly's refusal.
+const ProxyIPOnlyText = "Proxy IP address ipv4/ipv6 only: no host names or IP addresses from local networks."
+
+// parseSubmit is parseSubmit with the server's methods and proxy rule
+// (Config.ProxyIPOnly).
+func (s *Server) parseSubmit(q *request) (spec taskSpec, code, text string) {
+	spec, code, text = parseSubmit(q, s.cfg.Methods)
+	if code != "" || !s.cfg.ProxyIPOnly || q.get("proxy") == "" {
+		return spec, code, text
+	}
+	p, err := provider.ParseProxy(q.get("proxy"), q.get("proxytype"))
+	if ip, perr := netip.ParseAddr(p.Host); err != nil || perr != nil || !ip.IsGlobalUnicast() || ip.IsPrivate() {
+		return spec, "ERROR_BAD_PROXY", ProxyIPOnlyText
+	}
+	return spec, "", ""
+}
+
 // validProxy accepts [login:password@]host:port with a numeric port.
 func validProxy(p string) bool {
 	if i := strings.LastIndex(p, "@"); i >= 0 {
@@ -284,7 +302,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	case perr != nil:
 		code, text = "ERROR_BAD_PARAMETERS", "The request could not be read: "+perr.Error()
 	default:
-		spec, code, text = parseSubmit(q, s.cfg.Methods)
+		spec, code, text = s.parseSubmit(q)
 	}
 	id, code, text := s.admit(q, clientIP(r), spec, code, text)
 	if code != "" {
