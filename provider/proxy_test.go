@@ -78,7 +78,15 @@ func TestProxyRefused(t *testing.T) {
 			t.Errorf("ParseProxy(%q) = %v, want an invalid-task error starting %q without the password", strings.ReplaceAll(c.proxy, secret, "***"), err, c.want)
 		}
 	}
+	for _, pass := range []string{`{"p":"` + secret + `"}`, `["` + secret + `"]`} {
+		_, f := createtask.ParseTask([]byte(`{"type":"RecaptchaV2Task","websiteURL":"https://a.example/","websiteKey":"k","proxyType":"http",` +
+			`"proxyAddress":"203.0.113.7","proxyPort":80,"proxyLogin":"u","proxyPassword":` + pass + `}`))
+		if f == nil || f.Description != "task.proxyPassword: must be a string" {
+			t.Errorf("a password of JSON %s: %v, want task.proxyPassword: must be a string", strings.ReplaceAll(pass, secret, "***"), f != nil)
+		}
+	}
 	p := provider.Proxy{Type: "SOCKS5", Host: "proxy.example", Port: 1080, Login: "u", Password: secret}
+
 	if s := p.String(); s != "socks5://u:***@proxy.example:1080" {
 		t.Errorf("String = %q", s)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -212,20 +211,11 @@ func (s *Server) parseSubmit(q *request) (spec taskSpec, code, text string) {
 	return spec, "", ""
 }
 
-// validProxy accepts [login:password@]host:port with a numeric port.
+// validProxy accepts [login:password@]host:port with a numeric port
+// (provider.ParseProxy).
 func validProxy(p string) bool {
-	if i := strings.LastIndex(p, "@"); i >= 0 {
-		if !strings.Contains(p[:i], ":") {
-			return false
-		}
-		p = p[i+1:]
-	}
-	host, port, err := net.SplitHostPort(p)
-	if err != nil || host == "" {
-		return false
-	}
-	n, err := strconv.Atoi(port)
-	return err == nil && n > 0 && n < 65536
+	_, err := provider.ParseProxy(p, "")
+	return err == nil
 }
 
 // decodeBase64 accepts the standard and URL alphabets, padded or not, with

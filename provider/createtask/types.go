@@ -334,6 +334,9 @@ func parseProxy(obj folded, tn typeName, params map[string]string) *Fault {
 			continue
 		}
 		s, fl := convert(name, v, vString)
+		if fl != nil && f == "proxyPassword" {
+			return fault("ERROR_BAD_PARAMETERS", "task."+name+": must be a string") // never shown
+		}
 		if fl != nil {
 			return fl
 		}
