@@ -23,8 +23,9 @@ const proxySecret = "s3:cr@t"
 // a host name ERROR_BAD_PROXY), a task's proxy given as a host name
 // reaches it as the name's public address and is solved there; a proxy
 // in a local network, or a name that does not resolve, is never sent to
-// it: the task goes to the second provider, which takes host names, or,
-// with no second, fails with ERROR_BAD_PROXY and the reason, before
+// it: the task goes to the second provider, which takes host names (a
+// task with a public proxy still goes to the first), or, with no second,
+// fails with ERROR_BAD_PROXY and the reason, before
 // anything is paid.
 func TestProxyForIPOnlyProvider(t *testing.T) {
 	r := tasktest.Resolver{
@@ -42,7 +43,7 @@ func TestProxyForIPOnlyProvider(t *testing.T) {
 		{"address in a local network", "10.0.0.5", false, "", "params.proxy: 10.0.0.5 is an address in a local network; this provider takes only public IP addresses: give a proxy reachable from the internet", 0},
 		{"name of a local address", "lan.example", false, "", `params.proxy: host "lan.example" resolves only to 192.168.1.5, in a local network`, 0},
 		{"name that does not resolve", "gone.example", false, "", `params.proxy: host "gone.example" does not resolve`, 0},
-		{"address in a local network, two providers", "10.0.0.5", true, "any-host", "", 0},
+		{"address in a local network, two providers", "10.0.0.5", true, "any-host", "", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -51,6 +52,7 @@ func TestProxyForIPOnlyProvider(t *testing.T) {
 				if c.two {
 					sims = append(sims, proxySim(t, false))
 					ps = append(ps, proxyLane(t, "any-host", sims[1], ""))
+					ps[1].SpillAfter = time.Hour // what ip-only takes waits for it
 				}
 				q, err := captchaq.New(captchaq.Config{Providers: ps, ProxyResolver: r, PollInterval: 10 * time.Millisecond})
 				if err != nil {
@@ -62,9 +64,18 @@ func TestProxyForIPOnlyProvider(t *testing.T) {
 				}
 				tk := task("proxied", 0)
 				tk.Params["proxy"], tk.Params["proxytype"] = "u:"+proxySecret+"@"+c.host+":3128", "socks5"
-				rs, err := q.SolveBatch(testbound.Context(t), []captchaq.Task{tk})
+				tasks := []captchaq.Task{tk}
+				if c.two { // the skip is the task's alone: a public proxy still goes to ip-only
+					pub := task("public", 0)
+					pub.Params["proxy"] = "proxy.example:3128"
+					tasks = append(tasks, pub)
+				}
+				rs, err := q.SolveBatch(testbound.Context(t), tasks)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if c.two && (rs[1].Status != captchaq.StatusSolved || rs[1].Provider != "ip-only") {
+					t.Fatalf("the public proxy's task: %s at %q, want solved at ip-only", rs[1].Status, rs[1].Provider)
 				}
 				res, submits := rs[0], sims[0].Stats().Calls.Submit
 				if strings.Contains(res.Error, proxySecret) {
