@@ -193,8 +193,8 @@ func TestLaneConfigCarriesProviderConfig(t *testing.T) {
 	for i := range pv.NumField() {
 		name := pv.Type().Field(i).Name
 		switch name {
-		case "PollGap", "PollBudget", "ResultWindow", "ProxyAddresses":
-			continue // the poller's (pollGapOf, pollBudgetOf) and the submitter's (proxyAddressesOf), not the lane's
+		case "PollGap", "PollBudget", "ResultWindow", "ProxyAddresses", "ReportWindow":
+			continue // the poller's, the submitter's (proxyAddressesOf) and the reports', not the lane's
 		}
 		got, want := lc.FieldByName(name), pv.Field(i).Type()
 		// Provider is an interface of the same methods on both sides.
