@@ -173,15 +173,6 @@ func (q *Queue) unservedText(m string, now time.Time) string {
 // (StateStore).
 const refusalsState = "type_refusals"
 
-// StateStore is a Store that keeps small named values of the queue across
-// restarts: its providers' refusals of types (Config.RefusalHold).
-// store/sqlite's Store is one; with another Store they live in memory.
-type StateStore interface {
-	// LoadState returns the value stored under name; nil when none.
-	LoadState(ctx context.Context, name string) ([]byte, error)
-	SaveState(ctx context.Context, name string, value []byte) error
-}
-
 // storeRefusals stores the lanes' refusals, so a restarted queue does not
 // pay a refused submit again for each; with a Store that is no
 // StateStore they live in memory only.

@@ -137,6 +137,24 @@ type PingbackLedger interface {
 	PingbackDone(ctx context.Context, id string) error
 }
 
+// StateStore is a Store that keeps small named values of the queue across
+// restarts, and across processes that take over one database in turn. The
+// queue keeps its providers' refusals of types there (Config.RefusalHold),
+// loaded at Start and saved as they change, so a queue started again does
+// not pay a refused submit again for each.
+//
+// It is optional: with a Store without it the refusals live in memory.
+// store/sqlite and store/postgres implement it; storetest checks every
+// implementation of it.
+type StateStore interface {
+	// LoadState returns the value SaveState stored under name, byte for
+	// byte; nil, with no error, when none is.
+	LoadState(ctx context.Context, name string) ([]byte, error)
+	// SaveState stores value under name, replacing what was there; the
+	// other names' values stay as they are.
+	SaveState(ctx context.Context, name string, value []byte) error
+}
+
 // DeadLetterFilter selects dead letters. The zero value selects none; set
 // All, IDs or ErrorCode. Tenant, when set, narrows what they select to one
 // tenant's dead letters (with All: every dead letter of that tenant); a

@@ -287,7 +287,8 @@ func TokensTakenOnce(t *testing.T, stores ...captchaq.ReservoirStore) {
 }
 
 // optionalCallsAfterClose are the calls of the optional interfaces s
-// implements (PingbackLedger, ReservoirStore), for testClosed.
+// implements (PingbackLedger, ReservoirStore, StateStore), for
+// testClosed.
 func optionalCallsAfterClose(s captchaq.Store) map[string]error {
 	ctx := context.Background()
 	calls := map[string]error{}
@@ -301,6 +302,10 @@ func optionalCallsAfterClose(s captchaq.Store) map[string]error {
 		_, _, calls["TakeToken"] = rs.TakeToken(ctx, "ts", t0)
 		_, calls["DropTokens"] = rs.DropTokens(ctx, "ts", t0)
 		_, calls["TokenCounts"] = rs.TokenCounts(ctx)
+	}
+	if ss, ok := s.(captchaq.StateStore); ok {
+		_, calls["LoadState"] = ss.LoadState(ctx, "type_refusals")
+		calls["SaveState"] = ss.SaveState(ctx, "type_refusals", []byte("[]"))
 	}
 	return calls
 }

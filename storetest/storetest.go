@@ -63,6 +63,9 @@
 //     what Result.CheckStockable refuses with its error, and gives a
 //     token back whole (its Answer byte for byte). DropTokens' cutoff is
 //     exclusive: a token expiring at it stays.
+//   - A StateStore loads what it saved under a name byte for byte (any
+//     bytes; an empty value is one, not nil), the last save of a name
+//     wins, each name keeps its own, and a name never saved loads nil.
 //   - Every call after Close returns ErrStoreClosed (errors.Is).
 //
 // Recorder wraps a Store and records its Enqueue calls, for the tests of
@@ -119,6 +122,8 @@ func Run(t *testing.T, open func(t *testing.T) captchaq.Store) {
 		{"TokenReservoirsSeparate", testReservoirsSeparate},
 		{"TokenRoundTrip", testTokenRoundTrip},
 		{"TokenTakenOnceConcurrently", testTokensTakenOnceConcurrently},
+		{"StateSavedAndReplaced", testStateSavedAndReplaced},
+		{"StateBytesKeptExactly", testStateBytesExact},
 		{"Replay", testReplay},
 		{"PendingIsQueuedAndInFlightInSeqOrder", testPending},
 		{"CallbackErrorStopsIteration", testCallbackError},

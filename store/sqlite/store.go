@@ -604,6 +604,9 @@ func (s *Store) LoadState(ctx context.Context, name string) ([]byte, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
+	if err == nil && v == nil {
+		v = []byte{} // an empty value, stored: not none
+	}
 	return v, s.wrap("LoadState", err)
 }
 
