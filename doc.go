@@ -71,7 +71,8 @@
 // the type's waiting tasks. In a queue of several providers a type not yet
 // taken at a provider goes there one task at a time, so a withdrawn type
 // costs one refused submit; after the hold the next task probes it. A
-// StateStore (store/sqlite) keeps the refusals across restarts.
+// StateStore (store/sqlite, store/postgres) keeps the refusals across
+// restarts.
 //
 // Cost and records. Each Result names its Provider and its Price (the
 // per-solve price of its method at that provider, 0 on a flat-rate plan).

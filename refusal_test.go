@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/pgtest"
 	"github.com/captchaq/captchaq/internal/tasktest"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/provider/createtask"
 	"github.com/captchaq/captchaq/sim"
+	"github.com/captchaq/captchaq/store/postgres"
 )
 
 // refusalLane is one provider of a refusal test: its service's refusal
@@ -176,35 +178,69 @@ func (s *memStateStore) SaveState(_ context.Context, name string, value []byte) 
 	return nil
 }
 
+// refusalsKept runs a queue on the Store that store sets, which learns
+// that the preferred provider withdrew hCaptcha, closes it, and starts
+// another on a Store that store sets again (given the Config with the
+// first): the second queue routes hCaptcha to the other provider from
+// the start, sending the first no submit.
+func refusalsKept(t *testing.T, store func(*captchaq.Config)) {
+	t.Helper()
+	q, sims, cfg := setupRefusals(t, [2]refusalLane{{refusal: sim.Refusal2Captcha}, {refusal: sim.RefusalCapMonster, createTask: true}}, store)
+	sims[0].Withdraw("hcaptcha")
+	if r := waitAll(t, submitAll(t, q, hcaptchaTasks("a", 1)...))[0]; r.Status != captchaq.StatusSolved || r.Provider != "second" {
+		t.Fatalf("first queue: %s at %q (%s), want solved at second", r.Status, r.Provider, r.Error)
+	}
+	q.Close()
+	submits := sims[0].Stats().Calls.Submit
+
+	store(&cfg)
+	again, err := captchaq.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.Start(testbound.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range waitAll(t, submitAll(t, again, hcaptchaTasks("b", 3)...)) {
+		if r.Status != captchaq.StatusSolved || r.Provider != "second" {
+			t.Errorf("second queue, task %d: %s at %q (%s), want solved at second", i, r.Status, r.Provider, r.Error)
+		}
+	}
+	if got := sims[0].Stats().Calls.Submit - submits; got != 0 {
+		t.Errorf("the second queue sent the first provider %d submits, want 0 (its refusal forgotten)", got)
+	}
+	if got := sims[0].Stats().Refused; got != 1 {
+		t.Errorf("first provider refused %d submits over both queues, want 1", got)
+	}
+}
+
 // A queue started again on a Store that keeps state knows the refusals
-// of the one before: the withdrawn type goes to the other provider with
-// no refused submit.
+// of the one before.
 func TestRefusalsSurviveARestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &memStateStore{Store: captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}), state: map[string][]byte{}}
-		q, sims, cfg := setupRefusals(t, [2]refusalLane{{refusal: sim.Refusal2Captcha}, {refusal: sim.RefusalCapMonster, createTask: true}},
-			func(c *captchaq.Config) { c.Store = store })
-		sims[0].Withdraw("hcaptcha")
-		if r := waitAll(t, submitAll(t, q, hcaptchaTasks("a", 1)...))[0]; r.Provider != "second" {
-			t.Fatalf("first run: %+v", r)
-		}
-		q.Close()
+		refusalsKept(t, func(c *captchaq.Config) { c.Store = store })
+	})
+}
 
-		again, err := captchaq.New(cfg)
+// A queue on PostgreSQL that takes over the database of a closed one (a
+// standby of serve, with a Store of its own) knows the refusals the
+// first learned.
+func TestRefusalsSurviveATakeoverOnPostgres(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	refusalsKept(t, func(c *captchaq.Config) {
+		if c.Store != nil {
+			if err := c.Store.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := postgres.Open(t.Context(), url, postgres.Config{Owner: "serve"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer again.Close()
-		if err := again.Start(testbound.Context(t)); err != nil {
-			t.Fatal(err)
-		}
-		for i, r := range waitAll(t, submitAll(t, again, hcaptchaTasks("b", 3)...)) {
-			if r.Status != captchaq.StatusSolved || r.Provider != "second" {
-				t.Errorf("after the restart, task %d: %s at %q, want solved at second", i, r.Status, r.Provider)
-			}
-		}
-		if got := sims[0].Stats().Refused; got != 1 {
-			t.Errorf("first provider refused %d submits over both runs, want 1", got)
-		}
+		t.Cleanup(func() { _ = s.Close() })
+		c.Store = s
 	})
 }

@@ -32,6 +32,24 @@ func Each(rows Rows, scan func(Scanner) (captchaq.Record, error), fn func(captch
 	return wrap(rows.Err())
 }
 
+// LoadState reads the value of a captchaq.StateStore from row: nil, with
+// no error, when there is no row (an error that is noRows); an empty
+// value, not nil, for an empty one stored. Another error goes through
+// wrap.
+func LoadState(row Scanner, noRows error, wrap func(error) error) ([]byte, error) {
+	var v []byte
+	err := row.Scan(&v)
+	switch {
+	case errors.Is(err, noRows):
+		return nil, nil
+	case err != nil:
+		return nil, wrap(err)
+	case v == nil:
+		return []byte{}, nil
+	}
+	return v, nil
+}
+
 // Wrap names the store (its path, or its database without a password)
 // and the call in a database error. ErrNotFound, ErrStoreClosed and
 // context errors pass through as they are; any other error of a store

@@ -599,15 +599,8 @@ func (s *Store) LoadState(ctx context.Context, name string) ([]byte, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
-	var v []byte
-	err := s.db.QueryRowContext(ctx, `SELECT value FROM queue_state WHERE name = ?`, name).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err == nil && v == nil {
-		v = []byte{} // an empty value, stored: not none
-	}
-	return v, s.wrap("LoadState", err)
+	row := s.db.QueryRowContext(ctx, `SELECT value FROM queue_state WHERE name = ?`, name)
+	return sqlstore.LoadState(row, sql.ErrNoRows, func(err error) error { return s.wrap("LoadState", err) })
 }
 
 // SaveState stores value under name, replacing what was there.
