@@ -54,7 +54,7 @@
 //	  method, kind, token, answer, attempts, captcha_id, solve_seconds, provider, price,
 //	  abandoned text[], accepted_at, submitted_at, finished_at  -- the rest of the solved Result
 //	)
-//	queue_state(name text PRIMARY KEY, value bytea)   the queue's refusals, captchaq.StateStore (version 9)
+//	queue_state(name text PRIMARY KEY, value bytea)   captchaq.StateStore (version 9)
 //
 // Times are timestamptz (microseconds). PostgreSQL text holds neither NUL
 // bytes nor invalid UTF-8: Params are stored as JSON text, which holds any
