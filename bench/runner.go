@@ -212,6 +212,9 @@ type EngineRun struct {
 	// SolveBatch hands every task to the engine in one SolveBatch call
 	// instead of SubmitFunc from several goroutines.
 	SolveBatch bool
+	// Reservoirs and ReservoirShare are the queue's.
+	Reservoirs     []captchaq.ReservoirConfig
+	ReservoirShare float64
 }
 
 // RunEngine solves tasks with the queue engine against a fresh simulator.
@@ -281,7 +284,7 @@ func startEngine(ctx context.Context, s Sim, base string, e EngineRun) (q *captc
 	}
 	cfg := captchaq.Config{
 		Provider: client, Store: e.Store, Threads: s.Threads, PollInterval: e.PollInterval, PollGap: e.PollGap,
-		RetryBackoff: e.RetryBackoff, MaxQueued: e.MaxQueued,
+		RetryBackoff: e.RetryBackoff, MaxQueued: e.MaxQueued, Reservoirs: e.Reservoirs, ReservoirShare: e.ReservoirShare,
 	}
 	if cfg.RetryBackoff > 0 {
 		cfg.RetryBackoffMax = max(captchaq.RetryBackoffMaxDefault, cfg.RetryBackoff)

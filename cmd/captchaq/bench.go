@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -58,13 +60,14 @@ type benchPlan struct {
 	runs       int
 	cpuProfile string
 	soak       bench.SoakConfig
+	reservoir  bench.ReservoirConfig
 }
 
 // parseBench reads bench's flags; a bad one is a usage error naming it.
 func parseBench(env *environment, args []string) (*benchPlan, error) {
 	fs := env.flagSet("bench")
 	var (
-		scenario = fs.String("scenario", "mixed", "what to run: mixed, scale, store, all (those three), fleet, or soak")
+		scenario = fs.String("scenario", "mixed", "what to run: mixed, scale, store, all (those three), fleet, soak, or reservoir")
 		tasks    = fs.Int("tasks", bench.MixedTasksDefault, "tasks of the mixed and store scenarios")
 		threads  = fs.Int("threads", bench.MixedThreadsDefault, "plan threads of the mixed and store scenarios")
 		scale    = fs.Float64("scale", 1, "multiply every latency, the poll ban window, the seed's 5 s poll and the engine's PollInterval by this `factor`")
@@ -80,13 +83,16 @@ func parseBench(env *environment, args []string) (*benchPlan, error) {
 		amqpURL  = fs.String("amqp", env.getenv("CAPTCHAQ_AMQP_URL"), "fleet scenario: the RabbitMQ broker its worker processes use (env CAPTCHAQ_AMQP_URL)")
 		faults   = fs.String("faults", "none,sigkill,partition,close,sigstop", "fleet scenario: the faults to run, comma-separated, from "+strings.Join(bench.FleetFaults, ", ")+" (restart restarts the broker with rabbitmqctl: every user of it is cut off for a moment)")
 		runs     = fs.Int("runs", 1, "fleet scenario: runs of each fault")
-		duration = fs.Duration("duration", bench.SoakDurationDefault, "soak scenario: how long the client submits (the run goes on until every fault kind struck once)")
+		duration = fs.Duration("duration", bench.SoakDurationDefault, "soak scenario: how long the client submits (the run goes on until every fault kind struck once); reservoir scenario: how long the demand lasts (default 2m)")
+		rThreads = fs.String("reservoir-threads", "5,20", "reservoir scenario: the plans' threads, comma-separated")
+		rShare   = fs.Float64("reservoir-share", 0.25, "reservoir scenario: the share of the plan's threads refills may take")
+		rRate    = fs.Float64("rate", bench.ReservoirRateDefault, "reservoir scenario: the demand's mean rate, tasks a second")
 		postgres = fs.String("postgres", cmp.Or(env.getenv("CAPTCHAQ_PG_URL"), bench.SoakPostgresDefault), "soak scenario: a PostgreSQL server's URL as a user that creates databases (env CAPTCHAQ_PG_URL)")
 		hapCfg   = fs.String("haproxy-config", bench.SoakHAProxyDefault, "soak scenario: the HAProxy config the balancer runs on")
 		gap      = fs.String("fault-gap", fmt.Sprintf("%v-%v", bench.SoakGapMinDefault, bench.SoakGapMaxDefault), "soak scenario: the pause between faults, drawn from `MIN-MAX`")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: captchaq bench [--scenario mixed|scale|store|all] [--mix M,...] [--scale F] [--seeds N] [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq bench [--scenario mixed|scale|store|all|reservoir] [--mix M,...] [--scale F] [--seeds N] [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -121,6 +127,17 @@ func parseBench(env *environment, args []string) (*benchPlan, error) {
 	if err := p.lists(*scenario, *polls, *mixes, *faults); err != nil {
 		return nil, err
 	}
+	if p.run["reservoir"] {
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "duration" {
+				p.reservoir.Duration = *duration
+			}
+		})
+		if err := p.reservoirPlan(*rThreads, *rShare, *rRate, *seed); err != nil {
+			return nil, err
+		}
+		p.reservoir.Log = env.stderr
+	}
 	return p, nil
 }
 
@@ -147,12 +164,12 @@ func (p *benchPlan) lists(scenario, polls, mixes, faults string) error {
 	}
 	p.run = map[string]bool{}
 	switch scenario {
-	case "mixed", "scale", "store", "fleet", "soak":
+	case "mixed", "scale", "store", "fleet", "soak", "reservoir":
 		p.run[scenario] = true
 	case "all":
 		p.run["mixed"], p.run["scale"], p.run["store"] = true, true, true
 	default:
-		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store, all, fleet or soak", scenario)}
+		return &exitError{code: 2, err: fmt.Errorf("--scenario %q: use mixed, scale, store, all, fleet, soak or reservoir", scenario)}
 	}
 	if p.run["soak"] {
 		p.soak.AMQP = cmp.Or(p.amqpURL, bench.SoakAMQPDefault)
@@ -173,6 +190,30 @@ func (p *benchPlan) lists(scenario, polls, mixes, faults string) error {
 		}
 		p.faults = append(p.faults, f)
 	}
+	return nil
+}
+
+// reservoirPlan reads the reservoir scenario's flags.
+func (p *benchPlan) reservoirPlan(threads string, share, rate float64, seed uint64) error {
+	switch {
+	case share <= 0 || share > 1:
+		return &exitError{code: 2, err: fmt.Errorf("--reservoir-share is %v: give a share above 0 and at most 1", share)}
+	case rate <= 0:
+		return &exitError{code: 2, err: fmt.Errorf("--rate is %v: give a positive rate, tasks a second", rate)}
+	case p.reservoir.Duration < 0:
+		return &exitError{code: 2, err: fmt.Errorf("--duration is %v: give a positive duration", p.reservoir.Duration)}
+	}
+	for _, s := range strings.Split(threads, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return &exitError{code: 2, err: fmt.Errorf("--reservoir-threads: %q is not a positive count; use e.g. 5,20", s)}
+		}
+		if int(share*float64(n)+1e-9) < 1 {
+			return &exitError{code: 2, err: fmt.Errorf("--reservoir-share %v of %d threads leaves no thread for refills; raise it or the threads", share, n)}
+		}
+		p.reservoir.Threads = append(p.reservoir.Threads, n)
+	}
+	p.reservoir.Share, p.reservoir.Rate, p.reservoir.Seed = share, rate, seed
 	return nil
 }
 
@@ -205,6 +246,13 @@ func (p *benchPlan) runScenarios(ctx context.Context, env *environment, out io.W
 			return err
 		}
 		rep.Markdown(out)
+	}
+	if p.run["reservoir"] {
+		rows, err := bench.Reservoir(ctx, p.reservoir)
+		if err != nil {
+			return err
+		}
+		bench.ReservoirMarkdown(out, p.reservoir, rows)
 	}
 	if p.run["soak"] {
 		if err := runSoak(ctx, env, p.soak, out); err != nil {
