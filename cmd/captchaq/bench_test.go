@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchWritesCPUProfile runs a tiny mixed scenario with --cpuprofile
@@ -44,5 +46,35 @@ func TestBenchCPUProfileUnwritable(t *testing.T) {
 	}
 	if out.Len() != 0 {
 		t.Errorf("a report was written: %q", out.String())
+	}
+}
+
+// TestBenchReservoirFlags: the reservoir scenario's plan comes from its
+// flags, 2 minutes unless --duration says otherwise; a plan that leaves
+// refills no thread is a usage error naming the flag.
+func TestBenchReservoirFlags(t *testing.T) {
+	t.Parallel()
+	env := &environment{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }}
+	p, err := parseBench(env, []string{"--scenario", "reservoir", "--reservoir-threads", "5, 20", "--rate", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.reservoir; fmt.Sprint(r.Threads) != "[5 20]" || r.Share != 0.25 || r.Rate != 2 || r.Duration != 0 {
+		t.Errorf("plan %v threads, share %v, rate %v, duration %v; want [5 20], 0.25, 2, 0 (the scenario's 2m)", r.Threads, r.Share, r.Rate, r.Duration)
+	}
+	if p, err = parseBench(env, []string{"--scenario", "reservoir", "--duration", "5m"}); err != nil || p.reservoir.Duration != 5*time.Minute {
+		t.Errorf("--duration 5m: %v, %v; want 5m", p.reservoir.Duration, err)
+	}
+	for args, want := range map[string]string{
+		"--reservoir-threads 3":   "--reservoir-share 0.25 of 3 threads leaves no thread for refills",
+		"--reservoir-threads 5,x": `--reservoir-threads: "x" is not a positive count`,
+		"--reservoir-share 1.5":   "--reservoir-share is 1.5: give a share above 0 and at most 1",
+		"--rate 0":                "--rate is 0: give a positive rate",
+		"--duration -1s":          "--duration is -1s: give a positive duration",
+	} {
+		_, err := parseBench(env, append([]string{"--scenario", "reservoir"}, strings.Fields(args)...))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want an error with %q", args, err, want)
+		}
 	}
 }
