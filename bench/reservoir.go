@@ -403,5 +403,5 @@ func p50p99(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2f / %.2f s", Percentile(ds, 0.5).Seconds(), Percentile(ds, 0.99).Seconds())
+	return fmt.Sprintf("%.3f / %.3f s", Percentile(ds, 0.5).Seconds(), Percentile(ds, 0.99).Seconds())
 }

@@ -95,8 +95,8 @@ func TestReservoirMarkdown(t *testing.T) {
 	var b bytes.Buffer
 	ReservoirMarkdown(&b, ReservoirConfig{}, rows)
 	for _, want := range []string{
-		"| steady | 20 (5) | auto | 4 | 3 / 1 | 0.00 / 3.50 s | – | 10 / 3 / 1 / 6 | 7 (70%) | 2.75 | 2 started; last ends +4.2 s | 6 |",
-		"| steady | 20 (5) | none | 4 | 0 / 4 | 0.00 / 3.50 s | – | – | – | 1.00 | – | 2 |",
+		"| steady | 20 (5) | auto | 4 | 3 / 1 | 0.003 / 3.500 s | – | 10 / 3 / 1 / 6 | 7 (70%) | 2.75 | 2 started; last ends +4.2 s | 6 |",
+		"| steady | 20 (5) | none | 4 | 0 / 4 | 0.003 / 3.500 s | – | – | – | 1.00 | – | 2 |",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
