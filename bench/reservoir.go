@@ -275,6 +275,12 @@ func runReservoir(ctx context.Context, c ReservoirConfig, demand string, threads
 	}
 	stopped := time.Now()
 	w.mark()
+	clientsDone, watched := make(chan struct{}), make(chan struct{})
+	if withRes {
+		go func() { w.watch(ctx, stopped, clientsDone, &row); close(watched) }()
+	} else {
+		close(watched)
+	}
 	for range at {
 		a := <-answers
 		switch {
@@ -289,11 +295,10 @@ func runReservoir(ctx context.Context, c ReservoirConfig, demand string, threads
 			row.Late = append(row.Late, a.took)
 		}
 	}
+	close(clientsDone)
+	<-watched
 	if err := ctx.Err(); err != nil {
 		return row, err
-	}
-	if withRes {
-		w.watch(ctx, stopped, &row)
 	}
 	st := srv.Stats()
 	row.Paid, row.PeakThreads = st.Solved, st.PeakThreadsInUse
@@ -334,10 +339,10 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 	}
 }
 
-// watch samples the reservoir every client poll from the stop until no
-// refill has run for reservoirQuiet (or reservoirTail passed) and fills
-// row's reservoir figures.
-func (w *refillWatch) watch(ctx context.Context, stopped time.Time, row *ReservoirRow) {
+// watch samples the reservoir every client poll from the stop until the
+// client has every answer and no refill has run for reservoirQuiet (or
+// reservoirTail passed), and fills row's reservoir figures, only those.
+func (w *refillWatch) watch(ctx context.Context, stopped time.Time, clientsDone <-chan struct{}, row *ReservoirRow) {
 	tick := time.NewTicker(ReservoirClientPoll)
 	defer tick.Stop()
 	var idleSince time.Time
@@ -349,8 +354,14 @@ func (w *refillWatch) watch(ctx context.Context, stopped time.Time, row *Reservo
 		} else if idleSince.IsZero() {
 			idleSince = now
 		}
+		done := false
+		select {
+		case <-clientsDone:
+			done = true
+		default:
+		}
 		quiet := !idleSince.IsZero() && now.Sub(idleSince) >= reservoirQuiet
-		if quiet || now.Sub(stopped) >= reservoirTail || ctx.Err() != nil {
+		if done && (quiet || now.Sub(stopped) >= reservoirTail) || ctx.Err() != nil {
 			row.RefillsOn = c.InFlight > 0
 			row.RefillsAfter = n - w.atStop
 			row.Solved, row.HandedOut, row.Expired, row.Left = c.Solved, c.HandedOut, c.Expired, c.Stock
