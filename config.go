@@ -185,19 +185,25 @@ func (c Config) withDefaults() Config {
 		c.Store = NewMemoryStore(MemoryStoreConfig{})
 	}
 	c.ReservoirShare = cmp.Or(c.ReservoirShare, ReservoirShareDefault)
-	if len(c.Reservoirs) > 0 {
-		rcs := slices.Clone(c.Reservoirs)
-		for i := range rcs {
-			rcs[i].Max = cmp.Or(rcs[i].Max, max(ReservoirMaxDefault, rcs[i].Size))
-		}
-		c.Reservoirs = rcs
-	}
+	c = c.withReservoirDefaults()
 	c.Logger = cmp.Or(c.Logger, discardLogger)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	if c.ProxyResolver == nil {
 		c.ProxyResolver = net.DefaultResolver
+	}
+	return c
+}
+
+// withReservoirDefaults is c with each reservoir's defaults filled in.
+func (c Config) withReservoirDefaults() Config {
+	if len(c.Reservoirs) > 0 {
+		rcs := slices.Clone(c.Reservoirs)
+		for i := range rcs {
+			rcs[i].Max = cmp.Or(rcs[i].Max, max(ReservoirMaxDefault, rcs[i].Size))
+		}
+		c.Reservoirs = rcs
 	}
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/reservoir"
@@ -175,8 +176,9 @@ type reservoirs struct {
 	q     *Queue
 	pool  *reservoir.Pool
 	store ReservoirStore
-	// templates are each reservoir's refill task, minLife its MinLife,
-	// by name.
+	// mu guards templates, each reservoir's refill task, and minLife, its
+	// MinLife, by name: SetReservoirs replaces both.
+	mu        sync.Mutex
 	templates map[string]Task
 	minLife   map[string]time.Duration
 }
@@ -187,7 +189,15 @@ func newReservoirs(q *Queue, threads int) *reservoirs {
 	if len(c.Reservoirs) == 0 {
 		return nil
 	}
-	rs := &reservoirs{q: q, store: c.Store.(ReservoirStore), templates: map[string]Task{}, minLife: map[string]time.Duration{}}
+	rs := &reservoirs{q: q, store: c.Store.(ReservoirStore)}
+	rs.pool = reservoir.NewPool(rs.specs(c), refillThreads(c.ReservoirShare, threads))
+	return rs
+}
+
+// specs sets rs's templates and min lives to c.Reservoirs' (validated)
+// and returns their specs for the pool.
+func (rs *reservoirs) specs(c Config) []reservoir.Spec {
+	templates, minLives := map[string]Task{}, map[string]time.Duration{}
 	specs := make([]reservoir.Spec, len(c.Reservoirs))
 	for i, rc := range c.Reservoirs {
 		t := rc.templateTask()
@@ -197,13 +207,46 @@ func newReservoirs(q *Queue, threads int) *reservoirs {
 			minLife = life / reservoir.MinLifeShare
 		}
 		kind, _ := t.ProviderTask().KindFor(provider.KnownMethods)
-		rs.templates[rc.Name], rs.minLife[rc.Name] = t, minLife
+		templates[rc.Name], minLives[rc.Name] = t, minLife
 		specs[i] = reservoir.Spec{Name: rc.Name, Key: t.Fingerprint(), Clients: rc.Clients, Size: rc.Size, Max: rc.Max,
 			Life: life, MinLife: minLife, Solve: provider.MedianSolveTime(kind)}
 	}
-	rs.pool = reservoir.NewPool(specs, refillThreads(c.ReservoirShare, threads))
-	return rs
+	rs.mu.Lock()
+	rs.templates, rs.minLife = templates, minLives
+	rs.mu.Unlock()
+	return specs
 }
+
+// SetReservoirs makes rcs the reservoirs of a queue started with some,
+// validated as Config.Reservoirs (nothing changes on an error). A
+// reservoir kept by name with the same method and params keeps its stock,
+// counts and refills in flight; the stock of one removed, or whose
+// captcha changed, is dropped. It logs what changed.
+func (q *Queue) SetReservoirs(rcs []ReservoirConfig) error {
+	if q.res == nil {
+		return errors.New("captchaq: Reservoirs: the queue was built without reservoirs and runs no refill loop; build it with them")
+	}
+	c := q.cfg
+	c.Reservoirs = rcs
+	c = c.withReservoirDefaults()
+	if errs := c.checkReservoirs(c.threads()); len(errs) > 0 {
+		return fmt.Errorf("captchaq: invalid Reservoirs: %w", errors.Join(errs...))
+	}
+	rs := q.res
+	ch := rs.pool.Swap(rs.specs(c))
+	for _, name := range ch.Removed {
+		// Tokens of a captcha no reservoir holds: none may be handed out.
+		if _, err := rs.store.DropTokens(q.storeCtx(), name, q.now().Add(forever)); err != nil {
+			q.log.Error("dropping a removed reservoir's tokens failed", "reservoir", name, "err", err)
+		}
+	}
+	q.log.Info("reservoirs set", "count", len(rcs), "added", ch.Added, "removed", ch.Removed, "changed", ch.Changed)
+	return nil
+}
+
+// forever is past any token's lifetime: DropTokens before now+forever
+// drops a reservoir's whole stock.
+const forever = 100 * 365 * 24 * time.Hour
 
 // draw gives the new tasks of batch (not known to the Store, not
 // adopted) that match a reservoir their tenant may draw from a token
@@ -262,7 +305,7 @@ func (rs *reservoirs) finished(r Result) (refill bool) {
 		return false
 	}
 	name, refill := rs.pool.Finished(r.ID, r.Status == StatusSolved, r.FinishedAt.Sub(r.AcceptedAt), r.FinishedAt)
-	if refill && r.Status == StatusSolved {
+	if refill && name != "" && r.Status == StatusSolved {
 		if err := rs.store.StockToken(rs.q.storeCtx(), name, r); err != nil {
 			rs.q.log.Error("stocking a reservoir token failed; it is lost", "reservoir", name, "id", r.ID, "err", err)
 		}
@@ -288,7 +331,10 @@ func (rs *reservoirs) loop() *startstop.Loop {
 func (rs *reservoirs) tick(ctx context.Context) {
 	q := rs.q
 	now := q.now()
-	for name, minLife := range rs.minLife {
+	rs.mu.Lock()
+	minLives, templates := rs.minLife, rs.templates
+	rs.mu.Unlock()
+	for name, minLife := range minLives {
 		n, err := rs.store.DropTokens(ctx, name, now.Add(minLife))
 		if err != nil {
 			q.log.Error("dropping aged-out reservoir tokens failed", "reservoir", name, "err", err)
@@ -306,7 +352,7 @@ func (rs *reservoirs) tick(ctx context.Context) {
 	}
 	tasks := make([]Task, len(refills))
 	for i, r := range refills {
-		t := rs.templates[r.Reservoir]
+		t := templates[r.Reservoir]
 		t.ID, t.Params = r.ID, maps.Clone(t.Params)
 		tasks[i] = t
 	}

@@ -2,6 +2,7 @@ package reservoir
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -89,6 +90,7 @@ type Pool struct {
 type pool struct {
 	spec    Spec
 	clients map[string]bool // nil: all
+	gone    bool            // swapped out: its refills stock nowhere
 	sizer   Sizer
 	toToken *SolveTimes
 	stock   int
@@ -108,24 +110,72 @@ type miss struct {
 // NewPool returns a Pool of specs whose refills take at most limit threads
 // at once. Names and keys are unique (the caller checks them).
 func NewPool(specs []Spec, limit int) *Pool {
-	pl := &Pool{limit: limit, byKey: map[string]*pool{}, byName: map[string]*pool{},
-		inflight: map[string]*pool{}, misses: map[string]miss{}}
+	pl := &Pool{limit: limit, inflight: map[string]*pool{}, misses: map[string]miss{}}
+	pl.Swap(specs)
+	return pl
+}
+
+// Change is what a Swap changed, by reservoir name.
+type Change struct {
+	// Added are new names; Removed names gone; Changed names kept with
+	// a new size, max, min life or clients (their counts, demand and
+	// stock stay). A name whose Key changed is both removed and added:
+	// it starts afresh.
+	Added, Removed, Changed []string
+}
+
+// Empty reports whether the Swap changed nothing.
+func (c Change) Empty() bool {
+	return len(c.Added)+len(c.Removed)+len(c.Changed) == 0
+}
+
+// Swap makes specs the pool's reservoirs. A name kept with its Key keeps
+// its counts, demand, solve times and refills in flight; the stock of a
+// removed one (in Change.Removed) is the caller's to drop, and its
+// refills still running are answered as refills but stocked nowhere
+// (Finished returns no name). Names and keys are unique (the caller
+// checks them).
+func (pl *Pool) Swap(specs []Spec) Change {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	var ch Change
+	list, byKey, byName := make([]*pool, 0, len(specs)), map[string]*pool{}, map[string]*pool{}
 	for _, s := range specs {
-		p := &pool{spec: s, toToken: &SolveTimes{size: tokenSamples}, sizer: Sizer{
-			Size: s.Size, Max: s.Max, Life: s.Life, MinLife: s.MinLife,
-			Demand: NewDemand(0), Solves: NewSolveTimes(s.Solve),
-		}}
+		p := pl.byName[s.Name]
+		switch {
+		case p == nil:
+			ch.Added = append(ch.Added, s.Name)
+			p = &pool{toToken: &SolveTimes{size: tokenSamples},
+				sizer: Sizer{Demand: NewDemand(0), Solves: NewSolveTimes(s.Solve)}}
+		case p.spec.Key != s.Key:
+			ch.Removed, ch.Added = append(ch.Removed, s.Name), append(ch.Added, s.Name)
+			p.gone = true
+			p = &pool{toToken: &SolveTimes{size: tokenSamples},
+				sizer: Sizer{Demand: NewDemand(0), Solves: NewSolveTimes(s.Solve)}}
+		case p.spec.Size != s.Size || p.spec.Max != s.Max || p.spec.MinLife != s.MinLife ||
+			!slices.Equal(p.spec.Clients, s.Clients):
+			ch.Changed = append(ch.Changed, s.Name)
+		}
+		p.spec = s
+		p.sizer.Size, p.sizer.Max, p.sizer.Life, p.sizer.MinLife = s.Size, s.Max, s.Life, s.MinLife
+		p.clients = nil
 		if len(s.Clients) > 0 {
 			p.clients = map[string]bool{}
 			for _, c := range s.Clients {
 				p.clients[c] = true
 			}
 		}
-		pl.list = append(pl.list, p)
-		pl.byKey[s.Key] = p
-		pl.byName[s.Name] = p
+		list = append(list, p)
+		byKey[s.Key], byName[s.Name] = p, p
 	}
-	return pl
+	for _, p := range pl.list {
+		if byName[p.spec.Name] == nil {
+			ch.Removed = append(ch.Removed, p.spec.Name)
+			p.gone = true
+		}
+	}
+	pl.list, pl.byKey, pl.byName = list, byKey, byName
+	return ch
 }
 
 // Draw is a request of key from tenant at now: when a reservoir answers
@@ -253,7 +303,8 @@ func RefillOf(id string) string {
 
 // Finished is told that task id finished at, solved or not, took after
 // it was accepted. For a refill it counts the solve (timed for the sizer)
-// or the failure (which holds the reservoir's refills back), and returns its reservoir's name and true: the caller
+// or the failure (which holds the reservoir's refills back), and returns
+// its reservoir's name ("" for one Swap removed) and true: the caller
 // stocks a solved one's token. For a miss it times the request.
 func (pl *Pool) Finished(id string, solved bool, took time.Duration, at time.Time) (name string, refill bool) {
 	pl.mu.Lock()
@@ -269,6 +320,9 @@ func (pl *Pool) Finished(id string, solved bool, took time.Duration, at time.Tim
 			p.failed++
 			p.fails++
 			p.holdUntil = at.Add(min(failHold<<min(p.fails-1, 16), failHoldMax))
+		}
+		if p.gone {
+			return "", true
 		}
 		return p.spec.Name, true
 	}

@@ -211,3 +211,39 @@ func TestPoolFailedRefillsHold(t *testing.T) {
 		t.Errorf("counts %+v: want 14 failed, 1 solved", c)
 	}
 }
+
+// Swap keeps a reservoir kept by name and key (its counts and refills in
+// flight), starts one whose key changed afresh, and a refill of a removed
+// one is stocked nowhere.
+func TestPoolSwap(t *testing.T) {
+	pl := NewPool([]Spec{turnstileSpec("keep", "k1", 2), turnstileSpec("drop", "k2", 1), turnstileSpec("rekey", "k3", 1)}, 10)
+	rs := pl.Plan(t0, nil)
+	pl.Draw("k1", "", t0)
+	pl.Hit("keep", time.Millisecond)
+	ch := pl.Swap([]Spec{turnstileSpec("keep", "k1", 3), turnstileSpec("rekey", "k9", 1), turnstileSpec("new", "k4", 1)})
+	want := Change{Added: []string{"rekey", "new"}, Removed: []string{"rekey", "drop"}, Changed: []string{"keep"}}
+	if !slices.Equal(ch.Added, want.Added) || !slices.Equal(ch.Removed, want.Removed) || !slices.Equal(ch.Changed, want.Changed) {
+		t.Fatalf("Swap = %+v, want %+v", ch, want)
+	}
+	c := pl.Counts(at(1))
+	if len(c) != 3 || c[0].Name != "keep" || c[0].Hits != 1 || c[0].InFlight != 2 || c[0].Target != 3 {
+		t.Fatalf("keep after Swap: %+v, want its hit and 2 in flight kept, target 3", c[0])
+	}
+	if c[1].InFlight != 0 || c[2].Name != "new" {
+		t.Errorf("rekey and new after Swap: %+v, %+v; want both afresh", c[1], c[2])
+	}
+	if _, _, ok := pl.Draw("k3", "", at(1)); ok {
+		t.Error("the old key of rekey still draws")
+	}
+	for _, name := range []string{"drop", "rekey"} {
+		if got, refill := pl.Finished(firstOf(t, rs, name), true, time.Second, at(2)); !refill || got != "" {
+			t.Errorf("Finished(a refill of removed %s) = %q, %v; want \"\", true", name, got, refill)
+		}
+	}
+	if got, _ := pl.Finished(firstOf(t, rs, "keep"), true, time.Second, at(2)); got != "keep" {
+		t.Errorf("Finished(a refill of keep) = %q, want keep", got)
+	}
+	if !pl.Swap([]Spec{turnstileSpec("keep", "k1", 3), turnstileSpec("rekey", "k9", 1), turnstileSpec("new", "k4", 1)}).Empty() {
+		t.Error("a Swap to the same specs changed something")
+	}
+}
