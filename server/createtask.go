@@ -136,7 +136,7 @@ func ctResult(rec captchaq.Record) map[string]any {
 	if !res.FinishedAt.IsZero() {
 		out["endTime"] = res.FinishedAt.Unix()
 	}
-	return out
+	return withReservoir(out, *res)
 }
 
 // ctCallbackBody is the body of a createTask task's callbackUrl POST:

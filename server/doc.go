@@ -17,6 +17,7 @@
 //	GET    /v1/events             server-sent events: the caller's results
 //	GET    /v1/stats              queue metrics and per-client counts
 //	GET    /v1/history            the dashboard's charts: the last hour, sampled (admin)
+//	GET    /v1/reservoirs         the reservoirs, as declared, and their live numbers (admin)
 //	GET    /v1/deadletters        failed tasks
 //	POST   /v1/deadletters/replay {"ids":[…]} or {"all":true}: queue them again
 //	/pingback/<secret>            each provider's pingbacks, by its own sig (with PublicURL)
@@ -43,13 +44,13 @@
 //     answers 409 {"error": "…", "field": "id", "code": "ID_CONFLICT"}
 //     naming what differs, and accepts none of the request's tasks. in.php
 //     gives every task a new id, so it never conflicts.
-//   - A dead token is never handed out. Once a solved result has passed
-//     its result.expires_at, GET /v1/tasks/{id} answers it with
-//     "expired": true and no token or answer, and res.php answers
-//     ERROR_TOKEN_EXPIRED. POST the same task again and it is solved again,
-//     in front of a fleet (amqp.Gateway) too: the gateway publishes it
-//     under a wire id of a new generation, as workers answer a message id
-//     once.
+//   - A dead token is never handed out. Past its result.expires_at, GET
+//     /v1/tasks/{id} answers "expired": true with no token or answer,
+//     res.php ERROR_TOKEN_EXPIRED. POSTed again, the task is solved again,
+//     in front of a fleet (amqp.Gateway) too, under a wire id of a new
+//     generation (workers answer a message id once).
+//   - A task answered from a reservoir (captchaq.Config.Reservoirs): res.php
+//     json=1 and getTaskResult add "reservoir" and "expires_at" (Unix s).
 //   - getbalance answers the provider account's balance (cached for
 //     BalanceCacheDefault); the provider key itself never leaves the server.
 //     When it cannot be read now the answer is CodeBalanceUnknown
@@ -89,10 +90,9 @@
 //     within KeylessBodyTimeout (10 s). A body cut short is answered
 //     ERROR_NO_SLOT_AVAILABLE or 429, with the reason, and its connection
 //     closes.
-//   - The server's Listener (serve --listen) caps open connections at
-//     Config.MaxConns and Config.MaxConnsPerAddress (--max-conns,
-//     --max-conns-per-address): one past either is closed as it is
-//     accepted.
+//   - The server's Listener caps open connections at Config.MaxConns and
+//     MaxConnsPerAddress (serve --max-conns, --max-conns-per-address): one
+//     past either is closed as it is accepted.
 //   - A client's rate (tasks per second) and max_inflight (unfinished
 //     tasks) bound submits only: in.php answers MAX_USER_TURN and
 //     ERROR_NO_SLOT_AVAILABLE, the API 429 with Retry-After. A queue full
@@ -241,7 +241,7 @@
 //   - /v1/events: a client's key in Authorization or ?key= (never an
 //     admin's there); its own results.
 //   - /v1/stats, /v1/history: a client's own counts; an admin's the
-//     whole queue's and the broker's depths.
+//     whole queue's and the broker's depths. /v1/reservoirs: an admin's.
 //   - /pingback/<secret>: a provider, by its own sig; its own tasks only.
 //   - / and /metrics: an admin's key in Authorization; /healthz and
 //     /readyz: anyone, in words that name no file or host.

@@ -78,6 +78,21 @@ func resAnswer(token string, raw json.RawMessage, b provider.Bindings) map[strin
 	return out
 }
 
+// withReservoir adds to a solved task's JSON answer (res.php json=1,
+// getTaskResult) where its token came from: "reservoir" names the
+// reservoir that answered it at once, "expires_at" (Unix seconds) is when
+// the target site stops taking it. A task solved for itself has neither.
+func withReservoir(out map[string]any, r captchaq.Result) map[string]any {
+	if r.Reservoir == "" {
+		return out
+	}
+	out["reservoir"] = r.Reservoir
+	if !r.ExpiresAt.IsZero() {
+		out["expires_at"] = r.ExpiresAt.Unix()
+	}
+	return out
+}
+
 // carriesToken reports whether a getTaskResult solution carries token as
 // its answer (token, gRecaptchaResponse or text, in any letter case).
 func carriesToken(doc map[string]json.RawMessage, token string) bool {
@@ -550,6 +565,8 @@ func (s *Server) resOne(r *http.Request, reply frontReply, cs *clientState, id s
 	switch {
 	case code != "":
 		reply.fail(code, text)
+	case reply.json && rec.Result.Reservoir != "":
+		reply.write(withReservoir(resAnswer(token, raw, b), *rec.Result))
 	case len(raw) > 0 || !b.Empty():
 		reply.okAnswer(token, raw, b)
 	default:

@@ -32,6 +32,7 @@ func (s *Server) routes() http.Handler {
 	handle("GET /v1/events", "events", false, s.authed(s.handleEvents))
 	handle("GET /v1/stats", "stats", true, s.authed(s.handleStats))
 	handle("GET /v1/history", "history", true, s.authed(s.handleHistory))
+	handle("GET /v1/reservoirs", "reservoirs", true, s.authed(s.handleReservoirs))
 	handle("GET /v1/deadletters", "deadletters", true, s.authed(s.handleDeadLetters))
 	handle("POST /v1/deadletters/replay", "deadletters_replay", true, s.authed(s.handleReplay))
 	if s.pbPath != "" {

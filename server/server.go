@@ -60,6 +60,8 @@ type Server struct {
 	registry     *prometheus.Registry
 	pbPath       string // the provider pingback's secret path
 	history      *history
+	// reservoirs are the local queue's, as last set (GET /v1/reservoirs).
+	reservoirs atomic.Pointer[[]captchaq.ReservoirConfig]
 
 	started atomic.Bool
 	paused  atomic.Bool // a permanent account error
@@ -134,6 +136,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.local = newLocalBackend(qc, cfg.SubmitWait)
 		s.backend = s.local
+		s.reservoirs.Store(&qc.Reservoirs)
 	}
 	if err := s.backend.Attach(weights, s.result); err != nil {
 		return nil, err
@@ -174,6 +177,9 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newHTTPMetrics()
 	reg.MustRegister(promq.NewCollector(s.backend), newClientCollector(s), s.metrics, s.pingbacks.metrics, s.metrics.reports, s.reports.outcomes)
 	reg.MustRegister(s.budget.collectors()...)
+	if s.local != nil {
+		reg.MustRegister(newReservoirCollector(s.local.queue))
+	}
 	reg.MustRegister(s.conns.collectors()...)
 	if qd, ok := s.backend.(QueueDepther); ok {
 		reg.MustRegister(newBrokerCollector(qd))
