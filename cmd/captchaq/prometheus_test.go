@@ -200,9 +200,9 @@ scrape_configs:
 				}
 			}
 		}
-		return len(names) == 6 && len(bad) == 0
+		return len(names) == 7 && len(bad) == 0
 	}) {
-		t.Fatalf("rules loaded %v, not healthy %v, want the 6 of alerts.yml healthy", names, bad)
+		t.Fatalf("rules loaded %v, not healthy %v, want the 7 of alerts.yml healthy", names, bad)
 	}
 	// Nothing is wrong in this run: no alert is firing or pending.
 	if r := api.query(`ALERTS`); len(r) != 0 {

@@ -60,6 +60,7 @@ type serveFlags struct {
 	maxAttempts   *int
 	tls           *tlsFlags
 	standby       *bool
+	reservoirs    *string
 
 	set  map[string]bool // flags given
 	lost <-chan struct{} // closed when the database's active-queue lock is lost
@@ -125,6 +126,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 		replicaName:     fs.String("replica-name", "", "this server's `NAME` among the replicas of a front: every series of /metrics is labelled replica=NAME (default with --amqp and a PostgreSQL --store: the host name and --listen's port, host:port)"),
 		metricsTLS:      fs.Bool("metrics-tls", false, "serve --metrics-listen over TLS too, with the front's certificate (--tls-cert or --tls-self-signed)"),
 		tls:             addTLSFlags(fs, "the front (in.php, res.php, the API, the dashboard)"),
+		reservoirs:      fs.String("reservoirs", "", `reservoirs file: JSON [{"name":"shop","method":"turnstile","params":{"sitekey":"…","pageurl":"…"},"size":"auto","max":50,"min_life":"75s","clients":["qa"]}]: tokens solved ahead, handed to matching submits at once (docs/reservoirs.md); read again on SIGHUP`),
 		set:             map[string]bool{},
 	}
 	fs.Usage = func() {
@@ -166,6 +168,9 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 			return &exitError{code: 2, err: fmt.Errorf("--%s: applies with --amqp only (serve as a gateway to a RabbitMQ fleet)", name)}
 		}
 	}
+	if gateway && *f.reservoirs != "" {
+		return &exitError{code: 2, err: fmt.Errorf("--reservoirs: applies to the local queue; %s the gateway has no queue to keep tokens in (serve without --amqp to use reservoirs)", withAMQP)}
+	}
 	if err := f.checkURLs(gateway); err != nil {
 		return err
 	}
@@ -187,6 +192,12 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	allow, err := parsePrefixes(*f.pingbackAllow)
 	if err != nil {
 		return &exitError{code: 2, err: fmt.Errorf("--pingback-allow: %v", err)}
+	}
+	var rcs []captchaq.ReservoirConfig
+	if *f.reservoirs != "" {
+		if rcs, err = server.LoadReservoirs(*f.reservoirs, clients); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--reservoirs: %w", err)}
+		}
 	}
 	log := slog.New(slog.NewTextHandler(env.stderr, nil))
 	if *f.metricsTLS && (*f.metricsListen == "" || !f.tls.on()) {
@@ -214,6 +225,7 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	cfg.MaxConns, cfg.MaxConnsPerAddress = *f.maxConns, *f.maxConnsPerAddr
 	cfg.PingbackAllow, cfg.PingbackGrace = allow, *f.pingbackGrace
 	cfg.MaxAttempts, cfg.Queue.MaxAttempts = *f.maxAttempts, *f.maxAttempts
+	cfg.Queue.Reservoirs = rcs
 	if cfg.Backend != nil {
 		cfg.Queue.MaxAttempts = 0 // the workers' business
 	}
@@ -232,10 +244,16 @@ func runServe(ctx context.Context, env *environment, args []string) error {
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
+		if len(rcs) > 0 && strings.Contains(err.Error(), "Reservoirs[") {
+			err = fmt.Errorf("%w (Reservoirs[N] is entry [N] of --reservoirs %s)", err, *f.reservoirs)
+		}
 		return &exitError{code: 2, err: err}
 	}
 	if err := srv.Start(ctx); err != nil {
 		return err
+	}
+	if *f.reservoirs != "" {
+		reloadReservoirsOnHangup(ctx, srv, *f.reservoirs, clients, log)
 	}
 	ln = srv.Listener(ln) // the connection caps
 	hs := newHTTPServer(srv.Handler())

@@ -85,6 +85,18 @@ func (f *tlsFlags) config(ctx context.Context, env *environment, listen string, 
 
 // reloadOnHangup reads c's files again at each SIGHUP until ctx ends.
 func reloadOnHangup(ctx context.Context, c *tlsconf.Cert, log *slog.Logger) {
+	onHangup(ctx, func() {
+		if err := c.Reload(); err != nil {
+			log.Warn("SIGHUP: the TLS certificate files cannot be used; serving the last good pair", "err", err)
+		} else {
+			log.Info("SIGHUP: TLS certificate reloaded")
+		}
+	})
+}
+
+// onHangup calls reload at each SIGHUP the process gets until ctx ends,
+// one at a time, in a goroutine of its own.
+func onHangup(ctx context.Context, reload func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -94,11 +106,7 @@ func reloadOnHangup(ctx context.Context, c *tlsconf.Cert, log *slog.Logger) {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if err := c.Reload(); err != nil {
-					log.Warn("SIGHUP: the TLS certificate files cannot be used; serving the last good pair", "err", err)
-				} else {
-					log.Info("SIGHUP: TLS certificate reloaded")
-				}
+				reload()
 			}
 		}
 	}()
