@@ -134,3 +134,25 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("replayed task: %+v", v)
 	}
 }
+
+// The dashboard lists the reservoirs with their stock against their
+// target and their draws.
+func TestDashboardShowsReservoirs(t *testing.T) {
+	v := turnstile()
+	template := captchaq.Task{Method: v.Get("method"), Params: map[string]string{"sitekey": v.Get("sitekey"), "pageurl": v.Get("pageurl")}}
+	b := setup(t, options{server: func(c *server.Config) {
+		c.Queue.Threads = 4
+		c.Queue.Reservoirs = []captchaq.ReservoirConfig{{Name: "checkout", Task: template, Size: 1}}
+	}})
+	testbound.Until(t, "a token in stock", func() bool { return b.srv.Queue().Reservoirs()[0].Stock == 1 })
+	b.inOK(t, keyQA, v)
+	ctx := browser(t)
+	if err := chromedp.Do(ctx, openDashboard(b.url, keyAdmin),
+		waitText("#reservoirs tr td:first-child", "checkout"),
+		waitText("#reservoirs tr td:nth-child(5)", "1"), // hits
+		waitText("#reservoirs tr td:nth-child(8)", "1"), // handed out
+		waitText("#reservoirs tr td:nth-child(3)", "1 / 1"),
+	); err != nil {
+		t.Fatalf("reservoirs not shown: %v", err)
+	}
+}

@@ -1,5 +1,5 @@
 "use strict";
-// The dashboard polls /v1/stats and /v1/deadletters once a second with an
+// The dashboard polls /v1/stats, /v1/deadletters and /v1/reservoirs once a second with an
 // admin key, typed once into the form (kept in localStorage) and sent as
 // Authorization: Bearer, never in the address.
 (function () {
@@ -92,14 +92,23 @@
     }));
   }
 
+  // Reservoirs (serve --reservoirs): each one's stock against its target,
+  // its draws and what it wasted.
+  function renderReservoirs(r) {
+    const rs = r.reservoirs || [];
+    $("reservoirs-section").hidden = rs.length === 0;
+    $("reservoirs").replaceChildren(...rs.map((v) => row([v.name, v.method, v.stock + " / " + v.target, v.in_flight,
+      v.hits, v.misses, v.solved, v.handed_out, v.expired, v.failed, v.time_to_token_p50_ms + " / " + v.time_to_token_p99_ms])));
+  }
+
   function replay(body) {
     api("/v1/deadletters/replay", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) })
       .then(tick).catch((e) => { $("state").textContent = "replay failed: " + e.message; });
   }
 
   function tick() {
-    return Promise.all([api("/v1/stats"), api("/v1/deadletters")]).then(([st, d]) => {
-      render(st); renderDead(d);
+    return Promise.all([api("/v1/stats"), api("/v1/deadletters"), api("/v1/reservoirs")]).then(([st, d, r]) => {
+      render(st); renderDead(d); renderReservoirs(r);
     });
   }
 
