@@ -177,7 +177,9 @@ type reservoirs struct {
 	pool  *reservoir.Pool
 	store ReservoirStore
 	// mu guards templates, each reservoir's refill task, and minLife, its
-	// MinLife, by name: SetReservoirs replaces both.
+	// MinLife, by name; SetReservoirs replaces both and swaps the pool's
+	// reservoirs under it, so a refill planned has its template. No Store
+	// call is made under it; pool.mu is taken under it.
 	mu        sync.Mutex
 	templates map[string]Task
 	minLife   map[string]time.Duration
@@ -195,7 +197,7 @@ func newReservoirs(q *Queue, threads int) *reservoirs {
 }
 
 // specs sets rs's templates and min lives to c.Reservoirs' (validated)
-// and returns their specs for the pool.
+// and returns their specs for the pool; rs.mu is held or rs is new.
 func (rs *reservoirs) specs(c Config) []reservoir.Spec {
 	templates, minLives := map[string]Task{}, map[string]time.Duration{}
 	specs := make([]reservoir.Spec, len(c.Reservoirs))
@@ -211,9 +213,7 @@ func (rs *reservoirs) specs(c Config) []reservoir.Spec {
 		specs[i] = reservoir.Spec{Name: rc.Name, Key: t.Fingerprint(), Clients: rc.Clients, Size: rc.Size, Max: rc.Max,
 			Life: life, MinLife: minLife, Solve: provider.MedianSolveTime(kind)}
 	}
-	rs.mu.Lock()
 	rs.templates, rs.minLife = templates, minLives
-	rs.mu.Unlock()
 	return specs
 }
 
@@ -233,7 +233,9 @@ func (q *Queue) SetReservoirs(rcs []ReservoirConfig) error {
 		return fmt.Errorf("captchaq: invalid Reservoirs: %w", errors.Join(errs...))
 	}
 	rs := q.res
+	rs.mu.Lock()
 	ch := rs.pool.Swap(rs.specs(c))
+	rs.mu.Unlock()
 	for _, name := range ch.Removed {
 		// Tokens of a captcha no reservoir holds: none may be handed out.
 		if _, err := rs.store.DropTokens(q.storeCtx(), name, q.now().Add(forever)); err != nil {
@@ -332,7 +334,7 @@ func (rs *reservoirs) tick(ctx context.Context) {
 	q := rs.q
 	now := q.now()
 	rs.mu.Lock()
-	minLives, templates := rs.minLife, rs.templates
+	minLives := rs.minLife
 	rs.mu.Unlock()
 	for name, minLife := range minLives {
 		n, err := rs.store.DropTokens(ctx, name, now.Add(minLife))
@@ -346,7 +348,9 @@ func (rs *reservoirs) tick(ctx context.Context) {
 		q.log.Error("counting reservoir tokens failed; no refill this round", "err", err)
 		return
 	}
-	refills := rs.pool.Plan(now, stock)
+	rs.mu.Lock()
+	refills, templates := rs.pool.Plan(now, stock), rs.templates
+	rs.mu.Unlock()
 	if len(refills) == 0 {
 		return
 	}
