@@ -359,3 +359,45 @@ func TestReservoirFailedRefills(t *testing.T) {
 		}
 	})
 }
+
+// TestReservoirSetReservoirs: SetReservoirs refuses a bad set and keeps
+// the old one; a reservoir kept by name and captcha keeps its stock and
+// counts beside one added, which fills; one removed loses its stock, and
+// its captcha's tasks are ordinary again.
+func TestReservoirSetReservoirs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
+		b := setupReservoir(t, captchaq.ReservoirConfig{Name: "shop", Size: 2}, store)
+		b.start(t)
+		waitStock(t, b, 2)
+		waitAll(t, submitAll(t, b.q, demoTask("first", "acme")))
+		cart := demoTemplate()
+		cart.Params["pageurl"] = "https://shop.example/cart"
+		if err := b.q.SetReservoirs([]captchaq.ReservoirConfig{{Name: "shop", Task: demoTemplate(), MinLife: time.Hour}}); err == nil ||
+			!strings.Contains(err.Error(), "Reservoirs[0].MinLife") {
+			t.Errorf("SetReservoirs(a min life past the lifetime) = %v, want a Reservoirs[0].MinLife error", err)
+		}
+		if err := b.q.SetReservoirs([]captchaq.ReservoirConfig{{Name: "shop", Task: demoTemplate(), Size: 3}, {Name: "cart", Task: cart, Size: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		for range 60 {
+			if cs := b.q.Reservoirs(); cs[0].Stock == 3 && cs[1].Stock == 1 {
+				break
+			}
+			testbound.Advance(time.Second)
+		}
+		cs := b.q.Reservoirs()
+		if len(cs) != 2 || cs[0].Name != "shop" || cs[0].Hits != 1 || cs[0].Stock != 3 || cs[1].Name != "cart" || cs[1].Stock != 1 {
+			t.Fatalf("after SetReservoirs: %+v, want shop (its hit kept, 3 in stock) and cart (1)", cs)
+		}
+		if err := b.q.SetReservoirs([]captchaq.ReservoirConfig{{Name: "cart", Task: cart, Size: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := store.TokenCounts(testbound.Context(t)); err != nil || n["shop"] != 0 || n["cart"] != 1 {
+			t.Errorf("tokens after shop's removal: %v, %v; want none of shop's, cart's 1", n, err)
+		}
+		if r := waitAll(t, submitAll(t, b.q, demoTask("after", "acme")))[0]; r.Status != captchaq.StatusSolved || r.Reservoir != "" {
+			t.Errorf("a task of removed shop's captcha: %s from %q, want solved for itself", r.Status, r.Reservoir)
+		}
+	})
+}
