@@ -170,7 +170,10 @@
 // lacks: sized from the demand it sees (internal/reservoir), within
 // ReservoirShare of the threads; failed refills hold the next back (1 s,
 // doubling to a minute). A refill's token goes to the stock, its result
-// to no client (nor OnResult). Queue.Reservoirs gives their counts.
+// to no client (nor OnResult). Queue.Reservoirs gives their counts;
+// Queue.SetReservoirs swaps the set on a running queue (serve's SIGHUP):
+// one kept by name and captcha keeps its stock and counts, one removed
+// loses its stock.
 //
 // # Loops and shutdown
 //
