@@ -96,6 +96,68 @@ func TestLostAckIsClaimed(t *testing.T) {
 	claimedOnce(p, id, b)
 }
 
+// TestLateClaimDefers: a worker loses its connection between the
+// provider's answer to a submit and its checkpoint's confirm, and decides
+// at once to claim the task (its connection closed a moment ago), but its
+// reconnect takes longer than a redelivered copy's wait: the worker that
+// received the copy submits it. The late worker's checkpoint is confirmed
+// on its new connection; a claim sent then would be heard by a worker at
+// the provider already, and both would answer. It defers instead: it
+// forfeits the task, and the copy's answer is the one answer. Two paid
+// solves (the window), one result. Before, the claim went out late and
+// the task was answered twice (a second result left in the queue).
+func TestLateClaimDefers(t *testing.T) {
+	p := newWorkerPair(t, fleetConfig(t))
+	const id = "late-claim-0001"
+	a, proceed := p.submitHeld("late-a", id)
+	b := p.worker(p.cB, p.clientB, "late-b", nil)
+	p.run(b)
+	p.consumers(2)
+	p.proxy.refuse(true)
+	p.proxy.cut() // a's connection drops, and its reconnects fail
+	close(proceed)
+	p.until("worker b submits its copy", func() bool { return p.sim.Stats().Accepted == 2 })
+	p.proxy.refuse(false)
+	p.forfeitedOnce(a, b, id, 2)
+}
+
+// submitHeld runs worker a (owner) and publishes task id; it returns once
+// the provider accepted a's submit, whose answer a waits for until
+// proceed closes; a logs to p.logA.
+func (p *workerPair) submitHeld(owner, id string) (a *Worker, proceed chan struct{}) {
+	submitted, proceed := make(chan struct{}), make(chan struct{})
+	p.logA = &testbound.Buffer{}
+	a = p.worker(p.cA, &cutAfterSubmit{Client: p.clientA, submitted: submitted, proceed: proceed}, owner,
+		slog.New(slog.NewTextHandler(p.logA, nil)))
+	p.run(a)
+	p.consumers(1)
+	p.publish(id)
+	p.wait(submitted, "worker a's submit")
+	return a, proceed
+}
+
+// forfeitedOnce collects task id's one result, waits for workers a and b
+// to let go of it, stops them and checks that the provider accepted
+// accepted submits, that a forfeited the task, and that no second result
+// is left.
+func (p *workerPair) forfeitedOnce(a, b *Worker, id string, accepted int64) {
+	t := p.t
+	t.Helper()
+	got := p.collect(1)
+	p.until("both workers let go of the task", func() bool { return a.Held() == 0 && b.Held() == 0 })
+	p.stop()
+	if len(got) != 1 || got[0].ID != id || got[0].Status != captchaq.StatusSolved {
+		t.Fatalf("results %+v, want %s solved", got, id)
+	}
+	if st := p.sim.Stats(); st.Accepted != accepted {
+		t.Errorf("the provider accepted %d submits, want %d", st.Accepted, accepted)
+	}
+	if want := "too long ago to claim it"; !strings.Contains(p.logA.String(), want) {
+		t.Errorf("worker a's log lacks %q:\n%s", want, p.logA.String())
+	}
+	p.noResultsLeft()
+}
+
 // claimedOnce collects the pair's one result, waits for worker b to hear
 // a's claim on task id (a copy b held waiting is dropped on it; the
 // answer may come first), stops the workers and checks that the task was
@@ -165,12 +227,14 @@ func (p *cutAfterSubmit) hold() {
 // cutProxy forwards TCP connections to the broker; cut drops every one
 // open, as a network failure would. Muted, it forwards nothing and
 // closes nothing, as a network partition: both sockets stay open and
-// only heartbeats can tell.
+// only heartbeats can tell. Refusing, it closes each new connection at
+// once: a reconnect fails until it stops.
 type cutProxy struct {
-	url   string
-	muted atomic.Bool
-	mu    sync.Mutex
-	cs    []net.Conn
+	url      string
+	muted    atomic.Bool
+	refusing atomic.Bool
+	mu       sync.Mutex
+	cs       []net.Conn
 }
 
 func newCutProxy(t *testing.T, brokerURL string) *cutProxy {
@@ -192,6 +256,10 @@ func newCutProxy(t *testing.T, brokerURL string) *cutProxy {
 			in, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if p.refusing.Load() {
+				in.Close()
+				continue
 			}
 			out, err := net.Dial("tcp", target)
 			if err != nil {
@@ -217,6 +285,9 @@ func (p *cutProxy) cut() {
 	}
 	p.cs = nil
 }
+
+// refuse starts (or stops) closing new connections at once.
+func (p *cutProxy) refuse(refusing bool) { p.refusing.Store(refusing) }
 
 // mute stops (or resumes) forwarding without closing anything.
 func (p *cutProxy) mute(muted bool) { p.muted.Store(muted) }

@@ -112,6 +112,7 @@ type workerPair struct {
 	sim              *sim.Server
 	clientA, clientB *provider.Client
 	proxy            *cutProxy
+	logA             *testbound.Buffer // worker a's log (submitHeld)
 	runCtx           context.Context
 	stopRun          context.CancelFunc
 	wg               sync.WaitGroup

@@ -432,7 +432,21 @@ func (p *Publisher) parked(owner, run string, m TaskMessage, seq int) (outbound,
 // task id, though the task's delivery went back to the fleet (see
 // redeliveredWait).
 func (p *Publisher) Claim(ctx context.Context, id string) error {
-	return p.Publish(ctx, p.c.Names().Claims, "", amqp091.Publishing{MessageId: id, Type: "claim", Timestamp: time.Now()})
+	return p.Publish(ctx, p.c.Names().Claims, "", claimOf(id))
+}
+
+// claimIn is Claim on the connection of epoch only (publishIn); sent
+// reports whether it was sent there, errLetGo or not.
+func (p *Publisher) claimIn(ctx context.Context, epoch uint64, id string) (sent bool, err error) {
+	confirm, err := p.send(ctx, epoch, p.c.Names().Claims, "", claimOf(id))
+	if err != nil {
+		return false, err
+	}
+	return true, confirm(ctx)
+}
+
+func claimOf(id string) amqp091.Publishing {
+	return amqp091.Publishing{MessageId: id, Type: "claim", Timestamp: time.Now()}
 }
 
 // Retry publishes a task that failed transiently to the delay tier of its

@@ -602,13 +602,16 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	// again while the submit was out holds it too); when that connection
 	// closed first, the task is claimed or forfeited (firstCheckpoint).
 	for {
-		epoch, take := s.firstCheckpoint(id)
+		epoch, dead, take := s.firstCheckpoint(id)
 		if !take {
 			return nil
 		}
 		lost, err := s.park(ctx, epoch, id, update)
 		if epoch != 0 && errors.Is(err, errLetGo) {
 			continue // decided again: the holder's connection closed
+		}
+		if dead != nil && lost && err == nil {
+			return s.claimInTime(ctx, id, dead)
 		}
 		return s.claimIfLost(ctx, id, lost, err)
 	}
@@ -622,27 +625,71 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 // before it submits (mayClaim; epoch 0: on any connection, and claimed);
 // otherwise it is forfeited (take false): no checkpoint, no polls, no
 // answer, and the fleet solves it again. A checkpoint after the first
-// (epoch 0) goes on any connection.
-func (s *WorkerStore) firstCheckpoint(id string) (epoch uint64, take bool) {
+// (epoch 0) goes on any connection. dead is the closed delivery of a
+// task to be claimed (claimInTime decides again before the claim).
+func (s *WorkerStore) firstCheckpoint(id string) (epoch uint64, dead *Delivery, take bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[id]
 	if !ok || e.confirmed > 0 {
-		return 0, true
+		return 0, nil, true
 	}
 	d, _ := e.holder()
 	switch {
 	case d == nil:
-		return 0, true
+		return 0, nil, true
 	case d.live():
-		return d.epoch, true
+		return d.epoch, nil, true
 	case s.mayClaim(d, time.Now()):
-		return 0, true
+		return 0, d, true
 	}
+	s.forfeitLocked(e, d)
+	return 0, nil, false
+}
+
+// forfeitLocked gives up e, whose delivery d went back to the fleet too
+// long ago for a claim to win: the fleet has the task. Callers hold s.mu.
+func (s *WorkerStore) forfeitLocked(e *entry, d *Delivery) {
 	s.log.Warn("the provider accepted a task whose delivery went back to the fleet too long ago to claim it; letting the fleet have it (it may be solved twice)",
-		"id", id, "silent_before", d.sess.ended().Sub(s.pub.c.lastHeard(d.epoch)).Round(time.Millisecond))
+		"id", e.msg.Task.ID, "silent_before", d.sess.ended().Sub(s.pub.c.lastHeard(d.epoch)).Round(time.Millisecond))
 	e.forfeit = true
-	return 0, false
+}
+
+// claimInTime claims task id, whose first checkpoint is confirmed though
+// dead, the delivery that held it, closed first. The claim is decided
+// again on a connection that is up, right before it is sent there: the
+// checkpoint's publish may have waited for a reconnect past claimWindow,
+// and a claim sent then reaches a worker that received the task again
+// after it submitted (two paid solves, two answers). Past the window
+// this worker defers to that worker: it forfeits the task, and its
+// checkpoint is acked unanswered (letGo). A claim sent whose connection
+// closed before its confirm stands, and is sent again on the next.
+func (s *WorkerStore) claimInTime(ctx context.Context, id string, dead *Delivery) error {
+	for {
+		_, epoch, err := s.pub.c.connectionEpoch(ctx)
+		if err != nil {
+			return err
+		}
+		if !s.mayClaim(dead, time.Now()) {
+			s.mu.Lock()
+			if e, ok := s.entries[id]; ok {
+				s.forfeitLocked(e, dead)
+			}
+			s.mu.Unlock()
+			return nil
+		}
+		sent, err := s.pub.claimIn(ctx, epoch, id)
+		if errors.Is(err, errLetGo) {
+			if !sent {
+				continue // its connection closed first: decided again
+			}
+			err = s.pub.Claim(ctx, id)
+		}
+		if err != nil {
+			s.log.Warn("claiming a task whose delivery was lost failed; another worker may solve it again", "id", id, "err", err)
+		}
+		return nil
+	}
 }
 
 // claimEach claims the tasks ids (Publisher.Claim), waiting for the
@@ -844,7 +891,9 @@ func (s *WorkerStore) letGoOf(id string) {
 	s.log.Info("letting go of a task the fleet holds now; its result is someone else's to deliver", "id", id)
 	if n := s.liveHeld(id); n > 0 {
 		// No path should get here: the copy acked below is the
-		// fleet's only one, and nobody answers the task.
+		// fleet's only one, and nobody answers the task. (A forfeited
+		// task's confirmed checkpoint is not counted: the fleet has
+		// the task through another copy.)
 		s.log.Warn("letting go of a task while holding a live copy of it; the copy is acked", "id", id, "live", n)
 	}
 	s.release(id)
@@ -958,12 +1007,13 @@ func (s *WorkerStore) holderOf(ctx context.Context, id string) (*Delivery, error
 	}
 }
 
-// liveHeld counts the live deliveries held for task id.
+// liveHeld counts the live deliveries held for task id, but for a
+// forfeited task.
 func (s *WorkerStore) liveHeld(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[id]
-	if !ok {
+	if !ok || e.forfeit {
 		return 0
 	}
 	n := 0
