@@ -33,6 +33,8 @@ const (
 	contentTypeJSON  = "application/json"
 	messageTypeTask  = "task"
 	messageTypeResul = "result"
+	// messageTypeHandover is a forfeited task's captcha id on Names.Claims.
+	messageTypeHandover = "handover"
 )
 
 // Dead-letter reasons in HeaderReason. RabbitMQ's own ("expired",

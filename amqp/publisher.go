@@ -445,6 +445,17 @@ func (p *Publisher) claimIn(ctx context.Context, epoch uint64, id string) (sent 
 	return true, confirm(ctx)
 }
 
+// handOver tells every worker the captcha id of m, a task this worker
+// forfeited (see WorkerStore.handOver).
+func (p *Publisher) handOver(ctx context.Context, m TaskMessage) error {
+	msg, err := m.publishing(p.c.cfg.MaxPriority)
+	if err != nil {
+		return err
+	}
+	msg.Type = messageTypeHandover
+	return p.Publish(ctx, p.c.Names().Claims, "", msg)
+}
+
 func claimOf(id string) amqp091.Publishing {
 	return amqp091.Publishing{MessageId: id, Type: "claim", Timestamp: time.Now()}
 }

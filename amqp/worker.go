@@ -346,7 +346,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		for d := range claims.Deliveries() {
-			w.claimed(bg, d.MessageID)
+			if d.Type == messageTypeHandover {
+				w.handedOver(bg, d)
+			} else {
+				w.claimed(bg, d.MessageID)
+			}
 			w.store.settle(d)
 		}
 	}()
@@ -426,8 +430,15 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		return
 	}
 	if w.store.waits(m.Task.ID) {
+		if h, ok := w.store.handedFor(m.Task.ID); ok {
+			// Its worker forfeited it and handed its captcha id over.
+			if m, ok := w.store.takeHandover(ctx, h); ok {
+				w.adopt(ctx, m)
+			}
+			return
+		}
 		// A redelivered copy: its worker may claim it (redeliveredWait).
-		time.AfterFunc(redeliveredWait, func() {
+		time.AfterFunc(w.store.wait, func() {
 			if w.store.endWait(m.Task.ID) {
 				w.adopt(ctx, m)
 			}
@@ -522,6 +533,19 @@ func (w *Worker) poolOf(captchaID string) *threadPool {
 		}
 	}
 	return nil
+}
+
+// handedOver takes the captcha id another worker handed over for a task
+// it forfeited (WorkerStore.takeHandover): a copy held waiting polls it.
+func (w *Worker) handedOver(ctx context.Context, d *Delivery) {
+	h, err := d.Task()
+	if err != nil || h.CaptchaID == "" {
+		w.log.Warn("ignoring a handover that names no task's captcha id", "message_id", d.MessageID, "err", err)
+		return
+	}
+	if m, ok := w.store.takeHandover(ctx, h); ok {
+		w.adopt(ctx, m)
+	}
 }
 
 // claimed drops this worker's copy of a task another worker has

@@ -55,6 +55,11 @@ type WorkerStore struct {
 	finishedSize int
 	// claims are the ids other workers claimed lately, by when heard.
 	claims map[string]time.Time
+	// handed are the tasks forfeited lately with their captcha id
+	// (handOver), by task id: a copy of one is polled, not submitted.
+	handed map[string]handover
+	// wait is how long a redelivered copy waits (redeliveredWait).
+	wait time.Duration
 	// uncommitted are the copies whose transaction's outcome is not
 	// known, by task id (see parkWith): such a copy that comes to this
 	// worker goes to the fleet.
@@ -170,6 +175,8 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 		log:     log,
 		entries: map[string]*entry{},
 		claims:  map[string]time.Time{},
+		handed:  map[string]handover{},
+		wait:    redeliveredWait,
 		unsure:  map[string]unsureAck{},
 
 		uncommitted: map[string]uncommittedCopy{},
@@ -604,6 +611,7 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	for {
 		epoch, dead, take := s.firstCheckpoint(id)
 		if !take {
+			s.handOver(ctx, id, update)
 			return nil
 		}
 		lost, err := s.park(ctx, epoch, id, update)
@@ -676,6 +684,7 @@ func (s *WorkerStore) claimInTime(ctx context.Context, id string, dead *Delivery
 				s.forfeitLocked(e, dead)
 			}
 			s.mu.Unlock()
+			s.handOver(ctx, id, func(*TaskMessage) {})
 			return nil
 		}
 		sent, err := s.pub.claimIn(ctx, epoch, id)
@@ -690,6 +699,98 @@ func (s *WorkerStore) claimInTime(ctx context.Context, id string, dead *Delivery
 		}
 		return nil
 	}
+}
+
+// handover is a task another worker forfeited, with its captcha id, and
+// when it was heard.
+type handover struct {
+	m  TaskMessage
+	at time.Time
+}
+
+// handOver tells every worker the captcha id of task id, which this
+// worker forfeited (update sets it on the task's message): a worker that
+// holds the fleet's copy waiting, or receives it within Config.TaskTTL,
+// polls that id instead of submitting the task again (takeHandover). A
+// copy submitted already is answered as it is; the handover is dropped.
+func (s *WorkerStore) handOver(ctx context.Context, id string, update func(*TaskMessage)) {
+	s.mu.Lock()
+	e, ok := s.entries[id]
+	var m TaskMessage
+	if ok {
+		m = e.msg
+	}
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	update(&m)
+	if m.CaptchaID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, claimGiveUp)
+	defer cancel()
+	if err := s.pub.handOver(ctx, m); err != nil {
+		s.log.Warn("handing a forfeited task's captcha id to the fleet failed; it may be solved twice", "id", id, "err", err)
+	}
+}
+
+// handedFor returns the handover heard for task id, if any.
+func (s *WorkerStore) handedFor(id string) (TaskMessage, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.handed[id]
+	return h.m, ok
+}
+
+// takeHandover records h, a task another worker forfeited with its
+// captcha id (handOver). When this worker holds a copy of the task
+// waiting (see redeliveredWait), the copy is checkpointed with h's
+// captcha id on its delivery's connection, its wait ends, and the task
+// to adopt, to be polled, is returned with true. A copy the wait gave
+// the queue is not taken: it may be at the provider already. A copy whose
+// checkpoint fails but for its connection closing (the fleet has it
+// again) is returned as it came, to be solved.
+func (s *WorkerStore) takeHandover(ctx context.Context, h TaskMessage) (TaskMessage, bool) {
+	id := h.Task.ID
+	s.mu.Lock()
+	now := time.Now()
+	for k, old := range s.handed {
+		if now.Sub(old.at) > s.pub.c.cfg.TaskTTL {
+			delete(s.handed, k)
+		}
+	}
+	s.handed[id] = handover{m: h, at: now}
+	e, ok := s.entries[id]
+	if !ok || !e.waiting || e.msg.CaptchaID != "" {
+		s.mu.Unlock()
+		return TaskMessage{}, false
+	}
+	d, _ := e.holder()
+	if d == nil || !d.live() {
+		s.mu.Unlock()
+		return TaskMessage{}, false
+	}
+	e.waiting = false
+	plain := e.msg
+	delete(s.handed, id) // taken: its copy polls it (a retry's copy must not)
+	s.mu.Unlock()
+	_, err := s.park(ctx, d.epoch, id, func(m *TaskMessage) {
+		m.CaptchaID, m.Attempts, m.Submitted = h.CaptchaID, h.Attempts, h.Submitted
+	})
+	switch {
+	case errors.Is(err, errLetGo):
+		s.drop(id) // its channel closed: the fleet has the copy again
+		return TaskMessage{}, false
+	case err != nil:
+		s.log.Warn("checkpointing a copy under a forfeited task's captcha id failed; the copy is solved", "id", id, "err", err)
+		return plain, true
+	}
+	s.mu.Lock()
+	m := e.msg
+	s.mu.Unlock()
+	s.log.Info("polling a forfeited task's captcha id instead of submitting its copy", "id", id)
+	return m, true
 }
 
 // claimEach claims the tasks ids (Publisher.Claim), waiting for the
