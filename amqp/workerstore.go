@@ -728,11 +728,15 @@ func (s *WorkerStore) handOver(ctx context.Context, id string, update func(*Task
 	if m.CaptchaID == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, claimGiveUp)
-	defer cancel()
-	if err := s.pub.handOver(ctx, m); err != nil {
-		s.log.Warn("handing a forfeited task's captcha id to the fleet failed; it may be solved twice", "id", id, "err", err)
-	}
+	// On its own, as a claim: it waits for the broker up to claimGiveUp,
+	// and the queue's submit that called it goes on meanwhile.
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimGiveUp)
+		defer cancel()
+		if err := s.pub.handOver(ctx, m); err != nil {
+			s.log.Warn("handing a forfeited task's captcha id to the fleet failed; it may be solved twice", "id", id, "err", err)
+		}
+	}()
 }
 
 // handedFor returns the handover heard for task id, if any.
