@@ -452,7 +452,9 @@ func (p *Publisher) handOver(ctx context.Context, m TaskMessage) error {
 	if err != nil {
 		return err
 	}
-	msg.Type = messageTypeHandover
+	// Not the task's id: a worker that reads every message on
+	// Names.Claims as a claim (an older one) must not drop its copy.
+	msg.Type, msg.MessageId = messageTypeHandover, "handover/"+m.Task.ID
 	return p.Publish(ctx, p.c.Names().Claims, "", msg)
 }
 
