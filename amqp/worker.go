@@ -405,6 +405,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		l.Stop()
 	}
 	wg.Wait()
+	// The claims and handovers on their way go out (or give up, after
+	// claimGiveUp) before the publisher closes.
+	w.store.bg.wait()
 	return nil
 }
 
@@ -434,8 +437,13 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 			// Its worker forfeited it and handed its captcha id over.
 			if m, ok := w.store.takeHandover(ctx, h); ok {
 				w.adopt(ctx, m)
+				return
 			}
-			return
+			if !w.store.waits(m.Task.ID) {
+				return // dropped: its channel closed, the fleet has it
+			}
+			// Not taken (its channel closed as it came): it waits as
+			// any copy, for the stale sweeper to hand it back.
 		}
 		// A redelivered copy: its worker may claim it (redeliveredWait).
 		time.AfterFunc(w.store.wait, func() {
@@ -473,7 +481,9 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 			// of it died with the holder) waits at some worker for the
 			// holder's claim, which a dead holder never sends. The
 			// adopter holds the checkpoint now, and claims it.
-			go w.store.claimEach(context.WithoutCancel(ctx), []string{m.Task.ID}, "claiming an adopted checkpoint failed; a copy of the task may be solved again")
+			w.store.bg.do(func() {
+				w.store.claimEach(context.WithoutCancel(ctx), []string{m.Task.ID}, "claiming an adopted checkpoint failed; a copy of the task may be solved again")
+			})
 		}
 		if p := w.poolOf(m.CaptchaID); m.CaptchaID != "" && p != nil {
 			// On the thread token its holder had (see Returning), asked

@@ -58,6 +58,9 @@ type WorkerStore struct {
 	// handed are the tasks forfeited lately with their captcha id
 	// (handOver), by task id: a copy of one is polled, not submitted.
 	handed map[string]handover
+	// bg are the claims and handovers on their way (claimEach,
+	// handOver); the worker's Run waits for them before it returns.
+	bg background
 	// wait is how long a redelivered copy waits (redeliveredWait).
 	wait time.Duration
 	// uncommitted are the copies whose transaction's outcome is not
@@ -120,6 +123,11 @@ type entry struct {
 	// could not be confirmed before the connection that held it closed,
 	// too long ago for a claim to win (see mayClaim): the fleet has it.
 	forfeit bool
+	// deciding: the first checkpoint is confirmed though the delivery
+	// that held the task closed first, and claimInTime decides whether
+	// the task is claimed or forfeited; a copy of the task that comes
+	// meanwhile waits in deliveries for that (see decided).
+	deciding bool
 	// finishing: the queue's Finish for it began.
 	finishing bool
 }
@@ -240,7 +248,9 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 		clear(e.checkpoints)
 		s.mu.Unlock()
 		return false
-	case e.confirmed == 0:
+	case e.confirmed == 0, e.deciding && m.CaptchaID == "":
+		// Held with the task; while a claim is decided, the copy may be
+		// the fleet's only one: a forfeit sends it back (decided).
 		e.deliveries = append(e.deliveries, d)
 		s.mu.Unlock()
 		return false
@@ -528,11 +538,16 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 		if hook != nil {
 			hook(id)
 		}
-		// The task deliveries' acks go now, and their clock with them
-		// (unsureAcks).
-		s.mu.Lock()
-		s.unsure[id] = unsureAck{deliveries: acked, at: time.Now()}
-		s.mu.Unlock()
+		if !lost {
+			// The task deliveries' acks go now, and their clock with
+			// them (unsureAcks). With every delivery closed before the
+			// confirm, nothing is unsure: the caller claims the task or
+			// forfeits it (Checkpoint), and a claim sent after a forfeit
+			// would drop the fleet's only copy.
+			s.mu.Lock()
+			s.unsure[id] = unsureAck{deliveries: acked, at: time.Now()}
+			s.mu.Unlock()
+		}
 	}
 	s.settle(old...)
 	return lost, nil
@@ -618,8 +633,8 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 		if epoch != 0 && errors.Is(err, errLetGo) {
 			continue // decided again: the holder's connection closed
 		}
-		if dead != nil && lost && err == nil {
-			return s.claimInTime(ctx, id, dead)
+		if dead != nil {
+			return s.claimInTime(ctx, id, dead, lost, err)
 		}
 		return s.claimIfLost(ctx, id, lost, err)
 	}
@@ -649,6 +664,7 @@ func (s *WorkerStore) firstCheckpoint(id string) (epoch uint64, dead *Delivery, 
 	case d.live():
 		return d.epoch, nil, true
 	case s.mayClaim(d, time.Now()):
+		e.deciding = true
 		return 0, d, true
 	}
 	s.forfeitLocked(e, d)
@@ -663,16 +679,48 @@ func (s *WorkerStore) forfeitLocked(e *entry, d *Delivery) {
 	e.forfeit = true
 }
 
-// claimInTime claims task id, whose first checkpoint is confirmed though
-// dead, the delivery that held it, closed first. The claim is decided
-// again on a connection that is up, right before it is sent there: the
-// checkpoint's publish may have waited for a reconnect past claimWindow,
-// and a claim sent then reaches a worker that received the task again
-// after it submitted (two paid solves, two answers). Past the window
-// this worker defers to that worker: it forfeits the task, and its
-// checkpoint is acked unanswered (letGo). A claim sent whose connection
-// closed before its confirm stands, and is sent again on the next.
-func (s *WorkerStore) claimInTime(ctx context.Context, id string, dead *Delivery) error {
+// claimInTime claims task id, whose first checkpoint park confirmed
+// (err nil) with every delivery of the task closed (lost) and dead, the
+// one that held it, closed first. The claim is decided again on a
+// connection that is up, right before it is sent there: the checkpoint's
+// publish may have waited for a reconnect past claimWindow, and a claim
+// sent then reaches a worker that received the task again after it
+// submitted (two paid solves, two answers). Past the window this worker
+// defers to that worker: it forfeits the task, hands its captcha id over,
+// and its checkpoint is acked unanswered (letGo). A claim sent whose
+// connection closed before its confirm stands, and is sent again on the
+// next.
+//
+// A copy of the task the broker gave this worker again while the claim
+// was decided waited for the decision (entry.deciding): it is acked when
+// the checkpoint holds the task, and sent back to the fleet on a
+// forfeit, as the fleet may have no other copy.
+func (s *WorkerStore) claimInTime(ctx context.Context, id string, dead *Delivery, lost bool, err error) error {
+	forfeited := false
+	defer func() {
+		s.mu.Lock()
+		e, ok := s.entries[id]
+		var copies []*Delivery
+		if ok && e.deciding {
+			e.deciding = false
+			if e.confirmed > 0 {
+				copies, e.deliveries = e.deliveries, nil
+			}
+		}
+		s.mu.Unlock()
+		if !forfeited {
+			s.settle(copies...)
+			return
+		}
+		for _, d := range copies {
+			if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
+				s.log.Warn("returning a copy of a forfeited task failed; it goes back when the channel closes", "id", id, "err", err)
+			}
+		}
+	}()
+	if !lost || err != nil {
+		return err // a live copy held it at the confirm, or nothing was confirmed
+	}
 	for {
 		_, epoch, err := s.pub.c.connectionEpoch(ctx)
 		if err != nil {
@@ -682,6 +730,7 @@ func (s *WorkerStore) claimInTime(ctx context.Context, id string, dead *Delivery
 			s.mu.Lock()
 			if e, ok := s.entries[id]; ok {
 				s.forfeitLocked(e, dead)
+				forfeited = true
 			}
 			s.mu.Unlock()
 			s.handOver(ctx, id, func(*TaskMessage) {})
@@ -730,13 +779,13 @@ func (s *WorkerStore) handOver(ctx context.Context, id string, update func(*Task
 	}
 	// On its own, as a claim: it waits for the broker up to claimGiveUp,
 	// and the queue's submit that called it goes on meanwhile.
-	go func() {
+	s.bg.do(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimGiveUp)
 		defer cancel()
 		if err := s.pub.handOver(ctx, m); err != nil {
 			s.log.Warn("handing a forfeited task's captcha id to the fleet failed; it may be solved twice", "id", id, "err", err)
 		}
-	}()
+	})
 }
 
 // handedFor returns the handover heard for task id, if any.
@@ -810,6 +859,21 @@ func (s *WorkerStore) claimEach(ctx context.Context, ids []string, failed string
 		}
 	}
 }
+
+// background runs goroutines that its owner waits for before it stops.
+type background struct{ wg sync.WaitGroup }
+
+// do runs f on a goroutine of its own.
+func (b *background) do(f func()) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+}
+
+// wait returns once every f given to do has returned.
+func (b *background) wait() { b.wg.Wait() }
 
 // claimIfLost claims task id when its deliveries had all gone back to the
 // fleet before its checkpoint was confirmed (park's lost).
@@ -996,9 +1060,8 @@ func (s *WorkerStore) letGoOf(id string) {
 	s.log.Info("letting go of a task the fleet holds now; its result is someone else's to deliver", "id", id)
 	if n := s.liveHeld(id); n > 0 {
 		// No path should get here: the copy acked below is the
-		// fleet's only one, and nobody answers the task. (A forfeited
-		// task's confirmed checkpoint is not counted: the fleet has
-		// the task through another copy.)
+		// fleet's only one, and nobody answers the task (a forfeited
+		// task's checkpoint is not counted: the fleet has a copy).
 		s.log.Warn("letting go of a task while holding a live copy of it; the copy is acked", "id", id, "live", n)
 	}
 	s.release(id)
@@ -1113,12 +1176,12 @@ func (s *WorkerStore) holderOf(ctx context.Context, id string) (*Delivery, error
 }
 
 // liveHeld counts the live deliveries held for task id, but for a
-// forfeited task.
+// forfeited task's checkpoint (the fleet has the task through a copy).
 func (s *WorkerStore) liveHeld(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[id]
-	if !ok || e.forfeit {
+	if !ok {
 		return 0
 	}
 	n := 0
@@ -1128,7 +1191,7 @@ func (s *WorkerStore) liveHeld(id string) int {
 		}
 	}
 	for _, d := range e.checkpoints {
-		if d.live() {
+		if d.live() && !e.forfeit {
 			n++
 		}
 	}
