@@ -257,8 +257,10 @@ func (w *Worker) providerNames() []string {
 // Run consumes tasks until ctx ends, then stops taking tasks, hands back
 // the ones not yet at the provider, lets those at the provider finish for
 // up to Grace, and leaves any still unfinished to their checkpoints (the
-// lease returns them to the fleet, to be polled, not solved again). It
-// returns nil after a clean stop.
+// lease returns them to the fleet, to be polled, not solved again). Its
+// claims and handovers on their way go out before it returns, each
+// waiting up to 30 s for a broker that is down. It returns nil after a
+// clean stop.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.pub.Close()
 	if len(w.pools) > 0 {
