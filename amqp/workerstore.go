@@ -126,7 +126,7 @@ type entry struct {
 	// deciding: the first checkpoint is confirmed though the delivery
 	// that held the task closed first, and claimInTime decides whether
 	// the task is claimed or forfeited; a copy of the task that comes
-	// meanwhile waits in deliveries for that (see decided).
+	// meanwhile waits in deliveries for that (see claimInTime).
 	deciding bool
 	// finishing: the queue's Finish for it began.
 	finishing bool
@@ -250,7 +250,7 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 		return false
 	case e.confirmed == 0, e.deciding && m.CaptchaID == "":
 		// Held with the task; while a claim is decided, the copy may be
-		// the fleet's only one: a forfeit sends it back (decided).
+		// the fleet's only one: a forfeit sends it back (claimInTime).
 		e.deliveries = append(e.deliveries, d)
 		s.mu.Unlock()
 		return false
