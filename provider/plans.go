@@ -64,6 +64,10 @@ func TokenLifetime(k Kind) time.Duration {
 		return 60 * time.Second
 	case KindFriendlyCaptcha:
 		return 300 * time.Second
+	case KindAmazonWAF, KindMTCaptcha:
+		return 120 * time.Second
+	case KindDataDome:
+		return 30 * time.Minute // bound to its IP and user agent; sites may revoke it sooner
 	}
 	return 0 // image, grid, BLS: the answer is text, not a token
 }
@@ -92,8 +96,10 @@ func MedianSolveTime(k Kind) time.Duration {
 		return 5 * time.Second
 	case KindHCaptcha, KindFunCaptcha:
 		return 20 * time.Second
-	case KindGeeTestV4:
+	case KindGeeTestV4, KindAmazonWAF, KindMTCaptcha:
 		return 10 * time.Second
+	case KindDataDome:
+		return 15 * time.Second
 	}
 	return 5 * time.Second
 }
@@ -111,7 +117,8 @@ func TypicalSolveTime(k Kind) time.Duration {
 		return 15 * time.Second // advice: 10–20 s
 	case KindRecaptchaV3, KindTurnstile, KindGeeTest:
 		return 10 * time.Second
-	case KindCloudflareChallenge, KindCaptchaFox, KindFriendlyCaptcha, KindLemin, KindHCaptcha, KindFunCaptcha:
+	case KindCloudflareChallenge, KindCaptchaFox, KindFriendlyCaptcha, KindLemin, KindHCaptcha, KindFunCaptcha,
+		KindAmazonWAF, KindMTCaptcha, KindDataDome:
 		return 15 * time.Second
 	case KindGeeTestV4:
 		return 10 * time.Second

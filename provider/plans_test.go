@@ -31,6 +31,7 @@ func TestLifetimesAndSolveTimes(t *testing.T) {
 		KindLemin: 120 * time.Second, KindFriendlyCaptcha: 300 * time.Second,
 		KindImage: 0, KindGrid: 0, KindBLS: 0,
 		KindHCaptcha: 120 * time.Second, KindFunCaptcha: 60 * time.Second, KindGeeTestV4: 60 * time.Second,
+		KindAmazonWAF: 120 * time.Second, KindMTCaptcha: 120 * time.Second, KindDataDome: 30 * time.Minute,
 	}
 	solve := map[Kind]time.Duration{
 		KindImage: 5 * time.Second, KindBLS: 5 * time.Second, KindGrid: 10 * time.Second,
@@ -38,6 +39,7 @@ func TestLifetimesAndSolveTimes(t *testing.T) {
 		KindGeeTest: 10 * time.Second, KindCloudflareChallenge: 15 * time.Second, KindCaptchaFox: 15 * time.Second,
 		KindFriendlyCaptcha: 15 * time.Second, KindLemin: 15 * time.Second,
 		KindHCaptcha: 15 * time.Second, KindFunCaptcha: 15 * time.Second, KindGeeTestV4: 10 * time.Second,
+		KindAmazonWAF: 15 * time.Second, KindMTCaptcha: 15 * time.Second, KindDataDome: 15 * time.Second,
 	}
 	median := map[Kind]time.Duration{
 		KindImage: 700 * time.Millisecond, KindBLS: 3 * time.Second, KindGrid: 3 * time.Second,
@@ -45,6 +47,7 @@ func TestLifetimesAndSolveTimes(t *testing.T) {
 		KindGeeTest: 10 * time.Second, KindCloudflareChallenge: 14 * time.Second, KindCaptchaFox: 5 * time.Second,
 		KindFriendlyCaptcha: 5 * time.Second, KindLemin: 5 * time.Second,
 		KindHCaptcha: 20 * time.Second, KindFunCaptcha: 20 * time.Second, KindGeeTestV4: 10 * time.Second,
+		KindAmazonWAF: 10 * time.Second, KindMTCaptcha: 10 * time.Second, KindDataDome: 15 * time.Second,
 	}
 	for k := range specs { // every supported kind has every value
 		if got, want := TokenLifetime(k), life[k]; got != want {
@@ -57,8 +60,8 @@ func TestLifetimesAndSolveTimes(t *testing.T) {
 			t.Errorf("MedianSolveTime(%s) = %v, want %v", k, got, want)
 		}
 	}
-	if len(specs) != 14 {
-		t.Errorf("%d kinds in the spec table, want 14", len(specs))
+	if len(specs) != 17 {
+		t.Errorf("%d kinds in the spec table, want 17", len(specs))
 	}
 	if !strings.Contains(string(KindImage), "image") {
 		t.Error("kind names changed")

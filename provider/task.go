@@ -16,7 +16,7 @@ type Task struct {
 // for latency learning, token lifetimes and metrics.
 type Kind string
 
-// The kinds captchaq knows. CaptchaAI solves all but the last three,
+// The kinds captchaq knows. CaptchaAI solves all but the last six,
 // which other services of the protocol solve.
 const (
 	KindImage               Kind = "image"
@@ -33,4 +33,7 @@ const (
 	KindHCaptcha            Kind = "hcaptcha"
 	KindFunCaptcha          Kind = "funcaptcha"
 	KindGeeTestV4           Kind = "geetest_v4"
+	KindAmazonWAF           Kind = "amazon_waf"
+	KindMTCaptcha           Kind = "mtcaptcha"
+	KindDataDome            Kind = "datadome"
 )

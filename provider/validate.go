@@ -151,6 +151,47 @@ var specs = map[Kind]methodSpec{
 	KindLemin: {kind: KindLemin,
 		required: []field{{"captcha_id", "the Lemin captcha id from the page", nil}, fPageURL},
 		optional: append([]field{plain("div_id"), fAPIServer, fUserAgent}, proxyFields...)},
+	KindAmazonWAF: {kind: KindAmazonWAF,
+		required: []field{
+			{"sitekey", "key of window.gokuProps in the WAF page", nil},
+			{"iv", "iv of window.gokuProps in the WAF page", nil},
+			{"context", "context of window.gokuProps in the WAF page (it changes on each load)", nil},
+			fPageURL,
+		},
+		optional: append([]field{fScriptURL("challenge_script"), fScriptURL("captcha_script"), fUserAgent}, proxyFields...)},
+	KindMTCaptcha: {kind: KindMTCaptcha, required: []field{
+		{"sitekey", "the MTCaptcha site key (MTPublic-…, sitekey in mtcaptchaConfig)", nil}, fPageURL},
+		optional: append([]field{fUserAgent}, proxyFields...)},
+	KindDataDome: {kind: KindDataDome,
+		required: []field{
+			{"captcha_url", "the captcha iframe's src (https://geo.captcha-delivery.com/captcha/?…)", checkDataDomeURL},
+			fPageURL,
+			{"userAgent", "the user agent of the browser that will send the cookie: DataDome binds the cookie to it", nil},
+			{"proxy", proxyHint + ": DataDome binds the cookie to the IP that solved it", checkProxy},
+			fProxyType,
+		}},
+}
+
+// fScriptURL is an optional field holding a script's URL.
+func fScriptURL(name string) field {
+	return field{name, "", func(v string) string {
+		if reason := checkPageURL(v); reason != "" {
+			return strings.Replace(reason, "https://example.com/login", "https://example.com/challenge.js", 1)
+		}
+		return ""
+	}}
+}
+
+// checkDataDomeURL refuses a captcha_url DataDome gave a banned IP
+// (t=bv): no solve gets past it.
+func checkDataDomeURL(v string) string {
+	if reason := checkPageURL(v); reason != "" {
+		return strings.Replace(reason, "https://example.com/login", "https://geo.captcha-delivery.com/captcha/?initialCid=…", 1)
+	}
+	if u, err := url.Parse(strings.TrimSpace(v)); err == nil && u.Query().Get("t") == "bv" {
+		return "has t=bv: DataDome has banned the proxy's IP and no solve passes it; use another proxy and send its captcha_url"
+	}
+	return ""
 }
 
 func blsImages() []field {
@@ -172,14 +213,16 @@ var CaptchaAIMethods = []string{
 // (2captcha, RuCaptcha and their kin): a provider lane's default at any
 // other URL.
 var CommonMethods = []string{
-	"base64", "funcaptcha", "geetest", "geetest_v4", "hcaptcha", "post", "turnstile", "userrecaptcha",
+	"amazon_waf", "base64", "datadome", "funcaptcha", "geetest", "geetest_v4", "hcaptcha", "mt_captcha",
+	"post", "turnstile", "userrecaptcha",
 }
 
 // KnownMethods are every method captchaq can validate, sorted: the
 // CaptchaAI methods and those only other services solve.
 var KnownMethods = []string{
-	"base64", "bls", "captchafox", "cloudflare_challenge", "friendly_captcha", "funcaptcha",
-	"geetest", "geetest_v4", "hcaptcha", "lemin", "post", "turnstile", "userrecaptcha",
+	"amazon_waf", "base64", "bls", "captchafox", "cloudflare_challenge", "datadome", "friendly_captcha",
+	"funcaptcha", "geetest", "geetest_v4", "hcaptcha", "lemin", "mt_captcha", "post", "turnstile",
+	"userrecaptcha",
 }
 
 // typeNames name each method's captcha type as users know it, for
@@ -202,8 +245,8 @@ var typeNames = map[string]string{
 	"amazon_waf":           "Amazon WAF captcha",
 	"keycaptcha":           "KeyCaptcha",
 	"capy":                 "Capy puzzle",
-	"mtcaptcha":            "MTCaptcha",
-	"datadome":             "DataDome",
+	"mt_captcha":           "MTCaptcha",
+	"datadome":             "DataDome slider",
 	"cybersiara":           "CyberSiARA",
 	"tencent":              "Tencent captcha",
 	"cutcaptcha":           "CutCaptcha",
@@ -215,6 +258,7 @@ var typeNames = map[string]string{
 var methodAliases = map[string]string{
 	"arkose": "funcaptcha", "arkoselabs": "funcaptcha",
 	"geetestv4": "geetest_v4", "geetest4": "geetest_v4",
+	"mtcaptcha": "mt_captcha",
 }
 
 func unsupportedError(typ, method string, supported []string) error {
@@ -314,6 +358,12 @@ func (t Task) KindFor(supported []string) (Kind, error) {
 		return KindFriendlyCaptcha, nil
 	case "lemin":
 		return KindLemin, nil
+	case "amazon_waf":
+		return KindAmazonWAF, nil
+	case "mt_captcha":
+		return KindMTCaptcha, nil
+	case "datadome":
+		return KindDataDome, nil
 	}
 	return "", &ValidationError{Field: "method", Reason: fmt.Sprintf("unknown method %q; supported: %s", m, strings.Join(supported, ", "))}
 }
