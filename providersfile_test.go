@@ -174,7 +174,7 @@ func TestParseProvidersCreateTask(t *testing.T) {
 	for _, w := range []string{
 		`providers[0] (a).protocol: CaptchaAI speaks only in.php/res.php: leave protocol out for its URL`,
 		`providers[1] (b).protocol: "json" is not a protocol captchaq speaks; use "in.php" (the default) or "createtask"`,
-		`providers[2] (c).methods: [1] "bls" has no createTask type; a createtask provider may list base64, captchafox, cloudflare_challenge, friendly_captcha, funcaptcha, geetest, geetest_v4, hcaptcha, lemin, post, turnstile, userrecaptcha`,
+		`providers[2] (c).methods: [1] "bls" has no createTask type; a createtask provider may list amazon_waf, base64, captchafox, cloudflare_challenge, datadome, friendly_captcha, funcaptcha, geetest, geetest_v4, hcaptcha, lemin, mt_captcha, post, turnstile, userrecaptcha`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("error lacks %q:\n%v", w, err)

@@ -157,7 +157,7 @@ func TestCreateTaskFrontRefusals(t *testing.T) {
 		{"wrong key", "createTask", `{"clientKey":"nope","task":{"type":"TurnstileTaskProxyless"}}`, "ERROR_KEY_DOES_NOT_EXIST", 1, "clientKey"},
 		{"key in another letter case is no key", "getBalance", `{"ClientKey":"` + strings.ToUpper(keyQA) + `"}`, "ERROR_KEY_DOES_NOT_EXIST", 1, ""},
 		{"no task", "createTask", `{"clientKey":"` + keyQA + `"}`, "ERROR_TASK_ABSENT", 22, "task: required"},
-		{"unknown type", "createTask", `{"clientKey":"` + keyQA + `","task":{"type":"DataDomeSliderTask"}}`, "ERROR_TASK_NOT_SUPPORTED", 23, "DataDomeSliderTask"},
+		{"unknown type", "createTask", `{"clientKey":"` + keyQA + `","task":{"type":"KeyCaptchaTask"}}`, "ERROR_TASK_NOT_SUPPORTED", 23, "KeyCaptchaTask"},
 		{"a type no provider solves", "createTask", `{"clientKey":"` + keyQA + `","task":{"type":"HCaptchaTaskProxyless","websiteURL":"https://a.example/","websiteKey":"k"}}`, "ERROR_TASK_NOT_SUPPORTED", 23, "hCaptcha"},
 		{"page URL without a scheme", "createTask", `{"clientKey":"` + keyQA + `","task":{"type":"TurnstileTaskProxyless","websiteURL":"shop.example/x","websiteKey":"0x4"}}`, "ERROR_PAGEURL", 5, "has no scheme"},
 		{"no site key", "createTask", `{"clientKey":"` + keyQA + `","task":{"type":"RecaptchaV2TaskProxyless","websiteURL":"https://a.example/"}}`, "ERROR_RECAPTCHA_INVALID_SITEKEY", 31, "googlekey"},

@@ -94,11 +94,12 @@ func withReservoir(out map[string]any, r captchaq.Result) map[string]any {
 }
 
 // carriesToken reports whether a getTaskResult solution carries token as
-// its answer (token, gRecaptchaResponse or text, in any letter case).
+// its answer (token, gRecaptchaResponse, text or a DataDome cookie, in any
+// letter case).
 func carriesToken(doc map[string]json.RawMessage, token string) bool {
 	for k, v := range doc {
 		switch strings.ToLower(k) {
-		case "token", "grecaptcharesponse", "text":
+		case "token", "grecaptcharesponse", "text", "cookie":
 			var s string
 			if json.Unmarshal(v, &s) == nil && s == token {
 				return true

@@ -127,7 +127,7 @@ var (
 
 // names are every type name taken, the one sent for a family first (its
 // Proxyless name, then its proxy name).
-var names = []typeName{
+var names = append([]typeName{
 	{name: "ImageToTextTask", t: typeImage},
 	{name: "RecaptchaV2TaskProxyless", t: typeRecaptchaV2},
 	{name: "RecaptchaV2Task", t: typeRecaptchaV2, proxy: true},
@@ -153,7 +153,7 @@ var names = []typeName{
 	{name: "CaptchaFoxTask", t: typeCaptchaFox, proxy: true},
 	{name: "FriendlyCaptchaTaskProxyless", t: typeFriendly},
 	{name: "FriendlyCaptchaTask", t: typeFriendly, proxy: true},
-}
+}, antibotNames...)
 
 // byName finds a type name in any letter case.
 var byName = func() map[string]typeName {
@@ -182,10 +182,10 @@ var Methods = []string{"base64", "funcaptcha", "geetest", "geetest_v4", "hcaptch
 // Carried are every method a createTask type carries, the only ones a
 // createTask provider may list: Methods and those fewer services solve
 // (2captcha's CaptchaFox, Friendly Captcha and Lemin types; CapMonster's
-// cf_clearance).
+// cf_clearance; Amazon WAF, MTCaptcha and DataDome's slider).
 var Carried = []string{
-	"base64", "captchafox", "cloudflare_challenge", "friendly_captcha", "funcaptcha",
-	"geetest", "geetest_v4", "hcaptcha", "lemin", "post", "turnstile", "userrecaptcha",
+	"amazon_waf", "base64", "captchafox", "cloudflare_challenge", "datadome", "friendly_captcha", "funcaptcha",
+	"geetest", "geetest_v4", "hcaptcha", "lemin", "mt_captcha", "post", "turnstile", "userrecaptcha",
 }
 
 // proxyFields are the proxy's fields on a task of a proxy type.
@@ -600,17 +600,19 @@ func foldParams(p map[string]string) map[string]string {
 // {gRecaptchaResponse, token}; Turnstile {token, userAgent}; hCaptcha
 // {gRecaptchaResponse, token, userAgent}; FunCaptcha {token}; GeeTest v3
 // {challenge, validate, seccode}; GeeTest v4 the answer's fields
-// (captcha_id, lot_number, pass_token, gen_time, captcha_output). token
+// (captcha_id, lot_number, pass_token, gen_time, captcha_output); Amazon
+// WAF {captcha_voucher, existing_token}; MTCaptcha {token}; DataDome
+// {cookie, userAgent}. token
 // and raw are the answer (provider.Answer's Token and, for structured
 // answers or a token with its bindings, its JSON); params are the task's.
 // Cloudflare Challenge {cf_clearance}; grid {click}; Lemin {answer,
-// challenge_id}; CaptchaFox, Friendly Captcha {token}. What the answer
-// binds the token to (BindingsFor: its user agent under any spelling,
-// cookies, proxy; else the task's user agent for the kinds solved with
-// it) is added as userAgent, cookies and proxy to every kind's solution:
-// a made-up one would be a token the site refuses. Any other kind (a
-// task taken by in.php) answers {token}, with a structured answer's
-// fields beside it.
+// challenge_id}; CaptchaFox, Friendly Captcha, MTCaptcha {token}; Amazon
+// WAF {captcha_voucher, existing_token}; DataDome {cookie}. What the
+// answer binds the token to (BindingsFor: its user agent under any
+// spelling, cookies, proxy; else the task's user agent for the kinds
+// solved with it) is added as userAgent, cookies and proxy to every kind's
+// solution: a made-up one would be a token the site refuses. Any other kind (a task taken by
+// in.php) answers {token}, with a structured answer's fields beside it.
 func Solution(k provider.Kind, token string, raw json.RawMessage, params map[string]string) map[string]any {
 	var out map[string]any
 	switch k {
@@ -620,8 +622,10 @@ func Solution(k provider.Kind, token string, raw json.RawMessage, params map[str
 		out = map[string]any{"gRecaptchaResponse": token, "token": token}
 	case provider.KindHCaptcha:
 		out = map[string]any{"gRecaptchaResponse": token, "token": token}
-	case provider.KindTurnstile, provider.KindFunCaptcha, provider.KindCaptchaFox, provider.KindFriendlyCaptcha:
+	case provider.KindTurnstile, provider.KindFunCaptcha, provider.KindCaptchaFox, provider.KindFriendlyCaptcha, provider.KindMTCaptcha:
 		out = map[string]any{"token": token}
+	case provider.KindDataDome:
+		out = map[string]any{"cookie": token}
 	case provider.KindCloudflareChallenge:
 		out = map[string]any{"cf_clearance": cmp.Or(objectString(raw, "cf_clearance"), token)}
 	case provider.KindGrid:
@@ -643,7 +647,7 @@ func Solution(k provider.Kind, token string, raw json.RawMessage, params map[str
 			}
 			maps.Copy(out, doc)
 		}
-		if k != provider.KindGeeTestV4 && k != provider.KindLemin || len(out) == 0 {
+		if !fieldsOnly(k) || len(out) == 0 {
 			out["token"] = token
 		}
 	}
@@ -651,15 +655,25 @@ func Solution(k provider.Kind, token string, raw json.RawMessage, params map[str
 	return out
 }
 
+// fieldsOnly reports whether a kind's answer is a JSON object whose
+// fields are the solution (GeeTest v4, Lemin, Amazon WAF), with no token
+// beside them.
+func fieldsOnly(k provider.Kind) bool {
+	return k == provider.KindGeeTestV4 || k == provider.KindLemin || k == provider.KindAmazonWAF
+}
+
 // BindingsFor is what an answer of kind k binds its token to: the
 // answer's bindings (provider.BindingsOf), and for a Turnstile, hCaptcha,
-// Cloudflare Challenge or CaptchaFox answered without a user agent the
-// task's userAgent (params), which it was solved with; none without
-// either.
+// Cloudflare Challenge, CaptchaFox or DataDome answered without a user
+// agent the task's userAgent (params), which it was solved with; none
+// without either. A DataDome cookie is the answer itself, not a binding.
 func BindingsFor(k provider.Kind, raw json.RawMessage, params map[string]string) provider.Bindings {
 	b := provider.BindingsOf(raw)
+	if k == provider.KindDataDome {
+		b.Cookies = nil
+	}
 	switch k {
-	case provider.KindTurnstile, provider.KindHCaptcha, provider.KindCloudflareChallenge, provider.KindCaptchaFox:
+	case provider.KindTurnstile, provider.KindHCaptcha, provider.KindCloudflareChallenge, provider.KindCaptchaFox, provider.KindDataDome:
 		if b.UserAgent == "" {
 			b.UserAgent = strings.TrimSpace(foldParams(params)["useragent"])
 		}
@@ -701,8 +715,9 @@ func objectString(raw json.RawMessage, name string) string {
 // AnswerOf reads a solution object of a task of kind k back into the
 // queue's answer, the same an in.php service gives for that kind: the
 // text or token; GeeTest v3 as {"geetest_challenge","geetest_validate",
-// "geetest_seccode"}; GeeTest v4 as its fields. ok is false when the
-// solution has no answer for k.
+// "geetest_seccode"}; GeeTest v4 and Amazon WAF as their fields; a
+// DataDome cookie as its text. ok is false when the solution has no
+// answer for k.
 func AnswerOf(k provider.Kind, solution json.RawMessage) (provider.Answer, bool) {
 	obj, f := foldObject(solution, "solution")
 	if f != nil {
@@ -736,7 +751,9 @@ func AnswerOf(k provider.Kind, solution json.RawMessage) (provider.Answer, bool)
 			return provider.Answer{}, false
 		}
 		return structured(map[string]string{"geetest_challenge": c, "geetest_validate": v, "geetest_seccode": s})
-	case provider.KindGeeTestV4:
+	case provider.KindDataDome:
+		return text("cookie")
+	case provider.KindGeeTestV4, provider.KindAmazonWAF:
 		var m map[string]any
 		if json.Unmarshal(solution, &m) != nil || len(m) == 0 {
 			return provider.Answer{}, false

@@ -128,7 +128,7 @@ func TestParseTaskFaults(t *testing.T) {
 		{"not an object", `"TurnstileTaskProxyless"`, "ERROR_BAD_PARAMETERS", "task: must be a JSON object"},
 		{"no type", `{"websiteURL":"https://a.example/"}`, "ERROR_TASK_NOT_SUPPORTED", "task.type: required"},
 		{"type not a string", `{"type":7}`, "ERROR_TASK_NOT_SUPPORTED", "task.type: required"},
-		{"unknown type", `{"type":"AmazonTask"}`, "ERROR_TASK_NOT_SUPPORTED", `"AmazonTask" is not a type captchaq solves`},
+		{"unknown type", `{"type":"KeyCaptchaTask"}`, "ERROR_TASK_NOT_SUPPORTED", `"KeyCaptchaTask" is not a type captchaq solves`},
 		{"one field in two cases", `{"type":"TurnstileTaskProxyless","websiteKey":"a","websitekey":"b"}`, "ERROR_BAD_PARAMETERS", "name one field"},
 		{"bad flag", `{"type":"RecaptchaV2TaskProxyless","isInvisible":"maybe"}`, "ERROR_BAD_PARAMETERS", "task.isInvisible: must be true or false"},
 		{"bad number", `{"type":"RecaptchaV3TaskProxyless","minScore":"high"}`, "ERROR_BAD_PARAMETERS", "task.minScore: must be a number"},

@@ -66,6 +66,7 @@ var (
 var families = []*taskType{
 	typeImage, typeGrid, typeRecaptchaV2, typeRecaptchaV3, typeTurnstile, typeCFClearance, typeGeeTest, typeGeeTestV4,
 	typeHCaptcha, typeFunCaptcha, typeLemin, typeCaptchaFox, typeFriendly,
+	typeAmazonWAF, typeMTCaptcha, typeDataDome,
 }
 
 // checkNeeds refuses a task object without a field its family needs.
