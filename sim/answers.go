@@ -14,7 +14,7 @@ import (
 
 // answerHint is what a task's answer depends on besides its kind.
 type answerHint struct {
-	text     string // GeeTest challenge; Turnstile, hCaptcha, Cloudflare Challenge user agent; reCAPTCHA v2 cookies
+	text     string // GeeTest challenge; Turnstile, hCaptcha, Cloudflare Challenge, DataDome user agent; reCAPTCHA v2 cookies
 	charset  int8   // image: 0 letters and digits, 1 digits, 2 letters
 	min, max int8   // image text length bounds
 }
@@ -143,6 +143,16 @@ func (s *Server) answerFor(t *task) answer {
 		})
 	case provider.KindFriendlyCaptcha:
 		return answer{raw: str(hexDigits, 32) + "." + str(tokenSet, 160) + ".AgAD"}
+	case provider.KindAmazonWAF:
+		return object(map[string]string{
+			"captcha_voucher": "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9." + str(tokenSet, 200) + "." + str(tokenSet, 43),
+			"existing_token":  str(hexDigits, 8) + "-" + str(hexDigits, 4) + "-" + str(hexDigits, 4) + "-" + str(hexDigits, 4) + "-" + str(hexDigits, 12) + ":" + str(tokenSet, 40),
+		})
+	case provider.KindMTCaptcha:
+		return answer{raw: "v1(" + str(hexDigits, 8) + "," + str(hexDigits, 8) + "," + str(tokenSet, 20) + "," + str(hexDigits, 32) + "," + str(tokenSet, 120) + ")"}
+	case provider.KindDataDome:
+		// solved in a browser of the task's user agent: the cookie is bound to it
+		return answer{raw: ddCookie + "=" + str(tokenSet+"~", 128) + "; Max-Age=31536000; Path=/; Secure; SameSite=Lax", userAgent: t.hint.text}
 	default: // CaptchaFox and anything new: an opaque token
 		return answer{raw: str(tokenSet, 280+rng.IntN(40))}
 	}

@@ -253,6 +253,9 @@ var DefaultLatency = map[provider.Kind]Latency{
 	provider.KindHCaptcha:            {Median: provider.MedianSolveTime(provider.KindHCaptcha), Spread: 0.35, Min: 8 * time.Second, Max: 60 * time.Second},
 	provider.KindFunCaptcha:          {Median: provider.MedianSolveTime(provider.KindFunCaptcha), Spread: 0.35, Min: 8 * time.Second, Max: 60 * time.Second},
 	provider.KindGeeTestV4:           {Median: provider.MedianSolveTime(provider.KindGeeTestV4), Spread: 0.3, Min: 5 * time.Second, Max: 25 * time.Second},
+	provider.KindAmazonWAF:           {Median: provider.MedianSolveTime(provider.KindAmazonWAF), Spread: 0.3, Min: 4 * time.Second, Max: 30 * time.Second},
+	provider.KindMTCaptcha:           {Median: provider.MedianSolveTime(provider.KindMTCaptcha), Spread: 0.3, Min: 4 * time.Second, Max: 30 * time.Second},
+	provider.KindDataDome:            {Median: provider.MedianSolveTime(provider.KindDataDome), Spread: 0.3, Min: 6 * time.Second, Max: 40 * time.Second},
 }
 
 // withDefaults returns a copy of c with every zero field set to its default.

@@ -24,7 +24,9 @@ import (
 var demoPages = template.Must(template.New("index").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>captchaq demo site</title></head>
 <body><h1>captchaq demo site</h1>
-<ul><li><a href="/demo/turnstile">Sign in (Turnstile)</a></li><li><a href="/demo/recaptcha">Checkout (reCAPTCHA v2)</a></li><li><a href="/demo/challenge">Catalogue (Cloudflare challenge)</a></li></ul>
+<ul><li><a href="/demo/turnstile">Sign in (Turnstile)</a></li><li><a href="/demo/recaptcha">Checkout (reCAPTCHA v2)</a></li><li><a href="/demo/challenge">Catalogue (Cloudflare challenge)</a></li>
+<li><a href="/demo/amazon-waf">Amazon WAF</a></li><li><a href="/demo/mtcaptcha">Sign up (MTCaptcha)</a></li>
+<li><a href="/demo/datadome">DataDome</a></li></ul>
 </body></html>
 {{define "turnstile"}}<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Sign in - captchaq demo</title></head>
@@ -80,6 +82,10 @@ func (s *Server) serveDemo(w http.ResponseWriter, r *http.Request) {
 	case DemoRecaptcha.Path:
 		site, page, field, verifyPath = DemoRecaptcha, "recaptcha", "g-recaptcha-response", "/recaptcha/api/siteverify"
 	default:
+		if wl, ok := walls[strings.TrimSuffix(r.URL.Path, "/")]; ok {
+			s.serveWall(w, r, wl)
+			return
+		}
 		http.NotFound(w, r)
 		return
 	}

@@ -28,9 +28,11 @@
 // carries the id as a number instead. GeeTest answers are a JSON object
 // (geetest_challenge, geetest_validate, geetest_seccode), Cloudflare
 // Challenge answers a JSON object (cf_clearance, user_agent), Lemin an object
-// (answer, challenge_id); in plain-text mode those objects are sent as JSON
-// text after "OK|". A Turnstile or hCaptcha solved with a user agent (the
-// task's, else Config.UserAgent) answers it beside the token in JSON mode
+// (answer, challenge_id), Amazon WAF one (captcha_voucher, existing_token);
+// in plain-text mode those objects are sent as JSON text after "OK|". A
+// Turnstile or hCaptcha solved with a user agent (the task's, else
+// Config.UserAgent), and a DataDome cookie (its task's), answer it beside
+// the token in JSON mode
 // ({"status":1,"request":"0.…","useragent":"…"}, getTaskResult's
 // userAgent), and a reCAPTCHA v2 given cookies answers them with Google's
 // _GRECAPTCHA added ("cookies"); plain text and ids= answer the token alone.

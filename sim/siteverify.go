@@ -86,6 +86,9 @@ const (
 	familyChallenge // a cf_clearance cookie, checked by the page itself
 	familyCaptchaFox
 	familyFriendly
+	familyAmazonWAF
+	familyMTCaptcha
+	familyDataDome
 )
 
 func familyOf(k provider.Kind) family {
@@ -100,6 +103,12 @@ func familyOf(k provider.Kind) family {
 		return familyCaptchaFox
 	case provider.KindFriendlyCaptcha:
 		return familyFriendly
+	case provider.KindAmazonWAF:
+		return familyAmazonWAF
+	case provider.KindMTCaptcha:
+		return familyMTCaptcha
+	case provider.KindDataDome:
+		return familyDataDome
 	}
 	return 0
 }
@@ -115,14 +124,21 @@ func demoSite(f family) DemoSite {
 		return DemoCaptchaFox
 	case familyFriendly:
 		return DemoFriendly
+	case familyAmazonWAF:
+		return DemoAmazonWAF
+	case familyMTCaptcha:
+		return DemoMTCaptcha
+	case familyDataDome:
+		return DemoDataDome
 	}
 	return DemoTurnstile
 }
 
 // tokenSite is where a token task was submitted for.
 type tokenSite struct {
-	sitekey  string
-	hostname string
+	sitekey   string
+	hostname  string
+	userAgent string // a DataDome task's: its cookie is bound to it
 }
 
 // issuedToken is a token this simulator handed out.
@@ -130,7 +146,7 @@ type issuedToken struct {
 	kind      provider.Kind
 	sitekey   string
 	hostname  string
-	userAgent string    // a cf_clearance's, which it is bound to
+	userAgent string    // a cf_clearance's or DataDome cookie's, bound to it
 	at        time.Time // when it was solved
 	used      bool
 }
@@ -171,6 +187,8 @@ func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
 		sitekey = DemoChallenge.SiteKey // the page's URL says which, whatever the task's key
 	} else if f == familyRecaptcha {
 		sitekey = q.get("googlekey")
+	} else if f == familyDataDome {
+		sitekey = q.get("captcha_url")
 	}
 	if sitekey != demo.SiteKey {
 		return
@@ -179,6 +197,9 @@ func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
 		s.tokens.pending = make(map[uint64]tokenSite)
 	}
 	site := tokenSite{sitekey: demo.SiteKey}
+	if f == familyDataDome {
+		site.userAgent = strings.Clone(q.get("useragent"))
+	}
 	if u, err := url.Parse(q.get("pageurl")); err == nil {
 		site.hostname = strings.Clone(u.Hostname()) // not the request body it points into
 	}
@@ -199,8 +220,8 @@ func (s *Server) issueLocked(t *task, at time.Time) {
 		s.tokens.issued = make(map[tokenKey]*issuedToken)
 	}
 	s.forgetTokensLocked(at)
-	it := &issuedToken{kind: t.kind, sitekey: site.sitekey, hostname: site.hostname, at: at}
-	token := s.answerFor(t).raw
+	it := &issuedToken{kind: t.kind, sitekey: site.sitekey, hostname: site.hostname, userAgent: site.userAgent, at: at}
+	token := s.answerFor(t).checked(t.kind)
 	if t.kind == provider.KindCloudflareChallenge {
 		token, it.userAgent = clearanceOf(token)
 	}

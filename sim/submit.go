@@ -77,6 +77,9 @@ var tokenMethods = map[string]struct {
 	"captchafox":           {provider.KindCaptchaFox, []string{"sitekey"}},
 	"friendly_captcha":     {provider.KindFriendlyCaptcha, []string{"sitekey"}},
 	"lemin":                {provider.KindLemin, []string{"captcha_id"}},
+	"amazon_waf":           {provider.KindAmazonWAF, []string{"sitekey", "iv", "context"}},
+	"mt_captcha":           {provider.KindMTCaptcha, []string{"sitekey"}},
+	"datadome":             {provider.KindDataDome, []string{"captcha_url", "useragent", "proxy", "proxytype"}},
 }
 
 // present reports whether the submit carries field, not blank.
@@ -98,7 +101,7 @@ func parseKind(q *request, method string) (spec taskSpec, code, text string) {
 		}
 		spec.kind = tm.kind
 		switch method {
-		case "cloudflare_challenge", "turnstile", "hcaptcha":
+		case "cloudflare_challenge", "turnstile", "hcaptcha", "datadome":
 			spec.hint.text = q.get("useragent")
 		case "geetest":
 			spec.hint.text = q.get("challenge")
@@ -182,7 +185,7 @@ func parseImage(q *request, method string) (spec taskSpec, code, text string) {
 func needsPageURL(method string) bool {
 	switch method {
 	case "userrecaptcha", "turnstile", "cloudflare_challenge", "geetest", "captchafox", "friendly_captcha", "lemin",
-		"hcaptcha", "funcaptcha", "geetest_v4":
+		"hcaptcha", "funcaptcha", "geetest_v4", "amazon_waf", "mt_captcha", "datadome":
 		return true
 	}
 	return false
