@@ -47,7 +47,8 @@ type options struct {
 	// createTask: the queue reaches the simulator by createTask and
 	// getTaskResult instead of in.php and res.php.
 	createTask bool
-	// methods: the createTask provider's, else createtask.Methods.
+	// methods: what the provider client solves and the simulator serves
+	// (the queue's one provider lists them); nil: their defaults.
 	methods []string
 }
 
@@ -57,6 +58,7 @@ var slowRecaptcha = sim.Latency{Median: time.Hour, Min: time.Hour, Max: time.Hou
 func setup(t *testing.T, o options) *bundle {
 	t.Helper()
 	sc := sim.Config{LatencyScale: 0.01, Seed: 7, Latency: map[provider.Kind]sim.Latency{provider.KindRecaptchaV2: slowRecaptcha}, PollBan: sim.PollBan{Disabled: true}}
+	sc.Methods = o.methods
 	if o.sim != nil {
 		o.sim(&sc)
 	}
@@ -65,7 +67,7 @@ func setup(t *testing.T, o options) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ss.Close() })
-	pc, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "provider-secret"})
+	pc, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "provider-secret", Methods: o.methods})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +93,10 @@ func setup(t *testing.T, o options) *bundle {
 		Balance: balance,
 		// The tests' pingback receivers listen on loopback.
 		PingbackAllow: testAllow,
+	}
+	if o.methods != nil {
+		cfg.Queue.Providers = []captchaq.ProviderConfig{{Name: "sim", Provider: qp, Threads: o.threads, Methods: o.methods}}
+		cfg.Queue.Provider = nil
 	}
 	if o.server != nil {
 		o.server(&cfg)

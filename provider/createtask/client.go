@@ -412,8 +412,9 @@ func (c *Client) kindOf(id string) provider.Kind {
 
 // answerOf reads a solution object by its fields: the types' solutions
 // are told apart by them (text; gRecaptchaResponse; token; GeeTest's
-// challenge, validate and seccode; GeeTest v4's captcha_output), so a
-// task resumed after a restart needs no memory of its type.
+// challenge, validate and seccode; GeeTest v4's captcha_output; Amazon
+// WAF's captcha_voucher; DataDome's cookie), so a task resumed after a
+// restart needs no memory of its type.
 func answerOf(solution json.RawMessage) (provider.Answer, bool) {
 	obj, f := foldObject(solution, "solution")
 	if f != nil {
@@ -429,6 +430,10 @@ func answerOf(solution json.RawMessage) (provider.Answer, bool) {
 		k = provider.KindGrid
 	case has(obj, "challenge_id") && has(obj, "answer"):
 		k = provider.KindLemin
+	case has(obj, "captcha_voucher"):
+		k = provider.KindAmazonWAF
+	case has(obj, "cookie") && !has(obj, "token"):
+		k = provider.KindDataDome
 	case has(obj, "challenge") && has(obj, "validate"):
 		k = provider.KindGeeTest
 	case has(obj, "gRecaptchaResponse"):
