@@ -39,6 +39,10 @@ func TestKindOfIsTheValidatedKind(t *testing.T) {
 		{"grid as recaptcha=TRUE", grid("TRUE"), provider.KindGrid},
 		{"image as recaptcha=0", grid("0"), provider.KindImage},
 		{"GeeTest v4 as version=4", geetest("4"), provider.KindGeeTestV4},
+		{"Amazon WAF", captchaq.Task{Method: "amazon_waf", Params: map[string]string{"sitekey": "k", "iv": "i", "context": "c", "pageurl": "https://a.example/"}}, provider.KindAmazonWAF},
+		{"MTCaptcha as mtcaptcha", captchaq.Task{Method: "mtcaptcha", Params: map[string]string{"sitekey": "MTPublic-k", "pageurl": "https://a.example/"}}, provider.KindMTCaptcha},
+		{"DataDome", captchaq.Task{Method: "datadome", Params: map[string]string{"captcha_url": "https://geo.captcha-delivery.com/captcha/", "pageurl": "https://a.example/",
+			"userAgent": "UA", "proxy": "1.2.3.4:80", "proxytype": "HTTP"}}, provider.KindDataDome},
 	} {
 		k, err := tc.task.ProviderTask().KindFor(provider.KnownMethods)
 		if err != nil || k != tc.want {
