@@ -46,6 +46,13 @@ func TestAntibotTasksAreValid(t *testing.T) {
 			t.Errorf("%s: Validate (CaptchaAI) = %v, want ErrUnsupportedType", tt.kind, err)
 		}
 	}
+	// A provider reads names in any letter case: so does the check.
+	lower := maps.Clone(antibotTasks[2].want.Params)
+	lower["useragent"] = lower["userAgent"]
+	delete(lower, "userAgent")
+	if err := (Task{Method: "datadome", Params: lower}).ValidateFor(CommonMethods); err != nil {
+		t.Errorf("datadome with useragent: %v", err)
+	}
 	alias := Task{Method: "mtcaptcha", Params: antibotTasks[1].want.Params}
 	if k, err := alias.KindFor(CommonMethods); k != KindMTCaptcha || err != nil || alias.RouteMethod() != "mt_captcha" {
 		t.Errorf("mtcaptcha: kind %q, %v, route %q; want mt_captcha", k, err, alias.RouteMethod())

@@ -430,13 +430,13 @@ func (t Task) validate(supported []string) (Kind, []byte, error) {
 	}
 	spec := specs[k]
 	for _, f := range spec.required {
-		v, ok := t.Params[f.name]
+		v, ok := param(t.Params, f.name)
 		if !ok || strings.TrimSpace(v) == "" {
 			return "", nil, &ValidationError{Field: "params." + f.name, Reason: "required for " + string(k) + "; " + f.hint}
 		}
 	}
 	for _, f := range append(slices.Clip(spec.required), spec.optional...) {
-		v, ok := t.Params[f.name]
+		v, ok := param(t.Params, f.name)
 		if !ok || f.check == nil {
 			continue
 		}
@@ -464,6 +464,20 @@ func (t Task) validate(supported []string) (Kind, []byte, error) {
 		}
 	}
 	return k, image, nil
+}
+
+// param is the value of the param named name in any letter case, as a
+// provider reads it (checkReserved refuses two spellings of one name).
+func param(p map[string]string, name string) (string, bool) {
+	if v, ok := p[name]; ok {
+		return v, true
+	}
+	for k, v := range p {
+		if strings.EqualFold(k, name) {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // validateImage checks the image of a base64 or post task and returns it
