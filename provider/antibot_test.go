@@ -1,8 +1,11 @@
 package provider
 
 import (
+	"context"
 	"errors"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -134,5 +137,28 @@ func TestAntibotFieldsRefused(t *testing.T) {
 		if err.Error() != r.want {
 			t.Errorf("%s:\n got %q\nwant %q", r.name, err.Error(), r.want)
 		}
+	}
+}
+
+// A task given under another name of its method (mtcaptcha) is sent
+// under the protocol's (mt_captcha): a provider knows only that one.
+func TestAliasSentAsTheProtocolsMethod(t *testing.T) {
+	t.Parallel()
+	sent := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.ParseForm()
+		sent <- r.Form.Get("method")
+		w.Write([]byte(`{"status":1,"request":"123"}`))
+	}))
+	defer srv.Close()
+	c, err := NewClient(ClientConfig{BaseURL: srv.URL, Key: "k", Methods: CommonMethods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), Task{Method: "mtcaptcha", Params: antibotTasks[1].want.Params}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-sent; m != "mt_captcha" {
+		t.Errorf("sent method %q, want mt_captcha", m)
 	}
 }

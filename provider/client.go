@@ -295,7 +295,7 @@ func (c *Client) submitForm(ct Checked, pingback string) (url.Values, []byte) {
 	t := ct.Task
 	form := url.Values{}
 	form.Set("key", c.key)
-	form.Set("method", t.Method)
+	form.Set("method", t.wireMethod())
 	form.Set("json", "1")
 	if c.softID != "" {
 		form.Set("soft_id", c.softID)

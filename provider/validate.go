@@ -289,6 +289,15 @@ func (t Task) RouteMethod() string {
 	return m
 }
 
+// wireMethod is the method a provider is sent: Method, or the protocol's
+// name for it when it is another name (mtcaptcha, arkose).
+func (t Task) wireMethod() string {
+	if a, ok := methodAliases[strings.ToLower(strings.TrimSpace(t.Method))]; ok {
+		return a
+	}
+	return t.Method
+}
+
 // TypeName is the captcha type of a method as users know it ("hCaptcha"
 // for "hcaptcha"), or "" for a method captchaq does not know.
 func TypeName(method string) string { return typeNames[method] }
