@@ -1,7 +1,12 @@
 package provider
 
-// The typed tasks of bot-protection walls: Amazon WAF, MTCaptcha and
-// DataDome's slider.
+import (
+	"net/url"
+	"strings"
+)
+
+// The typed tasks of bot-protection walls, Amazon WAF, MTCaptcha and
+// DataDome's slider, and the checks of their fields.
 
 // AmazonWAF is an Amazon WAF captcha: the page's window.gokuProps (key,
 // iv, context) and, for a widget, its script URLs. The answer is a JSON
@@ -75,4 +80,26 @@ func (d DataDome) Task() Task {
 	p.set("proxy", d.Proxy)
 	p.set("proxytype", d.ProxyType)
 	return Task{Method: "datadome", Params: p}
+}
+
+// fScriptURL is an optional field holding a script's URL.
+func fScriptURL(name string) field {
+	return field{name, "", func(v string) string {
+		if reason := checkPageURL(v); reason != "" {
+			return strings.Replace(reason, "https://example.com/login", "https://example.com/challenge.js", 1)
+		}
+		return ""
+	}}
+}
+
+// checkDataDomeURL refuses a captcha_url DataDome gave a banned IP
+// (t=bv): no solve gets past it.
+func checkDataDomeURL(v string) string {
+	if reason := checkPageURL(v); reason != "" {
+		return strings.Replace(reason, "https://example.com/login", "https://geo.captcha-delivery.com/captcha/?initialCid=…", 1)
+	}
+	if u, err := url.Parse(strings.TrimSpace(v)); err == nil && u.Query().Get("t") == "bv" {
+		return "has t=bv: DataDome has banned the proxy's IP and no solve passes it; use another proxy and send its captcha_url"
+	}
+	return ""
 }

@@ -172,28 +172,6 @@ var specs = map[Kind]methodSpec{
 		}},
 }
 
-// fScriptURL is an optional field holding a script's URL.
-func fScriptURL(name string) field {
-	return field{name, "", func(v string) string {
-		if reason := checkPageURL(v); reason != "" {
-			return strings.Replace(reason, "https://example.com/login", "https://example.com/challenge.js", 1)
-		}
-		return ""
-	}}
-}
-
-// checkDataDomeURL refuses a captcha_url DataDome gave a banned IP
-// (t=bv): no solve gets past it.
-func checkDataDomeURL(v string) string {
-	if reason := checkPageURL(v); reason != "" {
-		return strings.Replace(reason, "https://example.com/login", "https://geo.captcha-delivery.com/captcha/?initialCid=…", 1)
-	}
-	if u, err := url.Parse(strings.TrimSpace(v)); err == nil && u.Query().Get("t") == "bv" {
-		return "has t=bv: DataDome has banned the proxy's IP and no solve passes it; use another proxy and send its captcha_url"
-	}
-	return ""
-}
-
 func blsImages() []field {
 	fs := make([]field, 0, 8)
 	for i := 2; i <= 9; i++ {
