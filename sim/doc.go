@@ -75,6 +75,10 @@
 // /captchafox/siteverify and /friendlycaptcha/api/v1/siteverify check
 // tokens solved for DemoCaptchaFox's and DemoFriendly's sitekeys (the
 // token as response, or solution), answering in Turnstile's shape.
+// /demo/amazon-waf, /demo/mtcaptcha and /demo/datadome check what their
+// site would: the Amazon WAF captcha_voucher or MTCaptcha token posted,
+// once, or the datadome cookie, from the user agent it was solved with
+// only (demowall.go).
 //
 // Start serves the simulator on a socket; New alone serves nothing, and
 // Server.InProcessClient answers its requests in the calling goroutine,
