@@ -98,7 +98,7 @@ func TestParseProvidersErrors(t *testing.T) {
 		}
 	}
 	_, err = captchaq.ParseProviders([]byte(`[{"name": "a", "url": "https://x.example", "key_env": "K", "methods": ["keycaptcha"]}]`), providersEnv(map[string]string{"K": "k"}))
-	if err == nil || !strings.Contains(err.Error(), `providers[0] (a).methods: [0] "keycaptcha" is not a method captchaq can validate; use one of base64, bls,`) {
+	if err == nil || !strings.Contains(err.Error(), `providers[0] (a).methods: [0] "keycaptcha" is not a method captchaq can validate; use one of amazon_waf, base64, bls,`) {
 		t.Errorf("unknown method: %v", err)
 	}
 	if _, err := captchaq.ParseProviders([]byte(`{}`), providersEnv(nil)); err == nil || !strings.HasPrefix(err.Error(), "providers file: not a JSON array") {
