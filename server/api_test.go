@@ -359,7 +359,7 @@ captchaq_http_requests_total{code="200",route="tasks_get"} 3
 	// Every route has its histogram from the start; in.php's three calls are
 	// timed, the long polls of waitFinal are not.
 	wantTimed := map[string]uint64{"in.php": 3, "res.php": 0, "tasks_create": 0, "tasks_get": 0, "tasks_cancel": 0,
-		"events": 0, "stats": 0, "history": 0, "deadletters": 0, "deadletters_replay": 0, "createtask": 0}
+		"events": 0, "stats": 0, "history": 0, "deadletters": 0, "deadletters_replay": 0, "createtask": 0, "reservoirs": 0}
 	if got := requestDurations(t, b.srv.Registry()); !maps.Equal(got, wantTimed) {
 		t.Errorf("captchaq_http_request_duration_seconds counts %v, want %v", got, wantTimed)
 	}
