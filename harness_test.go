@@ -3,9 +3,7 @@ package captchaq_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/simrig"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
@@ -105,13 +104,8 @@ func (r *recorder) order() []string {
 // simCfg and cfg get test-friendly values: 20ms solves, 10ms polls.
 func setup(t *testing.T, simCfg sim.Config, cfg captchaq.Config, fleet ...captchaq.Fleet) *bundle {
 	t.Helper()
-	srv, base, err := sim.Start(simDefaults(simCfg), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections) // runs after the queue and simulator close
-	return newBundle(t, srv, base, &http.Client{Transport: tr, Timeout: 10 * time.Second}, cfg, fleet...)
+	r := simrig.Start(t, simrig.Options{Sim: simDefaults(simCfg), Timeout: 10 * time.Second})
+	return bundleOn(t, r, cfg, fleet...)
 }
 
 // setupInProcess is setup with no sockets: the queue's requests are served
@@ -121,13 +115,8 @@ func setup(t *testing.T, simCfg sim.Config, cfg captchaq.Config, fleet ...captch
 // speed.
 func setupInProcess(t *testing.T, simCfg sim.Config, cfg captchaq.Config, fleet ...captchaq.Fleet) *bundle {
 	t.Helper()
-	srv, err := sim.New(simDefaults(simCfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc := srv.InProcessClient()
-	hc.Timeout = 10 * time.Second
-	return newBundle(t, srv, sim.InProcessBaseURL, hc, cfg, fleet...)
+	r := simrig.Start(t, simrig.Options{Sim: simDefaults(simCfg), InProcess: true, Timeout: 10 * time.Second})
+	return bundleOn(t, r, cfg, fleet...)
 }
 
 // simDefaults gives the zero fields of simCfg test-friendly values.
@@ -145,42 +134,28 @@ func simDefaults(simCfg sim.Config) sim.Config {
 // in the fleet when one is given (captchaq.NewFleetQueue).
 func newBundle(t *testing.T, srv *sim.Server, base string, hc *http.Client, cfg captchaq.Config, fleet ...captchaq.Fleet) *bundle {
 	t.Helper()
-	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "test-key", HTTPClient: hc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &bundle{srv: srv, client: client, prov: &recorder{Provider: client}}
-	if cfg.Store == nil {
-		b.store = captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{})
-		cfg.Store = b.store
-	}
+	return bundleOn(t, simrig.On(t, srv, base, hc, simrig.Options{}), cfg, fleet...)
+}
+
+// bundleOn builds a queue (not started) on r's client, through a recorder.
+func bundleOn(t *testing.T, r *simrig.Rig, cfg captchaq.Config, fleet ...captchaq.Fleet) *bundle {
+	t.Helper()
+	b := &bundle{srv: r.Sim, client: r.Client, prov: &recorder{Provider: r.Client}}
 	cfg.Provider = b.prov
-	if testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 10 * time.Millisecond
 	}
 	if cfg.RetryBackoff == 0 {
 		cfg.RetryBackoff, cfg.RetryBackoffMax = 5*time.Millisecond, 20*time.Millisecond
 	}
-	q, err := newQueue(cfg, fleet...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.q = q
-	t.Cleanup(func() {
-		q.Close()
-		srv.Close()
-	})
+	b.q = r.Queue(t, cfg, fleet...)
+	b.store = r.Store
 	return b
 }
 
 func (b *bundle) start(t *testing.T) {
 	t.Helper()
-	if err := b.q.Start(testbound.Context(t)); err != nil {
-		t.Fatal(err)
-	}
+	simrig.Run(t, b.q)
 }
 
 // task is a valid Turnstile task whose pageurl carries its id, so the
@@ -238,12 +213,7 @@ func statuses(rs []captchaq.Result) map[captchaq.Status]int {
 var _ = slices.Equal[[]string]
 
 // newQueue is captchaq.New, or captchaq.NewFleetQueue in the fleet given.
-func newQueue(cfg captchaq.Config, fleet ...captchaq.Fleet) (*captchaq.Queue, error) {
-	if len(fleet) > 0 {
-		return captchaq.NewFleetQueue(cfg, fleet[0])
-	}
-	return captchaq.New(cfg)
-}
+var newQueue = simrig.New
 
 // testFleet is a captchaq.Fleet: admit decides (nil: every task), pools
 // are the providers' thread pools by name ("" for Config.Provider), and
