@@ -6,8 +6,8 @@
 // A part is a file of the root package, or a top folder with everything
 // under it (cmd/, amqp/, internal/, …). Part A imports part B when a file of
 // A uses a name (a type, function, variable, constant, field or method)
-// declared in B, or imports a package in B. Tests, testdata, docs and
-// examples are left out.
+// declared in B, or imports a package in B. Tests, the packages only tests
+// import (testOnly), testdata, docs and examples are left out.
 //
 // The parts are laid out in an order that leaves as few imports as it can
 // find running against it (a greedy order, then single moves while they
@@ -112,6 +112,11 @@ func moduleName(root string) (string, error) {
 	return "", fmt.Errorf("%s/go.mod names no module", root)
 }
 
+// testOnly are the packages under internal/ that only _test.go files
+// import: rigs, locks and bounds for tests (TestTestPackagesOnlyInTests
+// holds the module to that).
+var testOnly = []string{"brokertest", "pgtest", "simrig", "tasktest", "testbound", "testlock"}
+
 // packageDirs maps the import path of every folder under root that is
 // measured to the folder.
 func packageDirs(root, module string) (map[string]string, error) {
@@ -130,7 +135,7 @@ func packageDirs(root, module string) (map[string]string, error) {
 		}
 		rel, _ := filepath.Rel(root, path)
 		top := strings.Split(filepath.ToSlash(rel), "/")[0]
-		if top == "docs" || top == "examples" {
+		if top == "docs" || top == "examples" || isTestOnly(filepath.ToSlash(rel)) {
 			return filepath.SkipDir
 		}
 		ip := module
@@ -141,6 +146,17 @@ func packageDirs(root, module string) (map[string]string, error) {
 		return nil
 	})
 	return dirs, err
+}
+
+// isTestOnly reports whether the folder rel (slashed, from the module's
+// root) is one of testOnly's.
+func isTestOnly(rel string) bool {
+	for _, p := range testOnly {
+		if rel == "internal/"+p {
+			return true
+		}
+	}
+	return false
 }
 
 // loader type-checks the module's packages, each once, and adds to g

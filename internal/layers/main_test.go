@@ -1,9 +1,14 @@
 package main
 
 import (
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -52,5 +57,55 @@ func TestLayersOfALoop(t *testing.T) {
 		if floor["sub/"] <= floor[p] {
 			t.Errorf("sub/ on layer %d, not above %s on %d", floor["sub/"], p, floor[p])
 		}
+	}
+}
+
+// TestTestPackagesOnlyInTests: no file of the module but a _test.go file
+// or one of testOnly's own imports a package of testOnly.
+func TestTestPackagesOnlyInTests(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	module, err := moduleName(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	banned := map[string]bool{}
+	for _, p := range testOnly {
+		banned[module+"/internal/"+p] = true
+	}
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		if isTestOnly(filepath.ToSlash(filepath.Dir(rel))) {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, is := range f.Imports {
+			if ip, _ := strconv.Unquote(is.Path.Value); banned[ip] {
+				t.Errorf("%s imports %s, which only tests may import", rel, ip)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
