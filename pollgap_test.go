@@ -2,11 +2,11 @@ package captchaq_test
 
 import (
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/simrig"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/provider/createtask"
 	"github.com/captchaq/captchaq/sim"
@@ -35,27 +35,11 @@ func keepsPollGap(t *testing.T, interval time.Duration) {
 		provider.KindRecaptchaV2: {Median: 3 * time.Second, Spread: 0.5, Min: 500 * time.Millisecond, Max: 6 * time.Second},
 		provider.KindImage:       {Median: 300 * time.Millisecond, Spread: 0.3, Min: 100 * time.Millisecond, Max: time.Second},
 	}
-	srv, base, err := sim.Start(sim.Config{
+	r := simrig.Start(t, simrig.Options{Sim: sim.Config{
 		Threads: 10, Latency: lat, Seed: 7, Methods: createtask.Methods, TaskResultGap: createtask.PollGapDefault,
 		Faults: sim.Faults{SlowRate: 0.2, SlowDelay: 700 * time.Millisecond},
-	}, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	client, err := createtask.NewClient(provider.ClientConfig{BaseURL: base, Key: "ct-key", HTTPClient: &http.Client{Transport: tr, Timeout: 10 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := captchaq.New(captchaq.Config{Provider: client, Threads: 10, PollInterval: interval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		q.Close()
-		srv.Close()
-	})
+	}, CreateTask: true, Key: "ct-key", Timeout: 10 * time.Second})
+	q := r.Queue(t, captchaq.Config{Threads: 10, PollInterval: interval})
 	var tasks []captchaq.Task
 	for i := range 30 {
 		tk := task(fmt.Sprintf("t%02d", i), 5)
@@ -73,7 +57,7 @@ func keepsPollGap(t *testing.T, interval time.Duration) {
 	if got := statuses(rs); got[captchaq.StatusSolved] != 30 {
 		t.Fatalf("statuses %v, want 30 solved", got)
 	}
-	st := srv.Stats()
+	st := r.Sim.Stats()
 	if st.TooManyRequests != 0 || st.Bans != 0 {
 		t.Errorf("%d getTaskResult calls refused as too soon, %d bans; want none", st.TooManyRequests, st.Bans)
 	}

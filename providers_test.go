@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/simrig"
 	"github.com/captchaq/captchaq/internal/tasktest"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
@@ -53,26 +53,8 @@ func setupFleetLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, back
 		}
 		c.Seed = 1
 		c.PollBan.Disabled = true
-		srv, base, err := sim.Start(c, "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := &http.Transport{}
-		cc := provider.ClientConfig{BaseURL: base, Key: "test-key", HTTPClient: &http.Client{Transport: tr, Timeout: 10 * time.Second}, Methods: methods}
-		var client captchaq.Provider
-		if createTask {
-			client, err = createtask.NewClient(cc)
-		} else {
-			client, err = provider.NewClient(cc)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			srv.Close()
-			tr.CloseIdleConnections()
-		})
-		return srv, client
+		r := simrig.Start(t, simrig.Options{Sim: c, CreateTask: createTask, Methods: methods, Timeout: 10 * time.Second})
+		return r.Sim, r.Provider
 	}
 	backupSim.Methods = tasktest.BackupMethods
 	mainMethods := []string(nil)
@@ -99,9 +81,6 @@ func setupFleetLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, back
 		RetryBackoff: 5 * time.Millisecond, RetryBackoffMax: 20 * time.Millisecond,
 		OnResult: func(r captchaq.Result) { p.results <- r },
 	}
-	if testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -109,12 +88,8 @@ func setupFleetLanes(t *testing.T, mainSim, backupSim sim.Config, mainLane, back
 	if fleet != nil {
 		fleets = append(fleets, fleet)
 	}
-	q, err := newQueue(cfg, fleets...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := simrig.NewQueue(t, cfg, fleets...)
 	p.q, p.cfg = q, cfg
-	t.Cleanup(func() { q.Close() })
 	if err := q.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

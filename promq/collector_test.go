@@ -3,7 +3,6 @@ package promq_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -16,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/simrig"
 	"github.com/captchaq/captchaq/promq"
-	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -176,17 +175,8 @@ func TestDocsListEverySeries(t *testing.T) {
 // the tasks solved and nothing waits.
 func TestCollectorReadsAQueue(t *testing.T) {
 	t.Parallel()
-	srv, base, err := sim.Start(sim.Config{Threads: 5, LatencyScale: 0.001, Seed: 3}, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	client, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "promq-test-key", HTTPClient: &http.Client{Transport: tr, Timeout: 10 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := simrig.Start(t, simrig.Options{Sim: sim.Config{Threads: 5, LatencyScale: 0.001, Seed: 3},
+		Key: "promq-test-key", Timeout: 10 * time.Second}).Client
 	// The clock stands still while tasks are taken in and read, then runs.
 	var frozen atomic.Pointer[time.Time]
 	accepted := time.Now().Add(-time.Minute)

@@ -36,6 +36,8 @@ type Options struct {
 	CreateTask bool
 	// Key is the provider key; KeyDefault when "".
 	Key string
+	// Methods is the client's ClientConfig.Methods.
+	Methods []string
 	// Timeout, when set, bounds each request: on loopback the client then
 	// has a transport of its own, its idle connections closed after the
 	// simulator. Zero: the provider client's default HTTP client, or the
@@ -96,7 +98,7 @@ func On(t testing.TB, srv *sim.Server, base string, hc *http.Client, o Options) 
 	if o.Key == "" {
 		o.Key = KeyDefault
 	}
-	cc := provider.ClientConfig{BaseURL: base, Key: o.Key, HTTPClient: hc}
+	cc := provider.ClientConfig{BaseURL: base, Key: o.Key, HTTPClient: hc, Methods: o.Methods}
 	r := &Rig{Sim: srv, Base: base, HTTP: hc}
 	if o.CreateTask {
 		c, err := createtask.NewClient(cc)
