@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/simrig"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
@@ -76,16 +77,8 @@ func siteverify(t *testing.T, simURL, token string) string {
 func TestPingbackForgedByAnotherProvider(t *testing.T) {
 	t.Parallel()
 	start := func(c sim.Config) (*sim.Server, string, *submitSpy) {
-		ss, base, err := sim.Start(c, "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ss.Close() })
-		pc, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "provider-secret"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ss, base, &submitSpy{Provider: pc}
+		r := simrig.Start(t, simrig.Options{Sim: c, Key: "provider-secret"})
+		return r.Sim, r.Base, &submitSpy{Provider: r.Client}
 	}
 	second := sim.Latency{Median: time.Second, Min: time.Second, Max: time.Second}
 	mainSim, mainBase, mainSpy := start(sim.Config{Seed: 1, PollBan: sim.PollBan{Disabled: true}, Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: second}})

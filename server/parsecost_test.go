@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/simrig"
 	"github.com/captchaq/captchaq/internal/testbound"
-	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -103,15 +103,8 @@ func (g checkGate) Check(t captchaq.Task) (captchaq.ValidTask, error) {
 // read, before the task was.
 func TestBodyBudgetHeldUntilTaskChecked(t *testing.T) {
 	t.Parallel()
-	s, base, err := sim.Start(sim.Config{LatencyScale: 0.01, PollBan: sim.PollBan{Disabled: true}}, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	pc, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "provider-secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc := simrig.Start(t, simrig.Options{Sim: sim.Config{LatencyScale: 0.01, PollBan: sim.PollBan{Disabled: true}},
+		Key: "provider-secret"}).Provider
 	gate := checkGate{
 		Backend: server.NewLocalBackend(captchaq.Config{Provider: pc, PollInterval: 10 * time.Millisecond,
 			Logger: slog.New(slog.DiscardHandler)}, time.Second),

@@ -8,6 +8,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/simrig"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
@@ -18,15 +19,8 @@ import (
 func withBackup(t *testing.T) func(*server.Config) {
 	return func(cfg *server.Config) {
 		methods := []string{"hcaptcha", "turnstile"}
-		bs, base, err := sim.Start(sim.Config{LatencyScale: 0.01, Seed: 8, PollBan: sim.PollBan{Disabled: true}, Methods: methods, PricePer1000: 2}, "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { bs.Close() })
-		bc, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "backup-secret", Methods: methods})
-		if err != nil {
-			t.Fatal(err)
-		}
+		bc := simrig.Start(t, simrig.Options{Sim: sim.Config{LatencyScale: 0.01, Seed: 8, PollBan: sim.PollBan{Disabled: true},
+			Methods: methods, PricePer1000: 2}, Key: "backup-secret", Methods: methods}).Client
 		q := &cfg.Queue
 		q.Providers = []captchaq.ProviderConfig{
 			{Name: "main", Provider: q.Provider, Threads: 5, Methods: provider.CaptchaAIMethods},

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/simrig"
 	"github.com/captchaq/captchaq/provider"
-	"github.com/captchaq/captchaq/provider/createtask"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -62,40 +62,23 @@ func setup(t *testing.T, o options) *bundle {
 	if o.sim != nil {
 		o.sim(&sc)
 	}
-	ss, base, err := sim.Start(sc, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ss.Close() })
-	pc, err := provider.NewClient(provider.ClientConfig{BaseURL: base, Key: "provider-secret", Methods: o.methods})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var qp captchaq.Provider = pc
-	balance := pc.Balance
-	if o.createTask {
-		cc, err := createtask.NewClient(provider.ClientConfig{BaseURL: base, Key: "provider-secret", Methods: o.methods})
-		if err != nil {
-			t.Fatal(err)
-		}
-		qp, balance = cc, cc.Balance
-	}
+	r := simrig.Start(t, simrig.Options{Sim: sc, CreateTask: o.createTask, Key: "provider-secret", Methods: o.methods})
 	clients := o.clients
 	if clients == nil {
 		clients = []server.Client{{Name: "qa", Key: keyQA, Weight: 2}, {Name: "other", Key: keyOther}, {Name: "ops", Key: keyAdmin, Admin: true}}
 	}
 	cfg := server.Config{
 		Queue: captchaq.Config{
-			Provider: qp, Threads: o.threads, PollInterval: 10 * time.Millisecond,
+			Provider: r.Provider, Threads: o.threads, PollInterval: 10 * time.Millisecond,
 			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 50 * time.Millisecond,
 		},
 		Clients: clients,
-		Balance: balance,
+		Balance: r.Balance,
 		// The tests' pingback receivers listen on loopback.
 		PingbackAllow: testAllow,
 	}
 	if o.methods != nil {
-		cfg.Queue.Providers = []captchaq.ProviderConfig{{Name: "sim", Provider: qp, Threads: o.threads, Methods: o.methods}}
+		cfg.Queue.Providers = []captchaq.ProviderConfig{{Name: "sim", Provider: r.Provider, Threads: o.threads, Methods: o.methods}}
 		cfg.Queue.Provider = nil
 	}
 	if o.server != nil {
@@ -127,7 +110,7 @@ func setup(t *testing.T, o options) *bundle {
 			t.Fatal(err)
 		}
 	}
-	return &bundle{sim: ss, simBase: base, srv: srv, url: hs.URL, http: hs.Client()}
+	return &bundle{sim: r.Sim, simBase: r.Base, srv: srv, url: hs.URL, http: hs.Client()}
 }
 
 // form sends a front request and returns the body.
