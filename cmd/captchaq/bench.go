@@ -92,7 +92,7 @@ func parseBench(env *environment, args []string) (*benchPlan, error) {
 		gap      = fs.String("fault-gap", fmt.Sprintf("%v-%v", bench.SoakGapMinDefault, bench.SoakGapMaxDefault), "soak scenario: the pause between faults, drawn from `MIN-MAX`")
 	)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: captchaq bench [--scenario mixed|scale|store|all|reservoir] [--mix M,...] [--scale F] [--seeds N] [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
+		fmt.Fprintln(fs.Output(), "usage: captchaq bench [--scenario mixed|scale|store|all|reservoir] [--mix M,...] [--scale F] [flags]\n\nRuns scenarios against in-process simulators and prints a Markdown report. Flags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
