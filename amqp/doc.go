@@ -66,25 +66,24 @@
 // Config.InflightRefresh is republished, so consumer_timeout never fires;
 // idle checkpoint queues delete themselves after an hour. A worker started
 // again under the same owner rejects its dead run's checkpoints
-// (captchaq-run), sending them to the fleet at once (WorkerStore).
+// (captchaq-run), sending them to the fleet at once. The worker's queue
+// takes these steps through its captchaq.Journal (WorkerStore).
 //
 // A worker submits a task only while it holds it (Fleet's Admit): its
 // delivery's channel is alive, or its checkpoint is confirmed. The first
-// checkpoint is confirmed only on the connection of the delivery that holds the
-// task (publishIn). When that connection closed between the provider's answer
-// and the confirm, a worker that lives through it checkpoints the task and
-// claims it on captcha.claims; a worker that receives a redelivered task
-// without a captcha id holds it 5 s (redeliveredWait) and drops its copy when a
-// claim comes (TestLostDeliveryIsClaimed). A claim wins only within those 5 s,
-// so a worker claims only within 4 s (claimWindow) of the last moment it knows
-// the broker held its connection, checked again on the connection the claim
-// goes out on (a slow reconnect: TestLateClaimDefers). Past that it forfeits
-// the task, sends no claim, and hands its captcha id over on captcha.claims: a
-// worker that holds the fleet's copy waiting, or receives it later, polls it
-// (TestForfeitHandsOver); a copy given to the worker itself while it decided
-// waits for the decision and goes back (TestLateClaimKeepsCopy). A connection
-// that ends within 3 s (ackUnsure) of a first checkpoint's confirm may have
-// lost the delivery's ack, so the worker claims then too
+// checkpoint is confirmed only on the connection of the delivery that
+// holds the task (publishIn). When that connection closed between the
+// provider's answer and the confirm, a worker that lives through it
+// checkpoints the task and claims it on captcha.claims; a worker that
+// receives a redelivered task without a captcha id holds it 5 s
+// (redeliveredWait) and drops its copy when a claim comes
+// (TestLostDeliveryIsClaimed). A claim wins only within those 5 s, so a
+// worker claims only within 4 s (claimWindow) of the last moment it knows
+// the broker held its connection; past that it forfeits the task, and the
+// fleet's copy is solved and answered once
+// (TestPartitionedCheckpointIsForfeited). A
+// connection that ends within 3 s (ackUnsure) of a first checkpoint's
+// confirm may have lost the delivery's ack, so the worker claims then too
 // (TestLostAckIsClaimed), and the adopter of a killed holder's checkpoint
 // claims the task (TestAdopterClaims). A Conn's watcher ticks four times a
 // heartbeat, so a stall of the process dates what it read after it
@@ -226,21 +225,22 @@
 //   - A broker restart hands the tasks of the connections it closed to
 //     nobody until it listens again, so a claim's window counts from its
 //     last refused connect (Conn.brokerDownAt; one broker node assumed).
-//     A partition's or SIGSTOP's tasks wait for the broker's heartbeat
-//     timeout (at most three Heartbeat, 15 s). A worker reconnecting past
-//     the window, or whose submit a partition held up, forfeits: a second
-//     paid solve, answered once, when the fleet's copy was in a worker's
-//     queue when the handover came, or reached a worker started after it;
-//     at most the queue's submits at once (8 at 10 threads).
-//   - A claim held up over a second after its decision (a stall, a slow
-//     broker), or an unsure ack's or adopter's claim (decided once), may reach
-//     a copy at the provider: two paid solves, two answers, the first kept.
+//     A worker reconnecting later than that window forfeits: a second
+//     paid solve, answered once, bounded by the plan's threads.
+//   - A partition or SIGSTOP: the worker's tasks wait for the broker's
+//     heartbeat timeout (at most three Heartbeat, 15 s), as nothing sooner
+//     tells a slow worker from a dead one; its submits held up in the
+//     partition are forfeited, each a second paid solve, at most the
+//     queue's submits at once (8 at 10 threads).
 //   - Copies of an answer, none paid twice: a result whose channel died
-//     before its confirm is published again, and a broker stopped in a
-//     commit may keep its result and lose its ack (RabbitMQ makes no
-//     transaction atomic), so the checkpoint's adopter answers again from
-//     the same captcha id; Conn.Collect and the gateway keep one (the
-//     recovery tests bound copies by the plan's threads).
+//     before its confirm is published again, and RabbitMQ makes no
+//     transaction atomic (https://www.rabbitmq.com/semantics.html,
+//     "atomicity in single queue: no"), so a broker stopped in the middle
+//     of a commit may keep its result and lose its ack; the checkpoint
+//     comes back and its adopter answers again from the same captcha id.
+//     Each copy is the same answer, which Conn.Collect and the gateway keep
+//     once (one CI run's TestRecoveryRestart counted 2; the recovery tests
+//     bound copies by the plan's threads).
 //   - A dead worker's tokens wait 3 s to be taken over; a broker crashing
 //     mid-commit may lose or double a parked token.
 //   - A gateway that stops with tasks published and not yet recorded

@@ -33,8 +33,6 @@ const (
 	contentTypeJSON  = "application/json"
 	messageTypeTask  = "task"
 	messageTypeResul = "result"
-	// messageTypeHandover is a forfeited task's captcha id on Names.Claims.
-	messageTypeHandover = "handover"
 )
 
 // Dead-letter reasons in HeaderReason. RabbitMQ's own ("expired",

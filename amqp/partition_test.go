@@ -102,42 +102,6 @@ func TestPartitionedCheckpointIsForfeited(t *testing.T) {
 	p.noResultsLeft()
 }
 
-// TestForfeitHandsOver: as in TestPartitionedCheckpointIsForfeited, a
-// worker forfeits a task the provider accepted, but here the fleet's copy
-// waits at another worker when the forfeit comes (a copy waits longer on
-// a loaded fleet: b's wait is stretched to make it sure). The forfeiting
-// worker hands its captcha id to the fleet, and the copy's worker polls
-// it instead of submitting the task again: one paid solve, one result.
-// Before, the copy was solved again after its wait: 2 paid solves.
-func TestForfeitHandsOver(t *testing.T) {
-	p := newPartition(t)
-	const id = "handed-0001"
-	a, proceed := p.submitHeld("handover-a", id)
-	var logB testbound.Buffer
-	b := p.worker(p.cB, p.clientB, "handover-b", slog.New(slog.NewTextHandler(&logB, nil)))
-	b.store.wait = 40 * time.Second
-	p.run(b)
-	p.consumers(2)
-	p.proxy.mute(true)
-	p.until("worker b holds the fleet's copy waiting", func() bool { return b.store.waits(id) })
-	p.proxy.mute(false)
-	p.until("worker a may no longer claim the task", func() bool {
-		a.store.mu.Lock()
-		defer a.store.mu.Unlock()
-		e := a.store.entries[id]
-		if e == nil {
-			return false
-		}
-		d, _ := e.holder()
-		return d != nil && !d.live() && !a.store.mayClaim(d, time.Now())
-	})
-	close(proceed)
-	p.forfeitedOnce(a, b, id, 1) // a's submit, polled by b
-	if want := "polling a forfeited task's captcha id instead of submitting its copy"; !strings.Contains(logB.String(), want) {
-		t.Errorf("worker b's log lacks %q:\n%s", want, logB.String())
-	}
-}
-
 // workerPair is two workers' setting: a's way to the broker goes through
 // a proxy that can cut its connections (cut) or stop forwarding without
 // closing anything (mute). The partition tests and the claim tests use it.
@@ -148,7 +112,6 @@ type workerPair struct {
 	sim              *sim.Server
 	clientA, clientB *provider.Client
 	proxy            *cutProxy
-	logA             *testbound.Buffer // worker a's log (submitHeld)
 	runCtx           context.Context
 	stopRun          context.CancelFunc
 	wg               sync.WaitGroup

@@ -432,34 +432,7 @@ func (p *Publisher) parked(owner, run string, m TaskMessage, seq int) (outbound,
 // task id, though the task's delivery went back to the fleet (see
 // redeliveredWait).
 func (p *Publisher) Claim(ctx context.Context, id string) error {
-	return p.Publish(ctx, p.c.Names().Claims, "", claimOf(id))
-}
-
-// claimIn is Claim on the connection of epoch only (publishIn); sent
-// reports whether it was sent there, errLetGo or not.
-func (p *Publisher) claimIn(ctx context.Context, epoch uint64, id string) (sent bool, err error) {
-	confirm, err := p.send(ctx, epoch, p.c.Names().Claims, "", claimOf(id))
-	if err != nil {
-		return false, err
-	}
-	return true, confirm(ctx)
-}
-
-// handOver tells every worker the captcha id of m, a task this worker
-// forfeited (see WorkerStore.handOver).
-func (p *Publisher) handOver(ctx context.Context, m TaskMessage) error {
-	msg, err := m.publishing(p.c.cfg.MaxPriority)
-	if err != nil {
-		return err
-	}
-	// Not the task's id: a worker that reads every message on
-	// Names.Claims as a claim (an older one) must not drop its copy.
-	msg.Type, msg.MessageId = messageTypeHandover, "handover/"+m.Task.ID
-	return p.Publish(ctx, p.c.Names().Claims, "", msg)
-}
-
-func claimOf(id string) amqp091.Publishing {
-	return amqp091.Publishing{MessageId: id, Type: "claim", Timestamp: time.Now()}
+	return p.Publish(ctx, p.c.Names().Claims, "", amqp091.Publishing{MessageId: id, Type: "claim", Timestamp: time.Now()})
 }
 
 // Retry publishes a task that failed transiently to the delay tier of its

@@ -33,9 +33,7 @@ func (w *staleSweeper) sweepOnce(ctx context.Context) {
 	}
 	if ids := w.s.unsureAcks(); len(ids) > 0 {
 		// On their own: a claim waits for the broker to be back.
-		w.s.bg.do(func() {
-			w.s.claimEach(context.WithoutCancel(ctx), ids, "claiming a task whose ack may have been lost failed; another worker may solve it again")
-		})
+		go w.s.claimEach(context.WithoutCancel(ctx), ids, "claiming a task whose ack may have been lost failed; another worker may solve it again")
 	}
 	for _, id := range w.s.ids() {
 		if !w.s.markHandBack(id, true) {

@@ -257,10 +257,8 @@ func (w *Worker) providerNames() []string {
 // Run consumes tasks until ctx ends, then stops taking tasks, hands back
 // the ones not yet at the provider, lets those at the provider finish for
 // up to Grace, and leaves any still unfinished to their checkpoints (the
-// lease returns them to the fleet, to be polled, not solved again). Its
-// claims and handovers on their way go out before it returns, each
-// waiting up to 30 s for a broker that is down. It returns nil after a
-// clean stop.
+// lease returns them to the fleet, to be polled, not solved again). It
+// returns nil after a clean stop.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.pub.Close()
 	if len(w.pools) > 0 {
@@ -348,11 +346,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		for d := range claims.Deliveries() {
-			if d.Type == messageTypeHandover {
-				w.handedOver(bg, d)
-			} else {
-				w.claimed(bg, d.MessageID)
-			}
+			w.claimed(bg, d.MessageID)
 			w.store.settle(d)
 		}
 	}()
@@ -407,9 +401,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		l.Stop()
 	}
 	wg.Wait()
-	// The claims and handovers on their way go out (or give up, after
-	// claimGiveUp) before the publisher closes.
-	w.store.bg.wait()
 	return nil
 }
 
@@ -435,20 +426,8 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		return
 	}
 	if w.store.waits(m.Task.ID) {
-		if h, ok := w.store.handedFor(m.Task.ID); ok {
-			// Its worker forfeited it and handed its captcha id over.
-			if m, ok := w.store.takeHandover(ctx, h); ok {
-				w.adopt(ctx, m)
-				return
-			}
-			if !w.store.waits(m.Task.ID) {
-				return // dropped: its channel closed, the fleet has it
-			}
-			// Not taken (its channel closed as it came): it waits as
-			// any copy, for the stale sweeper to hand it back.
-		}
 		// A redelivered copy: its worker may claim it (redeliveredWait).
-		time.AfterFunc(w.store.wait, func() {
+		time.AfterFunc(redeliveredWait, func() {
 			if w.store.endWait(m.Task.ID) {
 				w.adopt(ctx, m)
 			}
@@ -483,9 +462,7 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 			// of it died with the holder) waits at some worker for the
 			// holder's claim, which a dead holder never sends. The
 			// adopter holds the checkpoint now, and claims it.
-			w.store.bg.do(func() {
-				w.store.claimEach(context.WithoutCancel(ctx), []string{m.Task.ID}, "claiming an adopted checkpoint failed; a copy of the task may be solved again")
-			})
+			go w.store.claimEach(context.WithoutCancel(ctx), []string{m.Task.ID}, "claiming an adopted checkpoint failed; a copy of the task may be solved again")
 		}
 		if p := w.poolOf(m.CaptchaID); m.CaptchaID != "" && p != nil {
 			// On the thread token its holder had (see Returning), asked
@@ -545,19 +522,6 @@ func (w *Worker) poolOf(captchaID string) *threadPool {
 		}
 	}
 	return nil
-}
-
-// handedOver takes the captcha id another worker handed over for a task
-// it forfeited (WorkerStore.takeHandover): a copy held waiting polls it.
-func (w *Worker) handedOver(ctx context.Context, d *Delivery) {
-	h, err := d.Task()
-	if err != nil || h.CaptchaID == "" {
-		w.log.Warn("ignoring a handover that names no task's captcha id", "message_id", d.MessageID, "err", err)
-		return
-	}
-	if m, ok := w.store.takeHandover(ctx, h); ok {
-		w.adopt(ctx, m)
-	}
 }
 
 // claimed drops this worker's copy of a task another worker has

@@ -55,14 +55,6 @@ type WorkerStore struct {
 	finishedSize int
 	// claims are the ids other workers claimed lately, by when heard.
 	claims map[string]time.Time
-	// handed are the tasks forfeited lately with their captcha id
-	// (handOver), by task id: a copy of one is polled, not submitted.
-	handed map[string]handover
-	// bg are the claims and handovers on their way (claimEach,
-	// handOver); the worker's Run waits for them before it returns.
-	bg background
-	// wait is how long a redelivered copy waits (redeliveredWait).
-	wait time.Duration
 	// uncommitted are the copies whose transaction's outcome is not
 	// known, by task id (see parkWith): such a copy that comes to this
 	// worker goes to the fleet.
@@ -123,11 +115,6 @@ type entry struct {
 	// could not be confirmed before the connection that held it closed,
 	// too long ago for a claim to win (see mayClaim): the fleet has it.
 	forfeit bool
-	// deciding: the first checkpoint is confirmed though the delivery
-	// that held the task closed first, and claimInTime decides whether
-	// the task is claimed or forfeited; a copy of the task that comes
-	// meanwhile waits in deliveries for that (see claimInTime).
-	deciding bool
 	// finishing: the queue's Finish for it began.
 	finishing bool
 }
@@ -183,8 +170,6 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 		log:     log,
 		entries: map[string]*entry{},
 		claims:  map[string]time.Time{},
-		handed:  map[string]handover{},
-		wait:    redeliveredWait,
 		unsure:  map[string]unsureAck{},
 
 		uncommitted: map[string]uncommittedCopy{},
@@ -248,9 +233,7 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 		clear(e.checkpoints)
 		s.mu.Unlock()
 		return false
-	case e.confirmed == 0, e.deciding && m.CaptchaID == "":
-		// Held with the task; while a claim is decided, the copy may be
-		// the fleet's only one: a forfeit sends it back (claimInTime).
+	case e.confirmed == 0:
 		e.deliveries = append(e.deliveries, d)
 		s.mu.Unlock()
 		return false
@@ -538,16 +521,11 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 		if hook != nil {
 			hook(id)
 		}
-		if !lost {
-			// The task deliveries' acks go now, and their clock with
-			// them (unsureAcks). With every delivery closed before the
-			// confirm, nothing is unsure: the caller claims the task or
-			// forfeits it (Checkpoint), and a claim sent after a forfeit
-			// would drop the fleet's only copy.
-			s.mu.Lock()
-			s.unsure[id] = unsureAck{deliveries: acked, at: time.Now()}
-			s.mu.Unlock()
-		}
+		// The task deliveries' acks go now, and their clock with them
+		// (unsureAcks).
+		s.mu.Lock()
+		s.unsure[id] = unsureAck{deliveries: acked, at: time.Now()}
+		s.mu.Unlock()
 	}
 	s.settle(old...)
 	return lost, nil
@@ -624,17 +602,13 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	// again while the submit was out holds it too); when that connection
 	// closed first, the task is claimed or forfeited (firstCheckpoint).
 	for {
-		epoch, dead, take := s.firstCheckpoint(id)
+		epoch, take := s.firstCheckpoint(id)
 		if !take {
-			s.handOver(ctx, id, update)
 			return nil
 		}
 		lost, err := s.park(ctx, epoch, id, update)
 		if epoch != 0 && errors.Is(err, errLetGo) {
 			continue // decided again: the holder's connection closed
-		}
-		if dead != nil {
-			return s.claimInTime(ctx, id, dead, lost, err)
 		}
 		return s.claimIfLost(ctx, id, lost, err)
 	}
@@ -648,202 +622,27 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 // before it submits (mayClaim; epoch 0: on any connection, and claimed);
 // otherwise it is forfeited (take false): no checkpoint, no polls, no
 // answer, and the fleet solves it again. A checkpoint after the first
-// (epoch 0) goes on any connection. dead is the closed delivery of a
-// task to be claimed (claimInTime decides again before the claim).
-func (s *WorkerStore) firstCheckpoint(id string) (epoch uint64, dead *Delivery, take bool) {
+// (epoch 0) goes on any connection.
+func (s *WorkerStore) firstCheckpoint(id string) (epoch uint64, take bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[id]
 	if !ok || e.confirmed > 0 {
-		return 0, nil, true
+		return 0, true
 	}
 	d, _ := e.holder()
 	switch {
 	case d == nil:
-		return 0, nil, true
+		return 0, true
 	case d.live():
-		return d.epoch, nil, true
+		return d.epoch, true
 	case s.mayClaim(d, time.Now()):
-		e.deciding = true
-		return 0, d, true
+		return 0, true
 	}
-	s.forfeitLocked(e, d)
-	return 0, nil, false
-}
-
-// forfeitLocked gives up e, whose delivery d went back to the fleet too
-// long ago for a claim to win: the fleet has the task. Callers hold s.mu.
-func (s *WorkerStore) forfeitLocked(e *entry, d *Delivery) {
 	s.log.Warn("the provider accepted a task whose delivery went back to the fleet too long ago to claim it; letting the fleet have it (it may be solved twice)",
-		"id", e.msg.Task.ID, "silent_before", d.sess.ended().Sub(s.pub.c.lastHeard(d.epoch)).Round(time.Millisecond))
+		"id", id, "silent_before", d.sess.ended().Sub(s.pub.c.lastHeard(d.epoch)).Round(time.Millisecond))
 	e.forfeit = true
-}
-
-// claimInTime claims task id, whose first checkpoint park confirmed
-// (err nil) with every delivery of the task closed (lost) and dead, the
-// one that held it, closed first. The claim is decided again on a
-// connection that is up, right before it is sent there: the checkpoint's
-// publish may have waited for a reconnect past claimWindow, and a claim
-// sent then reaches a worker that received the task again after it
-// submitted (two paid solves, two answers). Past the window this worker
-// defers to that worker: it forfeits the task, hands its captcha id over,
-// and its checkpoint is acked unanswered (letGo). A claim sent whose
-// connection closed before its confirm stands, and is sent again on the
-// next.
-//
-// A copy of the task the broker gave this worker again while the claim
-// was decided waited for the decision (entry.deciding): it is acked when
-// the checkpoint holds the task, and sent back to the fleet on a
-// forfeit, as the fleet may have no other copy.
-func (s *WorkerStore) claimInTime(ctx context.Context, id string, dead *Delivery, lost bool, err error) error {
-	forfeited := false
-	defer func() {
-		s.mu.Lock()
-		e, ok := s.entries[id]
-		var copies []*Delivery
-		if ok && e.deciding {
-			e.deciding = false
-			if e.confirmed > 0 {
-				copies, e.deliveries = e.deliveries, nil
-			}
-		}
-		s.mu.Unlock()
-		if !forfeited {
-			s.settle(copies...)
-			return
-		}
-		for _, d := range copies {
-			if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
-				s.log.Warn("returning a copy of a forfeited task failed; it goes back when the channel closes", "id", id, "err", err)
-			}
-		}
-	}()
-	if !lost || err != nil {
-		return err // a live copy held it at the confirm, or nothing was confirmed
-	}
-	for {
-		_, epoch, err := s.pub.c.connectionEpoch(ctx)
-		if err != nil {
-			return err
-		}
-		if !s.mayClaim(dead, time.Now()) {
-			s.mu.Lock()
-			if e, ok := s.entries[id]; ok {
-				s.forfeitLocked(e, dead)
-				forfeited = true
-			}
-			s.mu.Unlock()
-			s.handOver(ctx, id, func(*TaskMessage) {})
-			return nil
-		}
-		sent, err := s.pub.claimIn(ctx, epoch, id)
-		if errors.Is(err, errLetGo) {
-			if !sent {
-				continue // its connection closed first: decided again
-			}
-			err = s.pub.Claim(ctx, id)
-		}
-		if err != nil {
-			s.log.Warn("claiming a task whose delivery was lost failed; another worker may solve it again", "id", id, "err", err)
-		}
-		return nil
-	}
-}
-
-// handover is a task another worker forfeited, with its captcha id, and
-// when it was heard.
-type handover struct {
-	m  TaskMessage
-	at time.Time
-}
-
-// handOver tells every worker the captcha id of task id, which this
-// worker forfeited (update sets it on the task's message): a worker that
-// holds the fleet's copy waiting, or receives it within Config.TaskTTL,
-// polls that id instead of submitting the task again (takeHandover). A
-// copy submitted already is answered as it is; the handover is dropped.
-func (s *WorkerStore) handOver(ctx context.Context, id string, update func(*TaskMessage)) {
-	s.mu.Lock()
-	e, ok := s.entries[id]
-	var m TaskMessage
-	if ok {
-		m = e.msg
-	}
-	s.mu.Unlock()
-	if !ok {
-		return
-	}
-	update(&m)
-	if m.CaptchaID == "" {
-		return
-	}
-	// On its own, as a claim: it waits for the broker up to claimGiveUp,
-	// and the queue's submit that called it goes on meanwhile.
-	s.bg.do(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimGiveUp)
-		defer cancel()
-		if err := s.pub.handOver(ctx, m); err != nil {
-			s.log.Warn("handing a forfeited task's captcha id to the fleet failed; it may be solved twice", "id", id, "err", err)
-		}
-	})
-}
-
-// handedFor returns the handover heard for task id, if any.
-func (s *WorkerStore) handedFor(id string) (TaskMessage, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h, ok := s.handed[id]
-	return h.m, ok
-}
-
-// takeHandover records h, a task another worker forfeited with its
-// captcha id (handOver). When this worker holds a copy of the task
-// waiting (see redeliveredWait), the copy is checkpointed with h's
-// captcha id on its delivery's connection, its wait ends, and the task
-// to adopt, to be polled, is returned with true. A copy the wait gave
-// the queue is not taken: it may be at the provider already. A copy whose
-// checkpoint fails but for its connection closing (the fleet has it
-// again) is returned as it came, to be solved.
-func (s *WorkerStore) takeHandover(ctx context.Context, h TaskMessage) (TaskMessage, bool) {
-	id := h.Task.ID
-	s.mu.Lock()
-	now := time.Now()
-	for k, old := range s.handed {
-		if now.Sub(old.at) > s.pub.c.cfg.TaskTTL {
-			delete(s.handed, k)
-		}
-	}
-	s.handed[id] = handover{m: h, at: now}
-	e, ok := s.entries[id]
-	if !ok || !e.waiting || e.msg.CaptchaID != "" {
-		s.mu.Unlock()
-		return TaskMessage{}, false
-	}
-	d, _ := e.holder()
-	if d == nil || !d.live() {
-		s.mu.Unlock()
-		return TaskMessage{}, false
-	}
-	e.waiting = false
-	plain := e.msg
-	delete(s.handed, id) // taken: its copy polls it (a retry's copy must not)
-	s.mu.Unlock()
-	_, err := s.park(ctx, d.epoch, id, func(m *TaskMessage) {
-		m.CaptchaID, m.Attempts, m.Submitted = h.CaptchaID, h.Attempts, h.Submitted
-	})
-	switch {
-	case errors.Is(err, errLetGo):
-		s.drop(id) // its channel closed: the fleet has the copy again
-		return TaskMessage{}, false
-	case err != nil:
-		s.log.Warn("checkpointing a copy under a forfeited task's captcha id failed; the copy is solved", "id", id, "err", err)
-		return plain, true
-	}
-	s.mu.Lock()
-	m := e.msg
-	s.mu.Unlock()
-	s.log.Info("polling a forfeited task's captcha id instead of submitting its copy", "id", id)
-	return m, true
+	return 0, false
 }
 
 // claimEach claims the tasks ids (Publisher.Claim), waiting for the
@@ -859,21 +658,6 @@ func (s *WorkerStore) claimEach(ctx context.Context, ids []string, failed string
 		}
 	}
 }
-
-// background runs goroutines that its owner waits for before it stops.
-type background struct{ wg sync.WaitGroup }
-
-// do runs f on a goroutine of its own.
-func (b *background) do(f func()) {
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		f()
-	}()
-}
-
-// wait returns once every f given to do has returned.
-func (b *background) wait() { b.wg.Wait() }
 
 // claimIfLost claims task id when its deliveries had all gone back to the
 // fleet before its checkpoint was confirmed (park's lost).
@@ -1060,8 +844,7 @@ func (s *WorkerStore) letGoOf(id string) {
 	s.log.Info("letting go of a task the fleet holds now; its result is someone else's to deliver", "id", id)
 	if n := s.liveHeld(id); n > 0 {
 		// No path should get here: the copy acked below is the
-		// fleet's only one, and nobody answers the task (a forfeited
-		// task's checkpoint is not counted: the fleet has a copy).
+		// fleet's only one, and nobody answers the task.
 		s.log.Warn("letting go of a task while holding a live copy of it; the copy is acked", "id", id, "live", n)
 	}
 	s.release(id)
@@ -1175,8 +958,7 @@ func (s *WorkerStore) holderOf(ctx context.Context, id string) (*Delivery, error
 	}
 }
 
-// liveHeld counts the live deliveries held for task id, but for a
-// forfeited task's checkpoint (the fleet has the task through a copy).
+// liveHeld counts the live deliveries held for task id.
 func (s *WorkerStore) liveHeld(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -1191,7 +973,7 @@ func (s *WorkerStore) liveHeld(id string) int {
 		}
 	}
 	for _, d := range e.checkpoints {
-		if d.live() && !e.forfeit {
+		if d.live() {
 			n++
 		}
 	}
