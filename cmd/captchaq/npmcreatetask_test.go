@@ -54,20 +54,20 @@ type ctCase struct {
 // ids= poll answers tokens alone, so those simulators take none.
 const simUserAgent = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) SimWorker/1.0"
 
-// runCreateTaskClients runs createtask.js against base with key and
-// checks each call's outcome as the clients return it.
-func runCreateTaskClients(t *testing.T, node, base, key string, balance float64) {
+// runNodeScript runs script in compat/node against base with key and
+// returns its calls by "client/case".
+func runNodeScript(t *testing.T, node, script, base, key string) map[string]ctCase {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "createtask.js")
+	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = npmClientDir
 	cmd.Env = append(os.Environ(), "CAPTCHAQ_BASE="+base, "CAPTCHAQ_KEY="+key)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Errorf("node createtask.js: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+		t.Errorf("node %s: %v\nstdout:\n%s\nstderr:\n%s", script, err, out, stderr.String())
 	}
 	cases := map[string]ctCase{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -78,6 +78,14 @@ func runCreateTaskClients(t *testing.T, node, base, key string, balance float64)
 			cases[c.Client+"/"+c.Case] = c
 		}
 	}
+	return cases
+}
+
+// runCreateTaskClients runs createtask.js against base with key and
+// checks each call's outcome as the clients return it.
+func runCreateTaskClients(t *testing.T, node, base, key string, balance float64) {
+	t.Helper()
+	cases := runNodeScript(t, node, "createtask.js", base, key)
 	for _, client := range []string{"capmonster", "anticaptcha"} {
 		solution := func(name string) map[string]string {
 			c := cases[client+"/"+name]
