@@ -17,7 +17,6 @@ import (
 	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/apiform"
 	"github.com/captchaq/captchaq/provider"
-	"github.com/captchaq/captchaq/provider/createtask"
 )
 
 // apiError is the JSON API's error body. Field names the input at fault.
@@ -132,9 +131,7 @@ func view(rec captchaq.Record, cs *clientState) TaskView {
 			v.Expired = true
 			res.Token, res.Answer = "", nil
 		}
-		if b := createtask.BindingsFor(res.Kind, res.Answer, rec.Task.Params); res.Token != "" && !b.Empty() {
-			v.Bindings = &Bindings{UserAgent: b.UserAgent, Cookies: b.Cookies, Proxy: b.Proxy}
-		}
+		v.Bindings = apiBindings(res, rec.Task.Params)
 		v.Result = &res
 	}
 	return v

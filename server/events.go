@@ -115,11 +115,12 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, cs *client
 			if !ok {
 				return
 			}
+			bindings := s.eventBindings(r.Context(), res.ID, res)
 			client, local := splitID(res.ID)
 			if !cs.Admin || client == cs.Name {
 				res.ID = local
 			}
-			b, _ := json.Marshal(res)
+			b, _ := json.Marshal(resultJSON{Result: res, Bindings: bindings})
 			if _, err := fmt.Fprintf(w, "event: result\ndata: %s\n\n", b); err != nil {
 				return
 			}

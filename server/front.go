@@ -574,27 +574,3 @@ func (s *Server) resOne(r *http.Request, reply frontReply, cs *clientState, id s
 		reply.ok(token)
 	}
 }
-
-func (s *Server) resBulk(r *http.Request, reply frontReply, cs *clientState, ids string) {
-	// Counted before split: a split of a body of commas would take 16
-	// bytes a comma.
-	if n := strings.Count(ids, ",") + 1; n > BulkMaxIDs {
-		reply.fail("ERROR_BAD_PARAMETERS", "ids: at most "+strconv.Itoa(BulkMaxIDs)+" ids a request, got "+strconv.Itoa(n))
-		return
-	}
-	list := strings.Split(ids, ",")
-	out := make([]string, len(list))
-	for i, id := range list {
-		rec, code := s.frontRecord(r, cs, id)
-		if code == "" {
-			var token string
-			token, _, code, _ = answer(rec)
-			if code == "" {
-				out[i] = token
-				continue
-			}
-		}
-		out[i] = pollCode(code)
-	}
-	reply.plain(1, strings.Join(out, "|"))
-}

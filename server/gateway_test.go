@@ -447,19 +447,25 @@ func (b *bundle) events(t *testing.T, key string) *eventStream {
 
 func (s *eventStream) next(t *testing.T) captchaq.Result {
 	t.Helper()
+	var r captchaq.Result
+	s.nextInto(t, &r)
+	return r
+}
+
+// nextInto decodes the next result event into v.
+func (s *eventStream) nextInto(t *testing.T, v any) {
+	t.Helper()
 	for s.lines.Scan() {
 		data, ok := strings.CutPrefix(s.lines.Text(), "data: ")
 		if !ok || strings.Contains(data, `"dropped"`) {
 			continue
 		}
-		var r captchaq.Result
-		if err := json.Unmarshal([]byte(data), &r); err != nil {
+		if err := json.Unmarshal([]byte(data), v); err != nil {
 			t.Fatalf("event %q: %v", data, err)
 		}
-		return r
+		return
 	}
 	t.Fatalf("event stream ended: %v", s.lines.Err())
-	return captchaq.Result{}
 }
 
 // TestGatewaysShareFleet: two gateways on one fleet, with the same

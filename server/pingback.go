@@ -22,9 +22,10 @@ import (
 )
 
 // pingbackSender POSTs results to the pingback URLs clients gave with
-// their tasks: urlencoded id=…&code=… (as 2captcha does) for tasks from
-// in.php, getTaskResult's JSON with the taskId for a createTask
-// callbackUrl, JSON (the Result) for tasks from the API. Each call has a
+// their tasks: urlencoded id=…&code=… (as 2captcha does, and the token's
+// bindings: formPingbackBody) for tasks from in.php, getTaskResult's JSON
+// with the taskId for a createTask callbackUrl, JSON (the Result and its
+// "bindings") for tasks from the API. Each call has a
 // timeout and a few attempts with backoff. Each client has its own queue
 // and senders (at most parallel calls at once), so a slow receiver of one
 // client delays only that client's pingbacks; results past a client's
@@ -221,16 +222,12 @@ func (ps *pingbackSender) send(j pingbackJob) {
 		body = ctCallbackBody(rec, j.local)
 		ctype = "application/json"
 	case form:
-		code := j.res.Token
-		if j.res.Status != captchaq.StatusSolved {
-			code, _ = failureCode(j.res)
-		}
-		body = []byte(url.Values{"id": {j.local}, "code": {code}}.Encode())
+		body = formPingbackBody(j.res, j.local, rec.Task.Params)
 		ctype = "application/x-www-form-urlencoded"
 	default:
 		res := j.res
 		res.ID = j.local
-		body, _ = json.Marshal(res)
+		body, _ = json.Marshal(resultJSON{Result: res, Bindings: apiBindings(res, rec.Task.Params)})
 		ctype = "application/json"
 	}
 	backoff := pingbackBackoff

@@ -672,13 +672,21 @@ func BindingsFor(k provider.Kind, raw json.RawMessage, params map[string]string)
 	if k == provider.KindDataDome {
 		b.Cookies = nil
 	}
-	switch k {
-	case provider.KindTurnstile, provider.KindHCaptcha, provider.KindCloudflareChallenge, provider.KindCaptchaFox, provider.KindDataDome:
-		if b.UserAgent == "" {
-			b.UserAgent = strings.TrimSpace(foldParams(params)["useragent"])
-		}
+	if b.UserAgent == "" && SolvedWithTaskUserAgent(k) {
+		b.UserAgent = strings.TrimSpace(foldParams(params)["useragent"])
 	}
 	return b
+}
+
+// SolvedWithTaskUserAgent reports whether a task of kind k is solved in a
+// browser of the task's userAgent when it names one (Turnstile, hCaptcha,
+// Cloudflare Challenge, CaptchaFox, DataDome): its token is bound to it.
+func SolvedWithTaskUserAgent(k provider.Kind) bool {
+	switch k {
+	case provider.KindTurnstile, provider.KindHCaptcha, provider.KindCloudflareChallenge, provider.KindCaptchaFox, provider.KindDataDome:
+		return true
+	}
+	return false
 }
 
 // geeTestDoc reads a GeeTest v3 answer: {"geetest_challenge", …}, from
