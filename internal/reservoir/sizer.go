@@ -20,6 +20,8 @@ type Sizer struct {
 	Demand *Demand
 	// Solves times its refills.
 	Solves *SolveTimes
+	// planned is when Refills was last asked.
+	planned time.Time
 }
 
 // Target is how many tokens the reservoir holds in stock and in flight
@@ -33,9 +35,17 @@ func (s *Sizer) Target(now time.Time) int {
 
 // Refills is how many solves to start at now, with stock tokens that may
 // still be handed out and inflight solves running, and room threads free
-// for refills: what the target lacks, within room. A reservoir only
-// refills what was drawn or aged out, or a target that grew, so when the
-// demand stops, the refills stop once those already running end.
+// for refills: what the target lacks, within room. An auto-sized
+// reservoir starts refills only while its demand is live (Demand.Live: a
+// request since the last call, or a silence no longer than the window's
+// longest gap between requests), so when the demand stops, refills stop
+// starting within one gap, even when too few threads left the target
+// unmet, and the last one ends within a solve time after that.
 func (s *Sizer) Refills(now time.Time, stock, inflight, room int) int {
+	since := s.planned
+	s.planned = now
+	if s.Size <= 0 && !s.Demand.Live(now, since) {
+		return 0
+	}
 	return max(min(s.Target(now)-stock-inflight, room), 0)
 }

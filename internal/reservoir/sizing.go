@@ -32,8 +32,11 @@ type Demand struct {
 	bucket time.Duration
 	counts [demandBuckets]int
 	index  [demandBuckets]int64 // the bucket number each slot counts
-	first  time.Time            // the first arrival; zero before any
-	last   time.Time            // the latest arrival
+	// early and late are each slot's earliest and latest arrival (Unix
+	// nanoseconds), for the gaps between arrivals.
+	early, late [demandBuckets]int64
+	first       time.Time // the first arrival; zero before any
+	last        time.Time // the latest arrival
 }
 
 // NewDemand returns a Demand over window (WindowDefault when 0).
@@ -52,12 +55,14 @@ func (d *Demand) Arrive(at time.Time) {
 	if at.After(d.last) {
 		d.last = at
 	}
-	n := at.UnixNano() / int64(d.bucket)
+	ns := at.UnixNano()
+	n := ns / int64(d.bucket)
 	slot := int(n % demandBuckets)
-	if d.index[slot] != n {
-		d.index[slot], d.counts[slot] = n, 0
+	if d.index[slot] != n || d.counts[slot] == 0 {
+		d.index[slot], d.counts[slot], d.early[slot], d.late[slot] = n, 0, ns, ns
 	}
 	d.counts[slot]++
+	d.early[slot], d.late[slot] = min(d.early[slot], ns), max(d.late[slot], ns)
 }
 
 // Rate is the arrivals per second over the window ending at now, or since
@@ -81,6 +86,38 @@ func (d *Demand) Rate(now time.Time) float64 {
 
 // Last is the latest arrival, zero before any.
 func (d *Demand) Last() time.Time { return d.last }
+
+// LongestGap is the longest time between two arrivals in a row within the
+// window ending at now, measured between buckets (a gap inside one bucket
+// is shorter than a bucket and not measured); 0 with fewer than two
+// buckets of arrivals.
+func (d *Demand) LongestGap(now time.Time) time.Duration {
+	n := now.UnixNano() / int64(d.bucket)
+	var longest, prev int64
+	for k := n - demandBuckets + 1; k <= n; k++ {
+		slot := int(k % demandBuckets)
+		if d.index[slot] != k || d.counts[slot] == 0 {
+			continue
+		}
+		if prev != 0 {
+			longest = max(longest, d.early[slot]-prev)
+		}
+		prev = d.late[slot]
+	}
+	return time.Duration(longest)
+}
+
+// Live reports whether the demand lasts at now: an arrival came at or
+// after since, or the time since the latest arrival is within the longest
+// gap between arrivals of the window. A steady demand of one a second is
+// live up to a second past its latest arrival; one that stops is not
+// once it has been silent for longer than it ever was.
+func (d *Demand) Live(now, since time.Time) bool {
+	if d.last.IsZero() {
+		return false
+	}
+	return !d.last.Before(since) || now.Sub(d.last) <= d.LongestGap(now)
+}
 
 // solveSamples is how many recent solve times SolveTimes keeps.
 const solveSamples = 64

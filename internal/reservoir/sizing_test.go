@@ -1,6 +1,7 @@
 package reservoir
 
 import (
+	"cmp"
 	"math"
 	"testing"
 	"time"
@@ -39,6 +40,45 @@ func TestDemandRate(t *testing.T) {
 	}
 	if got := d.Last(); !got.Equal(at(119)) {
 		t.Errorf("Last = %v, want %v", got, at(119))
+	}
+}
+
+// TestDemandLive: a demand is live within its longest gap of the window
+// after its latest arrival, or when an arrival came since the time asked.
+func TestDemandLive(t *testing.T) {
+	d := NewDemand(time.Minute)
+	if d.Live(t0, time.Time{}) {
+		t.Error("a demand with no arrival is live")
+	}
+	for i := range 30 { // one a second, then silence
+		d.Arrive(at(float64(i)))
+	}
+	if g := d.LongestGap(at(29.5)); g != time.Second {
+		t.Errorf("LongestGap of one a second = %v, want 1s", g)
+	}
+	for _, c := range []struct {
+		now, since float64
+		want       bool
+	}{
+		{29.5, 29.2, true}, {30, 29.5, true}, {30.5, 30, false}, {45, 44, false}, {45, 29, true},
+	} {
+		if got := d.Live(at(c.now), at(c.since)); got != c.want {
+			t.Errorf("Live(%v s, since %v s) = %v, want %v", c.now, c.since, got, c.want)
+		}
+	}
+	b := NewDemand(time.Minute)
+	for _, s := range []float64{0, 0.2, 10, 10.3, 20} { // bursts 10 s apart
+		b.Arrive(at(s))
+	}
+	if g := b.LongestGap(at(21)); g != 9800*time.Millisecond {
+		t.Errorf("LongestGap of bursts = %v, want 9.8s", g)
+	}
+	if !b.Live(at(29), at(28)) || b.Live(at(30), at(29)) {
+		t.Error("bursts 10 s apart: want live 9 s after the last, not 10 s after")
+	}
+	// A gap that began before the window is not counted.
+	if g := b.LongestGap(at(70.5)); g != 0 {
+		t.Errorf("LongestGap with one bucket of arrivals in the window = %v, want 0", g)
 	}
 }
 
@@ -139,11 +179,20 @@ func (run simRun) check(t *testing.T, minHit float64) {
 	}
 }
 
+// plan is how a simulated reservoir's refills are started: room threads
+// at most in flight, asked every tick. The zero plan has room 1000, asked
+// every 100 ms.
+type plan struct {
+	room int
+	tick time.Duration
+}
+
 // simulate runs a reservoir of Turnstile tokens (300 s life, 75 s
-// min_life, solves of 2–6 s drawn uniformly) against arrivals, and counts
-// its hits after the first minute, its solves and the tokens that aged
-// out. Misses are ordinary tasks and do not take tokens.
-func simulate(arrivals []time.Time, seed rng) simRun {
+// min_life, solves of 2–6 s drawn uniformly) against arrivals on plan p,
+// and counts its hits after the first minute, its solves and the tokens
+// that aged out. Misses are ordinary tasks and do not take tokens.
+func simulate(arrivals []time.Time, seed rng, p plan) simRun {
+	p.room, p.tick = cmp.Or(p.room, 1000), cmp.Or(p.tick, 100*time.Millisecond)
 	s := &Sizer{Max: 100, Life: 300 * time.Second, MinLife: 75 * time.Second,
 		Demand: NewDemand(0), Solves: NewSolveTimes(4 * time.Second)}
 	var run simRun
@@ -151,7 +200,10 @@ func simulate(arrivals []time.Time, seed rng) simRun {
 	var inflight []time.Time
 	r := seed
 	refill := func(now time.Time) {
-		for range s.Refills(now, len(stock), len(inflight), 1000) {
+		if now.Sub(t0)%p.tick != 0 {
+			return
+		}
+		for range s.Refills(now, len(stock), len(inflight), p.room-len(inflight)) {
 			d := time.Duration((2 + 4*r.float()) * float64(time.Second))
 			inflight = append(inflight, now.Add(d))
 			s.Solves.Add(d)
@@ -209,7 +261,7 @@ func TestSteadyDemand(t *testing.T) {
 	for i := range 300 {
 		arrivals = append(arrivals, at(float64(i)))
 	}
-	run := simulate(arrivals, 1)
+	run := simulate(arrivals, 1, plan{})
 	run.check(t, 1)
 	last := arrivals[len(arrivals)-1]
 	if run.lastRefill.After(last) {
@@ -227,7 +279,7 @@ func TestPoissonDemand(t *testing.T) {
 	for s := 0.0; s < 300; s += -math.Log(1 - r.float()) {
 		arrivals = append(arrivals, at(s))
 	}
-	run := simulate(arrivals, 3)
+	run := simulate(arrivals, 3, plan{})
 	run.check(t, 0.98)
 }
 
@@ -240,9 +292,35 @@ func TestSteppedDemand(t *testing.T) {
 	for i := range 240 {
 		arrivals = append(arrivals, at(120+float64(i)/2))
 	}
-	run := simulate(arrivals, 5)
+	run := simulate(arrivals, 5, plan{})
 	run.check(t, 0.98)
 	if last := arrivals[len(arrivals)-1]; run.lastRefill.After(last) {
 		t.Errorf("a refill started %v after the demand stopped", run.lastRefill.Sub(last))
+	}
+}
+
+// TestDemandStopsFewThreads: one request a second for 5 minutes on one
+// refill thread (a quarter of 5), asked every second as a queue asks:
+// the target is never met, and still no refill starts once the demand has
+// been silent for longer than its gap (1 s), and the last one ends within
+// a solve time (6 s at most) of the second request that does not come.
+func TestDemandStopsFewThreads(t *testing.T) {
+	var arrivals []time.Time
+	for i := range 300 {
+		arrivals = append(arrivals, at(float64(i)))
+	}
+	run := simulate(arrivals, 11, plan{room: 1, tick: time.Second})
+	stop := arrivals[len(arrivals)-1].Add(time.Second)
+	t.Logf("%d solved, last refill started %v and ended %v after the stop", run.solved, run.lastRefill.Sub(stop), run.lastSolve.Sub(stop))
+	if run.lastRefill.After(stop) {
+		t.Errorf("a refill started %v after the demand stopped", run.lastRefill.Sub(stop))
+	}
+	if d := run.lastSolve.Sub(stop); d > 6*time.Second {
+		t.Errorf("refills ran %v past the demand's stop, want within one solve time (6 s)", d)
+	}
+	// One thread solving 2–6 s, started on whole seconds: about one
+	// refill every 4.5 s while the demand lasts.
+	if run.solved < 55 {
+		t.Errorf("%d refills solved in 300 s on one thread, want 55 or more", run.solved)
 	}
 }
