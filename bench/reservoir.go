@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
-	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -28,6 +28,16 @@ const (
 	reservoirQuiet = 10 * time.Second
 	reservoirTail  = time.Minute
 	burstSize      = 10
+	// ReservoirPlainPoll is how often the scenario's unchanged 2captcha
+	// client polls after its first poll, which also comes right after its
+	// submit: 2captcha-python's default (pollingInterval 10).
+	ReservoirPlainPoll = 10 * time.Second
+)
+
+// The reservoir scenario's fronts.
+const (
+	FrontQueue = "queue" // a queue in the bench process, no HTTP
+	FrontServe = "serve" // `captchaq sim` and `captchaq serve` processes, clients over HTTP
 )
 
 // ReservoirThreadsDefault are the plans the reservoir scenario runs on:
@@ -83,6 +93,15 @@ type ReservoirConfig struct {
 	Demands []string
 	Seed    uint64
 	Log     io.Writer
+	// Front is FrontQueue (default) or FrontServe; Binary the captchaq
+	// command FrontServe runs.
+	Front, Binary string
+	// Captcha is what the client asks for: "turnstile" (default) or
+	// "recaptcha" (FrontServe only), at the "fast" mix's solve times.
+	Captcha string
+	// PlainEvery makes every PlainEvery-th submit the 2captcha client's
+	// (ReservoirPlainPoll); 0: none. FrontServe's default is 5.
+	PlainEvery int
 }
 
 func (c ReservoirConfig) withDefaults() ReservoirConfig {
@@ -100,6 +119,10 @@ func (c ReservoirConfig) withDefaults() ReservoirConfig {
 	}
 	if len(c.Demands) == 0 {
 		c.Demands = DemandNames
+	}
+	c.Captcha = cmp.Or(c.Captcha, "turnstile")
+	if c.Front == FrontServe && c.PlainEvery == 0 {
+		c.PlainEvery = 5
 	}
 	return c
 }
@@ -128,7 +151,19 @@ type ReservoirRow struct {
 	RefillsAfter int64
 	RefillsEnd   time.Duration
 	RefillsOn    bool
+	// RefillsStart is when the last refill started, from the stop (0:
+	// none started after it).
+	RefillsStart time.Duration
 	PeakThreads  int
+	// PlainTasks are the 2captcha client's submits (ReservoirConfig.
+	// PlainEvery), PlainFirst those it got at its first poll, Plain their
+	// times to token (not in ToToken).
+	PlainTasks, PlainFirst int
+	Plain                  []time.Duration
+	// Twice counts tokens handed out more than once; Verified and
+	// Rejected the demo site's verdicts on the tokens (serve only); Short
+	// the tokens with less than min_life left at their submit.
+	Twice, Verified, Rejected, Short int
 }
 
 // Percentile is the nearest-rank p-quantile of ds (0 when empty).
@@ -183,6 +218,14 @@ func reservoirTask() captchaq.Task {
 // its own simulator, Turnstile solved in 2–6 s, real time).
 func Reservoir(ctx context.Context, c ReservoirConfig) ([]ReservoirRow, error) {
 	c = c.withDefaults()
+	switch {
+	case c.Front != "" && c.Front != FrontQueue && c.Front != FrontServe:
+		return nil, fmt.Errorf("bench: front %q: use queue or serve", c.Front)
+	case c.Front == FrontServe && c.Binary == "":
+		return nil, fmt.Errorf("bench: the serve front needs Binary, the captchaq command")
+	case demoCaptchas[c.Captcha].method == "" || c.Captcha != "turnstile" && c.Front != FrontServe:
+		return nil, fmt.Errorf("bench: captcha %q: use turnstile, or recaptcha with the serve front", c.Captcha)
+	}
 	type job struct {
 		demand  string
 		threads int
@@ -217,57 +260,64 @@ func Reservoir(ctx context.Context, c ReservoirConfig) ([]ReservoirRow, error) {
 	return rows, nil
 }
 
+// reservoirFront is what a run's client talks to: a queue in this
+// process, or `captchaq serve` over HTTP.
+type reservoirFront interface {
+	// ask submits task i, as a client that polls right after its submit
+	// and every every after, and returns what it got.
+	ask(ctx context.Context, i int, every time.Duration) answer
+	// counts are the reservoir's counts now (zero with none).
+	counts() captchaq.ReservoirCounts
+	// simStats are the simulator's counters.
+	simStats() (sim.Stats, error)
+	close()
+}
+
+// answer is what a client got for one task.
+type answer struct {
+	took time.Duration // from its submit to the poll that got its token
+	// hit: answered from the reservoir; first: at its first poll.
+	ok, hit, first bool
+	token          string
+	// verified and rejected: the demo site's verdict on the token (serve
+	// only); short: it had less than min_life left at the submit.
+	verified, rejected, short bool
+	late, plain               bool // submitted after the first minute; by the 2captcha client
+}
+
 // runReservoir is one run: the demand's submits against a fresh
-// simulator and queue, then a watch of the refills until they stop.
+// simulator and front, then a watch of the refills until they stop.
 func runReservoir(ctx context.Context, c ReservoirConfig, demand string, threads int, withRes bool) (ReservoirRow, error) {
 	row := ReservoirRow{Demand: demand, Threads: threads, Reservoir: withRes}
-	s := Sim{Threads: threads, Seed: c.Seed, Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: MixLatency["fast"][provider.KindTurnstile]}}
-	srv, base, err := sim.Start(s.config(), "127.0.0.1:0")
-	if err != nil {
-		return row, fmt.Errorf("bench: start simulator: %w", err)
+	var f reservoirFront
+	var err error
+	if c.Front == FrontServe {
+		f, err = startServeFront(ctx, c, threads, withRes)
+	} else {
+		f, err = startQueueFront(ctx, c, demand, threads, withRes)
 	}
-	defer srv.Close()
-	e := EngineRun{Name: demand}
-	if withRes {
-		e.Reservoirs = []captchaq.ReservoirConfig{{Name: "shop", Task: reservoirTask(), Max: 50}}
-		e.ReservoirShare = c.Share
-	}
-	q, stop, err := startEngine(ctx, s, base, e)
 	if err != nil {
 		return row, err
 	}
-	defer stop()
-	w := &refillWatch{q: q}
+	defer f.close()
+	w := &refillWatch{counts: f.counts}
 	start := time.Now()
 	at := Demands[demand](c.Rate, c.Duration)
 	row.Tasks = len(at)
-	type answer struct {
-		took    time.Duration
-		late    bool
-		hit, ok bool
-	}
 	answers := make(chan answer, len(at))
 	for i, off := range at {
 		if err := sleepUntil(ctx, start.Add(off)); err != nil {
 			return row, err
 		}
+		plain := c.PlainEvery > 0 && i%c.PlainEvery == c.PlainEvery-1
+		every := ReservoirClientPoll
+		if plain {
+			every = ReservoirPlainPoll
+		}
 		go func() {
-			t := reservoirTask()
-			t.ID = fmt.Sprintf("bench-%s-%05d", demand, i)
-			got := make(chan gotResult, 1)
-			t0 := time.Now()
-			if err := q.SubmitFunc(ctx, t, func(r captchaq.Result) { got <- gotResult{r, time.Now()} }); err != nil {
-				answers <- answer{}
-				return
-			}
-			back := time.Now()
-			select {
-			case r := <-got:
-				took := PolledAt(t0, back, r.at, ReservoirClientPoll)
-				answers <- answer{took, off >= time.Minute, r.Reservoir != "", r.Status == captchaq.StatusSolved}
-			case <-ctx.Done():
-				answers <- answer{}
-			}
+			a := f.ask(ctx, i, every)
+			a.late, a.plain = off >= time.Minute, plain
+			answers <- a
 		}()
 	}
 	if err := sleepUntil(ctx, start.Add(c.Duration)); err != nil {
@@ -281,28 +331,51 @@ func runReservoir(ctx context.Context, c ReservoirConfig, demand string, threads
 	} else {
 		close(watched)
 	}
+	tokens := map[string]int{}
 	for range at {
-		a := <-answers
-		switch {
-		case !a.ok:
-			row.Failed++
-			continue
-		case a.hit:
-			row.Hits++
-		}
-		row.ToToken = append(row.ToToken, a.took)
-		if a.late {
-			row.Late = append(row.Late, a.took)
-		}
+		row.add(<-answers, tokens)
 	}
 	close(clientsDone)
 	<-watched
 	if err := ctx.Err(); err != nil {
 		return row, err
 	}
-	st := srv.Stats()
+	st, err := f.simStats()
 	row.Paid, row.PeakThreads = st.Solved, st.PeakThreadsInUse
-	return row, nil
+	return row, err
+}
+
+// add counts a client's answer in the row; tokens counts the tokens
+// handed out so far.
+func (row *ReservoirRow) add(a answer, tokens map[string]int) {
+	if !a.ok {
+		row.Failed++
+		return
+	}
+	if a.hit {
+		row.Hits++
+	}
+	if tokens[a.token]++; tokens[a.token] == 2 {
+		row.Twice++
+	}
+	row.Verified, row.Rejected, row.Short = row.Verified+b2i(a.verified), row.Rejected+b2i(a.rejected), row.Short+b2i(a.short)
+	if a.plain {
+		row.PlainTasks++
+		row.PlainFirst += b2i(a.first)
+		row.Plain = append(row.Plain, a.took)
+		return
+	}
+	row.ToToken = append(row.ToToken, a.took)
+	if a.late {
+		row.Late = append(row.Late, a.took)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // gotResult is a result and when the client was handed it.
@@ -311,19 +384,15 @@ type gotResult struct {
 	at time.Time
 }
 
-// refillWatch follows a queue's one reservoir's refills.
+// refillWatch follows a front's one reservoir's refills.
 type refillWatch struct {
-	q      *captchaq.Queue
+	counts func() captchaq.ReservoirCounts
 	atStop int64 // refills started when the demand stopped
 }
 
 // started are the refills started so far, and the reservoir's counts.
 func (w *refillWatch) started() (int64, captchaq.ReservoirCounts) {
-	rs := w.q.Reservoirs()
-	if len(rs) == 0 {
-		return 0, captchaq.ReservoirCounts{}
-	}
-	r := rs[0]
+	r := w.counts()
 	return r.Solved + r.Failed + int64(r.InFlight), r
 }
 
@@ -346,9 +415,13 @@ func (w *refillWatch) watch(ctx context.Context, stopped time.Time, clientsDone 
 	tick := time.NewTicker(ReservoirClientPoll)
 	defer tick.Stop()
 	var idleSince time.Time
+	seen := w.atStop
 	for {
 		n, c := w.started()
 		now := time.Now()
+		if n > seen {
+			seen, row.RefillsStart = n, now.Sub(stopped)
+		}
 		if c.InFlight > 0 {
 			idleSince, row.RefillsEnd = time.Time{}, now.Sub(stopped)
 		} else if idleSince.IsZero() {
@@ -372,47 +445,4 @@ func (w *refillWatch) watch(ctx context.Context, stopped time.Time, clientsDone 
 		case <-ctx.Done():
 		}
 	}
-}
-
-// ReservoirMarkdown writes the reservoir scenario's table, each demand's
-// runs side by side.
-func ReservoirMarkdown(w io.Writer, c ReservoirConfig, rows []ReservoirRow) {
-	c = c.withDefaults()
-	fmt.Fprintf(w, "## reservoir: Turnstile solved in 2–6 s, %g tasks/s for %v\n\n", c.Rate, c.Duration)
-	fmt.Fprintf(w, "Every run at once, each on its own simulator (seed %d) and queue: one reservoir (\"size\": \"auto\", max 50, "+
-		"refills within %g of the plan's threads) or none. The client polls right after its submit and every %v; "+
-		"time to token is from its submit. Bursty: %d tasks at once every %g s; stepped: half the rate, then the rate, "+
-		"for half the time each. Waste: tokens solved, never handed out (expired or left in stock).\n\n",
-		c.Seed, c.Share, ReservoirClientPoll, burstSize, burstSize/c.Rate)
-	fmt.Fprintln(w, "| demand | threads (refills) | reservoir | tasks | hits / misses | to token p50 / p99 | after 60 s | "+
-		"solved / handed out / expired / left | waste | solves paid per token | refills after the stop | peak threads |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
-	for _, r := range rows {
-		misses := fmt.Sprint(r.Tasks - r.Hits)
-		if r.Failed > 0 {
-			misses += fmt.Sprintf(" (%d failed)", r.Failed)
-		}
-		res, tokens, waste, after := "none", "–", "–", "–"
-		if r.Reservoir {
-			n, pct := Waste(r.Solved, r.HandedOut)
-			res, waste = "auto", fmt.Sprintf("%d (%.0f%%)", n, pct)
-			tokens = fmt.Sprintf("%d / %d / %d / %d", r.Solved, r.HandedOut, r.Expired, r.Left)
-			after = fmt.Sprintf("%d started; last ends +%.1f s", r.RefillsAfter, r.RefillsEnd.Seconds())
-			if r.RefillsOn {
-				after = fmt.Sprintf("%d started; still running at +%v", r.RefillsAfter, reservoirTail)
-			}
-		}
-		fmt.Fprintf(w, "| %s | %d (%d) | %s | %d | %d / %s | %s | %s | %s | %s | %.2f | %s | %d |\n",
-			r.Demand, r.Threads, int(math.Floor(c.Share*float64(r.Threads)+1e-9)), res, r.Tasks, r.Hits, misses,
-			p50p99(r.ToToken), p50p99(r.Late), tokens, waste, CostRatio(r.Paid, len(r.ToToken)), after, r.PeakThreads)
-	}
-	fmt.Fprintln(w)
-}
-
-// p50p99 is "P50 / P99" of ds in seconds, or "–".
-func p50p99(ds []time.Duration) string {
-	if len(ds) == 0 {
-		return "–"
-	}
-	return fmt.Sprintf("%.3f / %.3f s", Percentile(ds, 0.5).Seconds(), Percentile(ds, 0.99).Seconds())
 }

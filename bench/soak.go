@@ -9,15 +9,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -249,8 +246,8 @@ func Soak(ctx context.Context, cfg SoakConfig) (SoakReport, error) {
 	}
 	var b [4]byte
 	_, _ = crand.Read(b[:])
-	r := &soakRun{cfg: cfg, name: "captchaq_soak_" + hex.EncodeToString(b[:]), log: &syncWriter{w: cfg.Log},
-		procs: map[string]*soakProc{}}
+	log := &syncWriter{w: cfg.Log}
+	r := &soakRun{cfg: cfg, name: "captchaq_soak_" + hex.EncodeToString(b[:]), log: log, procGroup: newProcGroup(log)}
 	defer r.cleanup()
 	return r.run(ctx)
 }
@@ -269,8 +266,7 @@ type soakRun struct {
 	vhost, db bool // created, to remove
 	ledger    *soakLedger
 	pingbacks *pingbackReceiver
-	mu        sync.Mutex
-	procs     map[string]*soakProc
+	*procGroup
 	replicas  []string    // the replicas' addresses
 	brokerWay []*tcpProxy // by worker
 	apiWay    []*apiProxy // by worker
@@ -423,12 +419,11 @@ func (r *soakRun) setUp(ctx context.Context) error {
 		}
 	}
 	for i := range cfg.Replicas {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		addr, err := freeAddr()
 		if err != nil {
 			return err
 		}
-		r.replicas = append(r.replicas, ln.Addr().String())
-		ln.Close()
+		r.replicas = append(r.replicas, addr)
 		if err := r.startReplica(i); err != nil {
 			return err
 		}
@@ -521,22 +516,7 @@ func (r *soakRun) replicaURLs() []string {
 // cleanup stops every process (SIGTERM, then SIGKILL after 10 s) and
 // removes the vhost, the database and the files.
 func (r *soakRun) cleanup() {
-	r.mu.Lock()
-	procs := r.procs
-	r.procs = map[string]*soakProc{}
-	r.mu.Unlock()
-	for _, p := range procs {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
+	r.stopAll()
 	for i := range r.brokerWay {
 		r.brokerWay[i].close()
 	}

@@ -87,6 +87,9 @@ func parseBench(env *environment, args []string) (*benchPlan, error) {
 		rThreads = fs.String("reservoir-threads", "5,20", "reservoir scenario: the plans' threads, comma-separated")
 		rShare   = fs.Float64("reservoir-share", 0.25, "reservoir scenario: the share of the plan's threads refills may take")
 		rRate    = fs.Float64("rate", bench.ReservoirRateDefault, "reservoir scenario: the demand's mean rate, tasks a second")
+		rFront   = fs.String("front", bench.FrontQueue, "reservoir scenario: what the client talks to: queue (in the bench process) or serve (`captchaq sim` and `captchaq serve` processes, in.php and res.php over HTTP, every token verified at the demo site)")
+		rCaptcha = fs.String("captcha", "turnstile", "reservoir scenario: what the client asks for: turnstile, or recaptcha with --front serve")
+		rDemands = fs.String("demands", strings.Join(bench.DemandNames, ","), "reservoir scenario: the demand patterns, comma-separated")
 		postgres = fs.String("postgres", cmp.Or(env.getenv("CAPTCHAQ_PG_URL"), bench.SoakPostgresDefault), "soak scenario: a PostgreSQL server's URL as a user that creates databases (env CAPTCHAQ_PG_URL)")
 		hapCfg   = fs.String("haproxy-config", bench.SoakHAProxyDefault, "soak scenario: the HAProxy config the balancer runs on")
 		gap      = fs.String("fault-gap", fmt.Sprintf("%v-%v", bench.SoakGapMinDefault, bench.SoakGapMaxDefault), "soak scenario: the pause between faults, drawn from `MIN-MAX`")
@@ -135,6 +138,19 @@ func parseBench(env *environment, args []string) (*benchPlan, error) {
 		})
 		if err := p.reservoirPlan(*rThreads, *rShare, *rRate, *seed); err != nil {
 			return nil, err
+		}
+		switch {
+		case *rFront != bench.FrontQueue && *rFront != bench.FrontServe:
+			return nil, &exitError{code: 2, err: fmt.Errorf("--front %q: use queue or serve", *rFront)}
+		case *rCaptcha != "turnstile" && (*rCaptcha != "recaptcha" || *rFront != bench.FrontServe):
+			return nil, &exitError{code: 2, err: fmt.Errorf("--captcha %q: use turnstile, or recaptcha with --front serve", *rCaptcha)}
+		}
+		p.reservoir.Front, p.reservoir.Captcha = *rFront, *rCaptcha
+		for _, d := range strings.Split(*rDemands, ",") {
+			if bench.Demands[d] == nil {
+				return nil, &exitError{code: 2, err: fmt.Errorf("--demands: %q is not a demand; use %s", d, strings.Join(bench.DemandNames, ", "))}
+			}
+			p.reservoir.Demands = append(p.reservoir.Demands, d)
 		}
 		p.reservoir.Log = env.stderr
 	}
@@ -248,6 +264,13 @@ func (p *benchPlan) runScenarios(ctx context.Context, env *environment, out io.W
 		rep.Markdown(out)
 	}
 	if p.run["reservoir"] {
+		if p.reservoir.Front == bench.FrontServe {
+			self, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			p.reservoir.Binary = self
+		}
 		rows, err := bench.Reservoir(ctx, p.reservoir)
 		if err != nil {
 			return err

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/captchaq/captchaq/bench"
 )
 
 // TestBenchWritesCPUProfile runs a tiny mixed scenario with --cpuprofile
@@ -62,6 +64,10 @@ func TestBenchReservoirFlags(t *testing.T) {
 	if r := p.reservoir; fmt.Sprint(r.Threads) != "[5 20]" || r.Share != 0.25 || r.Rate != 2 || r.Duration != 0 {
 		t.Errorf("plan %v threads, share %v, rate %v, duration %v; want [5 20], 0.25, 2, 0 (the scenario's 2m)", r.Threads, r.Share, r.Rate, r.Duration)
 	}
+	p, err = parseBench(env, []string{"--scenario", "reservoir", "--front", "serve", "--captcha", "recaptcha", "--demands", "steady"})
+	if r := p.reservoir; err != nil || r.Front != "serve" || r.Captcha != "recaptcha" || fmt.Sprint(r.Demands) != "[steady]" {
+		t.Errorf("--front serve --captcha recaptcha --demands steady: %v, %q, %q, %v", err, r.Front, r.Captcha, r.Demands)
+	}
 	if p, err = parseBench(env, []string{"--scenario", "reservoir", "--duration", "5m"}); err != nil || p.reservoir.Duration != 5*time.Minute {
 		t.Errorf("--duration 5m: %v, %v; want 5m", p.reservoir.Duration, err)
 	}
@@ -71,10 +77,51 @@ func TestBenchReservoirFlags(t *testing.T) {
 		"--reservoir-share 1.5":   "--reservoir-share is 1.5: give a share above 0 and at most 1",
 		"--rate 0":                "--rate is 0: give a positive rate",
 		"--duration -1s":          "--duration is -1s: give a positive duration",
+		"--front http":            `--front "http": use queue or serve`,
+		"--captcha recaptcha":     `--captcha "recaptcha": use turnstile, or recaptcha with --front serve`,
+		"--demands steady,flat":   `--demands: "flat" is not a demand`,
 	} {
 		_, err := parseBench(env, append([]string{"--scenario", "reservoir"}, strings.Fields(args)...))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v; want an error with %q", args, err, want)
 		}
+	}
+}
+
+// TestBenchReservoirServe runs the reservoir scenario on serve for 20 s:
+// `captchaq sim` and `captchaq serve` processes, both clients over HTTP.
+// Every task is answered with a token of its own, each verified once at
+// the demo site, none handed out twice or with less than min_life left,
+// and serve's counts match what the clients got.
+func TestBenchReservoirServe(t *testing.T) {
+	t.Parallel()
+	var log bytes.Buffer
+	c := bench.ReservoirConfig{Front: bench.FrontServe, Binary: captchaqBinary(t), Threads: []int{8}, Rate: 2,
+		Duration: 20 * time.Second, Demands: []string{"steady"}, PlainEvery: 4, Seed: 3, Log: &log}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rows, err := bench.Reservoir(ctx, c)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if len(rows) != 2 || !rows[0].Reservoir || rows[1].Reservoir {
+		t.Fatalf("rows %+v, want one with the reservoir and one without", rows)
+	}
+	for _, r := range rows {
+		if r.Tasks != 40 || r.Failed != 0 || r.PlainTasks != 10 || len(r.ToToken)+len(r.Plain) != 40 {
+			t.Errorf("reservoir %v: %d tasks, %d failed, %d by the 2captcha client, %d+%d timed; want 40, 0, 10, 40",
+				r.Reservoir, r.Tasks, r.Failed, r.PlainTasks, len(r.ToToken), len(r.Plain))
+		}
+		if r.Verified != r.Tasks || r.Rejected != 0 || r.Twice != 0 || r.Short != 0 {
+			t.Errorf("reservoir %v: %d verified, %d rejected, %d twice, %d short of min_life; want %d, 0, 0, 0",
+				r.Reservoir, r.Verified, r.Rejected, r.Twice, r.Short, r.Tasks)
+		}
+	}
+	if r := rows[0]; r.Hits == 0 || int64(r.Hits) != r.HandedOut || r.Solved < r.HandedOut || r.Paid != r.Solved+int64(r.Tasks-r.Hits) {
+		t.Errorf("with the reservoir: %d hits, %d handed out, %d solved, %d paid; want hits = handed out <= solved, paid = solved + misses",
+			r.Hits, r.HandedOut, r.Solved, r.Paid)
+	}
+	if r := rows[1]; r.Hits != 0 || r.Paid != int64(r.Tasks) {
+		t.Errorf("without: %d hits, %d paid; want 0, %d", r.Hits, r.Paid, r.Tasks)
 	}
 }
