@@ -103,3 +103,19 @@ func TestReservoirMarkdown(t *testing.T) {
 		}
 	}
 }
+
+// TestReservoirServeMarkdown: the serve front's row adds the 2captcha
+// client, the refills' end against the p90 solve and the token checks.
+func TestReservoirServeMarkdown(t *testing.T) {
+	ms := time.Millisecond
+	rows := []ReservoirRow{{Demand: "steady", Threads: 20, Reservoir: true, Tasks: 5, Hits: 4,
+		ToToken: []time.Duration{2 * ms, 3 * ms, 4 * ms}, PlainTasks: 2, PlainFirst: 1, Plain: []time.Duration{2 * ms, 10002 * ms},
+		Solved: 6, HandedOut: 4, Left: 2, RefillsEnd: 3400 * ms, Verified: 5, Paid: 7, PeakThreads: 8}}
+	var b bytes.Buffer
+	ReservoirMarkdown(&b, ReservoirConfig{Front: FrontServe}, rows)
+	want := "| steady | 20 (5) | auto | 5 | 4 / 1 | 0.003 / 0.004 s | – | 1 of 2, 0.002 / 10.002 s | 6 / 4 / 0 / 2 | 2 (33%) | " +
+		"none starts; the last ends +3.4 s (0.66×) | 5 / 0 / 0 / 0 | 1.40 | 8 |"
+	if !strings.Contains(b.String(), want) || !strings.Contains(b.String(), "p90 solve 5.1 s") {
+		t.Errorf("report lacks %q or the p90 solve:\n%s", want, b.String())
+	}
+}

@@ -219,10 +219,14 @@ func (f *serveFront) ask(ctx context.Context, _ int, every time.Duration) answer
 	a.ok, a.token = true, token
 	var v struct{ Result *captchaq.Result }
 	raw, err := f.call(ctx, http.MethodGet, f.base+"/v1/tasks/"+id, nil, reservoirClientKey)
-	if err == nil && json.Unmarshal([]byte(raw), &v) == nil && v.Result != nil {
-		a.hit = v.Result.Reservoir != ""
-		a.short = v.Result.ExpiresAt.Sub(t0) < f.captcha.minLife
+	if err != nil || json.Unmarshal([]byte(raw), &v) != nil || v.Result == nil {
+		return answer{}
 	}
+	// A token from the reservoir has an expiry, at least min_life from
+	// the submit; one solved for the task, a fresh one.
+	exp := v.Result.ExpiresAt
+	a.hit = v.Result.Reservoir != ""
+	a.short = (a.hit || !exp.IsZero()) && exp.Sub(t0) < f.captcha.minLife
 	_, err = f.call(ctx, http.MethodPost, f.simURL+f.captcha.site.Path, url.Values{f.captcha.field: {token}}, "")
 	a.verified, a.rejected = err == nil, err != nil
 	return a
