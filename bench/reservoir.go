@@ -223,6 +223,8 @@ func Reservoir(ctx context.Context, c ReservoirConfig) ([]ReservoirRow, error) {
 		return nil, fmt.Errorf("bench: front %q: use queue or serve", c.Front)
 	case c.Front == FrontServe && c.Binary == "":
 		return nil, fmt.Errorf("bench: the serve front needs Binary, the captchaq command")
+	case c.Front == FrontServe && c.Share != captchaq.ReservoirShareDefault:
+		return nil, fmt.Errorf("bench: share %v: serve runs refills on its default share, %v", c.Share, captchaq.ReservoirShareDefault)
 	case demoCaptchas[c.Captcha].method == "" || c.Captcha != "turnstile" && c.Front != FrontServe:
 		return nil, fmt.Errorf("bench: captcha %q: use turnstile, or recaptcha with the serve front", c.Captcha)
 	}
