@@ -49,7 +49,7 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			s.mu.Lock()
-			a := s.account
+			a := s.gate.account
 			fields := []struct {
 				name string
 				v    *bool
@@ -66,7 +66,7 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 				}
 				*f.v = b
 			}
-			s.account = a
+			s.gate.account = a
 			s.mu.Unlock()
 			writeAdmin(w, http.StatusOK, a)
 		default:

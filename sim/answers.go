@@ -75,8 +75,9 @@ const (
 // answerFor derives a task's answer from its salt (the seed and what is
 // solved) and its id, so it is the same on every poll and is never stored,
 // and two tasks' answers differ as a real provider's do: another sitekey,
-// page or image, another id or another seed, another token.
-func (s *Server) answerFor(t *task) answer {
+// page or image, another id or another seed, another token. userAgent is
+// Config.UserAgent.
+func answerFor(t *task, userAgent string) answer {
 	rng := rand.New(rand.NewPCG(t.salt, t.id))
 	str := func(set string, n int) string {
 		var b strings.Builder
@@ -121,9 +122,9 @@ func (s *Server) answerFor(t *task) answer {
 		}
 		return a
 	case provider.KindTurnstile:
-		return answer{raw: "0." + str(tokenSet, 300+rng.IntN(60)) + "." + str(hexDigits, 64), userAgent: cmp.Or(t.hint.text, s.cfg.UserAgent)}
+		return answer{raw: "0." + str(tokenSet, 300+rng.IntN(60)) + "." + str(hexDigits, 64), userAgent: cmp.Or(t.hint.text, userAgent)}
 	case provider.KindHCaptcha:
-		return answer{raw: str(tokenSet, 280+rng.IntN(40)), userAgent: cmp.Or(t.hint.text, s.cfg.UserAgent)}
+		return answer{raw: str(tokenSet, 280+rng.IntN(40)), userAgent: cmp.Or(t.hint.text, userAgent)}
 	case provider.KindGeeTest:
 		return object(map[string]string{
 			"geetest_challenge": t.hint.text + str(letters, 2),
@@ -131,7 +132,7 @@ func (s *Server) answerFor(t *task) answer {
 			"geetest_seccode":   str(hexDigits, 32) + "|jordan",
 		})
 	case provider.KindCloudflareChallenge:
-		ua := cmp.Or(t.hint.text, s.cfg.UserAgent, defaultUserAgent)
+		ua := cmp.Or(t.hint.text, userAgent, defaultUserAgent)
 		return object(map[string]string{
 			"cf_clearance": str(tokenSet, 43) + "-" + strconv.FormatInt(t.acceptedAt.Unix(), 10) + "-1.2.1.1-" + str(tokenSet, 200),
 			"user_agent":   ua,

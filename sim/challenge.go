@@ -24,16 +24,14 @@ func clearanceOf(answer string) (cookie, userAgent string) {
 // missing-cf-clearance, invalid-cf-clearance, user-agent-mismatch or
 // hostname-mismatch). A cookie is good as long as tokens are remembered
 // (twice the longer siteverify lifetime), for any number of requests.
-func (s *Server) serveChallenge(w http.ResponseWriter, r *http.Request) {
+func (d sites) serveChallenge(w http.ResponseWriter, r *http.Request) {
 	var cookie string
 	if c, err := r.Cookie("cf_clearance"); err == nil {
 		cookie = c.Value
 	}
-	s.mu.Lock()
-	now := s.cfg.Now()
-	s.runDueLocked(now)
-	s.forgetTokensLocked(now)
-	it := s.tokens.issued[keyOf(cookie)]
+	now := d.due()
+	d.tokens.mu.Lock()
+	it := d.tokens.lookupLocked(cookie, now)
 	code := ""
 	switch {
 	case cookie == "":
@@ -45,7 +43,7 @@ func (s *Server) serveChallenge(w http.ResponseWriter, r *http.Request) {
 	case it.hostname != hostOnly(r.Host):
 		code = "hostname-mismatch"
 	}
-	s.mu.Unlock()
+	d.tokens.mu.Unlock()
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	title, status := "Passed", http.StatusOK
 	if code != "" {

@@ -33,7 +33,7 @@ func (s *Server) serveCreateTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	method := r.URL.Path
-	q, perr := s.parseRequest(w, r)
+	q, perr := parseRequest(w, r, s.gate.keyOK)
 	count := func(c *Calls) {
 		c.CreateTask++
 		switch {
@@ -71,11 +71,11 @@ func (s *Server) serveCreateTask(w http.ResponseWriter, r *http.Request) {
 	case method == "/getBalance":
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if gate := s.gateLocked(in, ip, s.cfg.Now()); gate != "" {
+		if gate := s.gate.check(in, ip, s.cfg.Now()); gate != "" {
 			writeFault(w, createtask.FrontFault(gate, errorTexts[gate]))
 			return
 		}
-		writeCT(w, map[string]any{"errorId": 0, "balance": s.balanceLocked()})
+		writeCT(w, map[string]any{"errorId": 0, "balance": s.gate.balance()})
 	default:
 		s.ctReport(w, q, in, ip, strings.HasPrefix(method, "/reportCorrect"))
 	}
@@ -95,7 +95,7 @@ func (s *Server) ctCreate(w http.ResponseWriter, q, in *request, ip string) {
 		if cb := q.get("callbackurl"); cb != "" {
 			in.params["pingback"] = cb
 		}
-		spec, code, text = s.parseSubmit(in)
+		spec, code, text = s.gate.parseSubmit(in)
 		spec.pingbackJSON = spec.pingback != ""
 	} else {
 		// The gates still come first: a bad key is told before a bad task.
@@ -125,11 +125,11 @@ func (s *Server) ctResult(w http.ResponseWriter, q, in *request, ip string) {
 	defer s.mu.Unlock()
 	now := s.cfg.Now()
 	s.runDueLocked(now)
-	if gate := s.gateLocked(in, ip, now); gate != "" {
+	if gate := s.gate.check(in, ip, now); gate != "" {
 		writeFault(w, createtask.FrontFault(gate, errorTexts[gate]))
 		return
 	}
-	t, code := s.lookupLocked(q.get("taskid"))
+	t, code := s.table.lookup(q.get("taskid"))
 	if gap := s.cfg.TaskResultGap; t != nil && gap > 0 {
 		if !t.resultAt.IsZero() && now.Sub(t.resultAt) < gap {
 			s.st.tooManyRequests++
@@ -140,29 +140,20 @@ func (s *Server) ctResult(w http.ResponseWriter, q, in *request, ip string) {
 		}
 		t.resultAt = now
 	}
-	s.st.idsPolled++
-	var st pollState
-	switch {
-	case code != "":
-		st.code = code
-	case s.countPollLocked(t, ip, now):
-		st.code = answerIPBanned
-	default:
-		st = s.stateLocked(t, now)
-	}
+	st := s.pollLocked(t, code, ip, now)
 	switch {
 	case st.code == answerNotReady:
 		writeCT(w, map[string]any{"errorId": 0, "status": "processing"})
 	case st.code != "":
 		writeFault(w, createtask.FrontFault(st.code, errorTexts[st.code]))
 	default:
-		writeCT(w, s.readyAnswer(t, st.answer))
+		writeCT(w, readyAnswer(t, st.answer, s.cfg.PricePer1000))
 	}
 }
 
 // readyAnswer is getTaskResult's answer for a solved task (and the body of
-// its callbackUrl POST).
-func (s *Server) readyAnswer(t *task, a answer) map[string]any {
+// its callbackUrl POST), at price per 1000 solves.
+func readyAnswer(t *task, a answer, price float64) map[string]any {
 	raw := a.bindings()
 	if a.object {
 		raw = json.RawMessage(a.raw)
@@ -171,7 +162,7 @@ func (s *Server) readyAnswer(t *task, a answer) map[string]any {
 		"errorId":    0,
 		"status":     "ready",
 		"solution":   createtask.Solution(t.kind, a.raw, raw, nil),
-		"cost":       strconv.FormatFloat(s.cfg.PricePer1000/1000, 'f', 5, 64),
+		"cost":       strconv.FormatFloat(price/1000, 'f', 5, 64),
 		"createTime": t.acceptedAt.Unix(),
 		"endTime":    t.doneAt.Unix(),
 		"solveCount": 1,
@@ -183,11 +174,11 @@ func (s *Server) readyAnswer(t *task, a answer) map[string]any {
 func (s *Server) ctReport(w http.ResponseWriter, q, in *request, ip string, good bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if gate := s.gateLocked(in, ip, s.cfg.Now()); gate != "" {
+	if gate := s.gate.check(in, ip, s.cfg.Now()); gate != "" {
 		writeFault(w, createtask.FrontFault(gate, errorTexts[gate]))
 		return
 	}
-	if code := s.reportLocked(q.get("taskid"), good, s.cfg.Now()); code != "" {
+	if code := s.table.report(q.get("taskid"), good, s.cfg.Now()); code != "" {
 		writeFault(w, createtask.FrontFault(code, errorTexts[code]))
 		return
 	}
@@ -195,11 +186,12 @@ func (s *Server) ctReport(w http.ResponseWriter, q, in *request, ip string, good
 }
 
 // ctPingback is the JSON body of a createTask task's callbackUrl POST:
-// getTaskResult's answer with the task's id.
-func (s *Server) ctPingback(t *task) []byte {
+// getTaskResult's answer with the task's id; userAgent and price are
+// Config's.
+func ctPingback(t *task, userAgent string, price float64) []byte {
 	var m map[string]any
 	if t.state == stateSolved {
-		m = s.readyAnswer(t, s.answerFor(t))
+		m = readyAnswer(t, answerFor(t, userAgent), price)
 	} else {
 		f := createtask.FrontFault("ERROR_CAPTCHA_UNSOLVABLE", errorTexts["ERROR_CAPTCHA_UNSOLVABLE"])
 		m = map[string]any{"errorId": f.ID, "errorCode": f.Code, "errorDescription": f.Description}

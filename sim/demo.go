@@ -66,24 +66,25 @@ window.___grecaptcha_cfg = {clients: {0: {id: 0, anchor: "demo0recaptcha", widge
 {{end}}`))
 
 // serveDemo serves the demo site under /demo/, its index at / too.
-func (s *Server) serveDemo(w http.ResponseWriter, r *http.Request) {
+func (d sites) serveDemo(w http.ResponseWriter, r *http.Request) {
 	var site DemoSite
 	var page, field, verifyPath string
+	var fam family
 	switch strings.TrimSuffix(r.URL.Path, "/") {
 	case "", "/demo":
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_ = demoPages.Execute(w, nil)
 		return
 	case DemoChallenge.Path:
-		s.serveChallenge(w, r)
+		d.serveChallenge(w, r)
 		return
 	case DemoTurnstile.Path:
-		site, page, field, verifyPath = DemoTurnstile, "turnstile", "cf-turnstile-response", "/turnstile/v0/siteverify"
+		site, page, field, verifyPath, fam = DemoTurnstile, "turnstile", "cf-turnstile-response", "/turnstile/v0/siteverify", familyTurnstile
 	case DemoRecaptcha.Path:
-		site, page, field, verifyPath = DemoRecaptcha, "recaptcha", "g-recaptcha-response", "/recaptcha/api/siteverify"
+		site, page, field, verifyPath, fam = DemoRecaptcha, "recaptcha", "g-recaptcha-response", "/recaptcha/api/siteverify", familyRecaptcha
 	default:
 		if wl, ok := walls[strings.TrimSuffix(r.URL.Path, "/")]; ok {
-			s.serveWall(w, r, wl)
+			d.serveWall(w, r, wl)
 			return
 		}
 		http.NotFound(w, r)
@@ -112,7 +113,7 @@ func (s *Server) serveDemo(w http.ResponseWriter, r *http.Request) {
 	req := httptest.NewRequest(http.MethodPost, verifyPath, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, req)
+	d.serveSiteverify(rec, req, fam)
 	var answer struct {
 		Success  bool     `json:"success"`
 		Hostname string   `json:"hostname"`

@@ -83,7 +83,7 @@ var walls = map[string]wall{
 
 // serveWall serves a bot-protection page: the page, or the verdict on
 // what the request brings back.
-func (s *Server) serveWall(w http.ResponseWriter, r *http.Request, wl wall) {
+func (d sites) serveWall(w http.ResponseWriter, r *http.Request, wl wall) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	var value string
 	switch {
@@ -113,11 +113,7 @@ func (s *Server) serveWall(w http.ResponseWriter, r *http.Request, wl wall) {
 		http.Error(w, "GET the page or POST its form", http.StatusMethodNotAllowed)
 		return
 	}
-	s.mu.Lock()
-	now := s.cfg.Now()
-	s.runDueLocked(now)
-	codes := s.checkWallLocked(wl, value, hostOnly(r.Host), r.UserAgent(), now)
-	s.mu.Unlock()
+	codes := d.tokens.checkWall(wl, value, hostOnly(r.Host), r.UserAgent(), d.due())
 	title, status := wl.title, http.StatusOK
 	if len(codes) > 0 {
 		title, status = "Rejected", http.StatusForbidden
@@ -128,17 +124,18 @@ func (s *Server) serveWall(w http.ResponseWriter, r *http.Request, wl wall) {
 	})
 }
 
-// checkWallLocked is the site's check of value at wall wl: its error
+// checkWall is the site's check of value at wall wl: its error
 // codes, none when it passes. A value passes when this simulator issued
 // it for the wall's sitekey and host within its kind's lifetime
 // (provider.TokenLifetime), once (a DataDome cookie until it expires),
 // and a DataDome cookie only from the user agent it was solved with.
-func (s *Server) checkWallLocked(wl wall, value, host, userAgent string, now time.Time) []string {
+func (b *tokenBook) checkWall(wl wall, value, host, userAgent string, now time.Time) []string {
 	if value == "" {
 		return []string{"missing-input-response"}
 	}
-	s.forgetTokensLocked(now)
-	it := s.tokens.issued[keyOf(value)]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	it := b.lookupLocked(value, now)
 	switch {
 	case it == nil || familyOf(it.kind) != wl.f || it.sitekey != wl.site.SiteKey:
 		return []string{"invalid-input-response"}

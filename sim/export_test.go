@@ -5,5 +5,7 @@ package sim
 func (s *Server) Held() (events, tokens, fingerprints, submits int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.events), len(s.tokens.issued), len(s.st.submissions.byFP), len(s.st.submissions.order)
+	s.tokens.mu.Lock()
+	defer s.tokens.mu.Unlock()
+	return len(s.table.events), len(s.tokens.issued), len(s.st.submissions.byFP), len(s.st.submissions.order)
 }

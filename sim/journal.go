@@ -3,7 +3,6 @@ package sim
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -48,99 +47,89 @@ type journalHint struct {
 	Max     int8   `json:"max,omitempty"`
 }
 
-// openJournalLocked reads the state file, takes back its tasks that are
-// not forgotten yet (each holds its thread until it is due, and its
-// fingerprint counts, so the same task submitted again is a duplicate),
-// writes the file again with only those, and keeps it open for the next
-// accepts. A missing file is an empty one.
-func (s *Server) openJournalLocked(path string) error {
-	now := s.cfg.Now()
+// openJournal reads the state file at path, keeps its tasks that are not
+// forgotten at now (ttl after they were due), writes the file again with
+// only those, and opens it for the next accepts. A missing file is an
+// empty one. The Server takes the kept tasks back (taskTable.restore):
+// each holds its thread until it is due, and its fingerprint counts, so
+// the same task submitted again is a duplicate.
+func openJournal(path string, now time.Time, ttl time.Duration) ([]journalEntry, *journal, error) {
+	kept, err := readJournal(path, now, ttl)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := rewriteJournal(path, kept); err != nil {
+		return nil, nil, fmt.Errorf("sim: StateFile: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Clean(path), os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: StateFile: %w", err)
+	}
+	return kept, &journal{f: f}, nil
+}
+
+// readJournal reads the entries of the state file not forgotten at now.
+func readJournal(path string, now time.Time, ttl time.Duration) ([]journalEntry, error) {
 	var kept []journalEntry
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
 	case err != nil:
-		return fmt.Errorf("sim: StateFile: %w", err)
-	default:
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for n := 1; sc.Scan(); n++ {
-			var e journalEntry
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				// A line cut short by a kill mid-write can only be the last
-				// one, with no newline, and its submit was never answered:
-				// drop it.
-				line := sc.Bytes()
-				if bytes.HasPrefix(line, []byte(`{"id":`)) && !bytes.HasSuffix(data, []byte("\n")) && !sc.Scan() {
-					break
-				}
-				return fmt.Errorf("sim: StateFile %s line %d: %v; it is not a simulator's state file (move it away to start afresh)", path, n, err)
-			}
-			if !e.DueAt.Add(s.cfg.ResultTTL).After(now) {
-				continue // forgotten by now, as it would have been
-			}
-			kept = append(kept, e)
-			s.restoreLocked(e, now)
-		}
+		return nil, fmt.Errorf("sim: StateFile: %w", err)
 	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		var e journalEntry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			// A line cut short by a kill mid-write can only be the last
+			// one, with no newline, and its submit was never answered:
+			// drop it.
+			line := sc.Bytes()
+			if bytes.HasPrefix(line, []byte(`{"id":`)) && !bytes.HasSuffix(data, []byte("\n")) && !sc.Scan() {
+				break
+			}
+			return nil, fmt.Errorf("sim: StateFile %s line %d: %v; it is not a simulator's state file (move it away to start afresh)", path, n, err)
+		}
+		if !e.DueAt.Add(ttl).After(now) {
+			continue // forgotten by now, as it would have been
+		}
+		kept = append(kept, e)
+	}
+	return kept, nil
+}
+
+// rewriteJournal replaces the state file with one of entries.
+func rewriteJournal(path string, entries []journalEntry) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return fmt.Errorf("sim: StateFile: %w", err)
+		return err
 	}
 	w := bufio.NewWriter(f)
 	enc := json.NewEncoder(w)
-	for _, e := range kept {
+	for _, e := range entries {
 		if err := enc.Encode(e); err != nil {
 			f.Close()
-			return fmt.Errorf("sim: StateFile: %w", err)
+			return err
 		}
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()
-		return fmt.Errorf("sim: StateFile: %w", err)
+		return err
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("sim: StateFile: %w", err)
+		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("sim: StateFile: %w", err)
-	}
-	f, err = os.OpenFile(filepath.Clean(path), os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("sim: StateFile: %w", err)
-	}
-	s.journal = &journal{f: f}
-	return nil
+	return os.Rename(tmp, path)
 }
 
-// restoreLocked takes back one task of the state file.
-func (s *Server) restoreLocked(e journalEntry, now time.Time) {
-	t := &task{
-		id:         e.ID,
-		kind:       e.Kind,
-		unsolvable: e.Unsolvable,
-		acceptedAt: e.AcceptedAt,
-		pingback:   e.Pingback,
-		pbJSON:     e.PingbackJSON,
-		hint:       answerHint{text: e.Hint.Text, charset: e.Hint.Charset, min: e.Hint.Min, max: e.Hint.Max},
-		salt:       cmp.Or(e.Salt, s.cfg.Seed),
-	}
-	s.tasks[t.id] = t
-	s.nextID = max(s.nextID, t.id+1)
-	s.threadTakenLocked(now)
-	if fp, err := hex.DecodeString(e.Fingerprint); err == nil && len(fp) == 16 {
-		s.st.submissions.add([16]byte(fp), e.AcceptedAt)
-	}
-	// An overdue solve is done at the timer's first run, at its due time.
-	s.scheduleLocked(event{at: e.DueAt, id: t.id, kind: eventSolve})
-}
-
-// recordLocked appends an accepted task to the state file, before its
-// submit is answered. A failed write keeps the task in memory only; the
-// first such error is returned by Close.
-func (s *Server) recordLocked(t *task, due time.Time, fp [16]byte) {
-	if s.journal == nil || s.journal.err != nil {
+// record appends an accepted task to the state file, before its submit is
+// answered. A failed write keeps the task in memory only; the first such
+// error is returned by close. A nil journal records nothing.
+func (j *journal) record(t *task, due time.Time, fp [16]byte) {
+	if j == nil || j.err != nil {
 		return
 	}
 	e := journalEntry{ID: t.id, Kind: t.kind, Fingerprint: hex.EncodeToString(fp[:]), AcceptedAt: t.acceptedAt,
@@ -148,24 +137,21 @@ func (s *Server) recordLocked(t *task, due time.Time, fp [16]byte) {
 		Hint: journalHint{Text: t.hint.text, Charset: t.hint.charset, Min: t.hint.min, Max: t.hint.max}}
 	line, err := json.Marshal(e)
 	if err == nil {
-		_, err = s.journal.f.Write(append(line, '\n'))
+		_, err = j.f.Write(append(line, '\n'))
 	}
 	if err != nil {
-		s.journal.err = fmt.Errorf("sim: StateFile: %w; tasks accepted since are kept in memory only", err)
+		j.err = fmt.Errorf("sim: StateFile: %w; tasks accepted since are kept in memory only", err)
 	}
 }
 
-// closeJournal closes the state file and returns the first write error.
-func (s *Server) closeJournal() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.journal == nil {
+// close closes the state file and returns the first write error.
+func (j *journal) close() error {
+	if j == nil {
 		return nil
 	}
-	err := s.journal.err
-	if cerr := s.journal.f.Close(); err == nil && cerr != nil {
+	err := j.err
+	if cerr := j.f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("sim: StateFile: %w", cerr)
 	}
-	s.journal = nil
 	return err
 }

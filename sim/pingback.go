@@ -140,8 +140,8 @@ func (ps *pingbackSender) send(c pingbackCall) bool {
 func (s *Server) pingbackStarted(id uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t := s.tasks[id]; t != nil && t.state != statePending {
-		s.deliveredLocked(t, s.cfg.Now(), false)
+	if t := s.table.tasks[id]; t != nil && t.state != statePending {
+		s.table.delivered(t, s.cfg.Now(), false)
 	}
 }
 

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -33,27 +32,19 @@ func (q *request) get(name string) string { return q.params[name] }
 var errTooBig = apiform.ErrTooBig
 
 // parseRequest reads the query and the body (urlencoded, multipart or
-// JSON) through the parser the HTTP front shares. A wrong key in the query
-// string is found before the body is read: the answer is the gate's.
-func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (*request, error) {
-	f, err := apiform.Parse(w, r, apiform.Options{MaxBody: maxBody, KeyOK: s.keyOK})
+// JSON) through the parser the HTTP front shares. A wrong key (keyOK) in
+// the query string is found before the body is read: the answer is the
+// gate's.
+func parseRequest(w http.ResponseWriter, r *http.Request, keyOK func(string) bool) (*request, error) {
+	f, err := apiform.Parse(w, r, apiform.Options{MaxBody: maxBody, KeyOK: keyOK})
 	q := &request{params: f.Fields(), file: f.File, hasFile: f.HasFile, json: f.JSON, acao: f.ACAO}
 	switch {
 	case errors.Is(err, apiform.ErrWrongKey):
-		return q, nil // gateLocked answers it, after the bans
+		return q, nil // gate.check answers it, after the bans
 	case errors.Is(err, apiform.ErrTooBig):
 		return q, errTooBig
 	}
 	return q, err
-}
-
-// keyOK checks a key against the configured one (any non-empty key when
-// none is configured).
-func (s *Server) keyOK(key string) bool {
-	if key == "" {
-		return false
-	}
-	return s.cfg.Key == "" || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.Key)) == 1
 }
 
 // Answers that are not errors.

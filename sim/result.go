@@ -11,33 +11,30 @@ import (
 // serveResult answers res.php: get (one id or ids=), getbalance,
 // reportbad, reportgood and threadsinfo.
 func (s *Server) serveResult(w http.ResponseWriter, r *http.Request) {
-	q, perr := s.parseRequest(w, r)
+	q, perr := parseRequest(w, r, s.gate.keyOK)
 	ip := clientIP(r)
 	action := strings.ToLower(q.get("action"))
 	_, hasIDs := q.params["ids"]
 	bulk := hasIDs && !s.cfg.NoBulk || hasIDs && q.get("id") == ""
-
-	s.mu.Lock()
-	s.runDueLocked(s.cfg.Now())
-	switch action {
-	case "get":
-		if bulk {
-			s.st.calls.PollBulk++
-		} else {
-			s.st.calls.PollSingle++
+	count := func(c *Calls) {
+		switch action {
+		case "get":
+			if bulk {
+				c.PollBulk++
+			} else {
+				c.PollSingle++
+			}
+		case "getbalance":
+			c.Balance++
+		case "reportbad", "reportgood":
+			c.Report++
+		case "threadsinfo":
+			c.ThreadsInfo++
+		default:
+			c.Other++
 		}
-	case "getbalance":
-		s.st.calls.Balance++
-	case "reportbad", "reportgood":
-		s.st.calls.Report++
-	case "threadsinfo":
-		s.st.calls.ThreadsInfo++
-	default:
-		s.st.calls.Other++
 	}
-	f := s.drawFaultLocked()
-	s.mu.Unlock()
-	if f != faultNone && !s.applyFault(w, r, f, http.StatusServiceUnavailable) {
+	if !s.callStart(w, r, count, http.StatusServiceUnavailable) {
 		return
 	}
 	if perr != nil {
@@ -49,7 +46,7 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock() // answers are small: writing them under the lock is cheap
 	now := s.cfg.Now()
 	s.runDueLocked(now)
-	if gate := s.gateLocked(q, ip, now); gate != "" {
+	if gate := s.gate.check(q, ip, now); gate != "" {
 		replyError(w, q, gate, "")
 		return
 	}
@@ -58,19 +55,20 @@ func (s *Server) serveResult(w http.ResponseWriter, r *http.Request) {
 		if bulk {
 			s.pollBulkLocked(w, q, ip, now)
 		} else {
-			s.pollOneLocked(w, q, ip, now)
+			t, code := s.table.lookup(q.get("id"))
+			replyPoll(w, q, s.pollLocked(t, code, ip, now))
 		}
 	case "getbalance":
-		v := strconv.FormatFloat(s.balanceLocked(), 'f', -1, 64)
+		v := strconv.FormatFloat(s.gate.balance(), 'f', -1, 64)
 		replyOK(w, q, v, v)
 	case "reportbad", "reportgood":
-		if code := s.reportLocked(q.get("id"), action == "reportgood", now); code != "" {
+		if code := s.table.report(q.get("id"), action == "reportgood", now); code != "" {
 			replyError(w, q, code, "")
 			return
 		}
 		replyOK(w, q, answerReported, answerReported)
 	case "threadsinfo":
-		info := ThreadsInfo{Threads: s.cfg.Threads, WorkingThreads: s.inUse, FreeThreads: s.cfg.Threads - s.inUse}
+		info := ThreadsInfo{Threads: s.cfg.Threads, WorkingThreads: s.table.inUse, FreeThreads: s.cfg.Threads - s.table.inUse}
 		b, _ := json.Marshal(info)
 		replyOK(w, q, info, string(b))
 	case "":
@@ -88,111 +86,21 @@ type ThreadsInfo struct {
 	FreeThreads    int `json:"free_threads"`
 }
 
-// reportLocked takes a report on the task of id text idText, or gives
-// the error code: the id unknown or not solved, reported already, or past
-// Config.ReportWindow after the answer.
-func (s *Server) reportLocked(idText string, good bool, now time.Time) string {
-	t, code := s.lookupLocked(idText)
-	switch {
-	case code != "":
-		return code
-	case t.state != stateSolved:
-		return "ERROR_WRONG_CAPTCHA_ID"
-	case t.reported:
-		return "ERROR_DUPLICATE_REPORT"
-	case s.cfg.ReportWindow > 0 && now.Sub(t.doneAt) > s.cfg.ReportWindow:
-		return "ERROR_REPORT_NOT_RECORDED"
-	}
-	t.reported = true
-	if good {
-		s.st.reportsGood++
-	} else {
-		s.st.reportsBad++
-	}
-	return ""
-}
-
-// lookupLocked finds a task by its id text, or gives the error code.
-func (s *Server) lookupLocked(idText string) (*task, string) {
-	idText = strings.TrimSpace(idText)
-	id, err := strconv.ParseUint(idText, 10, 64)
-	if err != nil {
-		return nil, "ERROR_WRONG_ID_FORMAT"
-	}
-	t := s.tasks[id]
-	if t == nil {
-		return nil, "ERROR_WRONG_CAPTCHA_ID"
-	}
-	return t, ""
-}
-
-// pollState is one id's answer in a poll.
-type pollState struct {
-	code   string // an ERROR_… or CAPCHA_NOT_READY; empty when solved
-	answer answer
-}
-
-// countPollLocked counts a poll of t against the poll-ban limit and
-// reports whether it went over, which bans ip.
-func (s *Server) countPollLocked(t *task, ip string, now time.Time) bool {
-	t.polls++
-	s.st.maxPollsPerTask = max(s.st.maxPollsPerTask, t.polls)
-	pb := s.cfg.PollBan
-	if pb.Disabled {
-		return false
-	}
-	if t.pollCount == 0 || now.Sub(t.pollWindow) >= pb.Window {
-		t.pollWindow, t.pollCount = now, 0
-	}
-	t.pollCount++
-	if t.pollCount <= pb.Max {
-		return false
-	}
-	s.bans[ip] = now.Add(pb.Duration)
-	s.st.bans++
-	t.pollCount = 0
-	return true
-}
-
-// stateLocked is t's answer to a poll; a final answer counts as delivered.
-func (s *Server) stateLocked(t *task, now time.Time) pollState {
-	switch t.state {
-	case statePending:
-		return pollState{code: answerNotReady}
-	case stateUnsolvable:
-		s.deliveredLocked(t, now, true)
-		return pollState{code: "ERROR_CAPTCHA_UNSOLVABLE"}
-	}
-	s.deliveredLocked(t, now, true)
-	return pollState{answer: s.answerFor(t)}
-}
-
-// deliveredLocked records that a final answer reached the client.
-func (s *Server) deliveredLocked(t *task, now time.Time, byPoll bool) {
-	if !t.delivered {
-		t.delivered = true
-		s.st.recordDelay(now.Sub(t.doneAt))
-	}
-	if byPoll && !t.fetched {
-		t.fetched = true
-		s.st.fetched++
-		t.forgetAt = now.Add(s.cfg.FetchedRetention)
-		s.scheduleLocked(event{at: t.forgetAt, id: t.id, kind: eventForget})
-	}
-}
-
-func (s *Server) pollOneLocked(w http.ResponseWriter, q *request, ip string, now time.Time) {
+// pollLocked is a poll of one id's task t (code when the id is bad),
+// counted against the poll ban.
+func (s *Server) pollLocked(t *task, code, ip string, now time.Time) pollState {
 	s.st.idsPolled++
-	var st pollState
-	t, code := s.lookupLocked(q.get("id"))
 	switch {
 	case code != "":
-		st.code = code
-	case s.countPollLocked(t, ip, now):
-		st.code = answerIPBanned
-	default:
-		st = s.stateLocked(t, now)
+		return pollState{code: code}
+	case s.gate.countPoll(t, ip, now):
+		return pollState{code: answerIPBanned}
 	}
+	return s.table.state(t, now)
+}
+
+// replyPoll answers a res.php poll of one id.
+func replyPoll(w http.ResponseWriter, q *request, st pollState) {
 	switch {
 	case st.code == answerNotReady:
 		replyStatus0(w, q, st.code)
@@ -234,8 +142,8 @@ func (s *Server) pollBulkLocked(w http.ResponseWriter, q *request, ip string, no
 	parts := make([]string, len(ids))
 	banned := false
 	for i, id := range ids {
-		tasks[i], parts[i] = s.lookupLocked(id)
-		if tasks[i] != nil && s.countPollLocked(tasks[i], ip, now) {
+		tasks[i], parts[i] = s.table.lookup(id)
+		if tasks[i] != nil && s.gate.countPoll(tasks[i], ip, now) {
 			banned = true
 			break // one ban per call
 		}
@@ -248,7 +156,7 @@ func (s *Server) pollBulkLocked(w http.ResponseWriter, q *request, ip string, no
 		if t == nil {
 			continue
 		}
-		st := s.stateLocked(t, now)
+		st := s.table.state(t, now)
 		parts[i] = st.code
 		if st.code == "" {
 			parts[i] = st.answer.raw

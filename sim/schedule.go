@@ -35,41 +35,41 @@ func (h *eventHeap) Pop() any {
 	return e
 }
 
-// scheduleLocked adds an event and wakes the timer loop when the event is
-// the new earliest one.
-func (s *Server) scheduleLocked(e event) {
-	s.compactEventsLocked()
-	heap.Push(&s.events, e)
-	if s.events[0] == e {
+// schedule adds an event and wakes the timer loop when the event is the
+// new earliest one.
+func (tt *taskTable) schedule(e event) {
+	tt.compact()
+	heap.Push(&tt.events, e)
+	if tt.events[0] == e {
 		select {
-		case s.wake <- struct{}{}:
+		case tt.wake <- struct{}{}:
 		default:
 		}
 	}
 }
 
-// compactEventsLocked drops the events that will do nothing once the heap
-// holds more than twice as many events as tasks: a fetched task's forget
-// event replaces the one at ResultTTL, which would otherwise stay in the
-// heap for ResultTTL after the task is gone. A task has at most one live
+// compact drops the events that will do nothing once the heap holds more
+// than twice as many events as tasks: a fetched task's forget event
+// replaces the one at ResultTTL, which would otherwise stay in the heap
+// for ResultTTL after the task is gone. A task has at most one live
 // event, so the heap stays within 2 × tasks + 1024 at an amortized O(1).
-func (s *Server) compactEventsLocked() {
-	if len(s.events) <= 2*len(s.tasks)+1024 {
+func (tt *taskTable) compact() {
+	if len(tt.events) <= 2*len(tt.tasks)+1024 {
 		return
 	}
-	kept := s.events[:0]
-	for _, e := range s.events {
-		if s.liveLocked(e) {
+	kept := tt.events[:0]
+	for _, e := range tt.events {
+		if tt.live(e) {
 			kept = append(kept, e)
 		}
 	}
-	s.events = kept
-	heap.Init(&s.events)
+	tt.events = kept
+	heap.Init(&tt.events)
 }
 
-// liveLocked reports whether e still has something to do when due.
-func (s *Server) liveLocked(e event) bool {
-	t := s.tasks[e.id]
+// live reports whether e still has something to do when due.
+func (tt *taskTable) live(e event) bool {
+	t := tt.tasks[e.id]
 	switch {
 	case t == nil:
 		return false
@@ -80,29 +80,34 @@ func (s *Server) liveLocked(e event) bool {
 	}
 }
 
-// runDueLocked does every event due at or before now, in due order, using
-// each event's own due time so that stats do not depend on how late the
-// timer fired. It returns the next due time, if any.
-func (s *Server) runDueLocked(now time.Time) (next time.Time, ok bool) {
-	for len(s.events) > 0 && !s.events[0].at.After(now) {
-		e := heap.Pop(&s.events).(event)
-		t := s.tasks[e.id]
+// runDue does every event due at or before now, in due order, using each
+// event's own due time so that stats do not depend on how late the timer
+// fired: solve ends a task's solving. It returns the next due time, if any.
+func (tt *taskTable) runDue(now time.Time, solve func(*task, time.Time)) (next time.Time, ok bool) {
+	for len(tt.events) > 0 && !tt.events[0].at.After(now) {
+		e := heap.Pop(&tt.events).(event)
+		t := tt.tasks[e.id]
 		if t == nil {
 			continue
 		}
 		switch e.kind {
 		case eventSolve:
-			s.solveLocked(t, e.at)
+			solve(t, e.at)
 		case eventForget:
 			if t.state != statePending && t.forgetAt.Equal(e.at) {
-				delete(s.tasks, e.id)
+				delete(tt.tasks, e.id)
 			}
 		}
 	}
-	if len(s.events) == 0 {
+	if len(tt.events) == 0 {
 		return time.Time{}, false
 	}
-	return s.events[0].at, true
+	return tt.events[0].at, true
+}
+
+// runDueLocked is runDue with the Server's solve.
+func (s *Server) runDueLocked(now time.Time) (next time.Time, ok bool) {
+	return s.table.runDue(now, s.solveLocked)
 }
 
 // runTimer is the one background loop that solves tasks on time (the
@@ -124,7 +129,7 @@ func (s *Server) runTimer(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.wake:
+		case <-s.table.wake:
 		case <-timer.C:
 		}
 	}

@@ -6,48 +6,13 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq/internal/apiform"
 	"github.com/captchaq/captchaq/internal/startstop"
-	"github.com/captchaq/captchaq/provider"
 )
-
-// taskState is where a task is in its life.
-type taskState uint8
-
-const (
-	statePending    taskState = iota // holds a thread, not solved yet
-	stateSolved                      // has an answer
-	stateUnsolvable                  // answered ERROR_CAPTCHA_UNSOLVABLE
-)
-
-// task is one accepted submit. Its answer is not stored: it is derived from
-// the seed and the id whenever it is needed, which keeps memory small.
-type task struct {
-	id         uint64
-	kind       provider.Kind
-	state      taskState
-	unsolvable bool // decided at submit, shown at solve time
-	acceptedAt time.Time
-	doneAt     time.Time
-	forgetAt   time.Time
-	delivered  bool // the final answer reached the client (poll or pingback)
-	fetched    bool // the final answer reached a poll
-	reported   bool // a report on it was taken
-	pingback   string
-	pbJSON     bool // pingback is a createTask callbackUrl
-	hint       answerHint
-	salt       uint64 // seeds its answer with id: from Config.Seed and what is solved (saltFor)
-
-	pollWindow time.Time // start of the current poll-ban window
-	pollCount  int
-	polls      int64     // all its polls (Stats.MaxPollsPerTask)
-	resultAt   time.Time // last getTaskResult answered for it (Config.TaskResultGap)
-}
 
 // Account is the simulated account's state, switchable at run time.
 type Account struct {
@@ -61,30 +26,29 @@ type Account struct {
 
 // Server is a simulated provider. It is an http.Handler serving in.php,
 // res.php and the /sim/ admin API. Create it with New or Start; Close it.
+//
+// It is a composition of parts, each owning its state: mu guards the
+// parts from dice to journal (they have no lock of their own, and call
+// each other with mu held); the token book and the pingback sender lock
+// themselves.
 type Server struct {
 	cfg Config
 
 	mu      sync.Mutex
-	rng     *rand.Rand
-	nextID  uint64
-	tasks   map[uint64]*task
-	events  eventHeap
-	inUse   int
-	account Account
-	// withdrawn are methods of Config.Methods refused now (Withdraw).
-	withdrawn []string
-	bans      map[string]time.Time // client IP → end of its poll ban
-	st        statsState
-	tokens    tokenBook
+	dice    dice       // the random stream
+	table   taskTable  // the tasks, their events and the threads they hold
+	gate    gate       // the account, the poll bans and what a submit must pass
+	st      statsState // the counters behind Stats
+	journal *journal   // Config.StateFile, while open
 
+	tokens    *tokenBook // the tokens issued, for the demo site and siteverify
+	sites     sites      // the demo site and siteverify, which check them
 	pingbacks *pingbackSender
 	httpSrv   *http.Server
-	journal   *journal // Config.StateFile, while open
 	closeErr  error
 
 	timer     *startstop.Loop // runTimer, from New until Close
-	wake      chan struct{}
-	done      chan struct{} // closed at Close: slow answers end at once
+	done      chan struct{}   // closed at Close: slow answers end at once
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -96,24 +60,24 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5157_0001))
-	s := &Server{
-		cfg:    cfg,
-		rng:    rng,
-		nextID: 70_000_000_000 + rng.Uint64N(9_000_000_000),
-		tasks:  make(map[uint64]*task),
-		bans:   make(map[string]time.Time),
-		wake:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
-	}
+	s := &Server{cfg: cfg, tokens: &tokenBook{life: cfg.Siteverify}, done: make(chan struct{})}
+	s.dice = dice{rng: rand.New(rand.NewPCG(cfg.Seed, 0x5157_0001)), cfg: &s.cfg}
+	s.table = newTaskTable(&s.cfg, &s.st, 70_000_000_000+s.dice.rng.Uint64N(9_000_000_000))
+	s.gate = gate{cfg: &s.cfg, st: &s.st, bans: make(map[string]time.Time)}
+	s.sites = sites{tokens: s.tokens, due: s.catchUp}
 	s.st.reset(cfg.Seed, cfg.ResultTTL)
 	if cfg.StateFile != "" {
-		s.mu.Lock()
-		err := s.openJournalLocked(cfg.StateFile)
-		s.mu.Unlock()
+		now := cfg.Now()
+		kept, j, err := openJournal(cfg.StateFile, now, cfg.ResultTTL)
 		if err != nil {
 			return nil, err
 		}
+		s.mu.Lock()
+		for _, e := range kept {
+			s.table.restore(e, now)
+		}
+		s.journal = j
+		s.mu.Unlock()
 	}
 	s.pingbacks = newPingbackSender(pingbackParams{
 		parallel: cfg.Pingback.Parallel,
@@ -178,7 +142,11 @@ func (s *Server) Close() error {
 		s.pingbacks.shutdown()
 		s.wg.Wait()
 		s.pingbacks.client.CloseIdleConnections()
-		s.closeErr = s.closeJournal()
+		s.mu.Lock()
+		j := s.journal
+		s.journal = nil
+		s.mu.Unlock()
+		s.closeErr = j.close()
 	})
 	return s.closeErr
 }
@@ -190,14 +158,14 @@ func (s *Server) Config() Config { return s.cfg }
 func (s *Server) Account() Account {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.account
+	return s.gate.account
 }
 
 // SetAccount switches the account's state.
 func (s *Server) SetAccount(a Account) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.account = a
+	s.gate.account = a
 }
 
 // Withdraw makes the service refuse methods (RouteMethod names) from now
@@ -206,14 +174,14 @@ func (s *Server) SetAccount(a Account) {
 func (s *Server) Withdraw(methods ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.withdrawn = slices.Clone(methods)
+	s.gate.withdrawn = slices.Clone(methods)
 }
 
 // Unban lifts every poll ban.
 func (s *Server) Unban() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	clear(s.bans)
+	clear(s.gate.bans)
 }
 
 // ServeHTTP serves /in.php, /res.php (under any path prefix), the
@@ -232,21 +200,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case createTaskMethods[r.URL.Path]:
 		s.serveCreateTask(w, r)
 	case r.URL.Path == "/turnstile/v0/siteverify":
-		s.serveSiteverify(w, r, familyTurnstile)
+		s.sites.serveSiteverify(w, r, familyTurnstile)
 	case r.URL.Path == "/recaptcha/api/siteverify":
-		s.serveSiteverify(w, r, familyRecaptcha)
+		s.sites.serveSiteverify(w, r, familyRecaptcha)
 	case r.URL.Path == "/captchafox/siteverify":
-		s.serveSiteverify(w, r, familyCaptchaFox)
+		s.sites.serveSiteverify(w, r, familyCaptchaFox)
 	case r.URL.Path == "/friendlycaptcha/api/v1/siteverify":
-		s.serveSiteverify(w, r, familyFriendly)
+		s.sites.serveSiteverify(w, r, familyFriendly)
 	case r.URL.Path == "/" || r.URL.Path == "/demo" || strings.HasPrefix(r.URL.Path, "/demo/"):
-		s.serveDemo(w, r)
+		s.sites.serveDemo(w, r)
 	default:
 		s.mu.Lock()
 		s.st.calls.Other++
 		s.mu.Unlock()
 		http.NotFound(w, r)
 	}
+}
+
+// catchUp solves what is due and returns the time it did so at.
+func (s *Server) catchUp() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Now()
+	s.runDueLocked(now)
+	return now
 }
 
 // clientIP is the address a ban applies to.
@@ -256,67 +233,4 @@ func clientIP(r *http.Request) string {
 		return r.RemoteAddr
 	}
 	return host
-}
-
-// fault is a transport failure chosen for one call.
-type fault uint8
-
-const (
-	faultNone fault = iota
-	faultDrop
-	fault5xx
-	faultSlow
-)
-
-// drawFaultLocked picks this call's fault, if any.
-func (s *Server) drawFaultLocked() fault {
-	f := s.cfg.Faults
-	if f.DropRate == 0 && f.HTTP5xxRate == 0 && f.SlowRate == 0 {
-		return faultNone
-	}
-	x := s.rng.Float64()
-	switch {
-	case x < f.DropRate:
-		s.st.faultsDropped++
-		return faultDrop
-	case x < f.DropRate+f.HTTP5xxRate:
-		s.st.faults5xx++
-		return fault5xx
-	case x < f.DropRate+f.HTTP5xxRate+f.SlowRate:
-		s.st.faultsSlow++
-		return faultSlow
-	}
-	return faultNone
-}
-
-// applyFault carries out a fault. It reports whether the call must still be
-// answered normally.
-func (s *Server) applyFault(w http.ResponseWriter, r *http.Request, f fault, status int) bool {
-	switch f {
-	case faultDrop:
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				_ = conn.Close()
-				return false
-			}
-		}
-		panic(http.ErrAbortHandler) // net/http closes the connection quietly
-	case fault5xx:
-		w.Header().Set("Content-Type", "text/html")
-		w.WriteHeader(status)
-		text := http.StatusText(status)
-		_, _ = w.Write([]byte("<html>\r\n<head><title>" + strconv.Itoa(status) + " " + text + "</title></head>\r\n<body>\r\n<center><h1>" +
-			strconv.Itoa(status) + " " + text + "</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"))
-		return false
-	case faultSlow:
-		t := time.NewTimer(s.cfg.Faults.SlowDelay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return false
-		case <-s.done:
-		}
-	}
-	return true
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq/provider"
@@ -161,19 +162,24 @@ func keyOf(token string) tokenKey {
 }
 
 // tokenBook remembers issued tokens by their hash (a token is hundreds of
-// bytes), in issue order so that old ones are forgotten cheaply.
+// bytes), in issue order so that old ones are forgotten cheaply. It has
+// its own lock: the Server issues tokens with its mu held, the demo site
+// and siteverify check them without it.
 type tokenBook struct {
+	life Siteverify // Config.Siteverify
+
+	mu      sync.Mutex
 	pending map[uint64]tokenSite // accepted token tasks not solved yet
 	issued  map[tokenKey]*issuedToken
 	order   []tokenKey
 }
 
-// noteSiteLocked records the sitekey and page host of an accepted token
-// task, so that its token can be checked against them.
+// note records the sitekey and page host of an accepted token task, so
+// that its token can be checked against them.
 // Only tokens for the demo's sitekeys are remembered: siteverify answers
 // invalid-input-response to any other token, remembered or not, so the
 // book holds nothing for a client that never uses the demo site.
-func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
+func (b *tokenBook) note(id uint64, kind provider.Kind, q *request) {
 	f := familyOf(kind)
 	if f == 0 {
 		return
@@ -193,9 +199,6 @@ func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
 	if sitekey != demo.SiteKey {
 		return
 	}
-	if s.tokens.pending == nil {
-		s.tokens.pending = make(map[uint64]tokenSite)
-	}
 	site := tokenSite{sitekey: demo.SiteKey}
 	if f == familyDataDome {
 		site.userAgent = strings.Clone(q.get("useragent"))
@@ -203,46 +206,60 @@ func (s *Server) noteSiteLocked(id uint64, kind provider.Kind, q *request) {
 	if u, err := url.Parse(q.get("pageurl")); err == nil {
 		site.hostname = strings.Clone(u.Hostname()) // not the request body it points into
 	}
-	s.tokens.pending[id] = site
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pending == nil {
+		b.pending = make(map[uint64]tokenSite)
+	}
+	b.pending[id] = site
 }
 
-// issueLocked records the token of a token task that was just solved.
-func (s *Server) issueLocked(t *task, at time.Time) {
-	site, ok := s.tokens.pending[t.id]
+// issue records the token of a token task that was just solved
+// (userAgent is Config.UserAgent, which its answer may carry).
+func (b *tokenBook) issue(t *task, at time.Time, userAgent string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	site, ok := b.pending[t.id]
 	if !ok {
 		return
 	}
-	delete(s.tokens.pending, t.id)
+	delete(b.pending, t.id)
 	if t.state != stateSolved {
 		return
 	}
-	if s.tokens.issued == nil {
-		s.tokens.issued = make(map[tokenKey]*issuedToken)
+	if b.issued == nil {
+		b.issued = make(map[tokenKey]*issuedToken)
 	}
-	s.forgetTokensLocked(at)
+	b.forgetLocked(at)
 	it := &issuedToken{kind: t.kind, sitekey: site.sitekey, hostname: site.hostname, userAgent: site.userAgent, at: at}
-	token := s.answerFor(t).checked(t.kind)
+	token := answerFor(t, userAgent).checked(t.kind)
 	if t.kind == provider.KindCloudflareChallenge {
 		token, it.userAgent = clearanceOf(token)
 	}
 	k := keyOf(token)
-	s.tokens.issued[k] = it
-	s.tokens.order = append(s.tokens.order, k)
+	b.issued[k] = it
+	b.order = append(b.order, k)
 }
 
-// forgetTokensLocked drops tokens issued more than twice the longer
-// lifetime ago.
-func (s *Server) forgetTokensLocked(now time.Time) {
-	keep := 2 * max(s.cfg.Siteverify.TurnstileLifetime, s.cfg.Siteverify.RecaptchaLifetime)
+// forgetLocked drops tokens issued more than twice the longer lifetime
+// ago.
+func (b *tokenBook) forgetLocked(now time.Time) {
+	keep := 2 * max(b.life.TurnstileLifetime, b.life.RecaptchaLifetime)
 	n := 0
-	for _, k := range s.tokens.order {
-		if it := s.tokens.issued[k]; it != nil && now.Sub(it.at) < keep {
+	for _, k := range b.order {
+		if it := b.issued[k]; it != nil && now.Sub(it.at) < keep {
 			break
 		}
-		delete(s.tokens.issued, k)
+		delete(b.issued, k)
 		n++
 	}
-	s.tokens.order = s.tokens.order[n:]
+	b.order = b.order[n:]
+}
+
+// lookupLocked is the remembered token token, if any, at now.
+func (b *tokenBook) lookupLocked(token string, now time.Time) *issuedToken {
+	b.forgetLocked(now)
+	return b.issued[keyOf(token)]
 }
 
 // verdict is one siteverify answer before it is written in a service's shape.
@@ -253,10 +270,10 @@ type verdict struct {
 	hostname string
 }
 
-// verifyLocked checks secret and response as the service of family f does.
+// verify checks secret and response as the service of family f does.
 // Google lists every missing field; Cloudflare (and the widgets checked
 // in its shape) stops at the secret.
-func (s *Server) verifyLocked(f family, secret, response string, now time.Time) verdict {
+func (b *tokenBook) verify(f family, secret, response string, now time.Time) verdict {
 	site := demoSite(f)
 	var codes []string
 	switch {
@@ -274,20 +291,28 @@ func (s *Server) verifyLocked(f family, secret, response string, now time.Time) 
 	if len(codes) > 0 {
 		return verdict{codes: codes}
 	}
-	s.forgetTokensLocked(now)
-	it := s.tokens.issued[keyOf(response)]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	it := b.lookupLocked(response, now)
 	if it == nil || familyOf(it.kind) != f || it.sitekey != site.SiteKey {
 		return verdict{codes: []string{"invalid-input-response"}}
 	}
-	life := s.cfg.Siteverify.TurnstileLifetime
+	life := b.life.TurnstileLifetime
 	if f == familyRecaptcha {
-		life = s.cfg.Siteverify.RecaptchaLifetime
+		life = b.life.RecaptchaLifetime
 	}
 	if it.used || now.Sub(it.at) > life {
 		return verdict{codes: []string{"timeout-or-duplicate"}}
 	}
 	it.used = true
 	return verdict{success: true, issued: *it}
+}
+
+// sites are the demo site's pages and the siteverify endpoints: what
+// checks the tokens the simulator issued.
+type sites struct {
+	tokens *tokenBook
+	due    func() time.Time // solves what is due; the time it did so at
 }
 
 // maxVerifyBody bounds a siteverify request body.
@@ -297,7 +322,7 @@ const maxVerifyBody = 64 << 10
 // and /recaptcha/api/siteverify (POST or GET, form) in the services' shapes,
 // and /captchafox/siteverify and /friendlycaptcha/api/v1/siteverify (the
 // token as response, or Friendly Captcha's solution) in Turnstile's.
-func (s *Server) serveSiteverify(w http.ResponseWriter, r *http.Request, f family) {
+func (d sites) serveSiteverify(w http.ResponseWriter, r *http.Request, f family) {
 	w.Header().Set("Content-Type", "application/json")
 	if r.Method != http.MethodPost && !(f == familyRecaptcha && r.Method == http.MethodGet) {
 		w.Header().Set("Allow", http.MethodPost)
@@ -310,11 +335,7 @@ func (s *Server) serveSiteverify(w http.ResponseWriter, r *http.Request, f famil
 	if err != nil {
 		v.codes = []string{"bad-request"}
 	} else {
-		s.mu.Lock()
-		now := s.cfg.Now()
-		s.runDueLocked(now)
-		v = s.verifyLocked(f, secret, response, now)
-		s.mu.Unlock()
+		v = d.tokens.verify(f, secret, response, d.due())
 	}
 	var out map[string]any
 	if f != familyRecaptcha {

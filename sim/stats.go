@@ -172,29 +172,27 @@ func (st *statsState) countSubmission(fp [16]byte, at time.Time) {
 	}
 }
 
-// advanceBusyLocked brings the busy integral up to t.
-func (s *Server) advanceBusyLocked(t time.Time) {
-	if t.After(s.st.busyAt) {
-		if s.inUse > 0 {
-			s.st.busyNanos += int64(s.inUse) * int64(t.Sub(s.st.busyAt))
+// advanceBusy brings the busy integral up to t, inUse threads in use
+// since it was last brought.
+func (st *statsState) advanceBusy(t time.Time, inUse int) {
+	if t.After(st.busyAt) {
+		if inUse > 0 {
+			st.busyNanos += int64(inUse) * int64(t.Sub(st.busyAt))
 		}
-		s.st.busyAt = t
+		st.busyAt = t
 	}
 }
 
-func (s *Server) threadTakenLocked(now time.Time) {
-	s.advanceBusyLocked(now)
-	s.inUse++
-	s.st.peak = max(s.st.peak, s.inUse)
-	if s.st.firstAccept.IsZero() {
-		s.st.firstAccept, s.st.busyAtFirstAccept = now, s.st.busyNanos
+// countFault counts a fault drawn for a call.
+func (st *statsState) countFault(f fault) {
+	switch f {
+	case faultDrop:
+		st.faultsDropped++
+	case fault5xx:
+		st.faults5xx++
+	case faultSlow:
+		st.faultsSlow++
 	}
-	s.st.lastAccept, s.st.busyAtLastAcc = now, s.st.busyNanos
-}
-
-func (s *Server) threadFreedLocked(at time.Time) {
-	s.advanceBusyLocked(at)
-	s.inUse--
 }
 
 // Stats returns the counters since New or the last ResetStats.
@@ -223,12 +221,12 @@ func (s *Server) Stats() Stats {
 		ReportsBad:       st.reportsBad,
 		ReportsGood:      st.reportsGood,
 		Threads:          s.cfg.Threads,
-		ThreadsInUse:     s.inUse,
+		ThreadsInUse:     s.table.inUse,
 		PeakThreadsInUse: st.peak,
 		Duplicates:       st.duplicates,
 		PingbacksSent:    st.pingbacksSent,
 		PingbacksFailed:  st.pingbacksFailed,
-		TasksKept:        len(s.tasks),
+		TasksKept:        len(s.table.tasks),
 
 		SolveSecondsDrawn:   st.drawn.Seconds(),
 		SolveSecondsLongest: st.longest.Seconds(),
@@ -273,7 +271,7 @@ func (s *Server) ResetStats() {
 	s.runDueLocked(now)
 	s.st.reset(s.cfg.Seed, s.cfg.ResultTTL)
 	s.st.busyAt = now
-	s.st.peak = s.inUse
+	s.st.peak = s.table.inUse
 }
 
 // SubmissionsOf returns how many accepted submits had the fingerprint fp

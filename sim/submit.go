@@ -4,10 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"fmt"
-	"math"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -197,23 +194,6 @@ func validPageURL(s string) bool {
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
-// ProxyIPOnlyText is the text of Config.ProxyIPOnly's refusal.
-const ProxyIPOnlyText = "Proxy IP address ipv4/ipv6 only: no host names or IP addresses from local networks."
-
-// parseSubmit is parseSubmit with the server's methods and proxy rule
-// (Config.ProxyIPOnly).
-func (s *Server) parseSubmit(q *request) (spec taskSpec, code, text string) {
-	spec, code, text = parseSubmit(q, s.cfg.Methods)
-	if code != "" || !s.cfg.ProxyIPOnly || q.get("proxy") == "" {
-		return spec, code, text
-	}
-	p, err := provider.ParseProxy(q.get("proxy"), q.get("proxytype"))
-	if ip, perr := netip.ParseAddr(p.Host); err != nil || perr != nil || !ip.IsGlobalUnicast() || ip.IsPrivate() {
-		return spec, "ERROR_BAD_PROXY", ProxyIPOnlyText
-	}
-	return spec, "", ""
-}
-
 // validProxy accepts [login:password@]host:port with a numeric port
 // (provider.ParseProxy).
 func validProxy(p string) bool {
@@ -283,7 +263,7 @@ func Fingerprint(method string, params map[string]string, file []byte) string {
 
 // serveSubmit answers in.php.
 func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
-	q, perr := s.parseRequest(w, r)
+	q, perr := parseRequest(w, r, s.gate.keyOK)
 	if !s.callStart(w, r, func(c *Calls) { c.Submit++ }, http.StatusBadGateway) {
 		return
 	}
@@ -295,7 +275,7 @@ func (s *Server) serveSubmit(w http.ResponseWriter, r *http.Request) {
 	case perr != nil:
 		code, text = "ERROR_BAD_PARAMETERS", "The request could not be read: "+perr.Error()
 	default:
-		spec, code, text = s.parseSubmit(q)
+		spec, code, text = s.gate.parseSubmit(q)
 	}
 	id, code, text := s.admit(q, clientIP(r), spec, code, text)
 	if code != "" {
@@ -317,9 +297,10 @@ func (s *Server) callStart(w http.ResponseWriter, r *http.Request, count func(*C
 	s.mu.Lock()
 	s.runDueLocked(s.cfg.Now())
 	count(&s.st.calls)
-	f := s.drawFaultLocked()
+	f := s.dice.fault()
+	s.st.countFault(f)
 	s.mu.Unlock()
-	return f == faultNone || s.applyFault(w, r, f, faultStatus)
+	return f == faultNone || f.apply(w, r, faultStatus, s.cfg.Faults.SlowDelay, s.done)
 }
 
 // admit runs a parsed submit (spec, or the code refusing it) through the
@@ -331,16 +312,16 @@ func (s *Server) admit(q *request, ip string, spec taskSpec, code, text string) 
 	defer s.mu.Unlock()
 	now := s.cfg.Now()
 	s.runDueLocked(now)
-	if gate := s.gateLocked(q, ip, now); gate != "" {
+	if gate := s.gate.check(q, ip, now); gate != "" {
 		code, text = gate, ""
-	} else if r, ok := s.refusalLocked(q, text); ok {
+	} else if r, ok := s.gate.refusal(q, text); ok {
 		code, text = r.Code, r.Text
 		s.st.refused++
-	} else if refuse := s.refuseLocked(q); refuse != "" {
+	} else if refuse := s.gate.refuse(q); refuse != "" {
 		code, text = refuse, ""
-	} else if s.account.ZeroBalance || code == "" && s.balanceLocked() < s.cfg.PricePer1000/1000 {
+	} else if s.gate.account.ZeroBalance || code == "" && s.gate.balance() < s.cfg.PricePer1000/1000 {
 		code, text = "ERROR_ZERO_BALANCE", ""
-	} else if code == "" && s.inUse >= s.cfg.Threads {
+	} else if code == "" && s.table.inUse >= s.cfg.Threads {
 		code = s.cfg.NoSlotAnswer
 		s.st.noSlot++
 	}
@@ -348,44 +329,8 @@ func (s *Server) admit(q *request, ip string, spec taskSpec, code, text string) 
 		return 0, code, text
 	}
 	id := s.acceptLocked(spec, now)
-	s.noteSiteLocked(id, spec.kind, q)
+	s.tokens.note(id, spec.kind, q)
 	return id, "", ""
-}
-
-// gateLocked checks bans and the key, which every call passes first.
-func (s *Server) gateLocked(q *request, ip string, now time.Time) string {
-	if s.account.IPBanned {
-		return answerIPBanned
-	}
-	if until, ok := s.bans[ip]; ok {
-		if now.Before(until) {
-			return answerIPBanned
-		}
-		delete(s.bans, ip)
-	}
-	if s.account.BadKey || !s.keyOK(q.get("key")) {
-		return "ERROR_WRONG_USER_KEY"
-	}
-	return ""
-}
-
-// refusalLocked is Config.Refusal for a submit of a type the service
-// does not take: one parseSubmit refused as not served (text), or one of
-// Withdraw's methods.
-func (s *Server) refusalLocked(q *request, text string) (Refusal, bool) {
-	if q == nil {
-		return Refusal{}, false
-	}
-	method := routeMethod(q)
-	name := provider.TypeName(method)
-	if !strings.HasSuffix(text, notSupported) && (name == "" || !slices.Contains(s.withdrawn, method)) {
-		return Refusal{}, false
-	}
-	r := s.cfg.Refusal
-	if strings.Contains(r.Text, "%s") {
-		r.Text = fmt.Sprintf(r.Text, name)
-	}
-	return r, true
 }
 
 // routeMethod is the RouteMethod of a submit's task.
@@ -393,23 +338,15 @@ func routeMethod(q *request) string {
 	return provider.Task{Method: q.get("method"), Params: map[string]string{"version": q.get("version")}}.RouteMethod()
 }
 
-// refuseLocked is the test hook Config.RefuseSubmit's answer, if any.
-func (s *Server) refuseLocked(q *request) string {
-	if s.cfg.RefuseSubmit == nil || q == nil {
-		return ""
-	}
-	return s.cfg.RefuseSubmit(q.params)
-}
-
 // acceptLocked takes a thread for a valid submit and schedules its solve.
 func (s *Server) acceptLocked(spec taskSpec, now time.Time) uint64 {
-	id := s.nextID
-	s.nextID++
-	lat := s.drawLatencyLocked(spec.kind)
+	id := s.table.nextID
+	s.table.nextID++
+	lat := s.dice.latency(spec.kind)
 	t := &task{
 		id:         id,
 		kind:       spec.kind,
-		unsolvable: s.rng.Float64() < s.cfg.UnsolvableRate,
+		unsolvable: s.dice.unsolvable(),
 		acceptedAt: now,
 		pingback:   spec.pingback,
 		pbJSON:     spec.pingbackJSON,
@@ -419,44 +356,20 @@ func (s *Server) acceptLocked(spec taskSpec, now time.Time) uint64 {
 	if s.cfg.Pingback.Disabled {
 		t.pingback = ""
 	}
-	s.recordLocked(t, now.Add(lat), spec.fingerprint)
-	s.tasks[id] = t
-	s.threadTakenLocked(now)
+	s.journal.record(t, now.Add(lat), spec.fingerprint)
+	s.table.tasks[id] = t
+	s.table.take(now)
 	s.st.countSubmission(spec.fingerprint, now)
 	s.st.drawn += lat
 	s.st.longest = max(s.st.longest, lat)
-	s.scheduleLocked(event{at: now.Add(lat), id: id, kind: eventSolve})
+	s.table.schedule(event{at: now.Add(lat), id: id, kind: eventSolve})
 	return id
-}
-
-// drawLatencyLocked draws a solve time for kind.
-func (s *Server) drawLatencyLocked(kind provider.Kind) time.Duration {
-	z := s.rng.NormFloat64() // drawn always, so the random stream stays stable
-	if s.cfg.Instant {
-		return 0
-	}
-	l := s.cfg.Latency[kind]
-	d := float64(l.Median) * math.Exp(l.Spread*z)
-	d = max(d, float64(l.Min))
-	if l.Max > 0 {
-		d = min(d, float64(l.Max))
-	}
-	return time.Duration(d * s.cfg.LatencyScale)
-}
-
-// balanceLocked is what getbalance answers: the configured balance less
-// what solves cost.
-func (s *Server) balanceLocked() float64 {
-	if s.account.ZeroBalance {
-		return 0
-	}
-	return s.cfg.Balance - s.st.spent
 }
 
 // solveLocked ends a task's solving at its due time: the thread is free and
 // the answer (or ERROR_CAPTCHA_UNSOLVABLE) is ready.
 func (s *Server) solveLocked(t *task, at time.Time) {
-	s.threadFreedLocked(at)
+	s.table.free(at)
 	t.doneAt = at
 	if t.unsolvable {
 		t.state = stateUnsolvable
@@ -466,17 +379,17 @@ func (s *Server) solveLocked(t *task, at time.Time) {
 		s.st.solved++
 		s.st.spent += s.cfg.PricePer1000 / 1000
 	}
-	s.issueLocked(t, at)
+	s.tokens.issue(t, at, s.cfg.UserAgent)
 	t.forgetAt = at.Add(s.cfg.ResultTTL)
-	s.scheduleLocked(event{at: t.forgetAt, id: t.id, kind: eventForget})
+	s.table.schedule(event{at: t.forgetAt, id: t.id, kind: eventForget})
 	if t.pingback != "" {
 		code := "ERROR_CAPTCHA_UNSOLVABLE"
 		if t.state == stateSolved {
-			code = s.answerFor(t).raw
+			code = answerFor(t, s.cfg.UserAgent).raw
 		}
 		c := pingbackCall{url: t.pingback, id: t.id, code: code}
 		if t.pbJSON {
-			c.json = s.ctPingback(t)
+			c.json = ctPingback(t, s.cfg.UserAgent, s.cfg.PricePer1000)
 		}
 		s.pingbacks.enqueue(c)
 	}
