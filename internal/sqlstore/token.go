@@ -83,17 +83,35 @@ func ScanToken[T, A any](sc Scanner, d Decoder[T, A]) (captchaq.Result, error) {
 	return r, nil
 }
 
-// Counts reads rows of (name, count) into a map, the reading of both
-// stores' TokenCounts.
-func Counts(rows Rows) (map[string]int, error) {
+// CountTokens is the query of both stores' TokenCounts.
+const CountTokens = `SELECT reservoir, count(*) FROM reservoir_tokens GROUP BY reservoir`
+
+// TokenCounts is both stores' TokenCounts: it reads the rows of
+// CountTokens that a store's handle answered (rows, or err) into a map
+// and closes them. An error goes through wrap.
+func TokenCounts(rows Rows, err error, wrap func(error) error) (map[string]int, error) {
+	if err != nil {
+		return nil, wrap(err)
+	}
+	defer closeRows(rows)
 	counts := map[string]int{}
 	for rows.Next() {
 		var name string
 		var n int
 		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
+			return nil, wrap(err)
 		}
 		counts[name] = n
 	}
-	return counts, rows.Err()
+	return counts, wrap(rows.Err())
+}
+
+// closeRows closes pgx.Rows (Close()) and *sql.Rows (Close() error).
+func closeRows(rows Rows) {
+	switch r := rows.(type) {
+	case interface{ Close() }:
+		r.Close()
+	case interface{ Close() error }:
+		_ = r.Close()
+	}
 }

@@ -70,11 +70,6 @@ func (s *Store) TokenCounts(ctx context.Context) (map[string]int, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
-	rows, err := s.pool.Query(ctx, `SELECT reservoir, count(*) FROM reservoir_tokens GROUP BY reservoir`)
-	if err != nil {
-		return nil, s.wrap("TokenCounts", err)
-	}
-	defer rows.Close()
-	counts, err := sqlstore.Counts(rows)
-	return counts, s.wrap("TokenCounts", err)
+	rows, err := s.pool.Query(ctx, sqlstore.CountTokens)
+	return sqlstore.TokenCounts(rows, err, func(err error) error { return s.wrap("TokenCounts", err) })
 }
