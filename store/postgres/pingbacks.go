@@ -12,13 +12,16 @@ import (
 
 var _ captchaq.PingbackLedger = (*Store)(nil)
 
+// pingbacks keeps the ledger of the pingbacks the tasks owe.
+type pingbacks struct{ *db }
+
 // pingbackFree selects a final task that owes a pingback no lease holds,
 // at the database's clock.
 const pingbackFree = `status IN ('solved', 'failed') AND pingback_owed IS NOT NULL
 	AND (pingback_lease IS NULL OR pingback_lease <= now())`
 
 // TakePingback implements captchaq.PingbackLedger in one statement.
-func (s *Store) TakePingback(ctx context.Context, id string, lease time.Duration) (captchaq.Record, bool, error) {
+func (s *pingbacks) TakePingback(ctx context.Context, id string, lease time.Duration) (captchaq.Record, bool, error) {
 	if s.closed.Load() {
 		return captchaq.Record{}, false, ErrClosed
 	}
@@ -39,7 +42,7 @@ func (s *Store) TakePingback(ctx context.Context, id string, lease time.Duration
 // ClaimPingbacks implements captchaq.PingbackLedger in one statement:
 // the rows another claimer has locked are skipped, and the lease is
 // checked again on the row the UPDATE locks.
-func (s *Store) ClaimPingbacks(ctx context.Context, grace, lease time.Duration, max int) ([]captchaq.Record, error) {
+func (s *pingbacks) ClaimPingbacks(ctx context.Context, grace, lease time.Duration, max int) ([]captchaq.Record, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -60,7 +63,7 @@ func (s *Store) ClaimPingbacks(ctx context.Context, grace, lease time.Duration, 
 }
 
 // PingbackDone implements captchaq.PingbackLedger.
-func (s *Store) PingbackDone(ctx context.Context, id string) error {
+func (s *pingbacks) PingbackDone(ctx context.Context, id string) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}

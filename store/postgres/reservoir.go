@@ -13,10 +13,13 @@ import (
 
 var _ captchaq.ReservoirStore = (*Store)(nil)
 
+// reservoirs keeps the reservoirs' tokens (table reservoir_tokens).
+type reservoirs struct{ *db }
+
 // StockToken implements captchaq.ReservoirStore. Texts that PostgreSQL
 // cannot hold are stored with U+FFFD in their place, as Finish stores
 // them.
-func (s *Store) StockToken(ctx context.Context, name string, r captchaq.Result) error {
+func (s *reservoirs) StockToken(ctx context.Context, name string, r captchaq.Result) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
@@ -36,7 +39,7 @@ func (s *Store) StockToken(ctx context.Context, name string, r captchaq.Result) 
 // at once neither wait for each other nor get one token twice. A
 // process that dies before the commit takes nothing; one that dies
 // after it loses the one token it took.
-func (s *Store) TakeToken(ctx context.Context, name string, notBefore time.Time) (captchaq.Result, bool, error) {
+func (s *reservoirs) TakeToken(ctx context.Context, name string, notBefore time.Time) (captchaq.Result, bool, error) {
 	if s.closed.Load() {
 		return captchaq.Result{}, false, ErrClosed
 	}
@@ -54,7 +57,7 @@ func (s *Store) TakeToken(ctx context.Context, name string, notBefore time.Time)
 }
 
 // DropTokens implements captchaq.ReservoirStore.
-func (s *Store) DropTokens(ctx context.Context, name string, before time.Time) (int, error) {
+func (s *reservoirs) DropTokens(ctx context.Context, name string, before time.Time) (int, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -66,7 +69,7 @@ func (s *Store) DropTokens(ctx context.Context, name string, before time.Time) (
 }
 
 // TokenCounts implements captchaq.ReservoirStore.
-func (s *Store) TokenCounts(ctx context.Context) (map[string]int, error) {
+func (s *reservoirs) TokenCounts(ctx context.Context) (map[string]int, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}

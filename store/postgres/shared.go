@@ -3,199 +3,21 @@ package postgres
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/startstop"
 )
 
-// notifyChannel is the LISTEN/NOTIFY channel of task events. A payload
-// is INSTANCE:KIND:ID, INSTANCE the Store that wrote it.
-const notifyChannel = "captchaq_tasks"
-
-// EventKind says what happened to a task.
-type EventKind byte
-
-// Event kinds.
-const (
-	// EventAccepted: another Store enqueued the task (Config.Notify).
-	EventAccepted EventKind = 'a'
-	// EventFinished: another Store finished the task (FinishIf).
-	EventFinished EventKind = 'f'
-	// EventResync: the listening connection was lost and is back; events
-	// of the time between are lost, so read again what matters.
-	EventResync EventKind = 'r'
-)
-
-// Event is a change another Store on the database made.
-type Event struct {
-	Kind EventKind
-	ID   string
-}
-
-// newInstance names a Store among those that share a database.
-func newInstance() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// FinishIf stores r as Finish does, but only while the task's record is
-// still as seen shows it (its status, captcha id, acceptance time and
-// finish time): a compare-and-swap among the processes that share the
-// database, so that of several that read a task unfinished and took a
-// result for it, one stores it. It returns false when the record changed
-// meanwhile (read it again and decide again), or is gone. A stored result
-// is announced to the Watch functions of the other Stores.
-func (s *Store) FinishIf(ctx context.Context, r captchaq.Result, seen captchaq.Record) (bool, error) {
-	if s.closed.Load() {
-		return false, ErrClosed
-	}
-	if !r.Status.Final() {
-		return false, fmt.Errorf("postgres: FinishIf %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
-	}
-	if !storable(r.ID) {
-		return false, fmt.Errorf("%w: %q", captchaq.ErrNotFound, r.ID)
-	}
-	captchaID, finished := seen.CaptchaID, any(nil)
-	if seen.Result != nil {
-		captchaID, finished = seen.Result.CaptchaID, timeArg(seen.Result.FinishedAt)
-	}
-	args := append(finishArgs(r), string(seen.Status), clean(captchaID), seen.AcceptedAt.UTC(), finished)
-	return s.finishWhere(ctx, "FinishIf", r.ID, ` WHERE id = $1 AND status = $20 AND captcha_id = $21
-		AND accepted_at = $22 AND finished_at IS NOT DISTINCT FROM $23`, args)
-}
-
-// FinishMarked stores r for a task in flight under captchaID (the mark
-// its gateway checkpointed it with), in one statement: false, storing
-// nothing, when the task is not in flight under it (the caller reads the
-// record and decides). A stored result is announced as FinishIf's is.
-func (s *Store) FinishMarked(ctx context.Context, r captchaq.Result, captchaID string) (bool, error) {
-	if s.closed.Load() {
-		return false, ErrClosed
-	}
-	if !r.Status.Final() {
-		return false, fmt.Errorf("postgres: FinishMarked %q: status %q is not final: use %q or %q", r.ID, r.Status, captchaq.StatusSolved, captchaq.StatusFailed)
-	}
-	if !storable(r.ID) || !storable(captchaID) {
-		return false, nil
-	}
-	return s.finishWhere(ctx, "FinishMarked", r.ID, ` WHERE id = $1 AND status = 'inflight' AND captcha_id = $20`,
-		append(finishArgs(r), captchaID))
-}
-
-// finishWhere stores a result with finishTask under where (its arguments
-// after finishArgs'), and announces it: false, storing nothing, when
-// where matched no row.
-func (s *Store) finishWhere(ctx context.Context, op, id, where string, args []any) (bool, error) {
-	tag, err := s.pool.Exec(ctx, finishTask+where, args...)
-	if err != nil {
-		return false, s.wrap(op, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return false, nil
-	}
-	s.announce(EventFinished, id)
-	return true, nil
-}
-
-// Watch starts calling fn, on one goroutine of the store, with each task
-// another Store on the database accepted (when it has Config.Notify) or
-// finished (FinishIf). It listens on a connection of its own (not one of
-// the pool's); when that connection drops it opens another, once a second
-// until it can, and then calls fn with EventResync. Call it once; Close
-// stops it. It returns once the first connection listens (or its first
-// try failed, or listenWait passed): a task another Store accepts after
-// that is told, unless its announcement is lost (see the package doc),
-// which no event tells.
-func (s *Store) Watch(fn func(Event)) error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	s.mu.Lock()
-	if s.watcher != nil {
-		s.mu.Unlock()
-		return errors.New("postgres: Watch called twice")
-	}
-	first := make(chan struct{})
-	ready := sync.OnceFunc(func() { close(first) })
-	s.watcher = startstop.New(func(ctx context.Context) { s.listen(ctx, fn, ready) })
-	err := s.watcher.Start(context.Background())
-	s.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	select {
-	case <-first:
-	case <-time.After(listenWait):
-	}
-	return nil
-}
-
-// relistenAfter is the pause before the watcher takes a new connection.
-const relistenAfter = time.Second
-
-// listenWait bounds Watch's wait for its first connection to listen.
-const listenWait = 30 * time.Second
-
-// listen listens until ctx ends, calling ready once the first connection
-// listens or fails.
-func (s *Store) listen(ctx context.Context, fn func(Event), ready func()) {
-	defer ready()
-	for first := true; ctx.Err() == nil; first = false {
-		err := s.listenOnce(ctx, fn, !first, ready)
-		ready()
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("postgres store: listening for other processes' tasks failed; trying again", "store", s.name, "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(relistenAfter):
-		}
-	}
-}
-
-func (s *Store) listenOnce(ctx context.Context, fn func(Event), resync bool, listening func()) error {
-	// A connection of its own, not the pool's: it waits all the time.
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		return err
-	}
-	listening()
-	if resync {
-		fn(Event{Kind: EventResync})
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		inst, rest, ok := strings.Cut(n.Payload, ":")
-		if !ok || inst == s.instance {
-			continue
-		}
-		kind, id, ok := strings.Cut(rest, ":")
-		if !ok || len(kind) != 1 {
-			continue
-		}
-		fn(Event{Kind: EventKind(kind[0]), ID: id})
-	}
-}
+// fronts is what the replicas of a front share on the database: the task
+// ids (IDBlock, IDKey), the active queue (Activate) and the tenants'
+// bounds (Admit).
+type fronts struct{ *db }
 
 // idBlock is how many ids IDBlock hands out at once (the sequence's
 // increment).
@@ -203,7 +25,7 @@ const idBlock = 1000
 
 // IDBlock hands out idBlock numeric task ids that no process on the
 // database was handed before: first up to first+n-1.
-func (s *Store) IDBlock(ctx context.Context) (first uint64, n int, err error) {
+func (s *fronts) IDBlock(ctx context.Context) (first uint64, n int, err error) {
 	if s.closed.Load() {
 		return 0, 0, ErrClosed
 	}
@@ -221,7 +43,7 @@ const idKeySize = 16
 // the first call of any process writes one, drawn at random, and every
 // call after reads that one, so every replica permutes IDBlock's numbers
 // alike.
-func (s *Store) IDKey(ctx context.Context) ([]byte, error) {
+func (s *fronts) IDKey(ctx context.Context) ([]byte, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -282,7 +104,7 @@ const activeCheck = 2 * time.Second
 // connection: when the holder dies, or its connection or the server does,
 // it is free, and Lost tells the holder, which must stop work at once
 // (another process may take over).
-func (s *Store) Activate(ctx context.Context, wait bool) (*Active, error) {
+func (s *fronts) Activate(ctx context.Context, wait bool) (*Active, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -299,7 +121,7 @@ func (s *Store) Activate(ctx context.Context, wait bool) (*Active, error) {
 	}
 }
 
-func (s *Store) tryActivate(ctx context.Context) (*Active, error) {
+func (s *fronts) tryActivate(ctx context.Context) (*Active, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, s.wrap("Activate", err)
@@ -423,7 +245,7 @@ FROM held, fits, paced, (SELECT set_config('synchronous_commit', 'off', true)) A
 // moment do not both get it. A slot counts until its task is recorded
 // (Enqueue, or Replay for a dead letter) and finishes, until FreeSlots
 // gives it back, or for a minute; a token is spent.
-func (s *Store) Admit(ctx context.Context, tenant string, ids []string, maxInflight int, rate float64, burst int) (ok bool, held int, wait time.Duration, err error) {
+func (s *fronts) Admit(ctx context.Context, tenant string, ids []string, maxInflight int, rate float64, burst int) (ok bool, held int, wait time.Duration, err error) {
 	if s.closed.Load() {
 		return false, 0, 0, ErrClosed
 	}
@@ -474,7 +296,7 @@ func (s *Store) Admit(ctx context.Context, tenant string, ids []string, maxInfli
 
 // FreeSlots gives back the slots Admit took for ids whose tasks were not
 // accepted.
-func (s *Store) FreeSlots(ctx context.Context, ids []string) error {
+func (s *fronts) FreeSlots(ctx context.Context, ids []string) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}

@@ -12,11 +12,14 @@ import (
 
 var _ captchaq.StateStore = (*Store)(nil)
 
+// states keeps the queue's named state (table queue_state).
+type states struct{ *db }
+
 // LoadState implements captchaq.StateStore: the value SaveState stored
 // under name, or nil. The queue keeps its providers' refusals of types
 // here (captchaq.Config.RefusalHold), so the queue that takes over a
 // database knows those of the one before.
-func (s *Store) LoadState(ctx context.Context, name string) ([]byte, error) {
+func (s *states) LoadState(ctx context.Context, name string) ([]byte, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -28,7 +31,7 @@ func (s *Store) LoadState(ctx context.Context, name string) ([]byte, error) {
 }
 
 // SaveState implements captchaq.StateStore in one statement.
-func (s *Store) SaveState(ctx context.Context, name string, value []byte) error {
+func (s *states) SaveState(ctx context.Context, name string, value []byte) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
