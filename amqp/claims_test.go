@@ -175,15 +175,22 @@ type cutProxy struct {
 
 func newCutProxy(t *testing.T, brokerURL string) *cutProxy {
 	t.Helper()
-	u, err := url.Parse(brokerURL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cutProxyOn(t, ln, brokerURL)
+}
+
+// cutProxyOn is a cutProxy forwarding the connections ln accepts; its url
+// is brokerURL on ln's address.
+func cutProxyOn(t *testing.T, ln net.Listener, brokerURL string) *cutProxy {
+	t.Helper()
 	t.Cleanup(func() { ln.Close() })
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	target := u.Host
 	u.Host = ln.Addr().String()
 	p := &cutProxy{url: u.String()}

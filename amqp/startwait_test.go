@@ -3,7 +3,6 @@ package amqp
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/url"
 	"strings"
@@ -21,7 +20,6 @@ func TestDialWaitsForTheBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	brokerAddr := u.Host
 
 	// A port nothing listens on yet: the broker's, forwarded from 1.5 s on.
 	probe, err := net.Listen("tcp", "127.0.0.1:0")
@@ -57,8 +55,7 @@ func TestDialWaitsForTheBroker(t *testing.T) {
 				t.Errorf("listen on %s: %v", addr, err)
 				return
 			}
-			t.Cleanup(func() { ln.Close() })
-			forward(ln, brokerAddr)
+			cutProxyOn(t, ln, cfg.URL)
 		}()
 		start := time.Now()
 		waiting := late
@@ -96,21 +93,4 @@ func TestDialWaitsForTheBroker(t *testing.T) {
 			t.Errorf("a refused login took %v: it was tried again", d)
 		}
 	})
-}
-
-// forward sends each connection ln accepts on to addr, until ln closes.
-func forward(ln net.Listener, addr string) {
-	for {
-		in, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", addr)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		go func() { io.Copy(out, in); out.Close() }()
-		go func() { io.Copy(in, out); in.Close() }()
-	}
 }
