@@ -20,6 +20,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/internal/syncio"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -140,7 +141,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (FleetReport, error) {
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	r := &fleetRun{cfg: cfg, prefix: "bench-fleet-" + hex.EncodeToString(b[:]), procs: map[string]*exec.Cmd{}, log: &syncWriter{w: cfg.Log}}
+	r := &fleetRun{cfg: cfg, prefix: "bench-fleet-" + hex.EncodeToString(b[:]), procs: map[string]*exec.Cmd{}, log: syncio.NewWriter(cfg.Log)}
 	defer r.cleanup()
 	return r.run(ctx)
 }
@@ -151,7 +152,7 @@ type fleetRun struct {
 	prefix string
 	sim    *sim.Server
 	apiURL string
-	log    *syncWriter // cfg.Log, one write at a time
+	log    *syncio.Writer // cfg.Log, one write at a time
 
 	mu     sync.Mutex
 	procs  map[string]*exec.Cmd

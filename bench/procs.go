@@ -73,18 +73,6 @@ func atoi(s string) int {
 	return n
 }
 
-// syncWriter lets one write through at a time.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
 // lineWriter prefixes each line of a process's log for the run's log.
 type lineWriter struct {
 	w      io.Writer

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/captchaq/captchaq/amqp"
+	"github.com/captchaq/captchaq/internal/syncio"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -246,7 +247,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (SoakReport, error) {
 	}
 	var b [4]byte
 	_, _ = crand.Read(b[:])
-	log := &syncWriter{w: cfg.Log}
+	log := syncio.NewWriter(cfg.Log)
 	r := &soakRun{cfg: cfg, name: "captchaq_soak_" + hex.EncodeToString(b[:]), log: log, procGroup: newProcGroup(log)}
 	defer r.cleanup()
 	return r.run(ctx)
@@ -256,7 +257,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (SoakReport, error) {
 type soakRun struct {
 	cfg  SoakConfig
 	name string // the vhost's and the database's
-	log  *syncWriter
+	log  *syncio.Writer
 	dir  string
 	sim  *sim.Server
 	// The simulator's URL, the vhost's, the database's, the clients

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/syncio"
 )
 
 func init() {
@@ -68,7 +69,7 @@ func runBatch(ctx context.Context, env *environment, args []string) error {
 	// The reader, the stream and the queue's pause hook all report on
 	// stderr; the progress bar keeps the real file to detect a terminal.
 	term := env.stderr
-	env = env.withStderr(&lockedWriter{w: env.stderr})
+	env = env.withStderr(syncio.NewWriter(env.stderr))
 	rt, err := qf.open(ctx, env)
 	if err != nil {
 		return err
@@ -440,16 +441,4 @@ func (rw *resultWriter) err() error {
 		return fmt.Errorf("writing results: %w", rw.firstErr)
 	}
 	return nil
-}
-
-// lockedWriter serializes writes from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }

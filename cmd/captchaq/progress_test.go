@@ -72,13 +72,8 @@ func TestBatchProgressOffATerminal(t *testing.T) {
 func TestBatchUnreachableProviderSaysSo(t *testing.T) {
 	t.Parallel()
 	in := writeFile(t, "tasks.jsonl", jsonl(t, turnstileTasks("down", 3)))
-	sb := &strings.Builder{}
-	errw := &lockedWriter{w: sb}
-	text := func() string {
-		errw.mu.Lock()
-		defer errw.mu.Unlock()
-		return sb.String()
-	}
+	errw := &testbound.Buffer{}
+	text := errw.String
 	env := &environment{stdin: strings.NewReader(""), stdout: &strings.Builder{}, stderr: errw, getenv: func(k string) string { return keyEnv[k] }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
