@@ -48,7 +48,10 @@ func closeConnectionsFrom(ports []int) error {
 	closed := 0
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 2 || !slices.Contains(ports, atoi(f[1])) {
+		if len(f) != 2 {
+			continue
+		}
+		if port, err := strconv.Atoi(f[1]); err != nil || !slices.Contains(ports, port) {
 			continue
 		}
 		if o, err := exec.Command("rabbitmqctl", "-q", "close_connection", f[0], "fleet bench: forced close").CombinedOutput(); err != nil {
@@ -60,17 +63,6 @@ func closeConnectionsFrom(ports []int) error {
 		return errors.New("fleet: no connection of the worker to close")
 	}
 	return nil
-}
-
-func atoi(s string) int {
-	n := 0
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return -1
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n
 }
 
 // lineWriter prefixes each line of a process's log for the run's log.
