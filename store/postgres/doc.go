@@ -80,7 +80,7 @@
 // FinishIf stores a result only while the record is as its caller read it
 // (one of several replicas stores it); Watch tells a Store what the others
 // accepted (Config.Notify) and finished, over LISTEN/NOTIFY, announced
-// after each commit in batches (announce.go says why); IDBlock hands out
+// after each commit in batches (events.go says why); IDBlock hands out
 // blocks of task ids from a sequence, and IDKey the key, made once, with
 // which every replica permutes them; Admit keeps a client's
 // max_inflight (front_slots, under the client's advisory lock) and rate
@@ -109,7 +109,7 @@
 //
 // # Background loops and Close
 //
-// Open starts the announcer (announce.go) and, unless Retention is
+// Open starts the announcer (events.go) and, unless Retention is
 // RetentionOff, the pruner (pruner.go, an internal/sqlstore Pruner, as
 // store/sqlite's), which deletes final tasks Config.Retention after they
 // finished, at Open and every Config.PruneInterval; Watch starts the
