@@ -129,6 +129,20 @@ func call(req func() (*http.Response, error)) (int, string, error) {
 // part of the run meets it.
 func runFrontClients(t *testing.T, base, pingback string, n, clients, disruptAfter int, disrupt func(down func())) *frontRun {
 	t.Helper()
+	task := func(i int) url.Values {
+		v := frontTask(i)
+		if pingback != "" {
+			v.Set("pingback", pingback)
+		}
+		return v
+	}
+	return runFrontTasks(t, base, task, n, clients, disruptAfter, disrupt)
+}
+
+// runFrontTasks is runFrontClients with task i's in.php form from task,
+// which may also wait, to pace the run.
+func runFrontTasks(t *testing.T, base string, task func(i int) url.Values, n, clients, disruptAfter int, disrupt func(down func())) *frontRun {
+	t.Helper()
 	run := &frontRun{tokens: map[int]string{}, ids: map[int]string{}, resent: map[int]int{}}
 	fail := func(format string, args ...any) {
 		run.mu.Lock()
@@ -167,10 +181,7 @@ func runFrontClients(t *testing.T, base, pingback string, n, clients, disruptAft
 					}
 				}
 				var id string
-				v := frontTask(i)
-				if pingback != "" {
-					v.Set("pingback", pingback)
-				}
+				v := task(i)
 				for ctx.Err() == nil {
 					status, body, err := call(func() (*http.Response, error) { return http.PostForm(base+"/in.php", v) })
 					if got, ok := strings.CutPrefix(body, "OK|"); ok && status == http.StatusOK {

@@ -32,6 +32,23 @@ func reservoirsFile(names ...string) string {
 	return "[" + strings.Join(es, ",") + "]"
 }
 
+// getReservoirs is GET /v1/reservoirs at base with the admin key.
+func getReservoirs(t *testing.T, base, adminKey string) []server.ReservoirView {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/reservoirs", nil)
+	req.Header.Set("Authorization", "Bearer "+adminKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Reservoirs []server.ReservoirView }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/reservoirs: HTTP %d, %v", resp.StatusCode, err)
+	}
+	return out.Reservoirs
+}
+
 // serve --reservoirs as a process on the built-in simulator: once the
 // reservoir is full, an unchanged 2captcha client's in.php submit (a
 // plain form) gets its token at its first res.php poll, and GET
@@ -46,21 +63,7 @@ func TestServeReservoirs(t *testing.T) {
 		"--threads", "8", "--listen", "127.0.0.1:0", "--reservoirs", file)
 	base := "http://" + m[1]
 	var views []server.ReservoirView
-	reservoirs := func() []server.ReservoirView {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, base+"/v1/reservoirs", nil)
-		req.Header.Set("Authorization", "Bearer "+resAdminKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out struct{ Reservoirs []server.ReservoirView }
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET /v1/reservoirs: HTTP %d, %v", resp.StatusCode, err)
-		}
-		return out.Reservoirs
-	}
+	reservoirs := func() []server.ReservoirView { t.Helper(); return getReservoirs(t, base, resAdminKey) }
 	testbound.Until(t, "the reservoir full", func() bool { views = reservoirs(); return views[0].Stock == 2 })
 
 	form := url.Values{"key": {resClientKey}, "method": {"turnstile"}, "sitekey": {resSitekey}, "pageurl": {"https://shop.example/checkout"}}
