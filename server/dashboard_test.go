@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -136,23 +137,68 @@ func TestDashboardInBrowser(t *testing.T) {
 }
 
 // The dashboard lists the reservoirs with their stock against their
-// target and their draws.
+// target and their draws, and charts each one's hits, misses and tokens
+// expired unused per minute: "checkout" answers one task from its stock
+// (a hit), "stale" keeps none long enough to hand out (its min life is
+// a millisecond short of a Turnstile token's life), so its one task is a
+// miss and every token it is refilled with ages out unused.
 func TestDashboardShowsReservoirs(t *testing.T) {
 	v := turnstile()
-	template := captchaq.Task{Method: v.Get("method"), Params: map[string]string{"sitekey": v.Get("sitekey"), "pageurl": v.Get("pageurl")}}
+	stale := turnstile()
+	stale.Set("pageurl", "https://shop.example/stale")
+	template := func(v url.Values) captchaq.Task {
+		return captchaq.Task{Method: v.Get("method"), Params: map[string]string{"sitekey": v.Get("sitekey"), "pageurl": v.Get("pageurl")}}
+	}
 	b := setup(t, options{server: func(c *server.Config) {
 		c.Queue.Threads = 4
-		c.Queue.Reservoirs = []captchaq.ReservoirConfig{{Name: "checkout", Task: template, Size: 1}}
+		c.Queue.Reservoirs = []captchaq.ReservoirConfig{{Name: "checkout", Task: template(v), Size: 1},
+			{Name: "stale", Task: template(stale), Size: 1, MinLife: 5*time.Minute - time.Millisecond}}
+		c.HistoryEvery = 100 * time.Millisecond
 	}})
-	testbound.Until(t, "a token in stock", func() bool { return b.srv.Queue().Reservoirs()[0].Stock == 1 })
+	testbound.Until(t, "a token in stock, one aged out", func() bool {
+		rs := b.srv.Queue().Reservoirs()
+		return rs[0].Stock == 1 && rs[1].Expired > 0
+	})
 	b.inOK(t, keyQA, v)
+	b.inOK(t, keyQA, stale)
 	ctx := browser(t)
 	if err := chromedp.Do(ctx, openDashboard(b.url, keyAdmin),
 		waitText("#reservoirs tr td:first-child", "checkout"),
 		waitText("#reservoirs tr td:nth-child(5)", "1"), // hits
 		waitText("#reservoirs tr td:nth-child(8)", "1"), // handed out
 		waitText("#reservoirs tr td:nth-child(3)", "1 / 1"),
+		waitText("#reservoirs tr:nth-child(2) td:nth-child(6)", "1"), // stale's misses
 	); err != nil {
 		t.Fatalf("reservoirs not shown: %v", err)
+	}
+	// The chart: a line for each reservoir's hits, misses and waste.
+	ready := `(() => { const u = (window.captchaqCharts || {})["chart-reservoirs"]; if (!u) return false;
+	  const max = (label) => { const i = u.series.findIndex((s) => s.label === label);
+	    return i < 1 ? -1 : Math.max(-1, ...u.data[i].filter((v) => v !== null)); };
+	  return max("checkout hits") > 0 && max("stale misses") > 0 && max("stale expired unused") > 0; })()`
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](ready, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		charts, _ := chromedp.Run(ctx, chromedp.Evaluate[map[string]chartData](readCharts))
+		t.Fatalf("the reservoirs chart did not fill: %v\npage holds: %+v", err, charts["chart-reservoirs"])
+	}
+	charts, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]chartData](readCharts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := charts["chart-reservoirs"]
+	var labels []string
+	for _, s := range c.Series {
+		labels = append(labels, s.Label)
+	}
+	want := []string{"checkout hits", "checkout misses", "checkout expired unused", "stale hits", "stale misses", "stale expired unused"}
+	if !slices.Equal(labels, want) {
+		t.Errorf("the reservoirs chart's lines: %q, want %q", labels, want)
+	}
+	for _, label := range []string{"checkout misses", "checkout expired unused", "stale hits"} {
+		if s := c.series(label); s.Max != 0 || s.Values == 0 {
+			t.Errorf("%s: %+v, want 0 at every sample with a value", label, s)
+		}
+	}
+	if hidden, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.getElementById("chart-reservoirs").closest(".chart").hidden`)); err != nil || hidden {
+		t.Errorf("the reservoirs chart is hidden (%v)", err)
 	}
 }

@@ -28,7 +28,11 @@ type sample struct {
 	inflight            map[string]int
 	broker              map[string]int // broker queues, when the Backend has them
 	paused              bool
+	reservoirs          map[string]reservoirTotals
 }
+
+// reservoirTotals are a reservoir's draws and waste since it was set.
+type reservoirTotals struct{ hits, misses, expired int64 }
 
 // history keeps the last window of samples in a ring, in memory: the
 // charts survive a reload of the page, not a restart of the server.
@@ -99,6 +103,20 @@ type History struct {
 	// Broker is messages ready in each broker queue (a gateway only).
 	Broker map[string][]*float64 `json:"broker,omitempty"`
 	Paused []bool                `json:"paused"`
+	// Reservoirs are each reservoir's draws and waste per minute, by
+	// name (serve --reservoirs); none without reservoirs.
+	Reservoirs map[string]ReservoirHistory `json:"reservoirs,omitempty"`
+}
+
+// ReservoirHistory is one reservoir's columns of History: tasks that took
+// a token (hits) and that found none (misses), and tokens aged out unused
+// (expired), each per minute as SolvedPerMin is; null before the
+// reservoir was set, or where it was set again with other params (its
+// counts start again).
+type ReservoirHistory struct {
+	HitsPerMin    []*float64 `json:"hits_per_min"`
+	MissesPerMin  []*float64 `json:"misses_per_min"`
+	ExpiredPerMin []*float64 `json:"expired_per_min"`
 }
 
 // rateWindow is what the per-minute rates are taken over.
@@ -117,7 +135,9 @@ func (h *history) view() History {
 	if broker := columns(ss, func(s sample) map[string]int { return s.broker }); len(broker) > 0 {
 		out.Broker = broker
 	}
-	from := 0 // the first sample within rateWindow before the current one
+	out.Reservoirs = reservoirColumns(ss)
+	starts := map[string]int{} // by reservoir: the sample its counts start at
+	from := 0                  // the first sample within rateWindow before the current one
 	for i, s := range ss {
 		out.T = append(out.T, float64(s.at.UnixMilli())/1000)
 		out.ThreadsInUse = append(out.ThreadsInUse, float64(s.inUse))
@@ -129,14 +149,55 @@ func (h *history) view() History {
 		for from < i-1 && s.at.Sub(ss[from+1].at) >= rateWindow {
 			from++
 		}
-		var solved, failed *float64
-		if dt := s.at.Sub(ss[from].at); i > 0 && dt > 0 {
-			perMin := rateWindow.Seconds() / dt.Seconds()
-			solved = num(float64(s.solved-ss[from].solved) * perMin)
-			failed = num(float64(s.failed-ss[from].failed) * perMin)
+		// A rate at s over the samples since a; none at the first sample.
+		rate := func(a sample, total func(sample) int64) *float64 {
+			if dt := s.at.Sub(a.at); i > 0 && dt > 0 {
+				return num(float64(total(s)-total(a)) * rateWindow.Seconds() / dt.Seconds())
+			}
+			return nil
 		}
-		out.SolvedPerMin = append(out.SolvedPerMin, solved)
-		out.FailedPerMin = append(out.FailedPerMin, failed)
+		out.SolvedPerMin = append(out.SolvedPerMin, rate(ss[from], func(s sample) int64 { return s.solved }))
+		out.FailedPerMin = append(out.FailedPerMin, rate(ss[from], func(s sample) int64 { return s.failed }))
+		for name, rh := range out.Reservoirs {
+			if restarted(ss, i, name) {
+				starts[name] = i
+			}
+			a := ss[max(from, starts[name])]
+			count := func(get func(reservoirTotals) int64) *float64 {
+				return rate(a, func(s sample) int64 { return get(s.reservoirs[name]) })
+			}
+			rh.HitsPerMin = append(rh.HitsPerMin, count(func(c reservoirTotals) int64 { return c.hits }))
+			rh.MissesPerMin = append(rh.MissesPerMin, count(func(c reservoirTotals) int64 { return c.misses }))
+			rh.ExpiredPerMin = append(rh.ExpiredPerMin, count(func(c reservoirTotals) int64 { return c.expired }))
+			out.Reservoirs[name] = rh
+		}
+	}
+	return out
+}
+
+// restarted reports whether reservoir name's counts start at sample i:
+// it is not in sample i, or not in the one before, or a count fell (it
+// was set again with other params).
+func restarted(ss []sample, i int, name string) bool {
+	c, ok := ss[i].reservoirs[name]
+	if !ok || i == 0 {
+		return !ok
+	}
+	p, had := ss[i-1].reservoirs[name]
+	return !had || c.hits < p.hits || c.misses < p.misses || c.expired < p.expired
+}
+
+// reservoirColumns are the reservoirs of any of ss, each with empty
+// columns.
+func reservoirColumns(ss []sample) map[string]ReservoirHistory {
+	out := map[string]ReservoirHistory{}
+	for _, s := range ss {
+		for name := range s.reservoirs {
+			out[name] = ReservoirHistory{HitsPerMin: []*float64{}, MissesPerMin: []*float64{}, ExpiredPerMin: []*float64{}}
+		}
+	}
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }
@@ -181,6 +242,14 @@ func (s *Server) readSample(ctx context.Context, now time.Time) sample {
 	}
 	for _, c := range s.cfg.Clients {
 		out.inflight[c.Name] = s.byName[c.Name].inflightCount()
+	}
+	if s.local != nil {
+		for _, c := range s.local.queue.Reservoirs() {
+			if out.reservoirs == nil {
+				out.reservoirs = map[string]reservoirTotals{}
+			}
+			out.reservoirs[c.Name] = reservoirTotals{hits: c.Hits, misses: c.Misses, expired: c.Expired}
+		}
 	}
 	if qd, ok := s.backend.(QueueDepther); ok {
 		ctx, cancel := context.WithTimeout(ctx, depthWait)

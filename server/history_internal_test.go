@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,6 +92,40 @@ func TestHistoryRateOverTheLastMinute(t *testing.T) {
 		if got[i+1] == nil || *got[i+1] != w {
 			t.Errorf("sample %d: solved per minute %v, want %v", i+1, deref(got[i+1]), w)
 		}
+	}
+}
+
+// TestHistoryReservoirs: each reservoir's hits, misses and expired per
+// minute, null before it was first sampled and where its counts fell
+// (set again with other params), and no reservoirs key without any.
+func TestHistoryReservoirs(t *testing.T) {
+	t.Parallel()
+	h := newHistory(10*time.Second, time.Hour, nil)
+	t0 := time.Unix(1_800_000_000, 0)
+	shop := []reservoirTotals{{0, 0, 0}, {2, 1, 0}, {4, 1, 3}, {1, 0, 0}, {3, 0, 1}}
+	for i, c := range shop {
+		s := sample{at: t0.Add(time.Duration(i) * 10 * time.Second), reservoirs: map[string]reservoirTotals{"shop": c}}
+		if i >= 3 {
+			s.reservoirs["login"] = reservoirTotals{hits: int64(i)}
+		}
+		h.add(s)
+	}
+	got := h.view().Reservoirs
+	want := map[string]ReservoirHistory{
+		// Over the samples from the first: hits 2 in 10 s, 4 in 20 s;
+		// then a fall, and from there 2 in 10 s.
+		"shop": {HitsPerMin: []*float64{nil, f(12), f(12), nil, f(12)}, MissesPerMin: []*float64{nil, f(6), f(3), nil, f(0)},
+			ExpiredPerMin: []*float64{nil, f(0), f(9), nil, f(6)}},
+		"login": {HitsPerMin: []*float64{nil, nil, nil, nil, f(6)}, MissesPerMin: []*float64{nil, nil, nil, nil, f(0)},
+			ExpiredPerMin: []*float64{nil, nil, nil, nil, f(0)}},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("reservoir columns (-want +got):\n%s", d)
+	}
+	h = newHistory(10*time.Second, time.Hour, nil)
+	h.add(sample{at: t0})
+	if b, _ := json.Marshal(h.view()); strings.Contains(string(b), "reservoirs") {
+		t.Errorf("history without reservoirs: %s, want no reservoirs key", b)
 	}
 }
 

@@ -20,6 +20,10 @@
     { id: "chart-delay", series: (h) => [["p50", h.delay_p50_ms], ["p99", h.delay_p99_ms]] },
     { id: "chart-clients", series: (h) => sorted(h.inflight).map((c) => [c, h.inflight[c]]) },
     { id: "chart-broker", series: (h) => h.broker ? sorted(h.broker).map((q) => [q, h.broker[q]]) : null },
+    // Each reservoir's draws (hits, misses) and its waste (dashed).
+    { id: "chart-reservoirs", series: (h) => h.reservoirs ? sorted(h.reservoirs).flatMap((n) => [
+      [n + " hits", h.reservoirs[n].hits_per_min], [n + " misses", h.reservoirs[n].misses_per_min],
+      [n + " expired unused", h.reservoirs[n].expired_per_min, true]]) : null },
   ];
   const charts = {};
   window.captchaqCharts = charts;
