@@ -114,9 +114,12 @@ func TestFrontReservoirReplicaKilled(t *testing.T) {
 func checkTokensOnce(t *testing.T, simURL string, run *frontRun) {
 	t.Helper()
 	byToken := map[string]int{}
+	twice := 0
 	for i, token := range run.tokens {
 		if j, ok := byToken[token]; ok {
-			t.Errorf("tasks %d (%s) and %d (%s) were answered with one token", j, run.ids[j], i, run.ids[i])
+			if twice++; twice <= 5 {
+				t.Errorf("tasks %d (%s) and %d (%s) were answered with one token", j, run.ids[j], i, run.ids[i])
+			}
 			continue
 		}
 		byToken[token] = i
@@ -126,6 +129,9 @@ func checkTokensOnce(t *testing.T, simURL string, run *frontRun) {
 		if host := siteverifyHost(t, simURL, token); host != "" {
 			t.Errorf("task %d's token verified a second time (host %q)", i, host)
 		}
+	}
+	if twice > 0 {
+		t.Errorf("%d answers with a token another task had, want none", twice)
 	}
 }
 
