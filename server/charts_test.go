@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/captchaq/captchaq"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
@@ -54,7 +55,8 @@ func (c chartData) series(label string) chartSeries {
 // tasks that stay at the provider (three of the five threads in use, one
 // client in flight for the whole run) and a burst of turnstile tasks at
 // every tick at two priorities and for two clients, more than the two
-// free threads take at once, so tasks wait and are solved.
+// free threads take at once, so tasks wait and are solved; each burst
+// has one task of the checkout page, which draws from its reservoir.
 func loadRun(t *testing.T, b *bundle, every time.Duration) (stop func()) {
 	t.Helper()
 	for i := range 3 {
@@ -72,6 +74,7 @@ func loadRun(t *testing.T, b *bundle, every time.Duration) (stop func()) {
 			for i := range 3 + n%8 { // bursts that rise and fall
 				tasks = append(tasks, fmt.Sprintf(`{"id":"t-%d-%d","method":"turnstile","priority":%d,"params":{"sitekey":"0x4AAAAAAA","pageurl":"https://shop.example/%d/%d"}}`, n, i, 1+4*(i%2), n, i))
 			}
+			tasks = append(tasks, fmt.Sprintf(`{"id":"c-%d","method":"turnstile","params":{"sitekey":"0x4AAAAAAA","pageurl":"https://shop.example/checkout"}}`, n))
 			req, _ := http.NewRequest("POST", b.url+"/v1/tasks", strings.NewReader("["+strings.Join(tasks, ",")+"]"))
 			req.Header.Set("Authorization", "Bearer "+keyQA)
 			req.Header.Set("Content-Type", "application/json")
@@ -92,7 +95,8 @@ func loadRun(t *testing.T, b *bundle, every time.Duration) (stop func()) {
 // while tasks are solved and reads the charts' data out of the page: the
 // threads in use reach the three held by reCAPTCHA tasks against a plan of
 // 5, tasks wait at both priorities, solved per minute rises above zero,
-// the client "other" has its three tasks in flight. A reload shows at
+// the client "other" has its three tasks in flight, the reservoir of the
+// checkout page (full when the load starts) has hits. A reload shows at
 // least as many samples at once (the history is the server's). At a
 // phone's width nothing is wider than the screen. A screenshot is taken
 // (and kept at $CAPTCHAQ_DASHBOARD_PNG when that is set).
@@ -110,9 +114,13 @@ func TestDashboardChartsInBrowser(t *testing.T) {
 		// Slower answers and fewer tasks: the queue rises and falls.
 		latency, bursts = 0.05, 2*time.Second
 	}
-	b := setup(t, options{threads: 5, server: func(c *server.Config) { c.HistoryEvery = every },
-		sim: func(c *sim.Config) { c.LatencyScale = latency }})
+	b := setup(t, options{threads: 5, server: func(c *server.Config) {
+		c.HistoryEvery = every
+		c.Queue.Reservoirs = []captchaq.ReservoirConfig{{Name: "checkout", Size: 2, Task: captchaq.Task{Method: "turnstile",
+			Params: map[string]string{"sitekey": "0x4AAAAAAA", "pageurl": "https://shop.example/checkout"}}}}
+	}, sim: func(c *sim.Config) { c.LatencyScale = latency }})
 	ctx := browser(t)
+	testbound.Until(t, "the reservoir full", func() bool { return b.srv.Queue().Reservoirs()[0].Stock == 2 })
 	stop := loadRun(t, b, bursts)
 	defer stop()
 
@@ -128,7 +136,7 @@ func TestDashboardChartsInBrowser(t *testing.T) {
 	    max("chart-threads", "in use") >= 3 && max("chart-threads", "plan") === 5 &&
 	    max("chart-depth", "priority 1") > 0 && max("chart-depth", "priority 5") > 0 &&
 	    max("chart-rate", "solved") > 0 && max("chart-clients", "other") === 3 && max("chart-clients", "qa") > 0 &&
-	    max("chart-delay", "p99") > 0; })()`
+	    max("chart-delay", "p99") > 0 && max("chart-reservoirs", "checkout hits") > 0; })()`
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](ready, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(80*time.Second))); err != nil {
 		charts, _ := chromedp.Run(ctx, chromedp.Evaluate[map[string]chartData](readCharts))
 		t.Fatalf("charts did not fill: %v\npage holds: %+v", err, charts)
@@ -150,7 +158,7 @@ func TestDashboardChartsInBrowser(t *testing.T) {
 	if _, ok := charts["chart-broker"]; ok {
 		t.Errorf("a broker chart without a broker: %+v", charts["chart-broker"])
 	}
-	for _, id := range []string{"chart-threads", "chart-depth", "chart-rate", "chart-delay", "chart-clients"} {
+	for _, id := range []string{"chart-threads", "chart-depth", "chart-rate", "chart-delay", "chart-clients", "chart-reservoirs"} {
 		if charts[id].Points != th.Points {
 			t.Errorf("%s has %d points, %s %d: every chart draws the same samples", id, charts[id].Points, "chart-threads", th.Points)
 		}
