@@ -1,6 +1,7 @@
 package amqp
 
 import (
+	"fmt"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -74,12 +75,12 @@ func unacked(t *testing.T, queue string) int { return unackedSum(t, queue) }
 // busy machine), or -1 when none of them exists.
 func unackedSum(t *testing.T, queues ...string) int {
 	t.Helper()
-	out, err := exec.Command("rabbitmqctl", "-q", "list_queues", "name", "messages_unacknowledged").CombinedOutput()
+	lines, err := queueLines("messages_unacknowledged")
 	if err != nil {
-		t.Fatalf("rabbitmqctl list_queues: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	sum, found := 0, false
-	for _, line := range strings.Split(string(out), "\n") {
+	for _, line := range lines {
 		if f := strings.Fields(line); len(f) == 2 && slices.Contains(queues, f[0]) {
 			n, _ := strconv.Atoi(f[1])
 			sum, found = sum+n, true
@@ -89,6 +90,16 @@ func unackedSum(t *testing.T, queues ...string) int {
 		return -1
 	}
 	return sum
+}
+
+// queueLines lists every queue of the broker by name with columns, a line
+// each, from one rabbitmqctl call.
+func queueLines(columns ...string) ([]string, error) {
+	out, err := exec.Command("rabbitmqctl", append([]string{"-q", "list_queues", "name"}, columns...)...).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmqctl list_queues: %v\n%s", err, out)
+	}
+	return strings.Split(string(out), "\n"), nil
 }
 
 // TestFleetSIGTERM: a worker told to stop hands back what it has not

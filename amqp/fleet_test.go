@@ -35,6 +35,16 @@ type childConfig struct {
 	// the first time this many of its tasks are at the provider, each
 	// polled and none answered yet (see freezer).
 	FreezeAt int
+	// Verbose logs each task taken and let go (Debug), so a failure's
+	// log says where each task went.
+	Verbose bool
+}
+
+func (cc childConfig) logLevel() slog.Level {
+	if cc.Verbose {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
 }
 
 func TestMain(m *testing.M) {
@@ -54,7 +64,7 @@ func runChild(raw string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cc.logLevel()}))
 	c, err := Dial(ctx, Config{URL: cc.URL, Prefix: cc.Prefix, TaskTTL: cc.TaskTTL, InflightLease: cc.Lease,
 		RetryDelays: cc.RetryDelays, ReconnectMin: 50 * time.Millisecond, ReconnectMax: 500 * time.Millisecond, Logger: log})
 	if err != nil {
@@ -352,9 +362,27 @@ func (f *fleet) collect(ctx context.Context, want []string) map[string]captchaq.
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
+		f.t.Logf("the topology's queues (messages, ready, unacked) at the loss:\n%s", f.queueListing())
 		f.t.Fatalf("lost %d of %d tasks (no result before the deadline): %v", len(missing), len(want), missing)
 	}
 	return got
+}
+
+// queueListing lists the queues of the fleet's topology with their
+// messages, ready and unacknowledged (for a quorum queue, messages beyond
+// ready and unacked are dead letters their target has not taken yet).
+func (f *fleet) queueListing() string {
+	lines, err := queueLines("messages", "messages_ready", "messages_unacknowledged")
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, line := range lines {
+		if strings.HasPrefix(line, f.cfg.Prefix+".") {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }
 
 // ledger checks the books once every result is in: each task solved once,

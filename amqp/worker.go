@@ -419,7 +419,9 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 		w.deadLetterWith(ctx, d, map[string]any{HeaderReason: ReasonInvalid, HeaderError: err.Error(), HeaderErrorCode: captchaq.CodeIDConflict})
 		return
 	}
-	if !w.store.receive(d, m) {
+	fresh := w.store.receive(d, m)
+	w.log.Debug("task delivery", "id", m.Task.ID, "queue", d.Queue, "captcha_id", m.CaptchaID, "redelivered", d.Redelivered, "fresh", fresh)
+	if !fresh {
 		return
 	}
 	if w.store.dropAnswered(ctx, m.Task.ID) {
