@@ -167,22 +167,35 @@ func rabbitmqctl(t *testing.T, args ...string) {
 // TestFleetBrokerRestart: the broker stops and starts mid-run; workers and
 // publishers reconnect, results and publishes wait for the broker, and
 // nothing is lost or solved twice. The stop comes when every thread of
-// every worker is at the provider with its checkpoint confirmed (every
-// solve takes exactly 12 s, long enough for all 45 to be checkpointed on a
-// loaded machine; each worker holds at most its 15 threads' worth),
-// so no submit is between the provider's answer and its checkpoint: a stop
-// there can cost a second solve (see "Checkpoints" in the package doc),
-// which is the one thing this test does not ask about.
-func TestFleetBrokerRestart(t *testing.T) {
+// every worker is at the provider with its checkpoint confirmed, and
+// lands before any solve ends (checked): every solve takes exactly 30 s,
+// longer than the checkpoints and the stop take on a loaded machine (a
+// loaded rabbitmqctl takes seconds). Each worker holds at most its 15
+// threads' worth, so no submit is between the provider's answer and its
+// checkpoint: a stop there can cost a second solve (see "Checkpoints" in
+// the package doc), which is the one thing this test does not ask about.
+func TestFleetBrokerRestart(t *testing.T) { testFleetBrokerRestart(t, time.Second) }
+
+// TestFleetBrokerRestartLongDown: TestFleetBrokerRestart with the broker
+// down longer than the claim window (claimWindow), as a restart under load
+// can be: the checkpoints the broker took back go to the fleet
+// (Names.Adopt) once it is up, and nothing is lost or solved twice.
+func TestFleetBrokerRestartLongDown(t *testing.T) {
+	testFleetBrokerRestart(t, claimWindow+4*time.Second)
+}
+
+// testFleetBrokerRestart is TestFleetBrokerRestart with the broker down
+// for down between its stop and its start.
+func testFleetBrokerRestart(t *testing.T, down time.Duration) {
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		t.Fatal("rabbitmqctl is needed to restart the broker")
 	}
 	cfg := disruptiveFleetConfig(t)
-	solve := sim.Latency{Median: 12 * time.Second, Min: 12 * time.Second, Max: 12 * time.Second}
+	solve := sim.Latency{Median: 30 * time.Second, Min: 30 * time.Second, Max: 30 * time.Second}
 	f := newFleet(t, cfg, sim.Config{PollBan: sim.PollBan{Disabled: true}, Threads: 45, Seed: 6,
 		Latency: map[provider.Kind]sim.Latency{provider.KindTurnstile: solve}},
-		childConfig{Threads: 15, Prefetch: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second})
-	ctx := longCtx(t, 150*time.Second)
+		childConfig{Threads: 15, Prefetch: 15, Poll: 50 * time.Millisecond, Grace: 5 * time.Second, Verbose: true})
+	ctx := longCtx(t, 240*time.Second)
 	owners := []string{"br-a", "br-b", "br-c"}
 	for _, o := range owners {
 		f.start(o, nil)
@@ -202,12 +215,16 @@ func TestFleetBrokerRestart(t *testing.T) {
 		}
 	})
 	rabbitmqctl(t, "stop_app")
+	if st := f.sim.Stats(); st.Fetched != 0 {
+		t.Fatalf("%d answers fetched before the broker stopped, want 0: the stop came after solves ended", st.Fetched)
+	}
 	// Publishing waits for the broker instead of failing.
 	late := make(chan error, 1)
 	go func() {
 		late <- f.pub.PublishTask(ctx, TaskMessage{Task: fleetTask("br-late", 0)})
 	}()
-	time.Sleep(time.Second) // the broker stays down a while on purpose
+	// Paces the fault: the broker stays down for down on purpose.
+	time.Sleep(down)
 	rabbitmqctl(t, "start_app")
 	restarted = true
 	if err := <-late; err != nil {
