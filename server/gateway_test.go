@@ -28,6 +28,7 @@ import (
 	"github.com/captchaq/captchaq/internal/reportfwd"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
+	"github.com/captchaq/captchaq/provider/createtask"
 	"github.com/captchaq/captchaq/server"
 	"github.com/captchaq/captchaq/sim"
 	"github.com/captchaq/captchaq/store/sqlite"
@@ -49,6 +50,12 @@ type fleetRig struct {
 	log    *slog.Logger
 	// config, when set, changes each gateway server's Config.
 	config func(*server.Config)
+	// createTask: the workers reach the simulator by createTask and
+	// getTaskResult instead of in.php and res.php.
+	createTask bool
+	// methods, when set, are what the workers' one provider, "sim",
+	// solves, and what the gateways accept; nil: the provider's default.
+	methods []string
 
 	mu       sync.Mutex
 	owners   []string
@@ -107,15 +114,15 @@ func (f *fleetRig) dial() *amqp.Conn {
 func (f *fleetRig) worker(owner string, threads int) (stop func()) {
 	f.t.Helper()
 	c := f.dial()
-	pc, err := provider.NewClient(provider.ClientConfig{BaseURL: f.apiURL, Key: "fleet-provider-secret"})
-	if err != nil {
-		f.t.Fatal(err)
+	qc := captchaq.Config{Provider: f.provider(), Threads: threads, PollInterval: 10 * time.Millisecond,
+		RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: f.log}
+	if f.methods != nil {
+		qc.Providers = []captchaq.ProviderConfig{{Name: "sim", Provider: qc.Provider, Threads: threads, Methods: f.methods}}
+		qc.Provider, qc.Threads = nil, 0
 	}
 	w, err := amqp.NewWorker(c, amqp.WorkerConfig{
-		Queue: captchaq.Config{Provider: pc, Threads: threads, PollInterval: 10 * time.Millisecond,
-			RetryBackoff: 10 * time.Millisecond, RetryBackoffMax: 100 * time.Millisecond, Logger: f.log},
-		Owner: owner, Grace: 200 * time.Millisecond, BeatInterval: time.Second, Logger: f.log,
-		Report: reportfwd.New(captchaq.Config{Provider: pc}).Forward,
+		Queue: qc, Owner: owner, Grace: 200 * time.Millisecond, BeatInterval: time.Second, Logger: f.log,
+		Report: reportfwd.New(captchaq.Config{Provider: qc.Provider, Providers: qc.Providers}).Forward,
 	})
 	if err != nil {
 		f.t.Fatal(err)
@@ -138,6 +145,25 @@ func (f *fleetRig) worker(owner string, threads int) (stop func()) {
 	}
 	f.t.Cleanup(stop)
 	return stop
+}
+
+// provider is a worker's client of the simulator, by the protocol and
+// with the methods the rig says.
+func (f *fleetRig) provider() captchaq.Provider {
+	f.t.Helper()
+	cc := provider.ClientConfig{BaseURL: f.apiURL, Key: "fleet-provider-secret", Methods: f.methods}
+	if f.createTask {
+		pc, err := createtask.NewClient(cc)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		return pc
+	}
+	pc, err := provider.NewClient(cc)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return pc
 }
 
 // gatewayBundle is a running gateway: its server, behind an httptest
@@ -182,7 +208,11 @@ func (f *fleetRig) serveStore(name string, st captchaq.Store, before func(*bundl
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := f.dial()
-	gw, err := amqp.NewGateway(c, amqp.GatewayConfig{Store: st, Name: name, Logger: f.log})
+	gc := amqp.GatewayConfig{Store: st, Name: name, Logger: f.log}
+	if f.methods != nil {
+		gc.Providers = []captchaq.ProviderConfig{{Name: "sim", Methods: f.methods}}
+	}
+	gw, err := amqp.NewGateway(c, gc)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,19 +16,18 @@ import (
 // wallUA is the browser a DataDome task is solved for.
 const wallUA = "Mozilla/5.0 (X11; Linux x86_64) WallBrowser/3.1"
 
-// wallTasks are the bot-protection tasks of the simulator's demo pages,
-// served on the demo host, as in.php takes them and as createTask does.
-func wallTasks() []struct {
+// wallTask is a bot-protection task of the simulator's demo pages, as
+// in.php takes it and as createTask does.
+type wallTask struct {
 	name string
 	in   url.Values
 	ct   string
-} {
+}
+
+// wallTasks are the demo pages' tasks, served on the demo host.
+func wallTasks() []wallTask {
 	const page = "https://demo.example"
-	return []struct {
-		name string
-		in   url.Values
-		ct   string
-	}{
+	return []wallTask{
 		{"Amazon WAF", url.Values{"method": {"amazon_waf"}, "sitekey": {sim.DemoAmazonWAF.SiteKey}, "iv": {sim.DemoAmazonWAFIV},
 			"context": {sim.DemoAmazonWAFContext}, "pageurl": {page + sim.DemoAmazonWAF.Path}},
 			`{"type":"AmazonTaskProxyless","websiteURL":"` + page + sim.DemoAmazonWAF.Path + `","websiteKey":"` + sim.DemoAmazonWAF.SiteKey +
@@ -39,6 +39,16 @@ func wallTasks() []struct {
 			`{"type":"DataDomeSliderTask","websiteURL":"` + page + sim.DemoDataDome.Path + `","captchaUrl":"` + sim.DemoDataDome.SiteKey +
 				`","userAgent":"` + wallUA + `","proxyType":"http","proxyAddress":"10.0.0.1","proxyPort":8080,"proxyLogin":"u","proxyPassword":"p"}`},
 	}
+}
+
+// submit sends tc through front ("createTask" or "in.php") and returns
+// the task's id.
+func (tc wallTask) submit(t *testing.T, b *bundle, front string) string {
+	t.Helper()
+	if front == "createTask" {
+		return b.ctCreate(t, keyQA, tc.ct)
+	}
+	return b.inOK(t, keyQA, maps.Clone(tc.in))
 }
 
 var wallVerdict = regexp.MustCompile(`id="verdict" data-success="(true|false)">([^<]*)<.*id="error-codes">([^<]*)<`)
@@ -87,45 +97,47 @@ func TestWallTypesThroughEveryFront(t *testing.T) {
 				t.Parallel()
 				b := setup(t, options{createTask: createTask, methods: provider.CommonMethods, sim: fastSim})
 				for _, tc := range wallTasks() {
-					var id string
-					if front == "in.php" {
-						id = b.inOK(t, keyQA, tc.in)
-					} else {
-						id = b.ctCreate(t, keyQA, tc.ct)
-					}
-					a := b.boundAnswers(t, id)
-					tok := a.view.Result.Token
-					var value string
-					switch tc.name {
-					case "Amazon WAF":
-						req, _ := a.res["request"].(map[string]any)
-						value, _ = req["captcha_voucher"].(string)
-						if value == "" || req["existing_token"] == nil || a.sol["captcha_voucher"] != value || a.sol["existing_token"] != req["existing_token"] ||
-							a.sol["token"] != nil || a.plain != "OK|"+tok {
-							t.Errorf("Amazon WAF: res.php %v, getTaskResult %v, plain %q; want {captcha_voucher, existing_token} at each", a.res, a.sol, a.plain)
-						}
-					case "MTCaptcha":
-						value = tok
-						if a.res["request"] != tok || a.sol["token"] != tok || len(a.sol) != 1 || a.plain != "OK|"+tok || !strings.HasPrefix(tok, "v1(") {
-							t.Errorf("MTCaptcha: res.php %v, getTaskResult %v, plain %q; want the token %s", a.res, a.sol, a.plain, tok)
-						}
-					default:
-						value = tok
-						if !strings.HasPrefix(tok, "datadome=") || a.res["request"] != tok || a.sol["cookie"] != tok || a.plain != "OK|"+tok {
-							t.Errorf("DataDome: res.php %v, getTaskResult %v, plain %q; want the cookie %s", a.res, a.sol, a.plain, tok)
-						}
-						if a.res["useragent"] != wallUA || a.sol["userAgent"] != wallUA || a.view.Bindings == nil || a.view.Bindings.UserAgent != wallUA {
-							t.Errorf("DataDome: res.php %v, getTaskResult %v, /v1/tasks %+v; want the user agent %q at each", a.res, a.sol, a.view.Bindings, wallUA)
-						}
-						if ok, codes := atWall(t, b.sim, tc.name, value, "Mozilla/5.0 Other/1"); ok || codes != "user-agent-mismatch" {
-							t.Errorf("DataDome cookie from another browser: passed %v (%s), want user-agent-mismatch", ok, codes)
-						}
-					}
-					if ok, codes := atWall(t, b.sim, tc.name, value, wallUA); !ok {
-						t.Errorf("%s: the demo page refused %q: %s", tc.name, value, codes)
-					}
+					tc.check(t, b.sim, b.boundAnswers(t, tc.submit(t, b, front)))
 				}
 			})
 		}
+	}
+}
+
+// check checks a task of tc's answers: in the service's shape at every
+// front (res.php, getTaskResult, /v1/tasks), the DataDome cookie with
+// exactly the user agent it was solved with; and what the client gets
+// passes the wall's demo page on s.
+func (tc wallTask) check(t *testing.T, s *sim.Server, a boundAnswers) {
+	t.Helper()
+	tok := a.view.Result.Token
+	var value string
+	switch tc.name {
+	case "Amazon WAF":
+		req, _ := a.res["request"].(map[string]any)
+		value, _ = req["captcha_voucher"].(string)
+		if value == "" || req["existing_token"] == nil || a.sol["captcha_voucher"] != value || a.sol["existing_token"] != req["existing_token"] ||
+			a.sol["token"] != nil || a.plain != "OK|"+tok {
+			t.Errorf("Amazon WAF: res.php %v, getTaskResult %v, plain %q; want {captcha_voucher, existing_token} at each", a.res, a.sol, a.plain)
+		}
+	case "MTCaptcha":
+		value = tok
+		if a.res["request"] != tok || a.sol["token"] != tok || len(a.sol) != 1 || a.plain != "OK|"+tok || !strings.HasPrefix(tok, "v1(") {
+			t.Errorf("MTCaptcha: res.php %v, getTaskResult %v, plain %q; want the token %s", a.res, a.sol, a.plain, tok)
+		}
+	default:
+		value = tok
+		if !strings.HasPrefix(tok, "datadome=") || a.res["request"] != tok || a.sol["cookie"] != tok || a.plain != "OK|"+tok {
+			t.Errorf("DataDome: res.php %v, getTaskResult %v, plain %q; want the cookie %s", a.res, a.sol, a.plain, tok)
+		}
+		if a.res["useragent"] != wallUA || a.sol["userAgent"] != wallUA || a.view.Bindings == nil || a.view.Bindings.UserAgent != wallUA {
+			t.Errorf("DataDome: res.php %v, getTaskResult %v, /v1/tasks %+v; want the user agent %q at each", a.res, a.sol, a.view.Bindings, wallUA)
+		}
+		if ok, codes := atWall(t, s, tc.name, value, "Mozilla/5.0 Other/1"); ok || codes != "user-agent-mismatch" {
+			t.Errorf("DataDome cookie from another browser: passed %v (%s), want user-agent-mismatch", ok, codes)
+		}
+	}
+	if ok, codes := atWall(t, s, tc.name, value, wallUA); !ok {
+		t.Errorf("%s: the demo page refused %q: %s", tc.name, value, codes)
 	}
 }
