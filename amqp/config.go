@@ -275,6 +275,7 @@ type Names struct {
 	Reports  string // clients' reportbad/reportgood, for a worker to forward
 	Claims   string // fanout exchange: ids of tasks a worker checkpointed after losing their delivery
 	Balance  string // the newest balance reading a worker made, kept for gateways (one message)
+	State    string // the workers' queues' refusals of types (one message; see fleetState)
 	// ReplyExchange routes a result to its gateway's reply queue (bound
 	// under its own name); its alternate exchange RepliesUnrouted sends a
 	// result whose reply queue is gone to Results instead.
@@ -338,6 +339,7 @@ func NamesFor(prefix string) Names {
 		Reports:  p + ".reports",
 		Claims:   p + ".claims",
 		Balance:  p + ".balance",
+		State:    p + ".state",
 
 		ReplyExchange:   p + ".replies",
 		RepliesUnrouted: p + ".replies.unrouted",

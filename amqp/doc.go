@@ -181,9 +181,11 @@
 // changed pools (DeleteProviderThreads).
 //
 // A Gateway with GatewayConfig.Providers and enqueue --providers refuse a
-// type no provider solves, with no key. A checkpoint carries NAME:ID, and a
+// type no provider solves, with no key. A checkpoint carries NAME:ID; a
 // report goes to the result's Provider only. MaxSpendPerHour bounds each
-// worker, not the fleet: a fleet cap of X on k workers is X/k each.
+// worker: a fleet cap of X on k workers is X/k each. A type a provider
+// refuses costs a worker one refused submit at most, one started later
+// none (it reads PREFIX.state).
 //
 // # Gateways: results by reply-to
 //
@@ -206,14 +208,12 @@
 //
 // A worker dead-letters (ID_CONFLICT) another task under an id it holds or
 // finished (its last idMemoryDefault, 200,000); a Gateway checks its Store.
-//
 // A task solved at its first submit costs the publish, delivery and ack of
-// three messages (the task, its checkpoint, its result); task deliveries
-// are acked outside transactions; nothing is declared per task, and
-// checkpoints are not batched (waiting would widen the claim window).
-// Stats reports tasks waiting, dead letters per minute, the oldest task
-// held and the fleet's threads from status beats. Bodies are the user's
-// Task or Result JSON, never the provider key.
+// three messages (task, checkpoint, result), acked outside transactions;
+// nothing is declared per task, and checkpoints are not batched. Stats
+// reports tasks waiting, dead letters per minute, the oldest task held and
+// the fleet's threads from status beats. Bodies are the user's Task or
+// Result JSON, never the provider key.
 //
 // # Windows that stay
 //

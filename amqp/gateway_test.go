@@ -93,20 +93,22 @@ func (r *gatewayRig) workerWith(owner string, sc sim.Config, threads, prefetch i
 	return srv
 }
 
-// run runs w until the test ends.
-func (r *gatewayRig) run(owner string, w *Worker) {
+// run runs w until the test ends or the stop it returns is called.
+func (r *gatewayRig) run(owner string, w *Worker) (stop func()) {
 	r.mu.Lock()
 	r.owners = append(r.owners, owner)
 	r.mu.Unlock()
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	r.t.Cleanup(func() {
-		stop()
+	stop = sync.OnceFunc(func() {
+		cancel()
 		if err := <-done; err != nil {
 			r.t.Errorf("worker %s: %v", owner, err)
 		}
 	})
+	r.t.Cleanup(stop)
+	return stop
 }
 
 // testLogger logs warnings and errors to the test's log.

@@ -69,7 +69,17 @@ func newProviderPair(t *testing.T, cfg Config) *providerPair {
 // worker process does (a pool's fill lock is per connection).
 func (p *providerPair) worker(r *gatewayRig, owner string, change ...func(*WorkerConfig)) *Worker {
 	r.t.Helper()
-	c := setup(r.t, r.cfg)
+	w, err := NewWorker(setup(r.t, r.cfg), p.workerConfig(r, owner, change...))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.run(owner, w)
+	return w
+}
+
+// workerConfig is the config of worker owner on both providers, sharing
+// their threads with the fleet, changed by change.
+func (p *providerPair) workerConfig(r *gatewayRig, owner string, change ...func(*WorkerConfig)) WorkerConfig {
 	quiet := testLogger(r.t)
 	wc := WorkerConfig{
 		Queue: captchaq.Config{Providers: p.providers, PollInterval: 10 * time.Millisecond,
@@ -80,12 +90,7 @@ func (p *providerPair) worker(r *gatewayRig, owner string, change ...func(*Worke
 	for _, ch := range change {
 		ch(&wc)
 	}
-	w, err := NewWorker(c, wc)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.run(owner, w)
-	return w
+	return wc
 }
 
 // TestFleetOnTwoProviders: two workers on a main plan and a per-solve

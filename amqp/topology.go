@@ -195,6 +195,7 @@ func declareAll(conn *amqp091.Connection, c Config) error {
 			return queue(n.Balance, amqp091.Table{"x-queue-type": "classic", "x-max-length": int32(1),
 				"x-overflow": "drop-head", "x-message-ttl": int32(balanceStale.Milliseconds())})
 		},
+		func() bool { return queue(n.State, stateQueueArgs()) },
 	}
 	for _, kind := range c.Lanes {
 		lane := n.Lane(kind)
@@ -356,7 +357,7 @@ func replyQueueArgs() amqp091.Table {
 func DeleteTopology(ctx context.Context, c Config, owners ...string) error {
 	c = c.withDefaults()
 	n := NamesFor(c.Prefix)
-	queues := []string{n.Tasks, n.Adopt, n.Results, n.Failed, n.Replayed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled, n.Routing, n.Balance}
+	queues := []string{n.Tasks, n.Adopt, n.Results, n.Failed, n.Replayed, n.Reports, n.Threads, n.ThreadsReturning, n.ThreadsFilled, n.Routing, n.Balance, n.State}
 	for _, k := range c.Lanes {
 		queues = append(queues, n.Lane(k))
 	}

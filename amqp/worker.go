@@ -110,7 +110,7 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	pub := c.NewPublisher()
 	store := newWorkerStore(pub, cfg.Owner, log)
 	qc := cfg.Queue
-	qc.Store = store.mem
+	qc.Store = &fleetState{MemoryStore: store.mem, c: c, log: log}
 	// A task never waits locally for longer than the broker holds it;
 	// adopted tasks (Names.Adopt, up to threads at once) come on top, so
 	// a full prefetch of waiting tasks never holds one back.
