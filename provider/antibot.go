@@ -26,17 +26,11 @@ type AmazonWAF struct {
 
 // Task returns the raw form: method amazon_waf.
 func (a AmazonWAF) Task() Task {
-	p := params{}
-	p.set("sitekey", a.SiteKey)
-	p.set("iv", a.IV)
-	p.set("context", a.Context)
-	p.set("pageurl", a.PageURL)
-	p.set("challenge_script", a.ChallengeScript)
-	p.set("captcha_script", a.CaptchaScript)
-	p.set("userAgent", a.UserAgent)
-	p.set("proxy", a.Proxy)
-	p.set("proxytype", a.ProxyType)
-	return Task{Method: "amazon_waf", Params: p}
+	return rawTask("amazon_waf", params{
+		"sitekey": a.SiteKey, "iv": a.IV, "context": a.Context, "pageurl": a.PageURL,
+		"challenge_script": a.ChallengeScript, "captcha_script": a.CaptchaScript, "userAgent": a.UserAgent,
+		"proxy": a.Proxy, "proxytype": a.ProxyType,
+	})
 }
 
 // MTCaptcha is an MTCaptcha widget; the answer is its verified token.
@@ -50,13 +44,9 @@ type MTCaptcha struct {
 
 // Task returns the raw form: method mt_captcha.
 func (m MTCaptcha) Task() Task {
-	p := params{}
-	p.set("sitekey", m.SiteKey)
-	p.set("pageurl", m.PageURL)
-	p.set("userAgent", m.UserAgent)
-	p.set("proxy", m.Proxy)
-	p.set("proxytype", m.ProxyType)
-	return Task{Method: "mt_captcha", Params: p}
+	return rawTask("mt_captcha", params{
+		"sitekey": m.SiteKey, "pageurl": m.PageURL, "userAgent": m.UserAgent, "proxy": m.Proxy, "proxytype": m.ProxyType,
+	})
 }
 
 // DataDome is DataDome's slider captcha. Its answer, a datadome cookie,
@@ -73,13 +63,10 @@ type DataDome struct {
 
 // Task returns the raw form: method datadome.
 func (d DataDome) Task() Task {
-	p := params{}
-	p.set("captcha_url", d.CaptchaURL)
-	p.set("pageurl", d.PageURL)
-	p.set("userAgent", d.UserAgent)
-	p.set("proxy", d.Proxy)
-	p.set("proxytype", d.ProxyType)
-	return Task{Method: "datadome", Params: p}
+	return rawTask("datadome", params{
+		"captcha_url": d.CaptchaURL, "pageurl": d.PageURL, "userAgent": d.UserAgent, "proxy": d.Proxy,
+		"proxytype": d.ProxyType,
+	})
 }
 
 // fScriptURL is an optional field holding a script's URL.

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"strconv"
@@ -29,18 +30,11 @@ type RecaptchaV2 struct {
 
 // Task returns the raw form: method userrecaptcha.
 func (r RecaptchaV2) Task() Task {
-	p := params{}
-	p.set("googlekey", r.SiteKey)
-	p.set("pageurl", r.PageURL)
-	p.flag("invisible", r.Invisible)
-	p.flag("enterprise", r.Enterprise)
-	p.set("data-s", r.DataS)
-	p.set("domain", r.Domain)
-	p.set("userAgent", r.UserAgent)
-	p.set("cookies", r.Cookies)
-	p.set("proxy", r.Proxy)
-	p.set("proxytype", r.ProxyType)
-	return Task{Method: "userrecaptcha", Params: p}
+	return rawTask("userrecaptcha", params{
+		"googlekey": r.SiteKey, "pageurl": r.PageURL, "invisible": flagParam(r.Invisible),
+		"enterprise": flagParam(r.Enterprise), "data-s": r.DataS, "domain": r.Domain, "userAgent": r.UserAgent,
+		"cookies": r.Cookies, "proxy": r.Proxy, "proxytype": r.ProxyType,
+	})
 }
 
 // RecaptchaV3 is a score-based reCAPTCHA v3.
@@ -54,15 +48,14 @@ type RecaptchaV3 struct {
 
 // Task returns the raw form: method userrecaptcha with version=v3.
 func (r RecaptchaV3) Task() Task {
-	p := params{"version": "v3"}
-	p.set("googlekey", r.SiteKey)
-	p.set("pageurl", r.PageURL)
-	p.set("action", r.Action)
+	score := ""
 	if r.MinScore != 0 {
-		p["min_score"] = strconv.FormatFloat(r.MinScore, 'f', -1, 64)
+		score = strconv.FormatFloat(r.MinScore, 'f', -1, 64)
 	}
-	p.flag("enterprise", r.Enterprise)
-	return Task{Method: "userrecaptcha", Params: p}
+	return rawTask("userrecaptcha", params{
+		"version": "v3", "googlekey": r.SiteKey, "pageurl": r.PageURL, "action": r.Action,
+		"min_score": score, "enterprise": flagParam(r.Enterprise),
+	})
 }
 
 // Turnstile is a Cloudflare Turnstile widget.
@@ -79,16 +72,10 @@ type Turnstile struct {
 
 // Task returns the raw form: method turnstile.
 func (t Turnstile) Task() Task {
-	p := params{}
-	p.set("sitekey", t.SiteKey)
-	p.set("pageurl", t.PageURL)
-	p.set("action", t.Action)
-	p.set("data", t.Data)
-	p.set("pagedata", t.PageData)
-	p.set("userAgent", t.UserAgent)
-	p.set("proxy", t.Proxy)
-	p.set("proxytype", t.ProxyType)
-	return Task{Method: "turnstile", Params: p}
+	return rawTask("turnstile", params{
+		"sitekey": t.SiteKey, "pageurl": t.PageURL, "action": t.Action, "data": t.Data,
+		"pagedata": t.PageData, "userAgent": t.UserAgent, "proxy": t.Proxy, "proxytype": t.ProxyType,
+	})
 }
 
 // CloudflareChallenge is Cloudflare's full-page challenge. The answer (a
@@ -107,16 +94,10 @@ type CloudflareChallenge struct {
 
 // Task returns the raw form: method cloudflare_challenge.
 func (c CloudflareChallenge) Task() Task {
-	p := params{}
-	p.set("pageurl", c.PageURL)
-	p.set("proxy", c.Proxy)
-	p.set("proxytype", c.ProxyType)
-	p.set("userAgent", c.UserAgent)
-	p.set("sitekey", c.SiteKey)
-	if len(c.HTMLPage) > 0 {
-		p["htmlPageBase64"] = base64.StdEncoding.EncodeToString(c.HTMLPage)
-	}
-	return Task{Method: "cloudflare_challenge", Params: p}
+	return rawTask("cloudflare_challenge", params{
+		"pageurl": c.PageURL, "proxy": c.Proxy, "proxytype": c.ProxyType, "userAgent": c.UserAgent,
+		"sitekey": c.SiteKey, "htmlPageBase64": base64.StdEncoding.EncodeToString(c.HTMLPage),
+	})
 }
 
 // GeeTest is a GeeTest v3 captcha. The challenge is single-use and expires
@@ -130,12 +111,9 @@ type GeeTest struct {
 
 // Task returns the raw form: method geetest.
 func (g GeeTest) Task() Task {
-	p := params{}
-	p.set("gt", g.GT)
-	p.set("challenge", g.Challenge)
-	p.set("pageurl", g.PageURL)
-	p.set("api_server", g.APIServer)
-	return Task{Method: "geetest", Params: p}
+	return rawTask("geetest", params{
+		"gt": g.GT, "challenge": g.Challenge, "pageurl": g.PageURL, "api_server": g.APIServer,
+	})
 }
 
 // Image is a text (OCR) captcha. Set Body (sent as method base64) or File
@@ -156,17 +134,11 @@ type Image struct {
 
 // Task returns the raw form: method base64 or post.
 func (i Image) Task() Task {
-	t := imageTask(i.Body, i.File)
-	p := params(t.Params)
-	p.flag("phrase", i.Phrase)
-	p.flag("regsense", i.RegSense)
-	p.int("numeric", i.Numeric)
-	p.flag("calc", i.Calc)
-	p.int("min_len", i.MinLen)
-	p.int("max_len", i.MaxLen)
-	p.set("lang", i.Lang)
-	p.set("textinstructions", i.TextInstructions)
-	return t
+	return imageTask(i.Body, i.File, params{
+		"phrase": flagParam(i.Phrase), "regsense": flagParam(i.RegSense), "numeric": intParam(i.Numeric),
+		"calc": flagParam(i.Calc), "min_len": intParam(i.MinLen), "max_len": intParam(i.MaxLen),
+		"lang": i.Lang, "textinstructions": i.TextInstructions,
+	})
 }
 
 // Grid is a click-the-tiles image (reCAPTCHA-style grid): the answer is the
@@ -181,27 +153,25 @@ type Grid struct {
 
 // Task returns the raw form: method base64 or post with recaptcha=1.
 func (g Grid) Task() Task {
-	t := imageTask(g.Body, g.File)
-	p := params(t.Params)
-	p["recaptcha"] = "1"
-	p.set("textinstructions", g.TextInstructions)
-	if len(g.ImgInstructions) > 0 {
-		p["imginstructions"] = base64.StdEncoding.EncodeToString(g.ImgInstructions)
-	}
-	p.int("recaptcharows", g.Rows)
-	p.int("recaptchacols", g.Cols)
-	return t
+	return imageTask(g.Body, g.File, params{
+		"recaptcha": "1", "recaptcharows": intParam(g.Rows), "recaptchacols": intParam(g.Cols),
+		"textinstructions": g.TextInstructions, "imginstructions": base64.StdEncoding.EncodeToString(g.ImgInstructions),
+	})
 }
 
-func imageTask(body []byte, file string) Task {
+// imageTask is the task of an image, body (method base64) or else a local
+// file (method post), with p's params.
+func imageTask(body []byte, file string, p params) Task {
+	t := rawTask("base64", p)
 	if len(body) > 0 || file == "" {
-		return Task{Method: "base64", Params: params{"body": base64.StdEncoding.EncodeToString(body)}}
+		t.Params["body"] = base64.StdEncoding.EncodeToString(body)
+		return t
 	}
-	data, err := ReadImageFile(file)
-	if err != nil {
-		return Task{Method: "post", Params: params{}}
+	t.Method = "post"
+	if data, err := ReadImageFile(file); err == nil {
+		t.Params["file"] = base64.StdEncoding.EncodeToString(data)
 	}
-	return Task{Method: "post", Params: params{"file": base64.StdEncoding.EncodeToString(data)}}
+	return t
 }
 
 // ReadImageFile reads a local image for a task, once, at intake: at most
@@ -244,15 +214,14 @@ type BLS struct {
 // Task returns the raw form: method bls with image_base64_1 … image_base64_9
 // as data: URIs.
 func (b BLS) Task() Task {
-	p := params{}
-	p.set("instructions", b.Instructions)
+	p := params{"instructions": b.Instructions}
 	for n, img := range b.Images {
 		if n >= 9 {
 			break
 		}
 		p["image_base64_"+strconv.Itoa(n+1)] = "data:" + http.DetectContentType(img) + ";base64," + base64.StdEncoding.EncodeToString(img)
 	}
-	return Task{Method: "bls", Params: p}
+	return rawTask("bls", p)
 }
 
 // CaptchaFox is a CaptchaFox widget (beta at the provider).
@@ -267,14 +236,10 @@ type CaptchaFox struct {
 
 // Task returns the raw form: method captchafox.
 func (c CaptchaFox) Task() Task {
-	p := params{}
-	p.set("sitekey", c.SiteKey)
-	p.set("pageurl", c.PageURL)
-	p.set("api_server", c.APIServer)
-	p.set("userAgent", c.UserAgent)
-	p.set("proxy", c.Proxy)
-	p.set("proxytype", c.ProxyType)
-	return Task{Method: "captchafox", Params: p}
+	return rawTask("captchafox", params{
+		"sitekey": c.SiteKey, "pageurl": c.PageURL, "api_server": c.APIServer, "userAgent": c.UserAgent,
+		"proxy": c.Proxy, "proxytype": c.ProxyType,
+	})
 }
 
 // FriendlyCaptcha is a Friendly Captcha widget (beta at the provider).
@@ -285,10 +250,7 @@ type FriendlyCaptcha struct {
 
 // Task returns the raw form: method friendly_captcha.
 func (f FriendlyCaptcha) Task() Task {
-	p := params{}
-	p.set("sitekey", f.SiteKey)
-	p.set("pageurl", f.PageURL)
-	return Task{Method: "friendly_captcha", Params: p}
+	return rawTask("friendly_captcha", params{"sitekey": f.SiteKey, "pageurl": f.PageURL})
 }
 
 // Lemin is a Lemin cropped-puzzle captcha (beta at the provider).
@@ -301,31 +263,33 @@ type Lemin struct {
 
 // Task returns the raw form: method lemin.
 func (l Lemin) Task() Task {
-	p := params{}
-	p.set("captcha_id", l.CaptchaID)
-	p.set("pageurl", l.PageURL)
-	p.set("div_id", l.DivID)
-	p.set("api_server", l.APIServer)
-	return Task{Method: "lemin", Params: p}
+	return rawTask("lemin", params{
+		"captcha_id": l.CaptchaID, "pageurl": l.PageURL, "div_id": l.DivID, "api_server": l.APIServer,
+	})
 }
 
-// params builds a Params map, leaving out empty values.
+// params are a typed task's params by name: rawTask leaves out the empty
+// ones.
 type params map[string]string
 
-func (p params) set(k, v string) {
-	if v != "" {
-		p[k] = v
-	}
+// rawTask is the task of method with p's values, the empty ones left out.
+func rawTask(method string, p params) Task {
+	maps.DeleteFunc(p, func(_, v string) bool { return v == "" })
+	return Task{Method: method, Params: p}
 }
 
-func (p params) flag(k string, v bool) {
+// flagParam is a flag's value: "1" when set, else "" (left out).
+func flagParam(v bool) string {
 	if v {
-		p[k] = "1"
+		return "1"
 	}
+	return ""
 }
 
-func (p params) int(k string, v int) {
-	if v != 0 {
-		p[k] = strconv.Itoa(v)
+// intParam is a number's value: its text, or "" (left out) for 0.
+func intParam(v int) string {
+	if v == 0 {
+		return ""
 	}
+	return strconv.Itoa(v)
 }
