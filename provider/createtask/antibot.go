@@ -9,7 +9,7 @@ import "github.com/captchaq/captchaq/provider"
 var (
 	typeAmazonWAF = &taskType{kind: provider.KindAmazonWAF, method: "amazon_waf", proxy: true, fields: []field{
 		fWebsiteURL,
-		{wire: "websiteKey", param: "sitekey"},
+		fWebsiteKey,
 		{wire: "iv", param: "iv"},
 		{wire: "context", param: "context"},
 		{wire: "challengeScript", param: "challenge_script"},
@@ -18,7 +18,7 @@ var (
 	}}
 	typeMTCaptcha = &taskType{kind: provider.KindMTCaptcha, method: "mt_captcha", proxy: true, fields: []field{
 		fWebsiteURL,
-		{wire: "websiteKey", param: "sitekey"},
+		fWebsiteKey,
 		fUserAgent,
 	}}
 	typeDataDome = &taskType{kind: provider.KindDataDome, method: "datadome", proxy: true, fields: []field{

@@ -52,6 +52,7 @@ type typeName struct {
 
 var (
 	fWebsiteURL = field{wire: "websiteURL", param: "pageurl"}
+	fWebsiteKey = field{wire: "websiteKey", param: "sitekey"}
 	fUserAgent  = field{wire: "userAgent", param: "userAgent"}
 )
 
@@ -85,7 +86,7 @@ var (
 	}}
 	typeTurnstile = &taskType{kind: provider.KindTurnstile, method: "turnstile", proxy: true, fields: []field{
 		fWebsiteURL,
-		{wire: "websiteKey", param: "sitekey"},
+		fWebsiteKey,
 		{wire: "action", alias: []string{"pageAction"}, param: "action"},
 		{wire: "data", alias: []string{"turnstileCData", "cData"}, param: "data"},
 		{wire: "pagedata", alias: []string{"chlPageData"}, param: "pagedata"},
@@ -106,7 +107,7 @@ var (
 	}}
 	typeHCaptcha = &taskType{kind: provider.KindHCaptcha, method: "hcaptcha", proxy: true, fields: []field{
 		fWebsiteURL,
-		{wire: "websiteKey", param: "sitekey"},
+		fWebsiteKey,
 		{wire: "isInvisible", param: "invisible", kind: vFlag},
 		fUserAgent,
 	}}

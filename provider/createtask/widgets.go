@@ -40,18 +40,18 @@ var (
 	}}
 	typeCaptchaFox = &taskType{kind: provider.KindCaptchaFox, method: "captchafox", proxy: true, fields: []field{
 		fWebsiteURL,
-		{wire: "websiteKey", param: "sitekey"},
+		fWebsiteKey,
 		fUserAgent,
 	}, needs: []need{{"userAgent", "userAgent", "the browser user agent the token will be used with"}, needProxy}}
 	typeFriendly = &taskType{kind: provider.KindFriendlyCaptcha, method: "friendly_captcha", proxy: true, fields: []field{
 		fWebsiteURL,
-		{wire: "websiteKey", param: "sitekey"},
+		fWebsiteKey,
 	}}
 	// typeCFClearance is TurnstileTask with cloudflareTaskType cf_clearance:
 	// a challenge page solved for its cookie. No type name of its own.
 	typeCFClearance = &taskType{kind: provider.KindCloudflareChallenge, method: "cloudflare_challenge", proxy: true, fields: []field{
 		fWebsiteURL,
-		{wire: "websiteKey", param: "sitekey"},
+		fWebsiteKey,
 		{wire: "htmlPageBase64", param: "htmlPageBase64"},
 		fUserAgent,
 	}, needs: []need{
