@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -56,12 +57,26 @@ func checkProxy(v string) string {
 	return ""
 }
 
-func checkProxyType(v string) string {
-	switch strings.ToUpper(strings.TrimSpace(v)) {
-	case "HTTP", "HTTPS", "SOCKS4", "SOCKS5":
-		return ""
+// checkProxyType, checkRecaptchaDomain and checkFlag take a value of a
+// fixed set, read in any letter case.
+var (
+	checkProxyType = oneOf(strings.ToUpper, "is not a proxy type; use one of HTTP, HTTPS, SOCKS4, SOCKS5",
+		"HTTP", "HTTPS", "SOCKS4", "SOCKS5")
+	checkRecaptchaDomain = oneOf(strings.ToLower,
+		"is not a domain reCAPTCHA loads from; use google.com or recaptcha.net (createTask's apiDomain)",
+		"google.com", "recaptcha.net")
+	checkFlag = oneOf(strings.ToLower, "is not 0 or 1", "0", "1", "true", "false")
+)
+
+// oneOf is a check that passes a value, trimmed and cased by norm, when it
+// is one of allowed, and else says why: the value quoted, then why.
+func oneOf(norm func(string) string, why string, allowed ...string) func(string) string {
+	return func(v string) string {
+		if slices.Contains(allowed, norm(strings.TrimSpace(v))) {
+			return ""
+		}
+		return quoteShort(v) + " " + why
 	}
-	return fmt.Sprintf("%s is not a proxy type; use one of HTTP, HTTPS, SOCKS4, SOCKS5", quoteShort(v))
 }
 
 func checkHost(v string) string {
@@ -70,14 +85,6 @@ func checkHost(v string) string {
 		return fmt.Sprintf("%s is not a host name; give the API server's host, e.g. api.example.com", quoteShort(v))
 	}
 	return ""
-}
-
-func checkRecaptchaDomain(v string) string {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "google.com", "recaptcha.net":
-		return ""
-	}
-	return fmt.Sprintf("%s is not a domain reCAPTCHA loads from; use google.com or recaptcha.net (createTask's apiDomain)", quoteShort(v))
 }
 
 // checkHTMLPage checks a challenge page's HTML, base64-encoded
@@ -95,14 +102,6 @@ func gridInstructions(t Task) error {
 		return &ValidationError{Field: "params.textinstructions", Reason: "required for " + string(KindGrid) + "; " + fTextInstr.hint}
 	}
 	return nil
-}
-
-func checkFlag(v string) string {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "0", "1", "true", "false":
-		return ""
-	}
-	return fmt.Sprintf("%s is not 0 or 1", quoteShort(v))
 }
 
 func checkScore(v string) string {
