@@ -189,7 +189,7 @@ func TestLaneConfigCarriesProviderConfig(t *testing.T) {
 			t.Fatalf("ProviderConfig.%s: a %s; fill it here", pv.Type().Field(i).Name, f.Kind())
 		}
 	}
-	lc := reflect.ValueOf(p.laneConfig(nil, nil))
+	lc := reflect.ValueOf(laneConfig(p, nil, nil))
 	for i := range pv.NumField() {
 		name := pv.Type().Field(i).Name
 		switch name {

@@ -195,4 +195,10 @@
 // the state and lock each owns, the order locks are taken in, and the
 // seams other packages build on (Store, Provider, the fleet's hooks, the
 // one intake path).
+//
+// The shared values (Task, Result, Record, Status, Store and the other
+// store interfaces, Provider, ProviderConfig, Metrics, the errors and
+// codes) are declared in package captchaqtype, whose docs describe their
+// fields and methods; this package names each of them again, so a
+// program imports this package alone.
 package captchaq

@@ -39,7 +39,7 @@ func TestFingerprintIgnoresQueueFieldsAndKeepsCase(t *testing.T) {
 	}
 }
 
-// The id rule, pinned where it is written (fingerprint.go), which every
+// The id rule, pinned where it is written (captchaqtype/fingerprint.go), which every
 // door applies: another task under a known id is refused naming what
 // differs, by fingerprint or, for a record without one, by task; the same
 // task is the known one, pending, answered, or expired and so solved again.

@@ -27,7 +27,7 @@ func (q *Queue) Validate(t Task) error {
 // that register a task themselves (Adopt, a record the Store holds).
 func (q *Queue) check(t Task) (provider.Checked, error) {
 	v, err := q.Check(t)
-	return v.pt, err
+	return v.Checked(), err
 }
 
 // checkStored checks a task the Store holds, resumed at Start: that is
@@ -60,7 +60,7 @@ func (q *Queue) SubmitValid(ctx context.Context, tasks []ValidTask, fn func(i in
 	for i, v := range tasks {
 		vs[i] = v
 		if !v.CheckedFor(q.checkedFor()) {
-			vs[i], errs[i] = q.Check(v.task)
+			vs[i], errs[i] = q.Check(v.Task())
 		}
 	}
 	return q.acceptValid(ctx, vs, errs, func(i int) func(Result, error) {
@@ -106,7 +106,7 @@ func (q *Queue) acceptValid(ctx context.Context, vs []ValidTask, errs []error, w
 		errs:  errs,
 	}
 	for i, v := range vs {
-		in.tasks[i], in.pts[i] = v.task, v.pt
+		in.tasks[i], in.pts[i] = v.Task(), v.Checked()
 		if errs[i] == nil {
 			in.ws[i] = waiter(i)
 		}

@@ -3,16 +3,12 @@ package captchaq
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 )
-
-// ErrStoreClosed is returned by a Store's methods after Close.
-var ErrStoreClosed = errors.New("captchaq: store closed")
 
 // MaxFinishedDefault is MemoryStoreConfig.MaxFinished's default.
 const MaxFinishedDefault = 10000
@@ -300,7 +296,8 @@ func (s *MemoryStore) Results(ctx context.Context, fn func(Result) error) error 
 		func(r Record) error { return fn(*r.Result) })
 }
 
-func (f DeadLetterFilter) match(r *Record) bool {
+// matchDeadLetter reports whether f selects r.
+func matchDeadLetter(f DeadLetterFilter, r *Record) bool {
 	if r.Status != StatusFailed {
 		return false
 	}
@@ -322,7 +319,7 @@ func (f DeadLetterFilter) match(r *Record) bool {
 
 // DeadLetters implements Store.
 func (s *MemoryStore) DeadLetters(ctx context.Context, f DeadLetterFilter, fn func(Record) error) error {
-	return s.each(ctx, f.match, fn)
+	return s.each(ctx, func(r *Record) bool { return matchDeadLetter(f, r) }, fn)
 }
 
 // Replay implements Store. A replayed task keeps its Seq and last error;
@@ -335,7 +332,7 @@ func (s *MemoryStore) Replay(ctx context.Context, f DeadLetterFilter, now time.T
 	}
 	n := 0
 	for _, mr := range s.recs {
-		if !f.match(&mr.rec) {
+		if !matchDeadLetter(f, &mr.rec) {
 			continue
 		}
 		mr.rec.Status = StatusQueued

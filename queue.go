@@ -219,7 +219,7 @@ func (q *Queue) Adopt(ctx context.Context, r Record) (*Future, error) {
 		return nil, err
 	}
 	in := &intakeBatch{
-		tasks: []Task{t}, pts: []provider.Checked{v.pt}, ws: []func(Result, error){f.resolve},
+		tasks: []Task{t}, pts: []provider.Checked{v.Checked()}, ws: []func(Result, error){f.resolve},
 		errs: []error{nil}, adopted: []*Record{&r},
 	}
 	if err := q.intake(ctx, in)[0]; err != nil {

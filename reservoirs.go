@@ -21,63 +21,9 @@ import (
 // in the Store (ReservoirStore). This file is the queue's side: the
 // config, the draw at intake, the refill loop, and a refill's result.
 
-// ReservoirConfig declares a reservoir (Config.Reservoirs).
-type ReservoirConfig struct {
-	// Name names it in refill task ids ("reservoir-NAME-…"), counts and
-	// the Store: 1 to 64 letters, digits, '-' or '_'. Required, unique.
-	Name string
-	// Task is the captcha it holds tokens of: its Method and Params (and
-	// Proxy, ProxyType), the task's solving params, which a submitted
-	// task must match exactly (Task.Fingerprint) to draw. Its other
-	// fields are not used: refills get ids of their own and the lowest
-	// priority, PriorityLowest.
-	Task Task
-	// Size fixes how many tokens it holds in stock and in flight; 0
-	// sizes it from the demand it sees. Max bounds them: default
-	// ReservoirMaxDefault, at least Size.
-	Size, Max int
-	// MinLife is the least life a token handed out has left; tokens
-	// with less are dropped, counted as expired unused. Default the
-	// type's token lifetime / reservoir.MinLifeShare (Turnstile: 75 s).
-	MinLife time.Duration
-	// Clients are the tenants (Task.Tenant) whose tasks draw from it;
-	// empty: every tenant's.
-	Clients []string
-}
-
-// ReservoirMaxDefault is ReservoirConfig.Max's default.
-const ReservoirMaxDefault = 100
-
-// ReservoirShareDefault is Config.ReservoirShare's default: refills take
-// at most a quarter of the plan's threads.
-const ReservoirShareDefault = 0.25
-
-// PriorityLowest is the largest Priority every Store keeps: the priority
-// of reservoir refills, which a client's task always goes before.
-const PriorityLowest = math.MaxInt32
-
 // reservoirTick is how often the refill loop drops aged-out tokens and
 // starts refills.
 const reservoirTick = time.Second
-
-// ReservoirCounts are one reservoir's numbers at one moment
-// (Queue.Reservoirs).
-type ReservoirCounts struct {
-	Name string
-	// Target is what it holds in stock and in flight; Stock the tokens
-	// that may be handed out, as the Store counted them within the
-	// second; InFlight the refills queued or solving.
-	Target, Stock, InFlight int
-	// Hits and Misses count the tasks that matched it: a hit took a
-	// token, a miss is an ordinary task.
-	Hits, Misses int64
-	// TimeToToken is from a matching task's submit to its answer, hits
-	// (about 0) and misses alike, over the latest.
-	TimeToTokenP50, TimeToTokenP99 time.Duration
-	// Solved counts refills solved, HandedOut tokens handed out, Expired
-	// tokens aged out unused, Failed refills that failed.
-	Solved, HandedOut, Expired, Failed int64
-}
 
 // Reservoirs returns each reservoir's counts, in Config.Reservoirs'
 // order; none without reservoirs.
@@ -143,7 +89,7 @@ func (c Config) checkReservoirs(threads int) []error {
 // reservoirLife validates rc's template as a refill of it is validated
 // and returns its type's token lifetime.
 func (c Config) reservoirLife(rc ReservoirConfig) (time.Duration, error) {
-	t := rc.templateTask()
+	t := templateTask(rc)
 	t.ID = reservoir.RefillPrefix + "template"
 	var providers []ProviderConfig
 	if len(c.Providers) > 0 {
@@ -153,7 +99,7 @@ func (c Config) reservoirLife(rc ReservoirConfig) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	kind, err := v.pt.KindFor(provider.KnownMethods)
+	kind, err := v.Checked().KindFor(provider.KnownMethods)
 	if err != nil {
 		return 0, err
 	}
@@ -162,7 +108,7 @@ func (c Config) reservoirLife(rc ReservoirConfig) (time.Duration, error) {
 
 // templateTask is what rc's refills are sent: its task's solving fields,
 // at PriorityLowest.
-func (rc ReservoirConfig) templateTask() Task {
+func templateTask(rc ReservoirConfig) Task {
 	return Task{Method: rc.Task.Method, Params: rc.Task.Params, Proxy: rc.Task.Proxy, ProxyType: rc.Task.ProxyType, Priority: PriorityLowest}
 }
 
@@ -202,7 +148,7 @@ func (rs *reservoirs) specs(c Config) []reservoir.Spec {
 	templates, minLives := map[string]Task{}, map[string]time.Duration{}
 	specs := make([]reservoir.Spec, len(c.Reservoirs))
 	for i, rc := range c.Reservoirs {
-		t := rc.templateTask()
+		t := templateTask(rc)
 		life, _ := c.reservoirLife(rc)
 		minLife := rc.MinLife
 		if minLife == 0 {

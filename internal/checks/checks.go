@@ -1,13 +1,13 @@
 // Package checks is where a process says which checks a task goes through
-// on its way to a provider: the queue's own fields (Task.check in the
-// root's validate.go), the provider's params (provider.Task's validation)
-// and a post or base64 task's image decoded (provider). Each of them calls
-// Count with the task's params; Watch sees every call.
+// on its way to a provider: the queue's own fields (Task.check in
+// captchaqtype/validate.go), the provider's params (provider.Task's
+// validation) and a post or base64 task's image decoded (provider). Each
+// of them calls Count with the task's params; Watch sees every call.
 //
 // A task is checked once per process, at the door it comes in by
-// (validate.go): Watch is how that is observed, by the tests that hold it
-// (internal/tasktest.Checks counts by kind for the tasks a test picks by
-// their params). Checks are pure functions of a task, not of a Queue, so
+// (captchaqtype/validate.go): Watch is how that is observed, by the tests
+// that hold it (internal/tasktest.Checks counts by kind for the tasks a
+// test picks by their params). Checks are pure functions of a task, not of a Queue, so
 // they are seen here, process-wide, and not in a Queue's Metrics. With no
 // watcher, Count is one atomic load.
 package checks

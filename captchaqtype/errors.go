@@ -1,4 +1,4 @@
-package captchaq
+package captchaqtype
 
 import (
 	"errors"
@@ -28,6 +28,8 @@ var (
 	ErrFinal = errors.New("captchaq: task already finished")
 	// ErrNotSolved: Store.Report of a task that is not solved.
 	ErrNotSolved = errors.New("captchaq: task is not solved")
+	// ErrStoreClosed is returned by a Store's methods after Close.
+	ErrStoreClosed = errors.New("captchaq: store closed")
 )
 
 // Error codes of the queue's own, in Result.ErrorCode.

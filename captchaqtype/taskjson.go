@@ -1,4 +1,4 @@
-package captchaq
+package captchaqtype
 
 import (
 	"bytes"
@@ -153,7 +153,7 @@ func parseTTL(v json.RawMessage) (time.Duration, error) {
 // ParseTask reads one line of task JSONL. Errors name the field:
 // "ttl: use a duration ...", "priority: must be a whole number". It reads
 // and does not validate: the task is validated once, by the door it is
-// submitted at (Task.Validate, Queue.Validate: see validate.go).
+// submitted at (Task.Validate, captchaq.Queue.Validate: see validate.go).
 func ParseTask(line []byte) (Task, error) {
 	var t Task
 	if err := json.Unmarshal(line, &t); err != nil {

@@ -1,4 +1,4 @@
-package captchaq
+package captchaqtype
 
 import (
 	"cmp"
@@ -79,6 +79,10 @@ func (v ValidTask) Task() Task {
 
 // ID is the task's id.
 func (v ValidTask) ID() string { return v.task.ID }
+
+// Checked is what the check found, which the queue carries to the
+// provider: the provider task as checked, a post task's image decoded.
+func (v ValidTask) Checked() provider.Checked { return v.pt }
 
 // CheckedFor reports whether v was validated for these providers, as
 // Task.CheckFor(providers) validates: a step for them takes it as it is.

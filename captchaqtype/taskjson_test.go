@@ -1,4 +1,4 @@
-package captchaq
+package captchaqtype
 
 import (
 	"errors"
