@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/engine"
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/provider/createtask"
@@ -377,7 +378,7 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 		at := func(field, format string, args ...any) {
 			errs = append(errs, fmt.Errorf("%s: %s", fieldName(i, field), fmt.Sprintf(format, args...)))
 		}
-		if bad := nameProblem(p.Name, seen, "provider"); bad != "" {
+		if bad := lane.NameProblem(p.Name, seen, "provider"); bad != "" {
 			at("Name", "%s", bad)
 		}
 		if needClients && p.Provider == nil {
@@ -421,19 +422,6 @@ func (c Config) checkProviders(fieldName func(i int, field string) string, needC
 	return errs
 }
 
-// nameProblem says what is wrong with name, a what's, among the names
-// seen before it ("" when nothing), and marks it seen.
-func nameProblem(name string, seen map[string]bool, what string) string {
-	defer func() { seen[name] = true }()
-	switch {
-	case !lane.ValidName(name):
-		return fmt.Sprintf("%q must be 1 to 64 letters, digits, '-' or '_'", name)
-	case seen[name]:
-		return fmt.Sprintf("%q is used twice; give each %s its own name", name, what)
-	}
-	return ""
-}
-
 // publishedPollBudget is p's published limits on polling one task (its
 // PollBudget() method: a *createtask.Client has one), or none.
 func publishedPollBudget(p Provider) createtask.PollBudget {
@@ -450,4 +438,10 @@ func publishedPollGap(p Provider) time.Duration {
 		return max(g.PollGap(), 0)
 	}
 	return 0
+}
+
+// checkReservoirs reports every problem of c.Reservoirs, after
+// withDefaults, each naming the field and the fix; threads are the plan's.
+func (c Config) checkReservoirs(threads int) []error {
+	return engine.CheckReservoirs(c.Reservoirs, c.Providers, c.Store, c.ReservoirShare, threads)
 }

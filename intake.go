@@ -232,7 +232,7 @@ func (q *Queue) intakeRound(ctx context.Context, in *intakeBatch, todo []int, ca
 	}
 	// A new task that matches a reservoir takes a token: it is finished
 	// now, and registerStored answers it as a stored, finished task.
-	q.res.draw(ctx, batch, recs, existed, func(j int) bool { return in.adoptedAt(claimed[j]) != nil }, now)
+	q.res.Draw(ctx, batch, recs, existed, func(j int) bool { return in.adoptedAt(claimed[j]) != nil }, now)
 	for _, j := range q.registerStored(in, claimed, batch, recs, existed, renewed, now) {
 		in.ws[claimed[j]](*recs[j].Result, nil)
 	}

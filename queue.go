@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq/internal/dispatch"
+	"github.com/captchaq/captchaq/internal/engine"
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/pingback"
@@ -69,8 +70,8 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 	}, Price: priceAt, Taken: func(l *lane.Lane, st *taskState) { l.Refusals.Sending(st.route) }}
 	q.dispatcher = dispatch.New(q.lanes.Lanes(), q.now, q.pass)
 	q.loops = []*startstop.Loop{startstop.New(q.dispatcher.Run)}
-	if q.res = newReservoirs(q, cfg.threads()); q.res != nil {
-		q.loops = append(q.loops, q.res.loop())
+	if q.res = engine.NewReservoirs(cfg.Reservoirs, cfg.Providers, cfg.Store, cfg.ReservoirShare, cfg.threads(), q.reservoirHost()); q.res != nil {
+		q.loops = append(q.loops, q.res.Loop())
 	}
 	for _, l := range q.lanes.Lanes() {
 		p := q.newPoller(l)
@@ -124,7 +125,7 @@ func (q *Queue) Start(ctx context.Context) error {
 				return // a Submit is storing it now and registers the stored record
 			}
 			st := q.register(tx, r, nil, q.checkStored(r.Task))
-			q.res.resume(r.Task.ID)
+			q.res.Resume(r.Task.ID)
 			resumed++
 			q.metrics.Resumed(st.resumed)
 			if r.Status == StatusInFlight {
@@ -433,5 +434,45 @@ func (f *Future) Wait(ctx context.Context) (Result, error) {
 		return f.res, f.err
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
+	}
+}
+
+// Reservoirs returns each reservoir's counts, in Config.Reservoirs'
+// order; none without reservoirs.
+func (q *Queue) Reservoirs() []ReservoirCounts { return q.res.Counts(q.now()) }
+
+// SetReservoirs makes rcs the reservoirs of a queue started with some,
+// validated as Config.Reservoirs (nothing changes on an error). A
+// reservoir kept by name with the same method and params keeps its stock,
+// counts and refills in flight; the stock of one removed, or whose
+// captcha changed, is dropped. It logs what changed.
+func (q *Queue) SetReservoirs(rcs []ReservoirConfig) error {
+	if q.res == nil {
+		return errors.New("captchaq: Reservoirs: the queue was built without reservoirs and runs no refill loop; build it with them")
+	}
+	c := q.cfg
+	c.Reservoirs = rcs
+	c = c.withReservoirDefaults()
+	if errs := c.checkReservoirs(c.threads()); len(errs) > 0 {
+		return fmt.Errorf("captchaq: invalid Reservoirs: %w", errors.Join(errs...))
+	}
+	q.res.Set(c.Reservoirs, c.Providers)
+	return nil
+}
+
+// reservoirHost is what the reservoirs use of q.
+func (q *Queue) reservoirHost() engine.ReservoirHost {
+	return engine.ReservoirHost{
+		Now: q.now, StoreCtx: q.storeCtx, Log: q.log, Journal: q.journal, Metrics: q.metrics,
+		Delivered: func(r Result) {
+			q.logResult(r)
+			if q.cfg.OnResult != nil {
+				q.cfg.OnResult(r)
+			}
+		},
+		Submit: func(ctx context.Context, tasks []Task) []error {
+			none := func(int) func(Result, error) { return func(Result, error) {} }
+			return q.acceptBatch(ctx, tasks, none)
+		},
 	}
 }

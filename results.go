@@ -149,7 +149,7 @@ func (q *Queue) complete(st *taskState, r Result, ready time.Time) {
 	for _, w := range ws {
 		w(r, nil)
 	}
-	if q.res.finished(r) {
+	if q.res.Finished(r) {
 		return // a refill's token: stocked, for no client
 	}
 	if q.cfg.OnResult != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq/internal/dispatch"
+	"github.com/captchaq/captchaq/internal/engine"
 	"github.com/captchaq/captchaq/internal/lane"
 	"github.com/captchaq/captchaq/internal/latency"
 	"github.com/captchaq/captchaq/internal/pingback"
@@ -82,9 +83,9 @@ type Queue struct {
 	bursts bursts
 
 	metrics *tally.Counters // under their own lock, a leaf
-	// res are the reservoirs (reservoirs.go), nil without any; they
+	// res are the reservoirs (internal/engine), nil without any; they
 	// keep their state under their own lock, a leaf.
-	res *reservoirs
+	res *engine.Reservoirs
 
 	// inboxes[i] is lane i's side of the pingbacks: the secret its URL
 	// carries and the pingbacks that beat their checkpoint.

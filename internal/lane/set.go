@@ -1,6 +1,7 @@
 package lane
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -56,6 +57,19 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // ValidName reports whether s may name a lane: 1 to 64 letters, digits,
 // '-' or '_', so that a stored "name:id" splits at its first colon.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// NameProblem says what is wrong with name, a what's, among the names
+// seen before it ("" when nothing), and marks it seen.
+func NameProblem(name string, seen map[string]bool, what string) string {
+	defer func() { seen[name] = true }()
+	switch {
+	case !ValidName(name):
+		return fmt.Sprintf("%q must be 1 to 64 letters, digits, '-' or '_'", name)
+	case seen[name]:
+		return fmt.Sprintf("%q is used twice; give each %s its own name", name, what)
+	}
+	return ""
+}
 
 // Of finds the lane of a captcha id as stored (Lane.StoredID) and its bare
 // id. An id with no known prefix belongs to the first lane; ok is false
