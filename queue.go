@@ -476,3 +476,24 @@ func (q *Queue) reservoirHost() engine.ReservoirHost {
 		},
 	}
 }
+
+// Metrics returns a snapshot.
+func (q *Queue) Metrics() Metrics {
+	return engine.Metrics(q.now(), engine.MetricsSources{
+		Counts: q.metrics, Lanes: q.lanes.Lanes(), Inboxes: q.inboxes,
+		Waiting: func() (depth int, w tally.Waiting) {
+			w = tally.NewWaiting()
+			q.table.Do(func(tx table) {
+				depth = tx.Waiting().Len()
+				tx.Waiting().Each(func(it sched.Item[*taskState]) { w.Add(it.Priority, it.Enqueued) })
+			})
+			return depth, w
+		},
+		Paused: func(now time.Time) error {
+			if p := q.pausedNow(now); p != nil {
+				return p
+			}
+			return nil
+		},
+	})
+}

@@ -6,5 +6,7 @@
 //
 // Reservoirs is the queue's side of its reservoirs: the checks of their
 // config, the draw at intake, the refill loop and a refill's result.
+// Metrics builds the queue's snapshot from its counters, lanes and
+// waiting tasks.
 // docs/engine.md describes every part and its lock.
 package engine
