@@ -17,6 +17,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/captchaq/captchaq/internal/sched"
 	"github.com/captchaq/captchaq/internal/testbound"
 	"github.com/captchaq/captchaq/provider"
 )
@@ -324,7 +325,7 @@ func TestQueueOrdersBurstLongestFirst(t *testing.T) {
 					t.Fatalf("%s: %v", batch[i].ID, err)
 				}
 			}
-			testbound.Advance(2 * burstWindow)
+			testbound.Advance(2 * sched.BurstWindow)
 		}
 		testbound.WaitGroup(t, "a result for every task", &wg)
 		want := []string{"img-b", "rc-a", "rc-b", "ts-a", "ts-b", "img-a", "rc-c", "img-c"}

@@ -1,6 +1,7 @@
 package captchaq
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -80,7 +81,7 @@ type Queue struct {
 	// fields of each taskState below and bursts, which are read and
 	// written only inside table.Do.
 	table  *tasktable.Table[*taskState]
-	bursts bursts
+	bursts sched.Bursts
 
 	metrics *tally.Counters // under their own lock, a leaf
 	// res are the reservoirs (internal/engine), nil without any; they
@@ -103,7 +104,7 @@ type taskState struct {
 	pt      provider.Checked
 	route   string // pt's route method (provider.Task.RouteMethod)
 	kind    provider.Kind
-	burst   int64 // the burst it was accepted in (order.go)
+	burst   int64 // the burst it was accepted in (sched.Bursts)
 	waiters []func(Result, error)
 	// class is the set of lanes that solve it (bit i for lane i).
 	class uint64
@@ -161,7 +162,7 @@ func (q *Queue) stopping() bool { return q.runCtx.Err() != nil }
 // inside q.table.Do.
 func (q *Queue) register(tx table, r Record, w func(Result, error), pt provider.Checked) *taskState {
 	route := pt.RouteMethod()
-	st := &taskState{rec: r, pt: pt, route: route, class: q.lanes.Class(route), burst: q.bursts.of(r.AcceptedAt)}
+	st := &taskState{rec: r, pt: pt, route: route, class: q.lanes.Class(route), burst: q.bursts.Of(r.AcceptedAt)}
 	st.kind, _ = pt.KindFor(provider.KnownMethods)
 	if w != nil {
 		st.waiters = append(st.waiters, w)
@@ -202,6 +203,9 @@ func (q *Queue) push(tx table, st *taskState) {
 	}, now)
 	q.wakeDispatcher()
 }
+
+// effectivePriority is t's priority, PriorityDefault for none.
+func effectivePriority(t Task) int { return cmp.Or(t.Priority, PriorityDefault) }
 
 func (q *Queue) maxAttempts(t Task) int {
 	if t.MaxAttempts > 0 {
