@@ -445,3 +445,27 @@ func publishedPollGap(p Provider) time.Duration {
 func (c Config) checkReservoirs(threads int) []error {
 	return engine.CheckReservoirs(c.Reservoirs, c.Providers, c.Store, c.ReservoirShare, threads)
 }
+
+// proxyAddressesOf is what l's service takes as a proxy's address.
+func (c Config) proxyAddressesOf(l *lane.Lane) provider.ProxyAddresses {
+	if len(c.Providers) > 0 {
+		return c.Providers[l.Index()].ProxyAddresses
+	}
+	return publishedProxyAddresses(c.Provider)
+}
+
+// publishedProxyAddresses is what p's service takes as a proxy's address
+// (its ProxyAddresses() method: a *createtask.Client has one), else any
+// host.
+func publishedProxyAddresses(p Provider) provider.ProxyAddresses {
+	if a, ok := p.(proxyRuled); ok {
+		return a.ProxyAddresses()
+	}
+	return provider.ProxyAnyHost
+}
+
+// proxyRuled is a Provider that says what its service takes as a
+// proxy's address.
+type proxyRuled interface {
+	ProxyAddresses() provider.ProxyAddresses
+}

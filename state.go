@@ -111,7 +111,7 @@ type taskState struct {
 	// waitingSince is when it last joined the queue, for SpillAfter.
 	waitingSince time.Time
 	// proxy is its proxy as a provider taking only IP addresses is sent it.
-	proxy taskProxy
+	proxy engine.TaskProxy
 
 	// lane holds it while it has a slot there; price is what the
 	// attempt there costs.

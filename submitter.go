@@ -27,7 +27,7 @@ func (q *Queue) submit(st *taskState) {
 		q.wakeDispatcher()
 	}()
 	t := st.rec.Task
-	pt, perr := q.proxyFor(l, st)
+	pt, perr := st.proxy.For(q.runCtx, st.pt, q.cfg.proxyAddressesOf(l), q.cfg.ProxyResolver)
 	if perr != nil {
 		l.Refusals.NotSent(route, q.now())
 		q.proxyRefused(st, perr)
@@ -270,4 +270,22 @@ func inflightAt(tx table, l *lane.Lane) int {
 		}
 	})
 	return n
+}
+
+// proxyRefused acts on TaskProxy.For's refusal of st at its lane, before
+// anything was sent: st goes to another provider that solves it, its
+// attempt not counted; with none left, it fails with the reason.
+func (q *Queue) proxyRefused(st *taskState, err error) {
+	l := st.lane
+	var last bool
+	q.table.Do(func(table) {
+		st.class &^= 1 << l.Index()
+		last = st.class == 0
+	})
+	q.log.Info("provider cannot take the task's proxy", "id", st.rec.Task.ID, "provider", l.Name(), "err", err)
+	if last {
+		q.finish(st, q.failure(st, st.rec.Attempts, provider.ProxyRefused, err.Error()))
+		return
+	}
+	q.requeue(st, st.rec.Attempts, time.Time{}, provider.ProxyRefused, err)
 }

@@ -7,6 +7,7 @@
 // Reservoirs is the queue's side of its reservoirs: the checks of their
 // config, the draw at intake, the refill loop and a refill's result.
 // Metrics builds the queue's snapshot from its counters, lanes and
-// waiting tasks.
+// waiting tasks. TaskProxy is a task's proxy as a provider taking only
+// public IP addresses is sent it.
 // docs/engine.md describes every part and its lock.
 package engine
