@@ -469,3 +469,6 @@ func publishedProxyAddresses(p Provider) provider.ProxyAddresses {
 type proxyRuled interface {
 	ProxyAddresses() provider.ProxyAddresses
 }
+
+// pingbackSecretMin is the shortest Config.PingbackSecret.
+const pingbackSecretMin = 16
