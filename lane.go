@@ -2,8 +2,6 @@ package captchaq
 
 import (
 	"cmp"
-	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -167,45 +165,4 @@ func (q *Queue) unservedText(m string, now time.Time) string {
 		}
 	}
 	return fmt.Sprintf("no provider takes %s tasks now: %s", m, strings.Join(by, "; "))
-}
-
-// refusalsState is the name the lanes' refusals are stored under
-// (StateStore).
-const refusalsState = "type_refusals"
-
-// storeRefusals stores the lanes' refusals, so a restarted queue does not
-// pay a refused submit again for each; with a Store that is no
-// StateStore they live in memory only.
-func (q *Queue) storeRefusals() {
-	ss, ok := q.store.(StateStore)
-	if !ok {
-		return
-	}
-	q.refusalsMu.Lock()
-	defer q.refusalsMu.Unlock()
-	b, _ := json.Marshal(q.lanes.Refusals())
-	if err := ss.SaveState(q.storeCtx(), refusalsState, b); err != nil {
-		q.log.Error("storing the providers' refusals of types failed", "err", err)
-	}
-}
-
-// loadRefusals takes back the refusals storeRefusals stored.
-func (q *Queue) loadRefusals(ctx context.Context) error {
-	ss, ok := q.store.(StateStore)
-	if !ok {
-		return nil
-	}
-	b, err := ss.LoadState(ctx, refusalsState)
-	if err != nil || b == nil {
-		return err
-	}
-	var rs []lane.Refusal
-	if err := json.Unmarshal(b, &rs); err != nil {
-		q.log.Warn("stored refusals of types unreadable; starting without them", "err", err)
-		return nil
-	}
-	for _, l := range q.lanes.Lanes() {
-		l.Refusals.Restore(rs)
-	}
-	return nil
 }

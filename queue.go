@@ -65,6 +65,7 @@ func newQueue(cfg Config, f Fleet) (*Queue, error) {
 		}))
 	}
 	q.pauses = lane.NewPauses(q.lanes.Lanes())
+	q.refusals = engine.NewRefusals(q.lanes, cfg.Store, q.log)
 	q.waiting = dispatch.Tasks[*taskState]{Route: func(l *lane.Lane, st *taskState, now time.Time) (bool, time.Time) {
 		return q.lanes.Route(l, st.routing(), now)
 	}, Price: priceAt, Taken: func(l *lane.Lane, st *taskState) { l.Refusals.Sending(st.route) }}
@@ -108,7 +109,7 @@ func (q *Queue) Start(ctx context.Context) error {
 	started := q.now()
 	q.metrics.Start(started)
 
-	if err := q.loadRefusals(ctx); err != nil {
+	if err := q.refusals.Load(ctx); err != nil {
 		return fmt.Errorf("captchaq: load the providers' refusals of types: %w", err)
 	}
 	var resumed, polling int

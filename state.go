@@ -70,8 +70,8 @@ type Queue struct {
 	// unserved: a waiting task's type may be refused by every provider
 	// that solves it (the next pass fails those: failUnserved).
 	unserved atomic.Bool
-	// refusalsMu orders the writes of the lanes' refusals to the Store.
-	refusalsMu sync.Mutex
+	// refusals keeps the lanes' refusals of types in the Store.
+	refusals *engine.Refusals
 
 	// table holds every unfinished task: by id, the ids being stored
 	// (claims: one id is stored and added once while different ids are

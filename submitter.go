@@ -48,7 +48,7 @@ func (q *Queue) submit(st *taskState) {
 	captchaID, err := l.Submit(q.runCtx, pt, q.inboxes[l.Index()].URL())
 	now := q.now()
 	if l.Refusals.Sent(route, err, now) {
-		q.storeRefusals()
+		q.refusals.Save(q.storeCtx())
 	}
 	if err == nil {
 		if l.Health.Answered() {

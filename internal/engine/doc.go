@@ -8,6 +8,7 @@
 // config, the draw at intake, the refill loop and a refill's result.
 // Metrics builds the queue's snapshot from its counters, lanes and
 // waiting tasks. TaskProxy is a task's proxy as a provider taking only
-// public IP addresses is sent it.
+// public IP addresses is sent it. Refusals keeps the providers'
+// refusals of types in a Store that keeps state.
 // docs/engine.md describes every part and its lock.
 package engine
