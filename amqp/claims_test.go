@@ -70,7 +70,7 @@ func TestLostAckIsClaimed(t *testing.T) {
 	a := p.worker(p.cA, p.clientA, "ack-a", nil)
 	b := p.worker(p.cB, p.clientB, "ack-b", nil)
 	var once sync.Once
-	a.store.afterFirstConfirm = func(string) {
+	a.store.hooks.afterFirstConfirm = func(string) {
 		once.Do(func() {
 			confirmed := time.Now()
 			p.run(b)
@@ -106,9 +106,9 @@ func claimedOnce(p *workerPair, id string, b *Worker) {
 	t.Helper()
 	got := p.collect(1)
 	p.until("worker b to hear a's claim", func() bool {
-		b.store.mu.Lock()
-		defer b.store.mu.Unlock()
-		_, heard := b.store.claims[id]
+		b.store.holdings.mu.Lock()
+		defer b.store.holdings.mu.Unlock()
+		_, heard := b.store.holdings.claims[id]
 		return heard
 	})
 	p.stop()

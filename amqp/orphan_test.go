@@ -30,7 +30,7 @@ func TestCopyTakenAsItsTaskIsLetGoIsAnswered(t *testing.T) {
 		}
 	}
 	var letGo atomic.Bool
-	w.store.afterLetGo = func(got string) {
+	w.store.hooks.afterLetGo = func(got string) {
 		if got != id || letGo.Swap(true) {
 			return
 		}
@@ -58,16 +58,16 @@ func TestCopyTakenAsItsTaskIsLetGoIsAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.until("the task's checkpoint", func() bool {
-		w.store.mu.Lock()
-		defer w.store.mu.Unlock()
-		e, ok := w.store.entries[id]
+		w.store.holdings.mu.Lock()
+		defer w.store.holdings.mu.Unlock()
+		e, ok := w.store.holdings.entries[id]
 		return ok && e.confirmed > 0
 	})
 	// As the stale sweeper does for a task whose holder went back to the
 	// fleet: marked lost, let go of.
-	w.store.mu.Lock()
-	w.store.entries[id].lost = true
-	w.store.mu.Unlock()
+	w.store.holdings.mu.Lock()
+	w.store.holdings.entries[id].lost = true
+	w.store.holdings.mu.Unlock()
 	if err := w.q.Abandon(p.ctx, id); err != nil {
 		t.Fatal(err)
 	}

@@ -377,7 +377,7 @@ func TestBrokerShutdownTold(t *testing.T) {
 // forfeited entry, whose release would ack it with no result (the task
 // lost). Once the entry is released, a copy is a fresh task.
 func TestForfeitedTaskTakesNoCopy(t *testing.T) {
-	s := &WorkerStore{entries: map[string]*entry{}, claims: map[string]time.Time{}, lease: time.Minute,
+	s := &WorkerStore{holdings: holdings{entries: map[string]*entry{}, claims: map[string]time.Time{}}, lease: time.Minute,
 		log: slog.New(slog.DiscardHandler)}
 	k := &Consumer{} // its channel gone: every delivery below is stale
 	dead := func(redelivered bool) *Delivery {
@@ -385,13 +385,13 @@ func TestForfeitedTaskTakesNoCopy(t *testing.T) {
 	}
 	m := TaskMessage{Task: fleetTask("forfeited-copy", 0)}
 	id := m.Task.ID
-	s.entries[id] = &entry{msg: m, deliveries: []*Delivery{dead(false)}, checkpoints: map[int]*Delivery{}, forfeit: true}
+	s.holdings.entries[id] = &entry{msg: m, deliveries: []*Delivery{dead(false)}, checkpoints: map[int]*Delivery{}, forfeit: true}
 
 	again := dead(true)
 	if s.receive(again, m) {
 		t.Fatal("a copy of a forfeited task was taken as fresh while the entry is held")
 	}
-	if slices.Contains(s.entries[id].deliveries, again) {
+	if slices.Contains(s.holdings.entries[id].deliveries, again) {
 		t.Fatal("a copy of a forfeited task was taken into the forfeited entry")
 	}
 	if got := s.letGo(time.Now()); !slices.Equal(got, []string{id}) {
@@ -411,7 +411,7 @@ func TestForfeitedTaskTakesNoCopy(t *testing.T) {
 // never came, then let go of the task after the lease: lost (seen in
 // TestFleetDroppedConnection under load).
 func TestNewestCheckpointBackBeforeArriving(t *testing.T) {
-	s := &WorkerStore{entries: map[string]*entry{}, claims: map[string]time.Time{}, lease: time.Minute,
+	s := &WorkerStore{holdings: holdings{entries: map[string]*entry{}, claims: map[string]time.Time{}}, lease: time.Minute,
 		run: "run-1", log: slog.New(slog.DiscardHandler)}
 	k := &Consumer{} // its channel gone: every delivery below is stale
 	m := TaskMessage{Task: fleetTask("arriving", 0), CaptchaID: "c-1", Attempts: 1}
@@ -433,11 +433,11 @@ func TestNewestCheckpointBackBeforeArriving(t *testing.T) {
 		{"an older copy", adopted("run-1", 1), false},
 		{"another run's copy", adopted("run-0", 2), false},
 	} {
-		s.entries[id] = arriving()
+		s.holdings.entries[id] = arriving()
 		if s.receive(c.d, m) {
 			t.Fatalf("%s: taken as a fresh task", c.name)
 		}
-		e := s.entries[id]
+		e := s.holdings.entries[id]
 		if held := slices.Contains(e.deliveries, c.d) && e.confirmed == 0; held != c.held {
 			t.Errorf("%s: held %v (deliveries %d, confirmed %d), want %v", c.name, held, len(e.deliveries), e.confirmed, c.held)
 		}

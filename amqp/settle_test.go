@@ -23,7 +23,7 @@ func TestAnswerAndAckAreOne(t *testing.T) {
 	const id = "settled-0001"
 	var once sync.Once
 	cut := make(chan struct{})
-	a.store.beforeCommit = func(got string) {
+	a.store.hooks.beforeCommit = func(got string) {
 		if got != id {
 			return
 		}
@@ -70,16 +70,16 @@ func TestCopyAndAckAreOne(t *testing.T) {
 	p.consumers(1)
 	p.publish(id)
 	p.until("worker a holds the task's checkpoint", func() bool {
-		a.store.mu.Lock()
-		defer a.store.mu.Unlock()
-		e, ok := a.store.entries[id]
+		a.store.holdings.mu.Lock()
+		defer a.store.holdings.mu.Unlock()
+		e, ok := a.store.holdings.entries[id]
 		return ok && e.confirmed > 0 && e.checkpoints[e.confirmed] != nil
 	})
 	p.run(b)
 	p.run(c)
 	p.until("workers b and c consume the adopt queue", p.consuming(p.c.Names().Adopt, 3))
 	var once sync.Once
-	a.store.beforeCommit = func(got string) {
+	a.store.hooks.beforeCommit = func(got string) {
 		if got == id {
 			once.Do(p.proxy.cut) // the copy is sent; the commit is not
 		}

@@ -28,19 +28,19 @@ func (w *staleSweeper) run(ctx context.Context) { startstop.Tick(ctx, w.every, w
 func (w *staleSweeper) sweepOnce(ctx context.Context) {
 	for _, id := range w.s.letGo(time.Now()) {
 		if err := w.q.Abandon(ctx, id); err != nil {
-			w.s.unmarkLost(id)
+			w.s.holdings.unmarkLost(id)
 		}
 	}
-	if ids := w.s.unsureAcks(); len(ids) > 0 {
+	if ids := w.s.unsure.lost(w.s.pub.c); len(ids) > 0 {
 		// On their own: a claim waits for the broker to be back.
 		go w.s.claimEach(context.WithoutCancel(ctx), ids, "claiming a task whose ack may have been lost failed; another worker may solve it again")
 	}
-	for _, id := range w.s.ids() {
-		if !w.s.markHandBack(id, true) {
+	for _, id := range w.s.holdings.ids() {
+		if !w.s.holdings.markHandBack(id, true) {
 			continue
 		}
 		if err := w.q.Cancel(ctx, id); err != nil {
-			w.s.unmarkHandBack(id)
+			w.s.holdings.unmarkHandBack(id)
 		}
 	}
 }

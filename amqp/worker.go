@@ -114,7 +114,7 @@ func NewWorker(c *Conn, cfg WorkerConfig) (*Worker, error) {
 	// adopted tasks (Names.Adopt, up to threads at once) come on top, so
 	// a full prefetch of waiting tasks never holds one back.
 	qc.MaxQueued = cmp.Or(qc.MaxQueued, cfg.Prefetch+2*threads)
-	f := &workerFleet{admit: store.admit, journal: store}
+	f := &workerFleet{admit: store.holdings.admit, journal: store}
 	if cfg.SharedThreads {
 		f.names, f.pools = sharedThreads(c, qc, threads, log)
 	}
@@ -173,7 +173,7 @@ func (w *Worker) Owner() string { return w.cfg.Owner }
 func (w *Worker) Queue() *captchaq.Queue { return w.q }
 
 // Held counts the tasks the worker holds unfinished.
-func (w *Worker) Held() int { return len(w.store.ids()) }
+func (w *Worker) Held() int { return len(w.store.holdings.ids()) }
 
 // Run consumes tasks until ctx ends, then stops taking tasks, hands back
 // the ones not yet at the provider, lets those at the provider finish for
@@ -348,10 +348,10 @@ func (w *Worker) take(ctx context.Context, d *Delivery) {
 	if w.store.dropAnswered(ctx, m.Task.ID) {
 		return
 	}
-	if w.store.waits(m.Task.ID) {
+	if w.store.holdings.waits(m.Task.ID) {
 		// A redelivered copy: its worker may claim it (redeliveredWait).
 		time.AfterFunc(redeliveredWait, func() {
-			if w.store.endWait(m.Task.ID) {
+			if w.store.holdings.endWait(m.Task.ID) {
 				w.adopt(ctx, m)
 			}
 		})
@@ -371,7 +371,7 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 		// A checkpoint whose holder is gone: poll, do not solve again.
 		rec.Status, rec.CaptchaID = captchaq.StatusInFlight, m.CaptchaID
 	}
-	held := w.store.held(m.Task.ID)
+	held := w.store.holdings.held(m.Task.ID)
 	f, err := w.q.Adopt(ctx, rec)
 	if w.afterAdopt != nil {
 		w.afterAdopt(m.Task.ID, err)
@@ -404,7 +404,7 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 		}
 	default:
 		// Closed or interrupted: give it back.
-		w.store.markHandBack(m.Task.ID, false)
+		w.store.holdings.markHandBack(m.Task.ID, false)
 		_ = w.store.handBack(context.WithoutCancel(ctx), m.Task.ID)
 	}
 }
@@ -424,7 +424,7 @@ func (w *Worker) settleOrphan(ctx context.Context, f *captchaq.Future, id string
 	if _, err := f.Wait(context.Background()); errors.Is(err, captchaq.ErrClosed) {
 		return
 	}
-	if w.store.orphaned(id, e) {
+	if w.store.holdings.orphaned(id, e) {
 		w.store.returnOrphan(context.WithoutCancel(ctx), id, e)
 	}
 }
@@ -436,7 +436,7 @@ func (w *Worker) claimed(ctx context.Context, id string) {
 		return
 	}
 	if err := w.q.Cancel(ctx, id); err != nil {
-		w.store.unmarkClaimed(id)
+		w.store.holdings.unmarkClaimed(id)
 		return
 	}
 	w.log.Info("dropped a redelivered task another worker checkpointed", "id", id)
@@ -480,19 +480,19 @@ func (w *Worker) shutdown(tasks, adopt *Consumer) {
 		}()
 	}
 	handed := 0
-	for _, id := range w.store.ids() {
-		if w.store.endWait(id) {
+	for _, id := range w.store.holdings.ids() {
+		if w.store.holdings.endWait(id) {
 			// Redelivered and held waiting: never in the queue.
-			w.store.markHandBack(id, false)
+			w.store.holdings.markHandBack(id, false)
 			_ = w.store.handBack(context.Background(), id)
 			handed++
 			continue
 		}
-		if !w.store.markHandBack(id, false) {
+		if !w.store.holdings.markHandBack(id, false) {
 			continue
 		}
 		if err := w.q.Cancel(context.Background(), id); err != nil {
-			w.store.unmarkHandBack(id)
+			w.store.holdings.unmarkHandBack(id)
 			continue
 		}
 		handed++

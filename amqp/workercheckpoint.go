@@ -23,9 +23,9 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 			ok     bool
 			holder *Delivery
 		)
-		s.mu.Lock()
-		if e, ok = s.entries[id]; !ok {
-			s.mu.Unlock()
+		s.holdings.mu.Lock()
+		if e, ok = s.holdings.entries[id]; !ok {
+			s.holdings.mu.Unlock()
 			return false, nil
 		}
 		e.seq++
@@ -36,7 +36,7 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 		if d, arriving := e.holder(); epoch == 0 && d != nil && !arriving && d.live() && d.acks.tx {
 			holder = d
 		}
-		s.mu.Unlock()
+		s.holdings.mu.Unlock()
 		if holder == nil {
 			if err := s.pub.park(ctx, epoch, s.owner, s.run, m, seq); err != nil {
 				return false, err
@@ -57,7 +57,7 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 		}
 		break
 	}
-	s.mu.Lock()
+	s.holdings.mu.Lock()
 	var old, acked []*Delivery
 	if seq > e.confirmed {
 		if e.confirmed == 0 && len(e.deliveries) > 0 {
@@ -74,17 +74,17 @@ func (s *WorkerStore) park(ctx context.Context, epoch uint64, id string, update 
 			}
 		}
 	}
-	hook := s.afterFirstConfirm
-	s.mu.Unlock()
+	hook := s.hooks.afterFirstConfirm
+	s.holdings.mu.Unlock()
 	if acked != nil {
 		if hook != nil {
 			hook(id)
 		}
 		// The task deliveries' acks go now, and their clock with them
-		// (unsureAcks).
-		s.mu.Lock()
-		s.unsure[id] = unsureAck{deliveries: acked, at: time.Now()}
-		s.mu.Unlock()
+		// (unsureAcks.lost).
+		s.unsure.mu.Lock()
+		s.unsure.acks[id] = unsureAck{deliveries: acked, at: time.Now()}
+		s.unsure.mu.Unlock()
 	}
 	s.settle(old...)
 	return lost, nil
@@ -111,17 +111,17 @@ func (s *WorkerStore) parkWith(ctx context.Context, holder *Delivery, id string,
 		return false, err
 	}
 	var hook func()
-	if s.beforeCommit != nil {
-		hook = func() { s.beforeCommit(id) }
+	if s.hooks.beforeCommit != nil {
+		hook = func() { s.hooks.beforeCommit(id) }
 	}
 	err = holder.ackWith(ctx, []outbound{o}, hook)
 	switch {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, errUncommitted):
-		s.mu.Lock()
-		s.uncommitted[id] = uncommittedCopy{seq: seq, at: time.Now()}
-		s.mu.Unlock()
+		s.holdings.mu.Lock()
+		s.holdings.uncommitted[id] = uncommittedCopy{seq: seq, at: time.Now()}
+		s.holdings.mu.Unlock()
 		s.log.Info("a checkpoint's copy may or may not be on the broker (its channel closed before the commit's answer); the task goes to the fleet either way", "id", id)
 		return false, nil
 	case errors.Is(err, ErrStaleDelivery):
@@ -143,10 +143,10 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 	if err := s.mem.Checkpoint(ctx, id, captchaID, attempt, at); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	e, ok := s.entries[id]
+	s.holdings.mu.Lock()
+	e, ok := s.holdings.entries[id]
 	adopted := ok && e.confirmed == 0 && e.msg.CaptchaID == captchaID
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	if adopted {
 		// Adopted from Names.Adopt: the delivery held carries this
 		// captcha id already, and holds the task as a checkpoint does
@@ -183,9 +183,9 @@ func (s *WorkerStore) Checkpoint(ctx context.Context, id, captchaID string, atte
 // answer, and the fleet solves it again. A checkpoint after the first
 // (epoch 0) goes on any connection.
 func (s *WorkerStore) firstCheckpoint(id string) (epoch uint64, take bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.entries[id]
+	s.holdings.mu.Lock()
+	defer s.holdings.mu.Unlock()
+	e, ok := s.holdings.entries[id]
 	if !ok || e.confirmed > 0 {
 		return 0, true
 	}
@@ -229,39 +229,6 @@ func (s *WorkerStore) claimIfLost(ctx context.Context, id string, lost bool, err
 		}
 	}
 	return err
-}
-
-// unsureAcks returns the tasks whose task delivery's ack, sent when their
-// first checkpoint was confirmed, may have died with its connection: the
-// connection ended before it was heard from ackUnsure after the ack. The
-// broker then gives the task back to the fleet while this worker's
-// checkpoint carries it on, so the caller claims it: a worker that
-// received the copy again drops it instead of solving it a second time,
-// even when this worker has answered the task by then. An ack whose
-// connection was heard from past ackUnsure is forgotten.
-func (s *WorkerStore) unsureAcks() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var ids []string
-	for id, u := range s.unsure {
-		sure, lost := true, false
-		for _, d := range u.deliveries {
-			switch {
-			case s.pub.c.lastHeard(d.epoch).Sub(u.at) > ackUnsure:
-			case !d.sess.ended().IsZero():
-				lost = true
-			default:
-				sure = false
-			}
-		}
-		if lost {
-			ids = append(ids, id)
-		}
-		if lost || sure {
-			delete(s.unsure, id)
-		}
-	}
-	return ids
 }
 
 // claimWindow is how soon after the connection that held a task closed

@@ -16,10 +16,10 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 	if err := s.mem.Retry(ctx, id, attempts, notBefore, errText, errCode); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	e, ok := s.entries[id]
+	s.holdings.mu.Lock()
+	e, ok := s.holdings.entries[id]
 	stale := ok && (e.msg.CaptchaID != "" || e.msg.Attempts != attempts)
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	if !stale {
 		return nil
 	}
@@ -38,14 +38,14 @@ func (s *WorkerStore) Retry(ctx context.Context, id string, attempts int, notBef
 // twice; one whose channel closes before the commit is answered by this
 // worker or by the fleet, never by both.
 func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
-	s.mu.Lock()
-	e, ok := s.entries[r.ID]
+	s.holdings.mu.Lock()
+	e, ok := s.holdings.entries[r.ID]
 	claimed, handback := ok && e.claimed, ok && e.handback
 	m := TaskMessage{Task: captchaq.Task{ID: r.ID, Method: r.Method}}
 	if ok {
 		e.finishing, m = true, e.msg
 	}
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	if claimed {
 		s.release(r.ID) // another worker's checkpoint carries the task
 		return nil
@@ -110,14 +110,14 @@ func (s *WorkerStore) Finish(ctx context.Context, r captchaq.Result) error {
 // someone else's to deliver.
 func (s *WorkerStore) letGoOf(id string) {
 	s.log.Info("letting go of a task the fleet holds now; its result is someone else's to deliver", "id", id)
-	if n := s.liveHeld(id); n > 0 {
+	if n := s.holdings.liveHeld(id); n > 0 {
 		// No path should get here: the copy acked below is the
 		// fleet's only one, and nobody answers the task.
 		s.log.Warn("letting go of a task while holding a live copy of it; the copy is acked", "id", id, "live", n)
 	}
 	s.release(id)
-	if s.afterLetGo != nil {
-		s.afterLetGo(id)
+	if s.hooks.afterLetGo != nil {
+		s.hooks.afterLetGo(id)
 	}
 }
 
@@ -188,8 +188,8 @@ func (s *WorkerStore) deliver(ctx context.Context, holder *Delivery, id string, 
 		return err
 	}
 	var hook func()
-	if s.beforeCommit != nil {
-		hook = func() { s.beforeCommit(id) }
+	if s.hooks.beforeCommit != nil {
+		hook = func() { s.hooks.beforeCommit(id) }
 	}
 	return holder.ackWith(ctx, out, hook)
 }
@@ -204,19 +204,19 @@ const checkpointArrival = 10 * time.Millisecond
 // entry.gone), which marks it lost.
 func (s *WorkerStore) holderOf(ctx context.Context, id string) (*Delivery, error) {
 	for {
-		s.mu.Lock()
-		e, ok := s.entries[id]
+		s.holdings.mu.Lock()
+		e, ok := s.holdings.entries[id]
 		if !ok {
-			s.mu.Unlock()
+			s.holdings.mu.Unlock()
 			return nil, nil
 		}
 		d, arriving := e.holder()
 		if e.lost || e.gone(time.Now(), s.lease) || d == nil && !arriving {
 			e.lost = true
-			s.mu.Unlock()
+			s.holdings.mu.Unlock()
 			return nil, nil
 		}
-		s.mu.Unlock()
+		s.holdings.mu.Unlock()
 		if !arriving {
 			return d, nil
 		}
@@ -224,46 +224,6 @@ func (s *WorkerStore) holderOf(ctx context.Context, id string) (*Delivery, error
 			return nil, err
 		}
 	}
-}
-
-// liveHeld counts the live deliveries held for task id.
-func (s *WorkerStore) liveHeld(id string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.entries[id]
-	if !ok {
-		return 0
-	}
-	n := 0
-	for _, d := range e.deliveries {
-		if d.live() {
-			n++
-		}
-	}
-	for _, d := range e.checkpoints {
-		if d.live() {
-			n++
-		}
-	}
-	return n
-}
-
-// held returns the entry of task id, nil when none is held.
-func (s *WorkerStore) held(id string) *entry {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.entries[id]
-}
-
-// orphaned reports whether e, the entry of task id when the queue took
-// it, is still held with no Finish of its own begun, after the queue's
-// task of that id finished: the queue took the delivery as one more
-// waiter of a task it was finishing (the entry before e was let go of
-// and forgotten, and the queue not yet), and no Finish for e will come.
-func (s *WorkerStore) orphaned(id string, e *entry) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return e != nil && s.entries[id] == e && !e.finishing && !e.handback
 }
 
 // returnOrphan settles e, an orphaned entry of task id (see orphaned): a
@@ -274,13 +234,13 @@ func (s *WorkerStore) returnOrphan(ctx context.Context, id string, e *entry) {
 	if s.dropAnswered(ctx, id) {
 		return
 	}
-	s.mu.Lock()
-	if s.entries[id] != e || e.finishing || e.handback {
-		s.mu.Unlock()
+	s.holdings.mu.Lock()
+	if s.holdings.entries[id] != e || e.finishing || e.handback {
+		s.holdings.mu.Unlock()
 		return
 	}
 	e.handback = true
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	s.log.Info("returning a copy of a task the queue was letting go of as the copy came", "id", id)
 	if err := s.handBack(ctx, id); err != nil {
 		s.log.Warn("returning a copy of a task failed; it goes back when the channel closes", "id", id, "err", err)
@@ -302,20 +262,20 @@ func (s *WorkerStore) dropAnswered(ctx context.Context, id string) bool {
 
 // release forgets a finished task and acks everything held for it.
 func (s *WorkerStore) release(id string) {
-	s.mu.Lock()
-	e, ok := s.entries[id]
-	delete(s.entries, id)
+	s.holdings.mu.Lock()
+	e, ok := s.holdings.entries[id]
+	delete(s.holdings.entries, id)
 	var tasks, parked []*Delivery
 	if ok {
 		tasks, parked = e.takeHeld()
 	}
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	s.settle(append(tasks, parked...)...)
 }
 
 // takeHeld returns the task deliveries and the checkpoint deliveries held
 // for e and forgets them. A park confirmed late still changes e, so
-// callers hold s.mu even once e is out of the map.
+// callers hold holdings.mu even once e is out of the map.
 func (e *entry) takeHeld() (tasks, parked []*Delivery) {
 	tasks, e.deliveries = e.deliveries, nil
 	for k, d := range e.checkpoints {
@@ -335,54 +295,20 @@ func deadReason(r captchaq.Result) string {
 	return ReasonPermanent
 }
 
-// markHandBack flags a task so that its coming Finish hands it back
-// instead. It returns false for a task that already has a confirmed
-// checkpoint or none held.
-func (s *WorkerStore) markHandBack(id string, onlyStale bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.entries[id]
-	if !ok || e.handback {
-		return false
-	}
-	if onlyStale {
-		if e.confirmed > 0 || len(e.deliveries) == 0 {
-			return false
-		}
-		for _, d := range e.deliveries {
-			if d.live() {
-				return false
-			}
-		}
-	} else if e.msg.CaptchaID != "" {
-		return false
-	}
-	e.handback = true
-	return true
-}
-
-func (s *WorkerStore) unmarkHandBack(id string) {
-	s.mu.Lock()
-	if e, ok := s.entries[id]; ok {
-		e.handback = false
-	}
-	s.mu.Unlock()
-}
-
 // handBack returns a task that was not submitted to the broker: task
 // deliveries are nacked back to their queue; a parked copy is published
 // back to the task exchange (through a delay tier when it waits for a
 // retry) and then acked.
 func (s *WorkerStore) handBack(ctx context.Context, id string) error {
-	s.mu.Lock()
-	e, ok := s.entries[id]
-	delete(s.entries, id)
+	s.holdings.mu.Lock()
+	e, ok := s.holdings.entries[id]
+	delete(s.holdings.entries, id)
 	var confirmed int
 	var m TaskMessage
 	if ok {
 		confirmed, m = e.confirmed, e.msg
 	}
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	if !ok {
 		return nil
 	}
@@ -399,9 +325,9 @@ func (s *WorkerStore) handBack(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	s.mu.Lock()
+	s.holdings.mu.Lock()
 	tasks, parked := e.takeHeld()
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	for _, d := range tasks {
 		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
 			s.log.Warn("nack failed", "id", id, "err", err)

@@ -6,9 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
-	"maps"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/captchaq/captchaq"
@@ -47,32 +44,18 @@ type WorkerStore struct {
 	lease time.Duration
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	entries map[string]*entry
+	// Lock order: holdings.mu and unsure.mu are never held together, nor
+	// with finished's lock; under either, only leaf locks are taken (the
+	// Conn's in Conn.lastHeard and brokerDownAt, a channel's in
+	// Delivery.live, the logger's), never another of the store's.
+	holdings holdings
+	unsure   unsureAcks
 
 	// finished remembers the tasks of finished ids, past what mem keeps.
 	finished     *idMemory
 	finishedSize int
-	// claims are the ids other workers claimed lately, by when heard.
-	claims map[string]time.Time
-	// uncommitted are the copies whose transaction's outcome is not
-	// known, by task id (see parkWith): such a copy that comes to this
-	// worker goes to the fleet.
-	uncommitted map[string]uncommittedCopy
-	// unsure are the task deliveries acked at their task's first
-	// checkpoint whose connection has not yet been heard from ackUnsure
-	// after the ack, by task id (see unsureAcks).
-	unsure map[string]unsureAck
-	// afterFirstConfirm, when set (tests), runs between a task's first
-	// checkpoint's confirm and the acks of its task deliveries.
-	afterFirstConfirm func(id string)
-	// afterLetGo, when set (tests), runs once Finish has let go of a task
-	// the fleet holds now, before the queue forgets it.
-	afterLetGo func(id string)
-	// beforeCommit, when set (tests), runs once a transaction's messages
-	// are sent on a holder's channel (Finish's answer, parkWith's copy),
-	// before its commit.
-	beforeCommit func(id string)
+
+	hooks storeHooks
 }
 
 // unsureAck is the task deliveries acked at a task's first checkpoint,
@@ -122,7 +105,7 @@ type entry struct {
 // holder is the delivery that holds e for this worker: the checkpoint of
 // the newest confirmed copy, or with none confirmed a task delivery (a
 // live one if any). arriving is true when the newest copy is confirmed
-// but its delivery has not come yet. Callers hold s.mu.
+// but its delivery has not come yet. Callers hold holdings.mu.
 func (e *entry) holder() (d *Delivery, arriving bool) {
 	if e.confirmed > 0 {
 		d = e.checkpoints[e.confirmed]
@@ -142,7 +125,7 @@ func (e *entry) holder() (d *Delivery, arriving bool) {
 // checkpoint consumer was away, may have outlived its lease unreceived.
 // A task delivery without a captcha id whose channel closed is the stale
 // sweeper's to hand back, not gone: nothing was submitted. Callers hold
-// s.mu.
+// holdings.mu.
 func (e *entry) gone(now time.Time, lease time.Duration) bool {
 	d, arriving := e.holder()
 	switch {
@@ -162,17 +145,18 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &WorkerStore{
-		mem:     captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}),
-		pub:     pub,
-		owner:   owner,
-		run:     hex.EncodeToString(b[:]),
-		lease:   pub.c.cfg.InflightLease,
-		log:     log,
-		entries: map[string]*entry{},
-		claims:  map[string]time.Time{},
-		unsure:  map[string]unsureAck{},
-
-		uncommitted: map[string]uncommittedCopy{},
+		mem:   captchaq.NewMemoryStore(captchaq.MemoryStoreConfig{}),
+		pub:   pub,
+		owner: owner,
+		run:   hex.EncodeToString(b[:]),
+		lease: pub.c.cfg.InflightLease,
+		log:   log,
+		holdings: holdings{
+			entries:     map[string]*entry{},
+			claims:      map[string]time.Time{},
+			uncommitted: map[string]uncommittedCopy{},
+		},
+		unsure: unsureAcks{acks: map[string]unsureAck{}},
 
 		finished:     newIDMemory(idMemoryDefault),
 		finishedSize: idMemoryDefault,
@@ -189,20 +173,20 @@ func newWorkerStore(pub *Publisher, owner string, log *slog.Logger) *WorkerStore
 // checkpoint of a task held waiting (adopted through Names.Adopt) takes
 // its place: it is fresh, and the copy is acked.
 func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
-	s.mu.Lock()
-	e, ok := s.entries[m.Task.ID]
+	s.holdings.mu.Lock()
+	e, ok := s.holdings.entries[m.Task.ID]
 	if !ok {
 		suspect := d.Redelivered && m.CaptchaID == ""
-		if _, claimed := s.claims[m.Task.ID]; suspect && claimed {
-			s.mu.Unlock()
+		if _, claimed := s.holdings.claims[m.Task.ID]; suspect && claimed {
+			s.holdings.mu.Unlock()
 			s.log.Info("dropping a redelivered task another worker checkpointed", "id", m.Task.ID)
 			s.settle(d)
 			return false
 		}
 		e := &entry{msg: m, deliveries: []*Delivery{d}, checkpoints: map[int]*Delivery{}, parkedAt: time.Now()}
 		e.waiting = suspect
-		s.entries[m.Task.ID] = e
-		s.mu.Unlock()
+		s.holdings.entries[m.Task.ID] = e
+		s.holdings.mu.Unlock()
 		return true
 	}
 	switch {
@@ -213,13 +197,13 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 		// without a captcha id.
 		copies := e.deliveries
 		e.deliveries, e.msg, e.waiting, e.parkedAt = []*Delivery{d}, m, false, time.Now()
-		s.mu.Unlock()
+		s.holdings.mu.Unlock()
 		s.settle(copies...)
 		return true
 	case e.lost || e.forfeit:
 		// Being let go: the copy goes back for the fleet (to this worker
 		// too, once the queue has let go: then it is a fresh task).
-		s.mu.Unlock()
+		s.holdings.mu.Unlock()
 		if err := d.Nack(true); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
 			s.log.Warn("returning a copy of a task being let go failed", "id", m.Task.ID, "err", err)
 		}
@@ -231,14 +215,14 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 		// nothing happened.
 		e.deliveries, e.confirmed, e.msg, e.parkedAt = []*Delivery{d}, 0, m, time.Now()
 		clear(e.checkpoints)
-		s.mu.Unlock()
+		s.holdings.mu.Unlock()
 		return false
 	case e.confirmed == 0:
 		e.deliveries = append(e.deliveries, d)
-		s.mu.Unlock()
+		s.holdings.mu.Unlock()
 		return false
 	}
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	s.settle(d)
 	return false
 }
@@ -248,7 +232,7 @@ func (s *WorkerStore) receive(d *Delivery, m TaskMessage) (fresh bool) {
 // worker's checkpoint consumer: the broker sent it on a connection that
 // closed before this worker read it, and dead-lettered it. Acking it as
 // an older copy would lose the task: the holder waited for would never
-// come. Callers hold s.mu.
+// come. Callers hold holdings.mu.
 func (s *WorkerStore) newestArriving(e *entry, d *Delivery) bool {
 	_, arriving := e.holder()
 	return arriving && headerString(d.Headers, HeaderRun) == s.run && headerInt(d.Headers, HeaderSeq) == e.confirmed
@@ -258,32 +242,22 @@ func (s *WorkerStore) newestArriving(e *entry, d *Delivery) bool {
 // entry.gone) and returns them: the queue must stop polling them. It
 // forgets the uncommitted copies older than the lease.
 func (s *WorkerStore) letGo(now time.Time) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.holdings.mu.Lock()
+	defer s.holdings.mu.Unlock()
 	var ids []string
-	for id, e := range s.entries {
+	for id, e := range s.holdings.entries {
 		if !e.lost && !e.handback && !e.waiting && e.gone(now, s.lease) {
 			e.lost = true
 			ids = append(ids, id)
 		}
 	}
-	for id, u := range s.uncommitted {
+	for id, u := range s.holdings.uncommitted {
 		// Unreceived past its lease, a copy expires to the fleet.
 		if now.Sub(u.at) > s.lease {
-			delete(s.uncommitted, id)
+			delete(s.holdings.uncommitted, id)
 		}
 	}
 	return ids
-}
-
-// unmarkLost undoes letGo for a task the queue could not let go of now
-// (its submit was being answered): the next sweep decides again.
-func (s *WorkerStore) unmarkLost(id string) {
-	s.mu.Lock()
-	if e, ok := s.entries[id]; ok {
-		e.lost = false
-	}
-	s.mu.Unlock()
 }
 
 // conflict returns an *captchaq.IDConflictError when t's id names another
@@ -291,13 +265,13 @@ func (s *WorkerStore) unmarkLost(id string) {
 // last captchaq.MaxFinishedDefault results), then from the fingerprints
 // of its last idMemoryDefault finished ids.
 func (s *WorkerStore) conflict(ctx context.Context, t captchaq.Task) error {
-	s.mu.Lock()
-	e, ok := s.entries[t.ID]
+	s.holdings.mu.Lock()
+	e, ok := s.holdings.entries[t.ID]
 	var held captchaq.Task
 	if ok {
 		held = e.msg.Task
 	}
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	if ok {
 		return captchaq.Record{Task: held}.Conflict(t)
 	}
@@ -321,69 +295,26 @@ func (s *WorkerStore) holdCheckpoint(d *Delivery) {
 		return
 	}
 	seq := headerInt(d.Headers, HeaderSeq)
-	s.mu.Lock()
-	if u, ok := s.uncommitted[d.MessageID]; ok && u.seq == seq {
+	s.holdings.mu.Lock()
+	if u, ok := s.holdings.uncommitted[d.MessageID]; ok && u.seq == seq {
 		// Its transaction applied after all, and the holder it replaced
 		// is acked: this copy is the fleet's only one, to be adopted.
-		delete(s.uncommitted, d.MessageID)
-		s.mu.Unlock()
+		delete(s.holdings.uncommitted, d.MessageID)
+		s.holdings.mu.Unlock()
 		s.log.Info("a checkpoint's copy whose commit went unanswered came back; it goes to the fleet", "id", d.MessageID)
 		if err := d.Nack(false); err != nil && !errors.Is(err, ErrStaleDelivery) && !errors.Is(err, ErrSettled) {
 			s.log.Warn("sending a copy to the fleet failed; it goes when the channel closes", "id", d.MessageID, "err", err)
 		}
 		return
 	}
-	e, ok := s.entries[d.MessageID]
+	e, ok := s.holdings.entries[d.MessageID]
 	if !ok || seq < e.confirmed {
-		s.mu.Unlock()
+		s.holdings.mu.Unlock()
 		s.settle(d)
 		return
 	}
 	e.checkpoints[seq] = d
-	s.mu.Unlock()
-}
-
-// admit reports whether a task may be submitted: the broker's copy of it
-// is still this worker's, as a confirmed checkpoint or a task delivery on
-// a live channel. A task whose deliveries all came on channels that died
-// is back in its queue for the fleet; submitting it would solve it twice
-// (the stale sweeper hands it back).
-func (s *WorkerStore) admit(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.entries[id]
-	if !ok || e.handback {
-		return false
-	}
-	if e.confirmed > 0 {
-		return true
-	}
-	for _, d := range e.deliveries {
-		if d.live() {
-			return true
-		}
-	}
-	return false
-}
-
-// waits reports whether id is held waiting, not yet given to the queue.
-func (s *WorkerStore) waits(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.entries[id]
-	return ok && e.waiting
-}
-
-// endWait ends the wait of id; false when a claim dropped it meanwhile.
-func (s *WorkerStore) endWait(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.entries[id]
-	if !ok || !e.waiting {
-		return false
-	}
-	e.waiting = false
-	return true
+	s.holdings.mu.Unlock()
 }
 
 // claimed records another worker's claim on id: a checkpoint of the task
@@ -393,47 +324,32 @@ func (s *WorkerStore) endWait(id string) bool {
 // checkpointed: that one is marked so that its coming Finish (the caller
 // cancels it) acks it and reports nothing.
 func (s *WorkerStore) claimed(id string) bool {
-	s.mu.Lock()
+	s.holdings.mu.Lock()
 	now := time.Now()
-	for k, at := range s.claims {
+	for k, at := range s.holdings.claims {
 		if now.Sub(at) > 2*redeliveredWait {
-			delete(s.claims, k)
+			delete(s.holdings.claims, k)
 		}
 	}
-	s.claims[id] = now
-	e, ok := s.entries[id]
+	s.holdings.claims[id] = now
+	e, ok := s.holdings.entries[id]
 	switch {
 	case ok && e.waiting:
-		delete(s.entries, id)
+		delete(s.holdings.entries, id)
 		tasks, parked := e.takeHeld()
-		s.mu.Unlock()
+		s.holdings.mu.Unlock()
 		s.log.Info("dropping a redelivered task another worker checkpointed", "id", id)
 		s.settle(append(tasks, parked...)...)
 		return false
 	case !ok || e.handback || e.confirmed > 0 || e.msg.CaptchaID != "":
 		// Nothing held, or the task's checkpoint itself (adopted): the
 		// claimer's checkpoint is this one, so it is polled on.
-		s.mu.Unlock()
+		s.holdings.mu.Unlock()
 		return false
 	}
 	e.handback, e.claimed = true, true
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	return true
-}
-
-func (s *WorkerStore) unmarkClaimed(id string) {
-	s.mu.Lock()
-	if e, ok := s.entries[id]; ok && e.claimed {
-		e.handback, e.claimed = false, false
-	}
-	s.mu.Unlock()
-}
-
-// drop forgets an entry whose task never reached the queue.
-func (s *WorkerStore) drop(id string) {
-	s.mu.Lock()
-	delete(s.entries, id)
-	s.mu.Unlock()
 }
 
 func (s *WorkerStore) settle(ds ...*Delivery) { ackAll(s.log, ds...) }
@@ -451,10 +367,10 @@ func ackAll(log *slog.Logger, ds ...*Delivery) {
 // refreshDue republishes every parked or adopted copy held longer than
 // age, so the broker's consumer_timeout never closes the channel under it.
 func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
-	s.mu.Lock()
+	s.holdings.mu.Lock()
 	var due []string
 	now := time.Now()
-	for id, e := range s.entries {
+	for id, e := range s.holdings.entries {
 		// An adopted task is held by its delivery from Names.Adopt until
 		// then: the refresh moves it to this worker's checkpoint queue.
 		held := e.confirmed > 0 || e.msg.CaptchaID != "" && len(e.deliveries) > 0
@@ -462,7 +378,7 @@ func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
 			due = append(due, id)
 		}
 	}
-	s.mu.Unlock()
+	s.holdings.mu.Unlock()
 	n := 0
 	for _, id := range due {
 		if _, err := s.park(ctx, 0, id, func(*TaskMessage) {}); err != nil {
@@ -474,19 +390,12 @@ func (s *WorkerStore) refreshDue(ctx context.Context, age time.Duration) int {
 	return n
 }
 
-// ids lists the tasks held.
-func (s *WorkerStore) ids() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Collect(maps.Keys(s.entries))
-}
-
 // beat is the worker's status.
 func (s *WorkerStore) beat(now time.Time) StatusBeat {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := StatusBeat{Owner: s.owner, Held: len(s.entries), At: now}
-	for _, e := range s.entries {
+	s.holdings.mu.Lock()
+	defer s.holdings.mu.Unlock()
+	b := StatusBeat{Owner: s.owner, Held: len(s.holdings.entries), At: now}
+	for _, e := range s.holdings.entries {
 		if a := e.msg.Accepted; !a.IsZero() && (b.OldestHeld.IsZero() || a.Before(b.OldestHeld)) {
 			b.OldestHeld = a
 		}
