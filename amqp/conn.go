@@ -30,11 +30,10 @@ type Conn struct {
 	cfg  Config
 	gens atomic.Uint64 // last channel generation handed out
 
-	mu        sync.Mutex
-	conn      *amqp091.Connection // nil while reconnecting
-	epoch     uint64              // numbers conn: one more at every connection
-	ready     chan struct{}       // closed while conn is usable
-	unblocked chan struct{}       // closed while the broker is not blocking publishes
+	mu    sync.Mutex
+	conn  *amqp091.Connection // nil while reconnecting
+	epoch uint64              // numbers conn: one more at every connection
+	ready chan struct{}       // closed while conn is usable
 	// heard are the read clocks of the latest connections, by epoch
 	// (heardKept of them)
 	heard map[uint64]*readClock
@@ -43,12 +42,11 @@ type Conn struct {
 	// brokerDownAt), by epoch
 	downAt map[uint64]time.Time
 	awake  stallClock // ticked by watch while connected
-	// queues declared on request (checkpoint and reply queues, the
-	// routing record, thread pools), by name, to declare again after a
-	// reconnect in the order they were first declared (the routing check
-	// before the pools it guards)
-	queues     map[string]declareFunc
-	queueOrder []string
+
+	// Lock order: blocked and queues have their own locks, taken alone,
+	// never with mu.
+	blocked blockGate
+	queues  declaredQueues
 
 	closing    chan struct{} // closed at Close: waiters for a connection give up
 	closeOnce  sync.Once
@@ -70,18 +68,18 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		return nil, err
 	}
 	c := &Conn{
-		cfg:       cfg,
-		conn:      conn,
-		ready:     make(chan struct{}),
-		unblocked: make(chan struct{}),
-		heard:     map[uint64]*readClock{1: heard},
-		downAt:    map[uint64]time.Time{},
-		queues:    map[string]declareFunc{},
-		closing:   make(chan struct{}),
+		cfg:     cfg,
+		conn:    conn,
+		ready:   make(chan struct{}),
+		heard:   map[uint64]*readClock{1: heard},
+		downAt:  map[uint64]time.Time{},
+		closing: make(chan struct{}),
 	}
+	c.blocked = blockGate{unblocked: make(chan struct{}), closing: c.closing}
+	c.queues = declaredQueues{byName: map[string]declareFunc{}}
 	c.epoch = 1
 	close(c.ready)
-	close(c.unblocked)
+	close(c.blocked.unblocked)
 	c.watcher = startstop.New(func(ctx context.Context) { c.watch(ctx, conn) })
 	_ = c.watcher.Start(context.Background())
 	return c, nil
@@ -226,7 +224,7 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 				if !ok {
 					continue
 				}
-				c.setBlocked(b.Active)
+				c.blocked.set(b.Active)
 				log.Warn("broker flow control", "blocked", b.Active, "reason", b.Reason)
 			case err := <-closed:
 				log.Warn("broker connection lost", "err", err)
@@ -236,7 +234,7 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 		}
 		ticks.Stop()
 		lost := c.setConn(nil, nil)
-		c.setBlocked(false)
+		c.blocked.set(false)
 		backoff := c.cfg.ReconnectMin
 		// A broker that shut down comes back on its own: it is tried
 		// often, so the claims of tasks its close cut off go out soon
@@ -248,7 +246,7 @@ func (c *Conn) watch(ctx context.Context, conn *amqp091.Connection) {
 		var heard *readClock
 		for {
 			tried := time.Now()
-			next, clock, err := connect(ctx, c.cfg, c.extraQueues())
+			next, clock, err := connect(ctx, c.cfg, c.queues.list())
 			if err == nil {
 				conn, heard = next, clock
 				break
@@ -356,49 +354,12 @@ func (c *Conn) lastHeard(epoch uint64) time.Time {
 	return r.last()
 }
 
-func (c *Conn) setBlocked(b bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	isBlocked := !isClosedChan(c.unblocked)
-	switch {
-	case b && !isBlocked:
-		c.unblocked = make(chan struct{})
-	case !b && isBlocked:
-		close(c.unblocked)
-	}
-}
-
 func isClosedChan(ch chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
 	default:
 		return false
-	}
-}
-
-func (c *Conn) extraQueues() []declareFunc {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]declareFunc, 0, len(c.queueOrder))
-	for _, name := range c.queueOrder {
-		out = append(out, c.queues[name])
-	}
-	return out
-}
-
-// waitUnblocked returns once the broker accepts publishes.
-func (c *Conn) waitUnblocked(ctx context.Context) error {
-	c.mu.Lock()
-	ch := c.unblocked
-	c.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("amqp: broker is blocking publishes (resource alarm): %w", ctx.Err())
-	case <-c.closing:
-		return ErrClosed
 	}
 }
 
@@ -526,11 +487,6 @@ func (c *Conn) declareQueue(ctx context.Context, name string, declare declareFun
 	if err := declare(conn); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	if _, ok := c.queues[name]; !ok {
-		c.queueOrder = append(c.queueOrder, name)
-	}
-	c.queues[name] = declare
-	c.mu.Unlock()
+	c.queues.add(name, declare)
 	return nil
 }

@@ -231,7 +231,7 @@ type outgoing struct {
 // one dies meanwhile.
 func (o *outgoing) send(ctx context.Context) error {
 	for {
-		if err := o.p.c.waitUnblocked(ctx); err != nil {
+		if err := o.p.c.blocked.wait(ctx); err != nil {
 			return err
 		}
 		ch, _, epoch, err := o.p.channelEpoch(ctx)

@@ -184,7 +184,7 @@ func (s *WorkerStore) deliver(ctx context.Context, holder *Delivery, id string, 
 		}
 		return nil
 	}
-	if err := s.pub.c.waitUnblocked(ctx); err != nil {
+	if err := s.pub.c.blocked.wait(ctx); err != nil {
 		return err
 	}
 	var hook func()
