@@ -411,7 +411,7 @@ func (w *Worker) adopt(ctx context.Context, m TaskMessage) {
 
 // settleOrphan waits for the task the queue took the delivery of e
 // into, and returns the delivery when that task finished without a
-// Finish of e's own (WorkerStore.orphaned): the queue was finishing a
+// Finish of e's own (holdings.orphaned): the queue was finishing a
 // task of the same id, which the store had let go of and forgotten,
 // and took the delivery as one more waiter of it. Unsettled, the copy
 // stayed with the worker, unacked and unanswered, until it stopped.
