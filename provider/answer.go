@@ -92,4 +92,19 @@ type PollResult struct {
 	// Err is this id's failure (ERROR_CAPTCHA_UNSOLVABLE,
 	// ERROR_WRONG_CAPTCHA_ID, ...) as an *Error; nil while not ready.
 	Err error
+	// Bulk: an ids= request answered it, with the token alone: what the
+	// token is bound to comes only in a poll of the id alone (MayBind).
+	Bulk bool
+}
+
+// MayBind reports whether a res.php answer of kind k may carry bindings
+// beside its token (a Turnstile's, hCaptcha's, Cloudflare Challenge's,
+// CaptchaFox's or DataDome's user agent, a reCAPTCHA v2's cookies), which
+// an ids= answer leaves out.
+func MayBind(k Kind) bool {
+	switch k {
+	case KindTurnstile, KindHCaptcha, KindRecaptchaV2, KindCloudflareChallenge, KindCaptchaFox, KindDataDome:
+		return true
+	}
+	return false
 }

@@ -462,7 +462,7 @@ func (c *Client) pollBulk(ctx context.Context, ids []string, idx []int, out []Po
 		return c.pollEach(ctx, ids, idx, out)
 	}
 	for j, i := range idx {
-		out[i] = b.results[j].result(ids[i])
+		out[i] = b.results[j].bulkResult(ids[i])
 	}
 	return nil
 }

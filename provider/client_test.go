@@ -748,8 +748,8 @@ func TestPollManyBulkKeepsJSONAnswersWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []PollResult{
-		{ID: "1", Ready: true, Answer: Answer{Raw: gt, Token: gt, JSON: json.RawMessage(gt)}},
-		{ID: "2"},
+		{ID: "1", Ready: true, Answer: Answer{Raw: gt, Token: gt, JSON: json.RawMessage(gt)}, Bulk: true},
+		{ID: "2", Bulk: true},
 	}
 	if diff := cmp.Diff(want, res); diff != "" {
 		t.Errorf("results (-want +got):\n%s", diff)

@@ -162,6 +162,13 @@ type pollOutcome struct {
 	reqErr *Error // the request failed (network, key, rate limit, ...)
 }
 
+// bulkResult is o as an ids= request answered it for id.
+func (o pollOutcome) bulkResult(id string) PollResult {
+	r := o.result(id)
+	r.Bulk = true
+	return r
+}
+
 // perID reports whether an error belongs to one task rather than to the
 // request or the account.
 func perID(e *Error) bool { return e.Class == ClassTask || e.Class == ClassUnsolvable }
