@@ -105,6 +105,8 @@ type entry[T any] struct {
 	lastPoll            time.Time // last poll that found it not ready
 	polledAt            time.Time // start of the round that last polled it
 	polls               int       // polls asked for it
+	id                  string    // its task id
+	alone               bool      // polled alone, for its bindings (holdForBindings)
 }
 
 // Poller polls one lane's tasks in flight. Its methods are safe for
@@ -122,11 +124,14 @@ type Poller[T any] struct {
 	pollsHeldUntil time.Time            // no rounds before (rate limit, backoff)
 	failures       int                  // consecutive failed rounds
 	learned        *pollsched.Learned
+	misses         map[provider.Kind]int       // by kind, polls alone that brought no bindings (or binds)
+	probes         map[provider.Kind]*entry[T] // by kind, the task polled alone to learn misses
 }
 
 // New returns a Poller that reports to sink.
 func New[T any](c Config, sink Sink[T]) *Poller[T] {
-	return &Poller[T]{cfg: c, sink: sink, wakeCh: make(chan struct{}, 1), tasks: map[string]*entry[T]{}, learned: pollsched.NewLearned()}
+	return &Poller[T]{cfg: c, sink: sink, wakeCh: make(chan struct{}, 1), tasks: map[string]*entry[T]{}, learned: pollsched.NewLearned(),
+		misses: map[provider.Kind]int{}, probes: map[provider.Kind]*entry[T]{}}
 }
 
 // Adaptive reports whether rounds follow the default scheduler.
@@ -155,7 +160,7 @@ func (p *Poller[T]) Track(id string, ref T, captchaID string, kind provider.Kind
 	if !resumed {
 		due = p.alignLocked(p.cfg.Now(), firstDue)
 	}
-	p.tasks[id] = &entry[T]{ref: ref, captchaID: captchaID, kind: kind, submitted: submitted, deadline: deadline, due: due}
+	p.tasks[id] = &entry[T]{id: id, ref: ref, captchaID: captchaID, kind: kind, submitted: submitted, deadline: deadline, due: due}
 	p.mu.Unlock()
 	p.Wake()
 }

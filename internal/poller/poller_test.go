@@ -40,15 +40,21 @@ func (sink) Expired(string, string, error, time.Time)                         {}
 func (sink) Epoch() int                                                       { return 0 }
 
 func newPoller(rec *pollRecorder, adaptive, busy bool, now time.Time) *Poller[string] {
+	p := newPollerOf(rec, sink{}, adaptive, now)
+	p.Busy(busy)
+	return p
+}
+
+// newPollerOf is a Poller of prov's lane reporting to snk, on a clock
+// stopped at now.
+func newPollerOf(prov lane.Provider, snk Sink[string], adaptive bool, now time.Time) *Poller[string] {
 	log := slog.New(slog.DiscardHandler)
-	l := lane.New(lane.Config{Provider: rec, Threads: 8, Methods: provider.CaptchaAIMethods, DownAfter: time.Minute, Logger: log})
-	p := New(Config{
+	l := lane.New(lane.Config{Provider: prov, Threads: 8, Methods: provider.CaptchaAIMethods, DownAfter: time.Minute, Logger: log})
+	return New(Config{
 		Lane: l, Adaptive: adaptive, PollInterval: time.Second, PollGap: 500 * time.Millisecond, Repoll: time.Second,
 		Backoff: func(int) time.Duration { return time.Second }, Requests: context.Background(),
 		Now: func() time.Time { return now }, Logger: log,
-	}, sink{})
-	p.Busy(busy)
-	return p
+	}, snk)
 }
 
 // A round asks for every id due before the next round, not only those

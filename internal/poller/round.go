@@ -22,11 +22,7 @@ func (p *Poller[T]) round(now time.Time) {
 	each := p.eachID()
 	p.mu.Lock()
 	p.last = now
-	due := p.dueLocked(now, idle)
-	ids := make([]string, len(due))
-	for i, e := range due {
-		ids[i] = e.captchaID
-	}
+	chunks := chunksOf(p.dueLocked(now, idle))
 	p.mu.Unlock()
 	// Chunks go out a few at a time, so a plan with thousands of threads
 	// still gets through a round within the interval.
@@ -38,9 +34,11 @@ func (p *Poller[T]) round(now time.Time) {
 		fEp  int
 		ok   bool
 	)
-	for start := 0; start < len(due); start += Chunk {
-		end := min(start+Chunk, len(due))
-		chunk, chunkIDs := due[start:end], ids[start:end]
+	for _, chunk := range chunks {
+		chunkIDs := make([]string, len(chunk))
+		for i, e := range chunk {
+			chunkIDs[i] = e.captchaID
+		}
 		pool.Go(func() {
 			epoch := p.sink.Epoch()
 			res, err := p.cfg.Lane.Provider().PollMany(p.cfg.Requests, chunkIDs)
@@ -123,6 +121,10 @@ func (p *Poller[T]) handle(e *entry[T], captchaID string, r provider.PollResult,
 	switch {
 	case r.Ready:
 		p.mu.Lock()
+		if p.holdForBindingsLocked(e, r, sent) {
+			p.mu.Unlock()
+			return
+		}
 		lastPoll := e.lastPoll
 		p.mu.Unlock()
 		if p.sink.Ready(e.ref, captchaID, r.Answer, at, lastPoll) && p.cfg.Adaptive {

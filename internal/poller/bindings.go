@@ -1,0 +1,76 @@
+package poller
+
+import (
+	"time"
+
+	"github.com/captchaq/captchaq/provider"
+)
+
+// probeMisses is how many polls of one id alone, each answering no
+// bindings, show that a provider answers a kind without them.
+const probeMisses = 3
+
+// binds is a kind's count of misses once a poll alone brought bindings.
+const binds = -1
+
+// chunksOf splits the ids due in a round into requests: ids= requests
+// of up to Chunk ids, and one request each for the ids polled alone.
+func chunksOf[T any](due []*entry[T]) [][]*entry[T] {
+	var bulk, chunks [][]*entry[T]
+	var rest []*entry[T]
+	for _, e := range due {
+		if e.alone {
+			chunks = append(chunks, []*entry[T]{e})
+			continue
+		}
+		rest = append(rest, e)
+	}
+	for start := 0; start < len(rest); start += Chunk {
+		bulk = append(bulk, rest[start:min(start+Chunk, len(rest))])
+	}
+	return append(bulk, chunks...)
+}
+
+// holdForBindingsLocked decides whether e's ready answer r, polled in a
+// round that started at sent, waits for a poll of e's id alone, and
+// learns from such a poll's answer. An ids= request answers a token
+// alone: one of a kind that may be bound to a user agent, cookies or a
+// proxy (provider.MayBind) waits, and e's id goes alone in a later round,
+// no sooner than its poll gap allows, in a request of its own: its json=1
+// answer carries them. That is one request more per such task, while the
+// provider shows it answers the kind with bindings; a kind whose polls
+// alone brought none probeMisses times is taken from the ids= answer, and
+// until then one id of the kind at a time probes it, the others waiting
+// for the next round. reCAPTCHA v2's cookies come for a task given some:
+// its polls alone never count as misses.
+func (p *Poller[T]) holdForBindingsLocked(e *entry[T], r provider.PollResult, sent time.Time) bool {
+	k := e.kind
+	if e.alone {
+		if got := !provider.BindingsOf(r.Answer.JSON).Empty(); got {
+			p.misses[k] = binds
+		} else if p.misses[k] != binds && k != provider.KindRecaptchaV2 {
+			p.misses[k]++
+		}
+		if p.probes[k] == e {
+			delete(p.probes, k)
+		}
+		return false
+	}
+	if !r.Bulk || !provider.MayBind(k) || !provider.BindingsOf(r.Answer.JSON).Empty() {
+		return false
+	}
+	switch n := p.misses[k]; {
+	case n >= probeMisses:
+		return false
+	case n == binds || k == provider.KindRecaptchaV2:
+		e.alone = true
+	default:
+		if pr := p.probes[k]; pr == nil || p.tasks[pr.id] != pr {
+			p.probes[k] = e
+			e.alone = true
+		}
+	}
+	// due again with its round, as a task not ready
+	e.due = sent.Add(p.cfg.Repoll)
+	return true
+}
