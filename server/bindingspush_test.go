@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/captchaq/captchaq/internal/testbound"
+	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -52,15 +53,23 @@ func (rx *pushRx) wait(t *testing.T, path string) string {
 // useragent field, the API's pingback and events' "bindings", json=1's
 // "bindings" by id. A Turnstile solved with the provider's user agent
 // takes it; a CaptchaFox token, answered alone, the task's own; a token
-// solved with none, an image, has none anywhere.
+// solved with none, an image, has none anywhere. The queue polls the
+// simulator with ids= (a reCAPTCHA v2 stays in flight throughout), which
+// answers tokens alone: the Turnstile's user agent comes from a poll of
+// its id alone.
 func TestBindingsReachPushesAndBulkPolls(t *testing.T) {
 	t.Parallel()
 	const solvedUA, taskUA = "Mozilla/5.0 (X11; Linux x86_64) SolvedBy/8", "Mozilla/5.0 (Windows NT 10.0) TaskOwn/2"
 	for _, providerUA := range []string{solvedUA, ""} {
 		t.Run("provider user agent "+providerUA, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, options{sim: func(c *sim.Config) { fastSim(c); c.UserAgent = providerUA; c.NoBulk = true }})
+			b := setup(t, options{sim: func(c *sim.Config) {
+				fastSim(c)
+				c.UserAgent = providerUA
+				c.Latency = map[provider.Kind]sim.Latency{provider.KindRecaptchaV2: slowRecaptcha}
+			}})
 			rx := newPushRx(t)
+			b.inOK(t, keyQA, recaptcha())
 			events := b.events(t, keyQA)
 			ts := turnstile()
 			ts.Set("pingback", rx.url+"/ts")
