@@ -41,14 +41,15 @@ func chunksOf[T any](due []*entry[T]) [][]*entry[T] {
 // provider shows it answers the kind with bindings; a kind whose polls
 // alone brought none probeMisses times is taken from the ids= answer, and
 // until then one id of the kind at a time probes it, the others waiting
-// for the next round. reCAPTCHA v2's cookies come for a task given some:
-// its polls alone never count as misses.
+// for the next round. A reCAPTCHA v2's cookies come back only for a task
+// given some, which the poller does not see: three given none stop the
+// polls alone for the kind.
 func (p *Poller[T]) holdForBindingsLocked(e *entry[T], r provider.PollResult, sent time.Time) bool {
 	k := e.kind
 	if e.alone {
 		if got := !provider.BindingsOf(r.Answer.JSON).Empty(); got {
 			p.misses[k] = binds
-		} else if p.misses[k] != binds && k != provider.KindRecaptchaV2 {
+		} else if p.misses[k] != binds {
 			p.misses[k]++
 		}
 		if p.probes[k] == e {
@@ -62,7 +63,7 @@ func (p *Poller[T]) holdForBindingsLocked(e *entry[T], r provider.PollResult, se
 	switch n := p.misses[k]; {
 	case n >= probeMisses:
 		return false
-	case n == binds || k == provider.KindRecaptchaV2:
+	case n == binds:
 		e.alone = true
 	default:
 		if pr := p.probes[k]; pr == nil || p.tasks[pr.id] != pr {
