@@ -31,6 +31,14 @@ func chunksOf[T any](due []*entry[T]) [][]*entry[T] {
 	return append(bulk, chunks...)
 }
 
+// lastPollLocked reports whether e, polled in the round that started at
+// sent, may not be polled again: its budget is spent, or its window ends
+// within two rounds. Its ready token is taken as it is.
+func (p *Poller[T]) lastPollLocked(e *entry[T], sent time.Time) bool {
+	end := p.endLocked(e)
+	return !end.IsZero() && end.Before(sent.Add(2*max(p.cfg.Repoll, p.cfg.PollInterval, p.cfg.PollGap, p.cfg.Rule)))
+}
+
 // holdForBindingsLocked decides whether e's ready answer r, polled in a
 // round that started at sent, waits for a poll of e's id alone, and
 // learns from such a poll's answer. An ids= request answers a token
@@ -57,7 +65,7 @@ func (p *Poller[T]) holdForBindingsLocked(e *entry[T], r provider.PollResult, se
 		}
 		return false
 	}
-	if !r.Bulk || !provider.MayBind(k) || !provider.BindingsOf(r.Answer.JSON).Empty() {
+	if !r.Bulk || !provider.MayBind(k) || !provider.BindingsOf(r.Answer.JSON).Empty() || p.lastPollLocked(e, sent) {
 		return false
 	}
 	switch n := p.misses[k]; {

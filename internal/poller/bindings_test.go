@@ -161,3 +161,20 @@ func TestBulkAnswerWithoutBindingsWaitsForAFailedPoll(t *testing.T) {
 		t.Errorf("t1's user agent %q, want %q", got, ua)
 	}
 }
+
+// A task whose poll budget is spent keeps the token an ids= request
+// answered: a poll of its id alone would be one too many.
+func TestBulkAnswerOnTheLastPollIsTaken(t *testing.T) {
+	prov := &binder{ua: "Mozilla/5.0 (X11; Linux x86_64) SolvedBy/8"}
+	now := time.Now()
+	a := &answers{got: map[string]provider.Answer{}}
+	p := newPollerOf(prov, a, false, now)
+	a.p = p
+	p.cfg.Budget = 1
+	track(p, provider.KindTurnstile, now, "t1")
+	track(p, provider.KindImage, now, "i1")
+	p.round(now)
+	if len(prov.single) != 0 || a.got["t1"].Token != "tok-t1" || p.Len() != 0 {
+		t.Fatalf("polls of one id %v, answers %v, %d in flight; want none, t1's token, none", prov.single, a.got, p.Len())
+	}
+}
