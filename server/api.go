@@ -19,6 +19,11 @@ import (
 	"github.com/captchaq/captchaq/provider"
 )
 
+// apiSide serves the /v1 API's tasks, stats and dead letters.
+type apiSide struct {
+	deps
+}
+
 // apiError is the JSON API's error body. Field names the input at fault.
 type apiError struct {
 	Error string `json:"error"`
@@ -43,32 +48,6 @@ func apiFail(w http.ResponseWriter, status int, field, msg string) {
 
 func retryAfter(w http.ResponseWriter, d time.Duration) {
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int((d+time.Second-1)/time.Second))))
-}
-
-// authed wraps an API handler with the Bearer key check.
-func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *clientState)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok && r.URL.Path == "/v1/events" {
-			// EventSource cannot set headers; everywhere else a key in the
-			// URL would end up in logs and histories, so it is not read.
-			// An admin's key, which sees every client, is not read here
-			// either.
-			if cs := s.client(strings.TrimSpace(r.URL.Query().Get("key"))); cs != nil && cs.Admin {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="captchaq"`)
-				apiFail(w, http.StatusUnauthorized, "key", "an admin key is not taken from the URL (it would stay in logs and histories): send Authorization: Bearer <admin key>")
-				return
-			}
-			key = r.URL.Query().Get("key")
-		}
-		cs := s.client(strings.TrimSpace(key))
-		if cs == nil {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="captchaq"`)
-			apiFail(w, http.StatusUnauthorized, "Authorization", "missing or unknown key: send Authorization: Bearer <a key from the clients file>")
-			return
-		}
-		h(w, r, cs)
-	}
 }
 
 // TaskView is a task as the API shows it: the caller's id, the record's
@@ -182,7 +161,7 @@ func fieldOf(err error) string {
 
 // parseAPITasks reads one task object or an array, filling ids and the
 // tenant, and checks every task before any is submitted.
-func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState) ([]captchaq.ValidTask, *apiError) {
+func (s *apiSide) parseAPITasks(ctx context.Context, body []byte, cs *clientState) ([]captchaq.ValidTask, *apiError) {
 	raws, aerr := s.apiTaskObjects(body)
 	if aerr != nil {
 		return nil, aerr
@@ -206,7 +185,7 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 			return nil, bad("", "task: null is not a task; send a JSON object such as {\"method\":\"turnstile\",\"params\":{...}}")
 		}
 		if _, ok := obj["id"]; !ok {
-			id, _, err := s.freshID(ctx, cs.Name)
+			id, _, err := s.ids.freshID(ctx, cs.Name)
 			if errors.Is(err, errNoFreshID) {
 				return nil, &apiError{Error: "id: none given and " + err.Error(), status: http.StatusServiceUnavailable}
 			}
@@ -264,7 +243,7 @@ func (s *Server) parseAPITasks(ctx context.Context, body []byte, cs *clientState
 
 // apiTaskObjects splits a body of tasks into its task objects, unread: one
 // object, or an array of at most MaxTasksPerRequest.
-func (s *Server) apiTaskObjects(body []byte) ([]json.RawMessage, *apiError) {
+func (s *apiSide) apiTaskObjects(body []byte) ([]json.RawMessage, *apiError) {
 	body = bytes.TrimSpace(body)
 	var raws []json.RawMessage
 	switch {
@@ -299,7 +278,7 @@ func (s *Server) apiTaskObjects(body []byte) ([]json.RawMessage, *apiError) {
 // scanAPIBody refuses a body of tasks whose decoding would cost tens of
 // times its size (many tiny fields) or that holds a field longer than an
 // image the provider takes, before anything of it is decoded.
-func (s *Server) scanAPIBody(body []byte) *apiError {
+func (s *apiSide) scanAPIBody(body []byte) *apiError {
 	err := apiform.ScanJSON(body, apiFieldsPerTask*s.cfg.MaxTasksPerRequest, maxFieldBytes)
 	if err == nil {
 		return nil
@@ -308,7 +287,7 @@ func (s *Server) scanAPIBody(body []byte) *apiError {
 	if errors.Is(err, apiform.ErrFieldTooLong) {
 		status = http.StatusRequestEntityTooLarge
 	}
-	_, text := formErrorCode(s, err)
+	_, text := formErrorCode(s.cfg, err)
 	return &apiError{Error: "body: " + text, status: status}
 }
 
@@ -346,7 +325,7 @@ func arrayLen(b []byte) int {
 	return n
 }
 
-func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *clientState) {
+func (s *apiSide) handleCreate(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	body, ok := s.createBody(w, r, cs)
 	if !ok {
 		return
@@ -368,7 +347,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 		freshIDs[j] = tasks[i].ID()
 	}
 	if len(fresh) > 0 {
-		if le := s.reserve(r.Context(), cs, freshIDs); le != nil {
+		if le := s.clients.reserve(r.Context(), cs, freshIDs); le != nil {
 			retryAfter(w, le.retry)
 			apiFail(w, http.StatusTooManyRequests, "", le.msg)
 			return
@@ -383,7 +362,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 	accepted, failed, failedAt := 0, error(nil), 0
 	for j, err := range errs {
 		if err != nil {
-			s.release(cs, freshIDs[j])
+			s.clients.release(cs, freshIDs[j])
 			if failed == nil {
 				failed, failedAt = err, fresh[j]
 			}
@@ -409,7 +388,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, cs *client
 // createBody reads a create's body after the cheap refusals: a client at
 // its max_inflight gets nothing parsed, and bodies being read are bounded
 // overall. false: the answer is written.
-func (s *Server) createBody(w http.ResponseWriter, r *http.Request, cs *clientState) ([]byte, bool) {
+func (s *apiSide) createBody(w http.ResponseWriter, r *http.Request, cs *clientState) ([]byte, bool) {
 	if cs.MaxInflight > 0 {
 		cs.mu.Lock()
 		n := len(cs.inflight)
@@ -441,7 +420,7 @@ func (s *Server) createBody(w http.ResponseWriter, r *http.Request, cs *clientSt
 // returns the indexes of the others. A known id with another task is
 // refused before anything is accepted; a solved one whose token expired
 // is solved again (it is among the others).
-func (s *Server) knownTasks(ctx context.Context, tasks []captchaq.ValidTask, views []TaskView, cs *clientState) (fresh []int, _ *apiError) {
+func (s *apiSide) knownTasks(ctx context.Context, tasks []captchaq.ValidTask, views []TaskView, cs *clientState) (fresh []int, _ *apiError) {
 	for i, v := range tasks {
 		t := v.Task()
 		rec, err := s.backend.Get(ctx, t.ID)
@@ -504,7 +483,7 @@ func cmpOr(a, b int) int {
 // readClientBody reads the body of cs's API request, at most
 // Config.MaxBodyBytes, metered against cs's share of the bodies being read
 // (see bodyBudget).
-func (s *Server) readClientBody(w http.ResponseWriter, r *http.Request, cs *clientState) ([]byte, error) {
+func (s *deps) readClientBody(w http.ResponseWriter, r *http.Request, cs *clientState) ([]byte, error) {
 	m, release := s.clientBody(r, cs)
 	defer release()
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
@@ -517,7 +496,7 @@ func (s *Server) readClientBody(w http.ResponseWriter, r *http.Request, cs *clie
 	return buf.Bytes(), err
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, cs *clientState) {
+func (s *apiSide) handleGet(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	id := visibleID(cs, r.PathValue("id"))
 	var wait time.Duration
 	if ws := r.URL.Query().Get("wait"); ws != "" {
@@ -530,7 +509,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, cs *clientSta
 	}
 	var sub *subscription
 	if wait > 0 {
-		if !slot(w, &cs.waits, &s.waits, s.cfg.MaxWaitsPerClient, s.cfg.MaxWaits, "long polls (?wait=)") {
+		if !slot(w, &cs.waits, s.waits, s.cfg.MaxWaitsPerClient, s.cfg.MaxWaits, "long polls (?wait=)") {
 			return
 		}
 		defer func() { cs.waits.give(1); s.waits.give(1) }()
@@ -560,7 +539,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, cs *clientSta
 	writeJSON(w, http.StatusOK, view(rec, cs))
 }
 
-func (s *Server) getVisible(w http.ResponseWriter, r *http.Request, cs *clientState, id string) (captchaq.Record, bool) {
+func (s *apiSide) getVisible(w http.ResponseWriter, r *http.Request, cs *clientState, id string) (captchaq.Record, bool) {
 	rec, err := s.backend.Get(r.Context(), id)
 	if err == nil && (cs.Admin || rec.Task.Tenant == cs.Name) {
 		return rec, true
@@ -574,7 +553,7 @@ func (s *Server) getVisible(w http.ResponseWriter, r *http.Request, cs *clientSt
 	return rec, false
 }
 
-func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, cs *clientState) {
+func (s *apiSide) handleCancel(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	id := visibleID(cs, r.PathValue("id"))
 	if _, ok := s.getVisible(w, r, cs, id); !ok {
 		return
@@ -625,7 +604,7 @@ type Stats struct {
 	Broker map[string]int `json:"broker,omitempty"`
 }
 
-func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientState) {
+func (s *apiSide) handleStats(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	st := Stats{Ready: s.ready(r.Context()) == nil}
 	if cs.Admin {
 		// Whole-queue numbers are the operator's; a client sees its own.
@@ -642,7 +621,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientS
 		if !cs.Admin && c.Name != cs.Name {
 			continue
 		}
-		x := s.byName[c.Name]
+		x := s.clients.byName[c.Name]
 		x.mu.Lock()
 		st.Clients = append(st.Clients, ClientStats{Name: c.Name, Weight: max(c.Weight, 1), Inflight: len(x.inflight), Accepted: x.accepted, Solved: x.solved, Failed: x.failed, Reports: s.reports.client(c.Name)})
 		x.mu.Unlock()
@@ -660,7 +639,7 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, cs *clientS
 // deadLetters calls fn for the dead letters cs may see.
 // A client's own are found by tenant (an index in the Store), not by
 // reading every client's.
-func (s *Server) deadLetters(ctx context.Context, cs *clientState, fn func(captchaq.Record) error) error {
+func (s *apiSide) deadLetters(ctx context.Context, cs *clientState, fn func(captchaq.Record) error) error {
 	f := captchaq.DeadLetterFilter{All: true}
 	if !cs.Admin {
 		f.Tenant = cs.Name
@@ -679,7 +658,7 @@ var errEnough = errors.New("enough")
 // replaySlot lets one replay of cs run at a time, and at most one start
 // per Config.ReplayEvery; otherwise it answers 429 and returns false. The
 // caller gives the slot back with cs.replays.give(1).
-func (s *Server) replaySlot(w http.ResponseWriter, cs *clientState) bool {
+func (s *apiSide) replaySlot(w http.ResponseWriter, cs *clientState) bool {
 	if !cs.replays.take(1, 1) {
 		retryAfter(w, time.Second)
 		apiFail(w, http.StatusTooManyRequests, "", "a replay of this client is running: wait for its answer")
@@ -700,7 +679,7 @@ func (s *Server) replaySlot(w http.ResponseWriter, cs *clientState) bool {
 // deadLettersMax bounds one listing.
 const deadLettersMax = 1000
 
-func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request, cs *clientState) {
+func (s *apiSide) handleDeadLetters(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	out := []TaskView{}
 	total := 0
 	err := s.deadLetters(r.Context(), cs, func(rec captchaq.Record) error {
@@ -717,7 +696,7 @@ func (s *Server) handleDeadLetters(w http.ResponseWriter, r *http.Request, cs *c
 	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out, "total": total})
 }
 
-func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *clientState) {
+func (s *apiSide) handleReplay(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	body, err := s.readClientBody(w, r, cs)
 	if err != nil {
 		if errors.Is(err, errBodiesBusy) {
@@ -789,7 +768,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request, cs *client
 // replayTargets is the Store ids a replay asks for: the client's dead
 // letters, at most MaxTasksPerRequest of them (more: there are others),
 // with all; else the ids given.
-func (s *Server) replayTargets(ctx context.Context, cs *clientState, all bool, given []string) (ids []string, more bool, _ *apiError) {
+func (s *apiSide) replayTargets(ctx context.Context, cs *clientState, all bool, given []string) (ids []string, more bool, _ *apiError) {
 	if !all {
 		for _, id := range given {
 			sid := visibleID(cs, id)
@@ -824,7 +803,7 @@ func (s *Server) replayTargets(ctx context.Context, cs *clientState, all bool, g
 // does: the dead letters past them stay dead letters, and Replay returns
 // the ids it did replay.
 func (s *Server) Replay(ctx context.Context, ids []string) ([]string, error) {
-	replayed, _, err := s.replay(ctx, ids)
+	replayed, _, err := s.api.replay(ctx, ids)
 	return replayed, err
 }
 
@@ -836,7 +815,7 @@ type replayHeld struct {
 	retry time.Duration
 }
 
-func (s *Server) replay(ctx context.Context, ids []string) ([]string, *replayHeld, error) {
+func (s *apiSide) replay(ctx context.Context, ids []string) ([]string, *replayHeld, error) {
 	if len(ids) == 0 {
 		return nil, nil, nil
 	}
@@ -846,8 +825,8 @@ func (s *Server) replay(ctx context.Context, ids []string) ([]string, *replayHel
 	var dead []string
 	var held *replayHeld
 	err := s.backend.DeadLetters(ctx, captchaq.DeadLetterFilter{IDs: ids}, func(r captchaq.Record) error {
-		if cs := s.byName[r.Task.Tenant]; cs != nil {
-			if lerr := s.reserve(ctx, cs, []string{r.Task.ID}); lerr != nil {
+		if cs := s.clients.byName[r.Task.Tenant]; cs != nil {
+			if lerr := s.clients.reserve(ctx, cs, []string{r.Task.ID}); lerr != nil {
 				if held == nil {
 					held = &replayHeld{msg: lerr.msg, retry: lerr.retry}
 				}
@@ -860,25 +839,17 @@ func (s *Server) replay(ctx context.Context, ids []string) ([]string, *replayHel
 	})
 	if err != nil || len(dead) == 0 {
 		for _, id := range dead {
-			s.releaseID(id)
+			s.clients.releaseID(id)
 		}
 		return nil, held, err
 	}
 	replayed, err := s.backend.Replay(ctx, dead)
 	for _, id := range dead {
 		if !slices.Contains(replayed, id) {
-			s.releaseID(id)
+			s.clients.releaseID(id)
 		}
 	}
 	return replayed, held, err
-}
-
-// releaseID gives back the room a Store id took in its client's limits.
-func (s *Server) releaseID(id string) {
-	client, _ := splitID(id)
-	if cs := s.byName[client]; cs != nil {
-		s.release(cs, id)
-	}
 }
 
 // providerURL matches a URL inside an error text: the provider's base URL

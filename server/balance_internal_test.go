@@ -21,7 +21,7 @@ func TestBalanceSharesOneReading(t *testing.T) {
 		release := make(chan struct{})
 		var fail atomic.Bool
 		fail.Store(true)
-		s := &Server{cfg: Config{Balance: func(ctx context.Context) (float64, error) {
+		s := &balanceCache{read: func(ctx context.Context) (float64, error) {
 			calls.Add(1)
 			select {
 			case <-release:
@@ -32,7 +32,7 @@ func TestBalanceSharesOneReading(t *testing.T) {
 				return 0, errors.New("no worker has reported the provider's balance yet")
 			}
 			return 42.5, nil
-		}}}
+		}}
 		const n = 8
 		var wg sync.WaitGroup
 		errs := make(chan error, n)

@@ -145,7 +145,7 @@ func cutShort(w http.ResponseWriter, r *http.Request) {
 // clientBody meters r's body against cs's share and the clients' pool.
 // The returned release gives the bytes back; call it once the body is
 // read.
-func (s *Server) clientBody(r *http.Request, cs *clientState) (*meteredBody, func()) {
+func (s *deps) clientBody(r *http.Request, cs *clientState) (*meteredBody, func()) {
 	b := s.budget
 	var own, pooled int64
 	m := &meteredBody{ReadCloser: r.Body, charge: func(n int64) error {
@@ -171,7 +171,7 @@ func (s *Server) clientBody(r *http.Request, cs *clientState) (*meteredBody, fun
 // keylessBody meters r's body against its source address's share and the
 // keyless pool, and gives it KeylessBodyTimeout to arrive. The returned
 // release gives the bytes back; call it once the body is read.
-func (s *Server) keylessBody(w http.ResponseWriter, r *http.Request) (*meteredBody, func()) {
+func (s *deps) keylessBody(w http.ResponseWriter, r *http.Request) (*meteredBody, func()) {
 	b := s.budget
 	// Not every ResponseWriter can (a recorder in tests): then the
 	// server's ReadTimeout bounds the body.

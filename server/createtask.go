@@ -33,7 +33,7 @@ const ctPingback = "createtask+"
 // res.php's, answered in this protocol's form. Every answer is HTTP 200
 // JSON, errors as {"errorId","errorCode","errorDescription"} with the
 // in.php code mapped (createtask.FrontFault).
-func (s *Server) handleCreateTask(w http.ResponseWriter, r *http.Request) {
+func (s *frontSide) handleCreateTask(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Access-Control-Allow-Origin", "*")
 	if r.Method == http.MethodOptions {
@@ -50,11 +50,11 @@ func (s *Server) handleCreateTask(w http.ResponseWriter, r *http.Request) {
 	form, release, err := s.frontForm(w, r)
 	defer release()
 	if err != nil {
-		code, text := formErrorCode(s, err)
+		code, text := formErrorCode(s.cfg, err)
 		ctFail(w, code, text)
 		return
 	}
-	cs := s.client(form.Get("clientKey"))
+	cs := s.clients.client(form.Get("clientKey"))
 	if cs == nil {
 		ctFail(w, "ERROR_WRONG_USER_KEY", "unknown clientKey: use a key from the server's clients file")
 		return
@@ -96,7 +96,7 @@ func (s *Server) handleCreateTask(w http.ResponseWriter, r *http.Request) {
 		}
 		writeCT(w, ctResult(rec))
 	case "getBalance":
-		v, err := s.balance(r.Context())
+		v, err := s.bal.balance(r.Context())
 		if err != nil {
 			ctFail(w, CodeBalanceUnknown, "getBalance: "+scrubURLs(err.Error())+"; try again in a few seconds")
 			return

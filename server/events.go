@@ -93,7 +93,7 @@ func (b *broker) close() {
 const sseKeepAlive = 15 * time.Second
 
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, cs *clientState) {
-	if !slot(w, &cs.streams, &s.streams, s.cfg.MaxStreamsPerClient, s.cfg.MaxStreams, "event streams") {
+	if !slot(w, &cs.streams, s.streams, s.cfg.MaxStreamsPerClient, s.cfg.MaxStreams, "event streams") {
 		return
 	}
 	defer func() { cs.streams.give(1); s.streams.give(1) }()

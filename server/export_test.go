@@ -17,17 +17,17 @@ func NewLocalBackend(cfg captchaq.Config, submitWait time.Duration) Backend {
 // key) would: id must be one the server handed out.
 func SetNextID(s *Server, id string) {
 	n, _ := strconv.ParseUint(id, 10, 64)
-	c, ok := s.localIDs.counter(n)
+	c, ok := s.ids.localIDs.counter(n)
 	if !ok {
 		panic("SetNextID: " + id + " is no id of the server's")
 	}
-	s.ids.Store(c - 1)
+	s.ids.clock.Store(c - 1)
 }
 
 // IDCounter is the counter of a shared id: its place in the IDSource's
 // blocks.
 func IDCounter(s *Server, id uint64) (uint64, bool) {
-	s.idMu.Lock()
-	defer s.idMu.Unlock()
-	return s.sharedIDs.counter(id)
+	s.ids.mu.Lock()
+	defer s.ids.mu.Unlock()
+	return s.ids.sharedIDs.counter(id)
 }

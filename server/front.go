@@ -19,6 +19,18 @@ import (
 	"github.com/captchaq/captchaq/provider/createtask"
 )
 
+// frontSide serves the provider protocols' front: in.php and res.php,
+// and createTask and getTaskResult.
+type frontSide struct {
+	deps
+	metrics      *httpMetrics
+	reportsLater bool // the Backend answers reports' outcomes (ReportOutcomer)
+	bal          balanceCache
+	// newIDs are the store ids of front tasks whose ids came from the
+	// IDSource, from newFrontTask to acceptFront (NewSubmitter).
+	newIDs sync.Map
+}
+
 // frontReply writes a protocol answer: {"status":s,"request":v} with
 // json=1, else "OK|v" or the bare code. HTTP status is 200, as the
 // provider's.
@@ -159,17 +171,17 @@ var maxFieldBytes = base64.StdEncoding.EncodedLen(provider.MaxImageBytes) * 11 /
 // charged until release is called (it may be called more than once):
 // after the task is decoded from them, so decoding is paid within the
 // budget too.
-func (s *Server) frontForm(w http.ResponseWriter, r *http.Request) (form *apiform.Request, release func(), err error) {
+func (s *frontSide) frontForm(w http.ResponseWriter, r *http.Request) (form *apiform.Request, release func(), err error) {
 	o := apiform.Options{
 		MaxBody:   s.cfg.MaxBodyBytes,
-		KeyOK:     func(key string) bool { return s.client(key) != nil },
+		KeyOK:     func(key string) bool { return s.clients.client(key) != nil },
 		MaxString: maxFieldBytes,
 	}
 	var m *meteredBody
 	release = func() {}
 	if r.Body != nil && r.Body != http.NoBody {
 		if key, ok := apiform.QueryKey(r); ok {
-			if cs := s.client(key); cs != nil {
+			if cs := s.clients.client(key); cs != nil {
 				m, release = s.clientBody(r, cs)
 			}
 		} else {
@@ -196,14 +208,14 @@ func replyFor(w http.ResponseWriter, form *apiform.Request) frontReply {
 
 // formErrorCode is the in.php code and text for a request the parser
 // refused.
-func formErrorCode(s *Server, err error) (string, string) {
+func formErrorCode(cfg Config, err error) (string, string) {
 	switch {
 	case errors.Is(err, apiform.ErrWrongKey):
 		return "ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file"
 	case errors.Is(err, errBodiesBusy):
 		return "ERROR_NO_SLOT_AVAILABLE", err.Error()
 	case errors.Is(err, errBodyTooSlow):
-		return "ERROR_NO_SLOT_AVAILABLE", fmt.Sprintf("the request body did not arrive within %v: a body whose key is only inside it must come at once; send key= in the query string for a slow upload", s.cfg.KeylessBodyTimeout)
+		return "ERROR_NO_SLOT_AVAILABLE", fmt.Sprintf("the request body did not arrive within %v: a body whose key is only inside it must come at once; send key= in the query string for a slow upload", cfg.KeylessBodyTimeout)
 	case errors.Is(err, apiform.ErrTooManyFields):
 		return "ERROR_BAD_PARAMETERS", strings.TrimPrefix(err.Error(), "apiform: too many fields: ")
 	case errors.Is(err, apiform.ErrFieldTooLong):
@@ -218,7 +230,7 @@ func formErrorCode(s *Server, err error) (string, string) {
 // frontKeys are in.php fields that are the front's, not the task's.
 var frontKeys = map[string]bool{"key": true, "method": true, "json": true, "soft_id": true, "pingback": true, "priority": true, "header_acao": true, "file": true}
 
-func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
+func (s *frontSide) handleIn(w http.ResponseWriter, r *http.Request) {
 	if apiform.Preflight(w, r) {
 		return
 	}
@@ -226,10 +238,10 @@ func (s *Server) handleIn(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	reply := replyFor(w, form)
 	if err != nil {
-		reply.fail(formErrorCode(s, err))
+		reply.fail(formErrorCode(s.cfg, err))
 		return
 	}
-	cs := s.client(form.Get("key"))
+	cs := s.clients.client(form.Get("key"))
 	if cs == nil {
 		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
 		return
@@ -258,10 +270,10 @@ func inPHPCode(code string) string {
 // acceptFront hands a task of either protocol's front to the Backend,
 // within the client's rate and max_inflight, and returns the client's id
 // for it, or the in.php code refusing it.
-func (s *Server) acceptFront(ctx context.Context, cs *clientState, v captchaq.ValidTask) (local, code, text string) {
+func (s *frontSide) acceptFront(ctx context.Context, cs *clientState, v captchaq.ValidTask) (local, code, text string) {
 	id := v.ID()
 	_, isNew := s.newIDs.LoadAndDelete(id)
-	if le := s.reserve(ctx, cs, []string{id}); le != nil {
+	if le := s.clients.reserve(ctx, cs, []string{id}); le != nil {
 		if le.inflight {
 			return "", "ERROR_NO_SLOT_AVAILABLE", le.msg
 		}
@@ -276,7 +288,7 @@ func (s *Server) acceptFront(ctx context.Context, cs *clientState, v captchaq.Va
 		}
 	}
 	if err := submit(ctx, v); err != nil {
-		s.release(cs, id)
+		s.clients.release(cs, id)
 		code, text := submitErrorCode(err)
 		return "", code, text
 	}
@@ -288,7 +300,7 @@ func (s *Server) acceptFront(ctx context.Context, cs *clientState, v captchaq.Va
 }
 
 // frontTask turns an in.php form into a Task, or a protocol error.
-func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.Request) (captchaq.ValidTask, string, string) {
+func (s *frontSide) frontTask(ctx context.Context, cs *clientState, form *apiform.Request) (captchaq.ValidTask, string, string) {
 	method := strings.TrimSpace(form.Get("method"))
 	if method == "" {
 		return captchaq.ValidTask{}, "ERROR_BAD_PARAMETERS", "method: required (e.g. userrecaptcha, turnstile, base64, post)"
@@ -332,8 +344,8 @@ func (s *Server) frontTask(ctx context.Context, cs *clientState, form *apiform.R
 // of the client's, and checks and clamps it as every front task is: one
 // validation, one set of rules. pingback is the stored Task.Pingback,
 // marked with the protocol of its POST.
-func (s *Server) newFrontTask(ctx context.Context, cs *clientState, pt provider.Task, priority int, pingback string) (captchaq.ValidTask, string, string) {
-	id, isNew, err := s.freshID(ctx, cs.Name)
+func (s *frontSide) newFrontTask(ctx context.Context, cs *clientState, pt provider.Task, priority int, pingback string) (captchaq.ValidTask, string, string) {
+	id, isNew, err := s.ids.freshID(ctx, cs.Name)
 	if errors.Is(err, errNoFreshID) {
 		return captchaq.ValidTask{}, "ERROR_NO_SLOT_AVAILABLE", err.Error()
 	}
@@ -375,7 +387,7 @@ func submitErrorCode(err error) (string, string) {
 	return "ERROR_NO_SLOT_AVAILABLE", "the queue is full; try again shortly"
 }
 
-func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
+func (s *frontSide) handleRes(w http.ResponseWriter, r *http.Request) {
 	if apiform.Preflight(w, r) {
 		return
 	}
@@ -383,10 +395,10 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 	release() // res.php decodes nothing more from the body
 	reply := replyFor(w, form)
 	if err != nil {
-		reply.fail(formErrorCode(s, err))
+		reply.fail(formErrorCode(s.cfg, err))
 		return
 	}
-	cs := s.client(form.Get("key"))
+	cs := s.clients.client(form.Get("key"))
 	if cs == nil {
 		reply.fail("ERROR_WRONG_USER_KEY", "unknown key: use a key from the server's clients file")
 		return
@@ -399,7 +411,7 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 		}
 		s.resOne(r, reply, cs, form.Get("id"))
 	case "getbalance":
-		v, err := s.balance(r.Context())
+		v, err := s.bal.balance(r.Context())
 		if err != nil {
 			// Not the caller's fault, and it may pass: the protocol's
 			// "try again later" (see CodeBalanceUnknown).
@@ -427,7 +439,7 @@ func (s *Server) handleRes(w http.ResponseWriter, r *http.Request) {
 // and forwarded to the provider (Config.Report); a later one of the same
 // task is recorded already and goes nowhere, so no client can make the
 // provider's account or address look abusive with repeats.
-func (s *Server) frontReport(r *http.Request, cs *clientState, id string, good bool) (code, text string) {
+func (s *frontSide) frontReport(r *http.Request, cs *clientState, id string, good bool) (code, text string) {
 	rec, code := s.frontRecord(r, cs, id)
 	if code != "" {
 		return code, ""
@@ -435,7 +447,7 @@ func (s *Server) frontReport(r *http.Request, cs *clientState, id string, good b
 	if rec.Status != captchaq.StatusSolved {
 		return "ERROR_WRONG_CAPTCHA_ID", "only a solved task can be reported"
 	}
-	if le := s.takeRate(r.Context(), cs, rec.Task.ID); le != nil {
+	if le := s.clients.takeRate(r.Context(), cs, rec.Task.ID); le != nil {
 		return "MAX_USER_TURN", le.msg + " (reports count as tasks)"
 	}
 	first, err := s.backend.RecordReport(r.Context(), rec.Task.ID, good)
@@ -463,7 +475,7 @@ func (s *Server) frontReport(r *http.Request, cs *clientState, id string, good b
 // ERROR_REPORT_NOT_RECORDED, as the provider would, without a call. A
 // Backend that answers outcomes later (ReportOutcomer) has them counted
 // then.
-func (s *Server) forwardReport(ctx context.Context, cs *clientState, rec captchaq.Record, good bool) (code, text string) {
+func (s *frontSide) forwardReport(ctx context.Context, cs *clientState, rec captchaq.Record, good bool) (code, text string) {
 	o := captchaq.ReportOutcome{Task: rec.Task.ID, Provider: rec.Result.Provider, Good: good, Outcome: captchaq.ReportNotSent}
 	if s.cfg.Report == nil || rec.Result.CaptchaID == "" {
 		s.reports.add(cs.Name, o)
@@ -494,7 +506,7 @@ func (s *Server) forwardReport(ctx context.Context, cs *clientState, rec captcha
 
 // frontRecord finds the caller's task by its own id; code is the
 // protocol's error when there is none.
-func (s *Server) frontRecord(r *http.Request, cs *clientState, id string) (captchaq.Record, string) {
+func (s *frontSide) frontRecord(r *http.Request, cs *clientState, id string) (captchaq.Record, string) {
 	id = strings.TrimSpace(id)
 	if id == "" {
 		return captchaq.Record{}, "ERROR_WRONG_ID_FORMAT"
@@ -552,7 +564,7 @@ func answer(rec captchaq.Record) (token string, raw json.RawMessage, code, text 
 	return "", nil, "CAPCHA_NOT_READY", ""
 }
 
-func (s *Server) resOne(r *http.Request, reply frontReply, cs *clientState, id string) {
+func (s *frontSide) resOne(r *http.Request, reply frontReply, cs *clientState, id string) {
 	rec, code := s.frontRecord(r, cs, id)
 	if code != "" {
 		reply.fail(pollCode(code), "")

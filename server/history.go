@@ -241,7 +241,7 @@ func (s *Server) readSample(ctx context.Context, now time.Time) sample {
 		out.depth[strconv.Itoa(p)] = n
 	}
 	for _, c := range s.cfg.Clients {
-		out.inflight[c.Name] = s.byName[c.Name].inflightCount()
+		out.inflight[c.Name] = s.clients.byName[c.Name].inflightCount()
 	}
 	if s.local != nil {
 		for _, c := range s.local.queue.Reservoirs() {

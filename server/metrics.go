@@ -43,7 +43,7 @@ func (c *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, cl := range c.s.cfg.Clients {
-		cs := c.s.byName[cl.Name]
+		cs := c.s.clients.byName[cl.Name]
 		cs.mu.Lock()
 		inflight, solved, failed := len(cs.inflight), cs.solved, cs.failed
 		cs.mu.Unlock()

@@ -134,7 +134,7 @@ func (t *reportTally) providers() map[string]ReportCounts {
 // part.
 func (s *Server) reportOutcome(o captchaq.ReportOutcome) {
 	client, _, _ := strings.Cut(o.Task, "/")
-	if s.byName[client] == nil {
+	if s.clients.byName[client] == nil {
 		client = ""
 	}
 	s.reports.add(client, o)

@@ -12,7 +12,7 @@ import (
 // joined by "|". With json=1, what a solved id's token is bound to is
 // beside them as "bindings", by id, under a single poll's names
 // ({"123":{"useragent":"…","cookies":…}}); plain text has no room for it.
-func (s *Server) resBulk(r *http.Request, reply frontReply, cs *clientState, ids string) {
+func (s *frontSide) resBulk(r *http.Request, reply frontReply, cs *clientState, ids string) {
 	// Counted before split: a split of a body of commas would take 16
 	// bytes a comma.
 	if n := strings.Count(ids, ",") + 1; n > BulkMaxIDs {

@@ -21,20 +21,20 @@ func (s *Server) routes() http.Handler {
 	handle := func(pattern, route string, timed bool, h http.Handler) {
 		mux.Handle(pattern, s.instrument(route, timed, h))
 	}
-	handle("/in.php", "in.php", true, http.HandlerFunc(s.handleIn))
-	handle("/res.php", "res.php", true, http.HandlerFunc(s.handleRes))
+	handle("/in.php", "in.php", true, http.HandlerFunc(s.front.handleIn))
+	handle("/res.php", "res.php", true, http.HandlerFunc(s.front.handleRes))
 	for _, m := range createTaskMethods {
-		handle("/"+m, "createtask", true, http.HandlerFunc(s.handleCreateTask))
+		handle("/"+m, "createtask", true, http.HandlerFunc(s.front.handleCreateTask))
 	}
-	handle("POST /v1/tasks", "tasks_create", true, s.authed(s.handleCreate))
-	handle("GET /v1/tasks/{id}", "tasks_get", true, s.authed(s.handleGet))
-	handle("DELETE /v1/tasks/{id}", "tasks_cancel", true, s.authed(s.handleCancel))
-	handle("GET /v1/events", "events", false, s.authed(s.handleEvents))
-	handle("GET /v1/stats", "stats", true, s.authed(s.handleStats))
-	handle("GET /v1/history", "history", true, s.authed(s.handleHistory))
-	handle("GET /v1/reservoirs", "reservoirs", true, s.authed(s.handleReservoirs))
-	handle("GET /v1/deadletters", "deadletters", true, s.authed(s.handleDeadLetters))
-	handle("POST /v1/deadletters/replay", "deadletters_replay", true, s.authed(s.handleReplay))
+	handle("POST /v1/tasks", "tasks_create", true, s.clients.authed(s.api.handleCreate))
+	handle("GET /v1/tasks/{id}", "tasks_get", true, s.clients.authed(s.api.handleGet))
+	handle("DELETE /v1/tasks/{id}", "tasks_cancel", true, s.clients.authed(s.api.handleCancel))
+	handle("GET /v1/events", "events", false, s.clients.authed(s.handleEvents))
+	handle("GET /v1/stats", "stats", true, s.clients.authed(s.api.handleStats))
+	handle("GET /v1/history", "history", true, s.clients.authed(s.handleHistory))
+	handle("GET /v1/reservoirs", "reservoirs", true, s.clients.authed(s.handleReservoirs))
+	handle("GET /v1/deadletters", "deadletters", true, s.clients.authed(s.api.handleDeadLetters))
+	handle("POST /v1/deadletters/replay", "deadletters_replay", true, s.clients.authed(s.api.handleReplay))
 	if s.pbPath != "" {
 		handle(s.pbPath, "pingback", true, s.local.pingbackHandler())
 	}
@@ -84,7 +84,7 @@ func (s *Server) MetricsHandler() http.Handler {
 func (s *Server) adminOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		cs := s.client(strings.TrimSpace(key))
+		cs := s.clients.client(strings.TrimSpace(key))
 		if cs == nil || !cs.Admin {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="captchaq"`)
 			apiFail(w, http.StatusUnauthorized, "Authorization", "the metrics need an admin client's key: send Authorization: Bearer <admin key>, or scrape serve's --metrics-listen address")
@@ -114,7 +114,7 @@ func securityHeaders(h http.Handler) http.Handler {
 // ready says why the server cannot take work: not started, or what the
 // Backend says (the local queue: the store unreadable, or sending paused
 // by an account error that will not lift by itself).
-func (s *Server) ready(ctx context.Context) error {
+func (s *deps) ready(ctx context.Context) error {
 	if !s.started.Load() {
 		return errors.New("queue not started")
 	}
