@@ -63,7 +63,7 @@ func formPingbackBody(res captchaq.Result, local string, params map[string]strin
 // eventBindings are the bindings of a result on its way to an event
 // stream (id is its store id). A token of a kind solved with the task's
 // user agent, answered without one, reads the task for it.
-func (s *Server) eventBindings(ctx context.Context, id string, res captchaq.Result) *Bindings {
+func (s *apiSide) eventBindings(ctx context.Context, id string, res captchaq.Result) *Bindings {
 	var params map[string]string
 	if res.Token != "" && createtask.SolvedWithTaskUserAgent(res.Kind) && provider.BindingsOf(res.Answer).UserAgent == "" {
 		if rec, err := s.backend.Get(ctx, id); err == nil {

@@ -92,7 +92,7 @@ func (b *broker) close() {
 // closing an idle stream.
 const sseKeepAlive = 15 * time.Second
 
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, cs *clientState) {
+func (s *apiSide) handleEvents(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	if !slot(w, &cs.streams, s.streams, s.cfg.MaxStreamsPerClient, s.cfg.MaxStreams, "event streams") {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,16 +123,28 @@ func (e reservoirEntry) config(known map[string]bool) (captchaq.ReservoirConfig,
 	return rc, bad
 }
 
+// reservoirBook is the local queue's reservoirs as last set, shown on GET
+// /v1/reservoirs with their numbers; with Config.Backend it has no queue.
+type reservoirBook struct {
+	queue *captchaq.Queue
+	set   atomic.Pointer[[]captchaq.ReservoirConfig]
+}
+
 // SetReservoirs makes rcs the reservoirs of the server's own queue
 // (captchaq.Queue.SetReservoirs) and of GET /v1/reservoirs.
 func (s *Server) SetReservoirs(rcs []captchaq.ReservoirConfig) error {
-	if s.local == nil {
+	return s.reservoirs.store(rcs)
+}
+
+// store sets rcs on the queue, then keeps them for the views.
+func (s *reservoirBook) store(rcs []captchaq.ReservoirConfig) error {
+	if s.queue == nil {
 		return errors.New("reservoirs: the server has no queue of its own (Config.Backend); reservoirs apply to a local queue")
 	}
-	if err := s.local.queue.SetReservoirs(rcs); err != nil {
+	if err := s.queue.SetReservoirs(rcs); err != nil {
 		return err
 	}
-	s.reservoirs.Store(&rcs)
+	s.set.Store(&rcs)
 	return nil
 }
 
@@ -159,14 +172,14 @@ type ReservoirView struct {
 	P99ms     int64 `json:"time_to_token_p99_ms"`
 }
 
-// reservoirViews are the reservoirs with their numbers; none without.
-func (s *Server) reservoirViews() []ReservoirView {
+// views are the reservoirs with their numbers; none without.
+func (s *reservoirBook) views() []ReservoirView {
 	out := []ReservoirView{}
-	rcs := s.reservoirs.Load()
-	if s.local == nil || rcs == nil {
+	rcs := s.set.Load()
+	if s.queue == nil || rcs == nil {
 		return out
 	}
-	counts := s.local.queue.Reservoirs()
+	counts := s.queue.Reservoirs()
 	for _, rc := range *rcs {
 		v := ReservoirView{Name: rc.Name, Method: rc.Task.Method, Params: rc.Task.Params, Size: "auto",
 			Max: cmpOr(rc.Max, max(captchaq.ReservoirMaxDefault, rc.Size)), Clients: rc.Clients}
@@ -187,13 +200,13 @@ func (s *Server) reservoirViews() []ReservoirView {
 	return out
 }
 
-// handleReservoirs serves the reservoirs and their numbers to an admin.
-func (s *Server) handleReservoirs(w http.ResponseWriter, r *http.Request, cs *clientState) {
+// handle serves the reservoirs and their numbers to an admin.
+func (s *reservoirBook) handle(w http.ResponseWriter, r *http.Request, cs *clientState) {
 	if !cs.Admin {
 		apiFail(w, http.StatusForbidden, "Authorization", "the reservoirs are the operator's: use a key with \"admin\": true")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"reservoirs": s.reservoirViews()})
+	writeJSON(w, http.StatusOK, map[string]any{"reservoirs": s.views()})
 }
 
 // reservoirSeries are the Prometheus series of each reservoir, labelled

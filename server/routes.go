@@ -29,10 +29,10 @@ func (s *Server) routes() http.Handler {
 	handle("POST /v1/tasks", "tasks_create", true, s.clients.authed(s.api.handleCreate))
 	handle("GET /v1/tasks/{id}", "tasks_get", true, s.clients.authed(s.api.handleGet))
 	handle("DELETE /v1/tasks/{id}", "tasks_cancel", true, s.clients.authed(s.api.handleCancel))
-	handle("GET /v1/events", "events", false, s.clients.authed(s.handleEvents))
+	handle("GET /v1/events", "events", false, s.clients.authed(s.api.handleEvents))
 	handle("GET /v1/stats", "stats", true, s.clients.authed(s.api.handleStats))
 	handle("GET /v1/history", "history", true, s.clients.authed(s.handleHistory))
-	handle("GET /v1/reservoirs", "reservoirs", true, s.clients.authed(s.handleReservoirs))
+	handle("GET /v1/reservoirs", "reservoirs", true, s.clients.authed(s.reservoirs.handle))
 	handle("GET /v1/deadletters", "deadletters", true, s.clients.authed(s.api.handleDeadLetters))
 	handle("POST /v1/deadletters/replay", "deadletters_replay", true, s.clients.authed(s.api.handleReplay))
 	if s.pbPath != "" {

@@ -23,8 +23,8 @@ import (
 //
 // It is a composition: deps are the wiring every side reads; front
 // serves in.php, res.php and createTask, api the /v1 tasks and dead
-// letters; the clients' limits and counts are the clientBook's, the ids
-// the idMaker's.
+// letters and events; the clients' limits and counts are the
+// clientBook's, the ids the idMaker's, the reservoirs the reservoirBook's.
 type Server struct {
 	deps
 	front   *frontSide
@@ -33,13 +33,12 @@ type Server struct {
 	started atomic.Bool
 	paused  atomic.Bool // a permanent account error
 
-	pingbacks *pingbackSender
-	metrics   *httpMetrics
-	registry  *prometheus.Registry
-	pbPath    string // the provider pingback's secret path
-	history   *history
-	// reservoirs are the local queue's, as last set (GET /v1/reservoirs).
-	reservoirs atomic.Pointer[[]captchaq.ReservoirConfig]
+	pingbacks  *pingbackSender
+	metrics    *httpMetrics
+	registry   *prometheus.Registry
+	pbPath     string // the provider pingback's secret path
+	history    *history
+	reservoirs *reservoirBook
 	handler    http.Handler
 }
 
@@ -67,7 +66,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{conns: newConnMetrics()}
+	s := &Server{conns: newConnMetrics(), reservoirs: &reservoirBook{}}
 	s.deps = deps{
 		cfg: cfg, log: cfg.Logger, clients: newClientBook(cfg), events: newBroker(), budget: newBodyBudget(cfg),
 		streams: new(gauge), waits: new(gauge), started: &s.started, reports: newReportTally(),
@@ -132,10 +131,13 @@ func (s *Server) attach() error {
 		}
 		s.local = newLocalBackend(qc, cfg.SubmitWait)
 		s.backend = s.local
-		s.reservoirs.Store(&qc.Reservoirs)
+		s.reservoirs.set.Store(&qc.Reservoirs)
 	}
 	if err := s.backend.Attach(s.clients.weights(), s.result); err != nil {
 		return err
+	}
+	if s.local != nil {
+		s.reservoirs.queue = s.local.queue // built by Attach
 	}
 	if ro, ok := s.backend.(ReportOutcomer); ok {
 		if err := ro.AttachReports(s.reportOutcome); err != nil {
