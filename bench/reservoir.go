@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
+	"github.com/captchaq/captchaq/internal/syncio"
 	"github.com/captchaq/captchaq/sim"
 )
 
@@ -242,13 +243,15 @@ func Reservoir(ctx context.Context, c ReservoirConfig) ([]ReservoirRow, error) {
 			jobs = append(jobs, job{d, th, true}, job{d, th, false})
 		}
 	}
+	// The runs go at once: one writer lets one line of theirs through at a time.
+	c.Log = syncio.NewWriter(orDiscard(c.Log))
 	rows := make([]ReservoirRow, len(jobs))
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
 	for i, j := range jobs {
 		wg.Go(func() {
 			rows[i], errs[i] = runReservoir(ctx, c, j.demand, j.threads, j.res)
-			if c.Log != nil && errs[i] == nil {
+			if errs[i] == nil {
 				fmt.Fprintf(c.Log, "reservoir: %s, %d threads, reservoir %v: %d tasks, %d hits\n", j.demand, j.threads, j.res, rows[i].Tasks, rows[i].Hits)
 			}
 		})

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/captchaq/captchaq"
-	"github.com/captchaq/captchaq/internal/syncio"
 	"github.com/captchaq/captchaq/provider"
 	"github.com/captchaq/captchaq/sim"
 )
@@ -126,7 +125,7 @@ func startServeFront(ctx context.Context, c ReservoirConfig, threads int, withRe
 	if err != nil {
 		return nil, err
 	}
-	f = &serveFront{procGroup: newProcGroup(syncio.NewWriter(orDiscard(c.Log))), dir: dir, captcha: demoCaptchas[c.Captcha],
+	f = &serveFront{procGroup: newProcGroup(c.Log), dir: dir, captcha: demoCaptchas[c.Captcha],
 		hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	defer func() {
 		if err != nil {
