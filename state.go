@@ -176,7 +176,7 @@ func (q *Queue) register(tx table, r Record, w func(Result, error), pt provider.
 			st.resumed = true
 			tx.Fly(r.Task.ID, l.StoredID(id), st)
 			// Due at once: answers may have waited while we were away.
-			q.pollerOf(l).Track(r.Task.ID, st, id, st.kind, r.SubmittedAt, r.Task.Deadline, q.now(), true)
+			q.pollerOf(l).Track(r.Task.ID, st, id, st.kind, r.SubmittedAt, r.Task.Deadline, q.now(), true, provider.GivenBindings(st.kind, r.Task.Params))
 			return st
 		}
 		q.log.Warn("task in flight at a provider this queue no longer has: submitting it again", "id", r.Task.ID)

@@ -84,7 +84,7 @@ func (q *Queue) accepted(st *taskState, captchaID string, now time.Time) {
 		st.rec.NotBefore = time.Time{}
 		st.transient = 0
 		l.Ledger.Accepted(now, st.price)
-		q.pollerOf(l).Track(t.ID, st, captchaID, st.kind, now, t.Deadline, now.Add(q.firstPoll(st.kind)), false)
+		q.pollerOf(l).Track(t.ID, st, captchaID, st.kind, now, t.Deadline, now.Add(q.firstPoll(st.kind)), false, provider.GivenBindings(st.kind, t.Params))
 		tx.Fly(t.ID, key, st)
 		early, isEarly = q.inboxes[l.Index()].Take(key, checkpointed)
 	})

@@ -108,3 +108,10 @@ func MayBind(k Kind) bool {
 	}
 	return false
 }
+
+// GivenBindings reports whether a task of kind k with params was given
+// what its answer binds to and only then answers: a reCAPTCHA v2's
+// cookies.
+func GivenBindings(k Kind, params map[string]string) bool {
+	return k == KindRecaptchaV2 && params["cookies"] != ""
+}

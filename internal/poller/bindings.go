@@ -50,8 +50,8 @@ func (p *Poller[T]) lastPollLocked(e *entry[T], sent time.Time) bool {
 // alone brought none probeMisses times is taken from the ids= answer, and
 // until then one id of the kind at a time probes it, the others waiting
 // for the next round. A reCAPTCHA v2's cookies come back only for a task
-// given some, which the poller does not see: three given none stop the
-// polls alone for the kind.
+// given some: such a task (Track's given) goes alone whatever its kind's probes
+// showed.
 func (p *Poller[T]) holdForBindingsLocked(e *entry[T], r provider.PollResult, sent time.Time) bool {
 	k := e.kind
 	if e.alone {
@@ -69,6 +69,8 @@ func (p *Poller[T]) holdForBindingsLocked(e *entry[T], r provider.PollResult, se
 		return false
 	}
 	switch n := p.misses[k]; {
+	case e.given:
+		e.alone = true
 	case n >= probeMisses:
 		return false
 	case n == binds:

@@ -18,7 +18,8 @@ import (
 // token and the user agent ua beside it (none when ua is ""). It counts
 // both, but for polls of "pending" alone.
 type binder struct {
-	ua string
+	ua      string
+	cookies map[string]string // by id: a poll of it alone answers them too
 
 	mu         sync.Mutex
 	failSingle int // polls of one id still to fail
@@ -51,6 +52,9 @@ func (b *binder) PollMany(_ context.Context, ids []string) ([]provider.PollResul
 	if b.ua != "" {
 		doc["useragent"] = b.ua
 	}
+	if c := b.cookies[ids[0]]; c != "" {
+		doc["cookies"] = c
+	}
 	raw, _ := json.Marshal(doc)
 	res[0] = provider.PollResult{ID: ids[0], Ready: true, Answer: provider.Answer{Raw: string(raw), Token: "tok-" + ids[0], JSON: raw}}
 	return res, nil
@@ -75,8 +79,13 @@ func (a *answers) Ready(ref, _ string, ans provider.Answer, _, _ time.Time) bool
 
 // track puts ids of kind k in flight, due at once.
 func track(p *Poller[string], k provider.Kind, now time.Time, ids ...string) {
+	trackGiven(p, k, now, false, ids...)
+}
+
+// trackGiven is track, the tasks given what their answers bind to or not.
+func trackGiven(p *Poller[string], k provider.Kind, now time.Time, given bool, ids ...string) {
 	for _, id := range ids {
-		p.Track(id, id, id, k, now.Add(-time.Minute), time.Time{}, now, true)
+		p.Track(id, id, id, k, now.Add(-time.Minute), time.Time{}, now, true, given)
 	}
 }
 
@@ -176,5 +185,38 @@ func TestBulkAnswerOnTheLastPollIsTaken(t *testing.T) {
 	p.round(now)
 	if len(prov.single) != 0 || a.got["t1"].Token != "tok-t1" || p.Len() != 0 {
 		t.Fatalf("polls of one id %v, answers %v, %d in flight; want none, t1's token, none", prov.single, a.got, p.Len())
+	}
+}
+
+// A reCAPTCHA v2 given cookies is answered with cookies only then: once
+// the polls alone of tasks given none have shown the kind answered
+// without bindings probeMisses times, a task given cookies still goes
+// alone, and its answer has them; one given none after it is taken from
+// the ids= answer.
+func TestGivenBindingsGoAlone(t *testing.T) {
+	prov := &binder{cookies: map[string]string{"given": "sid=48"}}
+	now := time.Now()
+	a := &answers{got: map[string]provider.Answer{}}
+	p := newPollerOf(prov, a, false, now)
+	a.p = p
+	track(p, provider.KindRecaptchaV2, now, "r1", "r2", "r3", "r4")
+	track(p, provider.KindImage, now, "i1", "pending")
+	rounds(t, p, now, 1)
+	if len(prov.single) != probeMisses {
+		t.Fatalf("polls of one id %v, want %d probes", prov.single, probeMisses)
+	}
+	later := now.Add(time.Minute)
+	trackGiven(p, provider.KindRecaptchaV2, later, true, "given")
+	trackGiven(p, provider.KindRecaptchaV2, later, false, "r5")
+	track(p, provider.KindImage, later, "i2")
+	rounds(t, p, later, 1)
+	if n := len(prov.single); n != probeMisses+1 || prov.single[n-1] != "given" || slices.Contains(prov.single, "r5") {
+		t.Errorf("polls of one id %v, want the %d probes, then given alone", prov.single, probeMisses)
+	}
+	if got := string(provider.BindingsOf(a.got["given"].JSON).Cookies); got != `"sid=48"` || a.got["given"].Token != "tok-given" {
+		t.Errorf("given: token %q, cookies %q; want tok-given, sid=48", a.got["given"].Token, got)
+	}
+	if a.got["r5"].Token != "tok-r5" {
+		t.Errorf("r5: answer %+v, want tok-r5 from the ids= answer", a.got["r5"])
 	}
 }

@@ -108,7 +108,7 @@ func TestPollBudgetAndWindow(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan struct{})
 				go func() { p.Run(ctx); close(done) }()
-				p.Track("t", "t", "c1", provider.KindRecaptchaV2, start, time.Time{}, start.Add(gap), false)
+				p.Track("t", "t", "c1", provider.KindRecaptchaV2, start, time.Time{}, start.Add(gap), false, false)
 				time.Sleep(10 * time.Minute) // the fake clock: every poll there is to make is made
 				synctest.Wait()
 				cancel()

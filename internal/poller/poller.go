@@ -107,6 +107,7 @@ type entry[T any] struct {
 	polls               int       // polls asked for it
 	id                  string    // its task id
 	alone               bool      // polled alone, for its bindings (holdForBindings)
+	given               bool      // given what its answer binds to (Track)
 }
 
 // Poller polls one lane's tasks in flight. Its methods are safe for
@@ -153,14 +154,17 @@ func (p *Poller[T]) Wake() {
 // Track starts polling task id, in flight under captchaID since
 // submitted: its first poll at firstDue (on the fixed cadence, moved onto
 // the round nearest to it), or, with resumed, at once (answers may have
-// waited while nobody polled).
-func (p *Poller[T]) Track(id string, ref T, captchaID string, kind provider.Kind, submitted, deadline, firstDue time.Time, resumed bool) {
+// waited while nobody polled). With given, the task was given what its
+// answer is bound to (a reCAPTCHA's cookies, provider.GivenBindings): a
+// ready token an ids= answer gives without its bindings waits for a poll
+// of its id alone, whatever the polls alone of its kind brought before.
+func (p *Poller[T]) Track(id string, ref T, captchaID string, kind provider.Kind, submitted, deadline, firstDue time.Time, resumed, given bool) {
 	p.mu.Lock()
 	due := firstDue
 	if !resumed {
 		due = p.alignLocked(p.cfg.Now(), firstDue)
 	}
-	p.tasks[id] = &entry[T]{id: id, ref: ref, captchaID: captchaID, kind: kind, submitted: submitted, deadline: deadline, due: due}
+	p.tasks[id] = &entry[T]{id: id, ref: ref, captchaID: captchaID, kind: kind, submitted: submitted, deadline: deadline, due: due, given: given}
 	p.mu.Unlock()
 	p.Wake()
 }

@@ -66,7 +66,7 @@ func TestRoundTakesIDsDueBeforeNextRound(t *testing.T) {
 	now := time.Now()
 	p := newPoller(rec, false, false, now)
 	add := func(id string, due, polledAt time.Time) {
-		p.Track(id, id, id, provider.KindTurnstile, now.Add(-time.Minute), time.Time{}, due, true)
+		p.Track(id, id, id, provider.KindTurnstile, now.Add(-time.Minute), time.Time{}, due, true, false)
 		p.tasks[id].polledAt = polledAt
 	}
 	add("due", now, time.Time{})
@@ -99,7 +99,7 @@ func TestRoundAsksYoungerThanTheFewAnswersLearned(t *testing.T) {
 	// One reCAPTCHA v3 answer learned: not ready at 5.0 s, ready at 5.6 s.
 	p.learned.Learn(provider.KindRecaptchaV3, now.Add(-time.Minute), now.Add(-time.Minute+5*time.Second), now.Add(-time.Minute+5600*time.Millisecond))
 	add := func(id string, age time.Duration) {
-		p.Track(id, id, id, provider.KindRecaptchaV3, now.Add(-age), time.Time{}, now, true)
+		p.Track(id, id, id, provider.KindRecaptchaV3, now.Add(-age), time.Time{}, now, true, false)
 	}
 	add("young", 3*time.Second)
 	add("old", 6*time.Second)
@@ -118,8 +118,8 @@ func TestForgetAndDueNow(t *testing.T) {
 	rec := &pollRecorder{}
 	now := time.Now()
 	p := newPoller(rec, false, false, now)
-	p.Track("a", "a", "c1", provider.KindTurnstile, now, time.Time{}, now.Add(time.Hour), true)
-	p.Track("b", "b", "c2", provider.KindTurnstile, now, time.Time{}, now.Add(time.Hour), true)
+	p.Track("a", "a", "c1", provider.KindTurnstile, now, time.Time{}, now.Add(time.Hour), true, false)
+	p.Track("b", "b", "c2", provider.KindTurnstile, now, time.Time{}, now.Add(time.Hour), true, false)
 	p.Forget("b")
 	if n := p.Len(); n != 1 {
 		t.Fatalf("%d in flight after Forget, want 1", n)
