@@ -226,7 +226,8 @@
 //     nobody until it listens again, so a claim's window counts from its
 //     last refused connect (Conn.brokerDownAt; one broker node assumed).
 //     A worker reconnecting later than that window forfeits: a second
-//     paid solve, answered once, bounded by the plan's threads.
+//     paid solve, answered once, bounded by the plan's threads. RabbitMQ may
+//     hold a checkpoint queue's dead letters for a timeout (docs/fleet.md).
 //   - A partition or SIGSTOP: the worker's tasks wait for the broker's
 //     heartbeat timeout (at most three Heartbeat, 15 s), as nothing sooner
 //     tells a slow worker from a dead one; its submits held up in the
@@ -239,8 +240,7 @@
 //     of a commit may keep its result and lose its ack; the checkpoint
 //     comes back and its adopter answers again from the same captcha id.
 //     Each copy is the same answer, which Conn.Collect and the gateway keep
-//     once (one CI run's TestRecoveryRestart counted 2; the recovery tests
-//     bound copies by the plan's threads).
+//     once (the recovery tests bound copies by the plan's threads).
 //   - A dead worker's tokens wait 3 s to be taken over; a broker crashing
 //     mid-commit may lose or double a parked token.
 //   - A gateway that stops with tasks published and not yet recorded
